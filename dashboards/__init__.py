@@ -1,0 +1,1 @@
+"""The Streamlit dashboard: reads the store through the SQL views, never writes."""

@@ -1,0 +1,1 @@
+"""Dashboard pages: layout only; data comes from dashboards/data.py."""

@@ -1,0 +1,42 @@
+"""Engine parsers: one module per engine, all producing the one schema in `schema.py`.
+
+Built-in engines register here exactly as an outside one would: a name and a module that
+follows the contract in `base.py` (NAME, detect, record_starts, parse).
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+# name -> module path. `unknown` is the fallback for files no parser recognises.
+ENGINES: dict[str, str] = {
+    "vllm": "servelens.parsers.vllm",
+    "tgi": "servelens.parsers.tgi",
+    "trtllm": "servelens.parsers.trtllm",
+}
+FALLBACK = "servelens.parsers.unknown"
+
+# A file is assigned to the engine with the highest detect() score, if at least this.
+DETECT_THRESHOLD = 0.2
+
+
+def get_parser(name: str) -> ModuleType:
+    if name == "unknown":
+        return importlib.import_module(FALLBACK)
+    if name not in ENGINES:
+        raise KeyError(name)
+    return importlib.import_module(ENGINES[name])
+
+
+def detect_engine(first_lines: list[str]) -> tuple[str, float]:
+    """The engine whose parser is most confident about these first lines of a file,
+    or ("unknown", best score) when none reaches DETECT_THRESHOLD."""
+    best, best_score = "unknown", 0.0
+    for name in ENGINES:
+        score = float(get_parser(name).detect(first_lines))
+        if score > best_score:
+            best, best_score = name, score
+    if best_score < DETECT_THRESHOLD:
+        return "unknown", best_score
+    return best, best_score

@@ -1,0 +1,309 @@
+"""The parser framework: what an engine parser receives, what it returns, and the shared
+steps every parser's output goes through (timestamps, schema conformance).
+
+An engine parser is a module (see `parsers/__init__.py` for the registry) exposing:
+
+    NAME: str                                   # "vllm"
+    def detect(lines: list[str]) -> float       # 0..1: how sure we are these first lines are ours
+    def record_starts(text: pl.Series) -> pl.Series
+        # Boolean per physical line: True where a new log record begins, False for a
+        # continuation (traceback frame, pretty-printed dict). The ingest loop uses it to
+        # never split a multi-line record across two chunks.
+    def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame
+        # `lines` has columns `line` (Int64, 1-based) and `text` (String, no line ending).
+        # Returns events: any subset of the schema columns, plus optional helper columns
+        # that `finalize` resolves:
+        #   ts         Datetime: a complete time (with year); naive means UTC
+        #   ts_noyear  Datetime with the placeholder year 2000 for times printed without a
+        #              year (vLLM `06-10 14:23:45`, glog `I0514 ...`); finalize picks the year
+        # Every input line must be covered by exactly one event span [line, line + n_lines)
+        # (several events may share one span, e.g. one line aborting several requests).
+
+Parsing is vectorised: polars expressions over the whole chunk, never a Python loop per line.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from .schema import COLUMN_NAMES, EVENT_KINDS, LEVELS, POLARS_SCHEMA
+
+PLACEHOLDER_YEAR = 2000  # a leap year, so Feb 29 survives until the real year is known
+
+# ANSI colour codes as they survive in real logs: with the ESC byte, rendered as `#033`
+# (CloudWatch/SageMaker), or with the ESC byte lost (`[2m`).
+ANSI_RE = r"(?:\x1b|#033)\[[0-9;]*[A-Za-z]|\[(?:\d{1,3}(?:;\d{1,3})*)?m"
+# docker-compose service prefix: `vllm-1  | `, `svc_1 | `
+COMPOSE_PREFIX_RE = r"^[A-Za-z0-9][\w.-]*\s+\|\s?"
+# `docker logs --timestamps` / Kubernetes: RFC 3339 with up to nanoseconds, then a space
+RFC3339_RE = r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})"
+
+
+@dataclass
+class ParseContext:
+    """Everything a parser may need to know about the file, plus state carried from one
+    chunk of the file to the next (the framework updates it; parsers may use `state`)."""
+
+    engine: str
+    source: str
+    instance: str
+    year: int | None = None  # --year: the year of yearless timestamps at the start of the file
+    mtime: dt.datetime | None = None  # the file's modification time (UTC), for year inference
+    # carried between chunks:
+    last_ts: dt.datetime | None = None
+    last_month: int | None = None
+    year_base: int | None = None
+    rollovers: int = 0
+    state: dict[str, Any] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------
+# helpers parsers share
+
+
+def strip_ansi(expr: pl.Expr) -> pl.Expr:
+    return expr.str.replace_all(ANSI_RE, "")
+
+
+def rfc3339_to_ts(expr: pl.Expr) -> pl.Expr:
+    """`2026-05-12T08:01:39.331095044Z` (or with an offset) -> Datetime(us, UTC)."""
+    norm = (
+        expr.str.replace(r",", ".")
+        .str.replace(r"Z$", "+00:00")
+        .str.replace(r"([+-]\d{2})(\d{2})$", "$1:$2")
+    )
+    return norm.str.to_datetime(
+        "%Y-%m-%dT%H:%M:%S%.f%:z", time_unit="us", time_zone="UTC", strict=False
+    )
+
+
+def record_ids(starts: pl.Series) -> pl.Series:
+    """Running record number per line (the first line always opens a record)."""
+    s = starts.fill_null(True)
+    if len(s):
+        s = s.scatter(0, True)
+    return s.cast(pl.Int64).cum_sum().alias("_rec")
+
+
+def group_records(lines: pl.DataFrame, starts: pl.Series) -> pl.DataFrame:
+    """Collapse continuation lines into their record.
+
+    Returns one row per record with `line` (first line), `n_lines`, `text` (the physical
+    lines joined with "\\n") and `first` (the record's first line). Single-line records,
+    by far the most common, skip the aggregation.
+    """
+    df = lines.with_columns(record_ids(starts)).with_columns(
+        pl.len().over("_rec").alias("_len")
+    )
+    single = df.filter(pl.col("_len") == 1).select(
+        "line",
+        pl.lit(1, pl.Int32).alias("n_lines"),
+        "text",
+        pl.col("text").alias("first"),
+    )
+    multi = df.filter(pl.col("_len") > 1)
+    if multi.height:
+        multi = multi.group_by("_rec", maintain_order=True).agg(
+            pl.col("line").first(),
+            pl.len().cast(pl.Int32).alias("n_lines"),
+            pl.col("text").str.join("\n"),
+            pl.col("text").first().alias("first"),
+        ).drop("_rec")
+        return pl.concat([single, multi]).sort("line")
+    return single
+
+
+def attrs_json(**fields: pl.Expr) -> pl.Expr:
+    """A JSON object of the given fields, omitting nulls; null when every field is null."""
+    parts = []
+    for key, value in fields.items():
+        parts.append(
+            pl.when(value.is_not_null()).then(
+                pl.concat_str(
+                    [pl.lit(f'"{key}":'), _json_value(value)], ignore_nulls=False
+                )
+            )
+        )
+    joined = pl.concat_list(parts).list.drop_nulls().list.join(",")
+    return pl.when(joined.str.len_chars() > 0).then(
+        pl.concat_str([pl.lit("{"), joined, pl.lit("}")])
+    )
+
+
+def _json_value(value: pl.Expr) -> pl.Expr:
+    # Encode through a one-field struct so strings are escaped exactly as JSON requires.
+    enc = pl.struct(value.alias("v")).struct.json_encode()
+    return enc.str.slice(5, enc.str.len_chars() - 6)
+
+
+def json_escape(value: pl.Expr) -> pl.Expr:
+    """A string expression as a JSON string literal (quotes included)."""
+    return _json_value(value.cast(pl.String))
+
+
+# ---------------------------------------------------------------------------------------
+# finalize: timestamps, constants, schema
+
+
+def finalize(events: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
+    """Resolve timestamps (year inference, rollover, inheritance) and conform to the schema."""
+    if events.height == 0:
+        return pl.DataFrame(schema=POLARS_SCHEMA)
+    if "_seq" not in events.columns:
+        events = events.with_row_index("_seq")
+    events = events.sort(["line", "_seq"])
+    events = _resolve_timestamps(events, ctx)
+
+    consts = {
+        "engine": ctx.engine,
+        "source": ctx.source,
+        "instance": ctx.instance,
+    }
+    exprs = []
+    for name, dtype in POLARS_SCHEMA.items():
+        if name in consts and name not in events.columns:
+            exprs.append(pl.lit(consts[name], dtype).alias(name))
+        elif name in consts:
+            exprs.append(pl.col(name).fill_null(consts[name]).cast(dtype).alias(name))
+        elif name == "n_lines" and name not in events.columns:
+            exprs.append(pl.lit(1, dtype).alias(name))
+        elif name in events.columns:
+            exprs.append(pl.col(name).cast(dtype).alias(name))
+        else:
+            exprs.append(pl.lit(None, dtype).alias(name))
+    out = events.select(exprs)
+    return out
+
+
+def _resolve_timestamps(events: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
+    cols = events.columns
+    full = pl.col("ts") if "ts" in cols else pl.lit(None, pl.Datetime("us", "UTC"))
+    full = _as_utc(full, events.schema.get("ts"))
+
+    if "ts_noyear" in cols and events["ts_noyear"].null_count() < events.height:
+        noyear = pl.col("ts_noyear")
+        month = events.select(noyear.dt.month().cast(pl.Int32)).to_series()
+        first_month = month.drop_nulls()[0]
+        if ctx.year_base is None:
+            if ctx.year is not None:
+                ctx.year_base = ctx.year
+            else:
+                ref = ctx.mtime or dt.datetime.now(dt.timezone.utc)
+                # a file whose first month is after its mtime's month started last year
+                ctx.year_base = ref.year - (1 if first_month > ref.month else 0)
+            ctx.last_month = None
+        prev = month.forward_fill().shift(1)
+        if ctx.last_month is not None and len(prev):
+            prev = prev.scatter(0, ctx.last_month) if prev[0] is None else prev
+        # a jump back of more than six months (Dec -> Jan) is a new year
+        rolled = ((month < prev - 6).fill_null(False)).cast(pl.Int32).cum_sum()
+        years = rolled + (ctx.year_base + ctx.rollovers)
+        ctx.rollovers += int(rolled[-1]) if len(rolled) else 0
+        last = month.drop_nulls()
+        if len(last):
+            ctx.last_month = int(last[-1])
+        events = events.with_columns(years.alias("_year"))
+        from_noyear = pl.datetime(
+            pl.col("_year"),
+            noyear.dt.month(),
+            noyear.dt.day(),
+            noyear.dt.hour(),
+            noyear.dt.minute(),
+            noyear.dt.second(),
+            noyear.dt.microsecond(),
+            time_unit="us",
+            time_zone="UTC",
+        )
+        full = pl.coalesce(full, from_noyear)
+
+    events = events.with_columns(full.alias("_ts_own"))
+    filled = pl.col("_ts_own").forward_fill()
+    if ctx.last_ts is not None:
+        filled = filled.fill_null(pl.lit(ctx.last_ts, pl.Datetime("us", "UTC")))
+    events = events.with_columns(
+        filled.alias("ts"),
+        (pl.col("_ts_own").is_null() & filled.is_not_null()).alias("ts_inferred"),
+    )
+    last = events["ts"].drop_nulls()
+    if len(last):
+        ctx.last_ts = last[-1]
+    return events
+
+
+def _as_utc(expr: pl.Expr, dtype: pl.DataType | None) -> pl.Expr:
+    if dtype is None or not isinstance(dtype, pl.Datetime):
+        return expr.cast(pl.Datetime("us", "UTC"))
+    if dtype.time_zone is None:
+        return expr.cast(pl.Datetime("us")).dt.replace_time_zone("UTC")
+    return expr.dt.convert_time_zone("UTC").cast(pl.Datetime("us", "UTC"))
+
+
+# ---------------------------------------------------------------------------------------
+# checks used by tests and by the ingest loop
+
+
+def check_events(events: pl.DataFrame) -> None:
+    """Raise if `events` does not conform: exact schema, known kinds and levels."""
+    if tuple(events.columns) != COLUMN_NAMES:
+        raise ValueError(f"columns {events.columns} != schema {COLUMN_NAMES}")
+    for name, dtype in POLARS_SCHEMA.items():
+        if events.schema[name] != dtype:
+            raise ValueError(f"column {name} is {events.schema[name]}, schema says {dtype}")
+    bad_kind = set(events["event"].drop_nulls().unique()) - set(EVENT_KINDS)
+    if bad_kind or events["event"].null_count():
+        raise ValueError(f"unknown event kinds {bad_kind or 'null'}")
+    bad_level = set(events["level"].drop_nulls().unique()) - set(LEVELS)
+    if bad_level:
+        raise ValueError(f"unknown levels {bad_level}")
+
+
+def uncovered_lines(events: pl.DataFrame, first_line: int, last_line: int) -> list[int]:
+    """Lines in [first_line, last_line] that no event covers, plus lines covered twice
+    (by two different spans). Empty when every line is accounted for exactly once."""
+    spans = events.select("line", "n_lines").unique()
+    covered: dict[int, int] = {}
+    for line, n in spans.iter_rows():
+        for k in range(line, line + n):
+            covered[k] = covered.get(k, 0) + 1
+    wrong = [k for k in range(first_line, last_line + 1) if covered.get(k, 0) != 1]
+    wrong += [k for k in covered if k < first_line or k > last_line]
+    return sorted(wrong)
+
+
+def lines_frame(texts: list[str], first_line: int = 1) -> pl.DataFrame:
+    """Physical lines as the frame `parse` receives (tests and small inputs)."""
+    return pl.DataFrame(
+        {
+            "line": pl.Series(range(first_line, first_line + len(texts)), dtype=pl.Int64),
+            "text": pl.Series(texts, dtype=pl.String),
+        }
+    )
+
+
+def parse_lines(parser: Any, lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
+    """Run one parser over one chunk of lines and finalize onto the schema."""
+    return finalize(parser.parse(lines, ctx), ctx)
+
+
+def parse_text(
+    engine: str,
+    text: str,
+    *,
+    source: str = "test.log",
+    instance: str = "test",
+    year: int | None = 2026,
+) -> pl.DataFrame:
+    """Parse a whole text (one chunk) with the named engine: the quickest way to see what a
+    parser makes of some lines. Trailing line endings (`\\r\\n`, `\\n`) are removed."""
+    from . import get_parser
+
+    texts = text.split("\n")
+    if texts and texts[-1] == "":
+        texts.pop()
+    texts = [t[:-1] if t.endswith("\r") else t for t in texts]
+    ctx = ParseContext(engine=engine, source=source, instance=instance, year=year)
+    return parse_lines(get_parser(engine), lines_frame(texts), ctx)

@@ -1,0 +1,1 @@
+"""The pipeline: ingest, tail, store and query."""
