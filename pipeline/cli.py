@@ -8,8 +8,13 @@ their own module register themselves through `register(app)` (see COMMAND_MODULE
 from __future__ import annotations
 
 import importlib
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
 
 import typer
+
+from .store import default_store
 
 app = typer.Typer(
     name="servelens",
@@ -27,6 +32,114 @@ app = typer.Typer(
 
 # Modules under servelens.pipeline that define `register(app)`.
 COMMAND_MODULES: tuple[str, ...] = ()
+
+
+# Options shared by every command that reads or writes the store.
+StoreOpt = Annotated[
+    Path,
+    typer.Option(
+        "--store",
+        "-s",
+        help="Store directory (default: $SERVELENS_STORE or ./servelens-store).",
+        show_default=False,
+    ),
+]
+
+
+def fail(message: str, code: int = 1) -> "typer.Exit":
+    """Print one line saying what is wrong and what to do; exit non-zero."""
+    typer.echo(f"servelens: error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def store_path(store: Optional[Path]) -> Path:
+    return store if store is not None else default_store()
+
+
+@app.command()
+def ingest(
+    paths: Annotated[list[Path], typer.Argument(help="Log files or directories (searched recursively; .gz is fine).", show_default=False)],
+    store: StoreOpt = None,  # type: ignore[assignment]
+    engine: Annotated[str, typer.Option(help="auto (detect per file), vllm, tgi or trtllm.")] = "auto",
+    instance: Annotated[Optional[str], typer.Option(help="Instance name for every file (default: from each file's name).")] = None,
+    year: Annotated[Optional[int], typer.Option(help="Year of timestamps printed without one (default: from the file's modification time).")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or per-file lines; summary only.")] = False,
+) -> None:
+    """Parse log files into the store. Re-ingesting adds only what is new.
+
+    \b
+    Examples:
+      servelens ingest sample_logs/
+      servelens ingest /var/log/incident-0612/ --store incident.store
+      servelens ingest vllm.log.1.gz --engine vllm --instance gpu-node-3 --year 2025
+    """
+    from .ingest import IngestError, ingest as run_ingest
+    from .console import print_file_line, print_summary, progress_bar
+    from .store import StoreError
+
+    target = store_path(store)
+    try:
+        with progress_bar(paths, enabled=not quiet and sys.stderr.isatty()) as advance:
+            summary = run_ingest(
+                paths,
+                target,
+                engine=engine,
+                instance=instance,
+                year=year,
+                on_progress=advance,
+                on_file=None if quiet else print_file_line,
+            )
+    except (IngestError, StoreError) as e:
+        raise fail(str(e)) from None
+    print_summary(summary, target)
+    if summary.files and all(f.status == "skipped" for f in summary.files):
+        raise fail("nothing was ingested (see the reasons above)")
+
+
+@app.command()
+def sql(
+    query: Annotated[str, typer.Argument(help="A read-only SQL query (DuckDB dialect).", show_default=False)],
+    store: StoreOpt = None,  # type: ignore[assignment]
+    format: Annotated[str, typer.Option("--format", "-f", help="table, csv or json.")] = "table",
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the result to this file instead of stdout.")] = None,
+    window: Annotated[Optional[str], typer.Option(help="Window of the windowed views, e.g. 30s, 1m, 5m (default 1m).")] = None,
+) -> None:
+    """Run SQL over the store: `events` and the metric views (requests, latency_percentiles,
+    queue_depth, batch_fill, kv_cache, throughput, errors, scaling_signals, ...).
+
+    \b
+    Examples:
+      servelens sql "select event, count(*) as n from events group by all order by n desc"
+      servelens sql "select * from latency_percentiles order by window_start" --format csv -o p.csv
+      servelens sql "select * from scaling_signals" --window 5m
+    """
+    from .output import render
+    from .query import QueryError, run
+    from .store import StoreError
+
+    if format not in ("table", "csv", "json"):
+        raise fail(f"unknown --format {format!r}; use table, csv or json")
+    variables = {}
+    if window is not None:
+        from .durations import parse_duration
+
+        try:
+            variables["window_s"] = parse_duration(window)
+        except ValueError as e:
+            raise fail(str(e)) from None
+    try:
+        df = run(store_path(store), query, variables=variables)
+    except (QueryError, StoreError) as e:
+        raise fail(str(e)) from None
+    text = render(df, format)
+    if output is not None:
+        try:
+            output.write_text(text)
+        except OSError as e:
+            raise fail(f"cannot write {output}: {e.strerror}") from None
+        typer.echo(f"{df.height} rows written to {output}", err=True)
+    else:
+        typer.echo(text, nl=not text.endswith("\n"))
 
 
 def _register_commands() -> None:

@@ -1,0 +1,85 @@
+"""What `servelens ingest` shows a person: a progress bar over the bytes to read, one line
+per file, and a one-screen summary at the end (to stderr, so stdout stays clean)."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Callable, Iterator
+
+import typer
+
+from .ingest import FileResult, IngestSummary
+
+
+@contextlib.contextmanager
+def progress_bar(paths: list[Path], enabled: bool) -> Iterator[Callable[[int], None] | None]:
+    if not enabled:
+        yield None
+        return
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    total = 0
+    for p in paths:
+        if p.is_dir():
+            total += sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+        elif p.exists():
+            total += p.stat().st_size
+    with Progress(
+        TextColumn("ingesting"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        transient=True,
+    ) as progress:
+        task = progress.add_task("ingest", total=total or None)
+        yield lambda n: progress.advance(task, n)
+
+
+def print_file_line(f: FileResult) -> None:
+    if f.status == "skipped":
+        typer.echo(f"  skipped   {f.source}: {f.reason}", err=True)
+        return
+    if f.status == "unchanged":
+        typer.echo(f"  unchanged {f.source} ({f.reason})", err=True)
+        return
+    how = f.engine
+    if f.detected_score is not None:
+        how = f"{f.engine}, detected" if f.engine != "unknown" else "engine not recognised: lines kept as unparsed; use --engine to force one"
+    extra = []
+    if f.counts.get("unparsed"):
+        extra.append(f"{f.counts['unparsed']:,} unparsed")
+    if f.invalid_utf8:
+        extra.append("invalid UTF-8 replaced")
+    if f.reason:
+        extra.append(f.reason)
+    tail = f"; {', '.join(extra)}" if extra else ""
+    typer.echo(
+        f"  ingested  {f.source} [{how}] instance={f.instance}: {f.lines:,} lines -> {f.events:,} events{tail}",
+        err=True,
+    )
+
+
+def print_summary(s: IngestSummary, store: Path) -> None:
+    n_ing = sum(1 for f in s.files if f.status == "ingested")
+    n_same = sum(1 for f in s.files if f.status == "unchanged")
+    n_skip = len(s.skipped)
+    lines = [
+        f"files: {len(s.files)} ({n_ing} ingested, {n_same} unchanged, {n_skip} skipped)",
+        f"lines: {s.lines:,}    events: {s.events:,}    unparsed: {s.unparsed:,}",
+    ]
+    if s.events_by_kind:
+        kinds = ", ".join(f"{k} {v:,}" for k, v in s.events_by_kind.most_common())
+        lines.append(f"events by kind: {kinds}")
+    for f in s.skipped:
+        lines.append(f"skipped {f.source}: {f.reason}")
+    lines.append(f"store: {store}   (try: servelens sql \"select event, count(*) from events group by all\" --store {store})")
+    typer.echo("\n".join(lines), err=True)

@@ -1,0 +1,248 @@
+"""Batch ingest: paths -> engine -> parsed chunks -> Parquet store.
+
+Idempotent per file content: the manifest remembers, per file fingerprint, how far the file
+has been read, so ingesting the same files again adds nothing and a grown file adds only its
+new part. Memory stays bounded: files are read in blocks and events are flushed to the store
+every FLUSH_ROWS rows.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import polars as pl
+
+from servelens.parsers import ENGINES, detect_engine, get_parser
+from servelens.parsers.base import ParseContext
+
+from . import fingerprint as fp
+from .discover import (
+    PathMissing,
+    display_path,
+    expand,
+    instance_from_path,
+    looks_binary,
+)
+from .checkpoint import find_known, file_state, restore_ctx
+from .lines import DEFAULT_BLOCK_BYTES, parse_stream
+from .store import Store, new_txid
+
+FLUSH_ROWS = 500_000
+DETECT_BYTES = 64 * 1024
+DETECT_LINES = 300
+LIVE_WINDOW_S = 60.0
+
+
+class IngestError(Exception):
+    """The command could not do its job; the message says what to do."""
+
+
+@dataclass
+class FileResult:
+    source: str
+    engine: str
+    instance: str
+    lines: int = 0
+    events: int = 0
+    status: str = "ingested"  # ingested | unchanged | skipped
+    reason: str = ""
+    detected_score: float | None = None
+    invalid_utf8: bool = False
+    counts: Counter = field(default_factory=Counter)
+
+
+@dataclass
+class IngestSummary:
+    files: list[FileResult] = field(default_factory=list)
+    events_by_kind: Counter = field(default_factory=Counter)
+    lines: int = 0
+
+    @property
+    def unparsed(self) -> int:
+        return self.events_by_kind.get("unparsed", 0)
+
+    @property
+    def skipped(self) -> list[FileResult]:
+        return [f for f in self.files if f.status == "skipped"]
+
+    @property
+    def events(self) -> int:
+        return sum(self.events_by_kind.values())
+
+
+def _detect_sample(head: bytes) -> list[str]:
+    text = head.decode("utf-8", errors="replace")
+    lines = text.split("\n")
+    if len(head) >= DETECT_BYTES and len(lines) > 1:
+        lines = lines[:-1]  # the last one is probably cut short
+    return [ln.rstrip("\r") for ln in lines[:DETECT_LINES]]
+
+
+class _Batch:
+    """Events waiting to be written, and the file states they bring with them."""
+
+    def __init__(self, store: Store):
+        self.store = store
+        self.frames: list[pl.DataFrame] = []
+        self.rows = 0
+        self.files: dict[str, dict] = {}
+
+    def add(self, events: pl.DataFrame, key: str, state: dict) -> None:
+        if events.height:
+            self.frames.append(events)
+            self.rows += events.height
+        self.files[key] = state
+
+    def flush(self) -> None:
+        if not self.files and not self.frames:
+            return
+        events = pl.concat(self.frames) if self.frames else pl.DataFrame()
+        txid = new_txid()
+        moves = self.store.stage_events(events, txid) if events.height else []
+        self.store.commit(moves, files=self.files)
+        self.frames, self.rows, self.files = [], 0, {}
+
+
+def ingest(
+    paths: list[Path | str],
+    store_dir: Path | str,
+    *,
+    engine: str = "auto",
+    instance: str | None = None,
+    year: int | None = None,
+    block_bytes: int = DEFAULT_BLOCK_BYTES,
+    on_progress: Callable[[int], None] | None = None,
+    on_file: Callable[[FileResult], None] | None = None,
+) -> IngestSummary:
+    """Ingest files and directories (recursively, plain or .gz) into the store."""
+    if engine != "auto" and engine not in ENGINES:
+        raise IngestError(
+            f"unknown engine {engine!r}; choose one of: auto, {', '.join(ENGINES)}"
+        )
+    store_dir = Path(store_dir)
+    try:
+        found = expand([Path(p) for p in paths], skip_under=store_dir)
+    except PathMissing as e:
+        raise IngestError(f"path not found: {e}; check the path and try again") from None
+    if not found:
+        raise IngestError(
+            f"no log files found under {', '.join(str(p) for p in paths)}; "
+            "point servelens at log files or directories that contain them"
+        )
+
+    summary = IngestSummary()
+    with Store.open(store_dir, purpose="ingest") as store:
+        batch = _Batch(store)
+        for item in found:
+            result = _ingest_file(item.path, store, batch, engine, instance, year, block_bytes, on_progress)
+            summary.files.append(result)
+            summary.lines += result.lines
+            summary.events_by_kind.update(result.counts)
+            if on_file:
+                on_file(result)
+            if batch.rows >= FLUSH_ROWS:
+                batch.flush()
+        batch.flush()
+    return summary
+
+
+def _ingest_file(
+    path: Path,
+    store: Store,
+    batch: _Batch,
+    engine: str,
+    instance: str | None,
+    year: int | None,
+    block_bytes: int,
+    on_progress: Callable[[int], None] | None,
+) -> FileResult:
+    source = display_path(path)
+    inst = instance or instance_from_path(path)
+    result = FileResult(source=source, engine=engine, instance=inst)
+    try:
+        size = path.stat().st_size
+        with fp.open_stream(path) as f:
+            head = f.read(DETECT_BYTES)
+    except PermissionError:
+        return _skip(result, "permission denied; check the file's permissions")
+    except (OSError, EOFError) as e:
+        msg = str(e) if "gzip" in str(e).lower() or "compressed" in str(e).lower() else e.__class__.__name__
+        return _skip(result, f"cannot read it ({msg})")
+    if not head:
+        result.status, result.reason = "unchanged", "empty file"
+        _progress(on_progress, size)
+        return result
+    if looks_binary(head):
+        _progress(on_progress, size)
+        return _skip(result, "binary file, not a text log")
+
+    key, known = find_known(store.manifest, path, head)
+    if known is not None:
+        result.engine, result.instance = known["engine"], instance or known["instance"]
+    elif engine == "auto":
+        result.engine, result.detected_score = detect_engine(_detect_sample(head))
+    parser = get_parser(result.engine)
+
+    ctx = ParseContext(engine=result.engine, source=source, instance=result.instance, year=year)
+    ctx.mtime = dt.datetime.fromtimestamp(path.stat().st_mtime, dt.timezone.utc)
+    offset, next_line = 0, 1
+    # a file written to in the last minute is live: its unterminated last line is not
+    # finished yet, so leave it for the next ingest (or the tailer) instead of cutting it
+    live = time.time() - path.stat().st_mtime < LIVE_WINDOW_S
+    if known is not None:
+        offset, next_line = known["offset"], known["lines"] + 1
+        restore_ctx(ctx, known.get("ctx", {}))
+    if key is None:
+        key = fp.sha(head[: fp.HEAD_BYTES])
+        # two different files may share their first bytes: keep both entries
+        while key in store.manifest["files"] or key in batch.files:
+            key = fp.sha((key + source).encode())
+
+    try:
+        with fp.open_stream(path) as f:
+            if offset:
+                f.seek(offset)
+            # progress follows the bytes on disk (the compressed ones for .gz)
+            raw = getattr(f, "fileobj", None)
+            done = 0
+            for chunk in parse_stream(f, parser, ctx, offset=offset, next_line=next_line,
+                                      block_bytes=block_bytes, hold_partial_line=live):
+                result.counts.update(dict(chunk.events["event"].value_counts().iter_rows()))
+                result.lines += chunk.n_lines
+                result.events += chunk.events.height
+                result.invalid_utf8 |= chunk.invalid_utf8
+                state = file_state(
+                    path, head, chunk.offset, chunk.next_line - 1,
+                    source=source, engine=result.engine, instance=result.instance, ctx=ctx,
+                )
+                batch.add(chunk.events, key, state)
+                if batch.rows >= FLUSH_ROWS:
+                    batch.flush()
+                pos = raw.tell() if raw is not None else chunk.offset
+                _progress(on_progress, max(0, min(pos, size) - done))
+                done = max(done, min(pos, size))
+            _progress(on_progress, max(0, size - done))
+    except PermissionError:
+        return _skip(result, "permission denied; check the file's permissions")
+    except (OSError, EOFError) as e:
+        # a truncated .gz: keep what was read, say so
+        result.reason = f"stopped early: {e}"
+    if result.lines == 0 and known is not None:
+        result.status, result.reason = "unchanged", result.reason or "already ingested"
+    return result
+
+
+def _skip(result: FileResult, reason: str) -> FileResult:
+    result.status, result.reason = "skipped", reason
+    return result
+
+
+def _progress(cb: Callable[[int], None] | None, n: int) -> None:
+    if cb and n:
+        cb(n)
+

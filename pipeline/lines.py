@@ -1,0 +1,129 @@
+"""From bytes to parsed chunks: read a stream in bounded blocks, cut it into lines, hold back
+an unfinished record, and hand each chunk of complete records to the engine parser.
+
+Used by both `ingest` (to the end of the file) and `tail` (holding the partial last line and
+the last record until more arrives), so a multi-line record is never split across chunks and
+memory stays bounded by the block size whatever the file's size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import BinaryIO, Iterator
+
+import numpy as np
+import polars as pl
+
+from servelens.parsers.base import ParseContext, finalize
+
+DEFAULT_BLOCK_BYTES = 8 * 1024 * 1024
+# A record held back longer than this is parsed anyway (a runaway "record" must not grow
+# memory without bound).
+MAX_HELD_BYTES = 64 * 1024 * 1024
+
+
+@dataclass
+class ParsedChunk:
+    events: pl.DataFrame
+    offset: int  # byte offset (in the decompressed content) after the last line consumed
+    next_line: int  # 1-based number of the next line to read
+    n_lines: int  # physical lines consumed by this chunk
+    invalid_utf8: bool
+
+
+def decode_lines(data: bytes, first_line: int) -> tuple[pl.DataFrame, bool]:
+    """Complete lines (each ending in \\n, except perhaps the last) -> frame(line, text)."""
+    try:
+        text = data.decode("utf-8")
+        bad = False
+    except UnicodeDecodeError:
+        text = data.decode("utf-8", errors="replace")
+        bad = True
+    if text.endswith("\n"):
+        text = text[:-1]
+    s = pl.Series("text", [text], dtype=pl.String).str.split("\n").explode()
+    s = s.str.strip_suffix("\r")
+    n = len(s)
+    df = pl.DataFrame(
+        {
+            "line": pl.int_range(first_line, first_line + n, eager=True, dtype=pl.Int64),
+            "text": s,
+        }
+    )
+    return df, bad
+
+
+def line_start_offsets(data: bytes) -> np.ndarray:
+    """Byte offset of the start of each line in `data`."""
+    nl = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
+    starts = np.empty(len(nl) + 1, dtype=np.int64)
+    starts[0] = 0
+    starts[1:] = nl + 1
+    return starts
+
+
+def parse_stream(
+    stream: BinaryIO,
+    parser,
+    ctx: ParseContext,
+    *,
+    offset: int,
+    next_line: int,
+    block_bytes: int = DEFAULT_BLOCK_BYTES,
+    hold_partial_line: bool = False,
+    hold_last_record: bool = False,
+) -> Iterator[ParsedChunk]:
+    """Parse `stream` (positioned at `offset`) chunk by chunk.
+
+    Batch ingest consumes everything to the end, an unterminated last line included. A
+    tailer holds back the partial last line (its writer has not finished it) and, until the
+    file goes quiet, the last record (a traceback may still be growing): the last chunk's
+    `offset` is where reading must resume.
+    """
+    held = b""
+    while True:
+        block = stream.read(block_bytes)
+        eof = len(block) < block_bytes
+        buf = held + block if held else block
+        if not buf:
+            return
+        if eof and not hold_partial_line:
+            complete, rest = buf, b""
+        else:
+            cut = buf.rfind(b"\n") + 1
+            complete, rest = buf[:cut], buf[cut:]
+        if not complete:
+            held = rest
+            if eof:
+                return
+            continue
+        lines, bad = decode_lines(complete, next_line)
+        keep = lines.height
+        final = eof and not hold_last_record
+        if not final and len(complete) < MAX_HELD_BYTES:
+            starts = parser.record_starts(lines["text"]).fill_null(True)
+            idx = np.flatnonzero(starts.to_numpy()[1:]) + 1
+            # everything before the last record start is complete; the last record may
+            # still continue in the next block
+            keep = int(idx[-1]) if len(idx) else 0
+        if keep == 0:
+            held = buf
+            if eof:
+                return
+            continue
+        if keep < lines.height:
+            cut_at = int(line_start_offsets(complete)[keep])
+            chunk = lines.head(keep)
+        else:
+            cut_at, chunk = len(complete), lines
+        events = finalize(parser.parse(chunk, ctx), ctx)
+        offset += cut_at
+        next_line += keep
+        held = complete[cut_at:] + rest
+        yield ParsedChunk(events, offset, next_line, keep, bad)
+        if eof and not held:
+            return
+        if eof:
+            # only the held-back part is left; parse it unless it must wait for more data
+            if hold_last_record or (hold_partial_line and b"\n" not in held):
+                return

@@ -1,0 +1,112 @@
+"""Read-only SQL over the store: DuckDB with `events` (a view over the committed Parquet
+parts) and every view defined in `sql/*.sql`.
+
+`servelens sql`, `servelens report` and the dashboard all come through `connect`, so a metric
+is defined once. Only reading statements are accepted; the Parquet files are never opened for
+writing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import polars as pl
+
+from servelens.parsers.schema import EVENT_SCHEMA
+
+from .store import StoreError, committed_parts
+
+READ_ONLY_TYPES = {"SELECT", "EXPLAIN", "PRAGMA"}
+# statements whose first keyword shows they only read (DuckDB types DESCRIBE/SHOW/SUMMARIZE
+# as SELECT already)
+REFUSED_HINT = "servelens sql is read-only: use SELECT (or WITH ... SELECT, DESCRIBE, SHOW, EXPLAIN)"
+
+
+class QueryError(Exception):
+    """A query DuckDB or servelens refused; the message is one line."""
+
+
+def sql_dir() -> Path:
+    import servelens.sql as sql_pkg
+
+    return Path(list(sql_pkg.__path__)[0])
+
+
+def connect(store: Path | str, variables: dict[str, Any] | None = None) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with `events` over the store and the views of sql/."""
+    store = Path(store)
+    if not store.exists():
+        raise StoreError(
+            f"store {store} does not exist; ingest logs first (servelens ingest PATH --store {store})"
+        )
+    parts = committed_parts(store)
+    con = duckdb.connect(":memory:")
+    if parts:
+        files = ", ".join("'" + str(p).replace("'", "''") + "'" for p in parts)
+        con.execute(
+            f"create or replace view events as select * from read_parquet([{files}], union_by_name = true)"
+        )
+    else:
+        con.register("_events_empty", EVENT_SCHEMA.empty_table())
+        con.execute("create or replace view events as select * from _events_empty")
+    _load_views(con, variables)
+    return con
+
+
+def _load_views(con: duckdb.DuckDBPyConnection, variables: dict[str, Any] | None) -> None:
+    try:
+        from .metrics import load_views
+    except ImportError:  # the metrics layer is optional for the store itself
+        load_views = None
+    if load_views is not None:
+        load_views(con, sql_dir(), variables)
+        return
+    for name, value in (variables or {}).items():
+        con.execute(f"set variable {name} = ?", [value])
+    for path in sorted(sql_dir().glob("*.sql")):
+        con.execute(path.read_text())
+
+
+def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
+    try:
+        statements = con.extract_statements(sql)
+    except duckdb.Error as e:
+        raise QueryError(one_line(e)) from None
+    if not statements:
+        raise QueryError("empty query: give a SELECT statement")
+    for st in statements:
+        kind = st.type.name if hasattr(st.type, "name") else str(st.type)
+        if kind.upper() not in READ_ONLY_TYPES:
+            raise QueryError(f"{REFUSED_HINT} (got {kind.upper()})")
+
+
+def one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())
+
+
+def run(
+    store: Path | str,
+    sql: str,
+    params: list[Any] | dict[str, Any] | None = None,
+    variables: dict[str, Any] | None = None,
+) -> pl.DataFrame:
+    """Run one read-only query over the store and return its result."""
+    con = connect(store, variables)
+    try:
+        return run_on(con, sql, params)
+    finally:
+        con.close()
+
+
+def run_on(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | dict[str, Any] | None = None) -> pl.DataFrame:
+    check_read_only(con, sql)
+    try:
+        rel = con.sql(sql, params=params) if params is not None else con.sql(sql)
+        if rel is None:  # a statement with no result (e.g. PRAGMA with no output)
+            return pl.DataFrame()
+        table = rel.to_arrow_table()
+    except duckdb.Error as e:
+        raise QueryError(one_line(e)) from None
+    return pl.from_arrow(table)  # type: ignore[return-value]
