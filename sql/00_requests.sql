@@ -1,0 +1,124 @@
+-- requests: everything the engine logged about each request, merged into one row.
+-- Grain: one row per request (engine, instance, request id; a request without an id, such as
+--   a TGI `Success` line, is keyed by its source file and line).
+-- Engines: vLLM (request_arrived / request_finished / request_aborted lines: times only, at
+--   1 s resolution, no per-request durations), TGI (`request` = the `Success` line with exact
+--   total / queue / inference / per-token durations), any parser emitting those event kinds.
+--   TensorRT-LLM logs no per-request lines, so it has no rows here.
+-- Columns:
+--   engine, instance, model, request_id (null when the log gave none), request_key (id or
+--   source:line), arrival_ts (UTC; logged arrival, else TGI finish - e2e_s), finish_ts (UTC;
+--   finish, completion or abort), status ('finished' | 'aborted' | 'unfinished' = arrival
+--   seen, no end in the log), prompt_tokens, output_tokens, max_tokens (tokens),
+--   e2e_s (s; logged, else finish_ts - arrival_ts for finished requests), e2e_estimated (true
+--   when e2e_s was derived from two log timestamps, i.e. 1 s resolution for vLLM),
+--   queue_s, ttft_s, tpot_s, inference_s, validation_s (s; only as logged, else null),
+--   queue_start_ts / inference_start_ts (UTC; when the request entered the batching queue and
+--   when its inference started, derived from exact TGI durations), source, line (first line
+--   logged about the request).
+create or replace view requests as
+with
+
+request_events as (
+    select
+        engine,
+        instance,
+        model,
+        request_id,
+        coalesce(request_id, source || ':' || line) as request_key,
+        event,
+        ts,
+        source,
+        line,
+        prompt_tokens,
+        output_tokens,
+        max_tokens,
+        e2e_s,
+        queue_s,
+        ttft_s,
+        tpot_s,
+        inference_s,
+        try_cast(try(json_extract_string(attrs, '$.validation_s')) as double) as validation_s,
+        try_cast(try(json_extract_string(attrs, '$.arrival_ts')) as timestamptz) as attrs_arrival_ts,
+    from events
+    where event in ('request', 'request_arrived', 'request_finished', 'request_aborted')
+),
+
+merged as (
+    select
+        engine,
+        instance,
+        request_key,
+        any_value(request_id) as request_id,
+        max(model) as model,
+        min(ts) filter (where event = 'request_arrived') as arrived_ts,
+        max(ts) filter (where event = 'request') as completed_ts,
+        max(ts) filter (where event = 'request_finished') as finished_ts,
+        max(ts) filter (where event = 'request_aborted') as aborted_ts,
+        min(attrs_arrival_ts) as attrs_arrival_ts,
+        max(prompt_tokens) as prompt_tokens,
+        max(output_tokens) as output_tokens,
+        max(max_tokens) as max_tokens,
+        max(e2e_s) as logged_e2e_s,
+        max(queue_s) as queue_s,
+        max(ttft_s) as ttft_s,
+        max(tpot_s) as tpot_s,
+        max(inference_s) as inference_s,
+        max(validation_s) as validation_s,
+        min(source) as source,
+        min(line) as line,
+    from request_events
+    group by engine, instance, request_key
+),
+
+timed as (
+    select
+        *,
+        coalesce(
+            arrived_ts,
+            completed_ts - to_microseconds(cast(round(logged_e2e_s * 1e6) as bigint)),
+            attrs_arrival_ts
+        ) as arrival_ts,
+        coalesce(completed_ts, finished_ts, aborted_ts) as finish_ts,
+        case
+            when completed_ts is not null or finished_ts is not null then 'finished'
+            when aborted_ts is not null then 'aborted'
+            else 'unfinished'
+        end as status,
+        completed_ts - to_microseconds(cast(round(inference_s * 1e6) as bigint)) as inference_start_ts,
+    from merged
+),
+
+final as (
+    select
+        engine,
+        instance,
+        model,
+        request_id,
+        request_key,
+        arrival_ts,
+        finish_ts,
+        status,
+        prompt_tokens,
+        output_tokens,
+        max_tokens,
+        coalesce(
+            logged_e2e_s,
+            case when status = 'finished' then epoch(finish_ts) - epoch(arrival_ts) end
+        ) as e2e_s,
+        logged_e2e_s is null
+            and status = 'finished'
+            and arrival_ts is not null as e2e_estimated,
+        queue_s,
+        ttft_s,
+        tpot_s,
+        inference_s,
+        validation_s,
+        inference_start_ts - to_microseconds(cast(round(queue_s * 1e6) as bigint)) as queue_start_ts,
+        inference_start_ts,
+        source,
+        line,
+    from timed
+)
+
+select * from final

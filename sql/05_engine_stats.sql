@@ -1,0 +1,69 @@
+-- engine_stats: the engine's own state snapshots as a time series.
+-- Grain: one row per logged snapshot (`engine_stats` event: vLLM periodic stats line every
+--   ~5-10 s, TensorRT-LLM iteration-stats JSON) or per logged batch (`batch` event).
+-- Engines: vLLM, TensorRT-LLM. TGI logs no state lines (its queue and running counts are
+--   reconstructed from requests, see queue_depth / batch_fill).
+-- Columns: ts (UTC), engine, instance, model, kind ('engine_stats' | 'batch'),
+--   running, waiting, swapped, batch_size (requests), batch_tokens (tokens),
+--   kv_usage (fraction 0..1; logged, else kv_blocks_used / kv_blocks_total),
+--   kv_blocks_used, kv_blocks_total (blocks), prompt_tps, gen_tps (tokens/s, averaged by the
+--   engine over its logging interval), max_num_seqs (requests, when the snapshot states it,
+--   e.g. TensorRT-LLM "Max Request Count"), preemptions (count the line reports, attrs
+--   `preemptions`; null when the line has no such field), source, line.
+create or replace view engine_stats as
+with
+
+snapshots as (
+    select
+        ts,
+        engine,
+        instance,
+        model,
+        event as kind,
+        running,
+        waiting,
+        swapped,
+        batch_size,
+        batch_tokens,
+        kv_usage,
+        kv_blocks_used,
+        kv_blocks_total,
+        prompt_tps,
+        gen_tps,
+        max_num_seqs,
+        try_cast(try(json_extract_string(attrs, '$.preemptions')) as bigint) as preemptions,
+        source,
+        line,
+    from events
+    where event in ('engine_stats', 'batch')
+      and ts is not null
+),
+
+final as (
+    select
+        ts,
+        engine,
+        instance,
+        model,
+        kind,
+        running,
+        waiting,
+        swapped,
+        batch_size,
+        batch_tokens,
+        coalesce(
+            kv_usage,
+            case when kv_blocks_total > 0 then kv_blocks_used / kv_blocks_total end
+        ) as kv_usage,
+        kv_blocks_used,
+        kv_blocks_total,
+        prompt_tps,
+        gen_tps,
+        max_num_seqs,
+        preemptions,
+        source,
+        line,
+    from snapshots
+)
+
+select * from final

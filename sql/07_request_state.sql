@@ -1,0 +1,94 @@
+-- request_state: queue depth and running requests RECONSTRUCTED from per-request timings
+-- (an estimate, not a logged value).
+-- Grain: one row per (engine, instance) per sample instant, every `queue_sample_s` seconds
+--   (default 1 s) from the instance's first to its last event.
+-- Engines: TGI (the `Success` line gives total, queue and inference time, so each request's
+--   wait [inference start - queue_s, inference start) and run [inference start, finish) are
+--   known to the microsecond). Only requests that finished inside the log are seen: requests
+--   still in flight at the end of the log, or that failed, are missing from the count.
+-- Columns: ts (UTC sample instant), engine, instance, waiting (requests queued at ts),
+--   running (requests in inference at ts). An interval counts at its start, not at its end.
+create or replace view request_state as
+with
+
+intervals as (
+    select engine, instance, queue_start_ts, inference_start_ts, finish_ts,
+    from requests
+    where queue_start_ts is not null
+      and inference_start_ts is not null
+      and finish_ts is not null
+),
+
+deltas as (
+    select engine, instance, queue_start_ts as ts, 1 as d_waiting, 0 as d_running, from intervals
+    union all
+    select engine, instance, inference_start_ts as ts, -1 as d_waiting, 1 as d_running, from intervals
+    union all
+    select engine, instance, finish_ts as ts, 0 as d_waiting, -1 as d_running, from intervals
+),
+
+steps as (
+    select engine, instance, ts, sum(d_waiting) as d_waiting, sum(d_running) as d_running,
+    from deltas
+    group by engine, instance, ts
+),
+
+levels as (
+    select
+        engine,
+        instance,
+        ts,
+        sum(d_waiting) over (partition by engine, instance order by ts rows unbounded preceding) as waiting,
+        sum(d_running) over (partition by engine, instance order by ts rows unbounded preceding) as running,
+    from steps
+),
+
+bounds as (
+    select
+        e.engine,
+        e.instance,
+        min(e.ts) as first_ts,
+        max(e.ts) as last_ts,
+    from events as e
+    where e.ts is not null
+      and (e.engine, e.instance) in (select (engine, instance) from intervals)
+    group by e.engine, e.instance
+),
+
+sample_step as (
+    select coalesce(try_cast(getvariable('queue_sample_s') as double), 1.0) as step_s
+),
+
+grid as (
+    select
+        b.engine,
+        b.instance,
+        unnest(generate_series(
+            to_timestamp(floor(epoch(least(b.first_ts, i.first_queue_ts)) / s.step_s) * s.step_s),
+            greatest(b.last_ts, i.last_finish_ts),
+            to_microseconds(cast(round(s.step_s * 1e6) as bigint))
+        )) as ts,
+    from bounds as b
+    join (
+        select engine, instance, min(queue_start_ts) as first_queue_ts, max(finish_ts) as last_finish_ts,
+        from intervals
+        group by engine, instance
+    ) as i using (engine, instance)
+    cross join sample_step as s
+),
+
+final as (
+    select
+        g.ts,
+        g.engine,
+        g.instance,
+        cast(coalesce(l.waiting, 0) as bigint) as waiting,
+        cast(coalesce(l.running, 0) as bigint) as running,
+    from grid as g
+    asof left join levels as l
+        on g.engine = l.engine
+        and g.instance = l.instance
+        and g.ts >= l.ts
+)
+
+select * from final

@@ -1,0 +1,67 @@
+-- latency_percentiles: request latency percentiles per time window.
+-- Grain: one row per (engine, instance, model, window) with at least one finished request;
+--   a request belongs to the window in which it FINISHED (finish_ts), windows are
+--   `window_s` seconds (default 60) aligned to the Unix epoch.
+-- Percentiles are quantile_cont (linear interpolation between the two nearest ranks, like
+--   numpy's default), over the requests that carry the value; null when none does.
+-- Engines: TGI (e2e, queue, per-token exact to the ns from the `Success` line; TTFT is not
+--   logged: null), vLLM (e2e only, ESTIMATED from the arrival and finish lines at 1 s
+--   resolution, and only for V0 servers that log `Finished request`; queue/TTFT/TPOT null),
+--   TensorRT-LLM: no per-request lines, no rows. See metric_availability.
+-- Columns: window_start, window_end (UTC), engine, instance, model, n (finished requests),
+--   n_e2e, n_ttft, n_tpot, n_queue (requests carrying each value),
+--   p50_/p90_/p95_/p99_ of ttft_s, tpot_s, e2e_s, queue_s (s), max_e2e_s (s),
+--   e2e_estimated (true when any e2e_s in the window was derived from 1 s log timestamps).
+create or replace view latency_percentiles as
+with
+
+params as (
+    select coalesce(try_cast(getvariable('window_s') as double), 60.0) as window_s
+),
+
+finished as (
+    select
+        r.*,
+        floor(epoch(r.finish_ts) / p.window_s) * p.window_s as window_start_s,
+        p.window_s,
+    from requests as r
+    cross join params as p
+    where r.status = 'finished'
+      and r.finish_ts is not null
+),
+
+final as (
+    select
+        to_timestamp(window_start_s) as window_start,
+        to_timestamp(window_start_s + window_s) as window_end,
+        engine,
+        instance,
+        model,
+        count(*) as n,
+        count(e2e_s) as n_e2e,
+        count(ttft_s) as n_ttft,
+        count(tpot_s) as n_tpot,
+        count(queue_s) as n_queue,
+        quantile_cont(ttft_s, 0.50) as p50_ttft_s,
+        quantile_cont(ttft_s, 0.90) as p90_ttft_s,
+        quantile_cont(ttft_s, 0.95) as p95_ttft_s,
+        quantile_cont(ttft_s, 0.99) as p99_ttft_s,
+        quantile_cont(tpot_s, 0.50) as p50_tpot_s,
+        quantile_cont(tpot_s, 0.90) as p90_tpot_s,
+        quantile_cont(tpot_s, 0.95) as p95_tpot_s,
+        quantile_cont(tpot_s, 0.99) as p99_tpot_s,
+        quantile_cont(e2e_s, 0.50) as p50_e2e_s,
+        quantile_cont(e2e_s, 0.90) as p90_e2e_s,
+        quantile_cont(e2e_s, 0.95) as p95_e2e_s,
+        quantile_cont(e2e_s, 0.99) as p99_e2e_s,
+        max(e2e_s) as max_e2e_s,
+        quantile_cont(queue_s, 0.50) as p50_queue_s,
+        quantile_cont(queue_s, 0.90) as p90_queue_s,
+        quantile_cont(queue_s, 0.95) as p95_queue_s,
+        quantile_cont(queue_s, 0.99) as p99_queue_s,
+        coalesce(bool_or(e2e_estimated), false) as e2e_estimated,
+    from finished
+    group by window_start_s, window_s, engine, instance, model
+)
+
+select * from final

@@ -1,0 +1,86 @@
+-- batch_fill: how full the running batch is, against the announced limits.
+-- Grain: one row per (engine, instance) per sample: each logged stats / batch line, or (TGI,
+--   reconstructed) one sample every `queue_sample_s` seconds.
+-- Engines: vLLM (Running: of the stats line; max_num_seqs only when the log printed it in
+--   its args), TensorRT-LLM (active / scheduled requests, Max Request Count or
+--   maxNumSequences, context tokens vs maxNumTokens), TGI (running reconstructed from request
+--   intervals; TGI announces no sequence limit, so fill is null unless a capacity line gave
+--   max_num_seqs).
+-- Columns: ts (UTC), engine, instance, running (requests in the batch), batch_size (requests
+--   scheduled in the iteration, when logged), max_num_seqs (requests: on the line, else the
+--   latest capacity announcement at or before ts), fill (fraction 0..1: coalesce(running,
+--   batch_size) / max_num_seqs), batch_tokens (tokens), max_batch_tokens (tokens),
+--   token_fill (fraction: batch_tokens / max_batch_tokens), source ('logged' |
+--   'reconstructed'), estimated (true for reconstructed).
+create or replace view batch_fill as
+with
+
+logged as (
+    select ts, engine, instance, running, batch_size, batch_tokens, max_num_seqs, 'logged' as source,
+    from engine_stats
+    where running is not null or batch_size is not null
+),
+
+logged_instances as (
+    select distinct engine, instance from logged
+),
+
+reconstructed as (
+    select
+        s.ts, s.engine, s.instance, s.running,
+        cast(null as bigint) as batch_size,
+        cast(null as bigint) as batch_tokens,
+        cast(null as bigint) as max_num_seqs,
+        'reconstructed' as source,
+    from request_state as s
+    anti join logged_instances as l using (engine, instance)
+),
+
+samples as (
+    select * from logged
+    union all
+    select * from reconstructed
+),
+
+seq_limits as (
+    select ts, engine, instance, max_num_seqs as announced_max_num_seqs,
+    from events
+    where event = 'capacity' and max_num_seqs is not null
+),
+
+token_limits as (
+    select ts, engine, instance, max_batch_tokens,
+    from events
+    where event = 'capacity' and max_batch_tokens is not null
+),
+
+with_limits as (
+    select
+        s.*,
+        coalesce(s.max_num_seqs, q.announced_max_num_seqs) as limit_seqs,
+        t.max_batch_tokens,
+    from samples as s
+    asof left join seq_limits as q
+        on s.engine = q.engine and s.instance = q.instance and s.ts >= q.ts
+    asof left join token_limits as t
+        on s.engine = t.engine and s.instance = t.instance and s.ts >= t.ts
+),
+
+final as (
+    select
+        ts,
+        engine,
+        instance,
+        running,
+        batch_size,
+        limit_seqs as max_num_seqs,
+        case when limit_seqs > 0 then coalesce(running, batch_size) / limit_seqs end as fill,
+        batch_tokens,
+        max_batch_tokens,
+        case when max_batch_tokens > 0 then batch_tokens / max_batch_tokens end as token_fill,
+        source,
+        source = 'reconstructed' as estimated,
+    from with_limits
+)
+
+select * from final

@@ -1,0 +1,111 @@
+-- throughput: requests and tokens per second, per time window.
+-- Grain: one row per (engine, instance, window) of the `windows` grid (empty windows
+--   included). Counts are null, not 0, for an instance whose log has no lines of that kind
+--   at all (we cannot tell "no requests" from "requests not logged").
+-- Engines: vLLM (arrivals/finishes from request lines when request logging is on; logged
+--   prompt/generation tokens/s averaged from the stats lines), TGI (finished requests from
+--   `Success` lines; tokens when the parser could tell them), TensorRT-LLM (logged rates
+--   only where its stats carry them; HTTP access lines of trtllm-serve), any engine with
+--   HTTP access lines (http_requests).
+-- Columns: window_start, window_end (UTC), engine, instance, arrived, finished, aborted
+--   (requests), requests_per_s (finished / window_s), prompt_tokens_per_s,
+--   output_tokens_per_s (tokens/s, summed over requests finished in the window),
+--   prompt_tps_logged, gen_tps_logged (tokens/s: mean of the engine's logged averages in the
+--   window), http_requests, http_errors (HTTP status >= 500), http_requests_per_s.
+create or replace view throughput as
+with
+
+request_instances as (
+    select distinct engine, instance from requests
+),
+
+http as (
+    select engine, instance, ts, http_status,
+    from events
+    where event = 'http_access' and ts is not null
+),
+
+http_instances as (
+    select distinct engine, instance from http
+),
+
+arrivals as (
+    select w.engine, w.instance, w.window_start, count(r.arrival_ts) as arrived,
+    from windows as w
+    join requests as r
+        on r.engine = w.engine and r.instance = w.instance
+        and r.arrival_ts >= w.window_start and r.arrival_ts < w.window_end
+    group by all
+),
+
+finishes as (
+    select
+        w.engine,
+        w.instance,
+        w.window_start,
+        count(*) filter (where r.status = 'finished') as finished,
+        count(*) filter (where r.status = 'aborted') as aborted,
+        sum(r.prompt_tokens) filter (where r.status = 'finished') as prompt_tokens,
+        sum(r.output_tokens) filter (where r.status = 'finished') as output_tokens,
+    from windows as w
+    join requests as r
+        on r.engine = w.engine and r.instance = w.instance
+        and r.finish_ts >= w.window_start and r.finish_ts < w.window_end
+    group by all
+),
+
+logged_rates as (
+    select
+        w.engine,
+        w.instance,
+        w.window_start,
+        avg(s.prompt_tps) as prompt_tps_logged,
+        avg(s.gen_tps) as gen_tps_logged,
+    from windows as w
+    join engine_stats as s
+        on s.engine = w.engine and s.instance = w.instance
+        and s.ts >= w.window_start and s.ts < w.window_end
+    group by all
+),
+
+http_counts as (
+    select
+        w.engine,
+        w.instance,
+        w.window_start,
+        count(*) as http_requests,
+        count(*) filter (where h.http_status >= 500) as http_errors,
+    from windows as w
+    join http as h
+        on h.engine = w.engine and h.instance = w.instance
+        and h.ts >= w.window_start and h.ts < w.window_end
+    group by all
+),
+
+final as (
+    select
+        w.window_start,
+        w.window_end,
+        w.engine,
+        w.instance,
+        case when ri.instance is not null then coalesce(a.arrived, 0) end as arrived,
+        case when ri.instance is not null then coalesce(f.finished, 0) end as finished,
+        case when ri.instance is not null then coalesce(f.aborted, 0) end as aborted,
+        case when ri.instance is not null then coalesce(f.finished, 0) / w.window_s end as requests_per_s,
+        f.prompt_tokens / w.window_s as prompt_tokens_per_s,
+        f.output_tokens / w.window_s as output_tokens_per_s,
+        lr.prompt_tps_logged,
+        lr.gen_tps_logged,
+        case when hi.instance is not null then coalesce(h.http_requests, 0) end as http_requests,
+        case when hi.instance is not null then coalesce(h.http_errors, 0) end as http_errors,
+        case when hi.instance is not null then coalesce(h.http_requests, 0) / w.window_s end as http_requests_per_s,
+    from windows as w
+    left join request_instances as ri on ri.engine = w.engine and ri.instance = w.instance
+    left join http_instances as hi on hi.engine = w.engine and hi.instance = w.instance
+    left join arrivals as a on a.engine = w.engine and a.instance = w.instance and a.window_start = w.window_start
+    left join finishes as f on f.engine = w.engine and f.instance = w.instance and f.window_start = w.window_start
+    left join logged_rates as lr on lr.engine = w.engine and lr.instance = w.instance and lr.window_start = w.window_start
+    left join http_counts as h on h.engine = w.engine and h.instance = w.instance and h.window_start = w.window_start
+)
+
+select * from final

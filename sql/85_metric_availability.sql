@@ -1,0 +1,112 @@
+-- metric_availability: which metrics the logs of each engine can give, and why not.
+-- Grain: one row per (engine, metric) for every engine present in `events` (except
+--   `unknown`).
+-- Columns: engine, metric, view (where the metric lives), available (true when this store
+--   has at least one non-null value), n_values (values present), estimated (true when the
+--   values are reconstructed or derived rather than logged), reason (readable: where the
+--   value comes from, or why it is null).
+create or replace view metric_availability as
+with
+
+catalogue(engine, metric, view, estimated, provides, missing) as (
+    values
+    ('vllm', 'e2e_s', 'requests', true,
+        'finish minus arrival log line, 1 s resolution (estimated)',
+        'vLLM logs no per-request latency; e2e is derived from `Added request` + `Finished request` lines, which need request logging and a V0 engine (V1 never logs `Finished request`)'),
+    ('vllm', 'ttft_s', 'requests', false, 'logged',
+        'vLLM logs no per-request time to first token (only Prometheus has it)'),
+    ('vllm', 'tpot_s', 'requests', false, 'logged',
+        'vLLM logs no per-request time per output token (only Prometheus has it)'),
+    ('vllm', 'queue_s', 'requests', false, 'logged',
+        'vLLM logs no per-request queue time (only Prometheus has it)'),
+    ('vllm', 'waiting', 'queue_depth', false, 'logged by the periodic stats line (Pending/Waiting)',
+        'no periodic stats lines in this log (they are DEBUG when the server is idle, or --disable-log-stats)'),
+    ('vllm', 'running', 'batch_fill', false, 'logged by the periodic stats line (Running)',
+        'no periodic stats lines in this log'),
+    ('vllm', 'fill', 'batch_fill', false, 'Running / max_num_seqs',
+        'max_num_seqs is printed only in the startup args (`args: Namespace(...)` / `non-default args`), and not found in this log'),
+    ('vllm', 'kv_usage', 'kv_cache', false, 'logged by the periodic stats line (GPU KV cache usage)',
+        'no periodic stats lines in this log'),
+    ('vllm', 'preemptions', 'kv_cache', false,
+        'V1 stats-line `Preemptions:` (v0.12+, only when > 0) and V0 warnings (every 50th preemption)',
+        'no preemption counts in this log: V1 before v0.12 logs none, v0.12+ prints them only when > 0'),
+    ('vllm', 'gen_tps', 'throughput', false, 'logged by the periodic stats line (engine average)',
+        'no periodic stats lines in this log'),
+    ('tgi', 'e2e_s', 'requests', false, 'logged exactly by the `Success` line (total_time)',
+        'no `Success` lines in this log (request lines are INFO; check the log level)'),
+    ('tgi', 'queue_s', 'requests', false, 'logged exactly by the `Success` line (queue_time)',
+        'no `Success` lines in this log'),
+    ('tgi', 'tpot_s', 'requests', false, 'logged exactly by the `Success` line (time_per_token)',
+        'no `Success` lines in this log'),
+    ('tgi', 'ttft_s', 'requests', false, 'logged',
+        'TGI logs no time to first token: the `Success` line splits latency into validation, queue and inference only'),
+    ('tgi', 'waiting', 'queue_depth', true,
+        'reconstructed from the queue interval of each `Success` line (misses requests unfinished in the log)',
+        'no `Success` lines to reconstruct the queue from; TGI logs no queue size (Prometheus tgi_queue_size only)'),
+    ('tgi', 'running', 'batch_fill', true,
+        'reconstructed from the inference interval of each `Success` line',
+        'no `Success` lines to reconstruct the batch from; TGI logs no batch size at INFO'),
+    ('tgi', 'fill', 'batch_fill', false, 'running / announced max_num_seqs',
+        'TGI announces no sequence limit in its log (only the token budget, `Setting max batch total tokens`)'),
+    ('tgi', 'kv_usage', 'kv_cache', false, 'logged',
+        'TGI logs no KV-cache usage (only the block count at start-up)'),
+    ('tgi', 'preemptions', 'kv_cache', false, 'logged',
+        'TGI logs no preemptions'),
+    ('tgi', 'gen_tps', 'throughput', false, 'logged',
+        'TGI logs no aggregate token throughput; see requests_per_s / output_tokens_per_s'),
+    ('trtllm', 'e2e_s', 'requests', false, 'logged',
+        'TensorRT-LLM logs no per-request lines by default (latency only in Triton / trtllm-serve metrics)'),
+    ('trtllm', 'ttft_s', 'requests', false, 'logged',
+        'TensorRT-LLM logs no per-request lines by default'),
+    ('trtllm', 'tpot_s', 'requests', false, 'logged',
+        'TensorRT-LLM logs no per-request lines by default'),
+    ('trtllm', 'queue_s', 'requests', false, 'logged',
+        'TensorRT-LLM logs no per-request lines by default'),
+    ('trtllm', 'waiting', 'queue_depth', false, 'logged by the iteration stats (queued requests)',
+        'no iteration stats in this log (Triton needs --log-verbose=1, trtllm-serve print_iter_log)'),
+    ('trtllm', 'running', 'batch_fill', false, 'logged by the iteration stats (active requests)',
+        'no iteration stats in this log'),
+    ('trtllm', 'fill', 'batch_fill', false, 'active / Max Request Count (or maxNumSequences)',
+        'no sequence limit in this log'),
+    ('trtllm', 'kv_usage', 'kv_cache', false, 'logged by the iteration stats (used / max KV cache blocks)',
+        'no KV block counts in this log'),
+    ('trtllm', 'preemptions', 'kv_cache', false, 'logged',
+        'TensorRT-LLM logs no preemption counts'),
+    ('trtllm', 'gen_tps', 'throughput', false, 'logged',
+        'no generation throughput in this log')
+),
+
+engines as (
+    select distinct engine from events where engine is not null and engine <> 'unknown'
+),
+
+observed as (
+    select engine, 'e2e_s' as metric, count(e2e_s) as n_values, from requests group by engine
+    union all select engine, 'ttft_s', count(ttft_s), from requests group by engine
+    union all select engine, 'tpot_s', count(tpot_s), from requests group by engine
+    union all select engine, 'queue_s', count(queue_s), from requests group by engine
+    union all select engine, 'waiting', count(waiting), from queue_depth group by engine
+    union all select engine, 'running', count(running), from batch_fill group by engine
+    union all select engine, 'fill', count(fill), from batch_fill group by engine
+    union all select engine, 'kv_usage', count(kv_usage), from kv_cache group by engine
+    union all
+    select engine, 'preemptions', count(preemptions) + count(*) filter (where preemption_lines > 0),
+    from kv_cache group by engine
+    union all select engine, 'gen_tps', count(gen_tps), from engine_stats group by engine
+),
+
+final as (
+    select
+        e.engine,
+        c.metric,
+        c.view,
+        coalesce(o.n_values, 0) > 0 as available,
+        coalesce(o.n_values, 0) as n_values,
+        c.estimated,
+        case when coalesce(o.n_values, 0) > 0 then c.provides else c.missing end as reason,
+    from engines as e
+    join catalogue as c using (engine)
+    left join observed as o on o.engine = e.engine and o.metric = c.metric
+)
+
+select * from final

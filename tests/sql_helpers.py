@@ -1,0 +1,67 @@
+"""Helpers for the SQL view tests: hand-built event frames that conform to the schema, and
+a DuckDB connection with `events` over such a frame and every view of `sql/` loaded."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Iterable
+
+import duckdb
+import polars as pl
+
+from servelens.parsers.schema import POLARS_SCHEMA
+from servelens.pipeline.metrics import load_views
+
+T0 = dt.datetime(2026, 5, 12, 8, 0, 0, tzinfo=dt.timezone.utc)
+
+
+def at(seconds: float) -> dt.datetime:
+    """T0 + seconds (T0 is on a minute boundary, so windows start at whole minutes)."""
+    return T0 + dt.timedelta(seconds=seconds)
+
+
+def ev(event: str, t: float | dt.datetime | None, **cols: Any) -> dict[str, Any]:
+    """One event row; `t` in seconds after T0 (or a datetime). Defaults: engine vllm,
+    instance i1, source i1.log, line auto-numbered by `events_frame`."""
+    row: dict[str, Any] = {"event": event, "ts": at(t) if isinstance(t, (int, float)) else t}
+    row.update(cols)
+    return row
+
+
+def events_frame(rows: Iterable[dict[str, Any]], **defaults: Any) -> pl.DataFrame:
+    """Rows (dicts of schema columns) -> a frame with exactly the event schema."""
+    base = {"engine": "vllm", "instance": "i1", "ts_inferred": False, "n_lines": 1}
+    base.update(defaults)
+    full = []
+    for i, r in enumerate(rows, start=1):
+        row = dict(base)
+        row["line"] = i
+        row.update(r)
+        row.setdefault("source", f"{row['instance']}.log")
+        unknown = set(row) - set(POLARS_SCHEMA)
+        if unknown:
+            raise KeyError(f"not schema columns: {unknown}")
+        full.append(row)
+    return pl.DataFrame(
+        [{c: row.get(c) for c in POLARS_SCHEMA} for row in full], schema=POLARS_SCHEMA
+    )
+
+
+def connect_events(
+    frame: pl.DataFrame,
+    variables: dict[str, Any] | None = None,
+    thresholds: str | None = None,
+) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB with `events` over `frame` and all views loaded."""
+    con = duckdb.connect()
+    con.register("events_frame", frame.to_arrow())
+    con.execute("create view events as select * from events_frame")
+    load_views(con, variables=variables, thresholds=thresholds)
+    return con
+
+
+def rows(con: duckdb.DuckDBPyConnection, sql: str) -> list[dict[str, Any]]:
+    """Query -> list of dicts (column name -> value)."""
+    rel = con.sql(sql)
+    cols = rel.columns
+    return [dict(zip(cols, r)) for r in rel.fetchall()]
