@@ -8,7 +8,8 @@
 --   kv_usage (fraction 0..1; logged, else kv_blocks_used / kv_blocks_total),
 --   kv_blocks_used, kv_blocks_total (blocks), prompt_tps, gen_tps (tokens/s, averaged by the
 --   engine over its logging interval), max_num_seqs (requests, when the snapshot states it,
---   e.g. TensorRT-LLM "Max Request Count"), preemptions (count the line reports, attrs
+--   e.g. TensorRT-LLM "Max Request Count" / maxNumActiveRequests in attrs
+--   `max_request_count`), preemptions (count the line reports, attrs
 --   `preemptions`; null when the line has no such field), source, line.
 create or replace view engine_stats as
 with
@@ -30,7 +31,10 @@ snapshots as (
         kv_blocks_total,
         prompt_tps,
         gen_tps,
-        max_num_seqs,
+        coalesce(
+            max_num_seqs,
+            try_cast(try(json_extract_string(attrs, '$.max_request_count')) as bigint)
+        ) as max_num_seqs,
         try_cast(try(json_extract_string(attrs, '$.preemptions')) as bigint) as preemptions,
         source,
         line,
