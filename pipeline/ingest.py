@@ -171,8 +171,8 @@ def _ingest_file(
     except PermissionError:
         return _skip(result, "permission denied; check the file's permissions")
     except (OSError, EOFError) as e:
-        msg = str(e) if "gzip" in str(e).lower() or "compressed" in str(e).lower() else e.__class__.__name__
-        return _skip(result, f"cannot read it ({msg})")
+        reason = getattr(e, "strerror", None) or str(e) or e.__class__.__name__
+        return _skip(result, f"cannot read it ({reason})")
     if not head:
         result.status, result.reason = "unchanged", "empty file"
         _progress(on_progress, size)

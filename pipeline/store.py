@@ -137,7 +137,9 @@ class Store:
         except FileExistsError:
             raise StoreError(f"store {root} exists and is not a directory; choose another --store") from None
         except OSError as e:
-            raise StoreError(f"cannot open store {root}: {e.strerror}") from None
+            raise StoreError(
+                f"cannot write to store {root}: {e.strerror}; choose another --store"
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
@@ -235,7 +237,7 @@ class Store:
         self._collect_garbage(now)
         write_json_atomic(self.root / "manifest.json", m)
         stage_dirs = {Path(staged).parent for staged, _ in moves}
-        for d in stage_dirs:
+        for d in [*stage_dirs, Path("_staging")]:
             try:
                 (self.root / d).rmdir()
             except OSError:
