@@ -31,7 +31,7 @@ app = typer.Typer(
 )
 
 # Modules under servelens.pipeline that define `register(app)`.
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = ("cli_report",)
 
 
 # Options shared by every command that reads or writes the store.

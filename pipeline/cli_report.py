@@ -1,0 +1,83 @@
+"""`servelens report`: the post-mortem of an incident window, as Markdown, HTML or JSON."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+
+def parse_time(text: str) -> dt.datetime:
+    """ISO 8601 (`2026-05-12T08:00:00Z`, `2026-05-12 08:00`, a date); no zone means UTC."""
+    try:
+        t = dt.datetime.fromisoformat(text.strip().replace(" ", "T", 1) if "T" not in text else text.strip())
+    except ValueError:
+        raise ValueError(f"cannot read time {text!r}; write it like 2026-05-12T08:00:00Z") from None
+    return t.replace(tzinfo=dt.timezone.utc) if t.tzinfo is None else t.astimezone(dt.timezone.utc)
+
+
+def register(app: typer.Typer) -> None:
+    from .cli import StoreOpt, fail, store_path
+
+    @app.command()
+    def report(
+        store: StoreOpt = None,  # type: ignore[assignment]
+        since: Annotated[Optional[str], typer.Option(help="Start of the incident window (ISO 8601, UTC unless a zone is given).")] = None,
+        until: Annotated[Optional[str], typer.Option(help="End of the incident window (exclusive).")] = None,
+        instance: Annotated[Optional[str], typer.Option(help="Only this instance.")] = None,
+        format: Annotated[str, typer.Option("--format", "-f", help="md, html or json.")] = "md",
+        output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the report to this file instead of stdout.")] = None,
+        thresholds: Annotated[Optional[Path], typer.Option(help="TOML file overriding signal thresholds (see sql/thresholds.toml).")] = None,
+        window: Annotated[Optional[str], typer.Option(help="Window of the per-window metrics and signals, e.g. 30s, 1m, 5m (default 1m).")] = None,
+        top: Annotated[int, typer.Option(help="How many of the slowest requests to list per instance.")] = 5,
+    ) -> None:
+        """Write a post-mortem of an incident window: per instance, the timeline of signals
+        and the first error, the peaks (queue, KV cache, p99 latency) with when they
+        happened, the slowest requests, what the logs could and could not tell, and the
+        recommendations.
+
+        \b
+        Examples:
+          servelens report --since 2026-05-12T08:00Z --until 2026-05-12T09:00Z
+          servelens report --instance gpu-3 --format html -o incident.html
+          servelens report --format json --thresholds my-slo.toml
+        """
+        from .durations import parse_duration
+        from .metrics import resolve_variables
+        from .report import build_report, render
+        from .store import StoreError
+
+        if format not in ("md", "html", "json"):
+            raise fail(f"unknown --format {format!r}; use md, html or json")
+        try:
+            t0 = parse_time(since) if since else None
+            t1 = parse_time(until) if until else None
+            extra = {"window_s": parse_duration(window)} if window else {}
+            variables = resolve_variables(extra, thresholds)
+        except ValueError as e:
+            raise fail(str(e)) from None
+        if t0 and t1 and t1 <= t0:
+            raise fail("--until must be after --since")
+        try:
+            from .query import connect
+
+            con = connect(store_path(store), variables)
+        except StoreError as e:
+            raise fail(str(e)) from None
+        try:
+            data = build_report(con, since=t0, until=t1, instance=instance, top_n=top)
+        finally:
+            con.close()
+        if instance is not None and not data["instances"]:
+            raise fail(f"no events of instance {instance!r} in this range")
+        text = render(data, format)
+        if output is not None:
+            try:
+                output.write_text(text, encoding="utf-8")
+            except OSError as e:
+                raise fail(f"cannot write {output}: {e.strerror}") from None
+            typer.echo(f"report on {len(data['instances'])} instance(s) written to {output}", err=True)
+        else:
+            typer.echo(text, nl=not text.endswith("\n"))

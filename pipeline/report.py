@@ -1,0 +1,410 @@
+"""The post-mortem report: for an incident window, per instance, what happened in order
+(signals, first error), the peaks and when they happened, the slowest requests, what the logs
+could and could not tell, and the recommendations.
+
+`build_report` reads only the metric views (sql/) on a connection, so every number in the
+report is the number `servelens sql` and the dashboard show. The renderers turn the one
+report dict into Markdown or HTML (an incident write-up) or JSON (for machines).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+import json
+from typing import Any
+
+import duckdb
+
+SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
+PEAK_METRICS = ("waiting", "kv_usage", "p99_e2e_s", "running")
+
+
+def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
+    rel = con.execute(sql, params or [])
+    cols = [d[0] for d in rel.description]
+    return [dict(zip(cols, r)) for r in rel.fetchall()]
+
+
+def _range_sql(col: str, since: dt.datetime | None, until: dt.datetime | None) -> tuple[str, list[Any]]:
+    """A `and ...` clause keeping `col` in [since, until)."""
+    sql, params = "", []
+    if since is not None:
+        sql += f" and {col} >= ?"
+        params.append(since)
+    if until is not None:
+        sql += f" and {col} < ?"
+        params.append(until)
+    return sql, params
+
+
+def _peak(con, view: str, value: str, ts: str, where: str, params: list[Any], extra: str = "") -> dict[str, Any] | None:
+    got = _rows(
+        con,
+        f"select {value} as value, {ts} as ts{extra} from {view} where {value} is not null {where} "
+        f"order by {value} desc, {ts} limit 1",
+        params,
+    )
+    return got[0] if got else None
+
+
+def build_report(
+    con: duckdb.DuckDBPyConnection,
+    since: dt.datetime | None = None,
+    until: dt.datetime | None = None,
+    instance: str | None = None,
+    top_n: int = 5,
+) -> dict[str, Any]:
+    """The report as plain data (datetimes stay datetimes; `to_json` converts them)."""
+    where, params = _range_sql("ts", since, until)
+    if instance is not None:
+        where += " and instance = ?"
+        params.append(instance)
+    found = _rows(
+        con,
+        f"""select engine, instance, min(ts) as first_ts, max(ts) as last_ts, count(*) as n_events,
+                   count(*) filter (where event = 'unparsed') as n_unparsed
+            from events where ts is not null {where}
+            group by engine, instance order by instance, engine""",
+        params,
+    )
+    report: dict[str, Any] = {
+        "title": "servelens post-mortem",
+        "generated_at": dt.datetime.now(dt.timezone.utc).replace(microsecond=0),
+        "since": since,
+        "until": until,
+        "instance_filter": instance,
+        "window_s": _rows(con, "select coalesce(try_cast(getvariable('window_s') as double), 60.0) as w")[0]["w"],
+        "instances": [_instance(con, r, since, until, top_n) for r in found],
+    }
+    report["first_ts"] = min((r["first_ts"] for r in found), default=None)
+    report["last_ts"] = max((r["last_ts"] for r in found), default=None)
+    return report
+
+
+def _instance(con, info: dict[str, Any], since, until, top_n: int) -> dict[str, Any]:
+    engine, inst = info["engine"], info["instance"]
+    key = " and engine = ? and instance = ?"
+    kp = [engine, inst]
+
+    def clause(col: str) -> tuple[str, list[Any]]:
+        r, p = _range_sql(col, since, until)
+        return key + r, kp + p
+
+    # a signal episode belongs to the report when it overlaps the range
+    sig_where, sig_params = key, list(kp)
+    if since is not None:
+        sig_where += " and window_end > ?"
+        sig_params.append(since)
+    if until is not None:
+        sig_where += " and window_start < ?"
+        sig_params.append(until)
+    signals = _rows(
+        con,
+        f"""select signal, severity, window_start, window_end, duration_s, value, threshold, unit,
+                   estimated, recommendation
+            from scaling_signals where true {sig_where} order by window_start, signal""",
+        sig_params,
+    )
+
+    w, p = clause("first_ts")
+    error_kinds = _rows(
+        con,
+        f"""select kind, cast(sum(n_errors) as bigint) as n, min(first_ts) as first_ts,
+                   arg_min(first_message, first_ts) as first_message,
+                   arg_min(first_source, first_ts) as source, arg_min(first_line, first_ts) as line
+            from errors where true {w} group by kind order by first_ts""",
+        p,
+    )
+    first_error = error_kinds[0] if error_kinds else None
+
+    w, p = clause("ts")
+    peaks: dict[str, Any] = {
+        "waiting": _peak(con, "queue_depth", "waiting", "ts", w, p, ", source"),
+        "kv_usage": _peak(con, "kv_cache", "kv_usage", "ts", w, p),
+        "running": _peak(con, "batch_fill", "running", "ts", w, p, ", fill, max_num_seqs, source"),
+    }
+    lw, lp = clause("window_start")
+    peaks["p99_e2e_s"] = _peak(
+        con, "latency_percentiles", "p99_e2e_s", "window_start", lw, lp, ", n, e2e_estimated, model"
+    )
+    kw, kpar = clause("ts")
+    preempt = _rows(
+        con,
+        f"""select sum(preemptions) as preemptions, sum(preemption_lines) as preemption_lines
+            from kv_cache where true {kw}""",
+        kpar,
+    )[0]
+
+    rw, rp = clause("finish_ts")
+    totals = _rows(
+        con,
+        f"""select count(*) filter (where status = 'finished') as finished,
+                   count(*) filter (where status = 'aborted') as aborted
+            from requests where true {rw}""",
+        rp,
+    )[0]
+    slowest = _rows(
+        con,
+        f"""select request_key, model, arrival_ts, finish_ts, status, e2e_s, e2e_estimated,
+                   queue_s, ttft_s, tpot_s, prompt_tokens, output_tokens, source, line
+            from requests where e2e_s is not null {rw}
+            order by e2e_s desc, finish_ts limit {int(top_n)}""",
+        rp,
+    )
+    availability = _rows(
+        con,
+        "select metric, view, available, estimated, reason from metric_availability where engine = ? order by metric",
+        [engine],
+    )
+
+    timeline = [{"ts": info["first_ts"], "what": "first log line in range", "detail": ""}]
+    for s in signals:
+        timeline.append({
+            "ts": s["window_start"],
+            "what": f"{s['severity']}: {s['signal']}",
+            "detail": f"{_fmt_value(s['value'], s['unit'])} (threshold {_fmt_value(s['threshold'], s['unit'])}) "
+                      f"until {_fmt_ts(s['window_end'])}",
+        })
+    for e in error_kinds:
+        timeline.append({
+            "ts": e["first_ts"],
+            "what": f"first {e['kind']} error" + (" (FIRST ERROR)" if e is first_error else ""),
+            "detail": f"{_one_line(e['first_message'])} [{e['source']}:{e['line']}]",
+        })
+    timeline.append({"ts": info["last_ts"], "what": "last log line in range", "detail": ""})
+    timeline.sort(key=lambda t: (t["ts"], t["what"] != "first log line in range"))
+
+    recs: dict[str, dict[str, Any]] = {}
+    for s in sorted(signals, key=lambda s: (SEVERITY_ORDER.get(s["severity"], 9), s["window_start"])):
+        recs.setdefault(s["signal"], {"signal": s["signal"], "severity": s["severity"],
+                                      "first_seen": s["window_start"], "recommendation": s["recommendation"]})
+
+    return {
+        "engine": engine,
+        "instance": inst,
+        "first_ts": info["first_ts"],
+        "last_ts": info["last_ts"],
+        "n_events": info["n_events"],
+        "n_unparsed": info["n_unparsed"],
+        "requests": totals,
+        "timeline": timeline,
+        "signals": signals,
+        "first_error": first_error,
+        "errors_by_kind": error_kinds,
+        "peaks": peaks,
+        "preemptions": preempt,
+        "slowest_requests": slowest,
+        "availability": availability,
+        "recommendations": list(recs.values()),
+    }
+
+
+# ---------------------------------------------------------------------------------------
+# rendering
+
+
+def _fmt_ts(t: Any) -> str:
+    if t is None:
+        return "-"
+    if isinstance(t, dt.datetime):
+        t = t.astimezone(dt.timezone.utc)
+        frac = f".{t.microsecond // 1000:03d}" if t.microsecond else ""
+        return t.strftime("%Y-%m-%d %H:%M:%S") + frac + "Z"
+    return str(t)
+
+
+def _fmt_num(v: Any, digits: int = 3) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{digits}g}" if abs(v) < 1000 else f"{v:,.0f}"
+    return str(v)
+
+
+def _fmt_value(v: Any, unit: str | None) -> str:
+    if v is None:
+        return "-"
+    if unit and unit.startswith("fraction"):
+        return f"{100 * v:.0f}%"
+    if unit and unit.startswith("batch fill"):
+        return f"{100 * v:.0f}% batch fill"
+    if unit and unit.startswith("coefficient"):
+        return f"CV {v:.2f}"
+    if unit and unit.startswith("s "):
+        return f"{v:.2f} s" if unit != "s idle" else f"{v / 60:g} min idle"
+    return f"{_fmt_num(v)} {unit or ''}".strip()
+
+
+def _one_line(text: Any, limit: int = 160) -> str:
+    s = " ".join(str(text or "").split())
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def _reason(inst: dict[str, Any], metric: str) -> str:
+    for a in inst["availability"]:
+        if a["metric"] == metric and not a["available"]:
+            return a["reason"]
+    return "no values in this range"
+
+
+def _peak_lines(inst: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(metric, value, when) rows of the peaks table; a missing peak says why."""
+    p = inst["peaks"]
+    out = []
+    q = p["waiting"]
+    out.append(("queue (waiting requests)",
+                 f"{q['value']}" + (" (reconstructed)" if q and q["source"] == "reconstructed" else "") if q else
+                 f"not available: {_reason(inst, 'waiting')}",
+                 _fmt_ts(q["ts"]) if q else "-"))
+    k = p["kv_usage"]
+    pre = inst["preemptions"]
+    pre_txt = ""
+    if k and (pre["preemptions"] or pre["preemption_lines"]):
+        pre_txt = f"; preemptions logged: {pre['preemptions'] or 0}, preemption warnings: {pre['preemption_lines'] or 0}"
+    out.append(("KV-cache usage",
+                 f"{100 * k['value']:.1f}%{pre_txt}" if k else f"not available: {_reason(inst, 'kv_usage')}",
+                 _fmt_ts(k["ts"]) if k else "-"))
+    r = p["running"]
+    if r:
+        fill = f" ({100 * r['fill']:.0f}% of max_num_seqs {r['max_num_seqs']})" if r["fill"] is not None else " (max_num_seqs unknown)"
+        est = " (reconstructed)" if r["source"] == "reconstructed" else ""
+        out.append(("running requests", f"{r['value']}{fill}{est}", _fmt_ts(r["ts"])))
+    else:
+        out.append(("running requests", f"not available: {_reason(inst, 'running')}", "-"))
+    lat = p["p99_e2e_s"]
+    out.append(("p99 end-to-end latency (per window)",
+                 f"{lat['value']:.3f} s over {lat['n']} requests" + (" (estimated, 1 s resolution)" if lat["e2e_estimated"] else "")
+                 if lat else f"not available: {_reason(inst, 'e2e_s')}",
+                 f"window from {_fmt_ts(lat['ts'])}" if lat else "-"))
+    return out
+
+
+def _md_escape(s: str) -> str:
+    return s.replace("|", "\\|")
+
+
+def to_markdown(report: dict[str, Any]) -> str:
+    rng = f"{_fmt_ts(report['since'] or report['first_ts'])} to {_fmt_ts(report['until'] or report['last_ts'])}"
+    out = [f"# {report['title']}", "",
+           f"- Range: {rng}",
+           f"- Instances: {len(report['instances'])}" + (f" (filter: {report['instance_filter']})" if report["instance_filter"] else ""),
+           f"- Window for per-window metrics: {report['window_s']:g} s",
+           f"- Generated: {_fmt_ts(report['generated_at'])}", ""]
+    if not report["instances"]:
+        out += ["No events in this range.", ""]
+    for inst in report["instances"]:
+        out += [f"## {inst['instance']} ({inst['engine']})", "",
+                f"{inst['n_events']:,} events from {_fmt_ts(inst['first_ts'])} to {_fmt_ts(inst['last_ts'])}"
+                f" ({inst['n_unparsed']:,} unparsed); requests finished: {inst['requests']['finished']}, aborted: {inst['requests']['aborted']}.", ""]
+        fe = inst["first_error"]
+        out += ["**First error:** " + (f"{_fmt_ts(fe['first_ts'])} {fe['kind']}: `{_one_line(fe['first_message'], 200)}` ({fe['source']}:{fe['line']})"
+                                       if fe else "none in this range."), ""]
+        out += ["### Timeline", "", "| time (UTC) | what | detail |", "|---|---|---|"]
+        out += [f"| {_fmt_ts(t['ts'])} | {_md_escape(t['what'])} | {_md_escape(t['detail'])} |" for t in inst["timeline"]]
+        out += ["", "### Peaks", "", "| metric | peak | when (UTC) |", "|---|---|---|"]
+        out += [f"| {m} | {_md_escape(v)} | {w} |" for m, v, w in _peak_lines(inst)]
+        out += ["", "### Slowest requests", ""]
+        if inst["slowest_requests"]:
+            out += ["| request | arrival | finish | e2e (s) | queue (s) | ttft (s) | tpot (s) | tokens in/out | where |", "|---|---|---|---|---|---|---|---|---|"]
+            for r in inst["slowest_requests"]:
+                e2e = _fmt_num(r["e2e_s"], 4) + (" (est.)" if r["e2e_estimated"] else "")
+                out.append(f"| `{r['request_key']}` | {_fmt_ts(r['arrival_ts'])} | {_fmt_ts(r['finish_ts'])} | {e2e} | "
+                           f"{_fmt_num(r['queue_s'], 4)} | {_fmt_num(r['ttft_s'], 4)} | {_fmt_num(r['tpot_s'], 4)} | "
+                           f"{_fmt_num(r['prompt_tokens'])}/{_fmt_num(r['output_tokens'])} | {r['source']}:{r['line']} |")
+        else:
+            out.append(f"No per-request latency in this range: {_reason(inst, 'e2e_s')}")
+        out += ["", "### What the logs could and could not tell", ""]
+        for a in inst["availability"]:
+            mark = "yes" if a["available"] else "no"
+            est = " (estimated)" if a["available"] and a["estimated"] else ""
+            out.append(f"- `{a['metric']}` ({a['view']}): {mark}{est}: {a['reason']}")
+        out += ["", "### Recommendations", ""]
+        if inst["recommendations"]:
+            out += [f"- **{r['severity']}** `{r['signal']}` (from {_fmt_ts(r['first_seen'])}): {r['recommendation']}" for r in inst["recommendations"]]
+        else:
+            out.append("- No signal fired: nothing to change on the evidence of these logs.")
+        out.append("")
+    return "\n".join(out)
+
+
+def to_html(report: dict[str, Any]) -> str:
+    e = html.escape
+
+    def table(head: list[str], body: list[list[str]]) -> str:
+        th = "".join(f"<th>{e(h)}</th>" for h in head)
+        trs = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in body)
+        return f"<table><thead><tr>{th}</tr></thead><tbody>{trs}</tbody></table>"
+
+    rng = f"{_fmt_ts(report['since'] or report['first_ts'])} to {_fmt_ts(report['until'] or report['last_ts'])}"
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>{e(report['title'])}</title>",
+        "<style>body{font-family:system-ui,sans-serif;max-width:72rem;margin:2rem auto;padding:0 1rem;color:#222}"
+        "table{border-collapse:collapse;margin:.5rem 0 1rem}td,th{border:1px solid #ccc;padding:.25rem .5rem;text-align:left;vertical-align:top}"
+        "th{background:#f3f3f3}.critical{color:#b00020;font-weight:bold}.warning{color:#a15c00;font-weight:bold}.info{color:#245}"
+        "code{background:#f6f6f6;padding:0 .2rem}</style></head><body>",
+        f"<h1>{e(report['title'])}</h1>",
+        f"<p>Range: {e(rng)} &middot; instances: {len(report['instances'])} &middot; window: {report['window_s']:g} s"
+        f" &middot; generated {e(_fmt_ts(report['generated_at']))}</p>",
+    ]
+    if not report["instances"]:
+        parts.append("<p>No events in this range.</p>")
+    for inst in report["instances"]:
+        parts.append(f"<h2>{e(inst['instance'])} ({e(inst['engine'])})</h2>")
+        parts.append(f"<p>{inst['n_events']:,} events from {e(_fmt_ts(inst['first_ts']))} to {e(_fmt_ts(inst['last_ts']))}; "
+                     f"requests finished: {inst['requests']['finished']}, aborted: {inst['requests']['aborted']}.</p>")
+        fe = inst["first_error"]
+        parts.append("<p><b>First error:</b> " + (
+            f"{e(_fmt_ts(fe['first_ts']))} {e(fe['kind'])}: <code>{e(_one_line(fe['first_message'], 200))}</code> ({e(str(fe['source']))}:{fe['line']})"
+            if fe else "none in this range.") + "</p>")
+        parts.append("<h3>Timeline</h3>" + table(["time (UTC)", "what", "detail"],
+                                                  [[_fmt_ts(t["ts"]), t["what"], t["detail"]] for t in inst["timeline"]]))
+        parts.append("<h3>Peaks</h3>" + table(["metric", "peak", "when (UTC)"], [list(x) for x in _peak_lines(inst)]))
+        parts.append("<h3>Slowest requests</h3>")
+        if inst["slowest_requests"]:
+            parts.append(table(
+                ["request", "arrival", "finish", "e2e (s)", "queue (s)", "ttft (s)", "tpot (s)", "where"],
+                [[r["request_key"], _fmt_ts(r["arrival_ts"]), _fmt_ts(r["finish_ts"]),
+                  _fmt_num(r["e2e_s"], 4) + (" (est.)" if r["e2e_estimated"] else ""),
+                  _fmt_num(r["queue_s"], 4), _fmt_num(r["ttft_s"], 4), _fmt_num(r["tpot_s"], 4),
+                  f"{r['source']}:{r['line']}"] for r in inst["slowest_requests"]]))
+        else:
+            parts.append(f"<p>No per-request latency in this range: {e(_reason(inst, 'e2e_s'))}</p>")
+        parts.append("<h3>What the logs could and could not tell</h3>" + table(
+            ["metric", "view", "available", "why"],
+            [[a["metric"], a["view"], ("yes" + (" (estimated)" if a["estimated"] else "")) if a["available"] else "no", a["reason"]]
+             for a in inst["availability"]]))
+        parts.append("<h3>Recommendations</h3><ul>")
+        if inst["recommendations"]:
+            parts += [f"<li><span class='{e(r['severity'])}'>{e(r['severity'])}</span> <code>{e(r['signal'])}</code> "
+                      f"(from {e(_fmt_ts(r['first_seen']))}): {e(r['recommendation'])}</li>" for r in inst["recommendations"]]
+        else:
+            parts.append("<li>No signal fired: nothing to change on the evidence of these logs.</li>")
+        parts.append("</ul>")
+    parts.append("</body></html>\n")
+    return "\n".join(parts)
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, dt.datetime):
+        return o.astimezone(dt.timezone.utc).isoformat().replace("+00:00", "Z")
+    if isinstance(o, (dt.date, dt.timedelta)):
+        return str(o)
+    if hasattr(o, "item"):  # numpy / decimal scalars
+        return o.item()
+    return str(o)
+
+
+def to_json(report: dict[str, Any]) -> str:
+    return json.dumps(report, default=_json_default, indent=2) + "\n"
+
+
+def render(report: dict[str, Any], fmt: str) -> str:
+    if fmt == "md":
+        return to_markdown(report)
+    if fmt == "html":
+        return to_html(report)
+    if fmt == "json":
+        return to_json(report)
+    raise ValueError(f"unknown report format {fmt!r}; use md, html or json")
