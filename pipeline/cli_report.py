@@ -8,6 +8,10 @@ from typing import Annotated, Optional
 
 import typer
 
+# cli imports this module only from main(), after it is complete; module level so that the
+# string annotations (from __future__) resolve when typer inspects the command
+from .cli import StoreOpt, fail, store_path
+
 
 def parse_time(text: str) -> dt.datetime:
     """ISO 8601 (`2026-05-12T08:00:00Z`, `2026-05-12 08:00`, a date); no zone means UTC."""
@@ -19,8 +23,6 @@ def parse_time(text: str) -> dt.datetime:
 
 
 def register(app: typer.Typer) -> None:
-    from .cli import StoreOpt, fail, store_path
-
     @app.command()
     def report(
         store: StoreOpt = None,  # type: ignore[assignment]
