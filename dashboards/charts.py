@@ -1,0 +1,142 @@
+"""Chart builders: pure functions from a result frame to an Altair chart.
+
+No querying and no Streamlit here. Rows whose value is null are dropped, never drawn as 0:
+a gap in the chart means the log said nothing. Thresholds from sql/thresholds.toml are drawn
+as dashed red rules with a label, so the reader sees how close the metric came to firing a
+signal.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import altair as alt
+import polars as pl
+
+THRESHOLD_COLOR = "#d62728"
+HEIGHT = 220
+
+
+def _prepare(df: pl.DataFrame, y: str | Sequence[str]) -> pl.DataFrame:
+    cols = [y] if isinstance(y, str) else list(y)
+    out = df.drop_nulls(cols)
+    # Vega-Lite reads ISO strings; UTC stated explicitly so that browsers do not shift times
+    return out.with_columns(pl.col("ts").dt.convert_time_zone("UTC").dt.strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+
+def _x() -> alt.X:
+    return alt.X("ts:T", title="time (UTC)", axis=alt.Axis(format="%H:%M", labelOverlap=True))
+
+
+def threshold_rule(value: float | None, label: str) -> alt.LayerChart | None:
+    """A dashed horizontal rule at `value` with its label at the left end."""
+    if value is None:
+        return None
+    data = pl.DataFrame({"threshold": [float(value)], "label": [label]})
+    base = alt.Chart(data)
+    rule = base.mark_rule(color=THRESHOLD_COLOR, strokeDash=[6, 4], size=1.5).encode(y="threshold:Q")
+    text = base.mark_text(color=THRESHOLD_COLOR, align="left", baseline="bottom", dx=4, dy=-2, fontSize=11).encode(
+        y="threshold:Q", text="label:N", x=alt.value(0)
+    )
+    return rule + text
+
+
+def line_chart(
+    df: pl.DataFrame,
+    y: str,
+    y_title: str,
+    *,
+    color: str = "instance",
+    dash: str | None = None,
+    threshold: float | None = None,
+    threshold_label: str = "threshold",
+    percent: bool = False,
+    tooltip: Sequence[str] = (),
+) -> alt.Chart | alt.LayerChart:
+    data = _prepare(df, y)
+    axis = alt.Axis(format="%") if percent else alt.Axis()
+    enc = {
+        "x": _x(),
+        "y": alt.Y(f"{y}:Q", title=y_title, axis=axis),
+        "color": alt.Color(f"{color}:N", title=color),
+        "tooltip": [alt.Tooltip("ts:T", format="%Y-%m-%d %H:%M:%S", title="time (UTC)"), f"{color}:N",
+                    alt.Tooltip(f"{y}:Q", format=".1%" if percent else ",.3~f")]
+        + [f"{t}" for t in tooltip],
+    }
+    if dash is not None:
+        enc["strokeDash"] = alt.StrokeDash(f"{dash}:N", title=dash)
+        enc["detail"] = f"{dash}:N"
+    chart: alt.Chart | alt.LayerChart = alt.Chart(data).mark_line(interpolate="step-after", point=len(data) < 60).encode(**enc)
+    rule = threshold_rule(threshold, f"{threshold_label} {threshold:.0%}" if percent and threshold is not None else
+                          f"{threshold_label} {threshold:g}" if threshold is not None else "")
+    if rule is not None:
+        chart = chart + rule
+    return chart.properties(height=HEIGHT)
+
+
+def queue_chart(df: pl.DataFrame, threshold: float | None) -> alt.Chart | alt.LayerChart:
+    """Waiting requests per instance; dashed lines are reconstructed (estimated) series."""
+    return line_chart(df, "waiting", "waiting requests (avg per bucket)", dash="source",
+                      threshold=threshold, threshold_label="scale-out threshold", tooltip=["waiting_max:Q", "source:N"])
+
+
+def fill_chart(df: pl.DataFrame, threshold: float | None) -> alt.Chart | alt.LayerChart:
+    return line_chart(df, "fill", "batch fill (running / max_num_seqs)", percent=True, dash="source",
+                      threshold=threshold, threshold_label="scheduler-limit threshold", tooltip=["running:Q", "max_num_seqs:Q"])
+
+
+def running_chart(df: pl.DataFrame) -> alt.Chart | alt.LayerChart:
+    return line_chart(df, "running", "running requests (avg per bucket)", dash="source", tooltip=["running_max:Q"])
+
+
+def kv_chart(df: pl.DataFrame, threshold: float | None) -> alt.Chart | alt.LayerChart:
+    return line_chart(df, "kv_usage", "GPU KV-cache usage", percent=True, threshold=threshold,
+                      threshold_label="KV-pressure threshold", tooltip=["kv_usage_max:Q"])
+
+
+def bar_chart(df: pl.DataFrame, y: str, y_title: str, *, color: str = "instance", threshold: float | None = None,
+              threshold_label: str = "threshold") -> alt.Chart | alt.LayerChart:
+    data = _prepare(df, y)
+    chart: alt.Chart | alt.LayerChart = alt.Chart(data).mark_bar().encode(
+        x=_x(),
+        y=alt.Y(f"sum({y}):Q", title=y_title, stack=True),
+        color=alt.Color(f"{color}:N", title=color),
+        tooltip=[alt.Tooltip("ts:T", format="%Y-%m-%d %H:%M:%S", title="time (UTC)"), "instance:N", f"{color}:N", f"{y}:Q"],
+    )
+    rule = threshold_rule(threshold, f"{threshold_label} {threshold:g}") if threshold is not None else None
+    if rule is not None:
+        chart = chart + rule
+    return chart.properties(height=HEIGHT)
+
+
+def preemption_chart(df: pl.DataFrame) -> alt.Chart | alt.LayerChart:
+    return bar_chart(df.with_columns(pl.col("preemptions").cast(pl.Float64)), "preemptions", "preemptions (logged)")
+
+
+def errors_chart(df: pl.DataFrame, threshold: float | None) -> alt.Chart | alt.LayerChart:
+    return bar_chart(df, "n_errors", "errors per window", color="kind", threshold=threshold,
+                     threshold_label="errors threshold")
+
+
+LATENCY_PERCENTILES = ("p50", "p95", "p99")
+
+
+def latency_chart(df: pl.DataFrame, metric: str, slo: float | None = None) -> alt.Chart | alt.LayerChart:
+    """p50/p95/p99 of one latency metric (`e2e`, `ttft`, `tpot`, `queue`) per window. One line
+    colour per percentile for a single series, else per series with dashes per percentile."""
+    cols = [f"{p}_{metric}_s" for p in LATENCY_PERCENTILES]
+    series = pl.when(pl.col("model").is_null()).then(pl.col("instance")).otherwise(
+        pl.col("instance") + pl.lit(" · ") + pl.col("model"))
+    long = (
+        df.with_columns(series.alias("series"))
+        .unpivot(index=["ts", "series"], on=cols, variable_name="percentile", value_name="seconds")
+        .with_columns(pl.col("percentile").str.extract(r"^(p\d+)"))
+    )
+    n_series = long.drop_nulls("seconds")["series"].n_unique()
+    if n_series <= 1:
+        chart = line_chart(long, "seconds", f"{metric} latency (s)", color="percentile")
+    else:
+        chart = line_chart(long, "seconds", f"{metric} latency (s)", color="series", dash="percentile")
+    if slo is not None:
+        chart = chart + threshold_rule(slo, f"p99 SLO {slo:g} s")  # type: ignore[operator]
+    return chart

@@ -1,0 +1,359 @@
+"""Everything the dashboard reads, and the only dashboard module that queries the store.
+
+Every read goes through `servelens.pipeline.query` (read-only DuckDB with the views of
+`sql/`), so the dashboard shows the same numbers as `servelens sql` and `servelens report`.
+User choices (time range, engines, instances, models) are bound parameters, never pasted into
+SQL. Results are cached per store version (the manifest's size and mtime), so a live store
+shows new data on the next refresh while an unchanged store is not queried twice. Time series
+are bucketed in DuckDB so that the browser never receives more than a few hundred points per
+series, whatever the size of the store. Nothing here connects at import time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import math
+import os
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import streamlit as st
+
+from servelens.pipeline.query import QueryError, connect, run_on
+
+# Points per series a chart is bucketed down to.
+MAX_POINTS = 400
+CACHE_TTL_S = 600
+UTC = dt.timezone.utc
+
+
+@dataclass(frozen=True)
+class Settings:
+    store: str
+    thresholds: str | None = None
+
+
+def settings(argv: list[str] | None = None) -> Settings:
+    """The store and thresholds file: `-- --store DIR --thresholds FILE` (as passed by
+    `servelens dashboard`), else $SERVELENS_STORE, else the default store."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--store")
+    parser.add_argument("--thresholds")
+    args, _ = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    store = args.store or os.environ.get("SERVELENS_STORE")
+    if not store:
+        from servelens.pipeline.store import default_store
+
+        store = str(default_store())
+    thresholds = args.thresholds or os.environ.get("SERVELENS_THRESHOLDS") or None
+    return Settings(store=str(Path(store).resolve()), thresholds=thresholds)
+
+
+def store_version(store: str) -> str:
+    """Changes whenever an ingest commits (the manifest is rewritten atomically)."""
+    try:
+        s = (Path(store) / "manifest.json").stat()
+    except FileNotFoundError:
+        return "empty"
+    return f"{s.st_size}:{s.st_mtime_ns}"
+
+
+class _Connection:
+    """One read-only connection with the views loaded (loading them costs ~0.25 s, so it is
+    kept per store version) and a lock: Streamlit serves sessions from several threads and a
+    DuckDB connection must not run two queries at once."""
+
+    def __init__(self, store: str, variables: dict[str, Any]) -> None:
+        self.con = connect(store, variables)
+        self.lock = threading.Lock()
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def _connection(store: str, version: str, variables: tuple[tuple[str, Any], ...]) -> _Connection:
+    return _Connection(store, dict(variables))
+
+
+@st.cache_data(ttl=CACHE_TTL_S, max_entries=512, show_spinner=False)
+def _cached(store: str, version: str, sql: str, params: dict[str, Any] | None, variables: tuple[tuple[str, Any], ...]) -> pl.DataFrame:
+    conn = _connection(store, version, variables)
+    with conn.lock:
+        return run_on(conn.con, sql, params)
+
+
+def query(cfg: Settings, sql: str, params: dict[str, Any] | None = None, window_s: float | None = None) -> pl.DataFrame:
+    """Run one read-only query (cached). Raises QueryError / StoreError."""
+    variables = dict(thresholds(cfg.thresholds))
+    if window_s is not None:
+        variables["window_s"] = float(window_s)
+    return _cached(cfg.store, store_version(cfg.store), sql, params, tuple(sorted(variables.items())))
+
+
+def run_user_sql(cfg: Settings, sql: str) -> pl.DataFrame:
+    """The SQL page: the user's own query, read-only, over the same views (cached briefly)."""
+    return query(cfg, sql)
+
+
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
+def thresholds(path: str | None = None) -> dict[str, Any]:
+    """The signal thresholds (packaged defaults, overridden by the user's file)."""
+    from servelens.pipeline.metrics import resolve_variables
+
+    return resolve_variables(thresholds=path)
+
+
+# --- the store's contents: what can be filtered on -------------------------------------------
+
+
+def catalog(cfg: Settings) -> pl.DataFrame:
+    """One row per (engine, instance, model): first and last event time, event count."""
+    return query(
+        cfg,
+        "select engine, instance, model, min(ts) as first_ts, max(ts) as last_ts, count(*) as n_events "
+        "from events where ts is not null group by all order by engine, instance, model",
+    )
+
+
+@dataclass(frozen=True)
+class Filters:
+    start: dt.datetime
+    end: dt.datetime
+    engines: tuple[str, ...] = ()
+    instances: tuple[str, ...] = ()
+    models: tuple[str, ...] = ()
+    window_s: float = 60.0
+    # (engine, instance) pairs the selection resolves to; empty means none matched
+    targets: tuple[tuple[str, str], ...] = field(default=())
+
+    @property
+    def span_s(self) -> float:
+        return max(1.0, (self.end - self.start).total_seconds())
+
+    def bucket_s(self, minimum: float = 1.0) -> float:
+        """Bucket width that keeps a series under MAX_POINTS points."""
+        return float(max(minimum, math.ceil(self.span_s / MAX_POINTS)))
+
+    def params(self, **extra: Any) -> dict[str, Any]:
+        p = {
+            "start": self.start,
+            "end": self.end,
+            "targets": [f"{e}\x1f{i}" for e, i in self.targets],
+        }
+        p.update(extra)
+        return p
+
+
+def resolve_targets(cat: pl.DataFrame, engines: tuple[str, ...], instances: tuple[str, ...], models: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """The (engine, instance) pairs matching the filters: a model selects the instances that
+    served it (instance-level views have no model column)."""
+    df = cat
+    if engines:
+        df = df.filter(pl.col("engine").is_in(list(engines)))
+    if instances:
+        df = df.filter(pl.col("instance").is_in(list(instances)))
+    if models:
+        df = df.filter(pl.col("model").is_in(list(models)))
+    pairs = df.select("engine", "instance").unique().sort("engine", "instance").rows()
+    return tuple((e, i) for e, i in pairs)
+
+
+# A row belongs to the selection when its (engine, instance) pair is one of the targets; the
+# pairs arrive as one bound list of "engine<US>instance" keys (US = chr(31), never in a name).
+_TARGET = "list_contains(cast($targets as varchar[]), engine || chr(31) || instance)"
+_MODEL = "(len(cast($models as varchar[])) = 0 or list_contains(cast($models as varchar[]), model))"
+
+
+def _bucket(col: str) -> str:
+    return f"to_timestamp(floor(epoch({col}) / $bucket) * $bucket)"
+
+
+# --- the verdict -----------------------------------------------------------------------------
+
+
+def signals(cfg: Settings, f: Filters) -> pl.DataFrame:
+    """Signal episodes that overlap the selected time range, per instance."""
+    return query(
+        cfg,
+        f"""
+        select s.engine, s.instance, s.signal, s.severity, s.window_start, s.window_end,
+               s.duration_s, s.n_windows, s.value, s.threshold, s.unit, s.estimated,
+               s.recommendation,
+               s.window_end >= last.last_end as ongoing
+        from scaling_signals as s
+        join (select engine, instance, max(window_end) as last_end from windows group by all) as last
+            using (engine, instance)
+        where {_TARGET} and s.window_end > $start and s.window_start < $end
+        order by s.instance, s.window_start, s.signal
+        """,
+        f.params(),
+        f.window_s,
+    )
+
+
+def availability(cfg: Settings) -> pl.DataFrame:
+    """metric_availability: per engine and metric, whether the logs give it and why not."""
+    return query(cfg, "select engine, metric, view, available, estimated, reason from metric_availability")
+
+
+# --- evidence time series --------------------------------------------------------------------
+
+
+def queue_depth(cfg: Settings, f: Filters) -> pl.DataFrame:
+    return query(
+        cfg,
+        f"""
+        select {_bucket('ts')} as ts, engine, instance, source,
+               avg(waiting) as waiting, max(waiting) as waiting_max
+        from queue_depth
+        where {_TARGET} and ts >= $start and ts < $end and waiting is not null
+        group by all order by instance, ts
+        """,
+        f.params(bucket=f.bucket_s()),
+    )
+
+
+def batch_fill(cfg: Settings, f: Filters) -> pl.DataFrame:
+    return query(
+        cfg,
+        f"""
+        select {_bucket('ts')} as ts, engine, instance, source,
+               avg(running) as running, max(running) as running_max,
+               avg(fill) as fill, max(fill) as fill_max, avg(token_fill) as token_fill,
+               max(max_num_seqs) as max_num_seqs
+        from batch_fill
+        where {_TARGET} and ts >= $start and ts < $end
+        group by all order by instance, ts
+        """,
+        f.params(bucket=f.bucket_s()),
+    )
+
+
+def kv_cache(cfg: Settings, f: Filters) -> pl.DataFrame:
+    # preemptions: logged counts plus preemption warnings; null (not 0) where the line has
+    # neither field nor warning, so an engine without preemption data draws no bars
+    return query(
+        cfg,
+        f"""
+        select {_bucket('ts')} as ts, engine, instance,
+               avg(kv_usage) as kv_usage, max(kv_usage) as kv_usage_max,
+               case when count(preemptions) > 0 or sum(preemption_lines) > 0
+                    then coalesce(sum(preemptions), 0) + sum(preemption_lines) end as preemptions
+        from kv_cache
+        where {_TARGET} and ts >= $start and ts < $end
+        group by all order by instance, ts
+        """,
+        f.params(bucket=f.bucket_s()),
+    )
+
+
+def latency(cfg: Settings, f: Filters) -> pl.DataFrame:
+    return query(
+        cfg,
+        f"""
+        select window_start as ts, engine, instance, model, n,
+               n_e2e, n_ttft, n_tpot, n_queue, e2e_estimated,
+               p50_e2e_s, p95_e2e_s, p99_e2e_s, p50_ttft_s, p95_ttft_s, p99_ttft_s,
+               p50_tpot_s, p95_tpot_s, p99_tpot_s, p50_queue_s, p95_queue_s, p99_queue_s
+        from latency_percentiles
+        where {_TARGET} and {_MODEL} and window_end > $start and window_start < $end
+        order by instance, model, ts
+        """,
+        f.params(models=list(f.models)),
+        f.window_s,
+    )
+
+
+def throughput(cfg: Settings, f: Filters) -> pl.DataFrame:
+    return query(
+        cfg,
+        f"""
+        select window_start as ts, engine, instance, arrived, finished, aborted,
+               requests_per_s, output_tokens_per_s, prompt_tokens_per_s,
+               gen_tps_logged, prompt_tps_logged, http_requests_per_s
+        from throughput
+        where {_TARGET} and window_end > $start and window_start < $end
+        order by instance, ts
+        """,
+        f.params(),
+        f.window_s,
+    )
+
+
+def errors(cfg: Settings, f: Filters) -> pl.DataFrame:
+    return query(
+        cfg,
+        f"""
+        select window_start as ts, engine, instance, kind, n_errors, first_ts, first_message,
+               first_source, first_line
+        from errors
+        where {_TARGET} and window_end > $start and window_start < $end
+        order by first_ts
+        """,
+        f.params(),
+        f.window_s,
+    )
+
+
+def slowest_requests(cfg: Settings, f: Filters, limit: int = 20) -> pl.DataFrame:
+    return query(
+        cfg,
+        f"""
+        select request_id, engine, instance, model, arrival_ts, finish_ts, status, e2e_s,
+               e2e_estimated, queue_s, ttft_s, tpot_s, prompt_tokens, output_tokens, source, line
+        from requests
+        where {_TARGET} and {_MODEL} and e2e_s is not null
+          and finish_ts >= $start and finish_ts < $end
+        order by e2e_s desc, finish_ts
+        limit $limit
+        """,
+        f.params(models=list(f.models), limit=limit),
+    )
+
+
+def peaks(cfg: Settings, f: Filters) -> dict[str, Any]:
+    """Headline numbers for the selection (None where the logs do not give the metric)."""
+    df = query(
+        cfg,
+        f"""
+        select
+            (select max(waiting) from queue_depth where {_TARGET} and ts >= $start and ts < $end) as peak_waiting,
+            (select max(kv_usage) from kv_cache where {_TARGET} and ts >= $start and ts < $end) as peak_kv_usage,
+            (select max(p99_e2e_s) from latency_percentiles
+                where {_TARGET} and {_MODEL} and window_end > $start and window_start < $end) as worst_p99_e2e_s,
+            (select count(*) from requests
+                where {_TARGET} and {_MODEL} and status = 'finished' and finish_ts >= $start and finish_ts < $end) as finished,
+            (select coalesce(sum(n_errors), 0) from errors
+                where {_TARGET} and window_end > $start and window_start < $end) as n_errors
+        """,
+        f.params(models=list(f.models)),
+        f.window_s,
+    )
+    return df.row(0, named=True)
+
+
+__all__ = [
+    "Filters",
+    "QueryError",
+    "Settings",
+    "availability",
+    "batch_fill",
+    "catalog",
+    "errors",
+    "kv_cache",
+    "latency",
+    "peaks",
+    "query",
+    "queue_depth",
+    "resolve_targets",
+    "run_user_sql",
+    "settings",
+    "signals",
+    "slowest_requests",
+    "store_version",
+    "throughput",
+    "thresholds",
+]

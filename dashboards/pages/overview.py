@@ -1,0 +1,242 @@
+"""The Overview page: the scaling verdict per instance with the signals behind it first, then
+the evidence over time (queue, batch fill, KV cache, latency, throughput, errors) and the
+slowest requests. Where the logs cannot give a metric, the reason stands in place of the
+chart. In live mode the page body is a fragment that reruns itself; the sidebar (and so the
+filters) is not rerun and keeps its state."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import polars as pl
+import streamlit as st
+
+from servelens.dashboards import charts, data, sidebar
+from servelens.dashboards import verdict as vd
+
+UTC = dt.timezone.utc
+
+# metric_availability names of the metrics each section needs
+METRIC_LABEL = {
+    "waiting": "Queue depth",
+    "running": "Running requests",
+    "fill": "Batch fill",
+    "kv_usage": "KV-cache usage",
+    "preemptions": "Preemptions",
+    "e2e_s": "End-to-end latency",
+    "ttft_s": "Time to first token",
+    "tpot_s": "Time per output token",
+    "queue_s": "Queue time",
+    "gen_tps": "Generation throughput (logged)",
+}
+
+
+def _t(ts: dt.datetime | None, with_date: bool = False) -> str:
+    if ts is None:
+        return "?"
+    ts = ts.astimezone(UTC)
+    return ts.strftime("%Y-%m-%d %H:%M:%S UTC" if with_date else "%H:%M:%S")
+
+
+def _missing(metric: str, have: set[tuple[str, str]], f: data.Filters, avail: pl.DataFrame) -> list[str]:
+    """One line per selected instance that has no value of `metric`, with the reason."""
+    lines = []
+    for engine, instance in f.targets:
+        if (engine, instance) in have or engine == "unknown":
+            continue
+        row = avail.filter((pl.col("engine") == engine) & (pl.col("metric") == metric))
+        if row.is_empty():
+            reason = f"servelens knows no source of this metric in {engine} logs"
+        elif not row["available"][0]:
+            reason = row["reason"][0]
+        else:
+            reason = "no values in the selected time range"
+        lines.append(f"- **{instance}** ({engine}): {reason}")
+    return lines
+
+
+def _have(df: pl.DataFrame, col: str) -> set[tuple[str, str]]:
+    if df.is_empty() or col not in df.columns:
+        return set()
+    return set(df.drop_nulls(col).select("engine", "instance").unique().rows())
+
+
+def evidence(title: str, metric: str, df: pl.DataFrame, col: str, f: data.Filters, avail: pl.DataFrame, chart) -> bool:
+    """Draw `chart()` when any selected instance has values, and say in words which instances
+    have none and why. Returns whether a chart was drawn."""
+    have = _have(df, col)
+    missing = _missing(metric, have, f, avail)
+    drawn = bool(have)
+    if drawn:
+        st.altair_chart(chart(), width="stretch")
+    if missing:
+        head = f"**{title}: not in the logs**" if not drawn else f"**{title}: not available for every instance**"
+        st.info("\n".join([head, *missing]), icon="ℹ️")
+    return drawn
+
+
+def verdict_section(cfg: data.Settings, f: data.Filters) -> None:
+    st.header("Scaling verdict")
+    episodes = data.signals(cfg, f)
+    results = vd.verdicts(episodes, list(f.targets))
+    if not results:
+        st.info("No instance matches the filters.")
+        return
+    cols = st.columns(min(3, len(results)))
+    for k, (engine, instance, verdict, mine) in enumerate(results):
+        with cols[k % len(cols)].container(border=True, key=f"verdict-{engine}-{instance}"):
+            st.markdown(f"### {vd.VERDICT_ICON[verdict]} {instance}: **{verdict.upper()}**")
+            st.caption(f"engine {engine} · {mine.height} signal(s) in the range")
+            if mine.is_empty():
+                st.markdown("No signal fired in the selected range.")
+            for r in mine.sort("window_start").iter_rows(named=True):
+                sev = {"critical": "🔴", "warning": "🟠"}.get(r["severity"], "🔵")
+                until = "ongoing" if r["ongoing"] else f"until {_t(r['window_end'])}"
+                est = " (estimated)" if r["estimated"] else ""
+                st.markdown(
+                    f"{sev} **{vd.SIGNAL_TITLE.get(r['signal'], r['signal'])}** · {r['severity']} · "
+                    f"`{r['signal']}` → {vd.action_of(r['signal'])}  \n"
+                    f"value **{vd.format_value(r['value'], r['unit'])}**{est} vs threshold "
+                    f"{vd.format_value(r['threshold'], r['unit'])} ({r['unit']}), "
+                    f"since {_t(r['window_start'], with_date=True)}, {until} "
+                    f"({r['duration_s'] / 60:g} min)  \n"
+                    f"{r['recommendation']}"
+                )
+
+
+def headline(cfg: data.Settings, f: data.Filters) -> None:
+    p = data.peaks(cfg, f)
+    c = st.columns(5)
+    c[0].metric("Peak waiting requests", "n/a" if p["peak_waiting"] is None else f"{p['peak_waiting']:g}",
+                help="Highest queue depth in the range (logged or reconstructed); n/a: the logs give none.")
+    c[1].metric("Peak KV-cache usage", "n/a" if p["peak_kv_usage"] is None else f"{p['peak_kv_usage']:.1%}")
+    c[2].metric("Worst p99 e2e latency", "n/a" if p["worst_p99_e2e_s"] is None else f"{p['worst_p99_e2e_s']:.2f} s",
+                help="Highest per-window p99 end-to-end latency in the range.")
+    c[3].metric("Finished requests", f"{p['finished']:,}")
+    c[4].metric("Errors", f"{int(p['n_errors']):,}")
+
+
+def queue_section(cfg, f, avail, th) -> None:
+    st.subheader("Queue depth")
+    df = data.queue_depth(cfg, f)
+    evidence("Queue depth", "waiting", df, "waiting", f, avail, lambda: charts.queue_chart(df, th.get("queue_waiting")))
+    if not df.is_empty():
+        sources = df.group_by("instance").agg(pl.col("source").first()).sort("instance")
+        st.caption("queue_depth.source: " + ", ".join(
+            f"{i}: {'logged by the engine' if s == 'logged' else 'reconstructed from request intervals (estimated)'}"
+            for i, s in sources.rows()))
+
+
+def batch_section(cfg, f, avail, th) -> None:
+    st.subheader("Batch fill")
+    df = data.batch_fill(cfg, f)
+    drawn = evidence("Batch fill", "fill", df, "fill", f, avail, lambda: charts.fill_chart(df, th.get("scheduler_fill")))
+    if not drawn:
+        # without a sequence limit the fill cannot be computed, but the batch size can be shown
+        evidence("Running requests", "running", df, "running", f, avail, lambda: charts.running_chart(df))
+
+
+def kv_section(cfg, f, avail, th) -> None:
+    st.subheader("KV cache and preemptions")
+    df = data.kv_cache(cfg, f)
+    evidence("KV-cache usage", "kv_usage", df, "kv_usage", f, avail, lambda: charts.kv_chart(df, th.get("kv_usage")))
+    evidence("Preemptions", "preemptions", df, "preemptions", f, avail, lambda: charts.preemption_chart(df))
+
+
+def latency_section(cfg, f, avail, th) -> None:
+    st.subheader("Latency percentiles")
+    df = data.latency(cfg, f)
+    tabs = st.tabs(["End-to-end", "Time to first token", "Time per output token", "Queue time"])
+    slos = {"e2e": th.get("slo_p99_e2e_s"), "ttft": th.get("slo_p99_ttft_s")}
+    for tab, metric in zip(tabs, ("e2e", "ttft", "tpot", "queue")):
+        with tab:
+            col = f"p99_{metric}_s"
+            drawn = evidence(METRIC_LABEL[f"{metric}_s"], f"{metric}_s", df, col, f, avail,
+                             lambda m=metric: charts.latency_chart(df, m, slos.get(m)))
+            if drawn and metric == "e2e" and df["e2e_estimated"].any():
+                st.caption("Some end-to-end latencies are estimated from 1 s log timestamps (arrival and finish lines).")
+
+
+def throughput_section(cfg, f, avail, th) -> None:
+    st.subheader("Throughput")
+    df = data.throughput(cfg, f)
+    left, right = st.columns(2)
+    with left:
+        if df.drop_nulls("requests_per_s").is_empty():
+            st.info("**Requests/s: not in the logs**: no per-request lines for the selected instances "
+                    "(TensorRT-LLM logs none by default).", icon="ℹ️")
+        else:
+            st.altair_chart(charts.line_chart(df, "requests_per_s", "finished requests/s"), width="stretch")
+    with right:
+        tok = df.with_columns(pl.coalesce("gen_tps_logged", "output_tokens_per_s").alias("tokens_per_s"))
+        if tok.drop_nulls("tokens_per_s").is_empty():
+            st.info("**Tokens/s: not in the logs**: neither a logged generation throughput nor output "
+                    "token counts of finished requests.", icon="ℹ️")
+        else:
+            st.altair_chart(charts.line_chart(tok, "tokens_per_s", "generated tokens/s"), width="stretch")
+            st.caption("Tokens/s: the engine's logged generation throughput where it logs one, else output "
+                       "tokens of the requests finished in the window.")
+
+
+def errors_section(cfg, f, th) -> None:
+    st.subheader("Errors")
+    df = data.errors(cfg, f)
+    if df.is_empty():
+        st.success("No errors logged in the selected range.")
+        return
+    st.altair_chart(charts.errors_chart(df, th.get("errors_count")), width="stretch")
+    first = (df.sort("first_ts").group_by("instance", "kind", maintain_order=True)
+             .agg(pl.col("n_errors").sum(), pl.col("first_ts").first(), pl.col("first_message").first(),
+                  pl.col("first_source").first(), pl.col("first_line").first()))
+    st.dataframe(first, hide_index=True, key="errors_table")
+
+
+def slowest_section(cfg, f) -> None:
+    st.subheader("Slowest requests")
+    df = data.slowest_requests(cfg, f)
+    if df.is_empty():
+        st.info("No request with an end-to-end latency in the selected range (the logs of these "
+                "instances carry no per-request timing, see the latency section).", icon="ℹ️")
+        return
+    st.dataframe(df, hide_index=True, key="slowest_table")
+
+
+def body(cfg: data.Settings, spec: sidebar.Spec) -> None:
+    cat = data.catalog(cfg)  # read again on each live refresh: new instances, newer events
+    f = sidebar.resolve(spec, cat)
+    if f is None:
+        st.info(f"The store `{cfg.store}` has no events yet. Ingest logs first: "
+                f"`servelens ingest PATH --store {cfg.store}`.")
+        return
+    mode = (f"Live: {sidebar_label(spec)} up to the newest event ({_t(f.end, True)}), refreshing every "
+            f"{spec.refresh_s} s" if spec.live else "Post-mortem: fixed range")
+    st.caption(f"{mode} · {_t(f.start, True)} → {_t(f.end, True)} · {len(f.targets)} instance(s) · "
+               f"window {f.window_s:g} s")
+    if not f.targets:
+        st.warning("No instance matches the engine / instance / model filters.")
+        return
+    verdict_section(cfg, f)
+    headline(cfg, f)
+    st.header("Evidence")
+    avail = data.availability(cfg)
+    th = data.thresholds(cfg.thresholds)
+    queue_section(cfg, f, avail, th)
+    batch_section(cfg, f, avail, th)
+    kv_section(cfg, f, avail, th)
+    latency_section(cfg, f, avail, th)
+    throughput_section(cfg, f, avail, th)
+    errors_section(cfg, f, th)
+    slowest_section(cfg, f)
+
+
+def sidebar_label(spec: sidebar.Spec) -> str:
+    return next((k for k, v in sidebar.LIVE_SPANS.items() if v == spec.live_span_s), f"{spec.live_span_s} s")
+
+
+cfg = data.settings()
+spec: sidebar.Spec = st.session_state["servelens_spec"]
+st.title("servelens")
+if spec.live:
+    st.fragment(run_every=spec.refresh_s)(body)(cfg, spec)
+else:
+    body(cfg, spec)

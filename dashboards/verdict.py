@@ -1,0 +1,87 @@
+"""The scaling verdict: one word per instance from the signal episodes of `scaling_signals`.
+
+Pure functions (no querying, no Streamlit), so the rule is testable on its own:
+- a critical `errors` episode (crash, OOM) -> investigate: more replicas of a crashing server
+  do not help, the first error needs reading first;
+- else any load signal (queue backlog, KV pressure, latency above the SLO) -> scale out;
+- else a configuration or stability signal (scheduler limit, throughput swing, errors) ->
+  investigate;
+- else `idle` -> scale in;
+- no signal in the range -> hold.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+SCALE_OUT = "scale out"
+SCALE_IN = "scale in"
+HOLD = "hold"
+INVESTIGATE = "investigate"
+
+# signal -> the action it argues for
+SIGNAL_ACTION: dict[str, str] = {
+    "queue_backlog": SCALE_OUT,
+    "kv_pressure": SCALE_OUT,
+    "latency_slo_e2e": SCALE_OUT,
+    "latency_slo_ttft": SCALE_OUT,
+    "scheduler_limit": INVESTIGATE,
+    "throughput_swing": INVESTIGATE,
+    "errors": INVESTIGATE,
+    "idle": SCALE_IN,
+}
+
+SIGNAL_TITLE: dict[str, str] = {
+    "queue_backlog": "Queue backlog",
+    "kv_pressure": "KV-cache pressure",
+    "latency_slo_e2e": "p99 end-to-end latency above SLO",
+    "latency_slo_ttft": "p99 time to first token above SLO",
+    "scheduler_limit": "Scheduler limit is the bottleneck",
+    "throughput_swing": "Throughput swinging",
+    "errors": "Errors",
+    "idle": "Idle",
+}
+
+VERDICT_ICON = {SCALE_OUT: "🔺", SCALE_IN: "🔻", HOLD: "✅", INVESTIGATE: "🔎"}
+
+
+def action_of(signal: str) -> str:
+    return SIGNAL_ACTION.get(signal, INVESTIGATE)
+
+
+def verdict(episodes: pl.DataFrame) -> str:
+    """The verdict for one instance's signal episodes (columns signal, severity)."""
+    if episodes.is_empty():
+        return HOLD
+    rows = episodes.select("signal", "severity").rows()
+    if any(sig == "errors" and sev == "critical" for sig, sev in rows):
+        return INVESTIGATE
+    actions = {action_of(sig) for sig, _ in rows}
+    for a in (SCALE_OUT, INVESTIGATE, SCALE_IN):
+        if a in actions:
+            return a
+    return HOLD
+
+
+def verdicts(episodes: pl.DataFrame, instances: list[tuple[str, str]]) -> list[tuple[str, str, str, pl.DataFrame]]:
+    """(engine, instance, verdict, that instance's episodes) for every selected instance, the
+    instances needing action first."""
+    order = {INVESTIGATE: 0, SCALE_OUT: 1, SCALE_IN: 2, HOLD: 3}
+    out = []
+    for engine, instance in instances:
+        mine = episodes.filter((pl.col("engine") == engine) & (pl.col("instance") == instance))
+        out.append((engine, instance, verdict(mine), mine))
+    out.sort(key=lambda r: (order[r[2]], r[1]))
+    return out
+
+
+def format_value(value: float | None, unit: str | None) -> str:
+    """A signal's value in its own unit: fractions as percentages, seconds with a unit."""
+    if value is None:
+        return "n/a"
+    unit = unit or ""
+    if unit.startswith("fraction") or unit.startswith("batch fill") or unit.startswith("coefficient"):
+        return f"{value:.0%}"
+    if unit.startswith("s"):
+        return f"{value:.1f} s"
+    return f"{value:.1f}" if value != int(value) else f"{int(value)}"
