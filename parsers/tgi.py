@@ -1,0 +1,559 @@
+"""Parser for Hugging Face text-generation-inference (TGI) logs: the router's tracing
+"Full" text lines, the launcher's compact lines (with the Python shard's messages it
+relays), and both `--json-output` shapes, possibly mixed in one file. Format reference:
+`shared/formats/tgi.md`. Field extraction helpers live in `tgi_fields.py`.
+
+Records: a record starts at a line whose TGI header is an RFC 3339 time plus a level, or
+at a TGI JSON object (`{"timestamp":...`), optionally behind a docker-compose prefix, ANSI
+codes and one outer timestamp (`docker logs --timestamps`, CloudWatch). Every other line
+(traceback frames, a pretty `Args { ... }` dump, a multi-line prompt, the empty line old
+launchers print after each relayed shard message) continues the record before it.
+
+Events:
+- `request`: each `Success` line. e2e_s = total_time, queue_s = queue_time,
+  inference_s = inference_time, tpot_s = time_per_token, max_tokens = max_new_tokens,
+  output_tokens = round(inference_time / time_per_token). ttft_s stays null (TGI does not
+  log it). attrs: `arrival_ts` = ts - total_time as an ISO-8601 UTC string with nanoseconds
+  (`2024-02-14T06:49:50.826344252Z`; the line is written when the request ends),
+  `validation_s`, `endpoint` (outermost span), `seed`, and the sampling parameters.
+- `capacity`: `Setting max batch total tokens to N` / `Inferred max batch total tokens: N`
+  (max_batch_tokens), `KV-cache blocks: N, size: S` (kv_blocks_total; kv_capacity_tokens =
+  N x S; block_size in attrs), launcher defaults and `Model supports up to X ...` (attrs),
+  the `Args { ... }` dump (model, max_batch_size -> max_num_seqs, max_batch_total_tokens ->
+  max_batch_tokens, max_concurrent_requests etc. in attrs).
+- `error`: any ERROR record, plus `Request failed during generation`, `Server error:`
+  (batch_size from the `batch{batch_size=N}` span), `no permits available` (overload) and
+  CUDA out-of-memory at any level; a relayed traceback is part of its record.
+  attrs `error_kind`, `method`, `oom`.
+- `log`: any other TGI line (lifecycle: Starting shard, Shard ready in X (attrs ready_s),
+  Connected, Warming up model, ...).
+- `batch`, and the `request` form with request_id/model/token counts: the illustrative lines
+  of our design notes (`INFO batch: batch_size=16, max_tokens=2048, queued_requests=3`).
+  There `max_tokens` is the batch's token budget, so it goes to max_batch_tokens (not
+  batch_tokens, the tokens actually in the batch); queued_requests -> waiting.
+- `unparsed`: records without a TGI header; message is the raw text.
+"""
+
+from __future__ import annotations
+
+import orjson
+import polars as pl
+
+from .base import (
+    ANSI_RE,
+    COMPOSE_PREFIX_RE,
+    RFC3339_RE,
+    ParseContext,
+    record_ids,
+    rfc3339_to_ts,
+)
+from .tgi_fields import (
+    CAPACITY_RE,
+    args_fields,
+    capacity_fields,
+    duration_ns,
+    generate_parameters,
+    max_new_tokens,
+    ns_to_s,
+    seed_value,
+    span_field,
+)
+
+NAME = "tgi"
+
+# base.RFC3339_RE with ASCII classes: Unicode-aware \d, \w, \s and \b keep the regex
+# engine off its fast path, which costs several times over long router lines
+_TS = RFC3339_RE.replace(r"\d", "[0-9]")
+_LEVEL = r"(?:TRACE|DEBUG|INFO|WARN|WARNING|ERROR)"
+_COMPOSE_RE = COMPOSE_PREFIX_RE
+_START_RE = rf"^(?:{_TS}[ \t]+)?(?:{_TS}[ \t]+{_LEVEL}(?-u:\b)|\{{\x22timestamp\x22)"
+
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]*(?:::[A-Za-z0-9_]+)*"
+# router "Full" format: [spans: ]target: file.rs:line: message -> the tail from target on
+_ROUTER_TAIL_RE = rf"(?:^|: )({_IDENT}: [^ \t:]+\.rs:[0-9]+:(?: .*)?)$"
+# launcher compact format: [span:span: ]text_generation_launcher: message[ rank=N]
+_LAUNCHER_RE = r"^(?:(?P<spans>[A-Za-z0-9_-]+(?::[A-Za-z0-9_-]+)*): )?(?P<target>text_generation_launcher): ?(?P<msg>.*)$"
+# any other compact tracing line: [spans: ]target: message
+_COMPACT_RE = (
+    rf"^(?:(?P<spans>[A-Za-z_][A-Za-z0-9_-]*(?:\{{[^{{}}]*\}})?(?::[A-Za-z_][A-Za-z0-9_-]*(?:\{{[^{{}}]*\}})?)*): )?"
+    rf"(?P<target>{_IDENT}): (?P<msg>.*)$"
+)
+_DESIGN_KV_RE = r"^[A-Za-z0-9_]+=[^,]*(?:, [A-Za-z0-9_]+=[^,]*)*$"
+
+_STR = pl.String
+_SPAN_KEYS = (
+    "name", "total_time", "validation_time", "queue_time", "inference_time",
+    "time_per_token", "seed", "parameters", "batch_size", "rank",
+)
+# every leaf a string: a number where a string is expected (or the reverse) must not fail
+_JSON_DTYPE = pl.Struct(
+    {
+        "timestamp": _STR, "level": _STR, "message": _STR, "target": _STR,
+        "filename": _STR, "line_number": _STR,
+        "fields": pl.Struct({"message": _STR}),
+        "span": pl.Struct({k: _STR for k in _SPAN_KEYS}),
+        "spans": pl.List(pl.Struct({"name": _STR, "batch_size": _STR})),
+    }
+)
+_REQUEST_SPANS = ("generate", "generate_stream", "chat_completions", "completions", "compat_generate")
+
+
+# ---------------------------------------------------------------------------------------
+# contract
+
+
+def _clean_lines(text: pl.Expr) -> list[pl.Expr]:
+    """Per physical line: the text without ANSI codes, compose prefix and outer timestamp
+    (`_clean`), the compose service (`service`) and the outer timestamp (`outer_ts`)."""
+    no_ansi = pl.when(text.str.contains(r"\x1b|#033|\[", literal=False)).then(
+        text.str.replace_all(ANSI_RE, "")
+    ).otherwise(text)
+    service = no_ansi.str.extract(r"^([A-Za-z0-9][A-Za-z0-9_.-]*)[ \t]+\|", 1)
+    no_prefix = pl.when(service.is_not_null()).then(no_ansi.str.replace(_COMPOSE_RE, "")).otherwise(no_ansi)
+    outer = no_prefix.str.extract(rf"^({_TS})[ \t]+(?:{_TS}[ \t]|\{{\x22timestamp\x22)", 1)
+    clean = pl.when(outer.is_not_null()).then(no_prefix.str.replace(rf"^{_TS}[ \t]+", "")).otherwise(no_prefix)
+    return [clean.alias("_clean"), service.alias("service"), outer.alias("outer_ts")]
+
+
+def record_starts(text: pl.Series) -> pl.Series:
+    cleaned = pl.select(_clean_lines(pl.lit(text))[0]).to_series()
+    return cleaned.str.contains(_START_RE).fill_null(False).alias("starts")
+
+
+def detect(lines: list[str]) -> float:
+    if not lines:
+        return 0.0
+    s = pl.select(_clean_lines(pl.lit(pl.Series(lines, dtype=pl.String)))[0]).to_series()
+    s = s.filter(s.str.strip_chars() != "")
+    if s.len() == 0:
+        return 0.0
+    header = s.str.contains(rf"^{_TS}[ \t]+{_LEVEL}[ \t]")
+    strong = (header & s.str.contains(r"(?-u:\b)text_generation_(?:launcher|router|client)")) | (
+        s.str.starts_with('{"timestamp"') & s.str.contains(r'"target":"text_generation_')
+    )
+    design = header & s.str.contains(rf"^{_TS}[ \t]+{_LEVEL}[ \t]+(?:generate|batch): [A-Za-z0-9_]+=")
+    n_strong, n_design, n = int(strong.sum()), int(design.sum()), s.len()
+    if n_strong:
+        return min(1.0, 0.6 + 0.4 * (n_strong + n_design) / n)
+    if n_design:
+        return 0.5 + 0.3 * n_design / n
+    return 0.0
+
+
+def _group(lines: pl.DataFrame) -> pl.DataFrame:
+    """One row per record: `line`, `n_lines`, raw `text`, cleaned first line `_first`,
+    cleaned continuation `_cont` (null for one-line records), `service`, `outer_ts`.
+    Like base.group_records, with the cleaned text carried along."""
+    df = lines.with_columns(_clean_lines(pl.col("text")))
+    starts = df["_clean"].str.contains(_START_RE).fill_null(False)
+    # a one-line record: it starts and the next line starts too (or the chunk ends)
+    starts = starts.scatter(0, True)
+    one = starts & starts.shift(-1, fill_value=True)
+    df = df.with_columns(record_ids(starts), one.alias("_one"))
+    single = df.filter(pl.col("_one")).select(
+        "line", pl.lit(1, pl.Int32).alias("n_lines"), "text",
+        pl.col("_clean").alias("_first"), pl.lit(None, _STR).alias("_cont"), "service", "outer_ts",
+    )
+    multi = df.filter(~pl.col("_one"))
+    if multi.height == 0:
+        return single
+    multi = multi.group_by("_rec", maintain_order=True).agg(
+        pl.col("line").first(),
+        pl.len().cast(pl.Int32).alias("n_lines"),
+        pl.col("text").str.join("\n"),
+        pl.col("_clean").first().alias("_first"),
+        pl.col("_clean").slice(1).str.join("\n").alias("_cont"),
+        pl.col("service").first(),
+        pl.col("outer_ts").first(),
+    ).drop("_rec")
+    return pl.concat([single, multi]).sort("line")
+
+
+def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
+    if lines.height == 0:
+        return pl.DataFrame({"line": pl.Series([], dtype=pl.Int64)})
+    recs = _group(lines)
+    is_json = pl.col("_first").str.starts_with('{"timestamp"')
+    parts = [_text_records(recs.filter(~is_json)), _json_records(recs.filter(is_json))]
+    df = pl.concat([p for p in parts if p.height], how="diagonal_relaxed")
+    return _events(df)
+
+
+# ---------------------------------------------------------------------------------------
+# text and JSON records -> one set of columns
+
+
+def _text_records(recs: pl.DataFrame) -> pl.DataFrame:
+    if recs.height == 0:
+        return recs
+    first = pl.col("_first")
+    # one anchored capture over the line's head; `rest` is a char slice, not a regex copy
+    head = first.str.extract_groups(rf"^(?P<ts>{_TS})[ \t]+(?P<lvl>{_LEVEL})[ \t]+")
+    recs = recs.with_columns(head.alias("_h")).with_columns(
+        pl.col("_h").struct.field("ts").alias("_ts"),
+        pl.col("_h").struct.field("lvl").alias("_lvl"),
+    ).with_columns(
+        pl.when(pl.col("_ts").is_not_null()).then(
+            first.str.slice(first.str.extract(rf"^({_TS}[ \t]+{_LEVEL}[ \t]+)", 1).str.len_chars())
+        ).alias("_rest"),
+    ).drop("_h")
+    rest = pl.col("_rest")
+    # router "Full" format `[spans: ]target: file.rs:N: msg`. TGI's own targets all start
+    # with `text_generation_`, so a literal split finds the tail on almost every line; the
+    # regex search (slower over a long span chain) only runs on the lines left over.
+    lit_split = rest.str.splitn(": text_generation_", 2).struct.field("field_1")
+    recs = recs.with_columns(
+        pl.when(rest.str.starts_with("text_generation_")).then(rest)
+        .when(lit_split.is_not_null()).then(pl.concat_str([pl.lit("text_generation_"), lit_split]))
+        .alias("_tail")
+    )
+    anchored = rf"^{_IDENT}: [^ \t:]+\.rs:[0-9]+:(?: |$)"
+    ok = pl.col("_tail").str.contains(anchored).fill_null(False)
+    routed = recs.filter(ok)
+    others = recs.filter(~ok)
+    if others.height:
+        others = others.with_columns(rest.str.extract(_ROUTER_TAIL_RE, 1).alias("_tail"))
+        routed = pl.concat([routed, others.filter(pl.col("_tail").is_not_null())])
+    compact = others.filter(pl.col("_tail").is_null())
+    tail = pl.col("_tail")
+    routed = routed.with_columns(
+        rest.str.strip_suffix(tail).str.strip_suffix(": ").alias("_spans"),
+        tail.str.extract(rf"^({_IDENT}): ", 1).alias("target"),
+        tail.str.extract(rf"^{_IDENT}: ([^ \t:]+\.rs:[0-9]+):", 1).alias("file"),
+        tail.str.replace(rf"^{_IDENT}: [^ \t:]+\.rs:[0-9]+: ?", "").alias("_msg"),
+    ).with_columns(
+        pl.when(pl.col("_spans") != "").then(pl.col("_spans")).alias("_spans")
+    )
+    if compact.height:
+        la = rest.str.extract_groups(_LAUNCHER_RE)
+        c = rest.str.extract_groups(_COMPACT_RE)
+        compact = compact.with_columns(la.alias("_la"), c.alias("_c")).with_columns(
+            *[
+                pl.when(pl.col("_la").struct.field("target").is_not_null())
+                .then(pl.col("_la").struct.field(f))
+                .otherwise(pl.col("_c").struct.field(f))
+                .alias(alias)
+                for f, alias in (("spans", "_spans"), ("target", "target"), ("msg", "_msg"))
+            ],
+            pl.lit(None, _STR).alias("file"),
+        ).drop("_la", "_c")
+    recs = pl.concat([p for p in (routed, compact) if p.height], how="diagonal_relaxed")
+    spans = pl.col("_spans")
+    # string-recorded span fields follow the parameters dump: split there (a literal split,
+    # cheap) so the field regexes scan only the short tail and the dump can be de-duplicated
+    split = spans.str.splitn(" total_time=", 2)
+    has_split = split.struct.field("field_1").is_not_null()
+    timing = pl.when(has_split).then(
+        pl.concat_str([pl.lit(" total_time="), split.struct.field("field_1")])
+    ).otherwise(spans)
+    return recs.with_columns(
+        pl.when(has_split).then(split.struct.field("field_0")).otherwise(spans).alias("_params"),
+        span_field(timing, "total_time").alias("_t_total"),
+        span_field(timing, "validation_time").alias("_t_valid"),
+        span_field(timing, "queue_time").alias("_t_queue"),
+        span_field(timing, "inference_time").alias("_t_inf"),
+        span_field(timing, "time_per_token").alias("_t_tpot"),
+        span_field(timing, "seed").alias("_seed"),
+        # `batch` is a root span (parent: None): it heads the chain
+        spans.str.extract(r"^batch\{batch_size=([0-9]+)\}", 1).cast(pl.Int64, strict=False).alias("batch_size"),
+    ).drop("_rest", "_tail")
+
+
+def _decode_json(first: pl.Series) -> pl.DataFrame:
+    try:
+        dec = first.str.json_decode(_JSON_DTYPE)
+    except Exception:  # malformed or oddly typed lines: normalise them one by one
+        dec = pl.Series([_normalise_json(t) for t in first], dtype=_STR).str.json_decode(_JSON_DTYPE)
+    return pl.DataFrame({"_j": dec})
+
+
+def _normalise_json(text: str) -> str | None:
+    """Reduce one JSON line to the keys `_JSON_DTYPE` reads, every leaf as a string;
+    None when it is not a JSON object (the record then stays unparsed)."""
+    try:
+        obj = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+
+    def leaf(v: object) -> str | None:
+        if v is None or isinstance(v, str):
+            return v
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, (int, float)):
+            return str(v)
+        return orjson.dumps(v).decode()
+
+    def obj_of(v: object, keys: tuple[str, ...]) -> dict | None:
+        return {k: leaf(v.get(k)) for k in keys} if isinstance(v, dict) else None
+
+    out = {k: leaf(obj.get(k)) for k in ("timestamp", "level", "message", "target", "filename", "line_number")}
+    out["fields"] = obj_of(obj.get("fields"), ("message",))
+    out["span"] = obj_of(obj.get("span"), _SPAN_KEYS)
+    spans = obj.get("spans")
+    out["spans"] = [obj_of(s, ("name", "batch_size")) for s in spans if isinstance(s, dict)] if isinstance(spans, list) else None
+    return orjson.dumps(out).decode()
+
+
+def _json_records(recs: pl.DataFrame) -> pl.DataFrame:
+    if recs.height == 0:
+        return recs
+    recs = pl.concat([recs, _decode_json(recs["_first"])], how="horizontal")
+    j = pl.col("_j")
+    span = j.struct.field("span")
+    spans = j.struct.field("spans")
+    sf = lambda k: span.struct.field(k)  # noqa: E731
+    names = spans.list.eval(pl.element().struct.field("name")).list.join(":")
+    outer_batch = spans.list.eval(pl.element().struct.field("batch_size")).list.drop_nulls().list.first()
+    lvl = j.struct.field("level")
+    return recs.with_columns(
+        j.struct.field("timestamp").alias("_ts"),
+        pl.when(lvl.str.contains(rf"^{_LEVEL}$")).then(lvl).alias("_lvl"),
+        j.struct.field("target").alias("target"),
+        pl.when(j.struct.field("filename").is_not_null()).then(
+            pl.concat_str([j.struct.field("filename"), pl.lit(":"), j.struct.field("line_number").fill_null("")])
+        ).alias("file"),
+        # old launchers keep the shard message's trailing newline
+        pl.coalesce(j.struct.field("message"), j.struct.field("fields").struct.field("message"))
+        .str.strip_chars_end().alias("_msg"),
+        pl.coalesce(pl.when(names != "").then(names), sf("name")).alias("span"),
+        sf("total_time").alias("_t_total"),
+        sf("validation_time").alias("_t_valid"),
+        sf("queue_time").alias("_t_queue"),
+        sf("inference_time").alias("_t_inf"),
+        sf("time_per_token").alias("_t_tpot"),
+        sf("seed").alias("_seed"),
+        sf("parameters").alias("_params"),
+        pl.coalesce(sf("batch_size"), outer_batch).cast(pl.Int64, strict=False).alias("batch_size"),
+        sf("rank").cast(pl.Int64, strict=False).alias("_rank_json"),
+    ).drop("_j")
+
+
+# ---------------------------------------------------------------------------------------
+# classification and events
+
+
+def _kv(msg: pl.Expr, key: str) -> pl.Expr:
+    return msg.str.extract(rf"(?:^|, ){key}=([^,]*)", 1)
+
+
+def _events(df: pl.DataFrame) -> pl.DataFrame:
+    for col in ("_rank_json", "_ts", "_lvl", "_msg", "target", "file", "span", "_spans", "_params", "batch_size"):
+        if col not in df.columns:
+            df = df.with_columns(pl.lit(None, pl.Int64 if col in ("_rank_json", "batch_size") else _STR).alias(col))
+    msg, target = pl.col("_msg"), pl.col("target")
+    cont = pl.col("_cont")
+    has_cont = cont.is_not_null() & (cont.str.strip_chars() != "")
+    full = pl.when(has_cont).then(
+        pl.concat_str([msg, pl.lit("\n"), cont.str.strip_chars_end()])
+    ).otherwise(msg)
+    # launcher span fields come after the message: `... Shard ready in 10.3s rank=0`
+    rank_re = r"[ \t]+rank=([0-9]+)[ \t]*$"
+    lvl = pl.col("_lvl")
+    df = df.with_columns(
+        pl.when(target.is_not_null()).then(full.str.replace(rank_re, "")).alias("_full"),
+        pl.coalesce(pl.col("_rank_json"), full.str.extract(rank_re, 1).cast(pl.Int64, strict=False)).alias("rank"),
+        pl.when(lvl == "WARN").then(pl.lit("WARNING")).when(lvl == "TRACE").then(pl.lit("DEBUG"))
+        .otherwise(lvl).alias("level"),
+        rfc3339_to_ts(pl.col("_ts")).alias("ts"),
+    )
+    full, msg1 = pl.col("_full"), msg.str.strip_chars()
+    no_file = pl.col("file").is_null()
+    design_req = no_file & (target == "generate") & msg1.str.contains(_DESIGN_KV_RE)
+    design_batch = no_file & (target == "batch") & msg1.str.contains(_DESIGN_KV_RE)
+    success = (msg1 == "Success") & (
+        target.str.starts_with("text_generation_router")
+        | pl.col("_t_total").is_not_null()
+        | pl.coalesce(pl.col("span"), pl.col("_spans")).str.extract(r"^([A-Za-z0-9_-]+)", 1).is_in(_REQUEST_SPANS)
+    )
+    err_kind = (
+        pl.when(full.str.contains("no permits available")).then(pl.lit("overloaded"))
+        .when(full.str.contains("Request failed during generation")).then(pl.lit("generation"))
+        .when(full.str.contains(r"^Server error:")).then(pl.lit("server"))
+        .when(full.str.contains(r"^Method [A-Za-z0-9_]+ encountered an error")).then(pl.lit("shard_exception"))
+        .when(full.str.contains(r"Receiver dropped")).then(pl.lit("client_gone"))
+        .when(full.str.contains(r"(?i)cuda out of memory|OutOfMemoryError")).then(pl.lit("oom"))
+        .when(pl.col("level") == "ERROR").then(pl.lit("error"))
+    )
+    event = (
+        pl.when(target.is_null()).then(pl.lit("unparsed"))
+        .when(design_req | success).then(pl.lit("request"))
+        .when(design_batch).then(pl.lit("batch"))
+        .when(msg1.str.contains(CAPACITY_RE)).then(pl.lit("capacity"))
+        .when(err_kind.is_not_null()).then(pl.lit("error"))
+        .otherwise(pl.lit("log"))
+    )
+    df = df.with_columns(
+        event.alias("event"),
+        err_kind.alias("error_kind"),
+        design_req.alias("_design"),
+        # in the design-note lines `generate:` / `batch:` is a span name, not a target
+        pl.when(design_req | design_batch).then(target).otherwise(pl.col("span")).alias("span"),
+        pl.when(design_req | design_batch).then(None).otherwise(pl.col("_spans")).alias("_spans"),
+        pl.when(design_req | design_batch).then(None).otherwise(target).alias("target"),
+    )
+    ev = pl.col("event")
+    req = df.filter(ev == "request")
+    other = df.filter(ev != "request")
+    out = pl.concat([p for p in (_requests(req), _others(other)) if p.height], how="diagonal_relaxed")
+    return _finish(out)
+
+
+def _requests(df: pl.DataFrame) -> pl.DataFrame:
+    if df.height == 0:
+        return df
+    params = pl.col("_params")
+    df = df.with_columns(
+        duration_ns(pl.col("_t_total")).alias("_ns_total"),
+        duration_ns(pl.col("_t_valid")).alias("_ns_valid"),
+        duration_ns(pl.col("_t_queue")).alias("_ns_queue"),
+        duration_ns(pl.col("_t_inf")).alias("_ns_inf"),
+        duration_ns(pl.col("_t_tpot")).alias("_ns_tpot"),
+    )
+    design = pl.col("_design")
+    msg = pl.col("_msg")
+    tpot_ok = pl.col("_ns_tpot") > 0
+    arrival_ns = pl.col("ts").dt.epoch("ns") - pl.col("_ns_total")
+    return df.with_columns(
+        ns_to_s(pl.col("_ns_total")).alias("e2e_s"),
+        ns_to_s(pl.col("_ns_queue")).alias("queue_s"),
+        ns_to_s(pl.col("_ns_inf")).alias("inference_s"),
+        ns_to_s(pl.col("_ns_tpot")).alias("tpot_s"),
+        ns_to_s(pl.col("_ns_valid")).alias("validation_s"),
+        pl.when(tpot_ok).then(
+            (pl.col("_ns_inf").cast(pl.Float64) / pl.col("_ns_tpot").cast(pl.Float64)).round(0).cast(pl.Int64)
+        ).alias("_tokens_from_time"),
+        seed_value(pl.col("_seed")).alias("seed"),
+        pl.from_epoch(arrival_ns, time_unit="ns").dt.strftime("%Y-%m-%dT%H:%M:%S%.9fZ").alias("arrival_ts"),
+        pl.coalesce(pl.col("span"), pl.col("_spans")).str.extract(r"^([A-Za-z0-9_-]+)", 1).alias("endpoint"),
+        # request chains are `name{..}` or `compat_generate{..}:generate{..}`
+        pl.coalesce(
+            pl.col("span"),
+            pl.col("_spans").str.extract(r"^([A-Za-z0-9_-]+)(?:\{[^{}]*\})?:([A-Za-z0-9_-]+)(?:\{|$)", 0).str.replace_all(r"\{[^{}]*\}|\{$", ""),
+            pl.col("_spans").str.extract(r"^([A-Za-z0-9_-]+)", 1),
+        ).alias("span"),
+        pl.when(design).then(_kv(msg, "request_id")).alias("request_id"),
+        pl.when(design).then(_kv(msg, "model")).alias("model"),
+        pl.when(design).then(_kv(msg, "prompt_tokens").cast(pl.Int64, strict=False)).alias("prompt_tokens"),
+        pl.when(design).then(_kv(msg, "generated_tokens").cast(pl.Int64, strict=False)).alias("_gen_tokens"),
+    ).join(_parameters(df["_params"]), on="_params", how="left", nulls_equal=True).with_columns(
+        pl.coalesce(pl.col("_gen_tokens"), pl.col("_tokens_from_time")).alias("output_tokens"),
+        pl.when(~design).then(pl.col("_full")).otherwise(msg).alias("message"),
+    )
+
+
+def _parameters(params: pl.Series) -> pl.DataFrame:
+    """Sampling parameters per distinct dump: clients repeat the same parameters, so this
+    runs the many small extracts once per distinct value, not once per request."""
+    uniq = params.unique().to_frame("_params")
+    p = pl.col("_params")
+    return uniq.with_columns(max_new_tokens(p).alias("max_tokens"), **generate_parameters(p))
+
+
+def _others(df: pl.DataFrame) -> pl.DataFrame:
+    if df.height == 0:
+        return df
+    ev, full, msg = pl.col("event"), pl.col("_full"), pl.col("_msg")
+    cap = ev == "capacity"
+    args = args_fields(full)
+    capf = capacity_fields(full)
+    batch = ev == "batch"
+    only_cap = lambda e: pl.when(cap).then(e)  # noqa: E731
+    return df.with_columns(
+        pl.coalesce(
+            pl.col("span"),
+            # span names in order: `a{...}:b:c{...}` -> "a:b:c"
+            pl.col("_spans").str.extract_all(r"(?:^|:)[A-Za-z_][A-Za-z0-9_-]*(?:\{|:|$)")
+            .list.eval(pl.element().str.replace_all(r"[:{]", ""))
+            .list.join(":"),
+        ).alias("span"),
+        pl.when(cap).then(pl.coalesce(capf["max_batch_tokens"], args["max_batch_tokens"]))
+        .when(batch).then(_kv(msg, "max_tokens").cast(pl.Int64, strict=False))
+        .alias("max_batch_tokens"),
+        only_cap(capf["kv_blocks_total"]).alias("kv_blocks_total"),
+        only_cap(capf["kv_capacity_tokens"]).alias("kv_capacity_tokens"),
+        only_cap(capf["block_size"]).alias("block_size"),
+        only_cap(args["model"]).alias("model"),
+        only_cap(args["max_num_seqs"]).alias("max_num_seqs"),
+        *[
+            only_cap(pl.coalesce(capf[k], args[k]) if k in capf else args[k]).alias(k)
+            for k in ("max_concurrent_requests", "max_batch_prefill_tokens", "max_total_tokens",
+                      "max_input_tokens", "max_waiting_tokens", "num_shard", "waiting_served_ratio", "quantize")
+        ],
+        only_cap(capf["model_max_total_tokens"]).alias("model_max_total_tokens"),
+        pl.when(ev == "error").then(full.str.extract(r"^Method ([A-Za-z0-9_]+) encountered an error", 1)).alias("method"),
+        pl.when(ev == "error").then(full.str.contains(r"(?i)cuda out of memory|OutOfMemoryError")).alias("oom"),
+        pl.when(ev == "log").then(
+            ns_to_s(duration_ns(full.str.extract(r"^Shard ready in (\S+)$", 1)))
+        ).alias("ready_s"),
+        pl.when(batch).then(pl.coalesce(_kv(msg, "batch_size").cast(pl.Int64, strict=False), pl.col("batch_size")))
+        .otherwise(pl.col("batch_size")).alias("batch_size"),
+        pl.when(batch).then(_kv(msg, "queued_requests").cast(pl.Int64, strict=False)).alias("waiting"),
+        pl.when(ev == "unparsed").then(pl.col("text")).otherwise(full).alias("message"),
+    )
+
+
+_ATTR_KEYS = (
+    # request
+    "endpoint", "arrival_ts", "validation_s", "seed",
+    "best_of", "temperature", "top_k", "top_p", "typical_p", "repetition_penalty",
+    "frequency_penalty", "do_sample", "return_full_text", "truncate", "watermark", "details",
+    "decoder_input_details", "top_n_tokens", "param_seed", "adapter_id",
+    # capacity
+    "block_size", "max_concurrent_requests", "max_batch_prefill_tokens", "max_total_tokens",
+    "max_input_tokens", "max_waiting_tokens", "num_shard", "waiting_served_ratio", "quantize",
+    "model_max_total_tokens",
+    # error / log
+    "error_kind", "method", "oom", "ready_s",
+    # where it came from
+    "target", "file", "span", "rank", "service", "outer_ts",
+)
+
+_OUT_COLS = (
+    "line", "n_lines", "ts", "level", "event", "request_id", "model", "prompt_tokens",
+    "output_tokens", "max_tokens", "e2e_s", "queue_s", "tpot_s", "inference_s", "waiting",
+    "batch_size", "kv_blocks_total", "kv_capacity_tokens", "max_num_seqs", "max_batch_tokens",
+    "message",
+)
+
+
+def _json_text(col: pl.Series) -> pl.Expr:
+    """A column as JSON values. Numbers and booleans print as they are; strings are quoted
+    with `\\` and `"` escaped by literal replaces, or, when the column holds control
+    characters (checked once per column), through polars' JSON encoder."""
+    e = pl.col(col.name)
+    if col.dtype.is_numeric() or col.dtype == pl.Boolean:
+        return e.cast(pl.String)
+    if col.dtype != pl.String or col.null_count() == col.len():
+        return pl.concat_str([pl.lit('"'), e.cast(pl.String), pl.lit('"')])
+    if col.str.contains(r"[\x00-\x1f]").any():
+        enc = pl.struct(e.alias("v")).struct.json_encode()
+        return enc.str.slice(5, enc.str.len_chars() - 6)
+    esc = e.str.replace_all("\\", "\\\\", literal=True).str.replace_all('"', '\\"', literal=True)
+    return pl.concat_str([pl.lit('"'), esc, pl.lit('"')])
+
+
+def _attrs(df: pl.DataFrame, keys: tuple[str, ...]) -> pl.Expr:
+    """The JSON object of `keys` without the null ones (what base.attrs_json makes), built
+    with one concat_str instead of one JSON encode per key: several times faster."""
+    parts = [
+        pl.concat_str([pl.lit(f'"{k}":'), _json_text(df[k])])
+        for k in keys
+        if df[k].null_count() < df.height
+    ]
+    if not parts:
+        return pl.lit(None, _STR)
+    body = pl.concat_str(parts, separator=",", ignore_nulls=True)
+    return pl.when(body != "").then(pl.concat_str([pl.lit("{"), body, pl.lit("}")]))
+
+
+def _finish(df: pl.DataFrame) -> pl.DataFrame:
+    missing = [k for k in (*_ATTR_KEYS, *_OUT_COLS) if k not in df.columns]
+    df = df.with_columns([pl.lit(None, _STR).alias(k) for k in missing])
+    unparsed = pl.col("event") == "unparsed"
+    return df.select(
+        *[pl.col(c) for c in _OUT_COLS],
+        pl.when(~unparsed).then(_attrs(df, _ATTR_KEYS)).alias("attrs"),
+    ).sort("line")

@@ -1,0 +1,170 @@
+"""Field extraction for the TGI parser (`tgi.py`): Rust `Duration` strings to exact
+nanoseconds, the `GenerateParameters { ... }` Debug dump, the launcher `Args { ... }`
+dump and the capacity lines of warm-up. Pure polars expressions, no per-line Python.
+
+Durations are Rust `Debug` of `std::time::Duration` (`"2.458150804s"`, `"13.678487ms"`,
+`"184.26µs"`, `"70µs"`, `"12ns"`): the integer and fraction digits are read as integers
+and combined into integer nanoseconds; seconds are then the float nearest to ns / 1e9
+(no binary-float rounding on the way).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+# µ as Rust prints it (U+00B5), Greek mu (U+03BC) from re-typed logs, and ASCII `us`.
+DURATION_RE = r"^[ \t]*(?P<int>[0-9]{1,12})(?:\.(?P<frac>[0-9]{1,9}))?(?P<unit>s|ms|\x{00B5}s|\x{03BC}s|us|ns)[ \t]*$"
+
+NS_PER_S = 1_000_000_000
+
+
+def duration_ns(expr: pl.Expr) -> pl.Expr:
+    """A Rust Debug duration string -> Int64 nanoseconds (null when it is not one)."""
+    g = expr.str.extract_groups(DURATION_RE)
+    unit = g.struct.field("unit")
+    unit_ns = (
+        pl.when(unit == "s").then(pl.lit(NS_PER_S, pl.Int64))
+        .when(unit == "ms").then(pl.lit(1_000_000, pl.Int64))
+        .when(unit == "ns").then(pl.lit(1, pl.Int64))
+        .when(unit.is_not_null()).then(pl.lit(1_000, pl.Int64))
+    )
+    whole = g.struct.field("int").cast(pl.Int64, strict=False)
+    # fraction digits padded to 9 = the fraction in units of 1e-9 of the unit; exact for
+    # every fraction Rust prints (<= 9 digits for s, 6 for ms, 3 for µs)
+    frac9 = g.struct.field("frac").fill_null("").str.pad_end(9, "0").cast(pl.Int64, strict=False)
+    return whole * unit_ns + (frac9 * unit_ns) // NS_PER_S
+
+
+def ns_to_s(expr: pl.Expr) -> pl.Expr:
+    """Int64 nanoseconds -> Float64 seconds, correctly rounded (== ns / 1e9 in Python).
+
+    Goes through the decimal text `S.NNNNNNNNN`: polars turns a division by a constant
+    into a multiplication by its reciprocal, which is off by one ulp for many values."""
+    sign = pl.when(expr < 0).then(pl.lit("-")).otherwise(pl.lit(""))
+    a = expr.abs()
+    text = pl.concat_str(
+        [sign, (a // NS_PER_S).cast(pl.String), pl.lit("."), (a % NS_PER_S).cast(pl.String).str.zfill(9)]
+    )
+    return text.cast(pl.Float64, strict=False)
+
+
+def span_field(spans: pl.Expr, name: str) -> pl.Expr:
+    """`name="value"` as tracing prints a string-recorded span field -> value."""
+    return spans.str.extract(rf'(?:^|[{{ ]){name}="([^"]*)"', 1)
+
+
+def span_int(spans: pl.Expr, name: str) -> pl.Expr:
+    """`name=123` (an integer span field) -> Int64."""
+    return spans.str.extract(rf"(?:^|[{{ ]){name}=([0-9]+)[ }}]", 1).cast(pl.Int64, strict=False)
+
+
+# ---------------------------------------------------------------------------------------
+# GenerateParameters { best_of: None, temperature: Some(0.69), ..., max_new_tokens: Some(180), ... }
+
+_FLOAT_PARAMS = ("temperature", "top_p", "typical_p", "repetition_penalty", "frequency_penalty")
+_INT_PARAMS = ("best_of", "top_k", "truncate", "top_n_tokens")
+_BOOL_PARAMS = ("do_sample", "return_full_text", "watermark", "details", "decoder_input_details")
+
+
+def _param(params: pl.Expr, name: str) -> pl.Expr:
+    # `name: Some(v)` or (older routers) `name: v`; `None` -> null
+    v = params.str.extract(rf"(?-u:\b){name}: (?:Some\()?([^,() \t}}]+)", 1)
+    return pl.when(v != "None").then(v)
+
+
+def generate_parameters(params: pl.Expr) -> dict[str, pl.Expr]:
+    """Sampling parameters from the Debug dump, typed, keyed by their TGI names."""
+    out: dict[str, pl.Expr] = {}
+    for name in _INT_PARAMS:
+        out[name] = _param(params, name).cast(pl.Int64, strict=False)
+    for name in _FLOAT_PARAMS:
+        out[name] = _param(params, name).cast(pl.Float64, strict=False)
+    for name in _BOOL_PARAMS:
+        v = _param(params, name)
+        out[name] = pl.when(v == "true").then(True).when(v == "false").then(False)
+    # the seed is a u64: keep it as text (it does not fit Int64)
+    out["param_seed"] = _param(params, "seed")
+    out["adapter_id"] = params.str.extract(r'(?-u:\b)adapter_id: Some\("([^"]*)"\)', 1)
+    return out
+
+
+def max_new_tokens(params: pl.Expr) -> pl.Expr:
+    return params.str.extract(r"(?-u:\b)max_new_tokens: (?:Some\()?([0-9]+)", 1).cast(pl.Int64, strict=False)
+
+
+def seed_value(seed: pl.Expr) -> pl.Expr:
+    """The response seed span field `"None"` / `"Some(13465365087046561476)"` -> digits."""
+    return seed.str.extract(r"^Some\(([0-9]+)\)$", 1)
+
+
+# ---------------------------------------------------------------------------------------
+# launcher `Args { ... }` (single line `{:?}` up to v2.0, pretty `{:#?}` since v2.1)
+
+
+def _args_some_int(msg: pl.Expr, name: str) -> pl.Expr:
+    # `name: Some(4)` or pretty `name: Some(\n        4,\n    )`; bare `name: 128`
+    return msg.str.extract(rf"(?-u:\b){name}: (?:Some\([ \t\n]*)?([0-9]+)", 1).cast(pl.Int64, strict=False)
+
+
+def args_fields(msg: pl.Expr) -> dict[str, pl.Expr]:
+    return {
+        "model": msg.str.extract(r'(?-u:\b)model_id: "((?:[^"\\]|\\.)*)"', 1),
+        "max_num_seqs": _args_some_int(msg, "max_batch_size"),
+        "max_batch_tokens": _args_some_int(msg, "max_batch_total_tokens"),
+        "max_concurrent_requests": _args_some_int(msg, "max_concurrent_requests"),
+        "max_batch_prefill_tokens": _args_some_int(msg, "max_batch_prefill_tokens"),
+        "max_total_tokens": _args_some_int(msg, "max_total_tokens"),
+        "max_input_tokens": pl.coalesce(
+            _args_some_int(msg, "max_input_tokens"), _args_some_int(msg, "max_input_length")
+        ),
+        "max_waiting_tokens": _args_some_int(msg, "max_waiting_tokens"),
+        "num_shard": _args_some_int(msg, "num_shard"),
+        "waiting_served_ratio": msg.str.extract(r"(?-u:\b)waiting_served_ratio: ([0-9.]+)", 1).cast(
+            pl.Float64, strict=False
+        ),
+        "quantize": msg.str.extract(r"(?-u:\b)quantize: Some\([ \t\n]*([A-Za-z0-9_]+)", 1),
+    }
+
+
+# ---------------------------------------------------------------------------------------
+# capacity lines (router warm-up and launcher defaults)
+
+SETTING_MAX_BATCH_RE = r"(?:Setting max batch total tokens to|Inferred max batch total tokens:) ([0-9]+)"
+KV_BLOCKS_RE = r"KV-cache blocks: (?P<blocks>[0-9]+), size: (?P<size>[0-9]+)"
+DEFAULT_RE = r"^Default `(?P<key>max_[A-Za-z0-9_]+)` to (?P<val>[0-9]+)"
+MODEL_SUPPORTS_RE = r"^Model supports up to (?P<max>[0-9]+) but tgi will now set its default to (?P<dflt>[0-9]+)"
+
+
+def capacity_fields(msg: pl.Expr) -> dict[str, pl.Expr]:
+    kv = msg.str.extract_groups(KV_BLOCKS_RE)
+    blocks = kv.struct.field("blocks").cast(pl.Int64, strict=False)
+    size = kv.struct.field("size").cast(pl.Int64, strict=False)
+    dflt = msg.str.extract_groups(DEFAULT_RE)
+    dkey, dval = dflt.struct.field("key"), dflt.struct.field("val").cast(pl.Int64, strict=False)
+    sup = msg.str.extract_groups(MODEL_SUPPORTS_RE)
+    flag = lambda name: msg.str.extract(rf"--{name}=([0-9]+)", 1).cast(pl.Int64, strict=False)  # noqa: E731
+    return {
+        "max_batch_tokens": msg.str.extract(SETTING_MAX_BATCH_RE, 1).cast(pl.Int64, strict=False),
+        "kv_blocks_total": blocks,
+        "block_size": size,
+        # capacity in tokens = blocks x tokens per block: both numbers are on the line
+        "kv_capacity_tokens": blocks * size,
+        "max_batch_prefill_tokens": pl.coalesce(
+            pl.when(dkey == "max_batch_prefill_tokens").then(dval), flag("max-batch-prefill-tokens")
+        ),
+        "max_total_tokens": pl.coalesce(
+            pl.when(dkey == "max_total_tokens").then(dval),
+            sup.struct.field("dflt").cast(pl.Int64, strict=False),
+        ),
+        "max_input_tokens": pl.coalesce(
+            pl.when(dkey == "max_input_tokens").then(dval), flag("max-input-tokens")
+        ),
+        "model_max_total_tokens": sup.struct.field("max").cast(pl.Int64, strict=False),
+    }
+
+
+CAPACITY_RE = (
+    r"^(?:Setting max batch total tokens to [0-9]+|Inferred max batch total tokens: [0-9]+"
+    r"|Default `max_[A-Za-z0-9_]+` to [0-9]+|Model supports up to [0-9]+ but tgi will now set its default"
+    r"|KV-cache blocks: [0-9]+, size: [0-9]+|Args \{)"
+)
