@@ -1,0 +1,131 @@
+"""`servelens tail` (follow live logs into the store) and `servelens compact` (merge small
+Parquet parts)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+# cli imports this module only from main(), after it is complete
+from .cli import StoreOpt, fail, store_path
+
+NON_TTY_STATUS_S = 30.0
+
+
+class StatusLine:
+    """Files followed, lines/s and lag on stderr: one refreshed line on a terminal, a line
+    every NON_TTY_STATUS_S otherwise (so a log of the tailer stays readable)."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.tty = sys.stderr.isatty()
+        self._shown = False
+        self._next = 0.0
+
+    def say(self, message: str) -> None:
+        self._clear()
+        typer.echo(f"servelens: {message}", err=True)
+
+    def status(self, stats) -> None:
+        if not self.enabled:
+            return
+        text = (
+            f"following {stats.files} file{'s' if stats.files != 1 else ''} | "
+            f"{stats.rate:,.0f} lines/s | lag {stats.lag_s:.1f}s | {stats.lines:,} lines committed"
+        )
+        if self.tty:
+            sys.stderr.write("\r\x1b[K" + text)
+            sys.stderr.flush()
+            self._shown = True
+        elif time.monotonic() >= self._next:
+            self._next = time.monotonic() + NON_TTY_STATUS_S
+            typer.echo(f"servelens: {text}", err=True)
+
+    def _clear(self) -> None:
+        if self._shown:
+            sys.stderr.write("\r\x1b[K")
+            self._shown = False
+
+    def end(self) -> None:
+        if self._shown:
+            sys.stderr.write("\n")
+            self._shown = False
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def tail(
+        paths: Annotated[list[Path], typer.Argument(help="Log directories (watched recursively) or files to follow.", show_default=False)],
+        store: StoreOpt = None,  # type: ignore[assignment]
+        glob: Annotated[Optional[str], typer.Option(help="Follow only files whose name matches, e.g. '*.log*' (default: every file that is not hidden or obviously not a log).")] = None,
+        from_beginning: Annotated[bool, typer.Option("--from-beginning", help="Read files already there from their start (the default), or from where the store left off.")] = False,
+        from_end: Annotated[bool, typer.Option("--from-end", help="Skip what files already there hold now; follow only new lines (and new files from their start).")] = False,
+        engine: Annotated[str, typer.Option(help="auto (detect per file), vllm, tgi, trtllm or unknown.")] = "auto",
+        instance: Annotated[Optional[str], typer.Option(help="Instance name for every file (default: from each file's name).")] = None,
+        year: Annotated[Optional[int], typer.Option(help="Year of timestamps printed without one (default: from the file's modification time).")] = None,
+        flush_interval: Annotated[float, typer.Option(help="Seconds between commits to the store; new lines are queryable about this long after they are written.")] = 0.5,
+        quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No status line; only messages about files.")] = False,
+    ) -> None:
+        """Follow log files as they grow and write them to the store, exactly once through
+        rotation (rename or copytruncate, .gz), truncation, deletion and restarts. Stop with
+        Ctrl-C: what has been read is committed first. Query meanwhile with servelens sql.
+
+        \b
+        Examples:
+          servelens tail /var/log/vllm/
+          servelens tail /var/log/tgi/ --glob '*.log*' --store live.store
+          servelens tail server.log --engine trtllm --from-end --flush-interval 1
+        """
+        from .store import StoreError
+        from .tail import TailError, tail as run_tail
+
+        if from_beginning and from_end:
+            raise fail("--from-beginning and --from-end contradict each other; give one")
+        line = StatusLine(enabled=not quiet)
+        try:
+            stats = run_tail(
+                paths, store_path(store), glob=glob, engine=engine, instance=instance, year=year,
+                from_end=from_end, flush_interval=flush_interval, say=line.say, on_status=line.status,
+            )
+        except (TailError, StoreError) as e:
+            line.end()
+            raise fail(str(e)) from None
+        line.end()
+        typer.echo(f"servelens: stopped; {stats.lines:,} lines committed in {stats.commits:,} commits", err=True)
+
+    @app.command()
+    def compact(
+        store: StoreOpt = None,  # type: ignore[assignment]
+        min_parts: Annotated[int, typer.Option(help="Merge a partition's small parts only when it has at least this many.")] = 2,
+    ) -> None:
+        """Merge the small Parquet parts of the store into large ones so queries stay fast.
+        Readers keep working meanwhile; a running `servelens tail` compacts by itself.
+
+        \b
+        Examples:
+          servelens compact
+          servelens compact --store live.store --min-parts 16
+        """
+        from .compact import compact as run_compact
+        from .store import Store, StoreError, StoreLocked
+
+        target = store_path(store)
+        if not (target / "manifest.json").exists():
+            raise fail(f"{target} is not a servelens store (no manifest.json); give --store")
+        if min_parts < 2:
+            raise fail("--min-parts must be at least 2")
+        try:
+            with Store.open(target, purpose="compact") as st:
+                result = run_compact(st, min_parts=min_parts)
+        except StoreLocked as e:
+            raise fail(f"{e} (a running servelens tail compacts the store itself)") from None
+        except StoreError as e:
+            raise fail(str(e)) from None
+        typer.echo(
+            f"{result.merged} parts merged into {result.written}; "
+            f"{result.parts_before} -> {result.parts_after} parts in {target}"
+        )

@@ -1,0 +1,639 @@
+"""Live tailing: follow growing log files into the store, exactly once through rotation,
+truncation, deletion and crashes.
+
+Every followed file is held open by descriptor and known by (device, inode), so a rename
+(rotation) keeps reading the same content to its end and a new file at the old path is a new
+file. What has been read is remembered in the same manifest entries `ingest` writes
+(checkpoint.py), keyed by content fingerprint, and committed together with the events in one
+Store.commit: after a crash at any moment the restart resumes each content exactly where the
+committed data ends.
+
+Rules that make it exactly once:
+- only bytes actually read are fingerprinted (head and tail kept in memory), and the bytes
+  before the offset are re-checked after every read: if they changed, the file was truncated
+  (copytruncate) and the read is thrown away, the old content's entry is released, and the
+  file is read again from 0 under a new entry;
+- a manifest entry is followed by at most one file at a time: a second file with the same
+  content (the copy of copytruncate, a .gz of a rotated file) waits until the first one is
+  truncated, deleted or closed, then resumes the entry from its offset;
+- the partial last line is held until its newline arrives, and the last record until the file
+  is quiet (a traceback may still be growing); held bytes are never committed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import gzip
+import io
+import os
+import signal
+import threading
+import time
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import polars as pl
+
+from servelens.parsers import ENGINES, detect_engine, get_parser
+from servelens.parsers.base import ParseContext
+
+from . import fingerprint as fp
+from .checkpoint import restore_ctx, save_ctx
+from .discover import display_path, instance_from_path, looks_binary
+from .ingest import DETECT_BYTES, _detect_sample
+from .lines import parse_stream
+from .store import Store, new_txid
+from .tail_watch import Targets, Watcher
+
+DEFAULT_FLUSH_S = 0.5
+RESCAN_S = 5.0  # safety-net rescan of the directories (watchdog events can be lost)
+QUIET_S = 0.3  # no growth for this long: the last record is complete
+MAX_READ = 16 * 1024 * 1024  # bytes read from one file per poll (bounds memory)
+CHECK_BYTES = 256  # bytes before the offset re-checked after each read (truncation)
+COPY_WAIT_S = 2.0  # a new file that looks like a copy still being written waits this long
+DETECT_WAIT_S = 5.0  # a new file too short to recognise its engine waits this long
+ROTATE_WAIT_S = 5.0  # a file renamed away or deleted is followed until quiet this long
+IDLE_CLOSE_S = 300.0  # a drained file quiet this long is closed (reopened when it changes)
+PARTIAL_WAIT_S = 300.0  # an unterminated last line quiet this long is taken as it is
+FLUSH_ROWS = 200_000  # commit early when this many events are waiting
+COMPACT_EVERY_S = 30.0
+COMPACT_MIN_PARTS = 64
+GZ_ERRORS = (EOFError, OSError, zlib.error, gzip.BadGzipFile)
+
+
+class TailError(Exception):
+    """The tailer cannot start; the message says what to do."""
+
+
+@dataclass
+class Followed:
+    """One open file (one inode) and how far its content has been read."""
+
+    path: Path
+    dev: int
+    ino: int
+    fd: int
+    is_gz: bool
+    first_seen: float
+    initial: bool  # found by the first scan: --from-end applies
+    key: str | None = None  # manifest entry; None until resolved
+    engine: str | None = None
+    instance: str = ""
+    source: str = ""
+    parser: Any = None
+    ctx: ParseContext | None = None
+    offset: int = 0  # bytes of content consumed (decompressed for .gz)
+    next_line: int = 1
+    head: bytes = b""  # content[: min(HEAD_BYTES, offset)]
+    tail: bytes = b""  # content[offset - TAIL_BYTES : offset]
+    gz: Any = None  # decompressing stream positioned at offset + len(carry)
+    carry: bytes = b""  # .gz bytes read but not consumed yet
+    last_size: int = -1
+    last_mtime: int = -1
+    last_growth: float = 0.0
+    pending_since: float | None = None
+    settled: bool = False  # read while quiet and nothing changed since
+    in_scan: bool = True  # still under a watched name
+    next_try: float = 0.0
+    done: bool = False
+    skip: str = ""
+
+
+@dataclass
+class Stats:
+    lines: int = 0
+    events: int = 0
+    commits: int = 0
+    rate: float = 0.0  # lines/s over the last few seconds
+    lag_s: float = 0.0
+    files: int = 0
+    _window: list = field(default_factory=list)
+
+    def add(self, now: float, lines: int) -> None:
+        self.lines += lines
+        self._window.append((now, lines))
+        self._window = [(t, n) for t, n in self._window if now - t <= 5.0]
+        span = max(1.0, now - self._window[0][0]) if self._window else 1.0
+        self.rate = sum(n for _, n in self._window) / span
+
+
+class Tailer:
+    """Follows the targets into an open (locked) store. `poll_once` does one step (rescan if
+    due, read every file, commit); `run` loops until told to stop."""
+
+    def __init__(
+        self,
+        store: Store,
+        targets: Targets,
+        *,
+        engine: str = "auto",
+        instance: str | None = None,
+        year: int | None = None,
+        from_end: bool = False,
+        flush_interval: float = DEFAULT_FLUSH_S,
+        quiet_s: float = QUIET_S,
+        compact_min_parts: int = COMPACT_MIN_PARTS,
+        say: Callable[[str], None] | None = None,
+    ):
+        if engine not in ("auto", "unknown") and engine not in ENGINES:
+            raise TailError(f"unknown engine {engine!r}; choose one of: auto, {', '.join(ENGINES)}, unknown")
+        self.store = store
+        self.targets = targets
+        self.engine = engine
+        self.instance = instance
+        self.year = year
+        self.from_end = from_end
+        self.flush_interval = flush_interval
+        self.quiet_s = quiet_s
+        self.compact_min_parts = compact_min_parts
+        self.say = say or (lambda msg: None)
+        self.followed: dict[tuple[int, int], Followed] = {}
+        self.closed: dict[tuple[int, int], tuple[int, int]] = {}  # inode -> (size, mtime) when closed
+        self.frames: list[pl.DataFrame] = []
+        self.files: dict[str, dict] = {}
+        self.rows = 0
+        self.stats = Stats()
+        self._pending_lines = 0
+        self._scanned = False
+        self._next_rescan = 0.0
+        self._next_compact = time.monotonic() + COMPACT_EVERY_S
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def poll_once(self, rescan: bool = False) -> None:
+        now = time.monotonic()
+        if rescan or not self._scanned or now >= self._next_rescan:
+            self._rescan(initial=not self._scanned)
+            self._scanned = True
+            self._next_rescan = now + RESCAN_S
+        for fol in list(self.followed.values()):
+            try:
+                self._poll(fol, now)
+            except OSError as e:
+                self.say(f"{fol.path}: {e.strerror or e}; no longer following it")
+                self._close(fol)
+        self.flush()
+        lags = [now - f.pending_since for f in self.followed.values() if f.pending_since is not None]
+        self.stats.lag_s = max(lags, default=0.0)
+        self.stats.files = sum(1 for f in self.followed.values() if f.key is not None)
+        if self.compact_min_parts and now >= self._next_compact:
+            self._next_compact = now + COMPACT_EVERY_S
+            from .compact import compact
+
+            compact(self.store, min_parts=self.compact_min_parts)
+
+    def run(self, stop: threading.Event, on_status: Callable[[Stats], None] | None = None) -> None:
+        watcher = Watcher(self.targets)
+        if watcher.error:
+            self.say(watcher.error)
+        try:
+            next_status = 0.0
+            while not stop.is_set():
+                rescan = watcher.rescan.is_set()
+                watcher.rescan.clear()
+                self.poll_once(rescan=rescan)
+                if on_status and time.monotonic() >= next_status:
+                    on_status(self.stats)
+                    next_status = time.monotonic() + 1.0
+                # file events only shorten the wait for new/moved files; growth is polled
+                if watcher.rescan.wait(self.flush_interval):
+                    stop.wait(0.05)  # let a burst of creates/renames settle
+        finally:
+            watcher.stop()
+            self.close()
+
+    def close(self) -> None:
+        """Commit what has been read (held partial lines stay unread) and close the files."""
+        self.flush()
+        for fol in list(self.followed.values()):
+            self._close(fol, remember=False)
+
+    # -- discovery -----------------------------------------------------------------------
+
+    def _rescan(self, initial: bool) -> None:
+        present = set()
+        for path in self.targets.scan():
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            k = (st.st_dev, st.st_ino)
+            present.add(k)
+            fol = self.followed.get(k)
+            if fol is not None:
+                if fol.path != path and fol.key is not None:
+                    self.say(f"{fol.path} is now {path}; still following it")
+                fol.path = path
+                continue
+            if self.closed.get(k) == (st.st_size, st.st_mtime_ns):
+                continue
+            self._open(path, k, initial)
+        for k, fol in self.followed.items():
+            fol.in_scan = k in present
+        self.closed = {k: v for k, v in self.closed.items() if k in present}
+
+    def _open(self, path: Path, k: tuple[int, int], initial: bool) -> None:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != k:  # replaced between stat and open: next scan
+            os.close(fd)
+            return
+        is_gz = os.pread(fd, 2, 0) == fp.GZIP_MAGIC
+        self.followed[k] = Followed(
+            path=path, dev=k[0], ino=k[1], fd=fd, is_gz=is_gz,
+            first_seen=time.monotonic(), initial=initial,
+        )
+
+    def _close(self, fol: Followed, remember: bool = True) -> None:
+        k = (fol.dev, fol.ino)
+        if remember:
+            try:
+                st = os.fstat(fol.fd)
+                self.closed[k] = (st.st_size, st.st_mtime_ns)
+            except OSError:
+                pass
+        if fol.gz is not None:
+            try:
+                fol.gz.close()
+            except GZ_ERRORS:
+                pass
+        try:
+            os.close(fol.fd)
+        except OSError:
+            pass
+        self.followed.pop(k, None)
+
+    # -- identity --------------------------------------------------------------------------
+
+    def _owned(self) -> set[str]:
+        return {f.key for f in self.followed.values() if f.key is not None}
+
+    def _resolve(self, fol: Followed, now: float) -> bool:
+        """Decide what content `fol` is: a known entry to resume, or new. False: not yet."""
+        head = self._read_head(fol)
+        if head is None or not head:
+            return False
+        if looks_binary(head):
+            fol.skip = "binary file, not a text log"
+            return False
+        owned = self._owned()
+        candidates = []
+        maybe_copy = False
+        for key, known in self.store.manifest["files"].items():
+            n = known.get("head_len", 0)
+            if n == 0 or len(head) < n or fp.sha(head[:n]) != known["head_sha"]:
+                continue
+            ok = self._tail_matches(fol, known)
+            if ok is None:
+                maybe_copy = True
+                continue
+            if not ok:
+                continue
+            if key in owned:
+                # the same content is being followed in another file: this is a copy (the
+                # copytruncate copy, a .gz of a rotated file); wait for the original to go
+                return False
+            same_inode = (known.get("dev"), known.get("inode")) == (fol.dev, fol.ino)
+            candidates.append((same_inode, known["offset"], key))
+        if candidates:
+            _, _, key = max(candidates)
+            return self._claim(fol, key, self.store.manifest["files"][key])
+        if maybe_copy and now - fol.first_seen < COPY_WAIT_S:
+            return False
+        engine = fol.engine or (self.engine if self.engine != "auto" else None)
+        if engine is None:
+            engine, _score = detect_engine(_detect_sample(head))
+            if engine == "unknown" and len(head) < fp.HEAD_BYTES and now - fol.first_seen < DETECT_WAIT_S and not fol.initial:
+                return False  # a few lines more may tell
+        return self._start_new(fol, engine, head)
+
+    def _read_head(self, fol: Followed) -> bytes | None:
+        if not fol.is_gz:
+            return os.pread(fol.fd, DETECT_BYTES, 0)
+        try:
+            with fp.open_stream(fol.path) as f:
+                return f.read(DETECT_BYTES)
+        except GZ_ERRORS:
+            return None  # still being written, or gone
+
+    def _tail_matches(self, fol: Followed, known: dict) -> bool | None:
+        """Does the content end, at the entry's offset, with the bytes the entry saw?
+        None when the content is shorter than that offset."""
+        offset = known["offset"]
+        if offset == 0:
+            return True
+        if fol.is_gz:
+            try:
+                tail_sha, tail_len = fp.tail_check(fol.path, offset)
+            except GZ_ERRORS:
+                return None
+        else:
+            n = min(offset, fp.TAIL_BYTES)
+            data = os.pread(fol.fd, n, offset - n)
+            if len(data) < n:
+                return None
+            tail_sha, tail_len = fp.sha(data), n
+        if tail_len < 0:
+            return None
+        return tail_len == known["tail_len"] and tail_sha == known["tail_sha"]
+
+    def _claim(self, fol: Followed, key: str, known: dict) -> bool:
+        offset = known["offset"]
+        if fol.is_gz:
+            try:
+                gz = fp.open_stream(fol.path)
+                head, tail = _skip_stream(gz, offset)
+            except GZ_ERRORS:
+                return False
+            if head is None:
+                gz.close()
+                return False
+            fol.gz = gz
+        else:
+            head = os.pread(fol.fd, min(offset, fp.HEAD_BYTES), 0)
+            n = min(offset, fp.TAIL_BYTES)
+            tail = os.pread(fol.fd, n, offset - n)
+        if fp.sha(head[: known["head_len"]]) != known["head_sha"] or (
+            offset and fp.sha(tail) != known["tail_sha"]
+        ):
+            if fol.gz is not None:
+                fol.gz.close()
+                fol.gz = None
+            return False  # changed under us: try again next poll
+        fol.key, fol.offset, fol.next_line = key, offset, known["lines"] + 1
+        fol.head, fol.tail = head, tail
+        fol.engine = known["engine"]
+        fol.instance = self.instance or known["instance"]
+        fol.source = known["source"]
+        self._make_ctx(fol)
+        restore_ctx(fol.ctx, known.get("ctx", {}))
+        where = f"from line {fol.next_line}" if fol.next_line > 1 else "from the start"
+        self.say(f"following {fol.path} ({fol.engine}, {where}, as {fol.source})")
+        return True
+
+    def _start_new(self, fol: Followed, engine: str, head: bytes) -> bool:
+        fol.engine = engine
+        fol.source = fol.source or display_path(fol.path)
+        fol.instance = fol.instance or self.instance or instance_from_path(fol.path)
+        key = fp.sha(head[: fp.HEAD_BYTES])
+        taken = self._owned() | set(self.files)
+        while key in self.store.manifest["files"] or key in taken:
+            key = fp.sha((key + fol.source).encode())
+        fol.key, fol.offset, fol.next_line, fol.head, fol.tail = key, 0, 1, b"", b""
+        self._make_ctx(fol)
+        if self.from_end and fol.initial:
+            if fol.is_gz:
+                fol.done = True  # a compressed archive is history
+                return True
+            self._skip_to_end(fol)
+            self.say(f"following {fol.path} ({engine}, from the end: line {fol.next_line})")
+        else:
+            if fol.is_gz:
+                try:
+                    fol.gz = fp.open_stream(fol.path)
+                except GZ_ERRORS:
+                    fol.key = None
+                    return False
+            self.say(f"following {fol.path} ({engine}, new)")
+        return True
+
+    def _make_ctx(self, fol: Followed) -> None:
+        fol.parser = get_parser(fol.engine)
+        fol.ctx = ParseContext(engine=fol.engine, source=fol.source, instance=fol.instance, year=self.year)
+        try:
+            fol.ctx.mtime = dt.datetime.fromtimestamp(os.fstat(fol.fd).st_mtime, dt.timezone.utc)
+        except OSError:
+            pass
+
+    def _skip_to_end(self, fol: Followed) -> None:
+        """--from-end: start after the last complete line; count the lines skipped so line
+        numbers stay true, and commit the position so a restart continues from it."""
+        size = os.fstat(fol.fd).st_size
+        pos, lines, last_nl = 0, 0, -1
+        while pos < size:
+            block = os.pread(fol.fd, min(MAX_READ, size - pos), pos)
+            if not block:
+                break
+            lines += block.count(b"\n")
+            i = block.rfind(b"\n")
+            if i >= 0:
+                last_nl = pos + i
+            pos += len(block)
+        offset = last_nl + 1
+        fol.offset, fol.next_line = offset, lines + 1
+        fol.head = os.pread(fol.fd, min(offset, fp.HEAD_BYTES), 0)
+        n = min(offset, fp.TAIL_BYTES)
+        fol.tail = os.pread(fol.fd, n, offset - n)
+        if offset:
+            self.files[fol.key] = self._state(fol)
+
+    def _truncated(self, fol: Followed, now: float) -> None:
+        self.say(f"{fol.path} was truncated; reading it again from the start")
+        fol.key, fol.offset, fol.next_line, fol.head, fol.tail = None, 0, 1, b"", b""
+        fol.first_seen, fol.next_try, fol.settled, fol.initial = now, 0.0, False, False
+        fol.last_size = fol.last_mtime = -1
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def _poll(self, fol: Followed, now: float) -> None:
+        if fol.skip or fol.done:
+            if fol.skip:
+                self.say(f"skipping {fol.path}: {fol.skip}")
+            self._close(fol)
+            return
+        st = os.fstat(fol.fd)
+        changed = (st.st_size, st.st_mtime_ns) != (fol.last_size, fol.last_mtime)
+        if changed:
+            fol.last_size, fol.last_mtime, fol.last_growth = st.st_size, st.st_mtime_ns, now
+            fol.settled = False
+        if fol.key is None:
+            if not changed and now < fol.next_try:
+                return
+            resolved = self._resolve(fol, now)
+            fol.initial = False  # --from-end only for what was there at the start
+            if not resolved:
+                # retry at every poll while young, then only at rescans or on change
+                young = now - fol.first_seen < 10.0
+                fol.next_try = now if young else now + RESCAN_S
+                if not fol.in_scan and now - fol.last_growth > ROTATE_WAIT_S:
+                    self._close(fol)
+                return
+            if fol.done:
+                self._close(fol)
+                return
+        if fol.is_gz:
+            self._read_gz(fol, now)
+            return
+        if st.st_size < fol.offset:
+            self._truncated(fol, now)
+            return
+        detached = st.st_nlink == 0 or not fol.in_scan
+        # quiet: wall time since the last write, or (clock skew) time since we saw a change
+        quiet_for = max(time.time() - st.st_mtime, now - fol.last_growth)
+        partial_due = quiet_for >= PARTIAL_WAIT_S or (detached and quiet_for >= ROTATE_WAIT_S)
+        if st.st_size > fol.offset and (changed or not fol.settled or partial_due):
+            fol.pending_since = fol.pending_since or now
+            n = min(st.st_size - fol.offset, MAX_READ)
+            data = os.pread(fol.fd, n, fol.offset)
+            # the bytes before the offset must still be the ones we read: checked after the
+            # read, so `data` is known to come from the same content
+            if fol.offset and not self._still_same(fol):
+                self._truncated(fol, now)
+                return
+            end = fol.offset + len(data) >= st.st_size
+            quiet = not changed or quiet_for >= self.quiet_s
+            self._consume(fol, data, hold_partial=not (end and partial_due), hold_record=not (end and quiet), now=now)
+            fol.settled = end and quiet
+        if fol.offset >= st.st_size:
+            fol.pending_since = None
+        drained = fol.offset >= st.st_size or (fol.settled and partial_due)
+        if drained and detached and now - fol.last_growth >= ROTATE_WAIT_S:
+            what = "deleted" if st.st_nlink == 0 else "moved away"
+            self.say(f"{fol.path} was {what}; finished reading it")
+            self._close(fol)
+        elif drained and fol.offset >= st.st_size and now - fol.last_growth >= IDLE_CLOSE_S:
+            self._close(fol)
+
+    def _still_same(self, fol: Followed) -> bool:
+        n = min(len(fol.tail), CHECK_BYTES)
+        return os.pread(fol.fd, n, fol.offset - n) == fol.tail[len(fol.tail) - n :]
+
+    def _read_gz(self, fol: Followed, now: float) -> None:
+        try:
+            piece = fol.gz.read(MAX_READ)
+            eof = len(piece) < MAX_READ
+        except GZ_ERRORS as e:
+            self.say(f"{fol.path}: stopped early ({e}); keeping what was read")
+            piece, eof = b"", True
+        data = fol.carry + piece
+        used = self._consume(fol, data, hold_partial=not eof, hold_record=not eof, now=now)
+        fol.carry = data[used:]
+        if eof:
+            fol.done = True
+            self._close(fol)
+
+    def _consume(self, fol: Followed, data: bytes, *, hold_partial: bool, hold_record: bool, now: float) -> int:
+        used = self._parse(fol, data, hold_partial, hold_record, now)
+        if used == 0 and len(data) >= MAX_READ:
+            # one record longer than a whole read: take it as it is rather than stall
+            used = self._parse(fol, data, False, False, now)
+        return used
+
+    def _parse(self, fol: Followed, data: bytes, hold_partial: bool, hold_record: bool, now: float) -> int:
+        if not data:
+            return 0
+        base = fol.offset
+        done = 0
+        for chunk in parse_stream(
+            io.BytesIO(data), fol.parser, fol.ctx, offset=base, next_line=fol.next_line,
+            block_bytes=len(data) + 1, hold_partial_line=hold_partial, hold_last_record=hold_record,
+        ):
+            used = chunk.offset - base
+            new = data[done:used]
+            done = used
+            if len(fol.head) < fp.HEAD_BYTES:
+                fol.head = (fol.head + new[: fp.HEAD_BYTES - len(fol.head)])
+            fol.tail = (fol.tail + new)[-fp.TAIL_BYTES :] if len(new) < fp.TAIL_BYTES else new[-fp.TAIL_BYTES :]
+            fol.offset, fol.next_line = chunk.offset, chunk.next_line
+            if chunk.events.height:
+                self.frames.append(chunk.events)
+                self.rows += chunk.events.height
+            self._pending_lines += chunk.n_lines
+            self.files[fol.key] = self._state(fol)
+            if self.rows >= FLUSH_ROWS:
+                self.flush()
+        return done
+
+    def _state(self, fol: Followed) -> dict:
+        """The manifest entry (the format checkpoint.file_state writes), computed from the
+        bytes actually read rather than re-read from a path that may have moved."""
+        head = fol.head[: min(fol.offset, fp.HEAD_BYTES)]
+        return {
+            "head_sha": fp.sha(head),
+            "head_len": len(head),
+            "tail_sha": fp.sha(fol.tail) if fol.offset else "",
+            "tail_len": len(fol.tail) if fol.offset else 0,
+            "offset": fol.offset,
+            "lines": fol.next_line - 1,
+            "source": fol.source,
+            "engine": fol.engine,
+            "instance": fol.instance,
+            "dev": fol.dev,
+            "inode": fol.ino,
+            "ctx": save_ctx(fol.ctx),
+        }
+
+    # -- committing --------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Commit the events read so far together with the offsets they bring."""
+        if not self.files and not self.frames:
+            return
+        events = pl.concat(self.frames) if self.frames else pl.DataFrame()
+        txid = new_txid()
+        moves = self.store.stage_events(events, txid) if events.height else []
+        self.store.commit(moves, files=self.files)
+        self.stats.events += events.height
+        self.stats.commits += 1
+        self.stats.add(time.monotonic(), self._pending_lines)
+        self.frames, self.files, self.rows, self._pending_lines = [], {}, 0, 0
+
+
+def _skip_stream(stream: Any, offset: int) -> tuple[bytes | None, bytes]:
+    """Read `offset` bytes of a stream, keeping its head and the bytes just before offset.
+    (None, b"") when the content is shorter."""
+    head, tail, pos = b"", b"", 0
+    while pos < offset:
+        block = stream.read(min(MAX_READ, offset - pos))
+        if not block:
+            return None, b""
+        if len(head) < fp.HEAD_BYTES:
+            head += block[: fp.HEAD_BYTES - len(head)]
+        tail = (tail + block)[-fp.TAIL_BYTES :]
+        pos += len(block)
+    return head[: min(offset, fp.HEAD_BYTES)], tail
+
+
+def tail(
+    paths: list[Path | str],
+    store_dir: Path | str,
+    *,
+    glob: str | None = None,
+    engine: str = "auto",
+    instance: str | None = None,
+    year: int | None = None,
+    from_end: bool = False,
+    flush_interval: float = DEFAULT_FLUSH_S,
+    say: Callable[[str], None] | None = None,
+    on_status: Callable[[Stats], None] | None = None,
+    stop: threading.Event | None = None,
+) -> Stats:
+    """Follow `paths` into the store until SIGINT/SIGTERM (or `stop`), then commit and return."""
+    store_dir = Path(store_dir)
+    missing = [str(p) for p in paths if not Path(p).exists()]
+    if missing:
+        raise TailError(f"path not found: {missing[0]}; check the path (a directory may be empty, but must exist)")
+    if flush_interval <= 0:
+        raise TailError("--flush-interval must be more than 0 seconds")
+    targets = Targets([Path(p) for p in paths], glob, skip_under=store_dir)
+    stop = stop or threading.Event()
+    with Store.open(store_dir, purpose="tail") as store:
+        tailer = Tailer(
+            store, targets, engine=engine, instance=instance, year=year, from_end=from_end,
+            flush_interval=flush_interval, say=say,
+        )
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous[sig] = signal.signal(sig, lambda *_: stop.set())
+        try:
+            tailer.run(stop, on_status)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return tailer.stats

@@ -1,0 +1,115 @@
+"""What the tailer watches: which files match the user's paths and glob right now, and a
+watchdog observer that wakes the tailer when files appear, move or vanish.
+
+Watchdog events are only a hint (they are lost on overflow and absent on many network
+filesystems): the tailer also rescans every few seconds, and it notices growth by polling the
+files it has open, so correctness never depends on an event arriving.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import threading
+from pathlib import Path
+
+from .discover import HIDDEN, NOT_LOGS
+
+
+class Targets:
+    """The user's DIR_OR_FILE arguments plus the glob: answers "which files now?"."""
+
+    def __init__(self, paths: list[Path], glob: str | None, skip_under: Path | None = None):
+        self.paths = [Path(p) for p in paths]
+        self.glob = glob
+        self.skip = skip_under.resolve() if skip_under else None
+
+    def wanted(self, path: Path, root: Path) -> bool:
+        """Should a file found under directory `root` be followed?"""
+        rel = path.relative_to(root)
+        if any(HIDDEN.match(part) for part in rel.parts):
+            return False
+        if self.glob is not None:
+            return fnmatch.fnmatch(path.name, self.glob) or fnmatch.fnmatch(str(rel), self.glob)
+        return path.suffix.lower() not in NOT_LOGS
+
+    def scan(self) -> list[Path]:
+        """Every matching regular file that exists now (named files always match)."""
+        out: list[Path] = []
+        for p in self.paths:
+            if p.is_dir():
+                for dirpath, dirnames, filenames in os.walk(p):
+                    d = Path(dirpath)
+                    if self.skip is not None and _is_under(d, self.skip):
+                        dirnames[:] = []
+                        continue
+                    dirnames[:] = sorted(n for n in dirnames if not HIDDEN.match(n))
+                    for name in sorted(filenames):
+                        f = d / name
+                        if self.wanted(f, p) and f.is_file():
+                            out.append(f)
+            elif p.is_file():
+                out.append(p)
+        return out
+
+    def watch_dirs(self) -> list[tuple[Path, bool]]:
+        """(directory, recursive) pairs to hand to watchdog."""
+        out = []
+        for p in self.paths:
+            if p.is_dir():
+                out.append((p, True))
+            else:
+                out.append((p.parent if str(p.parent) else Path("."), False))
+        return out
+
+
+def _is_under(f: Path, root: Path) -> bool:
+    try:
+        f.resolve().relative_to(root)
+        return True
+    except ValueError:
+        return False
+
+
+class Watcher:
+    """Sets `wake` on any create/move/delete/modify under the watched directories, and
+    `rescan` when the set of files may have changed. Degrades to polling if watchdog cannot
+    start (e.g. inotify watches exhausted)."""
+
+    def __init__(self, targets: Targets):
+        self.wake = threading.Event()
+        self.rescan = threading.Event()
+        self._observer = None
+        self.error: str | None = None
+        try:
+            from watchdog.events import FileSystemEventHandler
+            from watchdog.observers import Observer
+        except ImportError as e:  # pragma: no cover - watchdog is a dependency
+            self.error = str(e)
+            return
+        watcher = self
+
+        class Handler(FileSystemEventHandler):
+            def on_any_event(self, event):  # noqa: D401 - watchdog callback
+                if event.event_type in ("created", "moved", "deleted"):
+                    watcher.rescan.set()
+                    watcher.wake.set()
+                elif event.event_type in ("modified", "closed"):
+                    watcher.wake.set()
+
+        try:
+            obs = Observer()
+            for d, recursive in targets.watch_dirs():
+                if d.is_dir():
+                    obs.schedule(Handler(), str(d), recursive=recursive)
+            obs.daemon = True
+            obs.start()
+            self._observer = obs
+        except OSError as e:
+            self.error = f"file events unavailable ({e.strerror or e}); polling instead"
+
+    def stop(self) -> None:
+        if self._observer is not None:
+            self._observer.stop()
+            self._observer.join(timeout=2)
+            self._observer = None
