@@ -1,0 +1,221 @@
+"""The discrete-event model of one continuous-batching inference server.
+
+It steps the server one engine iteration at a time: requests that finished validation join a
+FIFO waiting queue; each iteration first grows every running sequence by one token (taking a
+new KV block when it crosses a block boundary, preempting the newest running sequences by
+recompute when the cache is full), then admits waiting requests while the batch limit, the
+per-iteration prefill token budget and the free KV blocks allow, and costs
+`t_base + t_seq * batch + t_prefill_tok * prefill_tokens + t_ctx * context_tokens` seconds.
+Engines that reserve a request's whole KV need up front (TGI, TensorRT-LLM's
+GUARANTEED_NO_EVICT) admit against prompt + max_tokens and never preempt.
+
+Everything here is numbers; writers turn the result into log lines and truth.py into Parquet.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class ServerConfig:
+    max_num_seqs: int = 256
+    num_gpu_blocks: int = 4096
+    block_size: int = 16
+    max_batched_tokens: int = 8192  # prefill tokens one iteration may take
+    reserve_full: bool = False  # admit against prompt + max_tokens, never preempt
+    t_base: float = 0.012  # s per iteration
+    t_seq: float = 0.00035  # s per sequence in the batch
+    t_prefill_tok: float = 0.00005  # s per prefilled token
+    t_ctx: float = 4.0e-8  # s per token of context attended (all running sequences)
+    t_wake: float = 0.00012  # s an idle scheduler needs to pick up a new request
+
+
+@dataclass
+class InstanceResult:
+    """Per-request times (seconds from the simulation start, NaN when it never happened)
+    and the per-iteration state trace of one instance."""
+
+    start: np.ndarray  # first scheduled (prefill start)
+    first_token: np.ndarray
+    finish: np.ndarray
+    generated: np.ndarray  # tokens delivered
+    preemptions: np.ndarray
+    failed: np.ndarray  # bool: the request ended with the instance's crash
+    # state trace: one row per iteration start (plus idle marks)
+    st_ts: np.ndarray
+    st_running: np.ndarray
+    st_waiting: np.ndarray
+    st_blocks: np.ndarray
+    st_preempt_cum: np.ndarray
+    st_ctx_reqs: np.ndarray  # requests prefilled this iteration
+    st_ctx_tokens: np.ndarray
+    st_gen_tokens: np.ndarray  # tokens generated this iteration (one per batch member)
+    st_dt: np.ndarray  # iteration length (0 for idle marks)
+    st_iter: np.ndarray  # iteration counter (-1 for idle marks)
+    preempt_log: list = field(default_factory=list)  # (t, request index, cumulative count)
+    crash_ts: float | None = None
+    crash_batch: int = 0
+
+
+def run_instance(
+    qstart: np.ndarray,
+    prompt: np.ndarray,
+    target: np.ndarray,
+    max_tokens: np.ndarray,
+    cfg: ServerConfig,
+    end_s: float,
+    crash_at: float | None = None,
+) -> InstanceResult:
+    """Simulate one server. `qstart` (sorted) is when each request is ready to queue,
+    `target` how many tokens it will generate (<= max_tokens). Requests still in the server
+    at `end_s` stay unfinished (NaN); at `crash_at` everything in the server fails."""
+    n = len(qstart)
+    bs = cfg.block_size
+    total = cfg.num_gpu_blocks
+    start = np.full(n, np.nan)
+    first = np.full(n, np.nan)
+    finish = np.full(n, np.nan)
+    gen = np.zeros(n, np.int64)
+    npre = np.zeros(n, np.int64)
+    failed = np.zeros(n, bool)
+    reserve_need = -(-(prompt + max_tokens) // bs)
+
+    cols: list[list] = [[] for _ in range(10)]
+    (c_ts, c_run, c_wait, c_blk, c_pre, c_cr, c_ct, c_gt, c_dt, c_it) = cols
+    preempt_log: list = []
+
+    waiting: deque[int] = deque()
+    r_id = np.zeros(0, np.int64)
+    r_len = np.zeros(0, np.int64)  # tokens whose KV is stored
+    r_res = np.zeros(0, np.int64)  # blocks held (reserved or allocated)
+    free = total
+    pre_cum = 0
+    it = 0
+    t = 0.0
+    nxt = 0
+    stop = end_s if crash_at is None else min(end_s, crash_at)
+    crash_ts = None
+    crash_batch = 0
+
+    def mark(ts, running, nwait, blocks, cr=0, ct=0, gt=0, dt=0.0, itv=-1):
+        c_ts.append(ts); c_run.append(running); c_wait.append(nwait); c_blk.append(blocks)
+        c_pre.append(pre_cum); c_cr.append(cr); c_ct.append(ct); c_gt.append(gt)
+        c_dt.append(dt); c_it.append(itv)
+
+    mark(0.0, 0, 0, 0)
+    while True:
+        while nxt < n and qstart[nxt] <= t:
+            waiting.append(nxt)
+            nxt += 1
+        if t >= stop:
+            break
+        if len(r_id) == 0 and not waiting:
+            if nxt >= n or qstart[nxt] >= stop:
+                break
+            t = float(qstart[nxt]) + cfg.t_wake
+            continue
+        preempted = False
+        # 1. running sequences grow by one token
+        if len(r_id):
+            if cfg.reserve_full:
+                r_len = r_len + 1
+            else:
+                need = (r_len % bs == 0).astype(np.int64)
+                nneed = int(need.sum())
+                while nneed > free and len(r_id):
+                    v = len(r_id) - 1  # the newest running sequence goes first
+                    free += int(r_res[v])
+                    nneed -= int(need[v])
+                    rid = int(r_id[v])
+                    waiting.appendleft(rid)
+                    npre[rid] += 1
+                    pre_cum += 1
+                    if pre_cum % 50 == 1:
+                        preempt_log.append((t, rid, pre_cum))
+                    r_id, r_len, r_res, need = r_id[:v], r_len[:v], r_res[:v], need[:v]
+                    preempted = True
+                free -= nneed
+                r_len = r_len + 1
+                r_res = r_res + need
+        # 2. admit waiting requests
+        new_ids: list[int] = []
+        new_ctx: list[int] = []
+        new_blk: list[int] = []
+        if not preempted:
+            budget = cfg.max_batched_tokens
+            room = cfg.max_num_seqs - len(r_id)
+            while waiting and room > 0:
+                rid = waiting[0]
+                ctx = int(prompt[rid] + gen[rid])
+                blk = int(reserve_need[rid]) if cfg.reserve_full else -(-ctx // bs)
+                if blk > free or (ctx > budget and new_ids):
+                    break
+                waiting.popleft()
+                free -= blk
+                budget -= ctx
+                room -= 1
+                new_ids.append(rid); new_ctx.append(ctx); new_blk.append(blk)
+                if np.isnan(start[rid]):
+                    start[rid] = t
+            if new_ids:
+                r_id = np.concatenate([r_id, np.array(new_ids, np.int64)])
+                r_len = np.concatenate([r_len, np.array(new_ctx, np.int64)])
+                r_res = np.concatenate([r_res, np.array(new_blk, np.int64)])
+        nb = len(r_id)
+        if nb == 0:  # nothing fits (cannot happen with a sane config); wait for time to pass
+            mark(t, 0, len(waiting), 0)
+            t = float(qstart[nxt]) if nxt < n else stop
+            continue
+        ctx_tok = int(sum(new_ctx))
+        ctx_all = int(r_len.sum())
+        used = int(-(-r_len // bs).sum()) if cfg.reserve_full else total - free
+        dt = cfg.t_base + cfg.t_seq * nb + cfg.t_prefill_tok * ctx_tok + cfg.t_ctx * ctx_all
+        mark(t, nb, len(waiting), used, len(new_ids), ctx_tok, nb, dt, it)
+        if crash_at is not None and t + dt > crash_at:
+            crash_ts, crash_batch = crash_at, nb
+            t = crash_at
+            break
+        it += 1
+        t_end = t + dt
+        # 3. every sequence in the batch produced one token
+        ids = r_id
+        gen[ids] += 1
+        if new_ids:
+            na = np.array(new_ids, np.int64)
+            fresh = na[np.isnan(first[na])]
+            first[fresh] = t_end
+        done = gen[ids] >= target[ids]
+        if done.any():
+            finish[ids[done]] = t_end
+            free += int(r_res[done].sum())
+            keep = ~done
+            r_id, r_len, r_res = r_id[keep], r_len[keep], r_res[keep]
+        t = t_end
+
+    if crash_at is not None and crash_at <= end_s:
+        crash_ts = crash_at
+        crash_batch = crash_batch or len(r_id)
+        inside = list(r_id) + list(waiting)
+        while nxt < n and qstart[nxt] <= crash_at:
+            inside.append(nxt)
+            nxt += 1
+        if inside:
+            ia = np.array(inside, np.int64)
+            failed[ia] = True
+            finish[ia] = crash_at
+        mark(crash_at, 0, 0, 0)
+
+    return InstanceResult(
+        start=start, first_token=first, finish=finish, generated=gen, preemptions=npre,
+        failed=failed,
+        st_ts=np.array(c_ts), st_running=np.array(c_run, np.int64),
+        st_waiting=np.array(c_wait, np.int64), st_blocks=np.array(c_blk, np.int64),
+        st_preempt_cum=np.array(c_pre, np.int64), st_ctx_reqs=np.array(c_cr, np.int64),
+        st_ctx_tokens=np.array(c_ct, np.int64), st_gen_tokens=np.array(c_gt, np.int64),
+        st_dt=np.array(c_dt), st_iter=np.array(c_it, np.int64),
+        preempt_log=preempt_log, crash_ts=crash_ts, crash_batch=crash_batch,
+    )
