@@ -414,6 +414,8 @@ def _requests(df: pl.DataFrame) -> pl.DataFrame:
     )
     design = pl.col("_design")
     msg = pl.col("_msg")
+    # v0.3-v1.0 routers nest the request span in axum's `HTTP request{...}` span
+    df = df.with_columns(pl.col("_spans").str.replace(r"^HTTP request\{[^{}]*\}:", "").alias("_spans"))
     tpot_ok = pl.col("_ns_tpot") > 0
     arrival_ns = pl.col("ts").dt.epoch("ns") - pl.col("_ns_total")
     return df.with_columns(
@@ -464,10 +466,9 @@ def _others(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(
         pl.coalesce(
             pl.col("span"),
-            # span names in order: `a{...}:b:c{...}` -> "a:b:c"
-            pl.col("_spans").str.extract_all(r"(?:^|:)[A-Za-z_][A-Za-z0-9_-]*(?:\{|:|$)")
-            .list.eval(pl.element().str.replace_all(r"[:{]", ""))
-            .list.join(":"),
+            # span names in order: `a{...}:b:c{...}` -> "a:b:c" (two passes for the
+            # parameter dump nested in a span's fields)
+            pl.col("_spans").str.replace_all(r"\{[^{}]*\}", "").str.replace_all(r"\{[^{}]*\}", ""),
         ).alias("span"),
         pl.when(cap).then(pl.coalesce(capf["max_batch_tokens"], args["max_batch_tokens"]))
         .when(batch).then(_kv(msg, "max_tokens").cast(pl.Int64, strict=False))

@@ -142,23 +142,19 @@ def capacity_fields(msg: pl.Expr) -> dict[str, pl.Expr]:
     dflt = msg.str.extract_groups(DEFAULT_RE)
     dkey, dval = dflt.struct.field("key"), dflt.struct.field("val").cast(pl.Int64, strict=False)
     sup = msg.str.extract_groups(MODEL_SUPPORTS_RE)
-    flag = lambda name: msg.str.extract(rf"--{name}=([0-9]+)", 1).cast(pl.Int64, strict=False)  # noqa: E731
     return {
         "max_batch_tokens": msg.str.extract(SETTING_MAX_BATCH_RE, 1).cast(pl.Int64, strict=False),
         "kv_blocks_total": blocks,
         "block_size": size,
         # capacity in tokens = blocks x tokens per block: both numbers are on the line
         "kv_capacity_tokens": blocks * size,
-        "max_batch_prefill_tokens": pl.coalesce(
-            pl.when(dkey == "max_batch_prefill_tokens").then(dval), flag("max-batch-prefill-tokens")
-        ),
+        # (the `--max-...=N` flags that line suggests are not settings: not read)
+        "max_batch_prefill_tokens": pl.when(dkey == "max_batch_prefill_tokens").then(dval),
         "max_total_tokens": pl.coalesce(
             pl.when(dkey == "max_total_tokens").then(dval),
             sup.struct.field("dflt").cast(pl.Int64, strict=False),
         ),
-        "max_input_tokens": pl.coalesce(
-            pl.when(dkey == "max_input_tokens").then(dval), flag("max-input-tokens")
-        ),
+        "max_input_tokens": pl.when(dkey == "max_input_tokens").then(dval),
         "model_max_total_tokens": sup.struct.field("max").cast(pl.Int64, strict=False),
     }
 
