@@ -1,0 +1,252 @@
+"""What a vLLM message says: polars expressions that pull the numbers out of one message
+(the text after the `LEVEL MM-DD HH:MM:SS [file.py:N]` header) and name its event kind.
+
+`parsers/vllm.py` owns the line anatomy (wrappers, process prefixes, headers, multi-line
+records); this module only looks at the message column `m` and returns expressions.
+Formats follow /work/shared/formats/vllm.md; every regex is matched by name, never by
+position, because fields come and go between vLLM versions.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+M = pl.col("m")  # the message, leading blanks removed
+
+
+def _num(pattern: str, dtype: pl.DataType = pl.Float64) -> pl.Expr:
+    return M.str.extract(pattern, 1).cast(dtype, strict=False)
+
+
+def _int(pattern: str) -> pl.Expr:
+    # thousands separators (`2,042,016`) are dropped before the cast
+    return M.str.extract(pattern, 1).str.replace_all(",", "").cast(pl.Int64, strict=False)
+
+
+def _pct(pattern: str) -> pl.Expr:
+    return _num(pattern) / 100.0
+
+
+# ---------------------------------------------------------------------------------------
+# which family a message belongs to (each a Boolean expression on `m`)
+
+IS_STATS = M.str.contains("Avg prompt throughput: ", literal=True)
+IS_ITERATION = M.str.contains(r"^(?:Engine \d+: )?Iteration\(\d+\): \d+ context requests")
+IS_RECEIVED = M.str.starts_with("Received request ")
+IS_ADDED = M.str.starts_with("Added request ")
+IS_FINISHED = M.str.starts_with("Finished request ")
+IS_ABORTED = M.str.contains(r"^Aborted request(?:\(s\))? ")
+IS_PREEMPT = M.str.contains(r"^Sequence group \S+ is preempted by ")
+IS_BATCH_NOTE = M.str.contains(r"^Running batch #\d+ with \d+ requests")
+IS_GEN_NOTE = M.str.contains(r"^Generated \d+ tokens in [\d.]+ ?s")
+IS_DETAILS = M.str.starts_with("Request ") & M.str.contains(r"^Request \S+ details: ")
+IS_GENERATED = M.str.contains(r"^Generated response \S+")
+
+_BLOCKS = r"# (GPU|CUDA|TPU|XPU|HPU|NPU|CPU) blocks: ([\d,]+)"
+_KV_SIZE = r"\b([A-Z]{3}) KV cache size: ([\d,]+) tokens"
+_CONCURRENCY = r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x"
+_CONFIG = r"Initializing an? (?:V\d )?LLM engine (?:\(v([^)\s]+)\) )?with config: "
+_ARGS = r"^(?:non-default args: \{|args: Namespace\()"
+IS_CAPACITY = (
+    M.str.contains(_BLOCKS)
+    | M.str.contains(_KV_SIZE)
+    | M.str.contains(_CONCURRENCY)
+    | M.str.contains(_CONFIG)
+    | M.str.contains(r"^Chunked prefill is enabled with max_num_batched_tokens=\d+")
+    | M.str.contains(r"^Using max model len \d+")
+    | (
+        M.str.contains(_ARGS)
+        & M.str.contains(r"max_num_seqs|max_num_batched_tokens|max_model_len|'model")
+    )
+)
+
+# ---------------------------------------------------------------------------------------
+# the periodic stats line (V0 Swapped/Pending form, V1 `Engine 000:` Waiting form, and
+# the newer optional parts), parsed key by key
+
+
+def stats_columns() -> dict[str, pl.Expr]:
+    return {
+        "prompt_tps": _num(r"Avg prompt throughput: ([\d.]+) tokens/s"),
+        "gen_tps": _num(r"Avg generation throughput: ([\d.]+) tokens/s"),
+        "running": _int(r"\bRunning: (\d+) reqs"),
+        "waiting": _int(r"\b(?:Pending|Waiting): (\d+) reqs"),
+        "swapped": _int(r"\bSwapped: (\d+) reqs"),
+        # `GPU KV cache usage` (v0.33 also XPU/NPU/...); the V0 `CPU KV cache usage` is
+        # the swap space, kept in attrs
+        "kv_usage": _pct(r"\b(?:GPU|XPU|TPU|HPU|NPU|CUDA) KV cache usage: ([\d.]+)%"),
+    }
+
+
+def stats_attrs() -> dict[str, pl.Expr]:
+    return {
+        "engine_index": _int(r"^Engine (\d+):"),
+        "engines_aggregated": _int(r"^(\d+) Engines Aggregated:"),
+        "cpu_kv_usage": _pct(r"\bCPU KV cache usage: ([\d.]+)%"),
+        "prefix_cache_hit_rate": _pct(r"(?:^|, )Prefix cache hit rate: ([\d.]+)%"),
+        "external_prefix_cache_hit_rate": _pct(r"External prefix cache hit rate: ([\d.]+)%"),
+        "mm_cache_hit_rate": _pct(r"MM cache hit rate: ([\d.]+)%"),
+        "preemptions": _int(r"\bPreemptions: (\d+)"),
+        "corrupted_reqs": _int(r"\bCorrupted: (\d+) reqs"),
+        "deferred_reqs": _int(r"\bDeferred: (\d+) reqs"),
+        "kv_fetch_waiting": _int(r"KV fetch: (\d+) waiting to start"),
+        "kv_fetch_in_progress": _int(r"KV fetch: \d+ waiting to start, (\d+) in progress"),
+        "kv_fetch_completed_waiting": _int(
+            r"KV fetch: \d+ waiting to start, \d+ in progress, (\d+) completed waiting"
+        ),
+    }
+
+
+# v0.33 `Engine 000: Iteration(7): 2 context requests, 512 context tokens, 6 generation
+# requests, 6 generation tokens, iteration elapsed time: 31.20 ms, GPU KV cache usage: ...`
+def iteration_columns() -> dict[str, pl.Expr]:
+    ctx_req = _int(r"(\d+) context requests")
+    gen_req = _int(r"(\d+) generation requests")
+    ctx_tok = _int(r"(\d+) context tokens")
+    gen_tok = _int(r"(\d+) generation tokens")
+    return {
+        "batch_size": ctx_req + gen_req,
+        "batch_tokens": ctx_tok + gen_tok,
+        "inference_s": _num(r"iteration elapsed time: ([\d.]+) ms") / 1000.0,
+        "iteration": _int(r"Iteration\((\d+)\)"),
+        "context_requests": ctx_req,
+        "context_tokens": ctx_tok,
+        "generation_requests": gen_req,
+        "generation_tokens": gen_tok,
+    }
+
+
+# ---------------------------------------------------------------------------------------
+# capacity announced at start-up
+
+
+def capacity_columns() -> dict[str, pl.Expr]:
+    in_args = M.str.contains(_ARGS)
+    kv_dev = M.str.extract(_BLOCKS, 1)
+    # `# GPU blocks: N, # CPU blocks: M`: the GPU figure is the KV cache; a CPU-backend
+    # server prints only `# CPU blocks: N`, and then that is its KV cache
+    blocks = pl.coalesce(
+        _int(r"# (?:GPU|CUDA|TPU|XPU|HPU|NPU) blocks: ([\d,]+)"),
+        pl.when(kv_dev == "CPU").then(_int(r"# CPU blocks: ([\d,]+)")),
+    )
+    return {
+        "kv_blocks_total": blocks,
+        "kv_capacity_tokens": _int(_KV_SIZE.replace("([A-Z]{3})", "[A-Z]{3}")),
+        "max_num_seqs": pl.when(in_args).then(_int(r"\bmax_num_seqs'?\s*[=:]\s*(\d+)")),
+        "max_batch_tokens": pl.coalesce(
+            pl.when(in_args).then(_int(r"\bmax_num_batched_tokens'?\s*[=:]\s*(\d+)")),
+            _int(r"^Chunked prefill is enabled with max_num_batched_tokens=(\d+)"),
+        ),
+    }
+
+
+def capacity_attrs() -> dict[str, pl.Expr]:
+    in_args = M.str.contains(_ARGS)
+    return {
+        "cpu_blocks": pl.when(M.str.extract(_BLOCKS, 1) != "CPU").then(
+            _int(r"# CPU blocks: ([\d,]+)")
+        ),
+        "kv_device": pl.coalesce(M.str.extract(_KV_SIZE, 1), M.str.extract(_BLOCKS, 1)),
+        "max_concurrency": _num(_CONCURRENCY.replace("([\\d,]+)", "[\\d,]+")),
+        "max_model_len": pl.coalesce(
+            pl.when(in_args).then(_int(r"\bmax_model_len'?\s*[=:]\s*(\d+)")),
+            _int(r"\bmax_seq_len=(\d+)"),
+            _int(_CONCURRENCY),
+            _int(r"^Using max model len (\d+)"),
+        ),
+        "tensor_parallel_size": _int(r"\btensor_parallel_size'?\s*[=:]\s*(\d+)"),
+        "pipeline_parallel_size": _int(r"\bpipeline_parallel_size'?\s*[=:]\s*(\d+)"),
+        "vllm_version": M.str.extract(_CONFIG, 1),
+    }
+
+
+def model_name() -> pl.Expr:
+    """The served model, from the engine-config line or the argument dump."""
+    return pl.coalesce(
+        M.str.extract(_CONFIG + r"model=['\"]?([^'\",]+)", 2),
+        pl.when(M.str.contains(_ARGS)).then(
+            pl.coalesce(
+                M.str.extract(r"'model(?:_tag)?': '([^']+)'", 1),
+                M.str.extract(r"\bmodel='([^']+)'", 1),
+            )
+        ),
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# per-request lines
+
+
+def request_columns() -> dict[str, pl.Expr]:
+    ids = M.str.extract(r"prompt[_ ]token[_ ]ids: \[([\d,\s]*)\]", 1)
+    out_ids = M.str.extract(r"output_token_ids: \[([\d,\s]*)\]", 1)
+    return {
+        "request_id": pl.coalesce(
+            M.str.extract(r"^Received request ([^\s:]+):", 1),
+            M.str.extract(r"^(?:Added|Finished) request (\S+?)(?:\.?$|,)", 1),
+            M.str.extract(r"^Sequence group (\S+) is preempted", 1),
+            M.str.extract(r"^Request (\S+) details: ", 1),
+            M.str.extract(r"^Generated response (\S+?):", 1),
+        ),
+        # SamplingParams(..., max_tokens=N, ...) and the design-note `max_tokens=512`
+        "max_tokens": pl.when(IS_RECEIVED | IS_ADDED).then(_int(r"\bmax_tokens=(\d+)")),
+        "prompt_tokens": pl.coalesce(
+            pl.when(ids.is_not_null()).then(ids.str.count_matches(r"\d+").cast(pl.Int64)),
+            _int(r"^Added request \S+ prompt_len=(\d+)"),
+            _int(r"\bprompt_len=(\d+)"),
+        ),
+        "output_tokens": pl.when(out_ids.is_not_null()).then(
+            out_ids.str.count_matches(r"\d+").cast(pl.Int64)
+        ),
+    }
+
+
+def aborted_ids() -> pl.Expr:
+    """`Aborted request X.` / `Aborted request(s) a,b.` -> list of ids."""
+    body = M.str.extract(r"^Aborted request(?:\(s\))? (.+?)\.?$", 1)
+    return body.str.split(",").list.eval(pl.element().str.strip_chars()).list.eval(
+        pl.element().filter(pl.element().str.len_chars() > 0)
+    )
+
+
+def request_attrs() -> dict[str, pl.Expr]:
+    return {
+        "finish_reason": M.str.extract(r"finish_reason: (\w+)", 1),
+    }
+
+
+def preemption_attrs() -> dict[str, pl.Expr]:
+    return {
+        "preemption_mode": M.str.extract(r"preempted by PreemptionMode\.(\w+) mode", 1),
+        "cumulative_preemptions": _int(
+            r"total_(?:num_cumulative_preemption|cumulative_preemption_cnt)=(\d+)"
+        ),
+    }
+
+
+# the illustrative lines of the design notes (not real vLLM output, parsed as written)
+def note_columns() -> dict[str, pl.Expr]:
+    return {
+        "batch_size": _int(r"^Running batch #\d+ with (\d+) requests"),
+        "batch_tokens": _int(r"^Running batch #\d+ with \d+ requests, total_tokens=(\d+)"),
+        "output_tokens": _int(r"^Generated (\d+) tokens in "),
+        "inference_s": _num(r"^Generated \d+ tokens in ([\d.]+) ?s\b"),
+        "gen_tps": _num(r"^Generated \d+ tokens in [\d.]+ ?s, throughput=([\d.]+) tok/s"),
+    }
+
+
+# ---------------------------------------------------------------------------------------
+# uvicorn, python logging, exceptions (applied to lines without a vLLM header)
+
+UVICORN_ACCESS = (
+    r'^(?P<ulevel>DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+(?P<client>\S+) - '
+    r'"(?P<method>[A-Z]+) (?P<path>\S+) (?P<proto>HTTP/[\d.]+)" (?P<status>\d{3})\b'
+)
+# uvicorn pads `LEVEL:` to 9 columns; python's basicConfig writes `LEVEL:logger:msg`
+UVICORN_OTHER = r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+\S"
+PYLOGGING = r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):([\w.\-]+):"
+# `torch.OutOfMemoryError: CUDA out of memory...`, `RuntimeError: ...`, `KeyboardInterrupt`
+EXCEPTION = (
+    r"^(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure|"
+    r"Timeout|Fault|Warning))(?::\s*(?P<excmsg>.*))?$"
+)
