@@ -1,9 +1,10 @@
 """The servelens dashboard's entry point: `servelens dashboard` runs
 `streamlit run <this file> -- --store DIR`.
 
-It sets up the page, checks the store, draws the sidebar filters (shared by all pages) and
-hands over to the page the navigation picked: Overview (verdict first, then the evidence) or
-SQL (ad-hoc read-only queries). It only reads the store.
+It sets up the page and hands over to the page the navigation picked: Overview (verdict
+first, then the evidence) or SQL (ad-hoc read-only queries). Each page draws the shared
+sidebar filters itself through `sidebar.page_setup()` (so that a page rerun alone, as in a
+live refresh or Streamlit's AppTest, still has them). It only reads the store.
 """
 
 from __future__ import annotations
@@ -12,25 +13,14 @@ from pathlib import Path
 
 import streamlit as st
 
-from servelens.dashboards import data, sidebar
-from servelens.pipeline.store import StoreError
-
 HERE = Path(__file__).resolve().parent
 
-st.set_page_config(page_title="servelens", page_icon="🔭", layout="wide")
-
-cfg = data.settings()
-try:
-    cat = data.catalog(cfg)
-except (StoreError, data.QueryError) as e:
-    st.error(f"Cannot read the store: {e}")
-    st.stop()
+st.set_page_config(page_title="servelens", layout="wide")
 
 page = st.navigation(
     [
-        st.Page(HERE / "pages" / "overview.py", title="Overview", icon="🚦", default=True, url_path="overview"),
-        st.Page(HERE / "pages" / "sql.py", title="SQL", icon="🧮", url_path="sql"),
+        st.Page(HERE / "pages" / "overview.py", title="Overview", icon=":material/traffic:", default=True, url_path="overview"),
+        st.Page(HERE / "pages" / "sql.py", title="SQL", icon=":material/terminal:", url_path="sql"),
     ]
 )
-st.session_state["servelens_spec"] = sidebar.render(cfg, cat)
 page.run()

@@ -110,6 +110,20 @@ def render(cfg: data.Settings, cat: pl.DataFrame) -> Spec:
     )
 
 
+def page_setup() -> tuple[data.Settings, pl.DataFrame, Spec]:
+    """Every page starts here: the settings, the store's catalog (or one error line and
+    stop), and the sidebar."""
+    from servelens.pipeline.store import StoreError
+
+    cfg = data.settings()
+    try:
+        cat = data.catalog(cfg)
+    except (StoreError, data.QueryError) as e:
+        st.error(f"Cannot read the store: {e}")
+        st.stop()
+    return cfg, cat, render(cfg, cat)
+
+
 def resolve(spec: Spec, cat: pl.DataFrame) -> data.Filters | None:
     """The Filters for the store as it is now (live: the span before the newest event)."""
     rng = store_range(cat)

@@ -42,7 +42,15 @@ SIGNAL_TITLE: dict[str, str] = {
     "idle": "Idle",
 }
 
-VERDICT_ICON = {SCALE_OUT: "🔺", SCALE_IN: "🔻", HOLD: "✅", INVESTIGATE: "🔎"}
+# Streamlit markdown: Material icons and coloured badges (no emoji: they need a font that
+# headless servers often lack)
+VERDICT_BADGE = {
+    SCALE_OUT: ":red-badge[:material/trending_up: SCALE OUT]",
+    SCALE_IN: ":blue-badge[:material/trending_down: SCALE IN]",
+    HOLD: ":green-badge[:material/check_circle: HOLD]",
+    INVESTIGATE: ":orange-badge[:material/search: INVESTIGATE]",
+}
+SEVERITY_BADGE = {"critical": ":red-badge[critical]", "warning": ":orange-badge[warning]", "info": ":blue-badge[info]"}
 
 
 def action_of(signal: str) -> str:
@@ -73,6 +81,12 @@ def verdicts(episodes: pl.DataFrame, instances: list[tuple[str, str]]) -> list[t
         out.append((engine, instance, verdict(mine), mine))
     out.sort(key=lambda r: (order[r[2]], r[1]))
     return out
+
+
+def shows_unit(unit: str | None) -> bool:
+    """Whether `format_value` already says the unit (%, s), so the text need not repeat it."""
+    u = unit or ""
+    return u.startswith(("fraction", "batch fill", "coefficient", "s"))
 
 
 def format_value(value: float | None, unit: str | None) -> str:

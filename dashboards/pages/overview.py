@@ -71,7 +71,7 @@ def evidence(title: str, metric: str, df: pl.DataFrame, col: str, f: data.Filter
         st.altair_chart(chart(), width="stretch")
     if missing:
         head = f"**{title}: not in the logs**" if not drawn else f"**{title}: not available for every instance**"
-        st.info("\n".join([head, *missing]), icon="ℹ️")
+        st.info("\n".join([head, *missing]), icon=":material/info:")
     return drawn
 
 
@@ -85,19 +85,20 @@ def verdict_section(cfg: data.Settings, f: data.Filters) -> None:
     cols = st.columns(min(3, len(results)))
     for k, (engine, instance, verdict, mine) in enumerate(results):
         with cols[k % len(cols)].container(border=True, key=f"verdict-{engine}-{instance}"):
-            st.markdown(f"### {vd.VERDICT_ICON[verdict]} {instance}: **{verdict.upper()}**")
+            st.markdown(f"### {instance} {vd.VERDICT_BADGE[verdict]}")
             st.caption(f"engine {engine} · {mine.height} signal(s) in the range")
             if mine.is_empty():
                 st.markdown("No signal fired in the selected range.")
             for r in mine.sort("window_start").iter_rows(named=True):
-                sev = {"critical": "🔴", "warning": "🟠"}.get(r["severity"], "🔵")
+                sev = vd.SEVERITY_BADGE.get(r["severity"], r["severity"])
+                unit = "" if vd.shows_unit(r["unit"]) else f" {r['unit']}"
                 until = "ongoing" if r["ongoing"] else f"until {_t(r['window_end'])}"
                 est = " (estimated)" if r["estimated"] else ""
                 st.markdown(
-                    f"{sev} **{vd.SIGNAL_TITLE.get(r['signal'], r['signal'])}** · {r['severity']} · "
+                    f"{sev} **{vd.SIGNAL_TITLE.get(r['signal'], r['signal'])}** "
                     f"`{r['signal']}` → {vd.action_of(r['signal'])}  \n"
-                    f"value **{vd.format_value(r['value'], r['unit'])}**{est} vs threshold "
-                    f"{vd.format_value(r['threshold'], r['unit'])} ({r['unit']}), "
+                    f"value **{vd.format_value(r['value'], r['unit'])}**{unit}{est} vs threshold "
+                    f"{vd.format_value(r['threshold'], r['unit'])}, "
                     f"since {_t(r['window_start'], with_date=True)}, {until} "
                     f"({r['duration_s'] / 60:g} min)  \n"
                     f"{r['recommendation']}"
@@ -164,14 +165,14 @@ def throughput_section(cfg, f, avail, th) -> None:
     with left:
         if df.drop_nulls("requests_per_s").is_empty():
             st.info("**Requests/s: not in the logs**: no per-request lines for the selected instances "
-                    "(TensorRT-LLM logs none by default).", icon="ℹ️")
+                    "(TensorRT-LLM logs none by default).", icon=":material/info:")
         else:
             st.altair_chart(charts.line_chart(df, "requests_per_s", "finished requests/s"), width="stretch")
     with right:
         tok = df.with_columns(pl.coalesce("gen_tps_logged", "output_tokens_per_s").alias("tokens_per_s"))
         if tok.drop_nulls("tokens_per_s").is_empty():
             st.info("**Tokens/s: not in the logs**: neither a logged generation throughput nor output "
-                    "token counts of finished requests.", icon="ℹ️")
+                    "token counts of finished requests.", icon=":material/info:")
         else:
             st.altair_chart(charts.line_chart(tok, "tokens_per_s", "generated tokens/s"), width="stretch")
             st.caption("Tokens/s: the engine's logged generation throughput where it logs one, else output "
@@ -196,7 +197,7 @@ def slowest_section(cfg, f) -> None:
     df = data.slowest_requests(cfg, f)
     if df.is_empty():
         st.info("No request with an end-to-end latency in the selected range (the logs of these "
-                "instances carry no per-request timing, see the latency section).", icon="ℹ️")
+                "instances carry no per-request timing, see the latency section).", icon=":material/info:")
         return
     st.dataframe(df, hide_index=True, key="slowest_table")
 
@@ -233,8 +234,7 @@ def sidebar_label(spec: sidebar.Spec) -> str:
     return next((k for k, v in sidebar.LIVE_SPANS.items() if v == spec.live_span_s), f"{spec.live_span_s} s")
 
 
-cfg = data.settings()
-spec: sidebar.Spec = st.session_state["servelens_spec"]
+cfg, _, spec = sidebar.page_setup()
 st.title("servelens")
 if spec.live:
     st.fragment(run_every=spec.refresh_s)(body)(cfg, spec)

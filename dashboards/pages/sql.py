@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import streamlit as st
 
-from servelens.dashboards import data
+from servelens.dashboards import data, sidebar
 
 MAX_ROWS_SHOWN = 10_000
 EXAMPLE = "select instance, signal, severity, window_start, value, threshold\nfrom scaling_signals\norder by window_start"
 
-cfg = data.settings()
+cfg, _, _ = sidebar.page_setup()
 st.title("SQL")
 st.caption(
     "Read-only DuckDB SQL over `events` and the views of `sql/` (the same as `servelens sql`). "

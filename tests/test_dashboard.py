@@ -1,0 +1,215 @@
+"""Dashboard tests with Streamlit's AppTest on a store built from the incident sample: the
+verdicts, signals and numbers shown must be the ones the same SQL gives through
+servelens.pipeline.query; the SQL page answers and shows a bad query's error in one line.
+Also the pure parts (verdict rule, charts) and the `servelens dashboard` command line."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+from streamlit.testing.v1 import AppTest
+from typer.testing import CliRunner
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from dashboard_store import build_store  # noqa: E402
+
+from servelens.dashboards import charts, verdict as vd  # noqa: E402
+from servelens.pipeline.query import QueryError, run  # noqa: E402
+
+APP = Path(__file__).resolve().parent.parent / "dashboards" / "app.py"
+
+
+@pytest.fixture(scope="session")
+def store(tmp_path_factory) -> Path:
+    return build_store(tmp_path_factory.mktemp("dashboard"))
+
+
+@pytest.fixture
+def app(store, monkeypatch) -> AppTest:
+    monkeypatch.setenv("SERVELENS_STORE", str(store))
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _signals(store: Path) -> pl.DataFrame:
+    return run(store, "select engine, instance, signal, severity, value, unit from scaling_signals")
+
+
+def _instances(store: Path) -> list[tuple[str, str]]:
+    return run(store, "select distinct engine, instance from events where ts is not null order by all").rows()
+
+
+def _markdown(at: AppTest) -> list[str]:
+    return [m.value for m in at.markdown]
+
+
+def test_overview_shows_the_verdict_of_every_instance(app, store):
+    sig = _signals(store)
+    md = _markdown(app)
+    for engine, instance in _instances(store):
+        expected = vd.verdict(sig.filter((pl.col("engine") == engine) & (pl.col("instance") == instance)))
+        assert f"### {instance} {vd.VERDICT_BADGE[expected]}" in md
+
+
+def test_the_crashed_instance_must_be_investigated_and_shows_its_signals(app, store):
+    sig = _signals(store)
+    crashed = sig.filter((pl.col("signal") == "errors") & (pl.col("severity") == "critical"))
+    assert crashed.height >= 1, "the incident sample has an instance that crashes"
+    instance = crashed["instance"][0]
+    md = _markdown(app)
+    assert f"### {instance} {vd.VERDICT_BADGE[vd.INVESTIGATE]}" in md
+    assert "SCALE OUT" not in md[md.index(f"### {instance} {vd.VERDICT_BADGE[vd.INVESTIGATE]}")]
+    mine = sig.filter(pl.col("instance") == instance)
+    for r in mine.iter_rows(named=True):
+        text = [m for m in md if f"`{r['signal']}`" in m]
+        assert text, f"signal {r['signal']} of {instance} is not shown"
+        assert any(f"value **{vd.format_value(r['value'], r['unit'])}**" in t for t in text)
+    # the surge before the crash: the queue stayed above the threshold
+    assert "queue_backlog" in mine["signal"].to_list()
+    assert any("`queue_backlog` → scale out" in m and "Scale out" in m for m in md)
+
+
+def test_headline_numbers_match_the_views(app, store):
+    metrics = {m.label: m.value for m in app.metric}
+    peak = run(store, "select max(waiting) as v from queue_depth")["v"][0]
+    assert metrics["Peak waiting requests"] == f"{peak:g}"
+    kv = run(store, "select max(kv_usage) as v from kv_cache")["v"][0]
+    assert metrics["Peak KV-cache usage"] == ("n/a" if kv is None else f"{kv:.1%}")
+    finished = run(store, "select count(*) as v from requests where status = 'finished'")["v"][0]
+    assert metrics["Finished requests"] == f"{finished:,}"
+    n_err = run(store, "select sum(n_errors) as v from errors")["v"][0]
+    assert metrics["Errors"] == f"{int(n_err):,}"
+
+
+def test_metrics_the_logs_cannot_give_are_explained_not_drawn(app, store):
+    missing = run(store, "select engine, metric, reason from metric_availability where not available")
+    assert missing.height > 0
+    infos = "\n".join(i.value for i in app.info)
+    for engine, metric, reason in missing.rows():
+        if metric in ("e2e_s", "ttft_s", "tpot_s", "queue_s", "kv_usage", "waiting"):
+            assert reason in infos, f"{engine} {metric}: reason not shown"
+
+
+def test_instance_filter_keeps_only_that_instance(app, store):
+    instances = [i for _, i in _instances(store)]
+    keep = instances[-1]
+    app.multiselect(key="instances").set_value([keep]).run()
+    assert not app.exception
+    headers = [m for m in _markdown(app) if m.startswith("### ")]
+    assert len(headers) == 1 and headers[0].startswith(f"### {keep} ")
+    assert "1 instance(s)" in app.caption[0].value
+    peak = run(store, "select max(waiting) as v from queue_depth where instance = $i", {"i": keep})["v"][0]
+    assert {m.label: m.value for m in app.metric}["Peak waiting requests"] == ("n/a" if peak is None else f"{peak:g}")
+
+
+def test_post_mortem_range_narrows_the_signals(app, store):
+    first = run(store, "select min(window_start) as s from scaling_signals")["s"][0]
+    # a range that ends before the first signal: every instance holds
+    app.datetime_input(key="end").set_value(first.replace(tzinfo=None)).run()
+    assert not app.exception
+    md = _markdown(app)
+    assert all(vd.VERDICT_BADGE[vd.HOLD] in m for m in md if m.startswith("### "))
+
+
+def test_sql_page_answers_a_query(app, store):
+    app.switch_page("pages/sql.py").run()
+    assert not app.exception
+    app.text_area(key="sql_query").input("select engine, count(*) as n from events group by engine order by engine")
+    app.button[0].click().run()
+    shown = app.dataframe[0].value
+    expected = run(store, "select engine, count(*) as n from events group by engine order by engine")
+    assert shown["n"].tolist() == expected["n"].to_list()
+    assert any(b.label == "Download CSV" for b in app.get("download_button"))
+
+
+def test_sql_page_shows_a_bad_query_error_in_one_line(app, store):
+    app.switch_page("pages/sql.py").run()
+    bad = "select nonsense from nowhere"
+    app.text_area(key="sql_query").input(bad)
+    app.button[0].click().run()
+    assert not app.exception
+    with pytest.raises(QueryError) as e:
+        run(store, bad)
+    assert [err.value for err in app.error] == [str(e.value)]
+    assert "\n" not in app.error[0].value
+
+
+def test_sql_page_refuses_writes(app):
+    app.switch_page("pages/sql.py").run()
+    app.text_area(key="sql_query").input("create table t as select 1")
+    app.button[0].click().run()
+    assert "read-only" in app.error[0].value
+
+
+def test_missing_store_is_one_error_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("SERVELENS_STORE", str(tmp_path / "nope"))
+    at = AppTest.from_file(str(APP), default_timeout=30)
+    at.run()
+    assert not at.exception
+    assert "does not exist" in at.error[0].value
+
+
+# --- pure parts ------------------------------------------------------------------------------
+
+
+def test_verdict_rule():
+    def eps(*rows):
+        return pl.DataFrame(rows, schema=["signal", "severity"], orient="row")
+
+    assert vd.verdict(eps()) == vd.HOLD
+    assert vd.verdict(eps(("idle", "info"))) == vd.SCALE_IN
+    assert vd.verdict(eps(("queue_backlog", "warning"), ("idle", "info"))) == vd.SCALE_OUT
+    assert vd.verdict(eps(("throughput_swing", "warning"))) == vd.INVESTIGATE
+    assert vd.verdict(eps(("queue_backlog", "critical"), ("errors", "warning"))) == vd.SCALE_OUT
+    assert vd.verdict(eps(("queue_backlog", "critical"), ("errors", "critical"))) == vd.INVESTIGATE
+
+
+def test_charts_drop_nulls_and_draw_the_threshold():
+    import datetime as dt
+
+    t = dt.datetime(2026, 5, 12, 8, tzinfo=dt.timezone.utc)
+    df = pl.DataFrame({
+        "ts": [t, t + dt.timedelta(seconds=5), t + dt.timedelta(seconds=10)],
+        "engine": ["vllm"] * 3, "instance": ["gpu-0"] * 3, "source": ["logged"] * 3,
+        "waiting": [3.0, None, 12.0], "waiting_max": [3, None, 12],
+    })
+    spec = charts.queue_chart(df, 10.0).to_dict()
+    values = [v for d in spec["datasets"].values() for v in d if "waiting" in v]
+    assert [v["waiting"] for v in values] == [3.0, 12.0]  # the null is a gap, not a 0
+    thresholds = [v for d in spec["datasets"].values() for v in d if "threshold" in v]
+    assert thresholds == [{"threshold": 10.0, "label": "scale-out threshold 10"}]
+
+
+# --- the command -----------------------------------------------------------------------------
+
+
+def test_dashboard_command_defaults_to_localhost(store):
+    from servelens.pipeline.cli_dashboard import app_path, streamlit_command
+
+    cmd = streamlit_command(store, 8600, "127.0.0.1")
+    assert app_path().is_file()
+    assert cmd[cmd.index("--server.address") + 1] == "127.0.0.1"
+    assert cmd[cmd.index("--server.headless") + 1] == "true"
+    assert cmd[cmd.index("--browser.gatherUsageStats") + 1] == "false"
+    assert cmd[-3:] == ["--", "--store", str(store)]
+
+
+def test_dashboard_command_user_errors(tmp_path, store):
+    from servelens.pipeline.cli import _register_commands, app
+
+    _register_commands()
+    runner = CliRunner()
+    r = runner.invoke(app, ["dashboard", "--store", str(tmp_path / "missing")])
+    assert r.exit_code == 1 and "does not exist" in r.output and len(r.output.strip().splitlines()) == 1
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        r = runner.invoke(app, ["dashboard", "--store", str(store), "--port", str(port)])
+    assert r.exit_code == 1 and f"port {port} on 127.0.0.1 is in use" in r.output
