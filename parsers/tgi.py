@@ -116,14 +116,15 @@ def _clean_lines(text: pl.Expr) -> list[pl.Expr]:
 
 
 def record_starts(text: pl.Series) -> pl.Series:
-    cleaned = pl.select(_clean_lines(pl.lit(text))[0]).to_series()
+    # a frame column, not pl.lit(series): polars 2.1 can panic on when/then over literals
+    cleaned = pl.DataFrame({"text": text}).select(_clean_lines(pl.col("text"))[0]).to_series()
     return cleaned.str.contains(_START_RE).fill_null(False).alias("starts")
 
 
 def detect(lines: list[str]) -> float:
     if not lines:
         return 0.0
-    s = pl.select(_clean_lines(pl.lit(pl.Series(lines, dtype=pl.String)))[0]).to_series()
+    s = pl.DataFrame({"text": pl.Series(lines, dtype=pl.String)}).select(_clean_lines(pl.col("text"))[0]).to_series()
     s = s.filter(s.str.strip_chars() != "")
     if s.len() == 0:
         return 0.0
