@@ -100,6 +100,7 @@ def run_instance(
     stop = end_s if crash_at is None else min(end_s, crash_at)
     crash_ts = None
     crash_batch = 0
+    blocked = False  # the queue head could not be admitted and nothing has changed since
 
     def mark(ts, running, nwait, blocks, cr=0, ct=0, gt=0, dt=0.0, itv=-1):
         c_ts.append(ts); c_run.append(running); c_wait.append(nwait); c_blk.append(blocks)
@@ -118,6 +119,25 @@ def run_instance(
                 break
             t = float(qstart[nxt]) + cfg.t_wake
             continue
+        if FAST_FORWARD and len(r_id) and (blocked or not waiting):
+            k = _fast_forward_len(t, r_id, r_len, gen, target, qstart, nxt, waiting, cfg, stop,
+                                  crash_at, free, blocked)
+            if k is not None:
+                kk, t_j, dt_j, waits, used_j, need_tot, need_seq = k
+                nb = len(r_id)
+                c_ts.extend(t_j.tolist()); c_run.extend([nb] * kk); c_wait.extend(waits.tolist())
+                c_blk.extend(used_j.tolist()); c_pre.extend([pre_cum] * kk); c_cr.extend([0] * kk)
+                c_ct.extend([0] * kk); c_gt.extend([nb] * kk); c_dt.extend(dt_j.tolist())
+                c_it.extend(range(it, it + kk))
+                it += kk
+                gen[r_id] += kk
+                r_len = r_len + kk
+                if not cfg.reserve_full:
+                    free -= need_tot
+                    r_res = r_res + need_seq
+                t = float(t_j[-1] + dt_j[-1])
+                continue
+        blocked = False
         preempted = False
         # 1. running sequences grow by one token
         if len(r_id):
@@ -148,11 +168,15 @@ def run_instance(
         if not preempted:
             budget = cfg.max_batched_tokens
             room = cfg.max_num_seqs - len(r_id)
+            blocked = bool(waiting) and room <= 0
             while waiting and room > 0:
                 rid = waiting[0]
                 ctx = int(prompt[rid] + gen[rid])
                 blk = int(reserve_need[rid]) if cfg.reserve_full else -(-ctx // bs)
-                if blk > free or (ctx > budget and new_ids):
+                if blk > free:
+                    blocked = True
+                    break
+                if ctx > budget and new_ids:
                     break
                 waiting.popleft()
                 free -= blk
@@ -190,6 +214,7 @@ def run_instance(
             first[fresh] = t_end
         done = gen[ids] >= target[ids]
         if done.any():
+            blocked = False  # a finish frees room and blocks: admission may succeed again
             finish[ids[done]] = t_end
             free += int(r_res[done].sum())
             keep = ~done
@@ -219,3 +244,57 @@ def run_instance(
         st_dt=np.array(c_dt), st_iter=np.array(c_it, np.int64),
         preempt_log=preempt_log, crash_ts=crash_ts, crash_batch=crash_batch,
     )
+
+
+FF_MAX = 256  # iterations one fast-forward may cover
+FAST_FORWARD = True  # tests turn it off to check it changes nothing
+
+
+def _fast_forward_len(t, r_id, r_len, gen, target, qstart, nxt, waiting, cfg, stop, crash_at, free, blocked):
+    """Iterations in which nothing but decoding happens (no arrival can be admitted, nobody
+    finishes, the KV cache suffices), computed in one go. Returns None when fewer than 2.
+
+    Equivalent to stepping the main loop: the same dt per iteration, the same state rows."""
+    nb = len(r_id)
+    rem_min = int((target[r_id] - gen[r_id]).min())
+    kmax = min(rem_min - 1, FF_MAX)  # iteration j leaves every sequence unfinished iff j <= rem-2
+    if kmax < 2:
+        return None
+    j = np.arange(kmax)
+    ctx0 = int(r_len.sum()) + nb  # after the first iteration's growth
+    dt_j = cfg.t_base + cfg.t_seq * nb + cfg.t_ctx * (ctx0 + j * nb)
+    t_j = np.cumsum(np.concatenate([[t], dt_j[:-1]]))  # sequential adds, as the main loop does
+    ok = t_j < stop
+    if crash_at is not None:
+        ok &= t_j + dt_j <= crash_at
+    if not blocked and nxt < len(qstart):
+        ok &= t_j < qstart[nxt]  # an arrival to an idle queue is admitted at once
+    bad = np.nonzero(~ok)[0]
+    kmax = int(bad[0]) if len(bad) else kmax
+    if kmax < 2:
+        return None
+    j, ok, t_j, dt_j = j[:kmax], ok[:kmax], t_j[:kmax], dt_j[:kmax]
+    # KV growth: sequence s takes a block at iteration j when r_len + j is a multiple of bs
+    bs = cfg.block_size
+    lens = r_len[None, :] + j[:, None]  # tokens stored before iteration j's growth
+    if cfg.reserve_full:
+        used_j = (-(-(lens + 1) // bs)).sum(axis=1)
+        need_cum = None
+    else:
+        take = (lens % bs == 0)
+        need_cum = np.cumsum(take.sum(axis=1))
+        ok &= need_cum <= free
+        used_j = None
+    bad = np.nonzero(~ok)[0]
+    k = int(bad[0]) if len(bad) else kmax
+    if k < 2:
+        return None
+    waits = np.full(k, len(waiting), np.int64)
+    if blocked and nxt < len(qstart):
+        waits += np.searchsorted(qstart, t_j[:k], side="right") - nxt
+    if cfg.reserve_full:
+        return k, t_j[:k], dt_j[:k], waits, used_j[:k], 0, None
+    total = cfg.num_gpu_blocks
+    used = total - (free - need_cum[:k])
+    need_seq = take[:k].sum(axis=0).astype(np.int64)
+    return k, t_j[:k], dt_j[:k], waits, used, int(need_cum[k - 1]), need_seq

@@ -60,7 +60,7 @@ SCENARIOS: dict[str, Scenario] = {
             "incident",
             "a surge on several instances that ends in a CUDA out-of-memory crash of one of "
             "them; the survivors take its traffic",
-            rate_profile=((0.0, 1.0), (0.35, 2.5), (0.8, 1.0)),
+            rate_profile=((0.0, 1.0), (0.35, 3.0), (0.8, 1.0)),
             base_rate=2.0,
             default_instances=3,
             crash=(0, 0.6),
