@@ -6,17 +6,24 @@
 --   maxNumSequences, context tokens vs maxNumTokens), TGI (running reconstructed from request
 --   intervals; TGI announces no sequence limit, so fill is null unless a capacity line gave
 --   max_num_seqs).
--- Columns: ts (UTC), engine, instance, running (requests in the batch), batch_size (requests
---   scheduled in the iteration, when logged), max_num_seqs (requests: on the line, else the
---   latest capacity announcement at or before ts), fill (fraction 0..1: coalesce(running,
---   batch_size) / max_num_seqs), batch_tokens (tokens), max_batch_tokens (tokens),
+-- Columns: ts (UTC), engine, instance, running (requests in the batch: the scheduled count
+--   when the engine logs one, else its running count), active (requests the engine reports
+--   as running/active as logged; TensorRT-LLM's Active Request Count includes requests not
+--   yet scheduled), batch_size (requests scheduled in the iteration, when logged),
+--   max_num_seqs (requests: on the line, else the latest capacity announcement at or before
+--   ts), fill (fraction 0..1: running / max_num_seqs), batch_tokens (tokens), max_batch_tokens (tokens),
 --   token_fill (fraction: batch_tokens / max_batch_tokens), source ('logged' |
 --   'reconstructed'), estimated (true for reconstructed).
 create or replace view batch_fill as
 with
 
 logged as (
-    select ts, engine, instance, running, batch_size, batch_tokens, max_num_seqs, 'logged' as source,
+    select
+        ts, engine, instance,
+        coalesce(batch_size, running) as running,
+        running as active,
+        batch_size, batch_tokens, max_num_seqs,
+        'logged' as source,
     from engine_stats
     where running is not null or batch_size is not null
 ),
@@ -28,6 +35,7 @@ logged_instances as (
 reconstructed as (
     select
         s.ts, s.engine, s.instance, s.running,
+        s.running as active,
         cast(null as bigint) as batch_size,
         cast(null as bigint) as batch_tokens,
         cast(null as bigint) as max_num_seqs,
@@ -72,9 +80,10 @@ final as (
         engine,
         instance,
         running,
+        active,
         batch_size,
         limit_seqs as max_num_seqs,
-        case when limit_seqs > 0 then coalesce(running, batch_size) / limit_seqs end as fill,
+        case when limit_seqs > 0 then running / limit_seqs end as fill,
         batch_tokens,
         max_batch_tokens,
         case when max_batch_tokens > 0 then batch_tokens / max_batch_tokens end as token_fill,

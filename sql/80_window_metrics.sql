@@ -54,7 +54,7 @@ kv as (
         w.engine, w.instance, w.window_start,
         avg(k.kv_usage) as kv_avg,
         max(k.kv_usage) as kv_max,
-        coalesce(sum(k.preemptions), 0) + sum(k.preemption_lines) as preemptions,
+        cast(coalesce(sum(k.preemptions), 0) + sum(k.preemption_lines) as bigint) as preemptions,
     from windows as w
     join kv_cache as k
         on k.engine = w.engine and k.instance = w.instance

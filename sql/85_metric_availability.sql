@@ -2,8 +2,9 @@
 -- Grain: one row per (engine, metric) for every engine present in `events` (except
 --   `unknown`).
 -- Columns: engine, metric, view (where the metric lives), available (true when this store
---   has at least one non-null value), n_values (values present), estimated (true when the
---   values are reconstructed or derived rather than logged), reason (readable: where the
+--   has at least one non-null value), n_values (values present), estimated (true when any
+--   value present is reconstructed or derived rather than logged; for a metric with no
+--   values, whether it would be), reason (readable: where the
 --   value comes from, or why it is null).
 create or replace view metric_availability as
 with
@@ -62,9 +63,10 @@ catalogue(engine, metric, view, estimated, provides, missing) as (
         'TensorRT-LLM logs no per-request lines by default'),
     ('trtllm', 'queue_s', 'requests', false, 'logged',
         'TensorRT-LLM logs no per-request lines by default'),
-    ('trtllm', 'waiting', 'queue_depth', false, 'logged by the iteration stats (queued requests)',
+    ('trtllm', 'waiting', 'queue_depth', false,
+        'logged by the executor iteration stats (numQueuedRequests); with Triton stats derived as Active Request Count - Scheduled Requests (estimated)',
         'no iteration stats in this log (Triton needs --log-verbose=1, trtllm-serve print_iter_log)'),
-    ('trtllm', 'running', 'batch_fill', false, 'logged by the iteration stats (active requests)',
+    ('trtllm', 'running', 'batch_fill', false, 'logged by the iteration stats (scheduled requests)',
         'no iteration stats in this log'),
     ('trtllm', 'fill', 'batch_fill', false, 'active / Max Request Count (or maxNumSequences)',
         'no sequence limit in this log'),
@@ -81,18 +83,18 @@ engines as (
 ),
 
 observed as (
-    select engine, 'e2e_s' as metric, count(e2e_s) as n_values, from requests group by engine
-    union all select engine, 'ttft_s', count(ttft_s), from requests group by engine
-    union all select engine, 'tpot_s', count(tpot_s), from requests group by engine
-    union all select engine, 'queue_s', count(queue_s), from requests group by engine
-    union all select engine, 'waiting', count(waiting), from queue_depth group by engine
-    union all select engine, 'running', count(running), from batch_fill group by engine
-    union all select engine, 'fill', count(fill), from batch_fill group by engine
-    union all select engine, 'kv_usage', count(kv_usage), from kv_cache group by engine
+    select engine, 'e2e_s' as metric, count(e2e_s) as n_values, bool_or(e2e_estimated) as est, from requests group by engine
+    union all select engine, 'ttft_s', count(ttft_s), false, from requests group by engine
+    union all select engine, 'tpot_s', count(tpot_s), false, from requests group by engine
+    union all select engine, 'queue_s', count(queue_s), false, from requests group by engine
+    union all select engine, 'waiting', count(waiting), bool_or(estimated), from queue_depth group by engine
+    union all select engine, 'running', count(running), bool_or(estimated), from batch_fill group by engine
+    union all select engine, 'fill', count(fill), bool_or(estimated and fill is not null), from batch_fill group by engine
+    union all select engine, 'kv_usage', count(kv_usage), false, from kv_cache group by engine
     union all
-    select engine, 'preemptions', count(preemptions) + count(*) filter (where preemption_lines > 0),
+    select engine, 'preemptions', count(preemptions) + count(*) filter (where preemption_lines > 0), false,
     from kv_cache group by engine
-    union all select engine, 'gen_tps', count(gen_tps), from engine_stats group by engine
+    union all select engine, 'gen_tps', count(gen_tps), false, from engine_stats group by engine
 ),
 
 final as (
@@ -102,7 +104,7 @@ final as (
         c.view,
         coalesce(o.n_values, 0) > 0 as available,
         coalesce(o.n_values, 0) as n_values,
-        c.estimated,
+        coalesce(o.est, c.estimated) as estimated,
         case when coalesce(o.n_values, 0) > 0 then c.provides else c.missing end as reason,
     from engines as e
     join catalogue as c using (engine)

@@ -203,7 +203,7 @@ final as (
                 case engine
                     when 'vllm' then '--max-num-seqs and --max-num-batched-tokens'
                     when 'tgi' then '--max-batch-total-tokens / --max-batch-prefill-tokens / --max-concurrent-requests'
-                    when 'trtllm' then 'max_batch_size / max_num_tokens'
+                    when 'trtllm' then 'max_batch_size / max_num_tokens (with GUARANTEED_NO_EVICT the reserved KV can be the real limit even when used KV looks low: consider MAX_UTILIZATION)'
                     else 'the maximum batch size / token budget'
                 end)
             when 'latency_slo_e2e' then format(

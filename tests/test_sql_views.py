@@ -174,17 +174,23 @@ def test_batch_fill_uses_limit_in_force_at_the_time():
     assert got == [
         {"ts": at(10), "running": 32, "max_num_seqs": 128, "fill": 0.25, "token_fill": None, "source": "logged"},
         {"ts": at(110), "running": 32, "max_num_seqs": 256, "fill": 0.125, "token_fill": None, "source": "logged"},
-        {"ts": at(120), "running": None, "max_num_seqs": 256, "fill": 8 / 256, "token_fill": 0.25, "source": "logged"},
+        {"ts": at(120), "running": 8, "max_num_seqs": 256, "fill": 8 / 256, "token_fill": 0.25, "source": "logged"},
     ]
 
 
-def test_batch_fill_trtllm_max_request_count_from_attrs():
+def test_trtllm_triton_stats_scheduled_fill_and_derived_queue():
+    # Triton stats: Active Request Count 12 (parser: running), Scheduled Requests 10
+    # (batch_size), Max Request Count 64 (attrs), no queue field
     con = connect_events(events_frame([
         ev("engine_stats", 1, engine="trtllm", running=12, batch_size=10,
            attrs='{"max_request_count": 64}'),
     ]))
-    r = one(con, "select running, max_num_seqs, fill from batch_fill")
-    assert r == {"running": 12, "max_num_seqs": 64, "fill": 12 / 64}
+    r = one(con, "select running, active, max_num_seqs, fill from batch_fill")
+    assert r == {"running": 10, "active": 12, "max_num_seqs": 64, "fill": 10 / 64}
+    q = one(con, "select waiting, source, estimated from queue_depth")
+    assert q == {"waiting": 2, "source": "derived", "estimated": True}
+    w = one(con, "select available, estimated from metric_availability where metric = 'waiting'")
+    assert w == {"available": True, "estimated": True}
 
 
 def test_batch_fill_without_limit_is_null_not_zero():
