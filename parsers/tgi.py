@@ -66,7 +66,10 @@ NAME = "tgi"
 _TS = RFC3339_RE.replace(r"\d", "[0-9]")
 _LEVEL = r"(?:TRACE|DEBUG|INFO|WARN|WARNING|ERROR)"
 _COMPOSE_RE = COMPOSE_PREFIX_RE
-_START_RE = rf"^(?:{_TS}[ \t]+)?(?:{_TS}[ \t]+{_LEVEL}(?-u:\b)|\{{\x22timestamp\x22)"
+# a Rust panic and the launcher's exit error carry no header but are records of their own
+_PANIC_RE = r"^thread '[^']*' panicked at"
+_EXIT_RE = r"^Error: [A-Z][A-Za-z]+$"
+_START_RE = rf"^(?:{_TS}[ \t]+)?(?:{_TS}[ \t]+{_LEVEL}(?-u:\b)|\{{\x22timestamp\x22)|{_PANIC_RE}|{_EXIT_RE}"
 
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*(?:::[A-Za-z0-9_]+)*"
 # router "Full" format: [spans: ]target: file.rs:line: message -> the tail from target on
@@ -78,6 +81,8 @@ _COMPACT_RE = (
     rf"^(?:(?P<spans>[A-Za-z_][A-Za-z0-9_-]*(?:\{{[^{{}}]*\}})?(?::[A-Za-z_][A-Za-z0-9_-]*(?:\{{[^{{}}]*\}})?)*): )?"
     rf"(?P<target>{_IDENT}): (?P<msg>.*)$"
 )
+# v0.x launchers print the relayed message quoted: `"Method Decode encountered an error.`
+_METHOD_RE = r'^"?Method ([A-Za-z0-9_]+) encountered an error'
 _DESIGN_KV_RE = r"^[A-Za-z0-9_]+=[^,]*(?:, [A-Za-z0-9_]+=[^,]*)*$"
 
 _STR = pl.String
@@ -353,8 +358,17 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
     # launcher span fields come after the message: `... Shard ready in 10.3s rank=0`
     rank_re = r"[ \t]+rank=([0-9]+)[ \t]*$"
     lvl = pl.col("_lvl")
+    first = pl.col("_first")
+    special = (
+        pl.when(pl.col("_ts").is_null() & first.str.contains(_PANIC_RE)).then(pl.lit("panic"))
+        .when(pl.col("_ts").is_null() & first.str.contains(_EXIT_RE)).then(pl.lit("launcher_exit"))
+    )
+    df = df.with_columns(special.alias("_special"))
+    special = pl.col("_special")
     df = df.with_columns(
-        pl.when(target.is_not_null()).then(full.str.replace(rank_re, "")).alias("_full"),
+        pl.when(special.is_not_null()).then(
+            pl.when(has_cont).then(pl.concat_str([first, pl.lit("\n"), cont.str.strip_chars_end()])).otherwise(first)
+        ).when(target.is_not_null()).then(full.str.replace(rank_re, "")).alias("_full"),
         pl.coalesce(pl.col("_rank_json"), full.str.extract(rank_re, 1).cast(pl.Int64, strict=False)).alias("rank"),
         pl.when(lvl == "WARN").then(pl.lit("WARNING")).when(lvl == "TRACE").then(pl.lit("DEBUG"))
         .otherwise(lvl).alias("level"),
@@ -370,16 +384,18 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         | pl.coalesce(pl.col("span"), pl.col("_spans")).str.extract(r"^([A-Za-z0-9_-]+)", 1).is_in(_REQUEST_SPANS)
     )
     err_kind = (
-        pl.when(full.str.contains("no permits available")).then(pl.lit("overloaded"))
+        pl.when(special.is_not_null()).then(special)
+        .when(full.str.contains("no permits available")).then(pl.lit("overloaded"))
         .when(full.str.contains("Request failed during generation")).then(pl.lit("generation"))
         .when(full.str.contains(r"^Server error:")).then(pl.lit("server"))
-        .when(full.str.contains(r"^Method [A-Za-z0-9_]+ encountered an error")).then(pl.lit("shard_exception"))
+        .when(full.str.contains(_METHOD_RE)).then(pl.lit("shard_exception"))
         .when(full.str.contains(r"Receiver dropped")).then(pl.lit("client_gone"))
         .when(full.str.contains(r"(?i)cuda out of memory|OutOfMemoryError")).then(pl.lit("oom"))
         .when(pl.col("level") == "ERROR").then(pl.lit("error"))
     )
     event = (
-        pl.when(target.is_null()).then(pl.lit("unparsed"))
+        pl.when(special.is_not_null()).then(pl.lit("error"))
+        .when(target.is_null()).then(pl.lit("unparsed"))
         .when(design_req | success).then(pl.lit("request"))
         .when(design_batch).then(pl.lit("batch"))
         .when(msg1.str.contains(CAPACITY_RE)).then(pl.lit("capacity"))
@@ -485,7 +501,7 @@ def _others(df: pl.DataFrame) -> pl.DataFrame:
                       "max_input_tokens", "max_waiting_tokens", "num_shard", "waiting_served_ratio", "quantize")
         ],
         only_cap(capf["model_max_total_tokens"]).alias("model_max_total_tokens"),
-        pl.when(ev == "error").then(full.str.extract(r"^Method ([A-Za-z0-9_]+) encountered an error", 1)).alias("method"),
+        pl.when(ev == "error").then(full.str.extract(_METHOD_RE, 1)).alias("method"),
         pl.when(ev == "error").then(full.str.contains(r"(?i)cuda out of memory|OutOfMemoryError")).alias("oom"),
         pl.when(ev == "log").then(
             ns_to_s(duration_ns(full.str.extract(r"^Shard ready in (\S+)$", 1)))

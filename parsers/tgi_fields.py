@@ -132,6 +132,7 @@ def args_fields(msg: pl.Expr) -> dict[str, pl.Expr]:
 SETTING_MAX_BATCH_RE = r"(?:Setting max batch total tokens to|Inferred max batch total tokens:) ([0-9]+)"
 KV_BLOCKS_RE = r"KV-cache blocks: (?P<blocks>[0-9]+), size: (?P<size>[0-9]+)"
 DEFAULT_RE = r"^Default `(?P<key>max_[A-Za-z0-9_]+)` to (?P<val>[0-9]+)"
+ROUTER_DEFAULT_RE = r"^Maximum (?P<key>input|total) tokens defaulted to (?P<val>[0-9]+)"
 MODEL_SUPPORTS_RE = r"^Model supports up to (?P<max>[0-9]+) but tgi will now set its default to (?P<dflt>[0-9]+)"
 
 
@@ -142,6 +143,8 @@ def capacity_fields(msg: pl.Expr) -> dict[str, pl.Expr]:
     dflt = msg.str.extract_groups(DEFAULT_RE)
     dkey, dval = dflt.struct.field("key"), dflt.struct.field("val").cast(pl.Int64, strict=False)
     sup = msg.str.extract_groups(MODEL_SUPPORTS_RE)
+    rdef = msg.str.extract_groups(ROUTER_DEFAULT_RE)
+    rkey, rval = rdef.struct.field("key"), rdef.struct.field("val").cast(pl.Int64, strict=False)
     return {
         "max_batch_tokens": msg.str.extract(SETTING_MAX_BATCH_RE, 1).cast(pl.Int64, strict=False),
         "kv_blocks_total": blocks,
@@ -152,9 +155,12 @@ def capacity_fields(msg: pl.Expr) -> dict[str, pl.Expr]:
         "max_batch_prefill_tokens": pl.when(dkey == "max_batch_prefill_tokens").then(dval),
         "max_total_tokens": pl.coalesce(
             pl.when(dkey == "max_total_tokens").then(dval),
+            pl.when(rkey == "total").then(rval),
             sup.struct.field("dflt").cast(pl.Int64, strict=False),
         ),
-        "max_input_tokens": pl.when(dkey == "max_input_tokens").then(dval),
+        "max_input_tokens": pl.coalesce(
+            pl.when(dkey == "max_input_tokens").then(dval), pl.when(rkey == "input").then(rval)
+        ),
         "model_max_total_tokens": sup.struct.field("max").cast(pl.Int64, strict=False),
     }
 
@@ -162,5 +168,5 @@ def capacity_fields(msg: pl.Expr) -> dict[str, pl.Expr]:
 CAPACITY_RE = (
     r"^(?:Setting max batch total tokens to [0-9]+|Inferred max batch total tokens: [0-9]+"
     r"|Default `max_[A-Za-z0-9_]+` to [0-9]+|Model supports up to [0-9]+ but tgi will now set its default"
-    r"|KV-cache blocks: [0-9]+, size: [0-9]+|Args \{)"
+    r"|KV-cache blocks: [0-9]+, size: [0-9]+|Maximum (?:input|total) tokens defaulted to [0-9]+|Args \{)"
 )

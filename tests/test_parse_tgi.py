@@ -439,3 +439,33 @@ def test_detect():
     assert tgi.detect(vllm) == 0.0
     assert tgi.detect(trtllm) == 0.0
     assert tgi.detect([]) == 0.0
+
+
+def test_v3_warmup_capacity_lines():
+    ev = parse_fixture("capacity.log")  # lines 10-14: #2842
+    kv = row(ev, 10)
+    assert (kv["kv_blocks_total"], kv["kv_capacity_tokens"]) == (13807, 13807)
+    budget = row(ev, 11)
+    assert budget["max_batch_tokens"] == 13793
+    assert budget["attrs"]["target"] == "text_generation_router_v3"
+    assert budget["attrs"]["file"] == "backends/v3/src/lib.rs:137"
+    chunking = row(ev, 12)
+    assert chunking["event"] == "log" and chunking["level"] == "WARNING"
+    assert row(ev, 13)["attrs"]["max_input_tokens"] == 13792 and row(ev, 13)["event"] == "capacity"
+    assert row(ev, 14)["attrs"]["max_total_tokens"] == 13793
+
+
+def test_v0_quoted_shard_exception_panic_and_exit():
+    ev = parse_fixture("launcher_text.log")
+    decode = row(ev, 49)  # #165: v0.x quotes the relayed message
+    assert decode["event"] == "error" and decode["n_lines"] == 4
+    assert decode["attrs"]["method"] == "Decode" and decode["attrs"]["span"] == "shard-manager"
+    panic = row(ev, 53)  # #563: a router panic, no header, is its own record
+    assert panic["event"] == "error" and panic["attrs"]["error_kind"] == "panic"
+    assert panic["n_lines"] == 2 and panic["level"] is None
+    assert panic["ts_inferred"] is True
+    assert panic["message"].endswith("environment variable to display a backtrace")
+    assert row(ev, 55)["message"] == "Webserver Crashed" and row(ev, 55)["event"] == "error"
+    exit_ = row(ev, 58)
+    assert exit_["event"] == "error" and exit_["attrs"]["error_kind"] == "launcher_exit"
+    assert exit_["message"] == "Error: WebserverFailed"
