@@ -8,12 +8,15 @@ signal.
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Sequence
 
 import altair as alt
 import polars as pl
 
+UTC = dt.timezone.utc
 THRESHOLD_COLOR = "#d62728"
+ISO = "%Y-%m-%dT%H:%M:%SZ"
 HEIGHT = 220
 
 
@@ -21,11 +24,18 @@ def _prepare(df: pl.DataFrame, y: str | Sequence[str]) -> pl.DataFrame:
     cols = [y] if isinstance(y, str) else list(y)
     out = df.drop_nulls(cols)
     # Vega-Lite reads ISO strings; UTC stated explicitly so that browsers do not shift times
-    return out.with_columns(pl.col("ts").dt.convert_time_zone("UTC").dt.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    return out.with_columns(pl.col("ts").dt.convert_time_zone("UTC").dt.strftime(ISO))
 
 
-def _x() -> alt.X:
-    return alt.X("ts:T", title="time (UTC)", axis=alt.Axis(format="%H:%M", labelOverlap=True))
+# `domain`: the x range of a chart, [start, end] of the selected time range (`time_domain`),
+# so that the charts line up under each other and a gap shows that the log said nothing then.
+def time_domain(start: dt.datetime, end: dt.datetime) -> list[str]:
+    return [start.astimezone(UTC).strftime(ISO), end.astimezone(UTC).strftime(ISO)]
+
+
+def _x(domain: list[str] | None = None) -> alt.X:
+    scale = alt.Scale(type="utc", domain=domain) if domain else alt.Scale(type="utc")
+    return alt.X("ts:T", title="time (UTC)", scale=scale, axis=alt.Axis(format="%H:%M", labelOverlap=True))
 
 
 def threshold_rule(value: float | None, label: str) -> alt.LayerChart | None:
@@ -52,14 +62,15 @@ def line_chart(
     threshold_label: str = "threshold",
     percent: bool = False,
     tooltip: Sequence[str] = (),
+    domain: list[str] | None = None,
 ) -> alt.Chart | alt.LayerChart:
     data = _prepare(df, y)
     axis = alt.Axis(format="%") if percent else alt.Axis()
     enc = {
-        "x": _x(),
+        "x": _x(domain),
         "y": alt.Y(f"{y}:Q", title=y_title, axis=axis),
         "color": alt.Color(f"{color}:N", title=color),
-        "tooltip": [alt.Tooltip("ts:T", format="%Y-%m-%d %H:%M:%S", title="time (UTC)"), f"{color}:N",
+        "tooltip": [alt.Tooltip("ts:T", format="%Y-%m-%d %H:%M:%S", formatType="utc", title="time (UTC)"), f"{color}:N",
                     alt.Tooltip(f"{y}:Q", format=".1%" if percent else ",.3~f")]
         + [f"{t}" for t in tooltip],
     }
@@ -74,34 +85,37 @@ def line_chart(
     return chart.properties(height=HEIGHT)
 
 
-def queue_chart(df: pl.DataFrame, threshold: float | None) -> alt.Chart | alt.LayerChart:
+def queue_chart(df: pl.DataFrame, threshold: float | None, domain: list[str] | None = None) -> alt.Chart | alt.LayerChart:
     """Waiting requests per instance; dashed lines are reconstructed (estimated) series."""
     return line_chart(df, "waiting", "waiting requests (avg per bucket)", dash="source",
-                      threshold=threshold, threshold_label="scale-out threshold", tooltip=["waiting_max:Q", "source:N"])
+                      threshold=threshold, threshold_label="scale-out threshold", tooltip=["waiting_max:Q", "source:N"],
+                      domain=domain)
 
 
-def fill_chart(df: pl.DataFrame, threshold: float | None) -> alt.Chart | alt.LayerChart:
+def fill_chart(df: pl.DataFrame, threshold: float | None, domain: list[str] | None = None) -> alt.Chart | alt.LayerChart:
     return line_chart(df, "fill", "batch fill (running / max_num_seqs)", percent=True, dash="source",
-                      threshold=threshold, threshold_label="scheduler-limit threshold", tooltip=["running:Q", "max_num_seqs:Q"])
+                      threshold=threshold, threshold_label="scheduler-limit threshold", tooltip=["running:Q", "max_num_seqs:Q"],
+                      domain=domain)
 
 
-def running_chart(df: pl.DataFrame) -> alt.Chart | alt.LayerChart:
-    return line_chart(df, "running", "running requests (avg per bucket)", dash="source", tooltip=["running_max:Q"])
+def running_chart(df: pl.DataFrame, domain: list[str] | None = None) -> alt.Chart | alt.LayerChart:
+    return line_chart(df, "running", "running requests (avg per bucket)", dash="source", tooltip=["running_max:Q"],
+                      domain=domain)
 
 
-def kv_chart(df: pl.DataFrame, threshold: float | None) -> alt.Chart | alt.LayerChart:
+def kv_chart(df: pl.DataFrame, threshold: float | None, domain: list[str] | None = None) -> alt.Chart | alt.LayerChart:
     return line_chart(df, "kv_usage", "GPU KV-cache usage", percent=True, threshold=threshold,
-                      threshold_label="KV-pressure threshold", tooltip=["kv_usage_max:Q"])
+                      threshold_label="KV-pressure threshold", tooltip=["kv_usage_max:Q"], domain=domain)
 
 
 def bar_chart(df: pl.DataFrame, y: str, y_title: str, *, color: str = "instance", threshold: float | None = None,
-              threshold_label: str = "threshold") -> alt.Chart | alt.LayerChart:
+              threshold_label: str = "threshold", domain: list[str] | None = None) -> alt.Chart | alt.LayerChart:
     data = _prepare(df, y)
     chart: alt.Chart | alt.LayerChart = alt.Chart(data).mark_bar().encode(
-        x=_x(),
+        x=_x(domain),
         y=alt.Y(f"sum({y}):Q", title=y_title, stack=True),
         color=alt.Color(f"{color}:N", title=color),
-        tooltip=[alt.Tooltip("ts:T", format="%Y-%m-%d %H:%M:%S", title="time (UTC)"), "instance:N", f"{color}:N", f"{y}:Q"],
+        tooltip=[alt.Tooltip("ts:T", format="%Y-%m-%d %H:%M:%S", formatType="utc", title="time (UTC)"), "instance:N", f"{color}:N", f"{y}:Q"],
     )
     rule = threshold_rule(threshold, f"{threshold_label} {threshold:g}") if threshold is not None else None
     if rule is not None:
@@ -109,19 +123,20 @@ def bar_chart(df: pl.DataFrame, y: str, y_title: str, *, color: str = "instance"
     return chart.properties(height=HEIGHT)
 
 
-def preemption_chart(df: pl.DataFrame) -> alt.Chart | alt.LayerChart:
-    return bar_chart(df.with_columns(pl.col("preemptions").cast(pl.Float64)), "preemptions", "preemptions (logged)")
+def preemption_chart(df: pl.DataFrame, domain: list[str] | None = None) -> alt.Chart | alt.LayerChart:
+    return bar_chart(df.with_columns(pl.col("preemptions").cast(pl.Float64)), "preemptions", "preemptions (logged)",
+                     domain=domain)
 
 
-def errors_chart(df: pl.DataFrame, threshold: float | None) -> alt.Chart | alt.LayerChart:
+def errors_chart(df: pl.DataFrame, threshold: float | None, domain: list[str] | None = None) -> alt.Chart | alt.LayerChart:
     return bar_chart(df, "n_errors", "errors per window", color="kind", threshold=threshold,
-                     threshold_label="errors threshold")
+                     threshold_label="errors threshold", domain=domain)
 
 
 LATENCY_PERCENTILES = ("p50", "p95", "p99")
 
 
-def latency_chart(df: pl.DataFrame, metric: str, slo: float | None = None) -> alt.Chart | alt.LayerChart:
+def latency_chart(df: pl.DataFrame, metric: str, slo: float | None = None, domain: list[str] | None = None) -> alt.Chart | alt.LayerChart:
     """p50/p95/p99 of one latency metric (`e2e`, `ttft`, `tpot`, `queue`) per window. One line
     colour per percentile for a single series, else per series with dashes per percentile."""
     cols = [f"{p}_{metric}_s" for p in LATENCY_PERCENTILES]
@@ -134,9 +149,9 @@ def latency_chart(df: pl.DataFrame, metric: str, slo: float | None = None) -> al
     )
     n_series = long.drop_nulls("seconds")["series"].n_unique()
     if n_series <= 1:
-        chart = line_chart(long, "seconds", f"{metric} latency (s)", color="percentile")
+        chart = line_chart(long, "seconds", f"{metric} latency (s)", color="percentile", domain=domain)
     else:
-        chart = line_chart(long, "seconds", f"{metric} latency (s)", color="series", dash="percentile")
+        chart = line_chart(long, "seconds", f"{metric} latency (s)", color="series", dash="percentile", domain=domain)
     if slo is not None:
         chart = chart + threshold_rule(slo, f"p99 SLO {slo:g} s")  # type: ignore[operator]
     return chart

@@ -18,7 +18,7 @@ def _has_logs(d: Path) -> bool:
     return d.is_dir() and any(p.is_file() for p in d.rglob("*"))
 
 
-def _fallback_logs(dest: Path) -> Path:
+def fallback_logs(dest: Path) -> Path:
     t0 = dt.datetime(2026, 5, 12, 8, 0, 0)
 
     def ts(s: int) -> str:
@@ -65,7 +65,7 @@ def build_store(tmp: Path) -> Path:
     """Ingest the incident sample (or the fallback) into `tmp/store`; returns the store."""
     from servelens.pipeline.ingest import ingest
 
-    logs = INCIDENT if _has_logs(INCIDENT) else _fallback_logs(tmp / "logs")
+    logs = INCIDENT if _has_logs(INCIDENT) else fallback_logs(tmp / "logs")
     store = tmp / "store"
     ingest([logs], store, year=2026)
     return store

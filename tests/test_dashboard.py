@@ -213,3 +213,32 @@ def test_dashboard_command_user_errors(tmp_path, store):
         port = s.getsockname()[1]
         r = runner.invoke(app, ["dashboard", "--store", str(store), "--port", str(port)])
     assert r.exit_code == 1 and f"port {port} on 127.0.0.1 is in use" in r.output
+
+
+def test_live_mode_follows_new_data_and_keeps_the_filters(tmp_path, monkeypatch):
+    from dashboard_store import fallback_logs
+
+    from servelens.pipeline.ingest import ingest
+
+    logs = fallback_logs(tmp_path / "logs") / "vllm"
+    store = tmp_path / "store"
+    ingest([logs / "gpu-1.log"], store, year=2026)
+    monkeypatch.setenv("SERVELENS_STORE", str(store))
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.run()
+    at.multiselect(key="engines").set_value(["vllm"]).run()
+    at.toggle(key="live").set_value(True).run()
+    assert not at.exception
+    newest = run(store, "select max(ts) as t from events")["t"][0]
+    assert at.caption[0].value.startswith("Live: last 15 min up to the newest event")
+    assert f"{newest:%H:%M:%S}" in at.caption[0].value
+    assert [m.value for m in at.markdown if m.value.startswith("### ")] == [f"### gpu-1 {vd.VERDICT_BADGE[vd.HOLD]}"]
+
+    # the store grows (as under `servelens tail`): the next refresh shows the new instance
+    ingest([logs / "gpu-0.log"], store, year=2026)
+    at.run()
+    assert not at.exception
+    headers = [m.value for m in at.markdown if m.value.startswith("### ")]
+    assert f"### gpu-0 {vd.VERDICT_BADGE[vd.INVESTIGATE]}" in headers
+    assert at.multiselect(key="engines").value == ["vllm"]
+    assert at.toggle(key="live").value is True

@@ -38,6 +38,10 @@ def _t(ts: dt.datetime | None, with_date: bool = False) -> str:
     return ts.strftime("%Y-%m-%d %H:%M:%S UTC" if with_date else "%H:%M:%S")
 
 
+def _dom(f: data.Filters) -> list[str]:
+    return charts.time_domain(f.start, f.end)
+
+
 def _missing(metric: str, have: set[tuple[str, str]], f: data.Filters, avail: pl.DataFrame) -> list[str]:
     """One line per selected instance that has no value of `metric`, with the reason."""
     lines = []
@@ -120,7 +124,7 @@ def headline(cfg: data.Settings, f: data.Filters) -> None:
 def queue_section(cfg, f, avail, th) -> None:
     st.subheader("Queue depth")
     df = data.queue_depth(cfg, f)
-    evidence("Queue depth", "waiting", df, "waiting", f, avail, lambda: charts.queue_chart(df, th.get("queue_waiting")))
+    evidence("Queue depth", "waiting", df, "waiting", f, avail, lambda: charts.queue_chart(df, th.get("queue_waiting"), _dom(f)))
     if not df.is_empty():
         sources = df.group_by("instance").agg(pl.col("source").first()).sort("instance")
         st.caption("queue_depth.source: " + ", ".join(
@@ -131,17 +135,17 @@ def queue_section(cfg, f, avail, th) -> None:
 def batch_section(cfg, f, avail, th) -> None:
     st.subheader("Batch fill")
     df = data.batch_fill(cfg, f)
-    drawn = evidence("Batch fill", "fill", df, "fill", f, avail, lambda: charts.fill_chart(df, th.get("scheduler_fill")))
+    drawn = evidence("Batch fill", "fill", df, "fill", f, avail, lambda: charts.fill_chart(df, th.get("scheduler_fill"), _dom(f)))
     if not drawn:
         # without a sequence limit the fill cannot be computed, but the batch size can be shown
-        evidence("Running requests", "running", df, "running", f, avail, lambda: charts.running_chart(df))
+        evidence("Running requests", "running", df, "running", f, avail, lambda: charts.running_chart(df, _dom(f)))
 
 
 def kv_section(cfg, f, avail, th) -> None:
     st.subheader("KV cache and preemptions")
     df = data.kv_cache(cfg, f)
-    evidence("KV-cache usage", "kv_usage", df, "kv_usage", f, avail, lambda: charts.kv_chart(df, th.get("kv_usage")))
-    evidence("Preemptions", "preemptions", df, "preemptions", f, avail, lambda: charts.preemption_chart(df))
+    evidence("KV-cache usage", "kv_usage", df, "kv_usage", f, avail, lambda: charts.kv_chart(df, th.get("kv_usage"), _dom(f)))
+    evidence("Preemptions", "preemptions", df, "preemptions", f, avail, lambda: charts.preemption_chart(df, _dom(f)))
 
 
 def latency_section(cfg, f, avail, th) -> None:
@@ -153,7 +157,7 @@ def latency_section(cfg, f, avail, th) -> None:
         with tab:
             col = f"p99_{metric}_s"
             drawn = evidence(METRIC_LABEL[f"{metric}_s"], f"{metric}_s", df, col, f, avail,
-                             lambda m=metric: charts.latency_chart(df, m, slos.get(m)))
+                             lambda m=metric: charts.latency_chart(df, m, slos.get(m), _dom(f)))
             if drawn and metric == "e2e" and df["e2e_estimated"].any():
                 st.caption("Some end-to-end latencies are estimated from 1 s log timestamps (arrival and finish lines).")
 
@@ -167,14 +171,14 @@ def throughput_section(cfg, f, avail, th) -> None:
             st.info("**Requests/s: not in the logs**: no per-request lines for the selected instances "
                     "(TensorRT-LLM logs none by default).", icon=":material/info:")
         else:
-            st.altair_chart(charts.line_chart(df, "requests_per_s", "finished requests/s"), width="stretch")
+            st.altair_chart(charts.line_chart(df, "requests_per_s", "finished requests/s", domain=_dom(f)), width="stretch")
     with right:
         tok = df.with_columns(pl.coalesce("gen_tps_logged", "output_tokens_per_s").alias("tokens_per_s"))
         if tok.drop_nulls("tokens_per_s").is_empty():
             st.info("**Tokens/s: not in the logs**: neither a logged generation throughput nor output "
                     "token counts of finished requests.", icon=":material/info:")
         else:
-            st.altair_chart(charts.line_chart(tok, "tokens_per_s", "generated tokens/s"), width="stretch")
+            st.altair_chart(charts.line_chart(tok, "tokens_per_s", "generated tokens/s", domain=_dom(f)), width="stretch")
             st.caption("Tokens/s: the engine's logged generation throughput where it logs one, else output "
                        "tokens of the requests finished in the window.")
 
@@ -185,7 +189,7 @@ def errors_section(cfg, f, th) -> None:
     if df.is_empty():
         st.success("No errors logged in the selected range.")
         return
-    st.altair_chart(charts.errors_chart(df, th.get("errors_count")), width="stretch")
+    st.altair_chart(charts.errors_chart(df, th.get("errors_count"), _dom(f)), width="stretch")
     first = (df.sort("first_ts").group_by("instance", "kind", maintain_order=True)
              .agg(pl.col("n_errors").sum(), pl.col("first_ts").first(), pl.col("first_message").first(),
                   pl.col("first_source").first(), pl.col("first_line").first()))

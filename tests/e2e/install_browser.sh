@@ -1,0 +1,24 @@
+#!/bin/sh
+# Install the browser the end-to-end dashboard test drives (Debian's Chromium at
+# /usr/bin/chromium). Idempotent: does nothing when it is already there. Needs root for apt;
+# without root it only says what to run. Playwright's own browser download is not used.
+set -eu
+
+CHROMIUM=/usr/bin/chromium
+
+if [ -x "$CHROMIUM" ]; then
+    echo "install_browser: $CHROMIUM already installed"
+    exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+    echo "install_browser: $CHROMIUM is missing; as root run: apt-get update && apt-get install -y chromium" >&2
+    exit 0
+fi
+if ! command -v apt-get >/dev/null 2>&1; then
+    echo "install_browser: no apt-get here; install Chromium so that $CHROMIUM exists" >&2
+    exit 0
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update
+apt-get install -y chromium
+echo "install_browser: installed $($CHROMIUM --version 2>/dev/null || echo chromium)"

@@ -1,0 +1,156 @@
+"""End-to-end: `servelens dashboard` on a free local port, driven by Playwright in Debian's
+headless Chromium (/usr/bin/chromium; tests/e2e/install_browser.sh installs it). Checks that
+the page has no exception, shows the incident's signals and that the SQL page answers.
+Screenshots go to test-artifacts/. Skips without Chromium or Playwright, except under CI
+(env CI set), where a missing browser is a failure."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from dashboard_store import build_store  # noqa: E402
+
+from servelens.pipeline.query import run  # noqa: E402
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parent.parent
+ARTIFACTS = REPO / "test-artifacts"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (CI is set: the browser test must run; see tests/e2e/install_browser.sh)")
+    pytest.skip(f"{reason}; run tests/e2e/install_browser.sh as root to enable the browser test")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not os.access(CHROMIUM, os.X_OK):
+        _unavailable(f"Chromium not found at {CHROMIUM}")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _unavailable("the python package playwright is not installed (pip install -e '.[test]')")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _servelens() -> str:
+    exe = Path(sys.executable).parent / "servelens"
+    return str(exe) if exe.exists() else (shutil.which("servelens") or "servelens")
+
+
+@pytest.fixture(scope="module")
+def dashboard(tmp_path_factory):
+    store = build_store(tmp_path_factory.mktemp("browser"))
+    port = _free_port()
+    log = tmp_path_factory.mktemp("browser-log") / "dashboard.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([_servelens(), "dashboard", "--store", str(store), "--port", str(port)],
+                                stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"servelens dashboard exited with {proc.returncode}: {log.read_text()}")
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"servelens dashboard did not answer within 60 s: {log.read_text()}")
+            time.sleep(0.3)
+        yield url, store
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def page(browser):
+    ARTIFACTS.mkdir(exist_ok=True)
+    ctx = browser.new_context(viewport={"width": 1440, "height": 3400})
+    pg = ctx.new_page()
+    yield pg
+    ctx.close()
+
+
+def _settle(pg) -> None:
+    """Wait until Streamlit has finished running the script."""
+    pg.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=60_000)
+    pg.wait_for_timeout(500)
+
+
+def test_overview_shows_the_incident_signals_without_exception(page, dashboard):
+    url, store = dashboard
+    page.goto(url + "/")
+    page.get_by_text("Scaling verdict").wait_for(timeout=60_000)
+    page.get_by_text("Slowest requests").wait_for(timeout=60_000)
+    _settle(page)
+    page.screenshot(path=str(ARTIFACTS / "dashboard-overview.png"))
+    assert page.locator('[data-testid="stException"]').count() == 0
+    sig = run(store, "select instance, signal, severity from scaling_signals")
+    crashed = sig.filter((pl.col("signal") == "errors") & (pl.col("severity") == "critical"))["instance"][0]
+    card = page.locator('[data-testid="stVerticalBlockBorderWrapper"], [data-testid="stVerticalBlock"]').filter(
+        has_text=f"{crashed}").filter(has_text="INVESTIGATE").first
+    assert card.is_visible()
+    body = page.locator("section.main, [data-testid='stMain']").first.inner_text()
+    for s in sig.filter(pl.col("instance") == crashed)["signal"].to_list():
+        assert s in body, f"signal {s} not on the page"
+    assert "Queue backlog" in body and "scale out" in body
+    assert page.locator('[data-testid="stVegaLiteChart"], .vega-embed').count() >= 3
+
+
+def test_sql_page_answers_a_query(page, dashboard):
+    url, store = dashboard
+    page.goto(url + "/sql")
+    page.locator("textarea").first.wait_for(timeout=60_000)
+    _settle(page)
+    query = "select engine, instance, count(*) as n from events group by all order by all"
+    page.locator("textarea").first.fill(query)
+    page.get_by_role("button", name="Run").click()
+    n = run(store, query).height
+    page.get_by_text(f"{n:,} rows").wait_for(timeout=30_000)
+    _settle(page)
+    assert page.locator('[data-testid="stDataFrame"]').count() >= 1
+    assert page.locator('[data-testid="stException"]').count() == 0
+    page.screenshot(path=str(ARTIFACTS / "dashboard-sql.png"))
+
+    page.locator("textarea").first.fill("select nonsense from nowhere")
+    page.get_by_role("button", name="Run").click()
+    alert = page.locator('[data-testid="stAlert"]').filter(has_text="Catalog Error")
+    alert.wait_for(timeout=30_000)
+    _settle(page)
+    assert "nowhere" in alert.inner_text()
+    assert "\n" not in alert.inner_text().strip()
+    page.screenshot(path=str(ARTIFACTS / "dashboard-sql-error.png"))
