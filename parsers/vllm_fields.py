@@ -42,7 +42,8 @@ IS_GEN_NOTE = M.str.contains(r"^Generated \d+ tokens in [\d.]+ ?s")
 IS_DETAILS = M.str.starts_with("Request ") & M.str.contains(r"^Request \S+ details: ")
 IS_GENERATED = M.str.contains(r"^Generated response \S+")
 
-_BLOCKS = r"# (GPU|CUDA|TPU|XPU|HPU|NPU|CPU) blocks: ([\d,]+)"
+# executor_base.py printed `# CUDA blocks:` and, in some releases, `# cuda blocks:`
+_BLOCKS = r"# ((?i:GPU|CUDA|TPU|XPU|HPU|NPU)|CPU) blocks: ([\d,]+)"
 _KV_SIZE = r"\b([A-Z]{3}) KV cache size: ([\d,]+) tokens"
 _CONCURRENCY = r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x"
 _CONFIG = r"Initializing an? (?:V\d )?LLM engine (?:\(v([^)\s]+)\) )?with config: "
@@ -54,6 +55,7 @@ IS_CAPACITY = (
     | M.str.contains(_CONFIG)
     | M.str.contains(r"^Chunked prefill is enabled with max_num_batched_tokens=\d+")
     | M.str.contains(r"^Using max model len \d+")
+    | M.str.contains(r"num_gpu_blocks is: \d+")
     | (
         M.str.contains(_ARGS)
         & M.str.contains(r"max_num_seqs|max_num_batched_tokens|max_model_len|'model")
@@ -126,7 +128,9 @@ def capacity_columns() -> dict[str, pl.Expr]:
     # `# GPU blocks: N, # CPU blocks: M`: the GPU figure is the KV cache; a CPU-backend
     # server prints only `# CPU blocks: N`, and then that is its KV cache
     blocks = pl.coalesce(
-        _int(r"# (?:GPU|CUDA|TPU|XPU|HPU|NPU) blocks: ([\d,]+)"),
+        _int(r"# (?i:GPU|CUDA|TPU|XPU|HPU|NPU) blocks: ([\d,]+)"),
+        # V1 `Engine 000: vllm cache_config_info with initialization after num_gpu_blocks is: N`
+        _int(r"num_gpu_blocks is: (\d+)"),
         pl.when(kv_dev == "CPU").then(_int(r"# CPU blocks: ([\d,]+)")),
     )
     return {
@@ -146,7 +150,7 @@ def capacity_attrs() -> dict[str, pl.Expr]:
         "cpu_blocks": pl.when(M.str.extract(_BLOCKS, 1) != "CPU").then(
             _int(r"# CPU blocks: ([\d,]+)")
         ),
-        "kv_device": pl.coalesce(M.str.extract(_KV_SIZE, 1), M.str.extract(_BLOCKS, 1)),
+        "kv_device": pl.coalesce(M.str.extract(_KV_SIZE, 1), M.str.extract(_BLOCKS, 1).str.to_uppercase()),
         "max_concurrency": _num(_CONCURRENCY.replace("([\\d,]+)", "[\\d,]+")),
         "max_model_len": pl.coalesce(
             pl.when(in_args).then(_int(r"\bmax_model_len'?\s*[=:]\s*(\d+)")),
