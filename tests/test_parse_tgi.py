@@ -469,3 +469,35 @@ def test_v0_quoted_shard_exception_panic_and_exit():
     exit_ = row(ev, 58)
     assert exit_["event"] == "error" and exit_["attrs"]["error_kind"] == "launcher_exit"
     assert exit_["message"] == "Error: WebserverFailed"
+
+
+REAL = Path(__file__).resolve().parent.parent / "sample_logs" / "tgi" / "real"
+
+
+@pytest.mark.parametrize(
+    "name, kinds",
+    [
+        ("router_text.log", {"log": 10, "error": 5, "capacity": 2, "request": 1}),
+        ("json.log", {"capacity": 1, "log": 5}),
+        ("launcher_traceback.log", {"error": 5, "log": 2}),
+        ("ansi_cloudwatch.log", {"log": 4}),
+    ],
+)
+def test_real_sample_logs(name, kinds):
+    text = (REAL / name).read_text(encoding="utf-8")
+    ev = parse_text("tgi", text)
+    check_events(ev)
+    assert uncovered_lines(ev, 1, len(text.split("\n")) - 1) == []
+    assert dict(ev["event"].value_counts().rows()) == kinds
+    assert detect_engine(text.splitlines())[0] == "tgi"
+
+
+def test_real_startup_values():
+    ev = parse_text("tgi", (REAL / "router_text.log").read_text(encoding="utf-8"))  # #2657
+    caps = ev.filter(pl.col("event") == "capacity")
+    assert caps["max_batch_tokens"].to_list() == [485257, 485257]
+    ready = ev.filter(pl.col("message").str.starts_with("Shard ready"))
+    assert [json.loads(a)["ready_s"] for a in ready["attrs"]] == [19.620941266, 19.623260049, 19.621143067]
+    assert [json.loads(a)["rank"] for a in ready["attrs"]] == [2, 1, 3]
+    failed = ev.filter(pl.col("event") == "error")
+    assert failed["batch_size"].to_list() == [None, 1, 1, 1, 1]
