@@ -18,6 +18,10 @@ from servelens.parsers.schema import EVENT_SCHEMA
 
 from .store import StoreError, committed_parts
 
+# Reading races a writer: a part listed in the manifest can move (staging -> events/) or be
+# garbage-collected after compaction just before DuckDB opens it. Retry with a fresh manifest.
+READ_RETRIES = 5
+VANISHED = ("No files found", "No such file")
 READ_ONLY_TYPES = {"SELECT", "EXPLAIN", "PRAGMA"}
 # statements whose first keyword shows they only read (DuckDB types DESCRIBE/SHOW/SUMMARIZE
 # as SELECT already)
@@ -41,14 +45,24 @@ def connect(store: Path | str, variables: dict[str, Any] | None = None) -> duckd
         raise StoreError(
             f"store {store} does not exist; ingest logs first (servelens ingest PATH --store {store})"
         )
-    parts = committed_parts(store)
     con = duckdb.connect(":memory:")
-    if parts:
+    for attempt in range(READ_RETRIES):
+        parts = committed_parts(store)
+        if not parts:
+            break
         files = ", ".join("'" + str(p).replace("'", "''") + "'" for p in parts)
-        con.execute(
-            f"create or replace view events as select * from read_parquet([{files}], union_by_name = true)"
-        )
-    else:
+        try:
+            con.execute(
+                f"create or replace view events as select * from read_parquet([{files}], union_by_name = true)"
+            )
+            break
+        except duckdb.IOException as e:
+            # a writer (tail, compaction) moved a part between our reading the manifest and
+            # opening it: read the manifest again
+            if attempt + 1 == READ_RETRIES or not _vanished(e):
+                con.close()
+                raise QueryError(one_line(e)) from None
+    if not parts:
         con.register("_events_empty", EVENT_SCHEMA.empty_table())
         con.execute("create or replace view events as select * from _events_empty")
     _load_views(con, variables)
@@ -93,11 +107,21 @@ def run(
     variables: dict[str, Any] | None = None,
 ) -> pl.DataFrame:
     """Run one read-only query over the store and return its result."""
-    con = connect(store, variables)
-    try:
-        return run_on(con, sql, params)
-    finally:
-        con.close()
+    for attempt in range(READ_RETRIES):
+        con = connect(store, variables)
+        try:
+            return run_on(con, sql, params)
+        except QueryError as e:
+            # a part moved by a concurrent commit after the view was made: start again
+            if attempt + 1 == READ_RETRIES or not _vanished(e):
+                raise
+        finally:
+            con.close()
+    raise AssertionError("unreachable")
+
+
+def _vanished(e: BaseException) -> bool:
+    return any(s in str(e) for s in VANISHED)
 
 
 def run_on(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | dict[str, Any] | None = None) -> pl.DataFrame:
