@@ -60,6 +60,7 @@ PARTIAL_WAIT_S = 300.0  # an unterminated last line quiet this long is taken as 
 FLUSH_ROWS = 200_000  # commit early when this many events are waiting
 COMPACT_EVERY_S = 30.0
 COMPACT_MIN_PARTS = 64
+GZ_SETTLE_S = 1.0  # a .gz modified this recently may still be being written
 GZ_ERRORS = (EOFError, OSError, zlib.error, gzip.BadGzipFile)
 
 
@@ -284,11 +285,17 @@ class Tailer:
         owned = self._owned()
         candidates = []
         maybe_copy = False
-        for key, known in self.store.manifest["files"].items():
+        # progress read but not committed yet counts: a file closed earlier in this poll
+        # may have advanced the entry another file is about to resume
+        entries = {**self.store.manifest["files"], **self.files}
+        for key, known in entries.items():
             n = known.get("head_len", 0)
             if n == 0 or len(head) < n or fp.sha(head[:n]) != known["head_sha"]:
                 continue
-            ok = self._tail_matches(fol, known)
+            try:
+                ok = self._tail_matches(fol, known)
+            except GZ_ERRORS:
+                return False
             if ok is None:
                 maybe_copy = True
                 continue
@@ -302,7 +309,7 @@ class Tailer:
             candidates.append((same_inode, known["offset"], key))
         if candidates:
             _, _, key = max(candidates)
-            return self._claim(fol, key, self.store.manifest["files"][key])
+            return self._claim(fol, key, entries[key])
         if maybe_copy and now - fol.first_seen < COPY_WAIT_S:
             return False
         engine = fol.engine or (self.engine if self.engine != "auto" else None)
@@ -328,10 +335,8 @@ class Tailer:
         if offset == 0:
             return True
         if fol.is_gz:
-            try:
-                tail_sha, tail_len = fp.tail_check(fol.path, offset)
-            except GZ_ERRORS:
-                return None
+            # an unreadable .gz (still being written) raises: the caller waits
+            tail_sha, tail_len = fp.tail_check(fol.path, offset)
         else:
             n = min(offset, fp.TAIL_BYTES)
             data = os.pread(fol.fd, n, offset - n)
@@ -454,6 +459,8 @@ class Tailer:
         if fol.key is None:
             if not changed and now < fol.next_try:
                 return
+            if fol.is_gz and time.time() - st.st_mtime < GZ_SETTLE_S:
+                return  # probably still being compressed
             resolved = self._resolve(fol, now)
             fol.initial = False  # --from-end only for what was there at the start
             if not resolved:
@@ -508,8 +515,11 @@ class Tailer:
             piece = fol.gz.read(MAX_READ)
             eof = len(piece) < MAX_READ
         except GZ_ERRORS as e:
-            self.say(f"{fol.path}: stopped early ({e}); keeping what was read")
-            piece, eof = b"", True
+            # cut short (or still being written): commit what was parsed, leave the rest
+            # for when the file changes; the committed offset is where it resumes
+            self.say(f"{fol.path}: cannot read further ({e}); will retry when it changes")
+            self._close(fol)
+            return
         data = fol.carry + piece
         used = self._consume(fol, data, hold_partial=not eof, hold_record=not eof, now=now)
         fol.carry = data[used:]

@@ -25,6 +25,7 @@ def _no_waits(monkeypatch, tmp_path):
     # the wall-clock waits are for real writers; these tests step the tailer by hand
     monkeypatch.setattr(tail_mod, "ROTATE_WAIT_S", 0.0)
     monkeypatch.setattr(tail_mod, "COPY_WAIT_S", 0.0)
+    monkeypatch.setattr(tail_mod, "GZ_SETTLE_S", 0.0)
 
 
 class Harness:
