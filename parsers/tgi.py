@@ -1,7 +1,8 @@
 """Parser for Hugging Face text-generation-inference (TGI) logs: the router's tracing
 "Full" text lines, the launcher's compact lines (with the Python shard's messages it
 relays), and both `--json-output` shapes, possibly mixed in one file. Format reference:
-`shared/formats/tgi.md`. Field extraction helpers live in `tgi_fields.py`.
+`shared/formats/tgi.md`. Field extraction helpers live in `tgi_fields.py`, the JSON
+records in `tgi_json.py`.
 
 Records: a record starts at a line whose TGI header is an RFC 3339 time plus a level, or
 at a TGI JSON object (`{"timestamp":...`), optionally behind a docker-compose prefix, ANSI
@@ -24,7 +25,9 @@ Events:
 - `error`: any ERROR record, plus `Request failed during generation`, `Server error:`
   (batch_size from the `batch{batch_size=N}` span), `no permits available` (overload) and
   CUDA out-of-memory at any level; a relayed traceback is part of its record.
-  attrs `error_kind`, `method`, `oom`.
+  A Rust panic (`thread 'main' panicked at ...`) and the launcher's exit line (`Error:
+  WebserverFailed`) have no header but are error records of their own (level null, time
+  inferred). attrs `error_kind`, `method`, `oom`.
 - `log`: any other TGI line (lifecycle: Starting shard, Shard ready in X (attrs ready_s),
   Connected, Warming up model, ...).
 - `batch`, and the `request` form with request_id/model/token counts: the illustrative lines
@@ -36,7 +39,6 @@ Events:
 
 from __future__ import annotations
 
-import orjson
 import polars as pl
 
 from .base import (
@@ -58,6 +60,7 @@ from .tgi_fields import (
     seed_value,
     span_field,
 )
+from .tgi_json import json_records
 
 NAME = "tgi"
 
@@ -86,20 +89,6 @@ _METHOD_RE = r'^"?Method ([A-Za-z0-9_]+) encountered an error'
 _DESIGN_KV_RE = r"^[A-Za-z0-9_]+=[^,]*(?:, [A-Za-z0-9_]+=[^,]*)*$"
 
 _STR = pl.String
-_SPAN_KEYS = (
-    "name", "total_time", "validation_time", "queue_time", "inference_time",
-    "time_per_token", "seed", "parameters", "batch_size", "rank",
-)
-# every leaf a string: a number where a string is expected (or the reverse) must not fail
-_JSON_DTYPE = pl.Struct(
-    {
-        "timestamp": _STR, "level": _STR, "message": _STR, "target": _STR,
-        "filename": _STR, "line_number": _STR,
-        "fields": pl.Struct({"message": _STR}),
-        "span": pl.Struct({k: _STR for k in _SPAN_KEYS}),
-        "spans": pl.List(pl.Struct({"name": _STR, "batch_size": _STR})),
-    }
-)
 _REQUEST_SPANS = ("generate", "generate_stream", "chat_completions", "completions", "compat_generate")
 
 
@@ -180,7 +169,7 @@ def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
         return pl.DataFrame({"line": pl.Series([], dtype=pl.Int64)})
     recs = _group(lines)
     is_json = pl.col("_first").str.starts_with('{"timestamp"')
-    parts = [_text_records(recs.filter(~is_json)), _json_records(recs.filter(is_json))]
+    parts = [_text_records(recs.filter(~is_json)), json_records(recs.filter(is_json))]
     df = pl.concat([p for p in parts if p.height], how="diagonal_relaxed")
     return _events(df)
 
@@ -263,78 +252,6 @@ def _text_records(recs: pl.DataFrame) -> pl.DataFrame:
         # `batch` is a root span (parent: None): it heads the chain
         spans.str.extract(r"^batch\{batch_size=([0-9]+)\}", 1).cast(pl.Int64, strict=False).alias("batch_size"),
     ).drop("_rest", "_tail")
-
-
-def _decode_json(first: pl.Series) -> pl.DataFrame:
-    try:
-        dec = first.str.json_decode(_JSON_DTYPE)
-    except Exception:  # malformed or oddly typed lines: normalise them one by one
-        dec = pl.Series([_normalise_json(t) for t in first], dtype=_STR).str.json_decode(_JSON_DTYPE)
-    return pl.DataFrame({"_j": dec})
-
-
-def _normalise_json(text: str) -> str | None:
-    """Reduce one JSON line to the keys `_JSON_DTYPE` reads, every leaf as a string;
-    None when it is not a JSON object (the record then stays unparsed)."""
-    try:
-        obj = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(obj, dict):
-        return None
-
-    def leaf(v: object) -> str | None:
-        if v is None or isinstance(v, str):
-            return v
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        if isinstance(v, (int, float)):
-            return str(v)
-        return orjson.dumps(v).decode()
-
-    def obj_of(v: object, keys: tuple[str, ...]) -> dict | None:
-        return {k: leaf(v.get(k)) for k in keys} if isinstance(v, dict) else None
-
-    out = {k: leaf(obj.get(k)) for k in ("timestamp", "level", "message", "target", "filename", "line_number")}
-    out["fields"] = obj_of(obj.get("fields"), ("message",))
-    out["span"] = obj_of(obj.get("span"), _SPAN_KEYS)
-    spans = obj.get("spans")
-    out["spans"] = [obj_of(s, ("name", "batch_size")) for s in spans if isinstance(s, dict)] if isinstance(spans, list) else None
-    return orjson.dumps(out).decode()
-
-
-def _json_records(recs: pl.DataFrame) -> pl.DataFrame:
-    if recs.height == 0:
-        return recs
-    recs = pl.concat([recs, _decode_json(recs["_first"])], how="horizontal")
-    j = pl.col("_j")
-    span = j.struct.field("span")
-    spans = j.struct.field("spans")
-    sf = lambda k: span.struct.field(k)  # noqa: E731
-    names = spans.list.eval(pl.element().struct.field("name")).list.join(":")
-    outer_batch = spans.list.eval(pl.element().struct.field("batch_size")).list.drop_nulls().list.first()
-    lvl = j.struct.field("level")
-    return recs.with_columns(
-        j.struct.field("timestamp").alias("_ts"),
-        pl.when(lvl.str.contains(rf"^{_LEVEL}$")).then(lvl).alias("_lvl"),
-        j.struct.field("target").alias("target"),
-        pl.when(j.struct.field("filename").is_not_null()).then(
-            pl.concat_str([j.struct.field("filename"), pl.lit(":"), j.struct.field("line_number").fill_null("")])
-        ).alias("file"),
-        # old launchers keep the shard message's trailing newline
-        pl.coalesce(j.struct.field("message"), j.struct.field("fields").struct.field("message"))
-        .str.strip_chars_end().alias("_msg"),
-        pl.coalesce(pl.when(names != "").then(names), sf("name")).alias("span"),
-        sf("total_time").alias("_t_total"),
-        sf("validation_time").alias("_t_valid"),
-        sf("queue_time").alias("_t_queue"),
-        sf("inference_time").alias("_t_inf"),
-        sf("time_per_token").alias("_t_tpot"),
-        sf("seed").alias("_seed"),
-        sf("parameters").alias("_params"),
-        pl.coalesce(sf("batch_size"), outer_batch).cast(pl.Int64, strict=False).alias("batch_size"),
-        sf("rank").cast(pl.Int64, strict=False).alias("_rank_json"),
-    ).drop("_j")
 
 
 # ---------------------------------------------------------------------------------------
@@ -421,7 +338,6 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
 def _requests(df: pl.DataFrame) -> pl.DataFrame:
     if df.height == 0:
         return df
-    params = pl.col("_params")
     df = df.with_columns(
         duration_ns(pl.col("_t_total")).alias("_ns_total"),
         duration_ns(pl.col("_t_valid")).alias("_ns_valid"),

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-
 from servelens.parsers import detect_engine, tgi
 from servelens.parsers.base import check_events, parse_text, uncovered_lines
 from servelens.parsers.tgi_fields import duration_ns, ns_to_s

@@ -6,9 +6,14 @@ from __future__ import annotations
 import polars as pl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from servelens.parsers import tgi
-from servelens.parsers.base import ParseContext, check_events, finalize, lines_frame, uncovered_lines
+from servelens.parsers.base import (
+    ParseContext,
+    check_events,
+    finalize,
+    lines_frame,
+    uncovered_lines,
+)
 from servelens.parsers.tgi_fields import duration_ns
 
 
