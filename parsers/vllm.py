@@ -245,10 +245,11 @@ _FAMILIES = ("stats", "iter", "cap", "req", "preempt", "note", "access", "other"
 
 def _family() -> pl.Expr:
     hdr = pl.col("has_hdr")
+    bare = ~hdr & pl.col("pname").is_null() & F.BARE_VLLM
     return (
-        pl.when(hdr & F.IS_STATS).then(pl.lit("stats"))
+        pl.when((hdr | bare) & F.IS_STATS).then(pl.lit("stats"))
         .when(hdr & F.IS_ITERATION).then(pl.lit("iter"))
-        .when(hdr & F.IS_CAPACITY).then(pl.lit("cap"))
+        .when((hdr | bare) & F.IS_CAPACITY).then(pl.lit("cap"))
         .when(hdr & (F.IS_RECEIVED | F.IS_ADDED | F.IS_FINISHED | F.IS_ABORTED | F.IS_DETAILS | F.IS_GENERATED))
         .then(pl.lit("req"))
         .when(hdr & F.IS_PREEMPT).then(pl.lit("preempt"))

@@ -24,13 +24,22 @@ def _int(pattern: str) -> pl.Expr:
 
 
 def _pct(pattern: str) -> pl.Expr:
-    return _num(pattern) / 100.0
+    # logs print one or two decimals of a percent; rounding drops float noise (2.2% ->
+    # 0.022, not 0.022000000000000002)
+    return (_num(pattern) / 100.0).round(6)
 
 
 # ---------------------------------------------------------------------------------------
 # which family a message belongs to (each a Boolean expression on `m`)
 
 IS_STATS = M.str.contains("Avg prompt throughput: ", literal=True)
+# Users often paste start-up and stats lines with the header cut off; these messages are
+# vLLM's own wording, so they are recognised even without a header
+BARE_VLLM = M.str.contains(
+    r"^(?:(?:Engine \d+: |\d+ Engines Aggregated: )?Avg prompt throughput: [\d.]+ tokens/s, "
+    r"|# (?i:GPU|CUDA|TPU|XPU|HPU|NPU) blocks: \d+|[A-Z]{3} KV cache size: [\d,]+ tokens"
+    r"|Maximum concurrency for [\d,]+ tokens per request: )"
+)
 IS_ITERATION = M.str.contains(r"^(?:Engine \d+: )?Iteration\(\d+\): \d+ context requests")
 IS_RECEIVED = M.str.starts_with("Received request ")
 IS_ADDED = M.str.starts_with("Added request ")

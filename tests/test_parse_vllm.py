@@ -422,3 +422,16 @@ def test_sample_logs_parse_completely(path: Path) -> None:
     stats_lines = sum("Avg prompt throughput" in t for t in text.splitlines())
     assert ev.filter(pl.col("event") == "engine_stats").height == stats_lines
     assert vllm.detect(text.splitlines()[:200]) > 0.6
+
+
+def test_header_stripped_vllm_lines_are_still_recognised() -> None:
+    # vllm#10517 pasted start-up lines without their headers; foreign look-alikes stay logs
+    text = (SAMPLES / "v0_4.log").read_text().splitlines()
+    ev = parse_text("vllm", "\n".join(text) + "\n")
+    r = row(ev, 20)
+    assert (r["event"], r["kv_blocks_total"], r["attrs"]["cpu_blocks"]) == ("capacity", 1478, 2048)
+    assert r["ts_inferred"] is True and r["level"] is None
+    r = row(ev, 21)
+    assert r["attrs"]["max_model_len"] == 29000 and r["attrs"]["max_concurrency"] == 0.82
+    assert row(ev, 18)["event"] == "unparsed"  # `Loading model weights took ...` without header
+    assert row(ev, 8)["kv_usage"] == 0.022  # percent -> fraction without float noise
