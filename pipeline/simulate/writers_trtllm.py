@@ -126,8 +126,8 @@ def _stats(d, triton: bool, out: Lines) -> None:
     ends = res.st_ts[its] + res.st_dt[its]
     if period > 0:
         # the latest iteration finished by each poll, once
-        end_s = ends[-1]
-        polls = np.arange(period, end_s + period, period)
+        end_s = min(ends[-1] + period, (d.end_ns - d.start_ns) / 1e9)  # the log covers the run
+        polls = np.arange(period, end_s + 1e-9, period)
         k = np.searchsorted(ends, polls, side="right") - 1
         valid = k >= 0
         polls, k = polls[valid], k[valid]
