@@ -51,12 +51,16 @@ from .base import (
 )
 from .tgi_fields import (
     CAPACITY_RE,
+    DURATION_FIELDS,
+    TIMING_RE,
     args_fields,
     capacity_fields,
     duration_ns,
+    duration_struct,
     generate_parameters,
     max_new_tokens,
     ns_to_s,
+    parts_ns,
     seed_value,
     span_field,
 )
@@ -96,29 +100,38 @@ _REQUEST_SPANS = ("generate", "generate_stream", "chat_completions", "completion
 # contract
 
 
-def _clean_lines(text: pl.Expr) -> list[pl.Expr]:
+def _cleaned(text: pl.Series) -> pl.DataFrame:
     """Per physical line: the text without ANSI codes, compose prefix and outer timestamp
-    (`_clean`), the compose service (`service`) and the outer timestamp (`outer_ts`)."""
-    no_ansi = pl.when(text.str.contains(r"\x1b|#033|\[", literal=False)).then(
-        text.str.replace_all(ANSI_RE, "")
-    ).otherwise(text)
-    service = no_ansi.str.extract(r"^([A-Za-z0-9][A-Za-z0-9_.-]*)[ \t]+\|", 1)
-    no_prefix = pl.when(service.is_not_null()).then(no_ansi.str.replace(_COMPOSE_RE, "")).otherwise(no_ansi)
-    outer = no_prefix.str.extract(rf"^({_TS})[ \t]+(?:{_TS}[ \t]|\{{\x22timestamp\x22)", 1)
-    clean = pl.when(outer.is_not_null()).then(no_prefix.str.replace(rf"^{_TS}[ \t]+", "")).otherwise(no_prefix)
-    return [clean.alias("_clean"), service.alias("service"), outer.alias("outer_ts")]
+    (`_clean`), the compose service (`service`) and the outer timestamp (`outer_ts`).
+    Each step runs only when some line of the chunk needs it (one cheap search decides),
+    since most files have none of the three."""
+    df = pl.DataFrame({"_clean": text}, schema={"_clean": pl.String})
+    c = pl.col("_clean")
+    if df.select(c.str.contains(ANSI_RE).any()).item():
+        df = df.with_columns(c.str.replace_all(ANSI_RE, ""))
+    service = c.str.extract(r"^([A-Za-z0-9][A-Za-z0-9_.-]*)[ \t]+\|", 1)
+    df = df.with_columns(service.alias("service"))
+    if df["service"].null_count() < df.height:
+        df = df.with_columns(
+            pl.when(pl.col("service").is_not_null()).then(c.str.replace(_COMPOSE_RE, "")).otherwise(c)
+        )
+    outer = c.str.extract(rf"^({_TS})[ \t]+(?:{_TS}[ \t]|\{{\x22timestamp\x22)", 1)
+    df = df.with_columns(outer.alias("outer_ts"))
+    if df["outer_ts"].null_count() < df.height:
+        df = df.with_columns(
+            pl.when(pl.col("outer_ts").is_not_null()).then(c.str.replace(rf"^{_TS}[ \t]+", "")).otherwise(c)
+        )
+    return df
 
 
 def record_starts(text: pl.Series) -> pl.Series:
-    # a frame column, not pl.lit(series): polars 2.1 can panic on when/then over literals
-    cleaned = pl.DataFrame({"text": text}).select(_clean_lines(pl.col("text"))[0]).to_series()
-    return cleaned.str.contains(_START_RE).fill_null(False).alias("starts")
+    return _cleaned(text)["_clean"].str.contains(_START_RE).fill_null(False).alias("starts")
 
 
 def detect(lines: list[str]) -> float:
     if not lines:
         return 0.0
-    s = pl.DataFrame({"text": pl.Series(lines, dtype=pl.String)}).select(_clean_lines(pl.col("text"))[0]).to_series()
+    s = _cleaned(pl.Series(lines, dtype=pl.String))["_clean"]
     s = s.filter(s.str.strip_chars() != "")
     if s.len() == 0:
         return 0.0
@@ -139,7 +152,7 @@ def _group(lines: pl.DataFrame) -> pl.DataFrame:
     """One row per record: `line`, `n_lines`, raw `text`, cleaned first line `_first`,
     cleaned continuation `_cont` (null for one-line records), `service`, `outer_ts`.
     Like base.group_records, with the cleaned text carried along."""
-    df = lines.with_columns(_clean_lines(pl.col("text")))
+    df = pl.concat([lines, _cleaned(lines["text"])], how="horizontal")
     starts = df["_clean"].str.contains(_START_RE).fill_null(False)
     # a one-line record: it starts and the next line starts too (or the chunk ends)
     starts = starts.scatter(0, True)
@@ -213,10 +226,9 @@ def _text_records(recs: pl.DataFrame) -> pl.DataFrame:
     tail = pl.col("_tail")
     routed = routed.with_columns(
         rest.str.strip_suffix(tail).str.strip_suffix(": ").alias("_spans"),
-        tail.str.extract(rf"^({_IDENT}): ", 1).alias("target"),
-        tail.str.extract(rf"^{_IDENT}: ([^ \t:]+\.rs:[0-9]+):", 1).alias("file"),
-        tail.str.replace(rf"^{_IDENT}: [^ \t:]+\.rs:[0-9]+: ?", "").alias("_msg"),
-    ).with_columns(
+        tail.str.extract_groups(rf"^(?P<target>{_IDENT}): (?P<file>[^ \t:]+\.rs:[0-9]+): ?(?P<_msg>.*)$")
+        .alias("_tf"),
+    ).unnest("_tf").with_columns(
         pl.when(pl.col("_spans") != "").then(pl.col("_spans")).alias("_spans")
     )
     if compact.height:
@@ -241,17 +253,25 @@ def _text_records(recs: pl.DataFrame) -> pl.DataFrame:
     timing = pl.when(has_split).then(
         pl.concat_str([pl.lit(" total_time="), split.struct.field("field_1")])
     ).otherwise(spans)
-    return recs.with_columns(
+    recs = recs.with_columns(
         pl.when(has_split).then(split.struct.field("field_0")).otherwise(spans).alias("_params"),
-        span_field(timing, "total_time").alias("_t_total"),
-        span_field(timing, "validation_time").alias("_t_valid"),
-        span_field(timing, "queue_time").alias("_t_queue"),
-        span_field(timing, "inference_time").alias("_t_inf"),
-        span_field(timing, "time_per_token").alias("_t_tpot"),
-        span_field(timing, "seed").alias("_seed"),
+        timing.alias("_timing"),
         # `batch` is a root span (parent: None): it heads the chain
         spans.str.extract(r"^batch\{batch_size=([0-9]+)\}", 1).cast(pl.Int64, strict=False).alias("batch_size"),
-    ).drop("_rest", "_tail")
+    )
+    # one regex for all durations; lines in another shape (fields missing, reordered) are
+    # read field by field
+    recs = recs.with_columns(pl.col("_timing").str.extract_groups(TIMING_RE).alias("_tg")).unnest("_tg")
+    fast = pl.col("_d_total_u").is_not_null()
+    slow = recs.filter(~fast)
+    if slow.height:
+        t = pl.col("_timing")
+        slow = slow.drop(*[c for c in slow.columns if c.startswith("_d_")], "_seed").with_columns(
+            *[duration_struct(span_field(t, f), p) for f, p in DURATION_FIELDS.items()],
+            span_field(t, "seed").alias("_seed"),
+        ).unnest(*DURATION_FIELDS.values())
+        recs = pl.concat([recs.filter(fast), slow.select(recs.columns)])
+    return recs.drop("_rest", "_tail", "_timing")
 
 
 # ---------------------------------------------------------------------------------------
@@ -297,7 +317,7 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
     design_batch = no_file & (target == "batch") & msg1.str.contains(_DESIGN_KV_RE)
     success = (msg1 == "Success") & (
         target.str.starts_with("text_generation_router")
-        | pl.col("_t_total").is_not_null()
+        | pl.col("_d_total_u").is_not_null()
         | pl.coalesce(pl.col("span"), pl.col("_spans")).str.extract(r"^([A-Za-z0-9_-]+)", 1).is_in(_REQUEST_SPANS)
     )
     err_kind = (
@@ -339,11 +359,11 @@ def _requests(df: pl.DataFrame) -> pl.DataFrame:
     if df.height == 0:
         return df
     df = df.with_columns(
-        duration_ns(pl.col("_t_total")).alias("_ns_total"),
-        duration_ns(pl.col("_t_valid")).alias("_ns_valid"),
-        duration_ns(pl.col("_t_queue")).alias("_ns_queue"),
-        duration_ns(pl.col("_t_inf")).alias("_ns_inf"),
-        duration_ns(pl.col("_t_tpot")).alias("_ns_tpot"),
+        parts_ns("_d_total").alias("_ns_total"),
+        parts_ns("_d_valid").alias("_ns_valid"),
+        parts_ns("_d_queue").alias("_ns_queue"),
+        parts_ns("_d_inf").alias("_ns_inf"),
+        parts_ns("_d_tpot").alias("_ns_tpot"),
     )
     design = pl.col("_design")
     msg = pl.col("_msg")

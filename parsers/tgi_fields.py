@@ -18,20 +18,63 @@ DURATION_RE = r"^[ \t]*(?P<int>[0-9]{1,12})(?:\.(?P<frac>[0-9]{1,9}))?(?P<unit>s
 NS_PER_S = 1_000_000_000
 
 
+# span field name -> column prefix of its duration parts (`_d_total_i`, `_f`, `_u`)
+DURATION_FIELDS = {
+    "total_time": "_d_total",
+    "validation_time": "_d_valid",
+    "queue_time": "_d_queue",
+    "inference_time": "_d_inf",
+    "time_per_token": "_d_tpot",
+}
+
+
+def _group(prefix: str) -> str:
+    return (
+        rf"(?P<{prefix}_i>[0-9]{{1,12}})(?:\.(?P<{prefix}_f>[0-9]{{1,9}}))?"
+        rf"(?P<{prefix}_u>s|ms|\x{{00B5}}s|\x{{03BC}}s|us|ns)"
+    )
+
+
+# The router's text span fields in declaration order (server.rs `#[instrument]`): one regex
+# pass reads all five durations and the seed, cheaper than one search per field.
+TIMING_RE = (
+    "^ "
+    + " ".join(f'{field}="{_group(prefix)}"' for field, prefix in DURATION_FIELDS.items())
+    + ' seed="(?P<_seed>[^"]*)"'
+)
+
+
+def duration_struct(expr: pl.Expr, prefix: str) -> pl.Expr:
+    """A duration string -> struct of its parts `{prefix}_i`, `_f`, `_u` (to unnest)."""
+    return (
+        expr.str.extract_groups(DURATION_RE)
+        .struct.rename_fields([f"{prefix}_i", f"{prefix}_f", f"{prefix}_u"])
+        .alias(prefix)
+    )
+
+
+def parts_ns(prefix: str) -> pl.Expr:
+    """Int64 nanoseconds from the parts columns `{prefix}_i`, `_f`, `_u`."""
+    return _ns(pl.col(f"{prefix}_i"), pl.col(f"{prefix}_f"), pl.col(f"{prefix}_u"))
+
+
 def duration_ns(expr: pl.Expr) -> pl.Expr:
     """A Rust Debug duration string -> Int64 nanoseconds (null when it is not one)."""
     g = expr.str.extract_groups(DURATION_RE)
-    unit = g.struct.field("unit")
+    return _ns(g.struct.field("int"), g.struct.field("frac"), g.struct.field("unit"))
+
+
+def _ns(whole: pl.Expr, frac: pl.Expr, unit: pl.Expr) -> pl.Expr:
     unit_ns = (
         pl.when(unit == "s").then(pl.lit(NS_PER_S, pl.Int64))
         .when(unit == "ms").then(pl.lit(1_000_000, pl.Int64))
         .when(unit == "ns").then(pl.lit(1, pl.Int64))
         .when(unit.is_not_null()).then(pl.lit(1_000, pl.Int64))
     )
-    whole = g.struct.field("int").cast(pl.Int64, strict=False)
+    whole = whole.cast(pl.Int64, strict=False)
     # fraction digits padded to 9 = the fraction in units of 1e-9 of the unit; exact for
     # every fraction Rust prints (<= 9 digits for s, 6 for ms, 3 for µs)
-    frac9 = g.struct.field("frac").fill_null("").str.pad_end(9, "0").cast(pl.Int64, strict=False)
+    frac9 = frac.fill_null("").str.pad_end(9, "0").cast(pl.Int64, strict=False)
     return whole * unit_ns + (frac9 * unit_ns) // NS_PER_S
 
 

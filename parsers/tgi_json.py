@@ -8,6 +8,8 @@ from __future__ import annotations
 import orjson
 import polars as pl
 
+from .tgi_fields import DURATION_FIELDS, duration_struct
+
 _STR = pl.String
 _LEVEL_RE = r"^(?:TRACE|DEBUG|INFO|WARN|WARNING|ERROR)$"
 _SPAN_KEYS = (
@@ -85,13 +87,9 @@ def json_records(recs: pl.DataFrame) -> pl.DataFrame:
         pl.coalesce(j.struct.field("message"), j.struct.field("fields").struct.field("message"))
         .str.strip_chars_end().alias("_msg"),
         pl.coalesce(pl.when(names != "").then(names), sf("name")).alias("span"),
-        sf("total_time").alias("_t_total"),
-        sf("validation_time").alias("_t_valid"),
-        sf("queue_time").alias("_t_queue"),
-        sf("inference_time").alias("_t_inf"),
-        sf("time_per_token").alias("_t_tpot"),
+        *[duration_struct(sf(f), p) for f, p in DURATION_FIELDS.items()],
         sf("seed").alias("_seed"),
         sf("parameters").alias("_params"),
         pl.coalesce(sf("batch_size"), outer_batch).cast(pl.Int64, strict=False).alias("batch_size"),
         sf("rank").cast(pl.Int64, strict=False).alias("_rank_json"),
-    ).drop("_j")
+    ).drop("_j").unnest(*DURATION_FIELDS.values())
