@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import importlib.resources
 import re
-import tomllib
 from pathlib import Path
 from typing import Any, Mapping
 
 import duckdb
+
+try:  # Python 3.11+
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
 
 DEFAULT_THRESHOLDS_NAME = "thresholds.toml"
 _VIEW_RE = re.compile(r"^\s*create\s+or\s+replace\s+view\s+(\w+)\s+as\b", re.I | re.M)
