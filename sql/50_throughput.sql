@@ -1,7 +1,8 @@
 -- throughput: requests and tokens per second, per time window.
 -- Grain: one row per (engine, instance, window) of the `windows` grid (empty windows
 --   included). Counts are null, not 0, for an instance whose log has no lines of that kind
---   at all (we cannot tell "no requests" from "requests not logged").
+--   at all (we cannot tell "no requests" from "requests not logged"): e.g. vLLM V1 logs
+--   arrivals but never a finish, so its finished / requests_per_s are null.
 -- Engines: vLLM (arrivals/finishes from request lines when request logging is on; logged
 --   prompt/generation tokens/s averaged from the stats lines), TGI (finished requests from
 --   `Success` lines; tokens when the parser could tell them), TensorRT-LLM (logged rates
@@ -16,7 +17,14 @@ create or replace view throughput as
 with
 
 request_instances as (
-    select distinct engine, instance from requests
+    -- which request facts the instance logs at all: vLLM V1 logs arrivals but never a finish
+    select
+        engine,
+        instance,
+        bool_or(arrival_ts is not null) as logs_arrivals,
+        bool_or(status <> 'unfinished') as logs_finishes,
+    from requests
+    group by engine, instance
 ),
 
 http as (
@@ -88,10 +96,10 @@ final as (
         w.window_end,
         w.engine,
         w.instance,
-        case when ri.instance is not null then coalesce(a.arrived, 0) end as arrived,
-        case when ri.instance is not null then coalesce(f.finished, 0) end as finished,
-        case when ri.instance is not null then coalesce(f.aborted, 0) end as aborted,
-        case when ri.instance is not null then coalesce(f.finished, 0) / w.window_s end as requests_per_s,
+        case when ri.logs_arrivals then coalesce(a.arrived, 0) end as arrived,
+        case when ri.logs_finishes then coalesce(f.finished, 0) end as finished,
+        case when ri.logs_finishes then coalesce(f.aborted, 0) end as aborted,
+        case when ri.logs_finishes then coalesce(f.finished, 0) / w.window_s end as requests_per_s,
         f.prompt_tokens / w.window_s as prompt_tokens_per_s,
         f.output_tokens / w.window_s as output_tokens_per_s,
         lr.prompt_tps_logged,

@@ -121,7 +121,7 @@ def test_vllm_e2e_is_estimated_within_the_log_resolution():
         from requests r join truth_requests t using (instance, request_id)
         where r.status = 'finished' and t.status = 'ok'
     """)
-    assert got["n"] > 1000 and got["est"] is True
+    assert got["n"] > 500 and got["est"] is True
     assert got["maxd"] <= 1.0  # two timestamps at 1 s resolution
 
 

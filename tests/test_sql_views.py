@@ -301,3 +301,14 @@ def test_metric_availability_explains_nulls():
     assert w["available"] is True and w["estimated"] is True and "reconstructed" in w["reason"]
     assert got[("tgi", "e2e_s")]["available"] is True and got[("tgi", "e2e_s")]["estimated"] is False
     assert all(r["reason"] for r in got.values())
+
+
+def test_throughput_finishes_null_when_never_logged():
+    # vLLM V1: `Added request` lines, no `Finished request` ever
+    con = connect_events(events_frame([
+        ev("request_arrived", 1, request_id="a"),
+        ev("request_arrived", 2, request_id="b"),
+    ]))
+    assert one(con, "select arrived, finished, aborted, requests_per_s from throughput") == {
+        "arrived": 2, "finished": None, "aborted": None, "requests_per_s": None,
+    }
