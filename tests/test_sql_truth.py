@@ -243,3 +243,12 @@ def test_incident_crash_then_survivors_overloaded(engine):
         after = [s for s in got if s[0] == inst and s[1] in ACTION_SIGNALS and s[3] >= crash - 60]
         assert after, inst
         assert [s for s in got if s[0] == inst and s[1] in ACTION_SIGNALS and s[3] < at_fraction(0.35)] == []
+
+
+def test_kv_pressure_trtllm_shows_as_a_scheduler_limit():
+    """GUARANTEED_NO_EVICT reserves each sequence's whole KV up front: used KV stays low while
+    requests wait, which the views can only see as a batch held below its limit."""
+    got = signals(connect_truth("trtllm", "kv-pressure"))
+    assert [s for s in got if s[1] == "kv_pressure"] == []
+    limit = [s for s in got if s[1] == "scheduler_limit"]
+    assert limit and all(at_fraction(0.25) - 60 <= s[3] <= at_fraction(0.75) + 120 for s in limit)
