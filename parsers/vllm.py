@@ -48,6 +48,11 @@ _PROC_CORE = (
     r" pid=(?P<pid>\d+)(?:, ip=(?P<ip>[^)\s]+))?\)"
 )
 _PROC = rf"^(?P<all>(?:\[rank(?P<trank>\d+)\]:\s?)?(?:{_PROC_CORE} ?)?)"
+_OUTER_HINT = rf"^(?:{RFC3339_RE}|[A-Za-z0-9][\w.-]*\s+\|)"
+_OUTER_STRUCT = pl.Struct({k: pl.String for k in ("all", "rfc", "svc", "rfc2")})
+_PROC_STRUCT = pl.Struct(
+    {k: pl.String for k in ("all", "trank", "pname", "pname2", "prank", "pid", "ip")}
+)
 # the vLLM header; ASCII classes keep the automaton small
 _HDR = (
     rf"(?P<hh>(?P<level>{_LEVEL}) +(?P<md>[0-9]{{2}}-[0-9]{{2}}) +"
@@ -71,16 +76,23 @@ def _lines_anatomy(df: pl.DataFrame) -> pl.DataFrame:
     blanks, `key` who wrote the line, `cont` whether it continues the line before."""
     text = pl.col("text").fill_null("").str.strip_chars_end("\r").str.replace_all(_ANSI, "")
     df = df.with_columns(text.alias("_t"))
-    df = df.with_columns(pl.col("_t").str.extract_groups(_OUTER).alias("_o"))
+    # the wrapper / prefix extractions cost a pass each: skipped when no line can have one
+    if df.select(pl.col("_t").str.contains(_OUTER_HINT).any()).item():
+        df = df.with_columns(pl.col("_t").str.extract_groups(_OUTER).alias("_o"))
+    else:
+        df = df.with_columns(pl.lit(None, _OUTER_STRUCT).alias("_o"))
     o = pl.col("_o").struct
     df = df.with_columns(
         pl.coalesce(o.field("rfc"), o.field("rfc2")).alias("rfc"),
         o.field("svc").alias("svc"),
-        pl.col("_t").str.slice(o.field("all").str.len_chars()).alias("_r"),
+        pl.col("_t").str.slice(o.field("all").str.len_chars().fill_null(0)).alias("_r"),
     )
-    df = df.with_columns(pl.col("_r").str.extract_groups(_PROC).alias("_p"))
+    if df.select(pl.col("_r").str.contains(r"^[(\[]").any()).item():
+        df = df.with_columns(pl.col("_r").str.extract_groups(_PROC).alias("_p"))
+    else:
+        df = df.with_columns(pl.lit(None, _PROC_STRUCT).alias("_p"))
     p = pl.col("_p").struct
-    df = df.with_columns(pl.col("_r").str.slice(p.field("all").str.len_chars()).alias("_r"))
+    df = df.with_columns(pl.col("_r").str.slice(p.field("all").str.len_chars().fill_null(0)).alias("_r"))
     df = df.with_columns(pl.col("_r").str.extract_groups("^" + _HDR).alias("_h"))
     # slow path, only for the rare lines whose header sits behind some other prefix
     df = df.with_row_index("_i")
@@ -286,6 +298,16 @@ def _family_frame(fam: str, sub: pl.DataFrame) -> pl.DataFrame:
     if fam == "stats":
         cols = {"event": pl.lit("engine_stats"), **F.stats_columns()}
         extra = F.stats_attrs()
+        # the optional parts (Preemptions, MM cache, KV fetch...) are rare: only the rows
+        # that carry one pay for their regexes
+        rich = sub["m"].str.contains(F.RARE_STATS)
+        if not rich.any():
+            extra = {k: v for k, v in extra.items() if k not in F.RARE_STATS_KEYS}
+        elif not rich.all():
+            return pl.concat(
+                [_family_frame("stats", sub.filter(rich)), _family_frame("stats", sub.filter(~rich))],
+                how="diagonal_relaxed",
+            )
     elif fam == "iter":
         it = F.iteration_columns()
         cols = {
@@ -355,7 +377,11 @@ def _family_frame(fam: str, sub: pl.DataFrame) -> pl.DataFrame:
             "uvicorn": pl.when(is_uv).then(pl.lit(True)),
         }
     sub = sub.with_columns(**cols)
-    return sub.with_columns(_attrs({**_common_attrs(), **extra}).alias("attrs"))
+    # attrs fields that are null on every row of this part are left out before encoding
+    fields = {**_common_attrs(), **extra}
+    sub = sub.with_columns(**{f"_a_{k}": v for k, v in fields.items()})
+    present = {k: pl.col(f"_a_{k}") for k in fields if sub[f"_a_{k}"].null_count() < sub.height}
+    return sub.with_columns(_attrs(present).alias("attrs")).drop([f"_a_{k}" for k in fields])
 
 
 def _events(rec: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
@@ -430,6 +456,8 @@ def _json_str(e: pl.Expr) -> pl.Expr:
 def _attrs(fields: dict[str, pl.Expr]) -> pl.Expr:
     """Like base.attrs_json (a JSON object of the non-null fields, null when none), for
     the types used here: strings, integers, floats, booleans."""
+    if not fields:
+        return pl.lit(None, pl.String)
     parts = []
     for key, value in fields.items():
         parts.append(pl.concat_str([pl.lit(f'"{key}":'), _encode(key, value)]))

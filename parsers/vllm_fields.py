@@ -89,6 +89,14 @@ def stats_columns() -> dict[str, pl.Expr]:
     }
 
 
+RARE_STATS = r"Engines Aggregated|External prefix|MM cache|Preemptions:|Corrupted:|Deferred:|KV fetch:"
+RARE_STATS_KEYS = {
+    "engines_aggregated", "external_prefix_cache_hit_rate", "mm_cache_hit_rate", "preemptions",
+    "corrupted_reqs", "deferred_reqs", "kv_fetch_waiting", "kv_fetch_in_progress",
+    "kv_fetch_completed_waiting",
+}
+
+
 def stats_attrs() -> dict[str, pl.Expr]:
     return {
         "engine_index": _int(r"^Engine (\d+):"),
