@@ -35,6 +35,10 @@ Events:
   There `max_tokens` is the batch's token budget, so it goes to max_batch_tokens (not
   batch_tokens, the tokens actually in the batch); queued_requests -> waiting.
 - `unparsed`: records without a TGI header; message is the raw text.
+
+Every understood event's attrs also say where it came from: `target`, `file` (file:line),
+`span` (span names outer->inner), `rank` (launcher shard), `service` (compose prefix),
+`outer_ts` (the docker/CloudWatch time before TGI's own, which is the one used for `ts`).
 """
 
 from __future__ import annotations

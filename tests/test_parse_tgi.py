@@ -500,3 +500,21 @@ def test_real_startup_values():
     assert [json.loads(a)["rank"] for a in ready["attrs"]] == [2, 1, 3]
     failed = ev.filter(pl.col("event") == "error")
     assert failed["batch_size"].to_list() == [None, 1, 1, 1, 1]
+
+
+def test_chunks_cut_at_record_starts_parse_like_the_whole_file():
+    # the ingest loop cuts chunks where record_starts is True: the events must not change
+    from servelens.parsers.base import ParseContext, finalize, lines_frame
+
+    texts = (FIXTURES / "launcher_text.log").read_text(encoding="utf-8").split("\n")[:-1]
+    starts = tgi.record_starts(pl.Series(texts)).to_list()
+    cuts = [i for i, s in enumerate(starts) if s and i > 0]
+
+    def run(parts: list[tuple[int, int]]) -> pl.DataFrame:
+        ctx = ParseContext(engine="tgi", source="x", instance="x", year=2026)
+        frames = [finalize(tgi.parse(lines_frame(texts[a:b], first_line=a + 1), ctx), ctx) for a, b in parts]
+        return pl.concat(frames)
+
+    whole = run([(0, len(texts))])
+    for cut in cuts:
+        assert run([(0, cut), (cut, len(texts))]).equals(whole), cut
