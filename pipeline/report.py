@@ -146,7 +146,7 @@ def _instance(con, info: dict[str, Any], since, until, top_n: int) -> dict[str, 
     )[0]
     slowest = _rows(
         con,
-        f"""select request_key, model, arrival_ts, finish_ts, status, e2e_s, e2e_estimated,
+        f"""select request_key, request_id, model, arrival_ts, finish_ts, status, e2e_s, e2e_estimated,
                    queue_s, ttft_s, tpot_s, prompt_tokens, output_tokens, source, line
             from requests where e2e_s is not null {rw}
             order by e2e_s desc, finish_ts limit {int(top_n)}""",
@@ -306,10 +306,11 @@ def to_markdown(report: dict[str, Any]) -> str:
         out += [f"| {m} | {_md_escape(v)} | {w} |" for m, v, w in _peak_lines(inst)]
         out += ["", "### Slowest requests", ""]
         if inst["slowest_requests"]:
-            out += ["| request | arrival | finish | e2e (s) | queue (s) | ttft (s) | tpot (s) | tokens in/out | where |", "|---|---|---|---|---|---|---|---|---|"]
+            out += ["| request id | arrival | finish | e2e (s) | queue (s) | ttft (s) | tpot (s) | tokens in/out | logged at |", "|---|---|---|---|---|---|---|---|---|"]
             for r in inst["slowest_requests"]:
                 e2e = _fmt_num(r["e2e_s"], 4) + (" (est.)" if r["e2e_estimated"] else "")
-                out.append(f"| `{r['request_key']}` | {_fmt_ts(r['arrival_ts'])} | {_fmt_ts(r['finish_ts'])} | {e2e} | "
+                rid = f"`{r['request_id']}`" if r["request_id"] else "(none logged)"
+                out.append(f"| {rid} | {_fmt_ts(r['arrival_ts'])} | {_fmt_ts(r['finish_ts'])} | {e2e} | "
                            f"{_fmt_num(r['queue_s'], 4)} | {_fmt_num(r['ttft_s'], 4)} | {_fmt_num(r['tpot_s'], 4)} | "
                            f"{_fmt_num(r['prompt_tokens'])}/{_fmt_num(r['output_tokens'])} | {r['source']}:{r['line']} |")
         else:
@@ -364,8 +365,8 @@ def to_html(report: dict[str, Any]) -> str:
         parts.append("<h3>Slowest requests</h3>")
         if inst["slowest_requests"]:
             parts.append(table(
-                ["request", "arrival", "finish", "e2e (s)", "queue (s)", "ttft (s)", "tpot (s)", "where"],
-                [[r["request_key"], _fmt_ts(r["arrival_ts"]), _fmt_ts(r["finish_ts"]),
+                ["request id", "arrival", "finish", "e2e (s)", "queue (s)", "ttft (s)", "tpot (s)", "logged at"],
+                [[r["request_id"] or "(none logged)", _fmt_ts(r["arrival_ts"]), _fmt_ts(r["finish_ts"]),
                   _fmt_num(r["e2e_s"], 4) + (" (est.)" if r["e2e_estimated"] else ""),
                   _fmt_num(r["queue_s"], 4), _fmt_num(r["ttft_s"], 4), _fmt_num(r["tpot_s"], 4),
                   f"{r['source']}:{r['line']}"] for r in inst["slowest_requests"]]))

@@ -14,7 +14,7 @@
 --   with e2e_s), p99_e2e_s, p99_ttft_s (s, all models together), e2e_estimated,
 --   n_errors, n_severe_errors (engine_dead + cuda_oom), idle (true when nothing shows
 --   activity: no arrivals, finishes or HTTP requests, nothing running or waiting, no
---   generation throughput).
+--   generation throughput; null for engine `unknown`).
 create or replace view window_metrics as
 with
 
@@ -132,12 +132,15 @@ joined as (
 final as (
     select
         * exclude (gen_tps_logged, http_requests),
-        coalesce(arrived, 0) = 0
+        -- a file no parser recognised tells nothing about activity: neither idle nor busy
+        case when engine <> 'unknown' then
+            coalesce(arrived, 0) = 0
             and coalesce(finished, 0) = 0
             and coalesce(http_requests, 0) = 0
             and coalesce(waiting_max, 0) = 0
             and coalesce(running_max, 0) = 0
-            and coalesce(gen_tps_logged, 0) = 0 as idle,
+            and coalesce(gen_tps_logged, 0) = 0
+        end as idle,
     from joined
 )
 

@@ -48,7 +48,7 @@ catalogue(engine, metric, view, estimated, provides, missing) as (
         'reconstructed from the inference interval of each `Success` line',
         'no `Success` lines to reconstruct the batch from; TGI logs no batch size at INFO'),
     ('tgi', 'fill', 'batch_fill', false, 'running / announced max_num_seqs',
-        'TGI announces no sequence limit in its log (only the token budget, `Setting max batch total tokens`)'),
+        'TGI announces no sequence limit unless started with --max-batch-size (shown in its `Args { ... }` line); it logs only the token budget, `Setting max batch total tokens`'),
     ('tgi', 'kv_usage', 'kv_cache', false, 'logged',
         'TGI logs no KV-cache usage (only the block count at start-up)'),
     ('tgi', 'preemptions', 'kv_cache', false, 'logged',

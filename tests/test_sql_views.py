@@ -312,3 +312,23 @@ def test_throughput_finishes_null_when_never_logged():
     assert one(con, "select arrived, finished, aborted, requests_per_s from throughput") == {
         "arrived": 2, "finished": None, "aborted": None, "requests_per_s": None,
     }
+
+
+def test_every_view_answers_on_an_empty_store():
+    from servelens.parsers.schema import empty_events
+    from servelens.pipeline.metrics import sql_files, view_name
+
+    con = connect_events(empty_events())
+    for path in sql_files():
+        assert rows(con, f"select * from {view_name(path)}") == [], path.name
+
+
+def test_unknown_engine_lines_give_windows_and_errors_only():
+    con = connect_events(events_frame([
+        ev("unparsed", 1, engine="unknown", instance="x", level="ERROR", message="Traceback: boom"),
+        ev("unparsed", 200, engine="unknown", instance="x", message="hello"),
+    ]))
+    assert rows(con, "select kind, n_errors from errors") == [{"kind": "other", "n_errors": 1}]
+    assert rows(con, "select * from metric_availability") == []
+    assert len(rows(con, "select * from windows")) == 4
+    assert {r["idle"] for r in rows(con, "select idle from window_metrics")} == {None}
