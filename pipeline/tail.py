@@ -283,6 +283,7 @@ class Tailer:
             fol.skip = "binary file, not a text log"
             return False
         owned = self._owned()
+        waiting = {(f.dev, f.ino) for f in self.followed.values() if f.key is None and f is not fol}
         candidates = []
         maybe_copy = False
         # progress read but not committed yet counts: a file closed earlier in this poll
@@ -305,6 +306,10 @@ class Tailer:
                 # the same content is being followed in another file: this is a copy (the
                 # copytruncate copy, a .gz of a rotated file); wait for the original to go
                 return False
+            if (known.get("dev"), known.get("inode")) in waiting:
+                # the file this entry was read from is open and about to resume it: this
+                # one is a copy (matters after a restart, when the copy may be seen first)
+                return False
             same_inode = (known.get("dev"), known.get("inode")) == (fol.dev, fol.ino)
             candidates.append((same_inode, known["offset"], key))
         if candidates:
@@ -312,12 +317,36 @@ class Tailer:
             return self._claim(fol, key, entries[key])
         if maybe_copy and now - fol.first_seen < COPY_WAIT_S:
             return False
+        if self._copy_of_open_file(fol):
+            return False
         engine = fol.engine or (self.engine if self.engine != "auto" else None)
         if engine is None:
             engine, _score = detect_engine(_detect_sample(head))
             if engine == "unknown" and len(head) < fp.HEAD_BYTES and now - fol.first_seen < DETECT_WAIT_S and not fol.initial:
                 return False  # a few lines more may tell
         return self._start_new(fol, engine, head)
+
+    def _copy_of_open_file(self, fol: Followed) -> bool:
+        """Is all of this file the beginning of a file already open (a `cp` of a live log,
+        taken before the original grew past it)? Its first and last 4 KiB are compared, the
+        same evidence the fingerprint uses."""
+        if fol.is_gz:
+            return False
+        size = os.fstat(fol.fd).st_size
+        n = min(size, fp.HEAD_BYTES)
+        first = os.pread(fol.fd, n, 0)
+        last = os.pread(fol.fd, n, size - n)
+        for other in self.followed.values():
+            if other is fol or other.is_gz:
+                continue
+            try:
+                if os.fstat(other.fd).st_size < size:
+                    continue
+                if os.pread(other.fd, n, 0) == first and os.pread(other.fd, n, size - n) == last:
+                    return True
+            except OSError:
+                continue
+        return False
 
     def _read_head(self, fol: Followed) -> bytes | None:
         if not fol.is_gz:

@@ -274,3 +274,20 @@ def test_glob_limits_what_is_followed(tmp_path):
     h.poll()
     assert h.messages_in_store() == ["yes"]
     h.stop()
+
+
+def test_copy_of_a_live_log_is_not_read_twice_even_after_restart(tmp_path):
+    h = Harness(tmp_path)
+    log = h.logs / "app.log"
+    write(log, lines("a", 0, 3))
+    h.poll()
+    shutil.copyfile(log, h.logs / "0-copy.log")  # sorts before the original
+    h.poll()
+    h.crash()
+    h.start()
+    h.poll()
+    write(log, lines("a", 3, 5))  # the original goes on growing
+    h.poll(2)
+    assert h.messages_in_store() == [f"a {i}" for i in range(5)]
+    assert {r[0] for r in h.rows()} == {"logs/app.log"}
+    h.stop()
