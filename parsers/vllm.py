@@ -319,7 +319,8 @@ def _family_frame(fam: str, sub: pl.DataFrame) -> pl.DataFrame:
         }
         extra = {"engine_index": F.stats_attrs()["engine_index"], **it}
     elif fam == "cap":
-        cols = {"event": pl.lit("capacity"), **F.capacity_columns()}
+        # the model is named only by the engine-config and argument-dump lines
+        cols = {"event": pl.lit("capacity"), "_model": F.model_name(), **F.capacity_columns()}
         extra = F.capacity_attrs()
     elif fam == "req":
         rq = F.request_columns()
@@ -385,7 +386,7 @@ def _family_frame(fam: str, sub: pl.DataFrame) -> pl.DataFrame:
 
 
 def _events(rec: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
-    rec = rec.with_columns(_family().alias("_fam"), pl.when(pl.col("has_hdr")).then(F.model_name()).alias("_model"))
+    rec = rec.with_columns(_family().alias("_fam"))
     parts = [
         _family_frame(fam, part)
         for (fam,), part in rec.partition_by("_fam", as_dict=True, maintain_order=True).items()
@@ -393,6 +394,8 @@ def _events(rec: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     out = pl.concat(parts, how="diagonal_relaxed").sort("line")
     if "_aborted" not in out.columns:
         out = out.with_columns(pl.lit(None, pl.List(pl.String)).alias("_aborted"))
+    if "_model" not in out.columns:
+        out = out.with_columns(pl.lit(None, pl.String).alias("_model"))
     if "request_id" not in out.columns:
         out = out.with_columns(pl.lit(None, pl.String).alias("request_id"))
 
