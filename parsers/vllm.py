@@ -19,7 +19,6 @@ from . import vllm_fields as F
 from .base import (
     RFC3339_RE,
     ParseContext,
-    attrs_json,
     group_records,
     record_ids,
     rfc3339_to_ts,

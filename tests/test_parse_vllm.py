@@ -10,7 +10,6 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-
 from servelens.parsers import detect_engine, vllm
 from servelens.parsers.base import (
     ParseContext,

@@ -10,7 +10,13 @@ import polars as pl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from servelens.parsers import vllm
-from servelens.parsers.base import ParseContext, check_events, finalize, lines_frame, uncovered_lines
+from servelens.parsers.base import (
+    ParseContext,
+    check_events,
+    finalize,
+    lines_frame,
+    uncovered_lines,
+)
 
 
 def v0_stats(run: int, wait: int, kv: int, period: bool) -> str:
