@@ -22,38 +22,30 @@ Rules that make it exactly once:
 
 from __future__ import annotations
 
-import datetime as dt
-import gzip
 import io
 import os
 import signal
 import threading
 import time
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import polars as pl
 
-from servelens.parsers import ENGINES, detect_engine, get_parser
-from servelens.parsers.base import ParseContext
+from servelens.parsers import ENGINES
 
 from . import fingerprint as fp
-from .checkpoint import restore_ctx, save_ctx
-from .discover import display_path, instance_from_path, looks_binary
-from .ingest import DETECT_BYTES, _detect_sample
+from .checkpoint import save_ctx
 from .lines import parse_stream
 from .store import Store, new_txid
+from .tail_identity import GZ_ERRORS, MAX_READ, Followed, IdentityMixin
 from .tail_watch import Targets, Watcher
 
 DEFAULT_FLUSH_S = 0.5
 RESCAN_S = 5.0  # safety-net rescan of the directories (watchdog events can be lost)
 QUIET_S = 0.3  # no growth for this long: the last record is complete
-MAX_READ = 16 * 1024 * 1024  # bytes read from one file per poll (bounds memory)
 CHECK_BYTES = 256  # bytes before the offset re-checked after each read (truncation)
-COPY_WAIT_S = 2.0  # a new file that looks like a copy still being written waits this long
-DETECT_WAIT_S = 5.0  # a new file too short to recognise its engine waits this long
 ROTATE_WAIT_S = 5.0  # a file renamed away or deleted is followed until quiet this long
 IDLE_CLOSE_S = 300.0  # a drained file quiet this long is closed (reopened when it changes)
 PARTIAL_WAIT_S = 300.0  # an unterminated last line quiet this long is taken as it is
@@ -61,45 +53,10 @@ FLUSH_ROWS = 200_000  # commit early when this many events are waiting
 COMPACT_EVERY_S = 30.0
 COMPACT_MIN_PARTS = 64
 GZ_SETTLE_S = 1.0  # a .gz modified this recently may still be being written
-GZ_ERRORS = (EOFError, OSError, zlib.error, gzip.BadGzipFile)
 
 
 class TailError(Exception):
     """The tailer cannot start; the message says what to do."""
-
-
-@dataclass
-class Followed:
-    """One open file (one inode) and how far its content has been read."""
-
-    path: Path
-    dev: int
-    ino: int
-    fd: int
-    is_gz: bool
-    first_seen: float
-    initial: bool  # found by the first scan: --from-end applies
-    key: str | None = None  # manifest entry; None until resolved
-    engine: str | None = None
-    instance: str = ""
-    source: str = ""
-    parser: Any = None
-    ctx: ParseContext | None = None
-    offset: int = 0  # bytes of content consumed (decompressed for .gz)
-    next_line: int = 1
-    head: bytes = b""  # content[: min(HEAD_BYTES, offset)]
-    tail: bytes = b""  # content[offset - TAIL_BYTES : offset]
-    gz: Any = None  # decompressing stream positioned at offset + len(carry)
-    carry: bytes = b""  # .gz bytes read but not consumed yet
-    last_size: int = -1
-    last_mtime: int = -1
-    last_growth: float = 0.0
-    pending_since: float | None = None
-    settled: bool = False  # read while quiet and nothing changed since
-    in_scan: bool = True  # still under a watched name
-    next_try: float = 0.0
-    done: bool = False
-    skip: str = ""
 
 
 @dataclass
@@ -120,7 +77,7 @@ class Stats:
         self.rate = sum(n for _, n in self._window) / span
 
 
-class Tailer:
+class Tailer(IdentityMixin):
     """Follows the targets into an open (locked) store. `poll_once` does one step (rescan if
     due, read every file, commit); `run` loops until told to stop."""
 
@@ -268,209 +225,6 @@ class Tailer:
         except OSError:
             pass
         self.followed.pop(k, None)
-
-    # -- identity --------------------------------------------------------------------------
-
-    def _owned(self) -> set[str]:
-        return {f.key for f in self.followed.values() if f.key is not None}
-
-    def _resolve(self, fol: Followed, now: float) -> bool:
-        """Decide what content `fol` is: a known entry to resume, or new. False: not yet."""
-        head = self._read_head(fol)
-        if head is None or not head:
-            return False
-        if looks_binary(head):
-            fol.skip = "binary file, not a text log"
-            return False
-        owned = self._owned()
-        waiting = {(f.dev, f.ino) for f in self.followed.values() if f.key is None and f is not fol}
-        candidates = []
-        maybe_copy = False
-        # progress read but not committed yet counts: a file closed earlier in this poll
-        # may have advanced the entry another file is about to resume
-        entries = {**self.store.manifest["files"], **self.files}
-        for key, known in entries.items():
-            n = known.get("head_len", 0)
-            if n == 0 or len(head) < n or fp.sha(head[:n]) != known["head_sha"]:
-                continue
-            try:
-                ok = self._tail_matches(fol, known)
-            except GZ_ERRORS:
-                return False
-            if ok is None:
-                maybe_copy = True
-                continue
-            if not ok:
-                continue
-            if key in owned:
-                # the same content is being followed in another file: this is a copy (the
-                # copytruncate copy, a .gz of a rotated file); wait for the original to go
-                return False
-            if (known.get("dev"), known.get("inode")) in waiting:
-                # the file this entry was read from is open and about to resume it: this
-                # one is a copy (matters after a restart, when the copy may be seen first)
-                return False
-            same_inode = (known.get("dev"), known.get("inode")) == (fol.dev, fol.ino)
-            candidates.append((same_inode, known["offset"], key))
-        if candidates:
-            _, _, key = max(candidates)
-            return self._claim(fol, key, entries[key])
-        if maybe_copy and now - fol.first_seen < COPY_WAIT_S:
-            return False
-        if self._copy_of_open_file(fol):
-            return False
-        engine = fol.engine or (self.engine if self.engine != "auto" else None)
-        if engine is None:
-            engine, _score = detect_engine(_detect_sample(head))
-            if engine == "unknown" and len(head) < fp.HEAD_BYTES and now - fol.first_seen < DETECT_WAIT_S and not fol.initial:
-                return False  # a few lines more may tell
-        return self._start_new(fol, engine, head)
-
-    def _copy_of_open_file(self, fol: Followed) -> bool:
-        """Is all of this file the beginning of a file already open (a `cp` of a live log,
-        taken before the original grew past it)? Its first and last 4 KiB are compared, the
-        same evidence the fingerprint uses."""
-        if fol.is_gz:
-            return False
-        size = os.fstat(fol.fd).st_size
-        n = min(size, fp.HEAD_BYTES)
-        first = os.pread(fol.fd, n, 0)
-        last = os.pread(fol.fd, n, size - n)
-        for other in self.followed.values():
-            if other is fol or other.is_gz:
-                continue
-            try:
-                if os.fstat(other.fd).st_size < size:
-                    continue
-                if os.pread(other.fd, n, 0) == first and os.pread(other.fd, n, size - n) == last:
-                    return True
-            except OSError:
-                continue
-        return False
-
-    def _read_head(self, fol: Followed) -> bytes | None:
-        if not fol.is_gz:
-            return os.pread(fol.fd, DETECT_BYTES, 0)
-        try:
-            with fp.open_stream(fol.path) as f:
-                return f.read(DETECT_BYTES)
-        except GZ_ERRORS:
-            return None  # still being written, or gone
-
-    def _tail_matches(self, fol: Followed, known: dict) -> bool | None:
-        """Does the content end, at the entry's offset, with the bytes the entry saw?
-        None when the content is shorter than that offset."""
-        offset = known["offset"]
-        if offset == 0:
-            return True
-        if fol.is_gz:
-            # an unreadable .gz (still being written) raises: the caller waits
-            tail_sha, tail_len = fp.tail_check(fol.path, offset)
-        else:
-            n = min(offset, fp.TAIL_BYTES)
-            data = os.pread(fol.fd, n, offset - n)
-            if len(data) < n:
-                return None
-            tail_sha, tail_len = fp.sha(data), n
-        if tail_len < 0:
-            return None
-        return tail_len == known["tail_len"] and tail_sha == known["tail_sha"]
-
-    def _claim(self, fol: Followed, key: str, known: dict) -> bool:
-        offset = known["offset"]
-        if fol.is_gz:
-            try:
-                gz = fp.open_stream(fol.path)
-                head, tail = _skip_stream(gz, offset)
-            except GZ_ERRORS:
-                return False
-            if head is None:
-                gz.close()
-                return False
-            fol.gz = gz
-        else:
-            head = os.pread(fol.fd, min(offset, fp.HEAD_BYTES), 0)
-            n = min(offset, fp.TAIL_BYTES)
-            tail = os.pread(fol.fd, n, offset - n)
-        if fp.sha(head[: known["head_len"]]) != known["head_sha"] or (
-            offset and fp.sha(tail) != known["tail_sha"]
-        ):
-            if fol.gz is not None:
-                fol.gz.close()
-                fol.gz = None
-            return False  # changed under us: try again next poll
-        fol.key, fol.offset, fol.next_line = key, offset, known["lines"] + 1
-        fol.head, fol.tail = head, tail
-        fol.engine = known["engine"]
-        fol.instance = self.instance or known["instance"]
-        fol.source = known["source"]
-        self._make_ctx(fol)
-        restore_ctx(fol.ctx, known.get("ctx", {}))
-        where = f"from line {fol.next_line}" if fol.next_line > 1 else "from the start"
-        self.say(f"following {fol.path} ({fol.engine}, {where}, as {fol.source})")
-        return True
-
-    def _start_new(self, fol: Followed, engine: str, head: bytes) -> bool:
-        fol.engine = engine
-        fol.source = fol.source or display_path(fol.path)
-        fol.instance = fol.instance or self.instance or instance_from_path(fol.path)
-        key = fp.sha(head[: fp.HEAD_BYTES])
-        taken = self._owned() | set(self.files)
-        while key in self.store.manifest["files"] or key in taken:
-            key = fp.sha((key + fol.source).encode())
-        fol.key, fol.offset, fol.next_line, fol.head, fol.tail = key, 0, 1, b"", b""
-        self._make_ctx(fol)
-        if self.from_end and fol.initial:
-            if fol.is_gz:
-                fol.done = True  # a compressed archive is history
-                return True
-            self._skip_to_end(fol)
-            self.say(f"following {fol.path} ({engine}, from the end: line {fol.next_line})")
-        else:
-            if fol.is_gz:
-                try:
-                    fol.gz = fp.open_stream(fol.path)
-                except GZ_ERRORS:
-                    fol.key = None
-                    return False
-            self.say(f"following {fol.path} ({engine}, new)")
-        return True
-
-    def _make_ctx(self, fol: Followed) -> None:
-        fol.parser = get_parser(fol.engine)
-        fol.ctx = ParseContext(engine=fol.engine, source=fol.source, instance=fol.instance, year=self.year)
-        try:
-            fol.ctx.mtime = dt.datetime.fromtimestamp(os.fstat(fol.fd).st_mtime, dt.timezone.utc)
-        except OSError:
-            pass
-
-    def _skip_to_end(self, fol: Followed) -> None:
-        """--from-end: start after the last complete line; count the lines skipped so line
-        numbers stay true, and commit the position so a restart continues from it."""
-        size = os.fstat(fol.fd).st_size
-        pos, lines, last_nl = 0, 0, -1
-        while pos < size:
-            block = os.pread(fol.fd, min(MAX_READ, size - pos), pos)
-            if not block:
-                break
-            lines += block.count(b"\n")
-            i = block.rfind(b"\n")
-            if i >= 0:
-                last_nl = pos + i
-            pos += len(block)
-        offset = last_nl + 1
-        fol.offset, fol.next_line = offset, lines + 1
-        fol.head = os.pread(fol.fd, min(offset, fp.HEAD_BYTES), 0)
-        n = min(offset, fp.TAIL_BYTES)
-        fol.tail = os.pread(fol.fd, n, offset - n)
-        if offset:
-            self.files[fol.key] = self._state(fol)
-
-    def _truncated(self, fol: Followed, now: float) -> None:
-        self.say(f"{fol.path} was truncated; reading it again from the start")
-        fol.key, fol.offset, fol.next_line, fol.head, fol.tail = None, 0, 1, b"", b""
-        fol.first_seen, fol.next_try, fol.settled, fol.initial = now, 0.0, False, False
-        fol.last_size = fol.last_mtime = -1
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -621,21 +375,6 @@ class Tailer:
         self.stats.commits += 1
         self.stats.add(time.monotonic(), self._pending_lines)
         self.frames, self.files, self.rows, self._pending_lines = [], {}, 0, 0
-
-
-def _skip_stream(stream: Any, offset: int) -> tuple[bytes | None, bytes]:
-    """Read `offset` bytes of a stream, keeping its head and the bytes just before offset.
-    (None, b"") when the content is shorter."""
-    head, tail, pos = b"", b"", 0
-    while pos < offset:
-        block = stream.read(min(MAX_READ, offset - pos))
-        if not block:
-            return None, b""
-        if len(head) < fp.HEAD_BYTES:
-            head += block[: fp.HEAD_BYTES - len(head)]
-        tail = (tail + block)[-fp.TAIL_BYTES :]
-        pos += len(block)
-    return head[: min(offset, fp.HEAD_BYTES)], tail
 
 
 def tail(

@@ -13,6 +13,7 @@ import polars as pl
 import pytest
 
 from servelens.pipeline import tail as tail_mod
+from servelens.pipeline import tail_identity
 from servelens.pipeline.query import run
 from servelens.pipeline.store import Store, committed_parts
 from servelens.pipeline.tail import Tailer
@@ -24,7 +25,7 @@ def _no_waits(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)  # sources are shown relative to the working directory
     # the wall-clock waits are for real writers; these tests step the tailer by hand
     monkeypatch.setattr(tail_mod, "ROTATE_WAIT_S", 0.0)
-    monkeypatch.setattr(tail_mod, "COPY_WAIT_S", 0.0)
+    monkeypatch.setattr(tail_identity, "COPY_WAIT_S", 0.0)
     monkeypatch.setattr(tail_mod, "GZ_SETTLE_S", 0.0)
 
 
@@ -290,4 +291,17 @@ def test_copy_of_a_live_log_is_not_read_twice_even_after_restart(tmp_path):
     h.poll(2)
     assert h.messages_in_store() == [f"a {i}" for i in range(5)]
     assert {r[0] for r in h.rows()} == {"logs/app.log"}
+    h.stop()
+
+
+def test_tailer_compacts_its_small_parts(tmp_path, monkeypatch):
+    monkeypatch.setattr(tail_mod, "COMPACT_EVERY_S", 0.0)
+    h = Harness(tmp_path, compact_min_parts=4)
+    log = h.logs / "a.log"
+    for k in range(9):
+        write(log, lines("a", 3 * k, 3 * k + 3))
+        h.poll()
+    assert h.messages_in_store() == sorted(f"a {i}" for i in range(27))
+    assert [r[1] for r in h.rows()] == list(range(1, 28))
+    assert len(committed_parts(h.store_dir)) < 4  # without compaction: 9
     h.stop()

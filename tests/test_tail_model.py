@@ -18,20 +18,21 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from servelens.pipeline import tail as tail_mod
+from servelens.pipeline import tail_identity
 from servelens.pipeline.store import Store, committed_parts
 from servelens.pipeline.tail import Tailer
 from servelens.pipeline.tail_watch import Targets
 
 FILES = ("a", "b")
-WAITS = {"ROTATE_WAIT_S": 0.0, "COPY_WAIT_S": 0.0, "GZ_SETTLE_S": 0.0}
+WAITS = {(tail_mod, "ROTATE_WAIT_S"): 0.0, (tail_identity, "COPY_WAIT_S"): 0.0, (tail_mod, "GZ_SETTLE_S"): 0.0}
 
 
 class TailModel(RuleBasedStateMachine):
     def __init__(self):
         super().__init__()
-        self.saved = {k: getattr(tail_mod, k) for k in WAITS}
-        for k, v in WAITS.items():
-            setattr(tail_mod, k, v)
+        self.saved = {k: getattr(*k) for k in WAITS}
+        for (mod, name), v in WAITS.items():
+            setattr(mod, name, v)
         self.tmp = Path(tempfile.mkdtemp(prefix="tailmodel-"))
         self.logs = self.tmp / "logs"
         self.logs.mkdir()
@@ -147,8 +148,8 @@ class TailModel(RuleBasedStateMachine):
         finally:
             self.tailer.close()
             self.store.close()
-            for k, v in self.saved.items():
-                setattr(tail_mod, k, v)
+            for (mod, name), v in self.saved.items():
+                setattr(mod, name, v)
             shutil.rmtree(self.tmp, ignore_errors=True)
 
 
