@@ -207,7 +207,8 @@ def request_columns() -> dict[str, pl.Expr]:
             M.str.extract(r"^(?:Added|Finished) request (\S+?)(?:\.?$|,)", 1),
             M.str.extract(r"^Sequence group (\S+) is preempted", 1),
             M.str.extract(r"^Request (\S+) details: ", 1),
-            M.str.extract(r"^Generated response (\S+?):", 1),
+            # the second %s of `Generated response %s%s:` is a streaming note in parentheses
+            M.str.extract(r"^Generated response (\S+?)(?: \([^)]*\))?:", 1),
         ),
         # SamplingParams(..., max_tokens=N, ...) and the design-note `max_tokens=512`
         "max_tokens": pl.when(IS_RECEIVED | IS_ADDED).then(_int(r"\bmax_tokens=(\d+)")),
