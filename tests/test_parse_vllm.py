@@ -440,19 +440,27 @@ def test_format_built_lines_of_the_catalogue() -> None:
     # no real paste found for these; built from the format strings of shared/formats/vllm.md
     lines = [
         # §4 `Generated response %s%s: output: %r, output_token_ids: %s, finish_reason: %s`
-        "(APIServer pid=1) INFO 09-02 08:46:23 [logger.py:71] Generated response chatcmpl-a1b2 "
-        "(streaming complete): output: 'Hi', output_token_ids: [13347, 0, 2], finish_reason: stop",
+        (
+            "(APIServer pid=1) INFO 09-02 08:46:23 [logger.py:71] Generated response chatcmpl-a1b2 "
+            "(streaming complete): output: 'Hi', output_token_ids: [13347, 0, 2], finish_reason: stop"
+        ),
         # §3b v0.33 iteration line
-        "(APIServer pid=1) INFO 05-12 08:01:39 [loggers.py:310] Engine 000: Iteration(7): 2 context "
-        "requests, 512 context tokens, 6 generation requests, 6 generation tokens, iteration elapsed "
-        "time: 31.20 ms, GPU KV cache usage: 12.5%",
+        (
+            "(APIServer pid=1) INFO 05-12 08:01:39 [loggers.py:310] Engine 000: Iteration(7): 2 context "
+            "requests, 512 context tokens, 6 generation requests, 6 generation tokens, iteration elapsed "
+            "time: 31.20 ms, GPU KV cache usage: 12.5%"
+        ),
         # §0 journald wrapper (non-ASCII month) before a real message
-        "авг 18 14:15:04 host python3[812]: INFO 08-18 14:15:04 [loggers.py:116] Engine 000: Avg "
-        "prompt throughput: 0.0 tokens/s, Avg generation throughput: 7.2 tokens/s, Running: 9 reqs, "
-        "Waiting: 1 reqs, GPU KV cache usage: 68.8%, Prefix cache hit rate: 0.0%",
+        (
+            "авг 18 14:15:04 host python3[812]: INFO 08-18 14:15:04 [loggers.py:116] Engine 000: Avg "
+            "prompt throughput: 0.0 tokens/s, Avg generation throughput: 7.2 tokens/s, Running: 9 reqs, "
+            "Waiting: 1 reqs, GPU KV cache usage: 68.8%, Prefix cache hit rate: 0.0%"
+        ),
         # §1 colours rendered as `#033` (CloudWatch / SageMaker)
-        "#033[32mINFO#033[0m #033[90m08-18 14:15:05#033[0m #033[90m[async_llm.py:316]#033[0m "
-        "Added request chatcmpl-8fb2ae58dc6941868e20e8887e3e52de.",
+        (
+            "#033[32mINFO#033[0m #033[90m08-18 14:15:05#033[0m #033[90m[async_llm.py:316]#033[0m "
+            "Added request chatcmpl-8fb2ae58dc6941868e20e8887e3e52de."
+        ),
     ]
     ev = parse_text("vllm", "\n".join(lines) + "\n")
     check_events(ev)
