@@ -8,6 +8,7 @@ writing.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import polars as pl
 
 from servelens.parsers.schema import EVENT_SCHEMA
 
-from .store import StoreError, committed_parts
+from .store import StoreError, committed_parts, read_manifest
 
 # Reading races a writer: a part listed in the manifest can move (staging -> events/) or be
 # garbage-collected after compaction just before DuckDB opens it. Retry with a fresh manifest.
@@ -45,28 +46,42 @@ def connect(store: Path | str, variables: dict[str, Any] | None = None) -> duckd
         raise StoreError(
             f"store {store} does not exist; ingest logs first (servelens ingest PATH --store {store})"
         )
-    con = duckdb.connect(":memory:")
     for attempt in range(READ_RETRIES):
-        parts = committed_parts(store)
-        if not parts:
-            break
-        files = ", ".join("'" + str(p).replace("'", "''") + "'" for p in parts)
+        parts = _settled_parts(store)
+        con = duckdb.connect(":memory:")
         try:
-            con.execute(
-                f"create or replace view events as select * from read_parquet([{files}], union_by_name = true)"
-            )
-            break
-        except duckdb.IOException as e:
+            if parts:
+                files = ", ".join("'" + str(p).replace("'", "''") + "'" for p in parts)
+                con.execute(
+                    f"create or replace view events as select * from read_parquet([{files}], union_by_name = true)"
+                )
+            else:
+                con.register("_events_empty", EVENT_SCHEMA.empty_table())
+                con.execute("create or replace view events as select * from _events_empty")
+            _load_views(con, variables)  # binding a view over `events` opens the parts too
+            return con
+        except (duckdb.IOException, RuntimeError) as e:
+            con.close()
             # a writer (tail, compaction) moved a part between our reading the manifest and
             # opening it: read the manifest again
             if attempt + 1 == READ_RETRIES or not _vanished(e):
-                con.close()
-                raise QueryError(one_line(e)) from None
-    if not parts:
-        con.register("_events_empty", EVENT_SCHEMA.empty_table())
-        con.execute("create or replace view events as select * from _events_empty")
-    _load_views(con, variables)
-    return con
+                if isinstance(e, duckdb.IOException):
+                    raise QueryError(one_line(e)) from None
+                raise
+    raise AssertionError("unreachable")
+
+
+def _settled_parts(store: Path) -> list[Path]:
+    """The committed parts, preferably read when no commit is half-way through its moves
+    (parts still in staging are about to move: a reader given those paths would race)."""
+    for _ in range(50):
+        try:
+            if not read_manifest(store).get("pending"):
+                break
+        except StoreError:
+            break
+        time.sleep(0.01)
+    return committed_parts(store)
 
 
 def _load_views(con: duckdb.DuckDBPyConnection, variables: dict[str, Any] | None) -> None:
