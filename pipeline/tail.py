@@ -286,7 +286,8 @@ class Tailer(IdentityMixin):
             what = "deleted" if st.st_nlink == 0 else "moved away"
             self.say(f"{fol.path} was {what}; finished reading it")
             self._close(fol)
-        elif drained and fol.offset >= st.st_size and now - fol.last_growth >= IDLE_CLOSE_S:
+        elif drained and fol.offset >= st.st_size and quiet_for >= IDLE_CLOSE_S:
+            # (an old file read to its end is let go at once: descriptors are limited)
             self._close(fol)
 
     def _still_same(self, fol: Followed) -> bool:

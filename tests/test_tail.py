@@ -305,3 +305,17 @@ def test_tailer_compacts_its_small_parts(tmp_path, monkeypatch):
     assert [r[1] for r in h.rows()] == list(range(1, 28))
     assert len(committed_parts(h.store_dir)) < 4  # without compaction: 9
     h.stop()
+
+
+def test_old_files_read_to_the_end_are_let_go(tmp_path):
+    h = Harness(tmp_path)
+    old = h.logs / "old.log"
+    write(old, lines("old", 0, 2))
+    os.utime(old, (1, 1))  # untouched for decades
+    write(h.logs / "live.log", lines("live", 0, 2))
+    h.poll(2)
+    assert [f.path.name for f in h.tailer.followed.values()] == ["live.log"]
+    write(old, lines("old", 2, 3))  # it changes after all: opened again, resumed
+    h.poll(2)
+    assert h.messages_in_store() == ["live 0", "live 1", "old 0", "old 1", "old 2"]
+    h.stop()
