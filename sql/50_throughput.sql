@@ -16,6 +16,17 @@
 create or replace view throughput as
 with
 
+-- materialized: each is read several times below, and DuckDB would otherwise expand the
+-- whole view chain behind it once per use
+grid as materialized (
+    select * from windows
+),
+
+reqs as materialized (
+    select engine, instance, arrival_ts, finish_ts, status, prompt_tokens, output_tokens,
+    from requests
+),
+
 request_instances as (
     -- which request facts the instance logs at all: vLLM V1 logs arrivals but never a finish
     select
@@ -23,7 +34,7 @@ request_instances as (
         instance,
         bool_or(arrival_ts is not null) as logs_arrivals,
         bool_or(status <> 'unfinished') as logs_finishes,
-    from requests
+    from reqs
     group by engine, instance
 ),
 
@@ -39,8 +50,8 @@ http_instances as (
 
 arrivals as (
     select w.engine, w.instance, w.window_start, count(r.arrival_ts) as arrived,
-    from windows as w
-    join requests as r
+    from grid as w
+    join reqs as r
         on r.engine = w.engine and r.instance = w.instance
         and r.arrival_ts >= w.window_start and r.arrival_ts < w.window_end
     group by all
@@ -55,8 +66,8 @@ finishes as (
         count(*) filter (where r.status = 'aborted') as aborted,
         sum(r.prompt_tokens) filter (where r.status = 'finished') as prompt_tokens,
         sum(r.output_tokens) filter (where r.status = 'finished') as output_tokens,
-    from windows as w
-    join requests as r
+    from grid as w
+    join reqs as r
         on r.engine = w.engine and r.instance = w.instance
         and r.finish_ts >= w.window_start and r.finish_ts < w.window_end
     group by all
@@ -69,7 +80,7 @@ logged_rates as (
         w.window_start,
         avg(s.prompt_tps) as prompt_tps_logged,
         avg(s.gen_tps) as gen_tps_logged,
-    from windows as w
+    from grid as w
     join engine_stats as s
         on s.engine = w.engine and s.instance = w.instance
         and s.ts >= w.window_start and s.ts < w.window_end
@@ -83,7 +94,7 @@ http_counts as (
         w.window_start,
         count(*) as http_requests,
         count(*) filter (where h.http_status >= 500) as http_errors,
-    from windows as w
+    from grid as w
     join http as h
         on h.engine = w.engine and h.instance = w.instance
         and h.ts >= w.window_start and h.ts < w.window_end
@@ -107,7 +118,7 @@ final as (
         case when hi.instance is not null then coalesce(h.http_requests, 0) end as http_requests,
         case when hi.instance is not null then coalesce(h.http_errors, 0) end as http_errors,
         case when hi.instance is not null then coalesce(h.http_requests, 0) / w.window_s end as http_requests_per_s,
-    from windows as w
+    from grid as w
     left join request_instances as ri on ri.engine = w.engine and ri.instance = w.instance
     left join http_instances as hi on hi.engine = w.engine and hi.instance = w.instance
     left join arrivals as a on a.engine = w.engine and a.instance = w.instance and a.window_start = w.window_start

@@ -18,13 +18,18 @@
 create or replace view window_metrics as
 with
 
+-- materialized: joined by every CTE below
+grid as materialized (
+    select * from windows
+),
+
 queue as (
     select
         w.engine, w.instance, w.window_start,
         avg(q.waiting) as waiting_avg,
         max(q.waiting) as waiting_max,
         bool_or(q.estimated) as waiting_estimated,
-    from windows as w
+    from grid as w
     join queue_depth as q
         on q.engine = w.engine and q.instance = w.instance
         and q.ts >= w.window_start and q.ts < w.window_end
@@ -38,7 +43,7 @@ batch as (
         max(b.running) as running_max,
         avg(b.fill) as fill_avg,
         max(b.fill) as fill_max,
-    from windows as w
+    from grid as w
     join batch_fill as b
         on b.engine = w.engine and b.instance = w.instance
         and b.ts >= w.window_start and b.ts < w.window_end
@@ -55,7 +60,7 @@ kv as (
         avg(k.kv_usage) as kv_avg,
         max(k.kv_usage) as kv_max,
         cast(coalesce(sum(k.preemptions), 0) + sum(k.preemption_lines) as bigint) as preemptions,
-    from windows as w
+    from grid as w
     join kv_cache as k
         on k.engine = w.engine and k.instance = w.instance
         and k.ts >= w.window_start and k.ts < w.window_end
@@ -69,7 +74,7 @@ latency as (
         quantile_cont(r.e2e_s, 0.99) as p99_e2e_s,
         quantile_cont(r.ttft_s, 0.99) as p99_ttft_s,
         bool_or(r.e2e_estimated) as e2e_estimated,
-    from windows as w
+    from grid as w
     join requests as r
         on r.engine = w.engine and r.instance = w.instance
         and r.finish_ts >= w.window_start and r.finish_ts < w.window_end
@@ -119,7 +124,7 @@ joined as (
         coalesce(l.e2e_estimated, false) as e2e_estimated,
         coalesce(e.n_errors, 0) as n_errors,
         coalesce(e.n_severe_errors, 0) as n_severe_errors,
-    from windows as w
+    from grid as w
     left join queue as q using (engine, instance, window_start)
     left join batch as b using (engine, instance, window_start)
     left join kv as k using (engine, instance, window_start)

@@ -44,7 +44,7 @@ params as (
         coalesce(try_cast(getvariable('idle_sustain_s') as double), 600.0) as idle_sustain_s,
 ),
 
-metrics as (
+metrics as materialized (
     select
         m.*,
         cast(round(epoch(m.window_start) / m.window_s) as bigint) as window_index,
