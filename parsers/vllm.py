@@ -73,7 +73,12 @@ def _lines_anatomy(df: pl.DataFrame) -> pl.DataFrame:
     """Take every line apart: adds the columns of _ANATOMY_COLS. `body` is the message
     after the header (or the raw text after the wrappers), `m` the same without leading
     blanks, `key` who wrote the line, `cont` whether it continues the line before."""
-    text = pl.col("text").fill_null("").str.strip_chars_end("\r").str.replace_all(_ANSI, "")
+    text = pl.col("text").fill_null("")
+    # rewriting every string costs a pass; most files have neither `\r` nor colour codes
+    if df.select(pl.col("text").str.ends_with("\r").any()).item():
+        text = text.str.strip_chars_end("\r")
+    if df.select(pl.col("text").str.contains(_ANSI).any()).item():
+        text = text.str.replace_all(_ANSI, "")
     df = df.with_columns(text.alias("_t"))
     # the wrapper / prefix extractions cost a pass each: skipped when no line can have one
     if df.select(pl.col("_t").str.contains(_OUTER_HINT).any()).item():
@@ -332,8 +337,8 @@ def _family_frame(fam: str, sub: pl.DataFrame) -> pl.DataFrame:
         cols = {"event": kind, **rq, "_aborted": pl.when(F.IS_ABORTED).then(F.aborted_ids())}
         extra = F.request_attrs()
     elif fam == "preempt":
-        cols = {"event": pl.lit("preemption"), "request_id": F.request_columns()["request_id"]}
         extra = F.preemption_attrs()
+        cols = {"event": pl.lit("preemption"), "request_id": extra.pop("request_id")}
     elif fam == "note":
         cols = {"event": pl.lit("batch"), **F.note_columns()}
         extra = {"batch_index": m.str.extract(r"^Running batch #(\d+)", 1).cast(pl.Int64, strict=False)}

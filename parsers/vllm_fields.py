@@ -202,19 +202,18 @@ def request_columns() -> dict[str, pl.Expr]:
     ids = M.str.extract(r"prompt[_ ]token[_ ]ids: \[([\d,\s]*)\]", 1)
     out_ids = M.str.extract(r"output_token_ids: \[([\d,\s]*)\]", 1)
     return {
-        "request_id": pl.coalesce(
-            M.str.extract(r"^Received request ([^\s:]+):", 1),
-            M.str.extract(r"^(?:Added|Finished) request (\S+?)(?:\.?$|,)", 1),
-            M.str.extract(r"^Sequence group (\S+) is preempted", 1),
-            M.str.extract(r"^Request (\S+) details: ", 1),
-            # the second %s of `Generated response %s%s:` is a streaming note in parentheses
-            M.str.extract(r"^Generated response (\S+?)(?: \([^)]*\))?:", 1),
+        # one pass for every form: `Received request X: ...`, `Added request X.`, the design
+        # note's `Added request X, prompt_len=...`, `Finished request X.`, `Request X details:`,
+        # `Generated response X (streaming complete): ...` (the second %s of `%s%s`)
+        "request_id": M.str.extract(
+            r"^(?:(?:Received|Added|Finished) request|Request|Generated response) ([^\s:,]+?)"
+            r"(?:\.?$|[:,]| details: | \()",
+            1,
         ),
         # SamplingParams(..., max_tokens=N, ...) and the design-note `max_tokens=512`
         "max_tokens": pl.when(IS_RECEIVED | IS_ADDED).then(_int(r"\bmax_tokens=(\d+)")),
         "prompt_tokens": pl.coalesce(
             pl.when(ids.is_not_null()).then(ids.str.count_matches(r"\d+").cast(pl.Int64)),
-            _int(r"^Added request \S+ prompt_len=(\d+)"),
             _int(r"\bprompt_len=(\d+)"),
         ),
         "output_tokens": pl.when(out_ids.is_not_null()).then(
@@ -239,6 +238,7 @@ def request_attrs() -> dict[str, pl.Expr]:
 
 def preemption_attrs() -> dict[str, pl.Expr]:
     return {
+        "request_id": M.str.extract(r"^Sequence group (\S+) is preempted", 1),
         "preemption_mode": M.str.extract(r"preempted by PreemptionMode\.(\w+) mode", 1),
         "cumulative_preemptions": _int(
             r"total_(?:num_cumulative_preemption|cumulative_preemption_cnt)=(\d+)"
