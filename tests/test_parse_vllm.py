@@ -501,3 +501,36 @@ def test_parsing_is_vectorised() -> None:
     assert ev.filter(pl.col("event") == "engine_stats").height == sum(
         "Avg prompt throughput" in t for t in texts
     )
+
+
+def test_newest_stats_and_kv_forms_parse_by_name() -> None:
+    # §3b / §5 of shared/formats/vllm.md (v0.33): no real paste found; the parts are joined
+    # as the format strings say, in an order no version prints, to show parsing is by name
+    lines = [
+        (
+            "(APIServer pid=1) INFO 05-12 08:01:39 [loggers.py:310] Engine 001: Avg prompt throughput: "
+            "10.0 tokens/s, Avg generation throughput: 20.0 tokens/s, Running: 3 reqs, Waiting: 2 reqs, "
+            "Deferred: 1 reqs, KV fetch: 4 waiting to start, 5 in progress, 6 completed waiting, "
+            "Preemptions: 7, XPU KV cache usage: 12.5%, Prefix cache hit rate: 40.0%, Corrupted: 0 reqs, "
+            "External prefix cache hit rate: 10.0%, MM cache hit rate: 20.0%"
+        ),
+        (
+            "(EngineCore pid=7) INFO 05-12 08:01:30 [kv_cache_utils.py:2146] GPU KV cache size: "
+            "2,042,016 tokens, Maximum concurrency for 2,048 tokens per request: 997.08x"
+        ),
+    ]
+    ev = parse_text("vllm", "\n".join(lines) + "\n")
+    r = row(ev, 1)
+    assert (r["running"], r["waiting"], r["kv_usage"], r["gen_tps"]) == (3, 2, 0.125, 20.0)
+    assert r["swapped"] is None
+    a = r["attrs"]
+    assert (a["engine_index"], a["deferred_reqs"], a["preemptions"], a["corrupted_reqs"]) == (1, 1, 7, 0)
+    assert (a["kv_fetch_waiting"], a["kv_fetch_in_progress"], a["kv_fetch_completed_waiting"]) == (4, 5, 6)
+    assert (a["prefix_cache_hit_rate"], a["external_prefix_cache_hit_rate"], a["mm_cache_hit_rate"]) == (
+        0.4,
+        0.1,
+        0.2,
+    )
+    r = row(ev, 2)
+    assert (r["event"], r["kv_capacity_tokens"]) == ("capacity", 2042016)
+    assert (r["attrs"]["max_concurrency"], r["attrs"]["max_model_len"]) == (997.08, 2048)
