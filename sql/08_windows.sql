@@ -4,7 +4,8 @@
 --   instance's first event to the one holding its last (empty windows included, so that
 --   "nothing happened" is visible).
 -- Engines: all.
--- Columns: engine, instance, window_start, window_end (UTC; [start, end)), window_s (s).
+-- Columns: engine, instance, window_index (floor(epoch seconds / window_s): the key other
+--   views join on), window_start, window_end (UTC; [start, end)), window_s (s).
 create or replace view windows as
 with
 
@@ -16,8 +17,8 @@ bounds as (
     select
         engine,
         instance,
-        floor(epoch(min(ts)) / p.window_s) * p.window_s as first_start_s,
-        floor(epoch(max(ts)) / p.window_s) * p.window_s as last_start_s,
+        cast(floor(epoch(min(ts)) / p.window_s) as bigint) as first_index,
+        cast(floor(epoch(max(ts)) / p.window_s) as bigint) as last_index,
         p.window_s,
     from events
     cross join params as p
@@ -30,8 +31,7 @@ grid as (
         engine,
         instance,
         window_s,
-        unnest(range(0, cast(round((last_start_s - first_start_s) / window_s) as bigint) + 1)) as k,
-        first_start_s,
+        unnest(range(first_index, last_index + 1)) as window_index,
     from bounds
 ),
 
@@ -39,8 +39,9 @@ final as (
     select
         engine,
         instance,
-        to_timestamp(first_start_s + k * window_s) as window_start,
-        to_timestamp(first_start_s + (k + 1) * window_s) as window_end,
+        window_index,
+        to_timestamp(window_index * window_s) as window_start,
+        to_timestamp((window_index + 1) * window_s) as window_end,
         window_s,
     from grid
 )

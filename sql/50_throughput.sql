@@ -16,10 +16,8 @@
 create or replace view throughput as
 with
 
--- materialized: each is read several times below, and DuckDB would otherwise expand the
--- whole view chain behind it once per use
-grid as materialized (
-    select * from windows
+params as (
+    select coalesce(try_cast(getvariable('window_s') as double), 60.0) as window_s
 ),
 
 reqs as materialized (
@@ -48,56 +46,51 @@ http_instances as (
     select distinct engine, instance from http
 ),
 
+-- each fact goes to the window holding its time (an equality join, not a range join)
 arrivals as (
-    select w.engine, w.instance, w.window_start, count(r.arrival_ts) as arrived,
-    from grid as w
-    join reqs as r
-        on r.engine = w.engine and r.instance = w.instance
-        and r.arrival_ts >= w.window_start and r.arrival_ts < w.window_end
+    select
+        engine,
+        instance,
+        cast(floor(epoch(arrival_ts) / p.window_s) as bigint) as window_index,
+        count(*) as arrived,
+    from reqs, params as p
+    where arrival_ts is not null
     group by all
 ),
 
 finishes as (
     select
-        w.engine,
-        w.instance,
-        w.window_start,
-        count(*) filter (where r.status = 'finished') as finished,
-        count(*) filter (where r.status = 'aborted') as aborted,
-        sum(r.prompt_tokens) filter (where r.status = 'finished') as prompt_tokens,
-        sum(r.output_tokens) filter (where r.status = 'finished') as output_tokens,
-    from grid as w
-    join reqs as r
-        on r.engine = w.engine and r.instance = w.instance
-        and r.finish_ts >= w.window_start and r.finish_ts < w.window_end
+        engine,
+        instance,
+        cast(floor(epoch(finish_ts) / p.window_s) as bigint) as window_index,
+        count(*) filter (where status = 'finished') as finished,
+        count(*) filter (where status = 'aborted') as aborted,
+        sum(prompt_tokens) filter (where status = 'finished') as prompt_tokens,
+        sum(output_tokens) filter (where status = 'finished') as output_tokens,
+    from reqs, params as p
+    where finish_ts is not null
     group by all
 ),
 
 logged_rates as (
     select
-        w.engine,
-        w.instance,
-        w.window_start,
-        avg(s.prompt_tps) as prompt_tps_logged,
-        avg(s.gen_tps) as gen_tps_logged,
-    from grid as w
-    join engine_stats as s
-        on s.engine = w.engine and s.instance = w.instance
-        and s.ts >= w.window_start and s.ts < w.window_end
+        engine,
+        instance,
+        cast(floor(epoch(ts) / p.window_s) as bigint) as window_index,
+        avg(prompt_tps) as prompt_tps_logged,
+        avg(gen_tps) as gen_tps_logged,
+    from engine_stats, params as p
     group by all
 ),
 
 http_counts as (
     select
-        w.engine,
-        w.instance,
-        w.window_start,
+        engine,
+        instance,
+        cast(floor(epoch(ts) / p.window_s) as bigint) as window_index,
         count(*) as http_requests,
-        count(*) filter (where h.http_status >= 500) as http_errors,
-    from grid as w
-    join http as h
-        on h.engine = w.engine and h.instance = w.instance
-        and h.ts >= w.window_start and h.ts < w.window_end
+        count(*) filter (where http_status >= 500) as http_errors,
+    from http, params as p
     group by all
 ),
 
@@ -118,13 +111,13 @@ final as (
         case when hi.instance is not null then coalesce(h.http_requests, 0) end as http_requests,
         case when hi.instance is not null then coalesce(h.http_errors, 0) end as http_errors,
         case when hi.instance is not null then coalesce(h.http_requests, 0) / w.window_s end as http_requests_per_s,
-    from grid as w
-    left join request_instances as ri on ri.engine = w.engine and ri.instance = w.instance
-    left join http_instances as hi on hi.engine = w.engine and hi.instance = w.instance
-    left join arrivals as a on a.engine = w.engine and a.instance = w.instance and a.window_start = w.window_start
-    left join finishes as f on f.engine = w.engine and f.instance = w.instance and f.window_start = w.window_start
-    left join logged_rates as lr on lr.engine = w.engine and lr.instance = w.instance and lr.window_start = w.window_start
-    left join http_counts as h on h.engine = w.engine and h.instance = w.instance and h.window_start = w.window_start
+    from windows as w
+    left join request_instances as ri using (engine, instance)
+    left join http_instances as hi using (engine, instance)
+    left join arrivals as a using (engine, instance, window_index)
+    left join finishes as f using (engine, instance, window_index)
+    left join logged_rates as lr using (engine, instance, window_index)
+    left join http_counts as h using (engine, instance, window_index)
 )
 
 select * from final

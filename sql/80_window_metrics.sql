@@ -2,7 +2,7 @@
 -- Grain: one row per (engine, instance, window) of the `windows` grid.
 -- Engines: all; a column is null where the instance's logs do not give it (see
 --   metric_availability).
--- Columns: window_start, window_end (UTC), window_s (s), engine, instance,
+-- Columns: window_index (see windows), window_start, window_end (UTC), window_s (s), engine, instance,
 --   waiting_avg, waiting_max (requests, over queue_depth samples in the window),
 --   waiting_estimated (true when reconstructed), running_avg, running_max (requests),
 --   fill_avg, fill_max (fraction of max_num_seqs), kv_avg, kv_max (fraction),
@@ -18,81 +18,80 @@
 create or replace view window_metrics as
 with
 
--- materialized: joined by every CTE below
-grid as materialized (
-    select * from windows
+params as (
+    select coalesce(try_cast(getvariable('window_s') as double), 60.0) as window_s
 ),
 
+-- every sample goes to the window holding its time (an equality join on the window index,
+-- not a range join: it stays linear on long logs)
 queue as (
     select
-        w.engine, w.instance, w.window_start,
-        avg(q.waiting) as waiting_avg,
-        max(q.waiting) as waiting_max,
-        bool_or(q.estimated) as waiting_estimated,
-    from grid as w
-    join queue_depth as q
-        on q.engine = w.engine and q.instance = w.instance
-        and q.ts >= w.window_start and q.ts < w.window_end
+        engine, instance,
+        cast(floor(epoch(ts) / p.window_s) as bigint) as window_index,
+        avg(waiting) as waiting_avg,
+        max(waiting) as waiting_max,
+        bool_or(estimated) as waiting_estimated,
+    from queue_depth, params as p
     group by all
 ),
 
 batch as (
     select
-        w.engine, w.instance, w.window_start,
-        avg(b.running) as running_avg,
-        max(b.running) as running_max,
-        avg(b.fill) as fill_avg,
-        max(b.fill) as fill_max,
-    from grid as w
-    join batch_fill as b
-        on b.engine = w.engine and b.instance = w.instance
-        and b.ts >= w.window_start and b.ts < w.window_end
+        engine, instance,
+        cast(floor(epoch(ts) / p.window_s) as bigint) as window_index,
+        avg(running) as running_avg,
+        max(running) as running_max,
+        avg(fill) as fill_avg,
+        max(fill) as fill_max,
+    from batch_fill, params as p
     group by all
 ),
 
+kv_samples as materialized (
+    select * from kv_cache
+),
+
 preemption_instances as (
-    select distinct engine, instance from kv_cache where preemptions is not null or preemption_lines > 0
+    select distinct engine, instance from kv_samples where preemptions is not null or preemption_lines > 0
 ),
 
 kv as (
     select
-        w.engine, w.instance, w.window_start,
-        avg(k.kv_usage) as kv_avg,
-        max(k.kv_usage) as kv_max,
-        cast(coalesce(sum(k.preemptions), 0) + sum(k.preemption_lines) as bigint) as preemptions,
-    from grid as w
-    join kv_cache as k
-        on k.engine = w.engine and k.instance = w.instance
-        and k.ts >= w.window_start and k.ts < w.window_end
+        engine, instance,
+        cast(floor(epoch(ts) / p.window_s) as bigint) as window_index,
+        avg(kv_usage) as kv_avg,
+        max(kv_usage) as kv_max,
+        cast(coalesce(sum(preemptions), 0) + sum(preemption_lines) as bigint) as preemptions,
+    from kv_samples, params as p
     group by all
 ),
 
 latency as (
     select
-        w.engine, w.instance, w.window_start,
-        count(r.e2e_s) as n_latency,
-        quantile_cont(r.e2e_s, 0.99) as p99_e2e_s,
-        quantile_cont(r.ttft_s, 0.99) as p99_ttft_s,
-        bool_or(r.e2e_estimated) as e2e_estimated,
-    from grid as w
-    join requests as r
-        on r.engine = w.engine and r.instance = w.instance
-        and r.finish_ts >= w.window_start and r.finish_ts < w.window_end
-        and r.status = 'finished'
+        engine, instance,
+        cast(floor(epoch(finish_ts) / p.window_s) as bigint) as window_index,
+        count(e2e_s) as n_latency,
+        quantile_cont(e2e_s, 0.99) as p99_e2e_s,
+        quantile_cont(ttft_s, 0.99) as p99_ttft_s,
+        bool_or(e2e_estimated) as e2e_estimated,
+    from requests, params as p
+    where status = 'finished' and finish_ts is not null
     group by all
 ),
 
 errs as (
     select
-        engine, instance, window_start,
+        engine, instance,
+        cast(round(epoch(window_start) / p.window_s) as bigint) as window_index,
         cast(sum(n_errors) as bigint) as n_errors,
         cast(coalesce(sum(n_errors) filter (where kind in ('engine_dead', 'cuda_oom')), 0) as bigint) as n_severe_errors,
-    from errors
+    from errors, params as p
     group by all
 ),
 
 joined as (
     select
+        w.window_index,
         w.window_start,
         w.window_end,
         w.window_s,
@@ -124,13 +123,13 @@ joined as (
         coalesce(l.e2e_estimated, false) as e2e_estimated,
         coalesce(e.n_errors, 0) as n_errors,
         coalesce(e.n_severe_errors, 0) as n_severe_errors,
-    from grid as w
-    left join queue as q using (engine, instance, window_start)
-    left join batch as b using (engine, instance, window_start)
-    left join kv as k using (engine, instance, window_start)
+    from windows as w
+    left join queue as q using (engine, instance, window_index)
+    left join batch as b using (engine, instance, window_index)
+    left join kv as k using (engine, instance, window_index)
     left join preemption_instances as pi using (engine, instance)
-    left join latency as l using (engine, instance, window_start)
-    left join errs as e using (engine, instance, window_start)
+    left join latency as l using (engine, instance, window_index)
+    left join errs as e using (engine, instance, window_index)
     left join throughput as t using (engine, instance, window_start)
 ),
 

@@ -45,10 +45,7 @@ params as (
 ),
 
 metrics as materialized (
-    select
-        m.*,
-        cast(round(epoch(m.window_start) / m.window_s) as bigint) as window_index,
-    from window_metrics as m
+    select * from window_metrics
 ),
 
 swings as (
