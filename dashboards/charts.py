@@ -17,7 +17,7 @@ import polars as pl
 UTC = dt.timezone.utc
 THRESHOLD_COLOR = "#d62728"
 ISO = "%Y-%m-%dT%H:%M:%SZ"
-HEIGHT = 220
+HEIGHT = 250
 
 
 def _prepare(df: pl.DataFrame, y: str | Sequence[str]) -> pl.DataFrame:
@@ -33,9 +33,19 @@ def time_domain(start: dt.datetime, end: dt.datetime) -> list[str]:
     return [start.astimezone(UTC).strftime(ISO), end.astimezone(UTC).strftime(ISO)]
 
 
+def _time_format(domain: list[str] | None) -> str:
+    """Tick labels precise enough for the span (a short incident gets seconds)."""
+    if not domain:
+        return "%H:%M"
+    a, b = (dt.datetime.strptime(d, ISO) for d in domain)
+    span = (b - a).total_seconds()
+    return "%H:%M:%S" if span <= 1200 else "%H:%M" if span <= 2 * 86400 else "%m-%d %H:%M"
+
+
 def _x(domain: list[str] | None = None) -> alt.X:
     scale = alt.Scale(type="utc", domain=domain) if domain else alt.Scale(type="utc")
-    return alt.X("ts:T", title="time (UTC)", scale=scale, axis=alt.Axis(format="%H:%M", labelOverlap=True))
+    return alt.X("ts:T", title="time (UTC)", scale=scale,
+                 axis=alt.Axis(format=_time_format(domain), labelOverlap=True))
 
 
 def threshold_rule(value: float | None, label: str) -> alt.LayerChart | None:
@@ -124,7 +134,7 @@ def bar_chart(df: pl.DataFrame, y: str, y_title: str, *, color: str = "instance"
 
 
 def preemption_chart(df: pl.DataFrame, domain: list[str] | None = None) -> alt.Chart | alt.LayerChart:
-    return bar_chart(df.with_columns(pl.col("preemptions").cast(pl.Float64)), "preemptions", "preemptions (logged)",
+    return bar_chart(df.with_columns(pl.col("preemptions").cast(pl.Float64)), "preemptions", "preemptions logged",
                      domain=domain)
 
 

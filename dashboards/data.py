@@ -24,8 +24,11 @@ from typing import Any
 import polars as pl
 import streamlit as st
 
-from servelens.pipeline.query import QueryError, connect, run_on
+from servelens.pipeline.query import QueryError, connect, one_line, run_on
 
+# Views read by several others (requests by six of them) or expensive to compute: evaluated
+# once per store version and kept as temp tables of the dashboard's connection.
+MATERIALIZED = ("requests", "throughput", "window_metrics")
 # Points per series a chart is bucketed down to.
 MAX_POINTS = 400
 CACHE_TTL_S = 600
@@ -71,6 +74,11 @@ class _Connection:
     def __init__(self, store: str, variables: dict[str, Any]) -> None:
         self.con = connect(store, variables)
         self.lock = threading.Lock()
+        for view in MATERIALIZED:
+            # a snapshot of the view under the same name, in this in-memory connection only:
+            # the views that read it (and the dashboard's own queries) then find the temp table
+            # first and do not recompute it. Same definition, evaluated once per store version.
+            self.con.execute(f"create temp table {view} as select * from main.{view}")
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
@@ -88,8 +96,9 @@ def _cached(store: str, version: str, sql: str, params: dict[str, Any] | None, v
 def query(cfg: Settings, sql: str, params: dict[str, Any] | None = None, window_s: float | None = None) -> pl.DataFrame:
     """Run one read-only query (cached). Raises QueryError / StoreError."""
     variables = dict(thresholds(cfg.thresholds))
-    if window_s is not None:
-        variables["window_s"] = float(window_s)
+    # one connection (one set of materialized views) per window width: normalise the type so
+    # that the default 60 and the sidebar's 60.0 share it
+    variables["window_s"] = float(window_s if window_s is not None else variables.get("window_s", 60.0))
     return _cached(cfg.store, store_version(cfg.store), sql, params, tuple(sorted(variables.items())))
 
 
@@ -338,6 +347,7 @@ def peaks(cfg: Settings, f: Filters) -> dict[str, Any]:
 __all__ = [
     "Filters",
     "QueryError",
+    "one_line",
     "Settings",
     "availability",
     "batch_fill",

@@ -117,9 +117,13 @@ def page_setup() -> tuple[data.Settings, pl.DataFrame, Spec]:
 
     cfg = data.settings()
     try:
-        cat = data.catalog(cfg)
+        with st.spinner("Reading the store and computing the metric views…"):
+            cat = data.catalog(cfg)
     except (StoreError, data.QueryError) as e:
         st.error(f"Cannot read the store: {e}")
+        st.stop()
+    except (ValueError, RuntimeError) as e:  # a view file of sql/ or the thresholds file is broken
+        st.error(f"Cannot load the metric views: {data.one_line(e)}")
         st.stop()
     return cfg, cat, render(cfg, cat)
 

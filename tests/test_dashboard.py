@@ -38,7 +38,7 @@ def app(store, monkeypatch) -> AppTest:
 
 
 def _signals(store: Path) -> pl.DataFrame:
-    return run(store, "select engine, instance, signal, severity, value, unit from scaling_signals")
+    return run(store, "select engine, instance, signal, severity, value, threshold, unit, window_start from scaling_signals")
 
 
 def _instances(store: Path) -> list[tuple[str, str]]:
@@ -57,22 +57,32 @@ def test_overview_shows_the_verdict_of_every_instance(app, store):
         assert f"### {instance} {vd.VERDICT_BADGE[expected]}" in md
 
 
-def test_the_crashed_instance_must_be_investigated_and_shows_its_signals(app, store):
+def test_the_crashed_instances_must_be_investigated_and_show_their_signals(app, store):
     sig = _signals(store)
-    crashed = sig.filter((pl.col("signal") == "errors") & (pl.col("severity") == "critical"))
-    assert crashed.height >= 1, "the incident sample has an instance that crashes"
-    instance = crashed["instance"][0]
+    crashed = sig.filter((pl.col("signal") == "errors") & (pl.col("severity") == "critical"))["instance"].to_list()
+    # the incident: instance a of every engine dies of CUDA out-of-memory
+    assert sorted(crashed) == ["tgi-a", "trtllm-a", "vllm-a"]
     md = _markdown(app)
-    assert f"### {instance} {vd.VERDICT_BADGE[vd.INVESTIGATE]}" in md
-    assert "SCALE OUT" not in md[md.index(f"### {instance} {vd.VERDICT_BADGE[vd.INVESTIGATE]}")]
-    mine = sig.filter(pl.col("instance") == instance)
-    for r in mine.iter_rows(named=True):
-        text = [m for m in md if f"`{r['signal']}`" in m]
-        assert text, f"signal {r['signal']} of {instance} is not shown"
-        assert any(f"value **{vd.format_value(r['value'], r['unit'])}**" in t for t in text)
-    # the surge before the crash: the queue stayed above the threshold
-    assert "queue_backlog" in mine["signal"].to_list()
-    assert any("`queue_backlog` → scale out" in m and "Scale out" in m for m in md)
+    for instance in crashed:
+        assert f"### {instance} {vd.VERDICT_BADGE[vd.INVESTIGATE]}" in md
+        for r in sig.filter(pl.col("instance") == instance).iter_rows(named=True):
+            text = [m for m in md if f"`{r['signal']}`" in m]
+            assert any(f"value **{vd.format_value(r['value'], r['unit'])}**" in t for t in text), r
+    assert any("`errors` → investigate" in m and "out-of-memory" in m for m in md)
+
+
+def test_the_survivor_that_took_the_traffic_must_scale_out(app, store):
+    sig = _signals(store).filter(pl.col("instance") == "vllm-b")
+    # vLLM's b takes a's traffic after the crash: its KV cache fills up and it preempts
+    assert "kv_pressure" in sig["signal"].to_list()
+    md = _markdown(app)
+    assert f"### vllm-b {vd.VERDICT_BADGE[vd.SCALE_OUT]}" in md
+    kv = sig.filter(pl.col("signal") == "kv_pressure").row(0, named=True)
+    shown = [m for m in md if "`kv_pressure` → scale out" in m]
+    assert len(shown) == 1
+    assert f"value **{kv['value']:.0%}**" in shown[0] and f"threshold {kv['threshold']:.0%}" in shown[0]
+    assert f"since {kv['window_start']:%Y-%m-%d %H:%M:%S} UTC" in shown[0]
+    assert "Add replicas or GPU memory" in shown[0]
 
 
 def test_headline_numbers_match_the_views(app, store):
@@ -216,13 +226,11 @@ def test_dashboard_command_user_errors(tmp_path, store):
 
 
 def test_live_mode_follows_new_data_and_keeps_the_filters(tmp_path, monkeypatch):
-    from dashboard_store import fallback_logs
+    from dashboard_store import INCIDENT
 
     from servelens.pipeline.ingest import ingest
 
-    logs = fallback_logs(tmp_path / "logs") / "vllm"
-    store = tmp_path / "store"
-    ingest([logs / "gpu-1.log"], store, year=2026)
+    store = build_store(tmp_path, [INCIDENT / "vllm" / "vllm-b.log"])
     monkeypatch.setenv("SERVELENS_STORE", str(store))
     at = AppTest.from_file(str(APP), default_timeout=60)
     at.run()
@@ -232,13 +240,13 @@ def test_live_mode_follows_new_data_and_keeps_the_filters(tmp_path, monkeypatch)
     newest = run(store, "select max(ts) as t from events")["t"][0]
     assert at.caption[0].value.startswith("Live: last 15 min up to the newest event")
     assert f"{newest:%H:%M:%S}" in at.caption[0].value
-    assert [m.value for m in at.markdown if m.value.startswith("### ")] == [f"### gpu-1 {vd.VERDICT_BADGE[vd.HOLD]}"]
+    assert [m.value for m in at.markdown if m.value.startswith("### ")] == [f"### vllm-b {vd.VERDICT_BADGE[vd.SCALE_OUT]}"]
 
     # the store grows (as under `servelens tail`): the next refresh shows the new instance
-    ingest([logs / "gpu-0.log"], store, year=2026)
+    ingest([INCIDENT / "vllm" / "vllm-a.log"], store)
     at.run()
     assert not at.exception
     headers = [m.value for m in at.markdown if m.value.startswith("### ")]
-    assert f"### gpu-0 {vd.VERDICT_BADGE[vd.INVESTIGATE]}" in headers
+    assert headers == [f"### vllm-a {vd.VERDICT_BADGE[vd.INVESTIGATE]}", f"### vllm-b {vd.VERDICT_BADGE[vd.SCALE_OUT]}"]
     assert at.multiselect(key="engines").value == ["vllm"]
     assert at.toggle(key="live").value is True

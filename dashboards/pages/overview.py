@@ -16,6 +16,13 @@ from servelens.dashboards import verdict as vd
 
 UTC = dt.timezone.utc
 
+# queue_depth.source values, in words
+QUEUE_SOURCE = {
+    "logged": "logged by the engine",
+    "derived": "derived from logged counts (active - scheduled), estimated",
+    "reconstructed": "reconstructed from request intervals, estimated",
+}
+
 # metric_availability names of the metrics each section needs
 METRIC_LABEL = {
     "waiting": "Queue depth",
@@ -96,7 +103,8 @@ def verdict_section(cfg: data.Settings, f: data.Filters) -> None:
             for r in mine.sort("window_start").iter_rows(named=True):
                 sev = vd.SEVERITY_BADGE.get(r["severity"], r["severity"])
                 unit = "" if vd.shows_unit(r["unit"]) else f" {r['unit']}"
-                until = "ongoing" if r["ongoing"] else f"until {_t(r['window_end'])}"
+                until = ("still firing at the end of its log" if r["ongoing"]
+                         else f"until {_t(r['window_end'])}")
                 est = " (estimated)" if r["estimated"] else ""
                 st.markdown(
                     f"{sev} **{vd.SIGNAL_TITLE.get(r['signal'], r['signal'])}** "
@@ -126,10 +134,9 @@ def queue_section(cfg, f, avail, th) -> None:
     df = data.queue_depth(cfg, f)
     evidence("Queue depth", "waiting", df, "waiting", f, avail, lambda: charts.queue_chart(df, th.get("queue_waiting"), _dom(f)))
     if not df.is_empty():
-        sources = df.group_by("instance").agg(pl.col("source").first()).sort("instance")
-        st.caption("queue_depth.source: " + ", ".join(
-            f"{i}: {'logged by the engine' if s == 'logged' else 'reconstructed from request intervals (estimated)'}"
-            for i, s in sources.rows()))
+        sources = df.group_by("instance").agg(pl.col("source").unique().sort().str.join("+")).sort("instance")
+        st.caption("queue_depth.source: " + "; ".join(
+            f"{i}: {QUEUE_SOURCE.get(s, s)}" for i, s in sources.rows()))
 
 
 def batch_section(cfg, f, avail, th) -> None:
@@ -145,7 +152,10 @@ def kv_section(cfg, f, avail, th) -> None:
     st.subheader("KV cache and preemptions")
     df = data.kv_cache(cfg, f)
     evidence("KV-cache usage", "kv_usage", df, "kv_usage", f, avail, lambda: charts.kv_chart(df, th.get("kv_usage"), _dom(f)))
-    evidence("Preemptions", "preemptions", df, "preemptions", f, avail, lambda: charts.preemption_chart(df, _dom(f)))
+    drawn = evidence("Preemptions", "preemptions", df, "preemptions", f, avail, lambda: charts.preemption_chart(df, _dom(f)))
+    if drawn and "vllm" in {e for e, _ in f.targets}:
+        st.caption("Preemptions: logged counts plus preemption warning lines. vLLM V0 logs a warning for "
+                   "every 50th preemption only, so one warning stands for up to 50 preemptions.")
 
 
 def latency_section(cfg, f, avail, th) -> None:

@@ -41,7 +41,8 @@ with st.expander("Views and their columns"):
         views = data.query(
             cfg,
             "select table_name as view, string_agg(column_name, ', ' order by ordinal_position) as columns "
-            "from information_schema.columns group by table_name order by table_name",
+            "from information_schema.columns where table_catalog <> 'temp' and not starts_with(table_name, '_') "
+            "group by table_name order by table_name",
         )
         st.dataframe(views, hide_index=True)
     except data.QueryError as e:
