@@ -212,6 +212,8 @@ def detect(lines: list[str]) -> float:
 
 
 def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
+    if lines.height == 0:
+        return lines.select("line", pl.lit("unparsed").alias("event"), pl.col("text").alias("message"))
     df = _lines_anatomy(lines.select("line", pl.col("text").cast(pl.String)))
     starts = ~df["cont"]
     records = group_records(lines.select("line", pl.col("text").cast(pl.String).fill_null("")), starts)

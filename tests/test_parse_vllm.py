@@ -534,3 +534,13 @@ def test_newest_stats_and_kv_forms_parse_by_name() -> None:
     r = row(ev, 2)
     assert (r["event"], r["kv_capacity_tokens"]) == ("capacity", 2042016)
     assert (r["attrs"]["max_concurrency"], r["attrs"]["max_model_len"]) == (997.08, 2048)
+
+
+def test_empty_chunk_and_blank_lines() -> None:
+    ctx = ParseContext(engine="vllm", source="a.log", instance="a", year=2026)
+    ev = finalize(vllm.parse(lines_frame([]), ctx), ctx)
+    check_events(ev)
+    assert ev.height == 0
+    assert vllm.record_starts(pl.Series([], dtype=pl.String)).len() == 0
+    ev = parse_text("vllm", "\n\n\n")
+    assert uncovered_lines(ev, 1, 3) == [] and set(ev["event"]) == {"unparsed"}
