@@ -94,7 +94,7 @@ class IdentityMixin:
             fol.skip = "binary file, not a text log"
             return False
         owned = self._owned()
-        waiting = {(f.dev, f.ino) for f in self.followed.values() if f.key is None and f is not fol}
+        waiting = {(f.dev, f.ino): f for f in self.followed.values() if f.key is None and f is not fol}
         candidates = []
         maybe_copy = False
         # progress read but not committed yet counts: a file closed earlier in this poll
@@ -117,9 +117,11 @@ class IdentityMixin:
                 # the same content is being followed in another file: this is a copy (the
                 # copytruncate copy, a .gz of a rotated file); wait for the original to go
                 return False
-            if (known.get("dev"), known.get("inode")) in waiting:
-                # the file this entry was read from is open and about to resume it: this
-                # one is a copy (matters after a restart, when the copy may be seen first)
+            original = waiting.get((known.get("dev"), known.get("inode")))
+            if original is not None and self._holds(original, known):
+                # the file this entry was read from is open, still holds that content and
+                # is about to resume it: this one is a copy (matters after a restart, when
+                # the copy may be seen first)
                 return False
             same_inode = (known.get("dev"), known.get("inode")) == (fol.dev, fol.ino)
             candidates.append((same_inode, known["offset"], key))
@@ -136,6 +138,16 @@ class IdentityMixin:
             if engine == "unknown" and len(head) < fp.HEAD_BYTES and now - fol.first_seen < DETECT_WAIT_S and not fol.initial:
                 return False  # a few lines more may tell
         return self._start_new(fol, engine, head)
+
+    def _holds(self, fol: Followed, known: dict) -> bool:
+        """Does this open file still hold the content of the entry (not truncated since)?"""
+        if fol.is_gz:
+            return False
+        n = known.get("head_len", 0)
+        try:
+            return fp.sha(os.pread(fol.fd, n, 0)) == known["head_sha"] and bool(self._tail_matches(fol, known))
+        except OSError:
+            return False
 
     def _copy_of_open_file(self, fol: Followed) -> bool:
         """Is all of this file the beginning of a file already open (a `cp` of a live log,

@@ -319,3 +319,18 @@ def test_old_files_read_to_the_end_are_let_go(tmp_path):
     h.poll(2)
     assert h.messages_in_store() == ["live 0", "live 1", "old 0", "old 1", "old 2"]
     h.stop()
+
+
+def test_copytruncate_to_empty_right_after_a_read(tmp_path):
+    # found by the model test: the truncated original (empty, unresolved) must not make the
+    # copy wait for it
+    h = Harness(tmp_path)
+    log = h.logs / "a.log"
+    write(log, "a 0\na")
+    h.poll()
+    write(log, " 1\n")
+    shutil.copyfile(log, h.logs / "a.log.1")
+    os.truncate(log, 0)
+    h.poll(3)
+    assert h.messages_in_store() == ["a 0", "a 1"]
+    h.stop()
