@@ -40,6 +40,7 @@ class TailModel(RuleBasedStateMachine):
         self.written = {f: 0 for f in FILES}  # complete lines per file
         self.partial = {f: None for f in FILES}  # (full line, bytes already written)
         self.rotations = {f: 0 for f in FILES}
+        self.renamed: dict[str, int] = {}  # file -> rotation number done by rename
         self.open()
 
     def open(self):
@@ -79,6 +80,17 @@ class TailModel(RuleBasedStateMachine):
         if self.path(f).exists():
             self.rotations[f] += 1
             os.rename(self.path(f), self.logs / f"{f}.log.{self.rotations[f]}")
+            self.renamed[f] = self.rotations[f]
+
+    @rule(f=st.sampled_from(FILES), n=st.integers(1, 3))
+    def write_late_to_renamed(self, f, n):
+        """The writer's old descriptor writes a little more after a rename rotation."""
+        rotated = self.logs / f"{f}.log.{self.rotations[f]}"
+        if self.renamed.get(f) == self.rotations[f] and rotated.exists():
+            self.finish_partial(f)  # line numbers stay unique
+            with open(rotated, "a") as fh:
+                fh.write("".join(f"{f} {self.written[f] + i}\n" for i in range(n)))
+            self.written[f] += n
 
     @rule(f=st.sampled_from(FILES))
     def rotate_copytruncate(self, f):
