@@ -334,3 +334,19 @@ def test_copytruncate_to_empty_right_after_a_read(tmp_path):
     h.poll(3)
     assert h.messages_in_store() == ["a 0", "a 1"]
     h.stop()
+
+
+def test_tail_continues_where_ingest_stopped(tmp_path):
+    from servelens.pipeline.ingest import ingest
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    write(logs / "t.log", "[TensorRT-LLM][INFO] a\n[TensorRT-LLM][INFO] b\n")
+    ingest([logs], tmp_path / "store", engine="trtllm")
+    write(logs / "t.log", "[TensorRT-LLM][INFO] c\n")
+    h = Harness(tmp_path, engine="auto")
+    h.poll(2)
+    rows = h.rows()
+    assert [(r[1], r[2].endswith(("a", "b", "c"))) for r in rows] == [(1, True), (2, True), (3, True)]
+    assert any("from line 3" in m for m in h.messages)
+    h.stop()
