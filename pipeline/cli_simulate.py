@@ -32,6 +32,7 @@ def simulate_cmd(
     state_grid: Annotated[Optional[float], typer.Option(help="sample truth_state on this grid (s) instead of every iteration")] = None,
     max_num_seqs: Annotated[Optional[int], typer.Option(help="batch limit (engine default if unset)")] = None,
     num_gpu_blocks: Annotated[Optional[int], typer.Option(help="KV cache blocks (engine default if unset)")] = None,
+    workers: Annotated[int, typer.Option(help="simulate instances in this many processes (0 = one per CPU); same output")] = 1,
 ) -> None:
     """Simulate an LLM inference server under load and write its logs with the ground truth.
 
@@ -50,7 +51,7 @@ def simulate_cmd(
             engine, scenario, duration, seed, out, rate=rate, model=model, instances=instances,
             variant=variant, docker_timestamps=docker_timestamps, start=start,
             stats_period=stats_period, max_log_len=max_log_len, state_grid=state_grid,
-            max_num_seqs=max_num_seqs, num_gpu_blocks=num_gpu_blocks,
+            max_num_seqs=max_num_seqs, num_gpu_blocks=num_gpu_blocks, workers=workers,
         )
     except SimulateError as e:
         typer.echo(f"error: {e}", err=True)

@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import multiprocessing
+import os
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
-from .lines import Lines
 from .model import InstanceResult, ServerConfig, run_instance
 from .scenarios import SCENARIOS, Scenario, make_traffic, server_config
 from .truth import request_frame, state_frame, truth_requests
@@ -102,6 +104,36 @@ def _request_ids(engine: str, variant: str, name: str, rng: np.random.Generator,
     return [f"{name}-{i:06d}" for i in range(n)]
 
 
+def _run_one(job: dict) -> dict:
+    """Model, logs and truth of one instance (a process-pool worker when --workers > 1)."""
+    engine, i, seed = job["engine"], job["index"], job["seed"]
+    name = f"{engine}-{chr(ord('a') + i)}"
+    arrival = job["arrival"]
+    qstart = arrival + job["validation"]
+    cfg = job["cfg"]
+    t0 = time.perf_counter()
+    res = run_instance(qstart, job["prompt"], job["target"], job["max_tokens"], cfg, job["duration"],
+                       job["crash_at"])
+    t_model = time.perf_counter() - t0
+    ids = _request_ids(engine, job["variant"], name, np.random.default_rng([seed, i, 1]), len(arrival))
+    req = request_frame(name, ids, job["start_ns"], arrival, qstart, res, job["prompt"],
+                        job["max_tokens"], job["target"])
+    data = InstanceData(
+        name=name, index=i, engine=engine, variant=job["variant"], model=job["model"], cfg=cfg,
+        req=req, res=res, start_ns=job["start_ns"],
+        end_ns=job["start_ns"] + int(round(job["duration"] * 1e9)), max_model_len=job["max_model_len"],
+        rng=np.random.default_rng([seed, i, 2]), opts=job["opts"],
+    )
+    t0 = time.perf_counter()
+    raw = _writer(engine).write(data).render(docker_timestamps=job["docker_timestamps"]).encode("utf-8")
+    path = Path(job["out"]) / f"{name}.log"
+    path.write_bytes(raw)
+    t_write = time.perf_counter() - t0
+    state = state_frame(name, job["start_ns"], res, cfg.num_gpu_blocks, job["state_grid"])
+    return {"file": path.name, "req": req, "state": state, "bytes": len(raw),
+            "t_model": t_model, "t_write": t_write}
+
+
 def simulate(
     engine: str,
     scenario: str,
@@ -120,9 +152,11 @@ def simulate(
     state_grid: float | None = None,
     max_num_seqs: int | None = None,
     num_gpu_blocks: int | None = None,
+    workers: int = 1,
 ) -> dict:
     """Simulate `scenario` on `instances` servers of `engine` and write logs + truth into
-    `out_dir`. Returns a summary (files, bytes, request counts, timings)."""
+    `out_dir`. Returns a summary (files, bytes, request counts, timings). `workers` > 1 (0 =
+    one per CPU) simulates instances in parallel processes; the output is the same."""
     t_wall = time.perf_counter()
     if engine not in ENGINES:
         raise SimulateError(f"unknown engine {engine!r}: choose one of {', '.join(ENGINES)}")
@@ -155,45 +189,34 @@ def simulate(
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    writer = _writer(engine)
     opts = {"stats_period": stats_period, "max_log_len": max_log_len}
-    req_frames, state_frames, files = [], [], []
-    t_model = t_write = 0.0
-    total_bytes = 0
+    jobs = []
     for i in range(n_inst):
-        name = f"{engine}-{chr(ord('a') + i)}"
         m = traffic.instance == i
-        arrival = traffic.arrival[m]
-        qstart = arrival + traffic.validation[m]
-        t0 = time.perf_counter()
-        res = run_instance(
-            qstart, traffic.prompt[m], traffic.target[m], traffic.max_tokens[m], cfg, duration,
-            crash_at if i == crash_inst else None,
-        )
-        t_model += time.perf_counter() - t0
-        inst_rng = np.random.default_rng([seed, i, 1])
-        ids = _request_ids(engine, variant, name, inst_rng, int(m.sum()))
-        req = request_frame(
-            name, ids, start_ns, arrival, qstart, res, traffic.prompt[m], traffic.max_tokens[m],
-            traffic.target[m],
-        )
-        data = InstanceData(
-            name=name, index=i, engine=engine, variant=variant, model=model or DEFAULT_MODEL,
-            cfg=cfg, req=req, res=res, start_ns=start_ns,
-            end_ns=start_ns + int(round(duration * 1e9)), max_model_len=scen.max_model_len,
-            rng=np.random.default_rng([seed, i, 2]), opts=opts,
-        )
-        t0 = time.perf_counter()
-        lines: Lines = writer.write(data)
-        text = lines.render(docker_timestamps=docker_timestamps)
-        path = out / f"{name}.log"
-        raw = text.encode("utf-8")
-        path.write_bytes(raw)
-        t_write += time.perf_counter() - t0
-        total_bytes += len(raw)
-        files.append(path.name)
-        req_frames.append(req)
-        state_frames.append(state_frame(name, start_ns, res, cfg.num_gpu_blocks, state_grid))
+        jobs.append(dict(
+            engine=engine, variant=variant, model=model or DEFAULT_MODEL, index=i, seed=seed,
+            cfg=cfg, arrival=traffic.arrival[m], validation=traffic.validation[m],
+            prompt=traffic.prompt[m], target=traffic.target[m], max_tokens=traffic.max_tokens[m],
+            duration=duration, crash_at=crash_at if i == crash_inst else None, start_ns=start_ns,
+            max_model_len=scen.max_model_len, opts=opts, docker_timestamps=docker_timestamps,
+            state_grid=state_grid, out=str(out),
+        ))
+    if workers == 0:
+        workers = os.cpu_count() or 1
+    if workers > 1 and n_inst > 1:
+        # instances are independent once the traffic is split: run them side by side
+        # spawn, not fork: forking a process that runs polars' thread pool can deadlock
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(min(workers, n_inst), mp_context=ctx) as pool:
+            results = list(pool.map(_run_one, jobs))
+    else:
+        results = [_run_one(j) for j in jobs]
+    files = [r["file"] for r in results]
+    req_frames = [r["req"] for r in results]
+    state_frames = [r["state"] for r in results]
+    total_bytes = sum(r["bytes"] for r in results)
+    t_model = sum(r["t_model"] for r in results)
+    t_write = sum(r["t_write"] for r in results)
 
     truth_req = truth_requests(pl.concat(req_frames))
     truth_state = pl.concat(state_frames).sort("ts", "instance", maintain_order=True)
@@ -213,6 +236,7 @@ def simulate(
         "log_bytes": total_bytes,
         "requests": dict(counts.iter_rows()),
         "server": asdict(cfg),
+        # model/write are summed over instances (CPU seconds when run in parallel)
         "seconds": {"model": round(t_model, 3), "write": round(t_write, 3), "total": round(wall, 3)},
         "log_mb_per_s": round(total_bytes / 1e6 / wall, 1) if wall > 0 else None,
     }
