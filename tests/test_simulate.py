@@ -188,3 +188,12 @@ def test_durations_and_bad_requests():
         simulate("vllm", "chaos", 10, 1, "/nonexistent")
     with pytest.raises(SimulateError, match="unknown variant"):
         simulate("tgi", "steady", 10, 1, "/nonexistent", variant="v1")
+
+
+def test_parallel_workers_write_the_same_files(tmp_path):
+    a = simulate("trtllm", "incident", "40s", 2, tmp_path / "a", instances=2)
+    b = simulate("trtllm", "incident", "40s", 2, tmp_path / "b", instances=2, workers=2)
+    for name in a["files"]:
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    for name in ("truth_requests.parquet", "truth_state.parquet"):
+        assert pl.read_parquet(tmp_path / "a" / name).equals(pl.read_parquet(tmp_path / "b" / name))
