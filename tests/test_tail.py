@@ -350,3 +350,17 @@ def test_tail_continues_where_ingest_stopped(tmp_path):
     assert [(r[1], r[2].endswith(("a", "b", "c"))) for r in rows] == [(1, True), (2, True), (3, True)]
     assert any("from line 3" in m for m in h.messages)
     h.stop()
+
+
+def test_status_line_counts_files_rate_and_lag(tmp_path, capsys):
+    from servelens.pipeline.cli_tail import StatusLine
+
+    h = Harness(tmp_path)
+    write(h.logs / "a.log", lines("a", 0, 40))
+    write(h.logs / "b.log", "unfinished")  # held: its bytes wait, which is lag
+    h.poll(2)
+    StatusLine(enabled=True).status(h.tailer.stats)
+    err = capsys.readouterr().err
+    assert "following 2 files | " in err and "40 lines committed" in err
+    assert h.tailer.stats.rate >= 8 and h.tailer.stats.lag_s > 0
+    h.stop()
