@@ -1,14 +1,14 @@
 """`servelens dashboard`: start the Streamlit dashboard (dashboards/app.py) over a store.
 
-Streamlit runs as a child process (`python -m streamlit run`), bound to localhost unless
-`--host` says otherwise, with usage statistics off and no browser opened.
+The command checks its arguments, then replaces itself with `python -m streamlit run` (exec,
+so that signals reach Streamlit directly), bound to localhost unless `--host` says otherwise,
+with usage statistics off and no browser opened.
 """
 
 from __future__ import annotations
 
 import os
 import socket
-import subprocess
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -94,16 +94,9 @@ def register(app: typer.Typer) -> None:
             raise fail(f"port {port} on {host} is in use; choose another with --port")
         typer.echo(f"servelens dashboard: http://{host}:{port}  (store {target}; Ctrl+C to stop)", err=True)
         env = dict(os.environ, SERVELENS_STORE=str(target))
-        proc = subprocess.Popen(streamlit_command(target, port, host, thresholds), env=env)
-        try:
-            code = proc.wait()
-        except KeyboardInterrupt:
-            proc.terminate()
-            try:
-                code = proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                code = proc.wait()
-            code = 0
-        if code:
-            raise typer.Exit(code)
+        cmd = streamlit_command(target, port, host, thresholds)
+        # Replace this process with Streamlit: signals (Ctrl+C, a supervisor's SIGTERM) then
+        # reach the server itself and no orphan is left behind.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execve(cmd[0], cmd, env)
