@@ -51,6 +51,7 @@ IDLE_CLOSE_S = 300.0  # a drained file quiet this long is closed (reopened when 
 PARTIAL_WAIT_S = 300.0  # an unterminated last line quiet this long is taken as it is
 FLUSH_ROWS = 200_000  # commit early when this many events are waiting
 COMPACT_EVERY_S = 30.0
+RATE_WINDOW_S = 5.0  # lines/s in the status line is averaged over this long
 COMPACT_MIN_PARTS = 64
 GZ_SETTLE_S = 1.0  # a .gz modified this recently may still be being written
 
@@ -70,11 +71,12 @@ class Stats:
     _window: list = field(default_factory=list)
 
     def add(self, now: float, lines: int) -> None:
+        """Count committed lines (0: just let the rate decay when nothing comes)."""
         self.lines += lines
-        self._window.append((now, lines))
-        self._window = [(t, n) for t, n in self._window if now - t <= 5.0]
-        span = max(1.0, now - self._window[0][0]) if self._window else 1.0
-        self.rate = sum(n for _, n in self._window) / span
+        if lines:
+            self._window.append((now, lines))
+        self._window = [(t, n) for t, n in self._window if now - t <= RATE_WINDOW_S]
+        self.rate = sum(n for _, n in self._window) / RATE_WINDOW_S
 
 
 class Tailer(IdentityMixin):
@@ -133,6 +135,7 @@ class Tailer(IdentityMixin):
                 self.say(f"{fol.path}: {e.strerror or e}; no longer following it")
                 self._close(fol)
         self.flush()
+        self.stats.add(time.monotonic(), 0)
         lags = [now - f.pending_since for f in self.followed.values() if f.pending_since is not None]
         self.stats.lag_s = max(lags, default=0.0)
         self.stats.files = sum(1 for f in self.followed.values() if f.key is not None)
