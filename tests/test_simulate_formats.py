@@ -168,6 +168,7 @@ def test_trtllm_triton_iteration_stats(tmp_path):
     assert all(s["Used KV cache blocks"] + s["Free KV cache blocks"] == s["Max KV cache blocks"] == 1536 for s in stats)
     assert all(s["Context Requests"] + s["Generation Requests"] == s["Scheduled Requests"] for s in stats)
     assert max(s["Active Request Count"] - s["Scheduled Requests"] for s in stats) > 10  # the spike queues
+    assert all(s["Active Request Count"] <= s["Max Request Count"] for s in stats)
     assert all(re.fullmatch(r"\d\d-\d\d-2026 \d\d:\d\d:\d\d", s["Timestamp"]) for s in stats)
     for line in ("[TensorRT-LLM][INFO] TRTGptModel maxNumSequences: 256",
                  "[TensorRT-LLM][INFO] TRTGptModel maxNumTokens: 8192",
@@ -184,7 +185,11 @@ def test_trtllm_executor_stats_every_iteration(tmp_path):
     assert all(list(s) == sorted(s) for s in stats)
     state = pl.read_parquet(tmp_path / "truth_state.parquet").filter(pl.col("iteration") >= 0)
     assert [s["iter"] for s in stats] == state["iteration"].to_list()
-    assert [s["numQueuedRequests"] for s in stats] == state["waiting"].to_list()
+    waiting = state["waiting"].to_list()
+    assert [s["numActiveRequests"] + s["numQueuedRequests"] - s["inflightBatchingStats"]["numScheduledRequests"]
+            for s in stats] == waiting
+    assert [s["inflightBatchingStats"]["numScheduledRequests"] for s in stats] == state["running"].to_list()
+    assert all(s["numActiveRequests"] <= s["maxNumActiveRequests"] for s in stats)
     assert [s["kvCacheStats"]["usedNumBlocks"] for s in stats] == state["kv_blocks_used"].to_list()
     n_ok = pl.read_parquet(tmp_path / "truth_requests.parquet").filter(pl.col("status") == "ok").height
     assert sum('"POST /v1/chat/completions HTTP/1.1" 200 OK' in x for x in lines) == n_ok

@@ -5,7 +5,9 @@ Variants (see /work/shared/formats/trtllm.md):
   (`I0512 08:00:01.000123 1 model_lifecycle.cc:469] loading: tensorrt_llm:1`, unquoted as in
   Triton before 24.05), `[TensorRT-LLM][INFO]` engine-load and KV-cache sizing lines, and the
   backend's iteration-stats JSON (`{"Active Request Count":..., "Used KV cache blocks":...}`)
-  in code order. No per-request lines: Triton logs none by default.
+  in code order. "Active Request Count" is the executor's active set (scheduled requests plus
+  those waiting inside it for KV capacity, at most "Max Request Count"); "Scheduled Requests"
+  is the batch. No per-request lines: Triton logs none by default.
 * `executor` — trtllm-serve: `[TRT-LLM] [I]` Python lines, the same C++ engine lines, uvicorn
   access lines, and the executor's camelCase `IterationStats` JSON, one object per line (as
   polled from `/metrics`), keys alphabetical.
@@ -145,8 +147,12 @@ def _stats(d, triton: bool, out: Lines) -> None:
     poll_ns = d.start_ns + np.round(polls * 1e9).astype(np.int64)
     iter_ns = d.start_ns + np.round(res.st_ts[rows] * 1e9).astype(np.int64)
     gpu_mem = 16_068_206_592 + used * 4096
+    # The executor takes requests from its queue into its active set up to maxNumActiveRequests;
+    # active requests the capacity scheduler cannot fit yet wait inside it (Active - Scheduled).
+    active = np.minimum(run + wait, cfg.max_num_seqs)
     df = pl.DataFrame({
-        "poll_ns": poll_ns, "iter_ns": iter_ns, "active": run + wait, "iter": res.st_iter[rows],
+        "poll_ns": poll_ns, "iter_ns": iter_ns, "active": active, "queued": run + wait - active,
+        "iter": res.st_iter[rows],
         "ctx": ctx, "gen": run - ctx, "sched": run, "ctx_tok": res.st_ctx_tokens[rows],
         "free": cfg.num_gpu_blocks - used, "used": used, "gpu": gpu_mem, "wait": wait,
         "lat": np.round(res.st_dt[rows] * 1000, 3), "new": ctx,
@@ -184,9 +190,9 @@ def _stats(d, triton: bool, out: Lines) -> None:
                    f'"maxBatchSizeTunerRecommended":0,"maxNumActiveRequests":{cfg.max_num_seqs},'
                    f'"maxNumTokensRuntime":{cfg.max_batched_tokens},"maxNumTokensStatic":{cfg.max_batched_tokens},'
                    '"maxNumTokensTunerRecommended":0,"newActiveRequestsQueueLatencyMS":0.0,'
-                   '"numActiveRequests":'), c("sched"),
+                   '"numActiveRequests":'), c("active"),
             pl.lit(',"numCompletedRequests":0,"numNewActiveRequests":'), c("new"),
-            pl.lit(',"numQueuedRequests":'), c("wait"),
+            pl.lit(',"numQueuedRequests":'), c("queued"),
             pl.lit(',"pinnedMemUsage":0,"specDecodingStats":null,"staticBatchingStats":null,"timestamp":"'),
             stamp, pl.lit('"}'),
         ])
