@@ -18,6 +18,7 @@ UTC = dt.timezone.utc
 THRESHOLD_COLOR = "#d62728"
 ISO = "%Y-%m-%dT%H:%M:%SZ"
 HEIGHT = 250
+SOURCE_DASH = {"logged": [1, 0], "derived": [6, 3], "reconstructed": [2, 2]}
 
 
 def _prepare(df: pl.DataFrame, y: str | Sequence[str]) -> pl.DataFrame:
@@ -84,7 +85,12 @@ def line_chart(
                     alt.Tooltip(f"{y}:Q", format=".1%" if percent else ",.3~f")]
         + [f"{t}" for t in tooltip],
     }
-    if dash is not None:
+    if dash == "source":
+        # logged values solid, derived / reconstructed (estimated) ones dashed
+        enc["strokeDash"] = alt.StrokeDash("source:N", title="source", scale=alt.Scale(
+            domain=list(SOURCE_DASH), range=list(SOURCE_DASH.values())))
+        enc["detail"] = "source:N"
+    elif dash is not None:
         enc["strokeDash"] = alt.StrokeDash(f"{dash}:N", title=dash)
         enc["detail"] = f"{dash}:N"
     chart: alt.Chart | alt.LayerChart = alt.Chart(data).mark_line(interpolate="step-after", point=len(data) < 60).encode(**enc)
