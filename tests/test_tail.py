@@ -364,3 +364,33 @@ def test_status_line_counts_files_rate_and_lag(tmp_path, capsys):
     assert "following 2 files | " in err and "40 lines committed" in err
     assert h.tailer.stats.rate == 40 / tail_mod.RATE_WINDOW_S and h.tailer.stats.lag_s > 0
     h.stop()
+
+
+@pytest.mark.parametrize("name", ["vllm/vllm-a.log", "tgi/tgi-a.log", "trtllm/trtllm-a.log"])
+def test_live_real_log_gives_the_same_events_as_ingest(tmp_path, name):
+    """A real engine log written in random pieces (cut mid-line), polled between pieces,
+    yields exactly the events a batch ingest of the finished file yields."""
+    import random
+
+    from servelens.pipeline.ingest import ingest
+
+    src = Path(__file__).resolve().parent.parent / "sample_logs" / "incident" / name
+    data = src.read_bytes()
+    h = Harness(tmp_path, engine="auto", year=2026)
+    log = h.logs / src.name
+    rng = random.Random(name)
+    cuts = sorted(rng.sample(range(1, len(data)), 6)) + [len(data)]
+    pos = 0
+    for cut in cuts:
+        with open(log, "ab") as f:
+            f.write(data[pos:cut])
+        pos = cut
+        h.poll()
+    h.poll()
+    h.stop()
+    ingest([log], tmp_path / "batch", year=2026)
+    live = pl.read_parquet(committed_parts(h.store_dir)).sort("line", "event", "request_id", nulls_last=True)
+    batch = pl.read_parquet(committed_parts(tmp_path / "batch")).sort("line", "event", "request_id", nulls_last=True)
+    assert live["engine"][0] == batch["engine"][0] != "unknown"
+    assert live.height == batch.height and live["line"].max() == data.count(b"\n")
+    assert live.equals(batch)
