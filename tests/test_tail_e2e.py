@@ -134,7 +134,9 @@ def test_exactly_once_through_rotation_and_sigkill(tmp_path):
             wait_for(lambda: holds_lock(store, tailer.pid), 30, 0.02)
             time.sleep(rng.uniform(0.1, 1.5))
             tailer.send_signal(signal.SIGKILL)
-            tailer.wait()
+            _, err = tailer.communicate()
+            assert tailer.returncode == -signal.SIGKILL, err  # it was running, not crashed
+            assert "Traceback" not in err
             kills += 1
         assert writer.wait() == 0
 
