@@ -1,0 +1,246 @@
+"""TensorRT-LLM iteration statistics: the JSON forms (Triton/GptManager "Active Request
+Count" objects and executor camelCase `IterationStats`, one object or an array) and the
+PyTorch-backend `iter = N, ...` log line, turned into `engine_stats` columns.
+
+The JSON is read with polars' JSON decoder against one explicit struct type that covers
+both key sets, so key order never matters. `trtllm.py` owns line anatomy and calls in here.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+
+_I = pl.Int64
+_F = pl.Float64
+
+# Triton backend / GptManager keys (backend <=0.8 alphabetical, >=0.9 code order; units:
+# memory in bytes, "KV cache transfer time" in ms, "Timestamp" MM-DD-YYYY HH:MM:SS[.ffffff]).
+GPTMANAGER_KEYS: dict[str, pl.DataType] = {
+    "Active Request Count": _I,
+    "Iteration Counter": _I,
+    "Max Request Count": _I,
+    "Runtime CPU Memory Usage": _I,
+    "Runtime GPU Memory Usage": _I,
+    "Runtime Pinned Memory Usage": _I,
+    "Timestamp": pl.String,
+    "Context Requests": _I,
+    "Generation Requests": _I,
+    "MicroBatch ID": _I,
+    "Paused Requests": _I,
+    "Scheduled Requests": _I,
+    "Total Context Tokens": _I,
+    "Total Generation Tokens": _I,
+    "Empty Generation Slots": _I,
+    "Free KV cache blocks": _I,
+    "Max KV cache blocks": _I,
+    "Tokens per KV cache block": _I,
+    "Used KV cache blocks": _I,
+    "Reused KV cache blocks": _I,
+    "KV cache transfer time": _F,
+    "Request count": _I,
+}
+
+# Executor API IterationStats (trtllm-serve /metrics, getLatestIterationStats): camelCase.
+EXECUTOR_KEYS: dict[str, pl.DataType] = {
+    "cpuMemUsage": _I,
+    "gpuMemUsage": _I,
+    "pinnedMemUsage": _I,
+    "iter": _I,
+    "iterLatencyMS": _F,
+    "newActiveRequestsQueueLatencyMS": _F,
+    "numActiveRequests": _I,
+    "numQueuedRequests": _I,
+    "numCompletedRequests": _I,
+    "numNewActiveRequests": _I,
+    "maxNumActiveRequests": _I,
+    "maxBatchSizeRuntime": _I,
+    "maxBatchSizeStatic": _I,
+    "maxNumTokensRuntime": _I,
+    "maxNumTokensStatic": _I,
+    "timestamp": pl.String,
+    "kvCacheStats": pl.Struct(
+        {
+            "maxNumBlocks": _I,
+            "freeNumBlocks": _I,
+            "usedNumBlocks": _I,
+            "tokensPerBlock": _I,
+            "allocTotalBlocks": _I,
+            "allocNewBlocks": _I,
+            "reusedBlocks": _I,
+            "missedBlocks": _I,
+            "cacheHitRate": _F,
+        }
+    ),
+    "inflightBatchingStats": pl.Struct(
+        {
+            "numScheduledRequests": _I,
+            "numContextRequests": _I,
+            "numCtxTokens": _I,
+            "numGenRequests": _I,
+            "numPausedRequests": _I,
+            "microBatchId": _I,
+            "avgNumDecodedTokensPerIter": _F,
+        }
+    ),
+    "staticBatchingStats": pl.Struct(
+        {
+            "numScheduledRequests": _I,
+            "numContextRequests": _I,
+            "numCtxTokens": _I,
+            "numGenTokens": _I,
+            "emptyGenSlots": _I,
+        }
+    ),
+}
+
+STATS_STRUCT = pl.Struct({**GPTMANAGER_KEYS, **EXECUTOR_KEYS})
+STATS_DTYPE = pl.List(STATS_STRUCT)
+
+# A message is stats JSON when it is an object/array naming one of these keys.
+STATS_JSON_RE = (
+    r'^\s*[\[{].*"(?:Active Request Count|Iteration Counter|numActiveRequests|'
+    r'iterLatencyMS|kvCacheStats|inflightBatchingStats)"'
+)
+PYTORCH_ITER_RE = r"^iter = \d+, global_rank = \d+"
+
+
+def with_attrs(df: pl.DataFrame, fields: dict[str, pl.Expr], name: str = "attrs") -> pl.DataFrame:
+    """Add `name`: a JSON object of the non-null `fields` (null when all are null).
+
+    One native struct encode, then the `"key":null` members are cut out (keys are plain
+    identifiers, so escaped text inside string values cannot match). Several times faster
+    than base.attrs_json's per-field list ops, which took minutes per million stats lines
+    at ~30 fields a line."""
+    enc = pl.struct([v.alias(k) for k, v in fields.items()]).struct.json_encode()
+    obj = enc.str.replace_all(r'"[A-Za-z_][A-Za-z0-9_]*":null,?', "").str.replace(r",\}$", "}")
+    return df.with_columns(pl.when(obj != "{}").then(obj).alias(name))
+
+
+def safe_json_decode(s: pl.Series, dtype: pl.DataType) -> pl.Series:
+    """Decode a JSON string column; rows that are not valid JSON of `dtype` become null.
+
+    polars raises on the first bad row, so on failure we bisect: the common all-good
+    chunk costs one vectorised decode, k bad rows cost O(k log n) decodes."""
+    if s.null_count() == len(s):
+        return pl.Series(s.name, [], dtype=dtype).extend_constant(None, len(s))
+    try:
+        return s.str.json_decode(dtype)
+    except Exception:  # polars raises ComputeError (or a panic wrapper) on bad JSON
+        if len(s) == 1:
+            return pl.Series(s.name, [], dtype=dtype).extend_constant(None, 1)
+        mid = len(s) // 2
+        return pl.concat(
+            [safe_json_decode(s[:mid], dtype), safe_json_decode(s[mid:], dtype)]
+        )
+
+
+def json_list_text(msg: pl.Expr) -> pl.Expr:
+    """Stats JSON text as an array (single objects are wrapped), null for other rows."""
+    m = msg.str.strip_chars()
+    return (
+        # `[]`: the executor's stats buffer before the first iteration
+        pl.when(m.str.contains(STATS_JSON_RE) | (m == "[]"))
+        .then(pl.when(m.str.starts_with("[")).then(m).otherwise(pl.concat_str([pl.lit("["), m, pl.lit("]")])))
+        .otherwise(None)
+    )
+
+
+def _ts(expr: pl.Expr, fmt: str) -> pl.Expr:
+    return expr.str.to_datetime(fmt, time_unit="us", strict=False)
+
+
+def json_stats_columns(st: str) -> tuple[dict[str, pl.Expr], dict[str, pl.Expr]]:
+    """(schema columns, attrs fields) from the exploded stats struct column `st`."""
+    f = pl.col(st).struct.field
+    kv = f("kvCacheStats").struct.field
+    ifb = f("inflightBatchingStats").struct.field
+    sb = f("staticBatchingStats").struct.field
+    used = pl.coalesce(f("Used KV cache blocks"), kv("usedNumBlocks"))
+    total = pl.coalesce(f("Max KV cache blocks"), kv("maxNumBlocks"))
+    stamp = pl.coalesce(f("Timestamp"), f("timestamp"))
+    return {
+        "ts": _ts(stamp, "%m-%d-%Y %H:%M:%S%.f"),
+        "running": pl.coalesce(f("Active Request Count"), f("numActiveRequests")),
+        "waiting": f("numQueuedRequests"),
+        "batch_size": pl.coalesce(
+            f("Scheduled Requests"), ifb("numScheduledRequests"), sb("numScheduledRequests")
+        ),
+        "kv_blocks_used": used,
+        "kv_blocks_total": total,
+        "kv_usage": pl.when(total > 0).then(used.cast(_F) / total),
+    }, dict(
+            iteration=pl.coalesce(f("Iteration Counter"), f("iter")),
+            iter_latency_s=f("iterLatencyMS") / 1000.0,
+            queue_latency_s=f("newActiveRequestsQueueLatencyMS") / 1000.0,
+            gpu_mem_bytes=pl.coalesce(f("Runtime GPU Memory Usage"), f("gpuMemUsage")),
+            cpu_mem_bytes=pl.coalesce(f("Runtime CPU Memory Usage"), f("cpuMemUsage")),
+            pinned_mem_bytes=pl.coalesce(f("Runtime Pinned Memory Usage"), f("pinnedMemUsage")),
+            max_request_count=pl.coalesce(f("Max Request Count"), f("maxNumActiveRequests")),
+            context_requests=pl.coalesce(
+                f("Context Requests"), ifb("numContextRequests"), sb("numContextRequests")
+            ),
+            generation_requests=pl.coalesce(f("Generation Requests"), ifb("numGenRequests")),
+            context_tokens=pl.coalesce(
+                f("Total Context Tokens"), ifb("numCtxTokens"), sb("numCtxTokens")
+            ),
+            generation_tokens=pl.coalesce(f("Total Generation Tokens"), sb("numGenTokens")),
+            empty_generation_slots=pl.coalesce(f("Empty Generation Slots"), sb("emptyGenSlots")),
+            paused_requests=pl.coalesce(f("Paused Requests"), ifb("numPausedRequests")),
+            micro_batch_id=pl.coalesce(f("MicroBatch ID"), ifb("microBatchId")),
+            kv_blocks_free=pl.coalesce(f("Free KV cache blocks"), kv("freeNumBlocks")),
+            tokens_per_block=pl.coalesce(f("Tokens per KV cache block"), kv("tokensPerBlock")),
+            kv_blocks_reused=pl.coalesce(f("Reused KV cache blocks"), kv("reusedBlocks")),
+            kv_blocks_alloc_new=kv("allocNewBlocks"),
+            kv_blocks_alloc_total=kv("allocTotalBlocks"),
+            kv_blocks_missed=kv("missedBlocks"),
+            kv_cache_hit_rate=kv("cacheHitRate"),
+            kv_transfer_s=f("KV cache transfer time") / 1000.0,
+            request_count=f("Request count"),
+            completed_requests=f("numCompletedRequests"),
+            new_active_requests=f("numNewActiveRequests"),
+            max_batch_size_runtime=f("maxBatchSizeRuntime"),
+            max_batch_size_static=f("maxBatchSizeStatic"),
+            max_num_tokens_runtime=f("maxNumTokensRuntime"),
+            max_num_tokens_static=f("maxNumTokensStatic"),
+            avg_decoded_tokens_per_iter=ifb("avgNumDecodedTokensPerIter"),
+    )
+
+
+def _int(msg: pl.Expr, pattern: str) -> pl.Expr:
+    return msg.str.extract(pattern, 1).cast(_I, strict=False)
+
+
+def pytorch_iter_columns(msg: pl.Expr) -> tuple[dict[str, pl.Expr], dict[str, pl.Expr]]:
+    """(schema columns, attrs fields) of the PyTorch-backend `iter = N, global_rank = ...`
+    line; every pattern names a field of that line, so other lines give nulls.
+
+    Fields are extracted one by one (not one positional regex) because releases add and
+    move fields (elapsed_time -> host/prev_device step times, num_scheduled_requests,
+    kv_cache_util, ...)."""
+    f = lambda p: msg.str.extract(p, 1).cast(_F, strict=False)  # noqa: E731
+    kv_util = msg.str.extract(r"kv_cache_util = ([\d.]+%?)", 1)
+    kv_frac = (
+        pl.when(kv_util.str.ends_with("%"))
+        .then(kv_util.str.strip_suffix("%").cast(_F, strict=False) / 100.0)
+        .otherwise(kv_util.cast(_F, strict=False))
+    )
+    cols = {
+        "ts": _ts(msg.str.extract(r"timestamp = (\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})", 1), "%Y-%m-%d %H:%M:%S"),
+        "batch_size": _int(msg, r"num_scheduled_requests[:=] ?(\d+)"),
+        "kv_usage": kv_frac,
+    }
+    attrs = dict(
+        iteration=_int(msg, r"^iter = (\d+), global_rank"),
+        global_rank=_int(msg, r"^iter = \d+, global_rank = (\d+)"),
+        rank=_int(msg, r"^iter = \d+, global_rank = \d+, rank = (\d+)"),
+        currank_requests=_int(msg, r"currank_total_requests = (\d+)/"),
+        total_requests=_int(msg, r"currank_total_requests = \d+/(\d+)"),
+        iter_latency_s=f(r"elapsed_time = ([\d.eE+-]+)s"),
+        host_step_time_s=f(r"host_step_time = ([\d.eE+-]+)ms") / 1000.0,
+        prev_device_step_time_s=f(r"prev_device_step_time = ([\d.eE+-]+)ms") / 1000.0,
+        context_requests=_int(msg, r"'num_ctx_requests': (\d+)"),
+        context_tokens=_int(msg, r"'num_ctx_tokens': (\d+)"),
+        generation_tokens_padded=_int(msg, r"'num_generation_tokens': (\d+)"),
+    )
+    return cols, attrs
