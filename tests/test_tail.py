@@ -394,3 +394,35 @@ def test_live_real_log_gives_the_same_events_as_ingest(tmp_path, name):
     assert live["engine"][0] == batch["engine"][0] != "unknown"
     assert live.height == batch.height and live["line"].max() == data.count(b"\n")
     assert live.equals(batch)
+
+
+@pytest.mark.parametrize("where", ["stage_events", "_apply_moves", "_collect_garbage"])
+def test_crash_inside_a_commit_then_restart_is_exactly_once(tmp_path, monkeypatch, where):
+    """Dying before the commit point (parts staged), at it (manifest written, parts not
+    moved) or after it: the restart neither loses nor doubles a line."""
+    h = Harness(tmp_path)
+    log = h.logs / "a.log"
+    write(log, lines("a", 0, 3))
+    h.poll()
+    write(log, lines("a", 3, 7))
+
+    class Died(Exception):
+        pass
+
+    real = getattr(Store, where)
+
+    def dying(self, *a, **kw):
+        real(self, *a, **kw)
+        raise Died
+
+    monkeypatch.setattr(Store, where, dying)
+    with pytest.raises(Died):
+        h.poll()
+    monkeypatch.setattr(Store, where, real)
+    h.crash()
+    h.start()
+    h.poll()
+    write(log, lines("a", 7, 8))
+    h.poll()
+    assert h.messages_in_store() == [f"a {i}" for i in range(8)]
+    h.stop()
