@@ -20,9 +20,8 @@ def run(tmp_path, engine, scenario, duration, **kw):
     return summary, req, state, out
 
 
-def secs(col: pl.Series, start: pl.Series | None = None) -> np.ndarray:
-    ns = col.dt.epoch("ns").to_numpy().astype(np.float64)
-    return ns / 1e9
+def secs(col: pl.Series) -> np.ndarray:
+    return col.dt.epoch("ns").to_numpy().astype(np.float64) / 1e9
 
 
 def step_weights(g: pl.DataFrame, end: float) -> tuple[np.ndarray, np.ndarray]:
@@ -192,7 +191,7 @@ def test_durations_and_bad_requests():
 
 def test_parallel_workers_write_the_same_files(tmp_path):
     a = simulate("trtllm", "incident", "40s", 2, tmp_path / "a", instances=2)
-    b = simulate("trtllm", "incident", "40s", 2, tmp_path / "b", instances=2, workers=2)
+    simulate("trtllm", "incident", "40s", 2, tmp_path / "b", instances=2, workers=2)
     for name in a["files"]:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
     for name in ("truth_requests.parquet", "truth_state.parquet"):

@@ -61,6 +61,35 @@ class InstanceResult:
     crash_batch: int = 0
 
 
+class _Trace:
+    """The state trace as growing lists (cheap appends), one entry per iteration start."""
+
+    FIELDS = ("ts", "running", "waiting", "blocks", "preempt_cum", "ctx_reqs", "ctx_tokens",
+              "gen_tokens", "dt", "iter")
+
+    def __init__(self) -> None:
+        self.cols: dict[str, list] = {f: [] for f in self.FIELDS}
+
+    def add(self, ts, running, waiting, blocks, preempt_cum, ctx_reqs=0, ctx_tokens=0, gen_tokens=0,
+            dt=0.0, iter=-1) -> None:  # noqa: A002 - the column's name
+        for f, v in zip(self.FIELDS, (ts, running, waiting, blocks, preempt_cum, ctx_reqs, ctx_tokens,
+                                      gen_tokens, dt, iter)):
+            self.cols[f].append(v)
+
+    def extend(self, k: int, **cols) -> None:
+        """k rows at once; a scalar repeats, an array gives one value per row."""
+        for f in self.FIELDS:
+            v = cols[f]
+            self.cols[f].extend(v.tolist() if isinstance(v, np.ndarray) else list(v) if isinstance(v, range)
+                                else [v] * k)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        out = {f: np.array(v, np.int64) for f, v in self.cols.items()}
+        out["ts"] = np.array(self.cols["ts"], np.float64)
+        out["dt"] = np.array(self.cols["dt"], np.float64)
+        return out
+
+
 def run_instance(
     qstart: np.ndarray,
     prompt: np.ndarray,
@@ -84,8 +113,7 @@ def run_instance(
     failed = np.zeros(n, bool)
     reserve_need = -(-(prompt + max_tokens) // bs)
 
-    cols: list[list] = [[] for _ in range(10)]
-    (c_ts, c_run, c_wait, c_blk, c_pre, c_cr, c_ct, c_gt, c_dt, c_it) = cols
+    trace = _Trace()
     preempt_log: list = []
 
     waiting: deque[int] = deque()
@@ -102,12 +130,7 @@ def run_instance(
     crash_batch = 0
     blocked = False  # the queue head could not be admitted and nothing has changed since
 
-    def mark(ts, running, nwait, blocks, cr=0, ct=0, gt=0, dt=0.0, itv=-1):
-        c_ts.append(ts); c_run.append(running); c_wait.append(nwait); c_blk.append(blocks)
-        c_pre.append(pre_cum); c_cr.append(cr); c_ct.append(ct); c_gt.append(gt)
-        c_dt.append(dt); c_it.append(itv)
-
-    mark(0.0, 0, 0, 0)
+    trace.add(0.0, 0, 0, 0, 0)
     while True:
         while nxt < n and qstart[nxt] <= t:
             waiting.append(nxt)
@@ -125,10 +148,8 @@ def run_instance(
             if k is not None:
                 kk, t_j, dt_j, waits, used_j, need_tot, need_seq = k
                 nb = len(r_id)
-                c_ts.extend(t_j.tolist()); c_run.extend([nb] * kk); c_wait.extend(waits.tolist())
-                c_blk.extend(used_j.tolist()); c_pre.extend([pre_cum] * kk); c_cr.extend([0] * kk)
-                c_ct.extend([0] * kk); c_gt.extend([nb] * kk); c_dt.extend(dt_j.tolist())
-                c_it.extend(range(it, it + kk))
+                trace.extend(kk, ts=t_j, running=nb, waiting=waits, blocks=used_j, preempt_cum=pre_cum,
+                             ctx_reqs=0, ctx_tokens=0, gen_tokens=nb, dt=dt_j, iter=range(it, it + kk))
                 it += kk
                 gen[r_id] += kk
                 r_len = r_len + kk
@@ -182,7 +203,9 @@ def run_instance(
                 free -= blk
                 budget -= ctx
                 room -= 1
-                new_ids.append(rid); new_ctx.append(ctx); new_blk.append(blk)
+                new_ids.append(rid)
+                new_ctx.append(ctx)
+                new_blk.append(blk)
                 if np.isnan(start[rid]):
                     start[rid] = t
             if new_ids:
@@ -191,14 +214,14 @@ def run_instance(
                 r_res = np.concatenate([r_res, np.array(new_blk, np.int64)])
         nb = len(r_id)
         if nb == 0:  # nothing fits (cannot happen with a sane config); wait for time to pass
-            mark(t, 0, len(waiting), 0)
+            trace.add(t, 0, len(waiting), 0, pre_cum)
             t = float(qstart[nxt]) if nxt < n else stop
             continue
         ctx_tok = int(sum(new_ctx))
         ctx_all = int(r_len.sum())
         used = int(-(-r_len // bs).sum()) if cfg.reserve_full else total - free
         dt = cfg.t_base + cfg.t_seq * nb + cfg.t_prefill_tok * ctx_tok + cfg.t_ctx * ctx_all
-        mark(t, nb, len(waiting), used, len(new_ids), ctx_tok, nb, dt, it)
+        trace.add(t, nb, len(waiting), used, pre_cum, len(new_ids), ctx_tok, nb, dt, it)
         if crash_at is not None and t + dt > crash_at:
             crash_ts, crash_batch = crash_at, nb
             t = crash_at
@@ -232,16 +255,15 @@ def run_instance(
             ia = np.array(inside, np.int64)
             failed[ia] = True
             finish[ia] = crash_at
-        mark(crash_at, 0, 0, 0)
+        trace.add(crash_at, 0, 0, 0, pre_cum)
 
+    tr = trace.arrays()
     return InstanceResult(
         start=start, first_token=first, finish=finish, generated=gen, preemptions=npre,
         failed=failed,
-        st_ts=np.array(c_ts), st_running=np.array(c_run, np.int64),
-        st_waiting=np.array(c_wait, np.int64), st_blocks=np.array(c_blk, np.int64),
-        st_preempt_cum=np.array(c_pre, np.int64), st_ctx_reqs=np.array(c_cr, np.int64),
-        st_ctx_tokens=np.array(c_ct, np.int64), st_gen_tokens=np.array(c_gt, np.int64),
-        st_dt=np.array(c_dt), st_iter=np.array(c_it, np.int64),
+        st_ts=tr["ts"], st_running=tr["running"], st_waiting=tr["waiting"], st_blocks=tr["blocks"],
+        st_preempt_cum=tr["preempt_cum"], st_ctx_reqs=tr["ctx_reqs"], st_ctx_tokens=tr["ctx_tokens"],
+        st_gen_tokens=tr["gen_tokens"], st_dt=tr["dt"], st_iter=tr["iter"],
         preempt_log=preempt_log, crash_ts=crash_ts, crash_batch=crash_batch,
     )
 

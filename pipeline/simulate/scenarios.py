@@ -74,7 +74,8 @@ ENGINE_SERVER: dict[str, dict] = {
     # vLLM: KV on demand, preempt by recompute when it runs out.
     "vllm": {"block_size": 16, "max_num_seqs": 256, "max_batched_tokens": 8192},
     # TGI: admission against max_batch_total_tokens (prompt + max_new_tokens), no preemption.
-    "tgi": {"block_size": 16, "num_gpu_blocks": 6144, "max_num_seqs": 1024, "max_batched_tokens": 4096, "reserve_full": True},
+    "tgi": {"block_size": 16, "num_gpu_blocks": 6144, "max_num_seqs": 1024, "max_batched_tokens": 4096,
+            "reserve_full": True},
     # TensorRT-LLM GUARANTEED_NO_EVICT: reserve the whole sequence, 64-token blocks.
     "trtllm": {"block_size": 64, "num_gpu_blocks": 1536, "max_num_seqs": 256,
                "max_batched_tokens": 8192, "reserve_full": True},

@@ -19,8 +19,6 @@ iteration prints nothing, like an idle engine.
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import polars as pl
 
@@ -216,7 +214,8 @@ def _access(d, out: Lines) -> None:
 def _crash(d, triton: bool, out: Lines) -> None:
     ns = d.ns(d.res.crash_ts)
     src = "/home/jenkins/agent/workspace/LLM/release-0.9/L0_PostMerge/llm/cpp/tensorrt_llm/runtime/tllmBuffers.h:112"
-    what = f"[TensorRT-LLM][ERROR] CUDA runtime error in ::cudaMallocAsync(ptr, n, mCudaStream->get()): out of memory ({src})"
+    what = ("[TensorRT-LLM][ERROR] CUDA runtime error in ::cudaMallocAsync(ptr, n, mCudaStream->get()): "
+            f"out of memory ({src})")
     out.add(ns, f"[TensorRT-LLM][ERROR] Encountered an error in forwardAsync function: {what}", seq=0)
     frames = [
         "void tensorrt_llm::common::check<cudaError>(cudaError, char const*, char const*, int) + 92",
@@ -225,7 +224,8 @@ def _crash(d, triton: bool, out: Lines) -> None:
         "shared_ptr<tensorrt_llm::batch_manager::LlmRequest>, std::allocator<std::shared_ptr<tensorrt_llm::"
         "batch_manager::LlmRequest> > > const&) + 1486",
         "tensorrt_llm::executor::Executor::Impl::forwardAsync(std::__cxx11::list<std::shared_ptr<tensorrt_llm::"
-        "batch_manager::LlmRequest>, std::allocator<std::shared_ptr<tensorrt_llm::batch_manager::LlmRequest> > >&) + 180",
+        "batch_manager::LlmRequest>, std::allocator<std::shared_ptr<tensorrt_llm::batch_manager::LlmRequest> > >&)"
+        " + 180",
         "tensorrt_llm::executor::Executor::Impl::executionLoop() + 1257",
         "/lib/x86_64-linux-gnu/libstdc++.so.6(+0xdc253) [0x7f3e5c0dc253]",
         "/lib/x86_64-linux-gnu/libc.so.6(+0x94ac3) [0x7f3e5be4bac3]",
