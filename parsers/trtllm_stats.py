@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import polars as pl
 
-
 _I = pl.Int64
 _F = pl.Float64
 
@@ -105,7 +104,9 @@ STATS_JSON_RE = (
 PYTORCH_ITER_RE = r"^iter = \d+, global_rank = \d+"
 
 
-def with_attrs(df: pl.DataFrame, fields: dict[str, pl.Expr], name: str = "attrs") -> pl.DataFrame:
+def with_attrs(
+    df: pl.DataFrame, fields: dict[str, pl.Expr], name: str = "attrs"
+) -> pl.DataFrame:
     """Add `name`: a JSON object of the non-null `fields` (null when all are null).
 
     One native struct encode, then the `"key":null` members are cut out (keys are plain
@@ -113,7 +114,9 @@ def with_attrs(df: pl.DataFrame, fields: dict[str, pl.Expr], name: str = "attrs"
     than base.attrs_json's per-field list ops, which took minutes per million stats lines
     at ~30 fields a line."""
     enc = pl.struct([v.alias(k) for k, v in fields.items()]).struct.json_encode()
-    obj = enc.str.replace_all(r'"[A-Za-z_][A-Za-z0-9_]*":null,?', "").str.replace(r",\}$", "}")
+    obj = enc.str.replace_all(r'"[A-Za-z_][A-Za-z0-9_]*":null,?', "").str.replace(
+        r",\}$", "}"
+    )
     return df.with_columns(pl.when(obj != "{}").then(obj).alias(name))
 
 
@@ -126,7 +129,7 @@ def safe_json_decode(s: pl.Series, dtype: pl.DataType) -> pl.Series:
         return pl.Series(s.name, [], dtype=dtype).extend_constant(None, len(s))
     try:
         return s.str.json_decode(dtype)
-    except Exception:  # polars raises ComputeError (or a panic wrapper) on bad JSON
+    except pl.exceptions.PolarsError:  # ComputeError on the first bad row
         if len(s) == 1:
             return pl.Series(s.name, [], dtype=dtype).extend_constant(None, 1)
         mid = len(s) // 2
@@ -141,7 +144,11 @@ def json_list_text(msg: pl.Expr) -> pl.Expr:
     return (
         # `[]`: the executor's stats buffer before the first iteration
         pl.when(m.str.contains(STATS_JSON_RE) | (m == "[]"))
-        .then(pl.when(m.str.starts_with("[")).then(m).otherwise(pl.concat_str([pl.lit("["), m, pl.lit("]")])))
+        .then(
+            pl.when(m.str.starts_with("["))
+            .then(m)
+            .otherwise(pl.concat_str([pl.lit("["), m, pl.lit("]")]))
+        )
         .otherwise(None)
     )
 
@@ -164,47 +171,63 @@ def json_stats_columns(st: str) -> tuple[dict[str, pl.Expr], dict[str, pl.Expr]]
         "running": pl.coalesce(f("Active Request Count"), f("numActiveRequests")),
         "waiting": f("numQueuedRequests"),
         "batch_size": pl.coalesce(
-            f("Scheduled Requests"), ifb("numScheduledRequests"), sb("numScheduledRequests")
+            f("Scheduled Requests"),
+            ifb("numScheduledRequests"),
+            sb("numScheduledRequests"),
         ),
         "kv_blocks_used": used,
         "kv_blocks_total": total,
         "kv_usage": pl.when(total > 0).then(used.cast(_F) / total),
-    }, dict(
-            iteration=pl.coalesce(f("Iteration Counter"), f("iter")),
-            iter_latency_s=f("iterLatencyMS") / 1000.0,
-            queue_latency_s=f("newActiveRequestsQueueLatencyMS") / 1000.0,
-            gpu_mem_bytes=pl.coalesce(f("Runtime GPU Memory Usage"), f("gpuMemUsage")),
-            cpu_mem_bytes=pl.coalesce(f("Runtime CPU Memory Usage"), f("cpuMemUsage")),
-            pinned_mem_bytes=pl.coalesce(f("Runtime Pinned Memory Usage"), f("pinnedMemUsage")),
-            max_request_count=pl.coalesce(f("Max Request Count"), f("maxNumActiveRequests")),
-            context_requests=pl.coalesce(
-                f("Context Requests"), ifb("numContextRequests"), sb("numContextRequests")
-            ),
-            generation_requests=pl.coalesce(f("Generation Requests"), ifb("numGenRequests")),
-            context_tokens=pl.coalesce(
-                f("Total Context Tokens"), ifb("numCtxTokens"), sb("numCtxTokens")
-            ),
-            generation_tokens=pl.coalesce(f("Total Generation Tokens"), sb("numGenTokens")),
-            empty_generation_slots=pl.coalesce(f("Empty Generation Slots"), sb("emptyGenSlots")),
-            paused_requests=pl.coalesce(f("Paused Requests"), ifb("numPausedRequests")),
-            micro_batch_id=pl.coalesce(f("MicroBatch ID"), ifb("microBatchId")),
-            kv_blocks_free=pl.coalesce(f("Free KV cache blocks"), kv("freeNumBlocks")),
-            tokens_per_block=pl.coalesce(f("Tokens per KV cache block"), kv("tokensPerBlock")),
-            kv_blocks_reused=pl.coalesce(f("Reused KV cache blocks"), kv("reusedBlocks")),
-            kv_blocks_alloc_new=kv("allocNewBlocks"),
-            kv_blocks_alloc_total=kv("allocTotalBlocks"),
-            kv_blocks_missed=kv("missedBlocks"),
-            kv_cache_hit_rate=kv("cacheHitRate"),
-            kv_transfer_s=f("KV cache transfer time") / 1000.0,
-            request_count=f("Request count"),
-            completed_requests=f("numCompletedRequests"),
-            new_active_requests=f("numNewActiveRequests"),
-            max_batch_size_runtime=f("maxBatchSizeRuntime"),
-            max_batch_size_static=f("maxBatchSizeStatic"),
-            max_num_tokens_runtime=f("maxNumTokensRuntime"),
-            max_num_tokens_static=f("maxNumTokensStatic"),
-            avg_decoded_tokens_per_iter=ifb("avgNumDecodedTokensPerIter"),
-    )
+    }, {
+        "iteration": pl.coalesce(f("Iteration Counter"), f("iter")),
+        "iter_latency_s": f("iterLatencyMS") / 1000.0,
+        "queue_latency_s": f("newActiveRequestsQueueLatencyMS") / 1000.0,
+        "gpu_mem_bytes": pl.coalesce(f("Runtime GPU Memory Usage"), f("gpuMemUsage")),
+        "cpu_mem_bytes": pl.coalesce(f("Runtime CPU Memory Usage"), f("cpuMemUsage")),
+        "pinned_mem_bytes": pl.coalesce(
+            f("Runtime Pinned Memory Usage"), f("pinnedMemUsage")
+        ),
+        "max_request_count": pl.coalesce(
+            f("Max Request Count"), f("maxNumActiveRequests")
+        ),
+        "context_requests": pl.coalesce(
+            f("Context Requests"), ifb("numContextRequests"), sb("numContextRequests")
+        ),
+        "generation_requests": pl.coalesce(
+            f("Generation Requests"), ifb("numGenRequests")
+        ),
+        "context_tokens": pl.coalesce(
+            f("Total Context Tokens"), ifb("numCtxTokens"), sb("numCtxTokens")
+        ),
+        "generation_tokens": pl.coalesce(
+            f("Total Generation Tokens"), sb("numGenTokens")
+        ),
+        "empty_generation_slots": pl.coalesce(
+            f("Empty Generation Slots"), sb("emptyGenSlots")
+        ),
+        "paused_requests": pl.coalesce(f("Paused Requests"), ifb("numPausedRequests")),
+        "micro_batch_id": pl.coalesce(f("MicroBatch ID"), ifb("microBatchId")),
+        "kv_blocks_free": pl.coalesce(f("Free KV cache blocks"), kv("freeNumBlocks")),
+        "tokens_per_block": pl.coalesce(
+            f("Tokens per KV cache block"), kv("tokensPerBlock")
+        ),
+        "kv_blocks_reused": pl.coalesce(
+            f("Reused KV cache blocks"), kv("reusedBlocks")
+        ),
+        "kv_blocks_alloc_new": kv("allocNewBlocks"),
+        "kv_blocks_alloc_total": kv("allocTotalBlocks"),
+        "kv_blocks_missed": kv("missedBlocks"),
+        "kv_cache_hit_rate": kv("cacheHitRate"),
+        "kv_transfer_s": f("KV cache transfer time") / 1000.0,
+        "request_count": f("Request count"),
+        "completed_requests": f("numCompletedRequests"),
+        "new_active_requests": f("numNewActiveRequests"),
+        "max_batch_size_runtime": f("maxBatchSizeRuntime"),
+        "max_batch_size_static": f("maxBatchSizeStatic"),
+        "max_num_tokens_runtime": f("maxNumTokensRuntime"),
+        "max_num_tokens_static": f("maxNumTokensStatic"),
+        "avg_decoded_tokens_per_iter": ifb("avgNumDecodedTokensPerIter"),
+    }
 
 
 def _int(msg: pl.Expr, pattern: str) -> pl.Expr:
@@ -218,7 +241,7 @@ def pytorch_iter_columns(msg: pl.Expr) -> tuple[dict[str, pl.Expr], dict[str, pl
     Fields are extracted one by one (not one positional regex) because releases add and
     move fields (elapsed_time -> host/prev_device step times, num_scheduled_requests,
     kv_cache_util, ...)."""
-    f = lambda p: msg.str.extract(p, 1).cast(_F, strict=False)  # noqa: E731
+    f = lambda p: msg.str.extract(p, 1).cast(_F, strict=False)
     kv_util = msg.str.extract(r"kv_cache_util = ([\d.]+%?)", 1)
     kv_frac = (
         pl.when(kv_util.str.ends_with("%"))
@@ -226,21 +249,25 @@ def pytorch_iter_columns(msg: pl.Expr) -> tuple[dict[str, pl.Expr], dict[str, pl
         .otherwise(kv_util.cast(_F, strict=False))
     )
     cols = {
-        "ts": _ts(msg.str.extract(r"timestamp = (\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})", 1), "%Y-%m-%d %H:%M:%S"),
+        "ts": _ts(
+            msg.str.extract(r"timestamp = (\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})", 1),
+            "%Y-%m-%d %H:%M:%S",
+        ),
         "batch_size": _int(msg, r"num_scheduled_requests[:=] ?(\d+)"),
         "kv_usage": kv_frac,
     }
-    attrs = dict(
-        iteration=_int(msg, r"^iter = (\d+), global_rank"),
-        global_rank=_int(msg, r"^iter = \d+, global_rank = (\d+)"),
-        rank=_int(msg, r"^iter = \d+, global_rank = \d+, rank = (\d+)"),
-        currank_requests=_int(msg, r"currank_total_requests = (\d+)/"),
-        total_requests=_int(msg, r"currank_total_requests = \d+/(\d+)"),
-        iter_latency_s=f(r"elapsed_time = ([\d.eE+-]+)s"),
-        host_step_time_s=f(r"host_step_time = ([\d.eE+-]+)ms") / 1000.0,
-        prev_device_step_time_s=f(r"prev_device_step_time = ([\d.eE+-]+)ms") / 1000.0,
-        context_requests=_int(msg, r"'num_ctx_requests': (\d+)"),
-        context_tokens=_int(msg, r"'num_ctx_tokens': (\d+)"),
-        generation_tokens_padded=_int(msg, r"'num_generation_tokens': (\d+)"),
-    )
+    attrs = {
+        "iteration": _int(msg, r"^iter = (\d+), global_rank"),
+        "global_rank": _int(msg, r"^iter = \d+, global_rank = (\d+)"),
+        "rank": _int(msg, r"^iter = \d+, global_rank = \d+, rank = (\d+)"),
+        "currank_requests": _int(msg, r"currank_total_requests = (\d+)/"),
+        "total_requests": _int(msg, r"currank_total_requests = \d+/(\d+)"),
+        "iter_latency_s": f(r"elapsed_time = ([\d.eE+-]+)s"),
+        "host_step_time_s": f(r"host_step_time = ([\d.eE+-]+)ms") / 1000.0,
+        "prev_device_step_time_s": f(r"prev_device_step_time = ([\d.eE+-]+)ms")
+        / 1000.0,
+        "context_requests": _int(msg, r"'num_ctx_requests': (\d+)"),
+        "context_tokens": _int(msg, r"'num_ctx_tokens': (\d+)"),
+        "generation_tokens_padded": _int(msg, r"'num_generation_tokens': (\d+)"),
+    }
     return cols, attrs

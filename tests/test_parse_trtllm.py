@@ -59,21 +59,51 @@ def test_glog_stats_alphabetical_and_minimal():
     ev = parse_fixture("glog_stats_alphabetical.log")
     assert ev["event"].to_list() == ["engine_stats", "engine_stats"]
     m = row(ev, 1)
-    assert (m["running"], m["ts"], m["ts_inferred"], m["level"]) == (1, t(2023, 11, 20, 2, 29, 1), False, "INFO")
-    assert m["batch_size"] is None and m["kv_usage"] is None and m["kv_blocks_total"] is None
+    assert (m["running"], m["ts"], m["ts_inferred"], m["level"]) == (
+        1,
+        t(2023, 11, 20, 2, 29, 1),
+        False,
+        "INFO",
+    )
+    assert (
+        m["batch_size"] is None
+        and m["kv_usage"] is None
+        and m["kv_blocks_total"] is None
+    )
     assert attrs(m)["iteration"] == 200
     r = row(ev, 2)
     assert r["ts"] == t(2023, 12, 18, 3, 35, 37)
-    assert (r["running"], r["batch_size"], r["kv_blocks_used"], r["kv_blocks_total"]) == (1, 1, 1, 513)
+    assert (
+        r["running"],
+        r["batch_size"],
+        r["kv_blocks_used"],
+        r["kv_blocks_total"],
+    ) == (1, 1, 1, 513)
     assert r["kv_usage"] == pytest.approx(1 / 513)
     assert r["waiting"] is None  # this form has no queue count: null, never 0
     a = attrs(r)
-    assert a["gpu_mem_bytes"] == 3648012 and a["cpu_mem_bytes"] == 156 and a["pinned_mem_bytes"] == 16
-    assert a["context_tokens"] == 2048 and a["tokens_per_block"] == 64 and a["kv_blocks_free"] == 480
+    assert (
+        a["gpu_mem_bytes"] == 3648012
+        and a["cpu_mem_bytes"] == 156
+        and a["pinned_mem_bytes"] == 16
+    )
+    assert (
+        a["context_tokens"] == 2048
+        and a["tokens_per_block"] == 64
+        and a["kv_blocks_free"] == 480
+    )
     assert a["max_request_count"] == 64 and a["glog_src"] == "libtensorrtllm.cc:1205"
 
 
-STAT_COLS = ["ts", "running", "waiting", "batch_size", "kv_usage", "kv_blocks_used", "kv_blocks_total"]
+STAT_COLS = [
+    "ts",
+    "running",
+    "waiting",
+    "batch_size",
+    "kv_usage",
+    "kv_blocks_used",
+    "kv_blocks_total",
+]
 
 
 def test_code_order_json_matches_alphabetical():
@@ -99,7 +129,12 @@ def test_executor_stats_object_array_and_empty():
     # first object alone; line 2 the array of both (the report's paste was cut inside the
     # second object's kvCacheStats; its tail is completed with consistent values).
     ev = parse_fixture("executor_stats.log")
-    assert ev["event"].to_list() == ["engine_stats", "engine_stats", "engine_stats", "log"]
+    assert ev["event"].to_list() == [
+        "engine_stats",
+        "engine_stats",
+        "engine_stats",
+        "log",
+    ]
     one = row(ev, 1)
     assert one["ts"] == t(2025, 4, 7, 20, 33, 17, 747028)
     assert (one["running"], one["waiting"], one["batch_size"]) == (1, 7, 1)
@@ -107,14 +142,24 @@ def test_executor_stats_object_array_and_empty():
     assert one["kv_usage"] == pytest.approx(5495 / 7240)
     a = attrs(one)
     assert a["gpu_mem_bytes"] == 25330607135 and a["pinned_mem_bytes"] == 55538100068
-    assert a["iter_latency_s"] == 0.0 and a["queue_latency_s"] == pytest.approx(0.091039e-3)
+    assert a["iter_latency_s"] == 0.0 and a["queue_latency_s"] == pytest.approx(
+        0.091039e-3
+    )
     assert a["max_batch_size_runtime"] == 16 and a["max_num_tokens_runtime"] == 17800
     assert a["context_tokens"] == 16000 and a["kv_blocks_alloc_new"] == 250
     # the array: one event per element, same line span
     first, second = row(ev, 2, 0), row(ev, 2, 1)
     assert {c: first[c] for c in STAT_COLS} == {c: one[c] for c in STAT_COLS}
-    assert second["ts"] == t(2025, 4, 7, 20, 33, 19, 852011) and second["ts_inferred"] is False
-    assert (second["running"], second["waiting"], second["batch_size"], second["kv_blocks_used"]) == (2, 6, 2, 5745)
+    assert (
+        second["ts"] == t(2025, 4, 7, 20, 33, 19, 852011)
+        and second["ts_inferred"] is False
+    )
+    assert (
+        second["running"],
+        second["waiting"],
+        second["batch_size"],
+        second["kv_blocks_used"],
+    ) == (2, 6, 2, 5745)
     assert attrs(second)["iter_latency_s"] == pytest.approx(2.104673455)
     assert attrs(second)["iteration"] == 1 and second["n_lines"] == 1
     assert row(ev, 3)["message"] == "[]"  # no iterations yet
@@ -128,14 +173,24 @@ def test_pytorch_backend_iter_lines():
     old, new, host, dev = ev.to_dicts()
     assert old["ts"] == t(2025, 4, 28, 9, 56, 44) and old["batch_size"] is None
     a = attrs(old)
-    assert a["iteration"] == 198 and a["iter_latency_s"] == pytest.approx(0.005060911178588867)
-    assert a["generation_tokens_padded"] == 16 and a["context_tokens"] == 0 and a["rank"] == 0
+    assert a["iteration"] == 198 and a["iter_latency_s"] == pytest.approx(
+        0.005060911178588867
+    )
+    assert (
+        a["generation_tokens_padded"] == 16
+        and a["context_tokens"] == 0
+        and a["rank"] == 0
+    )
     assert new["batch_size"] == 10
     assert host["batch_size"] == 3 and host["running"] is None
     ah = attrs(host)
     assert ah["host_step_time_s"] == pytest.approx(0.007426261901855469)
     assert "prev_device_step_time_s" not in ah  # printed as N/A
-    assert (ah["currank_requests"], ah["total_requests"], ah["context_tokens"]) == (2, 5, 512)
+    assert (ah["currank_requests"], ah["total_requests"], ah["context_tokens"]) == (
+        2,
+        5,
+        512,
+    )
     assert attrs(dev)["prev_device_step_time_s"] == pytest.approx(0.0055)
 
 
@@ -161,7 +216,14 @@ def test_capacity_lines():
     # [MemUsageChange] Allocated ... GiB); lines 17-19: format (<=0.8 releases).
     ev = parse_fixture("capacity.log")
     kinds = ev["event"].to_list()
-    assert kinds == ["log"] * 3 + ["capacity"] * 2 + ["log"] * 2 + ["capacity", "log", "capacity", "log"] + ["capacity"] * 8
+    assert (
+        kinds
+        == ["log"] * 3
+        + ["capacity"] * 2
+        + ["log"] * 2
+        + ["capacity", "log", "capacity", "log"]
+        + ["capacity"] * 8
+    )
     assert row(ev, 4)["max_num_seqs"] == 64 and row(ev, 5)["max_num_seqs"] == 64
     assert row(ev, 8)["max_batch_tokens"] == 384
     assert attrs(row(ev, 10))["engine_size_bytes"] == 240 * 2**20
@@ -169,10 +231,17 @@ def test_capacity_lines():
     assert row(ev, 13)["kv_blocks_total"] == 631
     r = row(ev, 14)
     assert r["kv_blocks_total"] == 116617
-    assert attrs(r) == {"max_blocks_per_seq": 65, "attention_window": 2051, "tokens_per_block": 32, "kv_blocks_secondary": 0}
+    assert attrs(r) == {
+        "max_blocks_per_seq": 65,
+        "attention_window": 2051,
+        "tokens_per_block": 32,
+        "kv_blocks_secondary": 0,
+    }
     assert attrs(row(ev, 15)) == {"tokens_per_block": 32}
     r = row(ev, 16)
-    assert r["kv_capacity_tokens"] == 3731744 and attrs(r)["kv_cache_bytes"] == round(78.30 * 2**30)
+    assert r["kv_capacity_tokens"] == 3731744 and attrs(r)["kv_cache_bytes"] == round(
+        78.30 * 2**30
+    )
     assert attrs(row(ev, 17))["kv_cache_bytes"] == 1073741824
     assert row(ev, 18)["kv_capacity_tokens"] == 2048
     assert attrs(row(ev, 19))["max_blocks_per_seq"] == 32
@@ -186,9 +255,18 @@ def test_design_note_lines_exactly_as_written():
     assert (load["event"], load["max_num_seqs"]) == ("capacity", 64)
     assert attrs(load)["engine_path"] == "/models/llama2-7b-trt.engine"
     assert batch["event"] == "batch"
-    assert (batch["batch_size"], batch["prompt_tokens"], batch["output_tokens"], batch["batch_tokens"]) == (16, 1024, 2048, 3072)
+    assert (
+        batch["batch_size"],
+        batch["prompt_tokens"],
+        batch["output_tokens"],
+        batch["batch_tokens"],
+    ) == (16, 1024, 2048, 3072)
     assert mem["event"] == "engine_stats"
-    assert attrs(mem) == {"gpu_mem_used_bytes": 12_400_000_000, "gpu_mem_total_bytes": 24_000_000_000, "kv_cache_bytes": 4_200_000_000}
+    assert attrs(mem) == {
+        "gpu_mem_used_bytes": 12_400_000_000,
+        "gpu_mem_total_bytes": 24_000_000_000,
+        "kv_cache_bytes": 4_200_000_000,
+    }
     assert mem["kv_usage"] is None
 
 
@@ -203,12 +281,22 @@ def test_backtraces_are_one_event_each():
     ev = parse_fixture("backtraces.log")
     spans = [(r["line"], r["n_lines"], r["event"]) for r in ev.to_dicts()]
     assert spans == [
-        (1, 4, "error"), (5, 11, "error"), (16, 3, "error"), (19, 8, "error"),
-        (27, 1, "log"), (28, 1, "capacity"), (29, 4, "error"), (33, 4, "error"),
+        (1, 4, "error"),
+        (5, 11, "error"),
+        (16, 3, "error"),
+        (19, 8, "error"),
+        (27, 1, "log"),
+        (28, 1, "capacity"),
+        (29, 4, "error"),
+        (33, 4, "error"),
     ]
     tb = row(ev, 5)
-    assert tb["level"] == "ERROR" and tb["message"].startswith("Traceback (most recent call last):")
-    assert tb["message"].endswith("TllmRuntime::TllmRuntime(void const*, unsigned long, nvinfer1::ILogger&) + 593")
+    assert tb["level"] == "ERROR" and tb["message"].startswith(
+        "Traceback (most recent call last):"
+    )
+    assert tb["message"].endswith(
+        "TllmRuntime::TllmRuntime(void const*, unsigned long, nvinfer1::ILogger&) + 593"
+    )
     a = attrs(tb)
     assert (a["error_kind"], a["src_line"], a["n_frames"]) == ("oom", 118, 3)
     assert a["src_file"] == "/app/tensorrt_llm/cpp/tensorrt_llm/runtime/tllmBuffers.h"
@@ -216,7 +304,10 @@ def test_backtraces_are_one_event_each():
     assert attrs(row(ev, 16))["src_line"] == 112
     assert "TensorRT-LLM version: 0.9.0.dev2024020600" in row(ev, 19)["message"]
     assert attrs(row(ev, 27))["trtllm_version"] == "0.11.0.dev2024052800"
-    assert attrs(row(ev, 29))["error_kind"] == "assertion" and attrs(row(ev, 29))["src_line"] == 320
+    assert (
+        attrs(row(ev, 29))["error_kind"] == "assertion"
+        and attrs(row(ev, 29))["src_line"] == 320
+    )
     assert attrs(row(ev, 33))["src_line"] == 249 and row(ev, 33)["level"] == "ERROR"
 
 
@@ -243,8 +334,16 @@ def test_triton_startup_glog_quoted_tables_and_inheritance():
     assert row(ev, 2)["message"] == "loading: tensorrt_llm:1"
     assert row(ev, 2)["ts"] == t(2026, 1, 14, 14, 18, 56, 398667)
     w = row(ev, 3)
-    assert (w["level"], w["event"], w["ts"], w["ts_inferred"]) == ("WARNING", "log", row(ev, 2)["ts"], True)
-    assert row(ev, 6)["message"] == "TRITONBACKEND_ModelInitialize: tensorrt_llm (version 1)"
+    assert (w["level"], w["event"], w["ts"], w["ts_inferred"]) == (
+        "WARNING",
+        "log",
+        row(ev, 2)["ts"],
+        True,
+    )
+    assert (
+        row(ev, 6)["message"]
+        == "TRITONBACKEND_ModelInitialize: tensorrt_llm (version 1)"
+    )
     assert row(ev, 7)["message"] == "\tModelConfig::input::dims"
     assert row(ev, 9)["message"] == "successfully loaded 'tensorrt_llm'"
     table = row(ev, 10)
@@ -260,15 +359,46 @@ def test_python_logger_forms():
     # uvicorn access line; 9: C++ rank variant.
     ev = parse_fixture("python_logger.log")
     r = ev.to_dicts()
-    assert [x["level"] for x in r] == ["INFO", "INFO", "INFO", "WARNING", "ERROR", "INFO", "INFO", None, "INFO"]
-    assert [x["event"] for x in r] == ["log", "log", "log", "log", "error", "log", "log", "http_access", "capacity"]
-    assert r[0]["ts"] == t(2024, 11, 16, 0, 5, 44) and r[0]["message"] == "Set gemm_plugin to float16."
+    assert [x["level"] for x in r] == [
+        "INFO",
+        "INFO",
+        "INFO",
+        "WARNING",
+        "ERROR",
+        "INFO",
+        "INFO",
+        None,
+        "INFO",
+    ]
+    assert [x["event"] for x in r] == [
+        "log",
+        "log",
+        "log",
+        "log",
+        "error",
+        "log",
+        "log",
+        "http_access",
+        "capacity",
+    ]
+    assert (
+        r[0]["ts"] == t(2024, 11, 16, 0, 5, 44)
+        and r[0]["message"] == "Set gemm_plugin to float16."
+    )
     assert attrs(r[1])["logger"] == "TRT" and attrs(r[0])["logger"] == "TRT-LLM"
     assert attrs(r[3])["mpi_rank"] == 1
     assert attrs(r[4])["error_kind"] == "oom" and r[4]["ts_inferred"] is True
-    assert r[5]["ts"] == t(2025, 7, 25, 16, 54, 34, 140189) and r[5]["message"] == "Set logger level to INFO"
-    assert r[6]["message"] == "Received request 7 at 11.5" and attrs(r[6])["mpi_rank"] == 1
-    assert r[7]["http_status"] == 200 and attrs(r[7]) == {"method": "POST", "path": "/v1/chat/completions"}
+    assert (
+        r[5]["ts"] == t(2025, 7, 25, 16, 54, 34, 140189)
+        and r[5]["message"] == "Set logger level to INFO"
+    )
+    assert (
+        r[6]["message"] == "Received request 7 at 11.5" and attrs(r[6])["mpi_rank"] == 1
+    )
+    assert r[7]["http_status"] == 200 and attrs(r[7]) == {
+        "method": "POST",
+        "path": "/v1/chat/completions",
+    }
     assert attrs(r[8]) == {"mpi_rank": 0, "engine_size_bytes": 3404 * 2**20}
 
 
@@ -276,13 +406,18 @@ def test_timestamp_inheritance():
     ev = parse_fixture("timestamps.log")
     r = ev.to_dicts()
     # nothing timestamped before: null and not inferred
-    assert [(x["ts"], x["ts_inferred"]) for x in r[:2]] == [(None, False), (None, False)]
+    assert [(x["ts"], x["ts_inferred"]) for x in r[:2]] == [
+        (None, False),
+        (None, False),
+    ]
     glog = t(2026, 5, 14, 21, 1, 55, 276668)
     assert (r[2]["ts"], r[2]["ts_inferred"]) == (glog, False)
     assert (r[3]["ts"], r[3]["ts_inferred"]) == (glog, True)
     assert (r[5]["ts"], r[5]["ts_inferred"]) == (t(2026, 5, 14, 21, 2, 10), True)
     # glog carries no year: it comes from --year
-    assert parse_text("trtllm", (FIX / "timestamps.log").read_text(), year=2024)["ts"][2] == t(2024, 5, 14, 21, 1, 55, 276668)
+    assert parse_text("trtllm", (FIX / "timestamps.log").read_text(), year=2024)["ts"][
+        2
+    ] == t(2024, 5, 14, 21, 1, 55, 276668)
 
 
 def test_docker_timestamps_compose_prefix_and_ansi():
@@ -293,7 +428,10 @@ def test_docker_timestamps_compose_prefix_and_ansi():
     )
     ev = parse_text("trtllm", text)
     check_events(ev)
-    assert ev["ts"][0] == t(2026, 5, 12, 8, 1, 39, 331095) and ev["ts_inferred"][0] is False
+    assert (
+        ev["ts"][0] == t(2026, 5, 12, 8, 1, 39, 331095)
+        and ev["ts_inferred"][0] is False
+    )
     assert ev["level"][1] == "WARNING" and ev["message"][1].startswith("max_beam_width")
     assert ev["kv_blocks_total"][2] == 631
 
@@ -309,7 +447,11 @@ def test_chunked_parse_carries_time():
     ctx = ParseContext(engine="trtllm", source="x", instance="x", year=2026)
     a = finalize(trtllm.parse(lines_frame(texts[:3]), ctx), ctx)
     b = finalize(trtllm.parse(lines_frame(texts[3:], first_line=4), ctx), ctx)
-    assert b["line"].to_list() == [4, 5, 6] and b["ts"][0] == a["ts"][2] and b["ts_inferred"][0]
+    assert (
+        b["line"].to_list() == [4, 5, 6]
+        and b["ts"][0] == a["ts"][2]
+        and b["ts_inferred"][0]
+    )
 
 
 # --- detect / record_starts ----------------------------------------------------------
@@ -327,10 +469,14 @@ def test_detect_other_engines_near_zero():
         "INFO 02-28 21:48:18 metrics.py:161] Avg prompt throughput: 1.5 tokens/s, Running: 1 reqs",
     ]
     tgi = [
-        '2024-05-14T21:01:55.276668Z  INFO text_generation_router::server: router/src/server.rs:309: Success',
+        "2024-05-14T21:01:55.276668Z  INFO text_generation_router::server: router/src/server.rs:309: Success",
         "2024-05-14T21:01:55.276668Z  INFO text_generation_launcher: Starting shard rank=0",
     ]
-    assert trtllm.detect(vllm) == 0.0 and trtllm.detect(tgi) == 0.0 and trtllm.detect([]) == 0.0
+    assert (
+        trtllm.detect(vllm) == 0.0
+        and trtllm.detect(tgi) == 0.0
+        and trtllm.detect([]) == 0.0
+    )
 
 
 def test_record_starts():
