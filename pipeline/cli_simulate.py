@@ -53,6 +53,7 @@ def simulate_cmd(
     Example:
       servelens simulate --engine vllm --scenario spike --duration 20m --seed 7 --out /tmp/sim
     """
+    from .cli import fail
     from .simulate import SimulateError, simulate
 
     try:
@@ -63,12 +64,12 @@ def simulate_cmd(
             max_num_seqs=max_num_seqs, num_gpu_blocks=num_gpu_blocks, workers=workers,
         )
     except SimulateError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(1) from None
+        raise fail(str(e)) from None
     reqs = ", ".join(f"{v} {k}" for k, v in summary["requests"].items())
     mb = summary["log_bytes"] / 1e6
     typer.echo(
         f"{summary['engine']} {summary['variant']} {summary['scenario']}: {summary['instances']} instance(s), "
         f"{reqs} requests, {mb:.1f} MB of logs in {summary['seconds']['total']:.1f} s "
-        f"({summary['log_mb_per_s']} MB/s) -> {out}"
+        f"({summary['log_mb_per_s']} MB/s) -> {out}",
+        err=True,  # stdout stays clean, as for the other commands
     )
