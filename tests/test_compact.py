@@ -71,7 +71,7 @@ def test_removed_parts_outlive_the_grace_period_only(tmp_path, monkeypatch):
 
 def test_readers_never_see_a_gap_or_a_duplicate(tmp_path):
     root = tmp_path / "store"
-    n = fill(root, 24, per_commit=3)
+    n = fill(root, 12, per_commit=3)
     seen: list[tuple[int, int]] = []
     errors: list[BaseException] = []
     stop = threading.Event()
