@@ -31,9 +31,10 @@ SAMPLING_TAIL = (
     "spaces_between_special_tokens=True, truncate_prompt_tokens=None, guided_decoding=None)"
 )
 SAMPLING_TAIL_V1 = SAMPLING_TAIL[:-1] + ", extra_args=None)"
+# Llama 3.1 chat template; the date line is the server's day
 CHAT_HEAD = (
     "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: "
-    "December 2023\nToday Date: 12 May 2026\n\n<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n"
+    "December 2023\nToday Date: {today}\n\n<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n"
 )
 CHAT_TAIL = "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
 API_PID = 1
@@ -187,7 +188,8 @@ def _requests(d, f: Fmt, out: Lines) -> None:
         pool = word_pool(rng, 4 * int(req["prompt_tokens"].max()) + 8192)
         body_len = (pl.col("prompt_tokens") * 4 - 120).clip(lower_bound=8)
         offs = pl.Series(rng.integers(0, 8000, n))
-        raw = pl.concat_str([pl.lit(CHAT_HEAD), prompt_body(pool, offs, body_len), pl.lit(CHAT_TAIL)])
+        head = CHAT_HEAD.format(today=py_dt(d.start_ns).strftime("%d %b %Y"))
+        raw = pl.concat_str([pl.lit(head), prompt_body(pool, offs, body_len), pl.lit(CHAT_TAIL)])
         if mll is not None:
             raw = raw.str.slice(0, mll)
         prompt = pl.concat_str([pl.lit("'"), raw.str.replace_all("\n", "\\n", literal=True), pl.lit("'")])
