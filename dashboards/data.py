@@ -311,8 +311,8 @@ def slowest_requests(cfg: Settings, f: Filters, limit: int = 20) -> pl.DataFrame
     return query(
         cfg,
         f"""
-        select request_id, engine, instance, model, arrival_ts, finish_ts, status, e2e_s,
-               e2e_estimated, queue_s, ttft_s, tpot_s, prompt_tokens, output_tokens, source, line
+        select instance, request_id, e2e_s, e2e_estimated, queue_s, ttft_s, tpot_s, status,
+               arrival_ts, finish_ts, prompt_tokens, output_tokens, model, engine, source, line
         from requests
         where {_TARGET} and {_MODEL} and e2e_s is not null
           and finish_ts >= $start and finish_ts < $end

@@ -250,3 +250,17 @@ def test_live_mode_follows_new_data_and_keeps_the_filters(tmp_path, monkeypatch)
     assert headers == [f"### vllm-a {vd.VERDICT_BADGE[vd.INVESTIGATE]}", f"### vllm-b {vd.VERDICT_BADGE[vd.SCALE_OUT]}"]
     assert at.multiselect(key="engines").value == ["vllm"]
     assert at.toggle(key="live").value is True
+
+
+def test_slowest_requests_are_the_slowest_by_the_same_sql(app, store):
+    table = next(d.value for d in app.dataframe if "request_id" in d.value.columns)
+    expected = run(store, "select request_id, e2e_s from requests where e2e_s is not null order by e2e_s desc, finish_ts limit 20")
+    assert table["e2e_s"].tolist() == expected["e2e_s"].to_list()
+    assert table["e2e_s"].is_monotonic_decreasing
+
+
+def test_throughput_says_which_instances_log_no_requests(app, store):
+    no_requests = run(store, "select distinct instance from events where engine = 'trtllm'")["instance"].to_list()
+    info = next(i.value for i in app.info if i.value.startswith("**Requests/s"))
+    for instance in no_requests:
+        assert f"**{instance}** (trtllm): no finished requests in its log" in info

@@ -175,20 +175,21 @@ def latency_section(cfg, f, avail, th) -> None:
 def throughput_section(cfg, f, avail, th) -> None:
     st.subheader("Throughput")
     df = data.throughput(cfg, f)
+    tok = df.with_columns(pl.coalesce("gen_tps_logged", "output_tokens_per_s").alias("tokens_per_s"))
     left, right = st.columns(2)
     with left:
-        if df.drop_nulls("requests_per_s").is_empty():
-            st.info("**Requests/s: not in the logs**: no per-request lines for the selected instances "
-                    "(TensorRT-LLM logs none by default).", icon=":material/info:")
-        else:
+        have = _have(df, "requests_per_s")
+        if have:
             st.altair_chart(charts.line_chart(df, "requests_per_s", "finished requests/s", domain=_dom(f)), width="stretch")
+        missing = [f"- **{i}** ({e}): no finished requests in its log (no per-request lines)"
+                   for e, i in f.targets if (e, i) not in have and e != "unknown"]
+        if missing:
+            head = "**Requests/s: not in the logs**" if not have else "**Requests/s: not available for every instance**"
+            st.info("\n".join([head, *missing]), icon=":material/info:")
     with right:
-        tok = df.with_columns(pl.coalesce("gen_tps_logged", "output_tokens_per_s").alias("tokens_per_s"))
-        if tok.drop_nulls("tokens_per_s").is_empty():
-            st.info("**Tokens/s: not in the logs**: neither a logged generation throughput nor output "
-                    "token counts of finished requests.", icon=":material/info:")
-        else:
-            st.altair_chart(charts.line_chart(tok, "tokens_per_s", "generated tokens/s", domain=_dom(f)), width="stretch")
+        drawn = evidence("Tokens/s", "gen_tps", tok, "tokens_per_s", f, avail,
+                         lambda: charts.line_chart(tok, "tokens_per_s", "generated tokens/s", domain=_dom(f)))
+        if drawn:
             st.caption("Tokens/s: the engine's logged generation throughput where it logs one, else output "
                        "tokens of the requests finished in the window.")
 
@@ -213,7 +214,8 @@ def slowest_section(cfg, f) -> None:
         st.info("No request with an end-to-end latency in the selected range (the logs of these "
                 "instances carry no per-request timing, see the latency section).", icon=":material/info:")
         return
-    st.dataframe(df, hide_index=True, key="slowest_table")
+    seconds = {c: st.column_config.NumberColumn(c, format="%.3f s") for c in ("e2e_s", "queue_s", "ttft_s", "tpot_s")}
+    st.dataframe(df, hide_index=True, key="slowest_table", column_config=seconds)
 
 
 def body(cfg: data.Settings, spec: sidebar.Spec) -> None:
