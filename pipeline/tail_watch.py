@@ -40,8 +40,8 @@ class Targets:
             if p.is_dir():
                 for dirpath, dirnames, filenames in os.walk(p):
                     d = Path(dirpath)
-                    if self.skip is not None and _is_under(d, self.skip):
-                        dirnames[:] = []
+                    if (self.skip is not None and _is_under(d, self.skip)) or is_store(d):
+                        dirnames[:] = []  # never tail a store's own files
                         continue
                     dirnames[:] = sorted(n for n in dirnames if not HIDDEN.match(n))
                     for name in sorted(filenames):
@@ -63,6 +63,10 @@ class Targets:
         return out
 
 
+def is_store(d: Path) -> bool:
+    return (d / "manifest.json").is_file() and (d / ".lock").exists()
+
+
 def _is_under(f: Path, root: Path) -> bool:
     try:
         f.resolve().relative_to(root)
@@ -72,12 +76,11 @@ def _is_under(f: Path, root: Path) -> bool:
 
 
 class Watcher:
-    """Sets `wake` on any create/move/delete/modify under the watched directories, and
-    `rescan` when the set of files may have changed. Degrades to polling if watchdog cannot
-    start (e.g. inotify watches exhausted)."""
+    """Sets `rescan` when a file is created, moved or deleted under the watched directories
+    (growth is not needed: the tailer polls the files it has open). Degrades to polling if
+    watchdog cannot start (e.g. inotify watches exhausted)."""
 
     def __init__(self, targets: Targets):
-        self.wake = threading.Event()
         self.rescan = threading.Event()
         self._observer = None
         self.error: str | None = None
@@ -93,9 +96,6 @@ class Watcher:
             def on_any_event(self, event):  # noqa: D401 - watchdog callback
                 if event.event_type in ("created", "moved", "deleted"):
                     watcher.rescan.set()
-                    watcher.wake.set()
-                elif event.event_type in ("modified", "closed"):
-                    watcher.wake.set()
 
         try:
             obs = Observer()

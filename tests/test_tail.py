@@ -426,3 +426,32 @@ def test_crash_inside_a_commit_then_restart_is_exactly_once(tmp_path, monkeypatc
     h.poll()
     assert h.messages_in_store() == [f"a {i}" for i in range(8)]
     h.stop()
+
+
+def test_stores_inside_watched_directories_are_not_tailed(tmp_path):
+    h = Harness(tmp_path)
+    write(h.logs / "a.log", "line\n")
+    other = h.logs / "old-store"
+    with Store.open(other):
+        pass
+    write(other / "manifest.json", "{}\n", mode="w")
+    h.poll()
+    assert h.messages_in_store() == ["line"]
+    assert [f.path.name for f in h.tailer.followed.values()] == ["a.log"]
+    h.stop()
+
+
+def test_watchdog_reports_new_files(tmp_path):
+    import time
+
+    from servelens.pipeline.tail_watch import Watcher
+
+    (tmp_path / "d").mkdir()
+    w = Watcher(Targets([tmp_path / "d"], None))
+    try:
+        assert w.error is None
+        time.sleep(0.2)
+        write(tmp_path / "d" / "new.log", "x\n")
+        assert w.rescan.wait(5)
+    finally:
+        w.stop()
