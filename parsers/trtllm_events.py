@@ -78,6 +78,7 @@ _OUT = [
     "ts_noyear",
     "level",
     "event",
+    "request_id",
     "prompt_tokens",
     "output_tokens",
     "running",
@@ -153,6 +154,8 @@ def other_events(df: pl.DataFrame) -> pl.DataFrame:
         msg.str.extract_groups(BATCH_RE).alias("_batch"),
         msg.str.extract_groups(GPU_MEM_FULL_RE).alias("_mem"),
         msg.str.extract_groups(HTTP_RE).alias("_http"),
+        # the executor failing one request (e.g. after the CUDA OOM that killed the step)
+        msg.str.extract(r"\brequestId (\d+)", 1).alias("request_id"),
         (clean.str.strip_chars() == "").alias("_blank"),
     )
     is_error = (
@@ -162,13 +165,16 @@ def other_events(df: pl.DataFrame) -> pl.DataFrame:
         | msg.str.contains(TB_START_RE)
         | msg.str.contains(PY_EXC_RE)
         | msg.str.starts_with("terminate called after throwing")
+        | msg.str.contains(r"^Signal \(\d+\) received")  # Triton dying
         | clean.str.contains(FRAME_RE)
         | (pl.col("_table") & text.str.contains(r"UNAVAILABLE:"))
     )
     df = df.with_columns(is_error.alias("_error"))
     batch, mem, http = (pl.col(c).struct.field for c in ("_batch", "_mem", "_http"))
     event = (
-        pl.when(pl.col("_error"))
+        pl.when(msg.str.starts_with("Encountered error for requestId"))
+        .then(pl.lit("request_aborted"))
+        .when(pl.col("_error"))
         .then(pl.lit("error"))
         .when(pl.col("_cap"))
         .then(pl.lit("capacity"))
@@ -212,7 +218,7 @@ def other_events(df: pl.DataFrame) -> pl.DataFrame:
         .then(
             (pl.coalesce(pl.col("gmsg"), pl.lit("")) + rest).str.strip_chars_start("\n")
         )
-        .when(ev == "error")
+        .when(ev.is_in(["error", "request_aborted"]))
         .then(msg + rest)
         .otherwise(msg)
         .alias("message"),

@@ -484,3 +484,32 @@ def test_record_starts():
     starts = trtllm.record_starts(text).to_list()
     # line 1 is an orphan frame: a continuation (the framework opens a record there anyway)
     assert [i + 1 for i, s in enumerate(starts) if s] == [5, 16, 19, 27, 28, 29, 33]
+
+
+def test_request_failures_and_crash_signal():
+    # line 1: the executor failing one request after the step's OOM (executor source format,
+    # as the incident simulator writes it; no pasted example found); line 2: Triton's signal
+    # line; line 3: triton-inference-server/server#7181; line 4: NVIDIA/TensorRT-LLM#1279
+    # (docker --timestamps prefix)
+    text = (
+        "[TensorRT-LLM][ERROR] Encountered error for requestId 420: Encountered an error in forwardAsync "
+        "function: [TensorRT-LLM][ERROR] CUDA runtime error in ::cudaMallocAsync(ptr, n, mCudaStream->get()): "
+        "out of memory (/app/tensorrt_llm/cpp/tensorrt_llm/runtime/tllmBuffers.h:112)\n"
+        "Signal (6) received.\n"
+        "[TensorRT-LLM][ERROR] Received stop request for requestId 7772708 but it's not active (might be completed already).\n"
+        "2024-03-11T18:16:28.919807829Z [TensorRT-LLM][ERROR] Encountered an error in forward function: "
+        "[TensorRT-LLM][ERROR] Assertion failed: freeBlockIterator.has_value() "
+        "(/tmp/tritonbuild/tensorrtllm/tensorrt_llm/cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp:249)\n"
+    )
+    ev = parse_text("trtllm", text)
+    check_events(ev)
+    assert ev["event"].to_list() == ["request_aborted", "error", "error", "error"]
+    assert ev["request_id"].to_list() == ["420", None, "7772708", None]
+    assert ev["level"].to_list() == ["ERROR", None, "ERROR", "ERROR"]
+    assert attrs(ev.row(0, named=True))["error_kind"] == "oom"
+    last = ev.row(3, named=True)
+    assert (
+        last["ts"] == t(2024, 3, 11, 18, 16, 28, 919807)
+        and last["ts_inferred"] is False
+    )
+    assert attrs(last)["error_kind"] == "assertion" and attrs(last)["src_line"] == 249
