@@ -43,7 +43,7 @@ KNOWN_GAPS = {
     "trtllm": re.compile(
         r"(INFO:     (Started server process|Waiting for application startup|Application startup complete"
         r"|Uvicorn running on|Shutting down|Waiting for application shutdown|Application shutdown complete"
-        r"|Finished server process)|Signal \(6\) received\.)"
+        r"|Finished server process))"
     ),
 }
 
