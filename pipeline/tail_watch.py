@@ -56,10 +56,9 @@ class Targets:
         """(directory, recursive) pairs to hand to watchdog."""
         out = []
         for p in self.paths:
-            if p.is_dir():
-                out.append((p, True))
-            else:
-                out.append((p.parent if str(p.parent) else Path("."), False))
+            # resolved, so event paths compare with the (resolved) store path
+            p = p.resolve()
+            out.append((p, True) if p.is_dir() else (p.parent, False))
         return out
 
 
@@ -91,11 +90,14 @@ class Watcher:
             self.error = str(e)
             return
         watcher = self
+        skip = str(targets.skip) + os.sep if targets.skip is not None else None
 
         class Handler(FileSystemEventHandler):
             def on_any_event(self, event):  # noqa: D401 - watchdog callback
                 if event.event_type in ("created", "moved", "deleted"):
-                    watcher.rescan.set()
+                    # the store's own commits (a store inside a watched directory) are not news
+                    if skip is None or not os.fspath(event.src_path).startswith(skip):
+                        watcher.rescan.set()
 
         try:
             obs = Observer()

@@ -455,3 +455,20 @@ def test_watchdog_reports_new_files(tmp_path):
         assert w.rescan.wait(5)
     finally:
         w.stop()
+
+
+def test_watchdog_ignores_the_stores_own_writes(tmp_path):
+    import time
+
+    from servelens.pipeline.tail_watch import Watcher
+
+    (tmp_path / "store").mkdir()
+    w = Watcher(Targets([tmp_path], None, skip_under=tmp_path / "store"))
+    try:
+        time.sleep(0.2)
+        write(tmp_path / "store" / "part.parquet", "x")
+        assert not w.rescan.wait(0.5)
+        write(tmp_path / "app.log", "x\n")
+        assert w.rescan.wait(5)
+    finally:
+        w.stop()
