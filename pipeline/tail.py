@@ -60,6 +60,11 @@ class TailError(Exception):
     """The tailer cannot start; the message says what to do."""
 
 
+def check_engine(engine: str) -> None:
+    if engine not in ("auto", "unknown") and engine not in ENGINES:
+        raise TailError(f"unknown engine {engine!r}; choose one of: auto, {', '.join(ENGINES)}, unknown")
+
+
 @dataclass
 class Stats:
     lines: int = 0
@@ -97,8 +102,7 @@ class Tailer(IdentityMixin):
         compact_min_parts: int = COMPACT_MIN_PARTS,
         say: Callable[[str], None] | None = None,
     ):
-        if engine not in ("auto", "unknown") and engine not in ENGINES:
-            raise TailError(f"unknown engine {engine!r}; choose one of: auto, {', '.join(ENGINES)}, unknown")
+        check_engine(engine)
         self.store = store
         self.targets = targets
         self.engine = engine
@@ -402,6 +406,7 @@ def tail(
         raise TailError(f"path not found: {missing[0]}; check the path (a directory may be empty, but must exist)")
     if flush_interval <= 0:
         raise TailError("--flush-interval must be more than 0 seconds")
+    check_engine(engine)  # before the store is created
     targets = Targets([Path(p) for p in paths], glob, skip_under=store_dir)
     stop = stop or threading.Event()
     with Store.open(store_dir, purpose="tail") as store:

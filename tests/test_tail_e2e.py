@@ -224,3 +224,4 @@ def test_bad_arguments_are_one_line_errors(tmp_path):
         r = cli(*args, "--store", tmp_path / "s")
         assert r.exit_code == 1, args
         assert r.stderr.startswith("servelens: error: ") and needle in r.stderr and r.stderr.count("\n") == 1
+    assert not (tmp_path / "s").exists()  # refused before anything was created
