@@ -155,7 +155,11 @@ def other_events(df: pl.DataFrame) -> pl.DataFrame:
         msg.str.extract_groups(GPU_MEM_FULL_RE).alias("_mem"),
         msg.str.extract_groups(HTTP_RE).alias("_http"),
         # the executor failing one request (e.g. after the CUDA OOM that killed the step)
-        msg.str.extract(r"\brequestId (\d+)", 1).alias("request_id"),
+        pl.coalesce(
+            msg.str.extract(r"\brequestId (\d+)", 1),
+            # trtllm-serve request logging (NVIDIA/TensorRT-LLM PR #5891, unmerged)
+            msg.str.extract(r"^(?:Received request|Response started) (\S+) at \d", 1),
+        ).alias("request_id"),
         (clean.str.strip_chars() == "").alias("_blank"),
     )
     is_error = (
@@ -174,6 +178,11 @@ def other_events(df: pl.DataFrame) -> pl.DataFrame:
     event = (
         pl.when(msg.str.starts_with("Encountered error for requestId"))
         .then(pl.lit("request_aborted"))
+        .when(
+            msg.str.starts_with("Received request ")
+            & pl.col("request_id").is_not_null()
+        )
+        .then(pl.lit("request_arrived"))
         .when(pl.col("_error"))
         .then(pl.lit("error"))
         .when(pl.col("_cap"))

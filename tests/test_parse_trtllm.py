@@ -373,14 +373,18 @@ def test_python_logger_forms():
     assert [x["event"] for x in r] == [
         "log",
         "log",
-        "log",
+        "request_arrived",
         "log",
         "error",
         "log",
-        "log",
+        "request_arrived",
         "http_access",
         "capacity",
     ]
+    assert (
+        r[2]["request_id"] == "c1627587-927f-4717-bad4-7266c9960d32"
+        and r[6]["request_id"] == "7"
+    )
     assert (
         r[0]["ts"] == t(2024, 11, 16, 0, 5, 44)
         and r[0]["message"] == "Set gemm_plugin to float16."
@@ -513,3 +517,25 @@ def test_request_failures_and_crash_signal():
         and last["ts_inferred"] is False
     )
     assert attrs(last)["error_kind"] == "assertion" and attrs(last)["src_line"] == 249
+
+
+REAL = Path(__file__).resolve().parent.parent / "sample_logs" / "trtllm" / "real"
+
+
+@pytest.mark.parametrize(
+    ("name", "kinds"),
+    [
+        ("backtraces.log", {"capacity": 1, "error": 6, "log": 1}),
+        ("iteration_stats.log", {"engine_stats": 5, "log": 1}),
+        ("pytorch_backend.log", {"engine_stats": 2, "log": 1, "request_arrived": 5}),
+        ("triton_startup_quoted.log", {"capacity": 3, "log": 32}),
+        ("triton_startup_unquoted.log", {"engine_stats": 1, "log": 33}),
+    ],
+)
+def test_real_sample_logs(name, kinds):
+    # sources in sample_logs/trtllm/real/_SOURCES.md; nothing there is left unparsed
+    text = (REAL / name).read_text()
+    ev = parse_text("trtllm", text)
+    check_events(ev)
+    assert uncovered_lines(ev, 1, len(text.split("\n")) - 1) == []
+    assert dict(ev["event"].value_counts().iter_rows()) == kinds
