@@ -13,6 +13,7 @@ from typing import BinaryIO, Iterator
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from servelens.parsers.base import ParseContext, finalize
 
@@ -34,15 +35,23 @@ class ParsedChunk:
 def decode_lines(data: bytes, first_line: int) -> tuple[pl.DataFrame, bool]:
     """Complete lines (each ending in \\n, except perhaps the last) -> frame(line, text)."""
     try:
-        text = data.decode("utf-8")
+        data.decode("utf-8")  # validation only: the column is built from the bytes
         bad = False
     except UnicodeDecodeError:
-        text = data.decode("utf-8", errors="replace")
+        data = data.decode("utf-8", errors="replace").encode("utf-8")
         bad = True
-    if text.endswith("\n"):
-        text = text[:-1]
-    s = pl.Series("text", [text], dtype=pl.String).str.split("\n").explode()
-    s = s.str.strip_suffix("\r")
+    # One string per line straight from the buffer and the newline offsets (no Python
+    # string per line, no split/explode): each string still ends in its \n, cut below.
+    starts = line_start_offsets(data)
+    if data.endswith(b"\n"):
+        starts = starts[:-1]
+    offsets = np.empty(len(starts) + 1, dtype=np.int64)
+    offsets[:-1] = starts
+    offsets[-1] = len(data)
+    arr = pa.LargeStringArray.from_buffers(len(starts), pa.py_buffer(offsets), pa.py_buffer(data))
+    s = pl.Series("text", arr, dtype=pl.String).str.strip_suffix("\n")
+    if b"\r" in data:
+        s = s.str.strip_suffix("\r")
     n = len(s)
     df = pl.DataFrame(
         {
