@@ -1,0 +1,37 @@
+"""Time one metric view over a store, in a fresh process (run by run.py under a timeout so
+that a slow view cannot stall the benchmark).
+
+    python bench/querytime.py STORE VIEW RUNS [--asof-loop-off]
+
+Prints JSON: seconds per run (connect + the whole view fetched as Arrow) and rows.
+`--asof-loop-off` sets DuckDB's asof_loop_join_threshold to 0 on the connection first: DuckDB
+plans an ASOF join whose left side it guesses to be small as a nested loop (quadratic), and
+the estimate for a generate_series grid is small whatever its real size.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from servelens.pipeline.query import connect
+
+
+def main(argv: list[str]) -> None:
+    store, view, runs = argv[0], argv[1], int(argv[2])
+    asof_off = "--asof-loop-off" in argv
+    times, rows = [], 0
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        con = connect(store)
+        if asof_off:
+            con.execute("set asof_loop_join_threshold = 0")
+        rows = con.sql(f"select * from {view}").to_arrow_table().num_rows
+        con.close()
+        times.append(time.perf_counter() - t0)
+    print(json.dumps({"times": times, "rows": rows}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
