@@ -28,13 +28,26 @@ def store(tmp_path_factory) -> Path:
     return build_store(tmp_path_factory.mktemp("dashboard"))
 
 
-@pytest.fixture
-def app(store, monkeypatch) -> AppTest:
-    monkeypatch.setenv("SERVELENS_STORE", str(store))
+def _start(store: Path) -> AppTest:
     at = AppTest.from_file(str(APP), default_timeout=60)
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     return at
+
+
+@pytest.fixture
+def app(store, monkeypatch) -> AppTest:
+    """A fresh app, for tests that change filters or pages."""
+    monkeypatch.setenv("SERVELENS_STORE", str(store))
+    return _start(store)
+
+
+@pytest.fixture(scope="module")
+def overview(store) -> AppTest:
+    """The Overview page as it first opens, shared by the tests that only read it."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SERVELENS_STORE", str(store))
+        yield _start(store)
 
 
 def _signals(store: Path) -> pl.DataFrame:
@@ -49,20 +62,20 @@ def _markdown(at: AppTest) -> list[str]:
     return [m.value for m in at.markdown]
 
 
-def test_overview_shows_the_verdict_of_every_instance(app, store):
+def test_overview_shows_the_verdict_of_every_instance(overview, store):
     sig = _signals(store)
-    md = _markdown(app)
+    md = _markdown(overview)
     for engine, instance in _instances(store):
         expected = vd.verdict(sig.filter((pl.col("engine") == engine) & (pl.col("instance") == instance)))
         assert f"### {instance} {vd.VERDICT_BADGE[expected]}" in md
 
 
-def test_the_crashed_instances_must_be_investigated_and_show_their_signals(app, store):
+def test_the_crashed_instances_must_be_investigated_and_show_their_signals(overview, store):
     sig = _signals(store)
     crashed = sig.filter((pl.col("signal") == "errors") & (pl.col("severity") == "critical"))["instance"].to_list()
     # the incident: instance a of every engine dies of CUDA out-of-memory
     assert sorted(crashed) == ["tgi-a", "trtllm-a", "vllm-a"]
-    md = _markdown(app)
+    md = _markdown(overview)
     for instance in crashed:
         assert f"### {instance} {vd.VERDICT_BADGE[vd.INVESTIGATE]}" in md
         for r in sig.filter(pl.col("instance") == instance).iter_rows(named=True):
@@ -71,11 +84,11 @@ def test_the_crashed_instances_must_be_investigated_and_show_their_signals(app, 
     assert any("`errors` → investigate" in m and "out-of-memory" in m for m in md)
 
 
-def test_the_survivor_that_took_the_traffic_must_scale_out(app, store):
+def test_the_survivor_that_took_the_traffic_must_scale_out(overview, store):
     sig = _signals(store).filter(pl.col("instance") == "vllm-b")
     # vLLM's b takes a's traffic after the crash: its KV cache fills up and it preempts
     assert "kv_pressure" in sig["signal"].to_list()
-    md = _markdown(app)
+    md = _markdown(overview)
     assert f"### vllm-b {vd.VERDICT_BADGE[vd.SCALE_OUT]}" in md
     kv = sig.filter(pl.col("signal") == "kv_pressure").row(0, named=True)
     shown = [m for m in md if "`kv_pressure` → scale out" in m]
@@ -85,8 +98,8 @@ def test_the_survivor_that_took_the_traffic_must_scale_out(app, store):
     assert "Add replicas or GPU memory" in shown[0]
 
 
-def test_headline_numbers_match_the_views(app, store):
-    metrics = {m.label: m.value for m in app.metric}
+def test_headline_numbers_match_the_views(overview, store):
+    metrics = {m.label: m.value for m in overview.metric}
     peak = run(store, "select max(waiting) as v from queue_depth")["v"][0]
     assert metrics["Peak waiting requests"] == f"{peak:g}"
     kv = run(store, "select max(kv_usage) as v from kv_cache")["v"][0]
@@ -97,10 +110,10 @@ def test_headline_numbers_match_the_views(app, store):
     assert metrics["Errors"] == f"{int(n_err):,}"
 
 
-def test_metrics_the_logs_cannot_give_are_explained_not_drawn(app, store):
+def test_metrics_the_logs_cannot_give_are_explained_not_drawn(overview, store):
     missing = run(store, "select engine, metric, reason from metric_availability where not available")
     assert missing.height > 0
-    infos = "\n".join(i.value for i in app.info)
+    infos = "\n".join(i.value for i in overview.info)
     for engine, metric, reason in missing.rows():
         if metric in ("e2e_s", "ttft_s", "tpot_s", "queue_s", "kv_usage", "waiting"):
             assert reason in infos, f"{engine} {metric}: reason not shown"
@@ -252,15 +265,31 @@ def test_live_mode_follows_new_data_and_keeps_the_filters(tmp_path, monkeypatch)
     assert at.toggle(key="live").value is True
 
 
-def test_slowest_requests_are_the_slowest_by_the_same_sql(app, store):
-    table = next(d.value for d in app.dataframe if "request_id" in d.value.columns)
+def test_slowest_requests_are_the_slowest_by_the_same_sql(overview, store):
+    table = next(d.value for d in overview.dataframe if "request_id" in d.value.columns)
     expected = run(store, "select request_id, e2e_s from requests where e2e_s is not null order by e2e_s desc, finish_ts limit 20")
     assert table["e2e_s"].tolist() == expected["e2e_s"].to_list()
     assert table["e2e_s"].is_monotonic_decreasing
 
 
-def test_throughput_says_which_instances_log_no_requests(app, store):
-    no_requests = run(store, "select distinct instance from events where engine = 'trtllm'")["instance"].to_list()
-    info = next(i.value for i in app.info if i.value.startswith("**Requests/s"))
-    for instance in no_requests:
-        assert f"**{instance}** (trtllm): no finished requests in its log" in info
+def test_throughput_says_which_instances_log_no_requests(overview, store):
+    no_requests = run(store, "select engine, instance from throughput group by all "
+                             "having count(requests_per_s) = 0 order by all").rows()
+    # TensorRT-LLM logs no per-request lines by default
+    assert ("trtllm", "trtllm-b") in no_requests
+    info = next(i.value for i in overview.info if i.value.startswith("**Requests/s"))
+    for engine, instance in no_requests:
+        assert f"**{instance}** ({engine}): no finished requests in its log" in info
+
+
+def test_model_filter_keeps_the_instances_that_served_it(app, store):
+    models = run(store, "select distinct model from events where model is not null order by model")["model"].to_list()
+    assert models, "the incident sample names its model"
+    served = sorted(run(store, "select distinct instance from events where model = $m", {"m": models[0]})["instance"].to_list())
+    app.multiselect(key="models").set_value([models[0]]).run()
+    assert not app.exception
+    shown = sorted(m.split()[1] for m in _markdown(app) if m.startswith("### "))
+    assert shown == served
+    finished = run(store, "select count(*) as n from requests where status = 'finished' and model = $m",
+                   {"m": models[0]})["n"][0]
+    assert {m.label: m.value for m in app.metric}["Finished requests"] == f"{finished:,}"
