@@ -35,8 +35,9 @@ from .schema import COLUMN_NAMES, EVENT_KINDS, LEVELS, POLARS_SCHEMA
 PLACEHOLDER_YEAR = 2000  # a leap year, so Feb 29 survives until the real year is known
 
 # ANSI colour codes as they survive in real logs: with the ESC byte, rendered as `#033`
-# (CloudWatch/SageMaker), or with the ESC byte lost (`[2m`).
-ANSI_RE = r"(?:\x1b|#033)\[[0-9;]*[A-Za-z]|\[(?:\d{1,3}(?:;\d{1,3})*)?m"
+# (CloudWatch/SageMaker), or with the ESC byte lost (`[2m`). Without the ESC byte the code
+# must carry a number, or `[m` would eat the start of `[metrics.py:481]`.
+ANSI_RE = r"(?:\x1b|#033)\[[0-9;]*[A-Za-z]|\[\d{1,3}(?:;\d{1,3})*m"
 # docker-compose service prefix: `vllm-1  | `, `svc_1 | `
 COMPOSE_PREFIX_RE = r"^[A-Za-z0-9][\w.-]*\s+\|\s?"
 # `docker logs --timestamps` / Kubernetes: RFC 3339 with up to nanoseconds, then a space
@@ -118,20 +119,16 @@ def group_records(lines: pl.DataFrame, starts: pl.Series) -> pl.DataFrame:
 
 
 def attrs_json(**fields: pl.Expr) -> pl.Expr:
-    """A JSON object of the given fields, omitting nulls; null when every field is null."""
-    parts = []
-    for key, value in fields.items():
-        parts.append(
-            pl.when(value.is_not_null()).then(
-                pl.concat_str(
-                    [pl.lit(f'"{key}":'), _json_value(value)], ignore_nulls=False
-                )
-            )
-        )
-    joined = pl.concat_list(parts).list.drop_nulls().list.join(",")
-    return pl.when(joined.str.len_chars() > 0).then(
-        pl.concat_str([pl.lit("{"), joined, pl.lit("}")])
-    )
+    """A JSON object of the given fields, omitting nulls; null when every field is null.
+
+    One native struct encode (exact JSON escaping), then the `"key":null` members are cut
+    out: keys are plain identifiers, and a quote inside a string value is escaped, so the
+    pattern cannot match inside a value."""
+    if not fields:
+        return pl.lit(None, pl.String)
+    enc = pl.struct([v.alias(k) for k, v in fields.items()]).struct.json_encode()
+    obj = enc.str.replace_all(r'"[A-Za-z_][A-Za-z0-9_]*":null,?', "").str.replace(r",\}$", "}")
+    return pl.when(obj != "{}").then(obj)
 
 
 def _json_value(value: pl.Expr) -> pl.Expr:

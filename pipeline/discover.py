@@ -10,7 +10,10 @@ from pathlib import Path
 from .fingerprint import GZIP_MAGIC
 
 # Files that are certainly not logs, skipped quietly when walking a directory.
-NOT_LOGS = {".parquet", ".png", ".jpg", ".jpeg", ".gif", ".zip", ".tar", ".whl", ".pyc", ".so", ".db"}
+NOT_LOGS = {
+    ".parquet", ".png", ".jpg", ".jpeg", ".gif", ".svg", ".zip", ".tar", ".whl", ".pyc", ".so",
+    ".db", ".md", ".rst", ".py", ".sh", ".toml", ".yaml", ".yml", ".html", ".ipynb",
+}
 HIDDEN = re.compile(r"^[._]")
 ROTATION_SUFFIX = re.compile(r"(\.gz|\.\d+|[-_.]\d{8}(?:[-_]\d+)?|[-_.]\d{4}-\d{2}-\d{2}(?:[T_-][\d:.-]+)?)$")
 LOG_EXT = re.compile(r"\.(log|txt|out|err|jsonl|json|stdout|stderr)$", re.IGNORECASE)
