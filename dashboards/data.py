@@ -158,8 +158,9 @@ class Filters:
 
 def resolve_targets(cat: pl.DataFrame, engines: tuple[str, ...], instances: tuple[str, ...], models: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     """The (engine, instance) pairs matching the filters: a model selects the instances that
-    served it (instance-level views have no model column)."""
-    df = cat
+    served it (instance-level views have no model column). Files no parser recognised
+    (engine `unknown`) are no server, so they get no verdict."""
+    df = cat.filter(pl.col("engine") != "unknown")
     if engines:
         df = df.filter(pl.col("engine").is_in(list(engines)))
     if instances:

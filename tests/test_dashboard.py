@@ -293,3 +293,11 @@ def test_model_filter_keeps_the_instances_that_served_it(app, store):
     finished = run(store, "select count(*) as n from requests where status = 'finished' and model = $m",
                    {"m": models[0]})["n"][0]
     assert {m.label: m.value for m in app.metric}["Finished requests"] == f"{finished:,}"
+
+
+def test_empty_store_says_to_ingest_first(tmp_path, monkeypatch):
+    monkeypatch.setenv("SERVELENS_STORE", str(tmp_path))
+    at = AppTest.from_file(str(APP), default_timeout=30)
+    at.run()
+    assert not at.exception and not at.error
+    assert at.info[0].value.startswith(f"The store `{tmp_path}` has no events yet")
