@@ -121,6 +121,7 @@ class Tailer(IdentityMixin):
         self.stats = Stats()
         self._pending_lines = 0
         self._scanned = False
+        self._waiting_for_quiet = False
         self._next_rescan = 0.0
         self._next_compact = time.monotonic() + COMPACT_EVERY_S
 
@@ -128,6 +129,7 @@ class Tailer(IdentityMixin):
 
     def poll_once(self, rescan: bool = False) -> None:
         now = time.monotonic()
+        self._waiting_for_quiet = False
         if rescan or not self._scanned or now >= self._next_rescan:
             self._rescan(initial=not self._scanned)
             self._scanned = True
@@ -163,7 +165,8 @@ class Tailer(IdentityMixin):
                     on_status(self.stats)
                     next_status = time.monotonic() + 1.0
                 # file events only shorten the wait for new/moved files; growth is polled
-                if watcher.rescan.wait(self.flush_interval):
+                wait = min(self.flush_interval, self.quiet_s) if self._waiting_for_quiet else self.flush_interval
+                if watcher.rescan.wait(wait):
                     stop.wait(0.05)  # let a burst of creates/renames settle
         finally:
             watcher.stop()
@@ -284,8 +287,10 @@ class Tailer(IdentityMixin):
                 return
             end = fol.offset + len(data) >= st.st_size
             quiet = not changed or quiet_for >= self.quiet_s
-            self._consume(fol, data, hold_partial=not (end and partial_due), hold_record=not (end and quiet), now=now)
+            used = self._consume(fol, data, hold_partial=not (end and partial_due), hold_record=not (end and quiet), now=now)
             fol.settled = end and quiet
+            # all of it held only until the file is quiet: look again sooner than usual
+            self._waiting_for_quiet |= used == 0 and not fol.settled
         if fol.offset >= st.st_size:
             fol.pending_since = None
         drained = fol.offset >= st.st_size or (fol.settled and partial_due)
