@@ -46,7 +46,7 @@ def targets(res: dict) -> list[tuple[str, str, bool | None]]:
             sh = v.get("shipped", {})
             t = sh.get("median_s", float("inf"))
             met = (t < 2.0) if q["requests"] >= 10_000_000 else (None if t < 2.0 else False)
-            out.append((f"{name} over {q['requests'] / 1e6:.1f}M requests < 2 s (as shipped)", _qt(sh, "median_s"), met))
+            out.append((f"{name} over {q['requests']:,} requests < 2 s (as shipped)", _qt(sh, "median_s"), met))
     t = res.get("tail")
     if t and "missing" not in t:
         out.append(("tailer >= 50,000 lines/s sustained", f"{t['burst_rate']:,.0f} lines/s (burst), "
@@ -68,6 +68,8 @@ def render(res: dict) -> str:
         f"servelens {m.get('servelens')} at commit {m.get('commit')}. Load average (1/5/15 min) at start "
         f"{res.get('load_start')}, at end {res.get('load_end')}.",
         "",
+        *(["**In-process timing** (`--in-process`): ingest and baseline are library calls in one process, "
+            "without interpreter start-up; no peak RSS.", ""] if a.get("in_process") else []),
         "Inputs: simulator logs (`steady` scenario, each engine's default format variant), read from the page "
         "cache (all runs warm). Peak memory is the child process's maximum RSS (wait4).",
         "",

@@ -1,0 +1,39 @@
+"""The benchmark (bench/run.py) runs end to end on tiny inputs, and servelens ingest beats the
+Python-loop baseline a user would write (bench/baseline.py) on every engine's logs.
+
+Only that it works and the speed ratio > 1: never a wall-clock threshold. Tiny inputs are
+timed in-process (`--in-process`), since at a few MB interpreter start-up would swamp both.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_quick_benchmark_runs_and_ingest_beats_the_python_loop(tmp_path):
+    out, raw = tmp_path / "RESULTS.md", tmp_path / "results.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "run.py"), "--quick", "--only", "ingest", "--no-memory",
+         "--in-process", "--size-gb", "0.004", "--runs", "1", "--data-dir", str(tmp_path / "data"),
+         "--out", str(out), "--json", str(raw)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(raw.read_text())
+    table = out.read_text()
+    assert "| engine | input | lines | servelens ingest |" in table
+    assert [r["engine"] for r in res["ingest"]] == ["vllm", "tgi", "trtllm"]
+    for r in res["ingest"]:
+        assert r["lines"] > 1000, r["engine"]
+        # every generated line became an event, none unparsed; the baseline wrote rows too
+        assert r["ingest"]["unparsed"] == 0, r["engine"]
+        assert r["ingest"]["events"] >= r["lines"], r["engine"]
+        assert r["baseline"]["rows"] >= r["lines"], r["engine"]
+        assert r["floor"]["py_s"] > 0 and r["floor"]["wc_s"] > 0
+    ratios = {r["engine"]: r["baseline"]["wall_s"] / r["ingest"]["wall_s"] for r in res["ingest"]}
+    assert all(x > 1 for x in ratios.values()), f"ingest not faster than the Python loop: {ratios}"
