@@ -17,8 +17,10 @@ import polars as pl
 
 from . import vllm_fields as F
 from .base import (
+    ANSI_RE,
     RFC3339_RE,
     ParseContext,
+    attrs_json,
     group_records,
     record_ids,
     rfc3339_to_ts,
@@ -27,10 +29,6 @@ from .base import (
 NAME = "vllm"
 
 _LEVEL = r"DEBUG|INFO|WARNING|ERROR|CRITICAL"
-
-# ANSI colour codes. Like base.ANSI_RE, but when the ESC byte is lost the code must carry
-# digits: base's `[m` form would eat the `[m` of `[metrics.py:481]`, `[model_runner.py:..]`.
-_ANSI = r"(?:\x1b|#033)\[[0-9;]*[A-Za-z]|\[\d{1,3}(?:;\d{1,3})*m"
 
 # The anchored patterns below capture only a short prefix (`all`): capturing a whole line
 # tail with `(.*)` costs ~4 s per million lines, slicing the tail off costs nothing.
@@ -77,8 +75,8 @@ def _lines_anatomy(df: pl.DataFrame) -> pl.DataFrame:
     # rewriting every string costs a pass; most files have neither `\r` nor colour codes
     if df.select(pl.col("text").str.ends_with("\r").any()).item():
         text = text.str.strip_chars_end("\r")
-    if df.select(pl.col("text").str.contains(_ANSI).any()).item():
-        text = text.str.replace_all(_ANSI, "")
+    if df.select(pl.col("text").str.contains(ANSI_RE).any()).item():
+        text = text.str.replace_all(ANSI_RE, "")
     df = df.with_columns(text.alias("_t"))
     # the wrapper / prefix extractions cost a pass each: skipped when no line can have one
     if df.select(pl.col("_t").str.contains(_OUTER_HINT).any()).item():
@@ -388,7 +386,7 @@ def _family_frame(fam: str, sub: pl.DataFrame) -> pl.DataFrame:
     fields = {**_common_attrs(), **extra}
     sub = sub.with_columns(**{f"_a_{k}": v for k, v in fields.items()})
     present = {k: pl.col(f"_a_{k}") for k in fields if sub[f"_a_{k}"].null_count() < sub.height}
-    return sub.with_columns(_attrs(present).alias("attrs")).drop([f"_a_{k}" for k in fields])
+    return sub.with_columns(attrs_json(**present).alias("attrs")).drop([f"_a_{k}" for k in fields])
 
 
 def _events(rec: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
@@ -444,49 +442,3 @@ _OUT_COLS = (
     "gen_tps", "max_num_seqs", "max_batch_tokens", "kv_capacity_tokens", "http_status",
     "message", "attrs",
 )
-
-
-# ---------------------------------------------------------------------------------------
-# attrs
-
-
-def _json_str(e: pl.Expr) -> pl.Expr:
-    # JSON string literal by plain replaces (base.attrs_json encodes through a struct per
-    # field, ~2 s per field per million rows). Control characters other than tab cannot be
-    # escaped this way and become U+FFFD; the raw text stays in `message`.
-    esc = (
-        e.str.replace_all(r'(["\\])', r"\$1")
-        .str.replace_all("\t", "\\t", literal=True)
-        .str.replace_all(r"[\x00-\x08\x0a-\x1f\x7f]", "\ufffd")
-    )
-    return pl.concat_str([pl.lit('"'), esc, pl.lit('"')])
-
-
-def _attrs(fields: dict[str, pl.Expr]) -> pl.Expr:
-    """Like base.attrs_json (a JSON object of the non-null fields, null when none), for
-    the types used here: strings, integers, floats, booleans."""
-    if not fields:
-        return pl.lit(None, pl.String)
-    parts = []
-    for key, value in fields.items():
-        parts.append(pl.concat_str([pl.lit(f'"{key}":'), _encode(key, value)]))
-    joined = pl.concat_str(parts, separator=",", ignore_nulls=True)
-    return pl.when(joined.str.len_chars() > 0).then(pl.concat_str([pl.lit("{"), joined, pl.lit("}")]))
-
-
-# strings whose extracting regex only admits [\w.:/-] characters: quoted as they are
-_SAFE_STRINGS = {
-    "process", "service", "src", "kv_device", "preemption_mode", "finish_reason",
-    "method", "protocol", "logger", "exc_type",
-}
-# free text: escaped
-_FREE_STRINGS = {"exc_message", "path", "client", "ip", "vllm_version"}
-
-
-def _encode(key: str, value: pl.Expr) -> pl.Expr:
-    if key in _SAFE_STRINGS:
-        return pl.concat_str([pl.lit('"'), value.cast(pl.String), pl.lit('"')])
-    if key in _FREE_STRINGS:
-        return _json_str(value.cast(pl.String))
-    # numbers and booleans print as JSON already (`0.821`, `1e+20`, `true`)
-    return value.cast(pl.String)
