@@ -9,7 +9,7 @@ signal.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Sequence
+from collections.abc import Sequence
 
 import altair as alt
 import polars as pl

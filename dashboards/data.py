@@ -23,7 +23,6 @@ from typing import Any
 
 import polars as pl
 import streamlit as st
-
 from servelens.pipeline.query import QueryError, connect, one_line, run_on
 
 # Views read by several others (requests by six of them) or expensive to compute: evaluated
@@ -348,7 +347,6 @@ def peaks(cfg: Settings, f: Filters) -> dict[str, Any]:
 __all__ = [
     "Filters",
     "QueryError",
-    "one_line",
     "Settings",
     "availability",
     "batch_fill",
@@ -356,6 +354,7 @@ __all__ = [
     "errors",
     "kv_cache",
     "latency",
+    "one_line",
     "peaks",
     "query",
     "queue_depth",
@@ -365,6 +364,6 @@ __all__ = [
     "signals",
     "slowest_requests",
     "store_version",
-    "throughput",
     "thresholds",
+    "throughput",
 ]

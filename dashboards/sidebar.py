@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 import polars as pl
 import streamlit as st
-
 from servelens.dashboards import data
 
 UTC = dt.timezone.utc

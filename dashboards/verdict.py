@@ -94,7 +94,7 @@ def format_value(value: float | None, unit: str | None) -> str:
     if value is None:
         return "n/a"
     unit = unit or ""
-    if unit.startswith("fraction") or unit.startswith("batch fill") or unit.startswith("coefficient"):
+    if unit.startswith(("fraction", "batch fill", "coefficient")):
         return f"{value:.0%}"
     if unit.startswith("s"):
         return f"{value:.1f} s"

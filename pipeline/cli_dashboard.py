@@ -11,7 +11,7 @@ import os
 import socket
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -20,9 +20,9 @@ from .cli import StoreOpt, fail, store_path
 
 def app_path() -> Path:
     """The installed dashboards/app.py."""
-    import servelens.dashboards as dashboards
+    from servelens import dashboards
 
-    return Path(list(dashboards.__path__)[0]) / "app.py"
+    return Path(next(iter(dashboards.__path__))) / "app.py"
 
 
 def streamlit_command(store: Path, port: int, host: str, thresholds: Path | None = None) -> list[str]:
@@ -64,7 +64,7 @@ def register(app: typer.Typer) -> None:
         store: StoreOpt = None,  # type: ignore[assignment]
         port: Annotated[int, typer.Option("--port", "-p", help="Port to serve on.")] = 8501,
         host: Annotated[str, typer.Option(help="Address to bind (default: localhost only; 0.0.0.0 serves every interface).")] = "127.0.0.1",
-        thresholds: Annotated[Optional[Path], typer.Option(help="A TOML file overriding signal thresholds (see sql/thresholds.toml).")] = None,
+        thresholds: Annotated[Path | None, typer.Option(help="A TOML file overriding signal thresholds (see sql/thresholds.toml).")] = None,
     ) -> None:
         """Open the dashboard: scaling verdict per instance, the evidence over time, ad-hoc SQL.
 

@@ -15,10 +15,10 @@ from streamlit.testing.v1 import AppTest
 from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dashboard_store import build_store  # noqa: E402
-
-from servelens.dashboards import charts, verdict as vd  # noqa: E402
-from servelens.pipeline.query import QueryError, run  # noqa: E402
+from dashboard_store import build_store
+from servelens.dashboards import charts
+from servelens.dashboards import verdict as vd
+from servelens.pipeline.query import QueryError, run
 
 APP = Path(__file__).resolve().parent.parent / "dashboards" / "app.py"
 
@@ -240,7 +240,6 @@ def test_dashboard_command_user_errors(tmp_path, store):
 
 def test_live_mode_follows_new_data_and_keeps_the_filters(tmp_path, monkeypatch):
     from dashboard_store import INCIDENT
-
     from servelens.pipeline.ingest import ingest
 
     store = build_store(tmp_path, [INCIDENT / "vllm" / "vllm-b.log"])

@@ -20,9 +20,8 @@ import polars as pl
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dashboard_store import build_store  # noqa: E402
-
-from servelens.pipeline.query import run  # noqa: E402
+from dashboard_store import build_store
+from servelens.pipeline.query import run
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

@@ -10,7 +10,6 @@ import datetime as dt
 
 import polars as pl
 import streamlit as st
-
 from servelens.dashboards import charts, data, sidebar
 from servelens.dashboards import verdict as vd
 

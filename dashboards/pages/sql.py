@@ -4,7 +4,6 @@ a table with a CSV download, and DuckDB's error in one line for a bad query."""
 from __future__ import annotations
 
 import streamlit as st
-
 from servelens.dashboards import data, sidebar
 
 MAX_ROWS_SHOWN = 10_000
