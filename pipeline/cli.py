@@ -94,6 +94,8 @@ def ingest(
     print_summary(summary, target)
     if summary.files and all(f.status == "skipped" for f in summary.files):
         raise fail("nothing was ingested (see the reasons above)")
+    if summary.failed:
+        raise fail(f"{len(summary.failed)} file(s) could not be read to the end (see above)")
 
 
 @app.command()

@@ -81,5 +81,7 @@ def print_summary(s: IngestSummary, store: Path) -> None:
         lines.append(f"events by kind: {kinds}")
     for f in s.skipped:
         lines.append(f"skipped {f.source}: {f.reason}")
+    for f in s.failed:
+        lines.append(f"incomplete {f.source}: {f.reason}")
     lines.append(f"store: {store}   (try: servelens sql \"select event, count(*) from events group by all\" --store {store})")
     typer.echo("\n".join(lines), err=True)

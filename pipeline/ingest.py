@@ -3,7 +3,7 @@
 Idempotent per file content: the manifest remembers, per file fingerprint, how far the file
 has been read, so ingesting the same files again adds nothing and a grown file adds only its
 new part. Memory stays bounded: files are read in blocks and events are flushed to the store
-every FLUSH_ROWS rows.
+every FLUSH_ROWS rows or FLUSH_BYTES of events held, whichever comes first.
 """
 
 from __future__ import annotations
@@ -33,6 +33,9 @@ from .lines import DEFAULT_BLOCK_BYTES, parse_stream
 from .store import Store, new_txid
 
 FLUSH_ROWS = 500_000
+# Rows alone do not bound memory: a vLLM `Received request` event carries the whole prompt in
+# its message (kilobytes), so 500,000 of them would hold about a gigabyte.
+FLUSH_BYTES = 192 * 1024 * 1024
 DETECT_BYTES = 64 * 1024
 DETECT_LINES = 300
 LIVE_WINDOW_S = 60.0
@@ -54,6 +57,7 @@ class FileResult:
     detected_score: float | None = None
     invalid_utf8: bool = False
     counts: Counter = field(default_factory=Counter)
+    failed: bool = False  # the parser raised: part of the file was not read
 
 
 @dataclass
@@ -69,6 +73,10 @@ class IngestSummary:
     @property
     def skipped(self) -> list[FileResult]:
         return [f for f in self.files if f.status == "skipped"]
+
+    @property
+    def failed(self) -> list[FileResult]:
+        return [f for f in self.files if f.failed]
 
     @property
     def events(self) -> int:
@@ -90,13 +98,19 @@ class _Batch:
         self.store = store
         self.frames: list[pl.DataFrame] = []
         self.rows = 0
+        self.bytes = 0
         self.files: dict[str, dict] = {}
 
     def add(self, events: pl.DataFrame, key: str, state: dict) -> None:
         if events.height:
             self.frames.append(events)
             self.rows += events.height
+            self.bytes += events.estimated_size()
         self.files[key] = state
+
+    @property
+    def full(self) -> bool:
+        return self.rows >= FLUSH_ROWS or self.bytes >= FLUSH_BYTES
 
     def flush(self) -> None:
         if not self.files and not self.frames:
@@ -105,7 +119,7 @@ class _Batch:
         txid = new_txid()
         moves = self.store.stage_events(events, txid) if events.height else []
         self.store.commit(moves, files=self.files)
-        self.frames, self.rows, self.files = [], 0, {}
+        self.frames, self.rows, self.bytes, self.files = [], 0, 0, {}
 
 
 def ingest(
@@ -145,7 +159,7 @@ def ingest(
             summary.events_by_kind.update(result.counts)
             if on_file:
                 on_file(result)
-            if batch.rows >= FLUSH_ROWS:
+            if batch.full:
                 batch.flush()
         batch.flush()
     return summary
@@ -221,7 +235,7 @@ def _ingest_file(
                     source=source, engine=result.engine, instance=result.instance, ctx=ctx,
                 )
                 batch.add(chunk.events, key, state)
-                if batch.rows >= FLUSH_ROWS:
+                if batch.full:
                     batch.flush()
                 pos = raw.tell() if raw is not None else chunk.offset
                 _progress(on_progress, max(0, min(pos, size) - done))
@@ -232,6 +246,15 @@ def _ingest_file(
     except (OSError, EOFError) as e:
         # a truncated .gz: keep what was read, say so
         result.reason = f"stopped early: {e}"
+    except Exception as e:  # noqa: BLE001 - a parser bug must not stop the other files
+        # what was parsed before the failing chunk is kept (its offset is committed), the
+        # rest of the file is left for a fixed servelens
+        result.failed = True
+        detail = " ".join(str(e).split())[:200]
+        result.reason = (
+            f"stopped after line {next_line + result.lines - 1}: the {result.engine} parser failed "
+            f"({type(e).__name__}: {detail}); this is a servelens bug, please report it"
+        )
     if result.lines == 0 and known is not None:
         result.status, result.reason = "unchanged", result.reason or "already ingested"
     return result

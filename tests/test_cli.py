@@ -201,3 +201,22 @@ def test_sql_on_a_missing_store(tmp_path):
 
 def test_sql_bad_format(store):
     assert_clean_failure(invoke("sql", "select 1", "--store", store, "--format", "xml"), "unknown --format")
+
+
+def test_a_parser_bug_is_reported_in_one_line_and_the_rest_is_kept(tmp_path, store, monkeypatch):
+    import fake_engine
+
+    real_parse = fake_engine.parse
+
+    def flaky(lines, ctx):
+        if lines["text"].str.contains("boom").any():
+            raise ValueError("cannot handle\nthis")
+        return real_parse(lines, ctx)
+
+    monkeypatch.setattr(fake_engine, "parse", flaky)
+    write(tmp_path / "logs" / "a.log", fake_log(2, start=20) + "FAKE 06-10 14:00:30 INFO boom\n")
+    write(tmp_path / "logs" / "b.log", fake_log(2, start=40))
+    r = invoke("ingest", tmp_path / "logs", "--store", store)
+    assert_clean_failure(r, "the fake parser failed (ValueError: cannot handle this)", "1 file(s) could not be read to the end")
+    # the healthy file is in; nothing of the failing chunk is
+    assert events(store).height == 3 + 2
