@@ -66,9 +66,10 @@ def store_version(store: str) -> str:
 
 
 class _Connection:
-    """One read-only connection with the views loaded (loading them costs ~0.25 s, so it is
-    kept per store version) and a lock: Streamlit serves sessions from several threads and a
-    DuckDB connection must not run two queries at once."""
+    """One read-only connection with the views loaded and the shared ones materialized (the
+    costly part of a first page load, so it is kept per store version), and a lock: Streamlit
+    serves sessions from several threads and a DuckDB connection must not run two queries at
+    once."""
 
     def __init__(self, store: str, variables: dict[str, Any]) -> None:
         self.con = connect(store, variables)
@@ -80,7 +81,9 @@ class _Connection:
             self.con.execute(f"create temp table {view} as select * from main.{view}")
 
 
-@st.cache_resource(max_entries=8, show_spinner=False)
+# few: each holds its own copy of the materialized views, and a live store makes a new one
+# per ingest
+@st.cache_resource(max_entries=3, ttl=CACHE_TTL_S, show_spinner=False)
 def _connection(store: str, version: str, variables: tuple[tuple[str, Any], ...]) -> _Connection:
     return _Connection(store, dict(variables))
 
