@@ -29,7 +29,12 @@ from .trtllm_events import (
     other_events,
     stats_events,
 )
-from .trtllm_stats import PYTORCH_ITER_RE, STATS_DTYPE, json_list_text, safe_json_decode
+from .trtllm_stats import (
+    PYTORCH_ITER_RE,
+    STATS_DTYPE,
+    safe_json_decode,
+    with_json_list_text,
+)
 
 NAME = "trtllm"
 
@@ -147,7 +152,7 @@ def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
             "line", pl.lit("unparsed").alias("event"), pl.col("text").alias("message")
         )
     df = group_records(lines, record_starts(lines["text"]))
-    df = df.with_columns(_clean(pl.col("first")).alias("clean"))
+    df = _clean(df)
     df = _peel(df, pl.col("clean"), GLOG_PREFIX, "gmsg")
 
     # Newer Triton JSON-quotes glog messages: decode them as JSON strings.
@@ -160,7 +165,7 @@ def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     df = df.with_columns(
         pl.coalesce(unq.struct.field("m"), pl.col("gmsg")).alias("gmsg")
     )
-    df = df.with_columns(_banner())
+    df = _banner(df)
     df = _peel(df, pl.col("body"), CPP_PREFIX, "cmsg")
     df = _peel(df, pl.col("body"), PY_PREFIX, "pmsg")
     df = _peel(df, pl.coalesce("cmsg", "pmsg", "body"), TORCH_TAG_PREFIX, "tmsg")
@@ -168,9 +173,8 @@ def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
 
     # Stats JSON: decode every candidate in one vectorised call; one event per element
     # (an executor array shares its line span). Stats rows skip the message regexes.
-    decoded = safe_json_decode(
-        df.select(json_list_text(pl.col("msg")).alias("j"))["j"], STATS_DTYPE
-    )
+    df = with_json_list_text(df, "msg", "_json")
+    decoded = safe_json_decode(df["_json"], STATS_DTYPE)
     df = df.with_columns(decoded.alias("_st"), decoded.list.len().alias("_st_n"))
     stats = df.filter(pl.col("_st_n").is_not_null()).explode("_st", empty_as_null=True)
     other = df.filter(pl.col("_st_n").is_null())
@@ -193,14 +197,22 @@ def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
 # the expression pipeline
 
 
-def _clean(raw: pl.Expr) -> pl.Expr:
-    """ANSI codes and a docker-compose service prefix off (a `docker logs --timestamps`
-    RFC 3339 prefix is peeled in `_peel` as it carries the time)."""
-    raw = raw.str.replace_all(ANSI_RE, "").str.strip_chars_end("\r")
-    return (
+def _clean(df: pl.DataFrame) -> pl.DataFrame:
+    """`clean`: the first line without ANSI codes and a docker-compose service prefix (a
+    `docker logs --timestamps` RFC 3339 prefix is peeled in `_peel` as it carries the time).
+    Staged columns: eager polars re-evaluates an expression at every use."""
+    df = df.with_columns(
+        pl.col("first")
+        .str.replace_all(ANSI_RE, "")
+        .str.strip_chars_end("\r")
+        .alias("clean")
+    )
+    raw = pl.col("clean")
+    return df.with_columns(
         pl.when(raw.str.contains(COMPOSE_RE))
         .then(raw.str.replace(r"^[A-Za-z0-9][\w.-]*\s+\|\s?", ""))
         .otherwise(raw)
+        .alias("clean")
     )
 
 
@@ -234,11 +246,17 @@ def _peel(df: pl.DataFrame, src: pl.Expr, prefix_re: str, rest: str) -> pl.DataF
     )
 
 
-def _banner() -> list[pl.Expr]:
-    body0 = pl.coalesce(pl.col("gmsg"), pl.col("clean"))
-    version = body0.str.extract(BANNER_RE, 1)
+def _banner(df: pl.DataFrame) -> pl.DataFrame:
+    df = df.with_columns(
+        pl.coalesce(pl.col("gmsg"), pl.col("clean")).alias("body"),
+    ).with_columns(pl.col("body").str.extract(BANNER_RE, 1).alias("_version"))
+    if (
+        df["_version"].null_count() == df.height
+    ):  # column-level shortcut, the usual case
+        return df
     # The banner is printed by every MPI rank and lands mid-line in others' output:
     # cut it out and parse what remains.
+    version, body0 = pl.col("_version"), pl.col("body")
     cut = body0.str.replace_all(BANNER_RE, "").str.strip_chars()
     body = (
         pl.when(version.is_null())
@@ -247,7 +265,7 @@ def _banner() -> list[pl.Expr]:
         .then(pl.concat_str([pl.lit("TensorRT-LLM version: "), version]))
         .otherwise(cut)
     )
-    return [body.alias("body"), version.alias("_version")]
+    return df.with_columns(body.alias("body"))
 
 
 def _message() -> list[pl.Expr]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from .base import json_escape
+
 _I = pl.Int64
 _F = pl.Float64
 
@@ -109,15 +111,29 @@ def with_attrs(
 ) -> pl.DataFrame:
     """Add `name`: a JSON object of the non-null `fields` (null when all are null).
 
-    One native struct encode, then the `"key":null` members are cut out (keys are plain
-    identifiers, so escaped text inside string values cannot match). Several times faster
-    than base.attrs_json's per-field list ops, which took minutes per million stats lines
-    at ~30 fields a line."""
-    enc = pl.struct([v.alias(k) for k, v in fields.items()]).struct.json_encode()
-    obj = enc.str.replace_all(r'"[A-Za-z_][A-Za-z0-9_]*":null,?', "").str.replace(
-        r",\}$", "}"
-    )
-    return df.with_columns(pl.when(obj != "{}").then(obj).alias(name))
+    The values are materialised as columns first (eager polars evaluates a repeated
+    sub-expression at every use), then encoded by type (strings escaped, floats checked
+    finite, the rest cast to text) and joined by one concat_str that skips nulls. 2x faster
+    than a struct encode with the nulls cut out by regex, and far faster than
+    base.attrs_json's list ops (minutes per million stats lines at ~35 fields)."""
+    tmp = {f"_a_{k}": v for k, v in fields.items()}
+    df = df.with_columns(**tmp)
+    parts = []
+    for key, col in zip(fields, tmp, strict=True):
+        c, dtype = pl.col(col), df.schema[col]
+        if dtype == pl.Null:
+            continue
+        if dtype == pl.String:
+            text = pl.when(c.is_not_null()).then(json_escape(c))
+        elif dtype.is_float():
+            text = pl.when(c.is_finite()).then(c.cast(pl.String))
+        else:
+            text = c.cast(pl.String)
+        parts.append(pl.concat_str([pl.lit(f'"{key}":'), text, pl.lit(",")]))
+    joined = pl.concat_str(parts, ignore_nulls=True) if parts else pl.lit("", pl.String)
+    df = df.with_columns(joined.alias(name)).drop(list(tmp))
+    obj = pl.concat_str([pl.lit("{"), pl.col(name).str.strip_suffix(","), pl.lit("}")])
+    return df.with_columns(pl.when(pl.col(name) != "").then(obj).alias(name))
 
 
 def safe_json_decode(s: pl.Series, dtype: pl.DataType) -> pl.Series:
@@ -138,10 +154,12 @@ def safe_json_decode(s: pl.Series, dtype: pl.DataType) -> pl.Series:
         )
 
 
-def json_list_text(msg: pl.Expr) -> pl.Expr:
-    """Stats JSON text as an array (single objects are wrapped), null for other rows."""
-    m = msg.str.strip_chars()
-    return (
+def with_json_list_text(df: pl.DataFrame, msg: str, name: str) -> pl.DataFrame:
+    """Add `name`: the stats JSON text of `msg` as an array (single objects are wrapped),
+    null for other rows."""
+    df = df.with_columns(pl.col(msg).str.strip_chars().alias(name))
+    m = pl.col(name)
+    return df.with_columns(
         # `[]`: the executor's stats buffer before the first iteration
         pl.when(m.str.contains(STATS_JSON_RE) | (m == "[]"))
         .then(
@@ -149,7 +167,7 @@ def json_list_text(msg: pl.Expr) -> pl.Expr:
             .then(m)
             .otherwise(pl.concat_str([pl.lit("["), m, pl.lit("]")]))
         )
-        .otherwise(None)
+        .alias(name)
     )
 
 
