@@ -1,8 +1,10 @@
 """TensorRT-LLM parser: C++ runtime `[TensorRT-LLM][LEVEL]` lines, the Python logger
 (`[MM/DD/YYYY-HH:MM:SS] [TRT-LLM] [I]`, `[TRT]`, MPI-rank and newest `MM-DD-YYYY ...` forms),
 Triton glog wrappers (`I0514 21:01:55.276668 160 file.cc:813] msg`, quoted or not), Triton
-status tables, the import banner, numbered C++ backtraces and Python tracebacks, and the
-iteration statistics in every form (see `trtllm_stats.py`), into the common schema.
+status tables, the import banner, numbered C++ backtraces and Python tracebacks, docker /
+compose / Open MPI `[1,0]<stdout>:` prefixes, and the iteration statistics in every form
+(see `trtllm_stats.py`), into the common schema. This module owns line anatomy (record
+starts, prefix peeling, time, level); `trtllm_events.py` says what each record means.
 
 Format reference: shared/formats/trtllm.md. Choices worth knowing:
 - `[TensorRT-LLM][...]` lines carry no time: `ts` stays null and `finalize` inherits it.
@@ -231,6 +233,15 @@ def _peel(df: pl.DataFrame, src: pl.Expr, prefix_re: str, rest: str) -> pl.DataF
             rfc3339_to_ts(pl.col("_docker")).alias("_ts_docker"),
         ).drop("_docker")
         src = pl.col("clean")
+        # Open MPI `--tag-output`: `[1,0]<stdout>:` (job, rank)
+        tag = r"^\[\d+,(\d+)\]<std(?:out|err)>:"
+        df = df.with_columns(src.str.slice(0, 30).str.extract(tag, 1).alias("_mpitag"))
+        df = df.with_columns(
+            pl.when(pl.col("_mpitag").is_not_null())
+            .then(src.str.replace(tag, ""))
+            .otherwise(src)
+            .alias("clean")
+        )
     df = df.with_columns(
         src.str.slice(0, 200).str.extract("^(" + prefix_re + ")", 1).alias("_pre")
     )
@@ -294,5 +305,7 @@ def _message() -> list[pl.Expr]:
             | g("sev").is_not_null()
             | g("_version").is_not_null()
         ).alias("_prefixed"),
-        pl.coalesce(g("crank"), g("mpirank"), g("trank")).cast(pl.Int64).alias("_rank"),
+        pl.coalesce(g("crank"), g("mpirank"), g("trank"), g("_mpitag"))
+        .cast(pl.Int64)
+        .alias("_rank"),
     ]

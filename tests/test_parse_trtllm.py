@@ -539,3 +539,32 @@ def test_real_sample_logs(name, kinds):
     check_events(ev)
     assert uncovered_lines(ev, 1, len(text.split("\n")) - 1) == []
     assert dict(ev["event"].value_counts().iter_rows()) == kinds
+
+
+def test_banner_per_rank_and_mpi_tags():
+    # two ranks' banners on one line, and a banner glued before a C++ line (the pattern of
+    # NVIDIA/TensorRT-LLM#1060); Open MPI --tag-output prefixes `[job,rank]<stdout>:`
+    text = (
+        "[TensorRT-LLM] TensorRT-LLM version: 0.14.0[TensorRT-LLM] TensorRT-LLM version: 0.14.0\n"
+        "[TensorRT-LLM] TensorRT-LLM version: 0.14.0[TensorRT-LLM][INFO] Loaded engine size: 3404 MiB\n"
+        "[1,1]<stdout>:[TensorRT-LLM][INFO] Number of blocks in KV cache primary pool: 631\n"
+        "[1,0]<stderr>:[11/16/2024-00:05:44] [TRT-LLM] [W] Set gemm_plugin to float16.\n"
+    )
+    ev = parse_text("trtllm", text)
+    check_events(ev)
+    r = ev.to_dicts()
+    assert [x["event"] for x in r] == ["log", "capacity", "capacity", "log"]
+    assert (
+        r[0]["message"] == "TensorRT-LLM version: 0.14.0"
+        and attrs(r[0])["trtllm_version"] == "0.14.0"
+    )
+    assert attrs(r[1]) == {
+        "trtllm_version": "0.14.0",
+        "engine_size_bytes": 3404 * 2**20,
+    }
+    assert r[2]["kv_blocks_total"] == 631 and attrs(r[2])["mpi_rank"] == 1
+    assert (r[3]["level"], r[3]["ts"], attrs(r[3])["mpi_rank"]) == (
+        "WARNING",
+        t(2024, 11, 16, 0, 5, 44),
+        0,
+    )
