@@ -11,7 +11,7 @@
 create or replace view request_state as
 with
 
-intervals as (
+intervals as materialized (
     select engine, instance, queue_start_ts, inference_start_ts, finish_ts,
     from requests
     where queue_start_ts is not null
@@ -43,6 +43,10 @@ levels as (
     from steps
 ),
 
+interval_instances as (
+    select distinct engine, instance from intervals
+),
+
 bounds as (
     select
         e.engine,
@@ -50,8 +54,8 @@ bounds as (
         min(e.ts) as first_ts,
         max(e.ts) as last_ts,
     from events as e
+    semi join interval_instances as i using (engine, instance)
     where e.ts is not null
-      and (e.engine, e.instance) in (select (engine, instance) from intervals)
     group by e.engine, e.instance
 ),
 
