@@ -53,8 +53,8 @@ def threshold_rule(value: float | None, label: str) -> alt.LayerChart | None:
     """A dashed horizontal rule at `value` with its label at the left end."""
     if value is None:
         return None
-    data = pl.DataFrame({"threshold": [float(value)], "label": [label]})
-    base = alt.Chart(data)
+    # inline values: the rule travels in the chart spec itself, not as a separate dataset
+    base = alt.Chart(alt.Data(values=[{"threshold": float(value), "label": label}]))
     rule = base.mark_rule(color=THRESHOLD_COLOR, strokeDash=[6, 4], size=1.5).encode(y="threshold:Q")
     text = base.mark_text(color=THRESHOLD_COLOR, align="left", baseline="bottom", dx=4, dy=-2, fontSize=11).encode(
         y="threshold:Q", text="label:N", x=alt.value(0)

@@ -58,6 +58,17 @@ def _instances(store: Path) -> list[tuple[str, str]]:
     return run(store, "select distinct engine, instance from events where ts is not null order by all").rows()
 
 
+def _chart_specs(at: AppTest) -> list[str]:
+    """The Vega-Lite specs (JSON text) of the charts on the page."""
+    out, todo = [], [at.main]
+    while todo:
+        node = todo.pop()
+        todo.extend(getattr(node, "children", {}).values())
+        if getattr(node, "type", None) == "vega_lite_chart":
+            out.append(node.proto.spec)
+    return out
+
+
 def _markdown(at: AppTest) -> list[str]:
     return [m.value for m in at.markdown]
 
@@ -205,8 +216,10 @@ def test_charts_drop_nulls_and_draw_the_threshold():
     spec = charts.queue_chart(df, 10.0).to_dict()
     values = [v for d in spec["datasets"].values() for v in d if "waiting" in v]
     assert [v["waiting"] for v in values] == [3.0, 12.0]  # the null is a gap, not a 0
-    thresholds = [v for d in spec["datasets"].values() for v in d if "threshold" in v]
-    assert thresholds == [{"threshold": 10.0, "label": "scale-out threshold 10"}]
+    inline = [layer for layer in spec["layer"] if "values" in layer.get("data", {})]
+    assert [r["data"]["values"] for r in inline] == [[{"threshold": 10.0, "label": "scale-out threshold 10"}]]
+    assert [sub["mark"]["type"] for sub in inline[0]["layer"]] == ["rule", "text"]
+    assert inline[0]["layer"][0]["encoding"]["y"]["field"] == "threshold"
 
 
 # --- the command -----------------------------------------------------------------------------
@@ -300,3 +313,26 @@ def test_empty_store_says_to_ingest_first(tmp_path, monkeypatch):
     at.run()
     assert not at.exception and not at.error
     assert at.info[0].value.startswith(f"The store `{tmp_path}` has no events yet")
+
+
+def test_a_thresholds_file_changes_the_signals_shown(tmp_path, store, monkeypatch):
+    from servelens.pipeline.metrics import resolve_variables
+
+    th = tmp_path / "strict.toml"
+    th.write_text("[slo]\np99_e2e_s = 5.0\n\n[queue]\nwaiting = 2\nsustain_s = 60\n")
+    monkeypatch.setenv("SERVELENS_STORE", str(store))
+    monkeypatch.setenv("SERVELENS_THRESHOLDS", str(th))
+    at = _start(store)
+    strict = run(store, "select engine, instance, signal, severity from scaling_signals",
+                 variables=resolve_variables(thresholds=th))
+    default = _signals(store)
+    md = _markdown(at)
+    changed = 0
+    for engine, instance in _instances(store):
+        mine = strict.filter((pl.col("engine") == engine) & (pl.col("instance") == instance))
+        assert f"### {instance} {vd.VERDICT_BADGE[vd.verdict(mine)]}" in md
+        was = vd.verdict(default.filter((pl.col("engine") == engine) & (pl.col("instance") == instance)))
+        changed += was != vd.verdict(mine)
+    assert strict.height > default.height and changed >= 1
+    # the latency chart draws the stricter SLO
+    assert any('"p99 SLO 5 s"' in spec for spec in _chart_specs(at))
