@@ -131,17 +131,6 @@ def attrs_json(**fields: pl.Expr) -> pl.Expr:
     return pl.when(obj != "{}").then(obj)
 
 
-def _json_value(value: pl.Expr) -> pl.Expr:
-    # Encode through a one-field struct so strings are escaped exactly as JSON requires.
-    enc = pl.struct(value.alias("v")).struct.json_encode()
-    return enc.str.slice(5, enc.str.len_chars() - 6)
-
-
-def json_escape(value: pl.Expr) -> pl.Expr:
-    """A string expression as a JSON string literal (quotes included)."""
-    return _json_value(value.cast(pl.String))
-
-
 # ---------------------------------------------------------------------------------------
 # finalize: timestamps, constants, schema
 

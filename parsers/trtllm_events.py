@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from .trtllm_stats import json_stats_columns, pytorch_iter_columns, with_attrs
+from .base import attrs_json
+from .trtllm_stats import json_stats_columns, pytorch_iter_columns
 
 # line shapes shared with record_starts in trtllm.py
 FRAME_RE = r"^\d+\s+0x[0-9a-fA-F]+ "
@@ -115,7 +116,7 @@ def stats_events(df: pl.DataFrame) -> pl.DataFrame:
         pl.col("msg").alias("message"),
         **cols,
     )
-    return _select_out(with_attrs(df, {**_common_attrs(), **attrs}))
+    return _select_out(df.with_columns(attrs_json(**{**_common_attrs(), **attrs}).alias("attrs")))
 
 
 def iter_events(df: pl.DataFrame) -> pl.DataFrame:
@@ -128,7 +129,7 @@ def iter_events(df: pl.DataFrame) -> pl.DataFrame:
         pl.col("msg").alias("message"),
         **cols,
     )
-    return _select_out(with_attrs(df, {**_common_attrs(), **attrs}))
+    return _select_out(df.with_columns(attrs_json(**{**_common_attrs(), **attrs}).alias("attrs")))
 
 
 def _cap(name: str, group: int = 1, dtype: pl.DataType = pl.Int64) -> pl.Expr:
@@ -281,4 +282,4 @@ def other_events(df: pl.DataFrame) -> pl.DataFrame:
         method=http("method"),
         path=http("path"),
     )
-    return _select_out(with_attrs(df, attrs))
+    return _select_out(df.with_columns(attrs_json(**attrs).alias("attrs")))
