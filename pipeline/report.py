@@ -17,7 +17,6 @@ from typing import Any
 import duckdb
 
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
-PEAK_METRICS = ("waiting", "kv_usage", "p99_e2e_s", "running")
 
 
 def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
@@ -38,14 +37,25 @@ def _range_sql(col: str, since: dt.datetime | None, until: dt.datetime | None) -
     return sql, params
 
 
-def _peak(con, view: str, value: str, ts: str, where: str, params: list[Any], extra: str = "") -> dict[str, Any] | None:
+def _by_instance(rows: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    out: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        out.setdefault((r.pop("engine"), r.pop("instance")), []).append(r)
+    return out
+
+
+def _peaks(con, view: str, value: str, ts: str, where: str, params: list[Any], extra: tuple[str, ...] = ()):
+    """Per instance, the row where `value` peaks (earliest on ties), one query for all."""
+    cols = ", ".join([f"{value} as value", f"{ts} as ts", *extra])
     got = _rows(
         con,
-        f"select {value} as value, {ts} as ts{extra} from {view} where {value} is not null {where} "
-        f"order by {value} desc, {ts} limit 1",
+        f"""select engine, instance, {cols} from (
+                select *, row_number() over (partition by engine, instance order by {value} desc, {ts}) as _k
+                from {view} where {value} is not null {where}
+            ) where _k = 1""",
         params,
     )
-    return got[0] if got else None
+    return {k: v[0] for k, v in _by_instance(got).items()}
 
 
 def build_report(
@@ -55,109 +65,122 @@ def build_report(
     instance: str | None = None,
     top_n: int = 5,
 ) -> dict[str, Any]:
-    """The report as plain data (datetimes stay datetimes; `to_json` converts them)."""
-    where, params = _range_sql("ts", since, until)
-    if instance is not None:
-        where += " and instance = ?"
-        params.append(instance)
+    """The report as plain data (datetimes stay datetimes; `to_json` converts them).
+
+    Each view is read once for all instances (the views are deep; per-instance queries
+    would rebuild them once per instance)."""
+
+    def clause(col: str) -> tuple[str, list[Any]]:
+        sql, params = _range_sql(col, since, until)
+        if instance is not None:
+            sql += " and instance = ?"
+            params.append(instance)
+        return sql, params
+
+    w, p = clause("ts")
     found = _rows(
         con,
         f"""select engine, instance, min(ts) as first_ts, max(ts) as last_ts, count(*) as n_events,
                    count(*) filter (where event = 'unparsed') as n_unparsed
-            from events where ts is not null {where}
+            from events where ts is not null {w}
             group by engine, instance order by instance, engine""",
-        params,
+        p,
     )
-    report: dict[str, Any] = {
+    # a signal episode belongs to the report when it overlaps the range
+    sw, sp = "", []
+    if since is not None:
+        sw += " and window_end > ?"
+        sp.append(since)
+    if until is not None:
+        sw += " and window_start < ?"
+        sp.append(until)
+    if instance is not None:
+        sw += " and instance = ?"
+        sp.append(instance)
+    signals = _by_instance(_rows(
+        con,
+        f"""select engine, instance, signal, severity, window_start, window_end, duration_s, value,
+                   threshold, unit, estimated, recommendation
+            from scaling_signals where true {sw} order by window_start, signal""",
+        sp,
+    ))
+    w, p = clause("first_ts")
+    errors = _by_instance(_rows(
+        con,
+        f"""select engine, instance, kind, cast(sum(n_errors) as bigint) as n, min(first_ts) as first_ts,
+                   arg_min(first_message, first_ts) as first_message,
+                   arg_min(first_source, first_ts) as source, arg_min(first_line, first_ts) as line
+            from errors where true {w} group by engine, instance, kind order by first_ts, kind""",
+        p,
+    ))
+    w, p = clause("ts")
+    peaks = {
+        "waiting": _peaks(con, "queue_depth", "waiting", "ts", w, p, ("source",)),
+        "kv_usage": _peaks(con, "kv_cache", "kv_usage", "ts", w, p),
+        "running": _peaks(con, "batch_fill", "running", "ts", w, p, ("fill", "max_num_seqs", "source")),
+    }
+    lw, lp = clause("window_start")
+    peaks["p99_e2e_s"] = _peaks(
+        con, "latency_percentiles", "p99_e2e_s", "window_start", lw, lp, ("n", "e2e_estimated", "model")
+    )
+    preempt = {k: v[0] for k, v in _by_instance(_rows(
+        con,
+        f"""select engine, instance, sum(preemptions) as preemptions, sum(preemption_lines) as preemption_lines
+            from kv_cache where true {w} group by engine, instance""",
+        p,
+    )).items()}
+    rw, rp = clause("finish_ts")
+    totals = {k: v[0] for k, v in _by_instance(_rows(
+        con,
+        f"""select engine, instance,
+                   count(*) filter (where status = 'finished') as finished,
+                   count(*) filter (where status = 'aborted') as aborted
+            from requests where true {rw} group by engine, instance""",
+        rp,
+    )).items()}
+    slowest = _by_instance(_rows(
+        con,
+        f"""select * exclude (_k) from (
+                select engine, instance, request_key, request_id, model, arrival_ts, finish_ts, status,
+                       e2e_s, e2e_estimated, queue_s, ttft_s, tpot_s, prompt_tokens, output_tokens,
+                       source, line,
+                       row_number() over (partition by engine, instance order by e2e_s desc, finish_ts) as _k
+                from requests where e2e_s is not null {rw}
+            ) where _k <= {int(top_n)} order by engine, instance, _k""",
+        rp,
+    ))
+    availability: dict[str, list[dict[str, Any]]] = {}
+    for r in _rows(con, "select engine, metric, view, available, estimated, reason from metric_availability order by metric"):
+        availability.setdefault(r.pop("engine"), []).append(r)
+
+    instances = []
+    for info in found:
+        key = (info["engine"], info["instance"])
+        instances.append(_instance(
+            info,
+            signals=signals.get(key, []),
+            error_kinds=errors.get(key, []),
+            peaks={name: by.get(key) for name, by in peaks.items()},
+            preempt=preempt.get(key, {"preemptions": None, "preemption_lines": None}),
+            totals=totals.get(key, {"finished": 0, "aborted": 0}),
+            slowest=slowest.get(key, []),
+            availability=availability.get(info["engine"], []),
+        ))
+    return {
         "title": "servelens post-mortem",
         "generated_at": dt.datetime.now(dt.timezone.utc).replace(microsecond=0),
         "since": since,
         "until": until,
         "instance_filter": instance,
         "window_s": _rows(con, "select coalesce(try_cast(getvariable('window_s') as double), 60.0) as w")[0]["w"],
-        "instances": [_instance(con, r, since, until, top_n) for r in found],
+        "first_ts": min((r["first_ts"] for r in found), default=None),
+        "last_ts": max((r["last_ts"] for r in found), default=None),
+        "instances": instances,
     }
-    report["first_ts"] = min((r["first_ts"] for r in found), default=None)
-    report["last_ts"] = max((r["last_ts"] for r in found), default=None)
-    return report
 
 
-def _instance(con, info: dict[str, Any], since, until, top_n: int) -> dict[str, Any]:
-    engine, inst = info["engine"], info["instance"]
-    key = " and engine = ? and instance = ?"
-    kp = [engine, inst]
-
-    def clause(col: str) -> tuple[str, list[Any]]:
-        r, p = _range_sql(col, since, until)
-        return key + r, kp + p
-
-    # a signal episode belongs to the report when it overlaps the range
-    sig_where, sig_params = key, list(kp)
-    if since is not None:
-        sig_where += " and window_end > ?"
-        sig_params.append(since)
-    if until is not None:
-        sig_where += " and window_start < ?"
-        sig_params.append(until)
-    signals = _rows(
-        con,
-        f"""select signal, severity, window_start, window_end, duration_s, value, threshold, unit,
-                   estimated, recommendation
-            from scaling_signals where true {sig_where} order by window_start, signal""",
-        sig_params,
-    )
-
-    w, p = clause("first_ts")
-    error_kinds = _rows(
-        con,
-        f"""select kind, cast(sum(n_errors) as bigint) as n, min(first_ts) as first_ts,
-                   arg_min(first_message, first_ts) as first_message,
-                   arg_min(first_source, first_ts) as source, arg_min(first_line, first_ts) as line
-            from errors where true {w} group by kind order by first_ts""",
-        p,
-    )
+def _instance(info, *, signals, error_kinds, peaks, preempt, totals, slowest, availability) -> dict[str, Any]:
     first_error = error_kinds[0] if error_kinds else None
-
-    w, p = clause("ts")
-    peaks: dict[str, Any] = {
-        "waiting": _peak(con, "queue_depth", "waiting", "ts", w, p, ", source"),
-        "kv_usage": _peak(con, "kv_cache", "kv_usage", "ts", w, p),
-        "running": _peak(con, "batch_fill", "running", "ts", w, p, ", fill, max_num_seqs, source"),
-    }
-    lw, lp = clause("window_start")
-    peaks["p99_e2e_s"] = _peak(
-        con, "latency_percentiles", "p99_e2e_s", "window_start", lw, lp, ", n, e2e_estimated, model"
-    )
-    kw, kpar = clause("ts")
-    preempt = _rows(
-        con,
-        f"""select sum(preemptions) as preemptions, sum(preemption_lines) as preemption_lines
-            from kv_cache where true {kw}""",
-        kpar,
-    )[0]
-
-    rw, rp = clause("finish_ts")
-    totals = _rows(
-        con,
-        f"""select count(*) filter (where status = 'finished') as finished,
-                   count(*) filter (where status = 'aborted') as aborted
-            from requests where true {rw}""",
-        rp,
-    )[0]
-    slowest = _rows(
-        con,
-        f"""select request_key, request_id, model, arrival_ts, finish_ts, status, e2e_s, e2e_estimated,
-                   queue_s, ttft_s, tpot_s, prompt_tokens, output_tokens, source, line
-            from requests where e2e_s is not null {rw}
-            order by e2e_s desc, finish_ts limit {int(top_n)}""",
-        rp,
-    )
-    availability = _rows(
-        con,
-        "select metric, view, available, estimated, reason from metric_availability where engine = ? order by metric",
-        [engine],
-    )
-
     timeline = [{"ts": info["first_ts"], "what": "first log line in range", "detail": ""}]
     for s in signals:
         timeline.append({
@@ -179,10 +202,9 @@ def _instance(con, info: dict[str, Any], since, until, top_n: int) -> dict[str, 
     for s in sorted(signals, key=lambda s: (SEVERITY_ORDER.get(s["severity"], 9), s["window_start"])):
         recs.setdefault(s["signal"], {"signal": s["signal"], "severity": s["severity"],
                                       "first_seen": s["window_start"], "recommendation": s["recommendation"]})
-
     return {
-        "engine": engine,
-        "instance": inst,
+        "engine": info["engine"],
+        "instance": info["instance"],
         "first_ts": info["first_ts"],
         "last_ts": info["last_ts"],
         "n_events": info["n_events"],
