@@ -35,7 +35,7 @@ from .store import Store, new_txid
 FLUSH_ROWS = 500_000
 # Rows alone do not bound memory: a vLLM `Received request` event carries the whole prompt in
 # its message (kilobytes), so 500,000 of them would hold about a gigabyte.
-FLUSH_BYTES = 192 * 1024 * 1024
+FLUSH_BYTES = 64 * 1024 * 1024  # held in frames; the flush (concat, sort, Arrow, Parquet) needs a few times that
 DETECT_BYTES = 64 * 1024
 DETECT_LINES = 300
 LIVE_WINDOW_S = 60.0
