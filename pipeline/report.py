@@ -132,11 +132,14 @@ def build_report(
     rw, rp = clause("finish_ts")
     totals = {k: v[0] for k, v in _by_instance(_rows(
         con,
+        # null, not 0, when the instance never logs an end (vLLM V1 logs arrivals only)
         f"""select engine, instance,
-                   count(*) filter (where status = 'finished') as finished,
-                   count(*) filter (where status = 'aborted') as aborted
-            from requests where true {rw} group by engine, instance""",
-        rp,
+                   case when bool_or(status <> 'unfinished') then count(*) filter (where status = 'finished') end as finished,
+                   case when bool_or(status <> 'unfinished') then count(*) filter (where status = 'aborted') end as aborted,
+                   count(arrival_ts) as arrived
+            from requests where true {rw} or (finish_ts is null {rw.replace('finish_ts', 'arrival_ts')})
+            group by engine, instance""",
+        rp + rp,
     )).items()}
     slowest = _by_instance(_rows(
         con,
@@ -162,7 +165,7 @@ def build_report(
             error_kinds=errors.get(key, []),
             peaks={name: by.get(key) for name, by in peaks.items()},
             preempt=preempt.get(key, {"preemptions": None, "preemption_lines": None}),
-            totals=totals.get(key, {"finished": 0, "aborted": 0}),
+            totals=totals.get(key, {"finished": None, "aborted": None, "arrived": None}),
             slowest=slowest.get(key, []),
             availability=availability.get(info["engine"], []),
         ))
@@ -263,6 +266,14 @@ def _one_line(text: Any, limit: int = 160) -> str:
     return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
+def _requests_line(t: dict[str, Any]) -> str:
+    if t.get("arrived") is None and t.get("finished") is None:
+        return "no per-request lines."
+    if t.get("finished") is None:
+        return f"requests arrived: {t['arrived']:,} (this log records no request ends)."
+    return f"requests finished: {t['finished']:,}, aborted: {t['aborted']:,}."
+
+
 def _reason(inst: dict[str, Any], metric: str) -> str:
     for a in inst["availability"]:
         if a["metric"] == metric and not a["available"]:
@@ -318,7 +329,7 @@ def to_markdown(report: dict[str, Any]) -> str:
     for inst in report["instances"]:
         out += [f"## {inst['instance']} ({inst['engine']})", "",
                 f"{inst['n_events']:,} events from {_fmt_ts(inst['first_ts'])} to {_fmt_ts(inst['last_ts'])}"
-                f" ({inst['n_unparsed']:,} unparsed); requests finished: {inst['requests']['finished']}, aborted: {inst['requests']['aborted']}.", ""]
+                f" ({inst['n_unparsed']:,} unparsed); {_requests_line(inst['requests'])}", ""]
         fe = inst["first_error"]
         out += ["**First error:** " + (f"{_fmt_ts(fe['first_ts'])} {fe['kind']}: `{_one_line(fe['first_message'], 200)}` ({fe['source']}:{fe['line']})"
                                        if fe else "none in this range."), ""]
@@ -376,7 +387,7 @@ def to_html(report: dict[str, Any]) -> str:
     for inst in report["instances"]:
         parts.append(f"<h2>{e(inst['instance'])} ({e(inst['engine'])})</h2>")
         parts.append(f"<p>{inst['n_events']:,} events from {e(_fmt_ts(inst['first_ts']))} to {e(_fmt_ts(inst['last_ts']))}; "
-                     f"requests finished: {inst['requests']['finished']}, aborted: {inst['requests']['aborted']}.</p>")
+                     f"{e(_requests_line(inst['requests']))}</p>")
         fe = inst["first_error"]
         parts.append("<p><b>First error:</b> " + (
             f"{e(_fmt_ts(fe['first_ts']))} {e(fe['kind'])}: <code>{e(_one_line(fe['first_message'], 200))}</code> ({e(str(fe['source']))}:{fe['line']})"

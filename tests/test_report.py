@@ -110,3 +110,14 @@ def test_report_command_over_a_store(tmp_path):
     assert res.exit_code == 1 and "no events of instance 'nope'" in res.output
     res = runner.invoke(app, ["report", "--store", str(store), "--format", "pdf"])
     assert res.exit_code == 1 and "unknown --format" in res.output
+
+
+def test_report_says_when_the_log_records_no_request_ends():
+    # vLLM V1: arrivals only
+    con = connect_events(events_frame([
+        ev("request_arrived", 1, request_id="a"),
+        ev("request_arrived", 2, request_id="b"),
+    ]))
+    r = build_report(con)
+    assert r["instances"][0]["requests"] == {"finished": None, "aborted": None, "arrived": 2}
+    assert "requests arrived: 2 (this log records no request ends)" in render(r, "md")
