@@ -6,7 +6,7 @@ its run is written out again and again, each repeat shifted in time after the pr
 (as if the server had been restarted, start-up banner included) with fresh request ids. Each
 instance's repeats go into one file, so a 1 GB input is a few files of a few hundred MB: long
 logs of long-running servers. Two worker processes share the instances (the machine has two
-cores). A stamp file records the parameters so an unchanged input is not generated again.
+cores). A stamp file beside the directory records the parameters so an unchanged input is not generated again.
 
 If the simulator's internals this relies on change, it falls back to calling the public
 `simulate()` with a different seed per repeat (slower, same format).
@@ -59,7 +59,8 @@ def generate(engine: str, target_bytes: int, out_dir: Path, *, seed: int = 1, in
     """At least `target_bytes` of `engine` logs in `out_dir` (reused when already there).
     `duration`: simulated seconds per repeat (default per engine)."""
     out_dir = Path(out_dir)
-    stamp_path = out_dir / "stamp.json"
+    # beside the directory, not in it: `servelens ingest DIR` would read it as a log
+    stamp_path = out_dir.with_name(out_dir.name + ".stamp.json")
     duration = duration or ENGINE_OPTS[engine]["duration"]
     want = _stamp(engine, target_bytes, instances, seed, duration)
     if stamp_path.exists():

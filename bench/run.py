@@ -47,6 +47,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=None, help="where the Markdown table goes")
     p.add_argument("--clean", action="store_true", help="delete the generated inputs and stores at the end")
     p.add_argument("--no-memory", action="store_true", help="skip the memory test (the 4x input) in the ingest part")
+    p.add_argument("--memory-runs", type=int, default=None,
+                   help="runs of the 4x input (default min(--runs, 2): minutes per run at 4 GB)")
     p.add_argument("--in-process", action="store_true",
                    help="time ingest and baseline as library calls in this process (no interpreter start-up, "
                         "no peak RSS): what tiny inputs can show")
@@ -57,6 +59,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.big_gb = a.big_gb if a.big_gb is not None else 4 * a.size_gb
     a.requests = int(a.requests if a.requests is not None else (5_000 if q else 10_000_000))
     a.runs = a.runs or (1 if q else 3)
+    a.memory_runs = a.memory_runs or min(a.runs, 2)
     a.tail_rate = a.tail_rate or (5_000 if q else 50_000)
     a.tail_seconds = a.tail_seconds or (2.0 if q else 20.0)
     a.tail_burst = 10_000 if q else 500_000
@@ -111,11 +114,11 @@ def _warm_up(a, g: gen.Generated, store: Path) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-def time_ingest(a, g: gen.Generated, store: Path) -> dict:
+def time_ingest(a, g: gen.Generated, store: Path, runs: int | None = None) -> dict:
     walls, rss = [], []
     if a.in_process:
         _warm_up(a, g, store)
-    for _ in range(a.runs):
+    for _ in range(runs or a.runs):
         shutil.rmtree(store, ignore_errors=True)
         if a.in_process:
             from servelens.pipeline.ingest import ingest
@@ -176,7 +179,7 @@ def part_ingest(a, res: dict) -> None:
     engine = "tgi" if "tgi" in a.engines else a.engines[0]
     g = generate(a, engine, a.big_gb, f"{engine}-{a.big_gb:g}gb")
     row = {"engine": engine, "bytes": g.bytes, "lines": g.lines, "files": len(g.files)}
-    row["ingest"] = time_ingest(a, g, stores / f"{engine}-big")
+    row["ingest"] = time_ingest(a, g, stores / f"{engine}-big", runs=a.memory_runs)
     shutil.rmtree(stores / f"{engine}-big", ignore_errors=True)
     log(f"{engine} {a.big_gb:g} GB: ingest {row['ingest']['wall_s']:.1f} s, peak {row['ingest']['peak_rss'] / 2**20:.0f} MiB")
     res["memory"] = row
@@ -185,27 +188,56 @@ def part_ingest(a, res: dict) -> None:
 QUERY_VIEWS = ("latency_percentiles", "scaling_signals")
 
 
+def build_query_store(a, store: Path) -> dict:
+    """A store of >= a.requests TGI requests: the --size-gb TGI input ingested once, then
+    copies of its events under new instance names (`tgi-a-r1`, ...), written through the
+    store's own staging and commit, until the count is reached: a fleet of replicas. Copying
+    costs seconds where ingesting gigabytes more would cost minutes; the queries see the same
+    rows either way."""
+    import math
+
+    import polars as pl
+
+    from servelens.pipeline.query import run as query
+    from servelens.pipeline.store import Store, committed_parts, new_txid
+
+    g = generate(a, "tgi", a.size_gb, f"tgi-{a.size_gb:g}gb")
+    stamp = store / "bench-stamp.json"
+    if stamp.exists():
+        built = json.loads(stamp.read_text())
+        if built.get("bytes") == g.bytes and built.get("requests_target") == a.requests:
+            return built
+    shutil.rmtree(store, ignore_errors=True)
+    r = run_cmd([servelens_bin(), "ingest", str(g.dir), "--store", str(store), "-q"])
+    base = int(query(store, "select count(*) as n from events where event = 'request'")["n"][0])
+    copies = max(0, math.ceil(a.requests / max(base, 1)) - 1)
+    t0 = time.perf_counter()
+    parts = committed_parts(store)
+    with Store.open(store, purpose="bench copies") as st:
+        for k in range(1, copies + 1):
+            for part in parts:
+                ev = pl.read_parquet(part, hive_partitioning=False).with_columns(
+                    pl.col("instance") + f"-r{k}", pl.col("source") + f"#r{k}")
+                st.commit(st.stage_events(ev, new_txid()))
+    built = {"bytes": g.bytes, "requests_target": a.requests, "ingest_s": r.wall_s, "peak_rss": r.peak_rss_bytes,
+             "base_requests": base, "copies": copies, "copy_s": time.perf_counter() - t0}
+    stamp.write_text(json.dumps(built))
+    return built
+
+
 def part_query(a, res: dict) -> None:
-    """A store of >= a.requests TGI requests (one `Success` line each), then the views."""
+    """The latency-percentile and scaling-signal views over a store of >= a.requests."""
     from servelens.pipeline.query import run as query
 
-    probe = generate(a, "tgi", a.size_gb, f"tgi-{a.size_gb:g}gb")
-    per_byte = probe.lines / probe.bytes * 0.99  # nearly every TGI line is a request
-    need = int(a.requests / per_byte * 1.03)
-    g = generate(a, "tgi", need / GB, "tgi-query")
     store = a.data_dir / "stores" / "query"
-    stamp = store / "bench-stamp.json"
-    if not (stamp.exists() and json.loads(stamp.read_text()).get("bytes") == g.bytes):
-        shutil.rmtree(store, ignore_errors=True)
-        r = run_cmd([servelens_bin(), "ingest", str(g.dir), "--store", str(store), "-q"])
-        stamp.write_text(json.dumps({"bytes": g.bytes, "ingest_s": r.wall_s, "peak_rss": r.peak_rss_bytes}))
-    built = json.loads(stamp.read_text())
+    built = build_query_store(a, store)
     n_req = int(query(store, "select count(*) as n from events where event = 'request'")["n"][0])
+    n_inst = int(query(store, "select count(distinct instance) as n from events")["n"][0])
     parts = len(list((store / "events").rglob("*.parquet")))
-    row = {"requests": n_req, "bytes": g.bytes, "parts": parts, "ingest_s": built["ingest_s"],
-           "ingest_peak_rss": built["peak_rss"], "views": {}}
-    log(f"query store: {n_req:,} requests, {parts} parts, built in {built['ingest_s']:.0f} s")
-    limit = 60.0 if a.quick else 300.0
+    row = {"requests": n_req, "instances": n_inst, "bytes": built["bytes"], "parts": parts, **built, "views": {}}
+    log(f"query store: {n_req:,} requests over {n_inst} instances, {parts} parts "
+        f"(ingest {built['ingest_s']:.0f} s, {built['copies']} copies in {built['copy_s']:.0f} s)")
+    limit = 60.0 if a.quick else 150.0
     for name in QUERY_VIEWS:
         v: dict = {}
         for label, extra in (("shipped", []), ("asof_off", ["--asof-loop-off"])):
@@ -253,7 +285,8 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit(f"bench: {free / GB:.0f} GB free under {a.data_dir}, about {need / GB:.0f} GB needed; "
                          "use a smaller --size-gb")
     res: dict = {"machine": machine(), "load_start": load_average(), "args": {
-        "quick": a.quick, "in_process": a.in_process, "size_gb": a.size_gb, "big_gb": a.big_gb, "requests": a.requests, "runs": a.runs,
+        "quick": a.quick, "in_process": a.in_process, "size_gb": a.size_gb, "big_gb": a.big_gb, "requests": a.requests,
+        "runs": a.runs, "memory_runs": a.memory_runs,
         "tail_rate": a.tail_rate, "tail_seconds": a.tail_seconds, "only": sorted(a.only)},
         "ingest": [], "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
     t0 = time.perf_counter()
