@@ -134,8 +134,8 @@ def build_report(
         con,
         # null, not 0, when the instance never logs an end (vLLM V1 logs arrivals only)
         f"""select engine, instance,
-                   case when bool_or(status <> 'unfinished') then count(*) filter (where status = 'finished') end as finished,
-                   case when bool_or(status <> 'unfinished') then count(*) filter (where status = 'aborted') end as aborted,
+                   case when bool_or(status = 'finished') then count(*) filter (where status = 'finished') end as finished,
+                   count(*) filter (where status = 'aborted') as aborted,
                    count(arrival_ts) as arrived
             from requests where true {rw} or (finish_ts is null {rw.replace('finish_ts', 'arrival_ts')})
             group by engine, instance""",
@@ -267,10 +267,11 @@ def _one_line(text: Any, limit: int = 160) -> str:
 
 
 def _requests_line(t: dict[str, Any]) -> str:
-    if t.get("arrived") is None and t.get("finished") is None:
-        return "no per-request lines."
+    aborted = f", aborted or failed: {t['aborted']:,}" if t.get("aborted") else ""
+    if not t.get("arrived") and t.get("finished") is None:
+        return f"no per-request lines{aborted}." if aborted else "no per-request lines."
     if t.get("finished") is None:
-        return f"requests arrived: {t['arrived']:,} (this log records no request ends)."
+        return f"requests arrived: {t['arrived']:,} (this log records no request ends){aborted}."
     return f"requests finished: {t['finished']:,}, aborted: {t['aborted']:,}."
 
 

@@ -2,7 +2,8 @@
 -- Grain: one row per (engine, instance, window) of the `windows` grid (empty windows
 --   included). Counts are null, not 0, for an instance whose log has no lines of that kind
 --   at all (we cannot tell "no requests" from "requests not logged"): e.g. vLLM V1 logs
---   arrivals but never a finish, so its finished / requests_per_s are null.
+--   arrivals but never a finish, and TensorRT-LLM only the requests that failed, so their
+--   finished / requests_per_s are null.
 -- Engines: vLLM (arrivals/finishes from request lines when request logging is on; logged
 --   prompt/generation tokens/s averaged from the stats lines), TGI (finished requests from
 --   `Success` lines; tokens when the parser could tell them), TensorRT-LLM (logged rates
@@ -31,7 +32,8 @@ request_instances as (
         engine,
         instance,
         bool_or(arrival_ts is not null) as logs_arrivals,
-        bool_or(status <> 'unfinished') as logs_finishes,
+        bool_or(status = 'finished') as logs_finishes,
+        bool_or(status = 'aborted') as logs_aborts,
     from reqs
     group by engine, instance
 ),
@@ -102,7 +104,7 @@ final as (
         w.instance,
         case when ri.logs_arrivals then coalesce(a.arrived, 0) end as arrived,
         case when ri.logs_finishes then coalesce(f.finished, 0) end as finished,
-        case when ri.logs_finishes then coalesce(f.aborted, 0) end as aborted,
+        case when ri.logs_finishes or ri.logs_aborts then coalesce(f.aborted, 0) end as aborted,
         case when ri.logs_finishes then coalesce(f.finished, 0) / w.window_s end as requests_per_s,
         f.prompt_tokens / w.window_s as prompt_tokens_per_s,
         f.output_tokens / w.window_s as output_tokens_per_s,

@@ -119,5 +119,5 @@ def test_report_says_when_the_log_records_no_request_ends():
         ev("request_arrived", 2, request_id="b"),
     ]))
     r = build_report(con)
-    assert r["instances"][0]["requests"] == {"finished": None, "aborted": None, "arrived": 2}
+    assert r["instances"][0]["requests"] == {"finished": None, "aborted": 0, "arrived": 2}
     assert "requests arrived: 2 (this log records no request ends)" in render(r, "md")

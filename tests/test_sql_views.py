@@ -332,3 +332,16 @@ def test_unknown_engine_lines_give_windows_and_errors_only():
     assert rows(con, "select * from metric_availability") == []
     assert len(rows(con, "select * from windows")) == 4
     assert {r["idle"] for r in rows(con, "select idle from window_metrics")} == {None}
+
+
+def test_throughput_failed_requests_only_do_not_make_zero_finishes():
+    # TensorRT-LLM: "Encountered error for requestId N" lines, no other request lines
+    con = connect_events(events_frame([
+        ev("request_aborted", 1, engine="trtllm", request_id="7605", level="ERROR"),
+        ev("engine_stats", 70, engine="trtllm", running=1),
+    ]))
+    got = rows(con, "select arrived, finished, aborted, requests_per_s from throughput order by window_start")
+    assert got == [
+        {"arrived": None, "finished": None, "aborted": 1, "requests_per_s": None},
+        {"arrived": None, "finished": None, "aborted": 0, "requests_per_s": None},
+    ]
