@@ -1,12 +1,14 @@
 -- queue_depth: requests waiting in the engine's queue, over time.
 -- Grain: one row per (engine, instance) per sample: each logged stats line where the engine
 --   logs its queue, otherwise (TGI) one reconstructed sample every `queue_sample_s` seconds.
--- Engines: vLLM (`Pending:` / `Waiting:` of the stats line, logged), TensorRT-LLM (executor
---   stats: numQueuedRequests, logged; Triton stats carry no queue, so it is DERIVED as
---   Active Request Count - Scheduled Requests: requests the batch manager holds but did not
---   schedule), TGI (reconstructed from the exact per-request queue intervals of the
---   `Success` lines: an estimate that misses requests not finished in the log). An instance
---   with any logged or derived value is never reconstructed.
+-- Engines: vLLM (`Pending:` / `Waiting:` of the stats line, logged), TensorRT-LLM (queued
+--   requests + active requests not yet scheduled: executor stats log both (numQueuedRequests,
+--   numActiveRequests - numScheduledRequests); Triton stats only the second (Active Request
+--   Count - Scheduled Requests), so there it is DERIVED and a lower bound once the active set
+--   is full (Max Request Count): requests beyond it queue unseen), TGI (reconstructed from the
+--   exact per-request queue intervals of the `Success` lines: an estimate that misses
+--   requests not finished in the log). An instance with any logged or derived value is
+--   never reconstructed.
 -- Columns: ts (UTC), engine, instance, waiting (requests), source ('logged' | 'derived' |
 --   'reconstructed'), estimated (true unless logged).
 create or replace view queue_depth as
@@ -16,11 +18,19 @@ logged as (
     select ts, engine, instance, waiting, 'logged' as source,
     from engine_stats
     where waiting is not null
+      and not (engine = 'trtllm' and running is not null and batch_size is not null)
     union all
-    select ts, engine, instance, greatest(running - batch_size, 0) as waiting, 'derived' as source,
+    -- TensorRT-LLM: requests wait in two places: in the executor's queue (numQueuedRequests,
+    -- executor stats only) and inside its active set until the capacity scheduler fits them
+    -- (active - scheduled)
+    select
+        ts,
+        engine,
+        instance,
+        coalesce(waiting, 0) + greatest(running - batch_size, 0) as waiting,
+        case when waiting is not null then 'logged' else 'derived' end as source,
     from engine_stats
-    where waiting is null
-      and engine = 'trtllm'
+    where engine = 'trtllm'
       and running is not null
       and batch_size is not null
 ),

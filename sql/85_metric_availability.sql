@@ -64,7 +64,7 @@ catalogue(engine, metric, view, estimated, provides, missing) as (
     ('trtllm', 'queue_s', 'requests', false, 'logged',
         'TensorRT-LLM logs no per-request lines by default'),
     ('trtllm', 'waiting', 'queue_depth', false,
-        'logged by the executor iteration stats (numQueuedRequests); with Triton stats derived as Active Request Count - Scheduled Requests (estimated)',
+        'logged by the executor iteration stats (queued + active not scheduled); with Triton stats derived as Active Request Count - Scheduled Requests (estimated; a lower bound once Max Request Count is reached)',
         'no iteration stats in this log (Triton needs --log-verbose=1, trtllm-serve print_iter_log)'),
     ('trtllm', 'running', 'batch_fill', false, 'logged by the iteration stats (scheduled requests)',
         'no iteration stats in this log'),
