@@ -345,3 +345,14 @@ def test_throughput_failed_requests_only_do_not_make_zero_finishes():
         {"arrived": None, "finished": None, "aborted": 1, "requests_per_s": None},
         {"arrived": None, "finished": None, "aborted": 0, "requests_per_s": None},
     ]
+
+
+def test_trtllm_executor_queue_is_queued_plus_active_not_scheduled():
+    # executor stats: numQueuedRequests 5 (waiting), numActiveRequests 12 (running),
+    # numScheduledRequests 10 (batch_size)
+    con = connect_events(events_frame([
+        ev("engine_stats", 1, engine="trtllm", running=12, batch_size=10, waiting=5),
+    ]))
+    assert one(con, "select waiting, source, estimated from queue_depth") == {
+        "waiting": 7, "source": "logged", "estimated": False,
+    }
