@@ -15,7 +15,9 @@
 --                     requests in the window -> scale out. TGI (exact), vLLM (estimated).
 --   latency_slo_ttft  p99 TTFT > [slo_p99_ttft_s]: engines that log TTFT.
 --   throughput_swing  coefficient of variation of the window throughput over the last
---                     [swing_lookback_windows] busy windows > [swing_cv] -> investigate.
+--                     [swing_lookback_windows] busy windows > [swing_cv] while the arrivals
+--                     (when logged) varied at most half as much and no backlog above
+--                     [queue_waiting] was draining -> investigate.
 --   errors            >= 1 crash/OOM (critical) or >= [errors_count] errors (warning) in a
 --                     window -> investigate the first error.
 --   idle              nothing arrives, runs or waits for >= [idle_sustain_s] -> scale in.
@@ -52,9 +54,13 @@ swings as (
     -- rolling statistics over the busy windows only: an idle stretch is the `idle` signal's
     -- business, and a ramp from zero is not a swing
     select
-        engine, instance, window_start, window_index, throughput,
+        engine, instance, window_start, window_index, throughput, arrived, waiting_avg,
         count(*) over lookback as n_busy,
         stddev_pop(throughput) over lookback / nullif(avg(throughput) over lookback, 0) as cv,
+        -- the offered load over the same windows: a swing that follows the arrivals is traffic
+        stddev_pop(arrived) over lookback / nullif(avg(arrived) over lookback, 0) as arrival_cv,
+        -- ... and one that drains a backlog is the queue catching up
+        max(waiting_avg) over lookback as max_waiting,
         min(window_index) over lookback as first_index,
     from metrics
     where not idle and throughput > 0
@@ -118,6 +124,8 @@ candidates as (
     join metrics as m using (engine, instance, window_start)
     cross join params as p
     where s.cv > p.swing_cv
+      and (s.arrival_cv is null or s.arrival_cv <= p.swing_cv / 2)
+      and (s.max_waiting is null or s.max_waiting <= p.queue_waiting)
       and s.n_busy >= p.swing_lookback_windows
       -- the lookback must be consecutive windows, not busy windows far apart
       and s.window_index - s.first_index = p.swing_lookback_windows - 1
@@ -210,7 +218,7 @@ final as (
                 'p99 time to first token was {:.2f} s, above the {:g} s SLO. Scale out, or lower the prefill token budget to interleave prefills.',
                 value, threshold)
             when 'throughput_swing' then format(
-                'Throughput swung widely (stddev {:.0f}% of its mean over {} windows). If the load was steady, investigate memory fragmentation, KV swapping / CPU offload, or host-side stalls.',
+                'Throughput swung widely (stddev {:.0f}% of its mean over {} windows) while the offered load did not (or was not logged). Investigate memory fragmentation, KV swapping / CPU offload, or host-side stalls.',
                 100 * value, n_windows + (select swing_lookback_windows from params) - 1)
             when 'errors' then format(
                 '{:g} errors in one window{}. Read the first error (see the errors view) before scaling: restarts and OOMs need a fix, not more replicas.',

@@ -163,3 +163,17 @@ def test_every_sql_file_is_one_documented_view():
         assert text.startswith("-- "), path.name
         assert "Grain:" in text and "Columns:" in text, path.name
         assert len(re.findall(r"create or replace view", text)) == 1, path.name
+
+
+def test_throughput_swing_that_follows_the_arrivals_is_traffic_not_a_signal():
+    evs = []
+    for k in range(8):
+        busy = k % 2 == 0
+        evs += stats_every_10s(60 * k, 60 * k + 60, running=20, waiting=0, kv_usage=0.3,
+                               gen_tps=1000.0 if busy else 100.0)
+        evs += [ev("request_arrived", 60 * k + i, request_id=f"r{k}-{i}") for i in range(50 if busy else 5)]
+    assert [s["signal"] for s in signals(connect_events(events_frame(evs)))] == []
+    # the same throughput under steady arrivals does fire
+    evs = [e for e in evs if e["event"] != "request_arrived"]
+    evs += [ev("request_arrived", 60 * k + i, request_id=f"s{k}-{i}") for k in range(8) for i in range(20)]
+    assert [s["signal"] for s in signals(connect_events(events_frame(evs)))] == ["throughput_swing"]

@@ -220,6 +220,8 @@ def test_spike_fires_queue_backlog_during_the_surge(engine):
     assert at_fraction(0.55) <= e <= at_fraction(0.55) + 300  # lasts past it, then drains
     # nothing calls for action before the surge
     assert [x for x in got if x[1] in ACTION_SIGNALS and x[3] < at_fraction(0.30) - 60] == []
+    # the throughput follows the traffic and the backlog: not a swing to investigate
+    assert [x for x in got if x[1] == "throughput_swing"] == []
 
 
 def test_kv_pressure_fires_in_the_long_prompt_phase_vllm():
