@@ -189,7 +189,7 @@ def _instance(info, *, signals, error_kinds, peaks, preempt, totals, slowest, av
         timeline.append({
             "ts": s["window_start"],
             "what": f"{s['severity']}: {s['signal']}",
-            "detail": f"{_fmt_value(s['value'], s['unit'])} (threshold {_fmt_value(s['threshold'], s['unit'])}) "
+            "detail": f"{_fmt_value(s['value'], s['unit'])} (threshold {_fmt_threshold(s['threshold'], s['unit'])}) "
                       f"until {_fmt_ts(s['window_end'])}",
         })
     for e in error_kinds:
@@ -259,6 +259,13 @@ def _fmt_value(v: Any, unit: str | None) -> str:
     if unit and unit.startswith("s "):
         return f"{v:.2f} s" if unit != "s idle" else f"{v / 60:g} min idle"
     return f"{_fmt_num(v)} {unit or ''}".strip()
+
+
+def _fmt_threshold(v: Any, unit: str | None) -> str:
+    """The threshold beside its value: the same unit, said once."""
+    if unit and (unit.startswith(("fraction", "batch fill", "coefficient", "s "))):
+        return _fmt_value(v, unit).replace(" batch fill", "").replace(" min idle", " min")
+    return _fmt_num(v)
 
 
 def _one_line(text: Any, limit: int = 160) -> str:
