@@ -1,7 +1,8 @@
 -- request_state: queue depth and running requests RECONSTRUCTED from per-request timings
 -- (an estimate, not a logged value).
 -- Grain: one row per (engine, instance) per sample instant, every `queue_sample_s` seconds
---   (default 1 s) from the instance's first to its last event.
+--   (default 1 s) while requests are in the server: over each busy period (merged request
+--   intervals), from its start floored to the step to its end rounded up to the step.
 -- Engines: TGI (the `Success` line gives total, queue and inference time, so each request's
 --   wait [inference start - queue_s, inference start) and run [inference start, finish) are
 --   known to the microsecond). Only requests that finished inside the log are seen: requests
@@ -43,42 +44,61 @@ levels as (
     from steps
 ),
 
-interval_instances as (
-    select distinct engine, instance from intervals
-),
-
-bounds as (
-    select
-        e.engine,
-        e.instance,
-        min(e.ts) as first_ts,
-        max(e.ts) as last_ts,
-    from events as e
-    semi join interval_instances as i using (engine, instance)
-    where e.ts is not null
-    group by e.engine, e.instance
-),
-
 sample_step as (
     select coalesce(try_cast(getvariable('queue_sample_s') as double), 1.0) as step_s
 ),
 
-grid as (
+-- busy periods: overlapping [queue start, finish] intervals merged, so the sample grid
+-- covers the time requests were in the server, not years of silence between them
+ordered as (
     select
-        b.engine,
-        b.instance,
+        engine,
+        instance,
+        queue_start_ts,
+        finish_ts,
+        max(finish_ts) over (
+            partition by engine, instance order by queue_start_ts, finish_ts
+            rows between unbounded preceding and 1 preceding
+        ) as prev_end,
+    from intervals
+),
+
+periods as (
+    select
+        engine,
+        instance,
+        min(queue_start_ts) as first_ts,
+        max(finish_ts) as last_ts,
+    from (
+        select
+            *,
+            sum(case when prev_end is null or queue_start_ts > prev_end then 1 else 0 end) over (
+                partition by engine, instance order by queue_start_ts, finish_ts
+                rows unbounded preceding
+            ) as period,
+        from ordered
+    )
+    group by engine, instance, period
+),
+
+-- samples from each busy period's start (floored to the step) to its end (rounded up), where
+-- every request of the period has finished: the series visibly returns to 0
+grid_per_period as (
+    select
+        p.engine,
+        p.instance,
         unnest(generate_series(
-            to_timestamp(floor(epoch(least(b.first_ts, i.first_queue_ts)) / s.step_s) * s.step_s),
-            greatest(b.last_ts, i.last_finish_ts),
+            to_timestamp(floor(epoch(p.first_ts) / s.step_s) * s.step_s),
+            to_timestamp(ceil(epoch(p.last_ts) / s.step_s) * s.step_s),
             to_microseconds(cast(round(s.step_s * 1e6) as bigint))
         )) as ts,
-    from bounds as b
-    join (
-        select engine, instance, min(queue_start_ts) as first_queue_ts, max(finish_ts) as last_finish_ts,
-        from intervals
-        group by engine, instance
-    ) as i using (engine, instance)
+    from periods as p
     cross join sample_step as s
+),
+
+-- the samples are aligned to the step, so periods close together share some: keep one
+grid as (
+    select distinct engine, instance, ts from grid_per_period
 ),
 
 final as (

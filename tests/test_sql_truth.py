@@ -141,7 +141,8 @@ def test_tgi_reconstructed_queue_matches_truth():
                )) as differ
         from q
     """)
-    assert exact["n"] >= DURATION_S and exact["differ"] == 0
+    # one sample a second over the busy periods: under this load, nearly the whole run
+    assert exact["n"] >= 0.95 * DURATION_S and exact["differ"] == 0
     # against the engine's own state (taken at iteration starts, so arrivals inside an
     # iteration show up one iteration later there): close, and the peak agrees
     near = one(con, """

@@ -356,3 +356,22 @@ def test_trtllm_executor_queue_is_queued_plus_active_not_scheduled():
     assert one(con, "select waiting, source, estimated from queue_depth") == {
         "waiting": 7, "source": "logged", "estimated": False,
     }
+
+
+def test_logs_stitched_from_far_apart_times_stay_a_small_grid():
+    # real excerpts pasted from bug reports a year apart, in one file: the grids cover the
+    # activity (plus at most a day of empty windows), not the year between
+    year = 365 * 86400
+    con = connect_events(events_frame([
+        tgi_req(6.0, e2e=4.6, queue=2.0, inference=2.5),
+        ev("engine_stats", 30, engine="tgi", instance="t1"),
+        tgi_req(year + 6.0, e2e=2.0, queue=1.0, inference=1.0),
+    ]))
+    samples = rows(con, "select ts, waiting from queue_depth order by ts")
+    assert len(samples) == 6 + 3  # [1, 6] and [year + 4, year + 6], one a second
+    assert samples[-3:] == [
+        {"ts": at(year + 4), "waiting": 1}, {"ts": at(year + 5), "waiting": 0}, {"ts": at(year + 6), "waiting": 0},
+    ]
+    windows = rows(con, "select window_start from windows order by window_start")
+    assert len(windows) == 1 + 1440 + 1  # the first window, a day of silence, the last
+    assert windows[-1]["window_start"] == at(year)
