@@ -19,8 +19,11 @@ $(VENV)/.test-deps: $(BIN)/servelens
 	touch $@
 
 demo: $(BIN)/servelens
-	$(BIN)/servelens ingest sample_logs/ --store $(STORE)
-	$(BIN)/servelens sql "select engine, instance, event, count(*) as events from events group by all order by all" --store $(STORE)
+	$(BIN)/servelens ingest sample_logs/incident/ --store $(STORE)
+	@echo; echo "Scaling signals of the sample incident:"
+	$(BIN)/servelens sql "select instance, signal, severity, strftime(window_start, '%H:%M') as since_utc, round(value, 2) as value, threshold from scaling_signals order by window_start, instance" --store $(STORE)
+	$(BIN)/servelens report --store $(STORE) --output incident-report.md
+	@echo "Post-mortem written to incident-report.md. Explore: $(BIN)/servelens dashboard --store $(STORE)"
 
 test: $(VENV)/.test-deps
 	@if [ -x tests/e2e/install_browser.sh ]; then tests/e2e/install_browser.sh; fi
