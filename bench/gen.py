@@ -6,7 +6,8 @@ its run is written out again and again, each repeat shifted in time after the pr
 (as if the server had been restarted, start-up banner included) with fresh request ids. Each
 instance's repeats go into one file, so a 1 GB input is a few files of a few hundred MB: long
 logs of long-running servers. Two worker processes share the instances (the machine has two
-cores). A stamp file beside the directory records the parameters so an unchanged input is not generated again.
+cores). A stamp file beside the directory records the parameters, so an unchanged input is
+not generated again.
 
 If the simulator's internals this relies on change, it falls back to calling the public
 `simulate()` with a different seed per repeat (slower, same format).

@@ -71,6 +71,9 @@ def render(res: dict) -> str:
         "",
         *(["**In-process timing** (`--in-process`): ingest and baseline are library calls in one process, "
             "without interpreter start-up; no peak RSS.", ""] if a.get("in_process") else []),
+        *([f"Parts {', '.join(res['merged']['parts'])} come from an earlier full run ({res['merged']['started']}, "
+           f"commit {res['merged']['commit']}, load {res['merged']['load_start']} -> {res['merged']['load_end']}, "
+           f"{res['merged']['total_s'] / 60:.1f} min); the rest from this run.", ""] if res.get("merged") else []),
         "Inputs: simulator logs (`steady` scenario, each engine's default format variant), read from the page "
         "cache (all runs warm). Peak memory is the child process's maximum RSS (wait4).",
         "",

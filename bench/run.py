@@ -53,6 +53,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="time ingest and baseline as library calls in this process (no interpreter start-up, "
                         "no peak RSS): what tiny inputs can show")
     p.add_argument("--json", type=Path, default=None, help="where the raw figures go (default bench/out/results*.json)")
+    p.add_argument("--merge", type=Path, default=None,
+                   help="results JSON of an earlier run: the parts not run now are taken from it (and say so)")
     a = p.parse_args(argv)
     q = a.quick
     a.size_gb = a.size_gb if a.size_gb is not None else (0.005 if q else 1.0)
@@ -298,6 +300,19 @@ def main(argv: list[str] | None = None) -> dict:
         part_tail(a, res)
     res["load_end"] = load_average()
     res["total_s"] = time.perf_counter() - t0
+    if a.merge:
+        old = json.loads(a.merge.read_text())
+        taken = []
+        for part, keys in (("ingest", ("ingest", "memory")), ("query", ("query",)), ("tail", ("tail",))):
+            if part not in a.only and any(old.get(k) for k in keys):
+                for k in keys:
+                    if old.get(k):
+                        res[k] = old[k]
+                taken.append(part)
+        if taken:
+            res["merged"] = {"parts": taken, "started": old.get("started"), "load_start": old.get("load_start"),
+                             "load_end": old.get("load_end"), "total_s": old.get("total_s"),
+                             "commit": old.get("machine", {}).get("commit")}
     text = report.render(res)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(text)
