@@ -105,6 +105,7 @@ def sql(
     format: Annotated[str, typer.Option("--format", "-f", help="table, csv or json.")] = "table",
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the result to this file instead of stdout.")] = None,
     window: Annotated[Optional[str], typer.Option(help="Window of the windowed views, e.g. 30s, 1m, 5m (default 1m).")] = None,
+    thresholds: Annotated[Optional[Path], typer.Option(help="TOML file overriding signal thresholds (see sql/thresholds.toml).")] = None,
 ) -> None:
     """Run SQL over the store: `events` and the metric views (requests, latency_percentiles,
     queue_depth, batch_fill, kv_cache, throughput, errors, scaling_signals, ...).
@@ -113,7 +114,7 @@ def sql(
     Examples:
       servelens sql "select event, count(*) as n from events group by all order by n desc"
       servelens sql "select * from latency_percentiles order by window_start" --format csv -o p.csv
-      servelens sql "select * from scaling_signals" --window 5m
+      servelens sql "select * from scaling_signals" --window 5m --thresholds my-slo.toml
     """
     from .output import render
     from .query import QueryError, run
@@ -121,14 +122,13 @@ def sql(
 
     if format not in ("table", "csv", "json"):
         raise fail(f"unknown --format {format!r}; use table, csv or json")
-    variables = {}
-    if window is not None:
-        from .durations import parse_duration
+    from .durations import parse_duration
+    from .metrics import resolve_variables
 
-        try:
-            variables["window_s"] = parse_duration(window)
-        except ValueError as e:
-            raise fail(str(e)) from None
+    try:
+        variables = resolve_variables({"window_s": parse_duration(window)} if window else {}, thresholds)
+    except ValueError as e:
+        raise fail(str(e)) from None
     try:
         df = run(store_path(store), query, variables=variables)
     except (QueryError, StoreError) as e:

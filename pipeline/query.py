@@ -17,6 +17,7 @@ import polars as pl
 
 from servelens.parsers.schema import EVENT_SCHEMA
 
+from .metrics import load_views
 from .store import StoreError, committed_parts, read_manifest
 
 # Reading races a writer: a part listed in the manifest can move (staging -> events/) or be
@@ -31,12 +32,6 @@ REFUSED_HINT = "servelens sql is read-only: use SELECT (or WITH ... SELECT, DESC
 
 class QueryError(Exception):
     """A query DuckDB or servelens refused; the message is one line."""
-
-
-def sql_dir() -> Path:
-    import servelens.sql as sql_pkg
-
-    return Path(list(sql_pkg.__path__)[0])
 
 
 def connect(store: Path | str, variables: dict[str, Any] | None = None) -> duckdb.DuckDBPyConnection:
@@ -58,7 +53,7 @@ def connect(store: Path | str, variables: dict[str, Any] | None = None) -> duckd
             else:
                 con.register("_events_empty", EVENT_SCHEMA.empty_table())
                 con.execute("create or replace view events as select * from _events_empty")
-            _load_views(con, variables)  # binding a view over `events` opens the parts too
+            load_views(con, variables=variables)  # binding a view over `events` opens the parts too
             return con
         except (duckdb.IOException, RuntimeError) as e:
             con.close()
@@ -82,20 +77,6 @@ def _settled_parts(store: Path) -> list[Path]:
             break
         time.sleep(0.01)
     return committed_parts(store)
-
-
-def _load_views(con: duckdb.DuckDBPyConnection, variables: dict[str, Any] | None) -> None:
-    try:
-        from .metrics import load_views
-    except ImportError:  # the metrics layer is optional for the store itself
-        load_views = None
-    if load_views is not None:
-        load_views(con, sql_dir(), variables)
-        return
-    for name, value in (variables or {}).items():
-        con.execute(f"set variable {name} = ?", [value])
-    for path in sorted(sql_dir().glob("*.sql")):
-        con.execute(path.read_text())
 
 
 def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:

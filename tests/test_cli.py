@@ -220,3 +220,16 @@ def test_a_parser_bug_is_reported_in_one_line_and_the_rest_is_kept(tmp_path, sto
     assert_clean_failure(r, "the fake parser failed (ValueError: cannot handle this)", "1 file(s) could not be read to the end")
     # the healthy file is in; nothing of the failing chunk is
     assert events(store).height == 3 + 2
+
+
+def test_sql_window_and_thresholds_options(store, tmp_path):
+    r = invoke("sql", "select getvariable('window_s') as w, getvariable('slo_p99_e2e_s') as slo", "--store", store, "-f", "csv")
+    assert r.stdout == "w,slo\n60,30.0\n"
+    mine = tmp_path / "slo.toml"
+    mine.write_text("[slo]\np99_e2e_s = 2.5\n")
+    r = invoke("sql", "select getvariable('window_s') as w, getvariable('slo_p99_e2e_s') as slo", "--store", store,
+               "-f", "csv", "--window", "5m", "--thresholds", mine)
+    assert r.stdout == "w,slo\n300.0,2.5\n"
+    mine.write_text("[slo]\np99_e2e = 2.5\n")
+    assert_clean_failure(invoke("sql", "select 1", "--store", store, "--thresholds", mine), "unknown threshold(s)", "slo_p99_e2e")
+    assert_clean_failure(invoke("sql", "select 1", "--store", store, "--window", "soon"), "cannot read duration 'soon'")
