@@ -18,6 +18,12 @@ TABLE_RE = r"^(?:\+[-=+]+\+|\|.*\|)\s*$"
 TB_START_RE = r"^Traceback \(most recent call last\):"
 PY_EXC_RE = r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)(?::|$)"
 HTTP_RE = r'^INFO:\s+\S+:\d+ - "(?P<method>[A-Z]+) (?P<path>\S+) HTTP/[\d.]+" (?P<status>\d{3})'
+# trtllm-serve runs uvicorn: its start-up and shut-down lines are understood, carry no metric
+UVICORN_LIFECYCLE_RE = (
+    r"^(?P<level>INFO|WARNING|ERROR):\s+(?:Started server process|Waiting for application"
+    r"|Application startup complete|Uvicorn running on|Shutting down|Application shutdown complete"
+    r"|Finished server process)"
+)
 
 # --- message patterns (capacity and the design-note lines) ------------------------------
 # Anchored at the message start; group 1 (and on) are the values. Units: MiB/GiB binary.
@@ -155,6 +161,7 @@ def other_events(df: pl.DataFrame) -> pl.DataFrame:
         msg.str.extract_groups(BATCH_RE).alias("_batch"),
         msg.str.extract_groups(GPU_MEM_FULL_RE).alias("_mem"),
         msg.str.extract_groups(HTTP_RE).alias("_http"),
+        msg.str.extract(UVICORN_LIFECYCLE_RE, 1).alias("_uvicorn_level"),
         # the executor failing one request (e.g. after the CUDA OOM that killed the step)
         pl.coalesce(
             msg.str.extract(r"\brequestId (\d+)", 1),
@@ -194,7 +201,9 @@ def other_events(df: pl.DataFrame) -> pl.DataFrame:
         .then(pl.lit("engine_stats"))
         .when(http("status").is_not_null())
         .then(pl.lit("http_access"))
-        .when(pl.col("_table") | pl.col("_blank") | pl.col("_prefixed"))
+        .when(
+            pl.col("_table") | pl.col("_blank") | pl.col("_prefixed") | pl.col("_uvicorn_level").is_not_null()
+        )
         .then(pl.lit("log"))
         .otherwise(pl.lit("unparsed"))
     )
@@ -203,7 +212,13 @@ def other_events(df: pl.DataFrame) -> pl.DataFrame:
         event.alias("event"),
         pl.when(pl.col("_level").is_null() & pl.col("_trt_err"))
         .then(pl.lit("ERROR"))
-        .otherwise(pl.col("_level"))
+        .otherwise(
+            pl.coalesce(
+                pl.col("_level"),
+                pl.col("_uvicorn_level"),
+                pl.when(http("status").is_not_null()).then(pl.lit("INFO")),  # HTTP_RE reads `INFO:`
+            )
+        )
         .alias("level"),
         pl.col("_line_ts").alias("ts"),
         b_n.alias("batch_size"),

@@ -367,7 +367,7 @@ def test_python_logger_forms():
         "ERROR",
         "INFO",
         "INFO",
-        None,
+        "INFO",  # uvicorn's `INFO:` prefix
         "INFO",
     ]
     assert [x["event"] for x in r] == [
@@ -568,3 +568,18 @@ def test_banner_per_rank_and_mpi_tags():
         t(2024, 11, 16, 0, 5, 44),
         0,
     )
+
+
+def test_trtllm_serve_uvicorn_lifecycle_lines_are_understood():
+    text = (
+        "INFO:     Started server process [1]\n"
+        "INFO:     Waiting for application startup.\n"
+        "INFO:     Application startup complete.\n"
+        "INFO:     Uvicorn running on http://0.0.0.0:8000 (Press CTRL+C to quit)\n"
+        'INFO:     127.0.0.1:40000 - "POST /v1/completions HTTP/1.1" 200 OK\n'
+        "INFO:     Shutting down\n"
+        "INFO:     Finished server process [1]\n"
+    )
+    ev = parse_text("trtllm", text)
+    assert ev["event"].to_list() == ["log", "log", "log", "log", "http_access", "log", "log"]
+    assert ev["level"].to_list() == ["INFO"] * 7

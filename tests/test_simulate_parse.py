@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib
-import re
 
 import polars as pl
 import pytest
@@ -37,38 +36,21 @@ FORMATS = [
 ]
 
 
-# Real lines the simulator writes that a parser does not understand yet. Reported to the
-# parser's owner; the test fails on anything else and turns XPASS once the parser learns them.
-KNOWN_GAPS = {
-    "trtllm": re.compile(
-        r"(INFO:     (Started server process|Waiting for application startup|Application startup complete"
-        r"|Uvicorn running on|Shutting down|Waiting for application shutdown|Application shutdown complete"
-        r"|Finished server process))"
-    ),
-}
-
-
 @pytest.mark.parametrize("engine,variant,docker", FORMATS)
 def test_every_simulated_line_parses(tmp_path, engine, variant, docker):
     parser_or_skip(engine)
     # the incident covers start-up, traffic, preemption and the crash
     summary = simulate(engine, "incident", "150s", 9, tmp_path, variant=variant, instances=2,
                        docker_timestamps=docker, max_log_len=60)
-    gaps = []
     for name in summary["files"]:
         ev = parse_file(engine, tmp_path / name)
         unparsed = ev.filter(pl.col("event") == "unparsed")["message"].to_list()
-        known = KNOWN_GAPS.get(engine)
-        gaps += [u for u in unparsed if known and known.search(u)]
-        unparsed = [u for u in unparsed if not (known and known.search(u))]
         assert unparsed == [], f"{name}: {unparsed[:5]}"
         assert ev["ts"].null_count() < ev.height
         kinds = set(ev["event"])
         assert "capacity" in kinds
         if name.endswith("-a.log"):
             assert "error" in kinds  # the crash
-    if gaps:
-        pytest.xfail(f"{engine} parser does not know {len(gaps)} real line(s) yet, e.g. {sorted(set(gaps))[:3]}")
 
 
 def test_tgi_parsed_latencies_equal_the_truth_exactly(tmp_path):
