@@ -148,8 +148,10 @@ def render(res: dict) -> str:
         else:
             lines += [
                 "`servelens tail` (default flush interval) follows a TGI log while a writer appends real lines: "
-                f"first {t['steady_lines']:,} lines at a fixed {t['rate_target']:,.0f} lines/s in 50 ms batches "
-                "(freshness = append to committed in the store's manifest, polled every 20 ms), then a burst of "
+                f"{t['steady_lines']:,} lines at a fixed {t['rate_target']:,.0f} lines/s in 50 ms batches "
+                + (f"(after a first phase of {t['low_lines']:,} lines at {t['low_rate']:,.0f} lines/s, a fifth of the target) "
+                   if t.get("low_rate") else "")
+                + "(freshness = append to committed in the store's manifest, polled every 20 ms), then a burst of "
                 f"{t['burst_lines']:,} lines at once (sustained rate = lines / time until all committed).",
                 "",
                 "| offered rate | committed rate (steady) | freshness p50 | p99 | max | burst rate | peak RSS | events = lines |",
@@ -157,8 +159,12 @@ def render(res: dict) -> str:
                 f"| {t['rate_target']:,.0f} lines/s | {t['steady_rate']:,.0f} lines/s | {_f(t['fresh_p50'])} s | "
                 f"**{_f(t['fresh_p99'])} s** | {_f(t['fresh_max'])} s | **{t['burst_rate']:,.0f} lines/s** | "
                 f"{t['peak_rss_bytes'] / MiB:,.0f} MiB | {t['events']:,} |",
-                "",
             ]
+            if t.get("low_rate"):
+                lines.append(
+                    f"| {t['low_rate']:,.0f} lines/s (first phase) | {t['low_committed_rate']:,.0f} lines/s | "
+                    f"{_f(t['low_p50'])} s | {_f(t['low_p99'])} s | - | - | - | - |")
+            lines.append("")
             if t.get("notes"):
                 lines += ["Notes: " + "; ".join(t["notes"]), ""]
     tg = targets(res)

@@ -268,11 +268,12 @@ def part_tail(a, res: dict) -> None:
         return
     from tailbench import run_tail_bench
 
-    need_lines = a.tail_rate * a.tail_seconds + a.tail_burst
+    low = a.tail_rate / 5
+    need_lines = (a.tail_rate + low) * a.tail_seconds + a.tail_burst
     size_gb = max(a.size_gb, need_lines * 700 / GB)  # TGI lines average ~650 bytes
     src = generate(a, "tgi", size_gb, f"tgi-{size_gb:g}gb")
     r = run_tail_bench(servelens_bin(), src.files, a.data_dir / "tail", rate=a.tail_rate,
-                       seconds=a.tail_seconds, burst_lines=a.tail_burst)
+                       seconds=a.tail_seconds, burst_lines=a.tail_burst, low_rate=low)
     res["tail"] = r.__dict__
     log(f"tail: steady {r.steady_rate:,.0f} lines/s (target {a.tail_rate:,.0f}), freshness p50 "
         f"{r.fresh_p50:.2f} s p99 {r.fresh_p99:.2f} s, burst {r.burst_rate:,.0f} lines/s {r.notes}")

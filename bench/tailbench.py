@@ -1,6 +1,7 @@
 """The tailer under load: `servelens tail` follows a file while a writer appends to it.
 
-Two phases over one `servelens tail` process:
+Phases over one `servelens tail` process:
+0. (optional) the same at a low rate the tailer keeps up with: freshness when not behind.
 1. steady: the writer appends real log lines at a fixed rate (the target rate by default)
    in small batches, every TICK_S; each batch's append time and cumulative line count are
    recorded. A poller reads the store's manifest (the commit point: a reader that starts
@@ -38,6 +39,11 @@ class TailResult:
     fresh_max: float = float("nan")
     burst_lines: int = 0
     burst_rate: float = 0.0
+    low_rate: float = 0.0  # the first phase's offered rate (0: not run)
+    low_lines: int = 0
+    low_committed_rate: float = 0.0
+    low_p50: float = float("nan")
+    low_p99: float = float("nan")
     events: int = 0
     peak_rss_bytes: int = 0
     notes: list[str] = field(default_factory=list)
@@ -89,7 +95,8 @@ def _source_lines(paths: list[Path], need: int) -> list[bytes]:
 
 
 def run_tail_bench(servelens: str, source_files: list[Path], work: Path, *, rate: float = 50_000,
-                   seconds: float = 20.0, burst_lines: int = 1_000_000, flush_interval: float | None = None) -> TailResult:
+                   seconds: float = 20.0, burst_lines: int = 1_000_000, flush_interval: float | None = None,
+                   low_rate: float = 0.0) -> TailResult:
     work.mkdir(parents=True, exist_ok=True)
     logdir, store = work / "logs", work / "store"
     for d in (logdir, store):
@@ -101,8 +108,9 @@ def run_tail_bench(servelens: str, source_files: list[Path], work: Path, *, rate
     res = TailResult(rate_target=rate)
     per_tick = max(1, int(rate * TICK_S))
     n_ticks = int(seconds / TICK_S)
-    pool = _source_lines(source_files, per_tick * n_ticks + burst_lines)
-    if len(pool) < per_tick * n_ticks + burst_lines:
+    need = int((rate + low_rate) * seconds) + burst_lines + per_tick
+    pool = _source_lines(source_files, need)
+    if len(pool) < need:
         res.notes.append(f"only {len(pool)} source lines available")
     target = logdir / "tgi-live.log"
     # the file exists (with its first lines) before the tailer starts, so detection is immediate
@@ -119,44 +127,50 @@ def run_tail_bench(servelens: str, source_files: list[Path], work: Path, *, rate
         if poller.wait_for(written, 60.0) is None:
             res.notes.append("tailer never committed the first lines")
             return res
-        # phase 1: fixed rate
-        marks: list[tuple[float, int]] = []
-        t_start = time.perf_counter()
-        with open(target, "ab", buffering=0) as f:
-            for k in range(n_ticks):
-                due = t_start + k * TICK_S
-                pause = due - time.perf_counter()
-                if pause > 0:
-                    time.sleep(pause)
-                chunk = pool[written:written + per_tick]
-                if not chunk:
-                    break
-                f.write(b"".join(chunk))
-                written += len(chunk)
-                marks.append((time.perf_counter(), written))
-        t_write_end = time.perf_counter()
-        done = poller.wait_for(written, 120.0)
-        if done is None:
-            res.notes.append("steady phase not fully committed within 120 s")
-            done = time.perf_counter()
-        steady_lines = written - len(head)
-        res.steady_lines = steady_lines
-        res.steady_rate = steady_lines / max(done - t_start, t_write_end - t_start)
-        samples = list(poller.samples)
-        ts = np.array([t for t, _ in samples])
-        ns = np.array([n for _, n in samples])
-        fresh = []
-        for t_app, n_app in marks:
-            idx = np.flatnonzero((ts >= t_app) & (ns >= n_app))
-            fresh.append((ts[idx[0]] - t_app) if len(idx) else np.nan)
-        fr = np.array(fresh, dtype=float)
-        if np.isnan(fr).any():
-            res.notes.append(f"{int(np.isnan(fr).sum())} batches not seen committed")
-        fr = fr[~np.isnan(fr)]
-        if len(fr):
-            res.fresh_p50 = float(np.percentile(fr, 50))
-            res.fresh_p99 = float(np.percentile(fr, 99))
-            res.fresh_max = float(fr.max())
+        def steady(rate_: float) -> tuple[int, float, float, float, float]:
+            """Append at `rate_` for `seconds`; (lines, committed rate, p50, p99, max)."""
+            nonlocal written
+            per = max(1, int(rate_ * TICK_S))
+            marks: list[tuple[float, int]] = []
+            first = written
+            t_start = time.perf_counter()
+            with open(target, "ab", buffering=0) as f:
+                for k in range(n_ticks):
+                    due = t_start + k * TICK_S
+                    pause = due - time.perf_counter()
+                    if pause > 0:
+                        time.sleep(pause)
+                    chunk = pool[written:written + per]
+                    if not chunk:
+                        break
+                    f.write(b"".join(chunk))
+                    written += len(chunk)
+                    marks.append((time.perf_counter(), written))
+            t_write_end = time.perf_counter()
+            done = poller.wait_for(written, 120.0)
+            if done is None:
+                res.notes.append(f"the {rate_:,.0f} lines/s phase was not fully committed within 120 s")
+                done = time.perf_counter()
+            samples = list(poller.samples)
+            ts = np.array([t for t, _ in samples])
+            ns = np.array([n for _, n in samples])
+            fresh = []
+            for t_app, n_app in marks:
+                idx = np.flatnonzero((ts >= t_app) & (ns >= n_app))
+                fresh.append((ts[idx[0]] - t_app) if len(idx) else np.nan)
+            fr = np.array(fresh, dtype=float)
+            fr = fr[~np.isnan(fr)]
+            q = (float(np.percentile(fr, 50)), float(np.percentile(fr, 99)), float(fr.max())) if len(fr) else (
+                float("nan"),) * 3
+            lines = written - first
+            return (lines, lines / max(done - t_start, t_write_end - t_start), *q)
+
+        # phase 0: a rate the tailer keeps up with (freshness when it is not behind)
+        if low_rate:
+            (res.low_lines, res.low_committed_rate, res.low_p50, res.low_p99, _) = steady(low_rate)
+            res.low_rate = low_rate
+        # phase 1: the target rate
+        (res.steady_lines, res.steady_rate, res.fresh_p50, res.fresh_p99, res.fresh_max) = steady(rate)
         # phase 2: burst
         chunk = pool[written:written + burst_lines]
         if chunk:

@@ -19,7 +19,7 @@ def test_quick_benchmark_runs_and_ingest_beats_the_python_loop(tmp_path):
     out, raw = tmp_path / "RESULTS.md", tmp_path / "results.json"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "run.py"), "--quick", "--only", "ingest", "--no-memory",
-         "--in-process", "--size-gb", "0.004", "--runs", "1", "--data-dir", str(tmp_path / "data"),
+         "--in-process", "--size-gb", "0.01", "--runs", "1", "--data-dir", str(tmp_path / "data"),
          "--out", str(out), "--json", str(raw)],
         capture_output=True, text=True, timeout=300,
     )
