@@ -19,7 +19,7 @@
 create or replace view requests as
 with
 
-request_events as (
+request_events as not materialized (
     select
         engine,
         instance,
@@ -39,9 +39,36 @@ request_events as (
         tpot_s,
         inference_s,
         try_cast(try(json_extract_string(attrs, '$.validation_s')) as double) as validation_s,
-        try_cast(try(json_extract_string(attrs, '$.arrival_ts')) as timestamptz) as attrs_arrival_ts,
     from events
     where event in ('request', 'request_arrived', 'request_finished', 'request_aborted')
+),
+
+-- a line without a request id (TGI's `Success`) is the whole story of its request: it
+-- needs no merging, and skipping the group-by keeps millions of requests fast
+single as (
+    select
+        engine,
+        instance,
+        request_key,
+        request_id,
+        model,
+        case when event = 'request_arrived' then ts end as arrived_ts,
+        case when event = 'request' then ts end as completed_ts,
+        case when event = 'request_finished' then ts end as finished_ts,
+        case when event = 'request_aborted' then ts end as aborted_ts,
+        prompt_tokens,
+        output_tokens,
+        max_tokens,
+        e2e_s as logged_e2e_s,
+        queue_s,
+        ttft_s,
+        tpot_s,
+        inference_s,
+        validation_s,
+        source,
+        line,
+    from request_events
+    where request_id is null
 ),
 
 merged as (
@@ -55,7 +82,6 @@ merged as (
         max(ts) filter (where event = 'request') as completed_ts,
         max(ts) filter (where event = 'request_finished') as finished_ts,
         max(ts) filter (where event = 'request_aborted') as aborted_ts,
-        min(attrs_arrival_ts) as attrs_arrival_ts,
         max(prompt_tokens) as prompt_tokens,
         max(output_tokens) as output_tokens,
         max(max_tokens) as max_tokens,
@@ -68,7 +94,14 @@ merged as (
         min(source) as source,
         min(line) as line,
     from request_events
+    where request_id is not null
     group by engine, instance, request_key
+),
+
+all_requests as (
+    select * from single
+    union all
+    select * from merged
 ),
 
 timed as (
@@ -76,8 +109,7 @@ timed as (
         *,
         coalesce(
             arrived_ts,
-            completed_ts - to_microseconds(cast(round(logged_e2e_s * 1e6) as bigint)),
-            attrs_arrival_ts
+            completed_ts - to_microseconds(cast(round(logged_e2e_s * 1e6) as bigint))
         ) as arrival_ts,
         coalesce(completed_ts, finished_ts, aborted_ts) as finish_ts,
         case
@@ -86,7 +118,7 @@ timed as (
             else 'unfinished'
         end as status,
         completed_ts - to_microseconds(cast(round(inference_s * 1e6) as bigint)) as inference_start_ts,
-    from merged
+    from all_requests
 ),
 
 final as (

@@ -12,68 +12,49 @@
 create or replace view request_state as
 with
 
+params as (
+    select cast(round(coalesce(try_cast(getvariable('queue_sample_s') as double), 1.0) * 1e6) as bigint) as step_us
+),
+
+-- each request's three instants as sample indices: the first sample at or after the
+-- instant (integer microseconds, so an instant on a sample counts at that sample)
 intervals as materialized (
-    select engine, instance, queue_start_ts, inference_start_ts, finish_ts,
-    from requests
-    where queue_start_ts is not null
-      and inference_start_ts is not null
-      and finish_ts is not null
-),
-
-deltas as (
-    select engine, instance, queue_start_ts as ts, 1 as d_waiting, 0 as d_running, from intervals
-    union all
-    select engine, instance, inference_start_ts as ts, -1 as d_waiting, 1 as d_running, from intervals
-    union all
-    select engine, instance, finish_ts as ts, 0 as d_waiting, -1 as d_running, from intervals
-),
-
-steps as (
-    select engine, instance, ts, sum(d_waiting) as d_waiting, sum(d_running) as d_running,
-    from deltas
-    group by engine, instance, ts
-),
-
-levels as (
     select
-        engine,
-        instance,
-        ts,
-        sum(d_waiting) over (partition by engine, instance order by ts rows unbounded preceding) as waiting,
-        sum(d_running) over (partition by engine, instance order by ts rows unbounded preceding) as running,
-    from steps
+        r.engine,
+        r.instance,
+        (epoch_us(r.queue_start_ts) + p.step_us - 1) // p.step_us as k_queue,
+        (epoch_us(r.inference_start_ts) + p.step_us - 1) // p.step_us as k_inference,
+        (epoch_us(r.finish_ts) + p.step_us - 1) // p.step_us as k_finish,
+        epoch_us(r.queue_start_ts) // p.step_us as k_queue_floor,
+    from requests as r
+    cross join params as p
+    where r.queue_start_ts is not null
+      and r.inference_start_ts is not null
+      and r.finish_ts is not null
 ),
 
-sample_step as (
-    select coalesce(try_cast(getvariable('queue_sample_s') as double), 1.0) as step_s
-),
-
--- busy periods: overlapping [queue start, finish] intervals merged, so the sample grid
--- covers the time requests were in the server, not years of silence between them
+-- busy periods: overlapping request intervals merged, so the sample grid covers the time
+-- requests were in the server, not years of silence between them
 ordered as (
     select
         engine,
         instance,
-        queue_start_ts,
-        finish_ts,
-        max(finish_ts) over (
-            partition by engine, instance order by queue_start_ts, finish_ts
+        k_queue_floor,
+        k_finish,
+        max(k_finish) over (
+            partition by engine, instance order by k_queue_floor, k_finish
             rows between unbounded preceding and 1 preceding
         ) as prev_end,
     from intervals
 ),
 
 periods as (
-    select
-        engine,
-        instance,
-        min(queue_start_ts) as first_ts,
-        max(finish_ts) as last_ts,
+    select engine, instance, min(k_queue_floor) as first_k, max(k_finish) as last_k,
     from (
         select
             *,
-            sum(case when prev_end is null or queue_start_ts > prev_end then 1 else 0 end) over (
-                partition by engine, instance order by queue_start_ts, finish_ts
+            sum(case when prev_end is null or k_queue_floor > prev_end then 1 else 0 end) over (
+                partition by engine, instance order by k_queue_floor, k_finish
                 rows unbounded preceding
             ) as period,
         from ordered
@@ -81,38 +62,37 @@ periods as (
     group by engine, instance, period
 ),
 
--- samples from each busy period's start (floored to the step) to its end (rounded up), where
--- every request of the period has finished: the series visibly returns to 0
-grid_per_period as (
-    select
-        p.engine,
-        p.instance,
-        unnest(generate_series(
-            to_timestamp(floor(epoch(p.first_ts) / s.step_s) * s.step_s),
-            to_timestamp(ceil(epoch(p.last_ts) / s.step_s) * s.step_s),
-            to_microseconds(cast(round(s.step_s * 1e6) as bigint))
-        )) as ts,
-    from periods as p
-    cross join sample_step as s
+-- every sample of every busy period (from its start floored to the step to its end rounded
+-- up, where all its requests have finished: the series visibly returns to 0)
+grid as (
+    select engine, instance, unnest(range(first_k, last_k + 1)) as k,
+    from periods
 ),
 
--- the samples are aligned to the step, so periods close together share some: keep one
-grid as (
-    select distinct engine, instance, ts from grid_per_period
+-- how many requests enter the queue, start inference and finish at each sample
+changes as (
+    select engine, instance, k, sum(d_waiting) as d_waiting, sum(d_running) as d_running,
+    from (
+        select engine, instance, k_queue as k, 1 as d_waiting, 0 as d_running, from intervals
+        union all
+        select engine, instance, k_inference as k, -1 as d_waiting, 1 as d_running, from intervals
+        union all
+        select engine, instance, k_finish as k, 0 as d_waiting, -1 as d_running, from intervals
+    )
+    group by engine, instance, k
 ),
 
 final as (
     select
-        g.ts,
+        make_timestamptz(g.k * p.step_us) as ts,
         g.engine,
         g.instance,
-        cast(coalesce(l.waiting, 0) as bigint) as waiting,
-        cast(coalesce(l.running, 0) as bigint) as running,
+        cast(sum(coalesce(c.d_waiting, 0)) over w as bigint) as waiting,
+        cast(sum(coalesce(c.d_running, 0)) over w as bigint) as running,
     from grid as g
-    asof left join levels as l
-        on g.engine = l.engine
-        and g.instance = l.instance
-        and g.ts >= l.ts
+    left join changes as c using (engine, instance, k)
+    cross join params as p
+    window w as (partition by g.engine, g.instance order by g.k rows unbounded preceding)
 )
 
 select * from final

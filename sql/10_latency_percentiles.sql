@@ -30,10 +30,11 @@ finished as (
       and r.finish_ts is not null
 ),
 
-final as (
+-- one quantile pass per metric (a list of four levels), not one per level
+quantiles as (
     select
-        to_timestamp(window_start_s) as window_start,
-        to_timestamp(window_start_s + window_s) as window_end,
+        window_start_s,
+        window_s,
         engine,
         instance,
         model,
@@ -42,26 +43,47 @@ final as (
         count(ttft_s) as n_ttft,
         count(tpot_s) as n_tpot,
         count(queue_s) as n_queue,
-        quantile_cont(ttft_s, 0.50) as p50_ttft_s,
-        quantile_cont(ttft_s, 0.90) as p90_ttft_s,
-        quantile_cont(ttft_s, 0.95) as p95_ttft_s,
-        quantile_cont(ttft_s, 0.99) as p99_ttft_s,
-        quantile_cont(tpot_s, 0.50) as p50_tpot_s,
-        quantile_cont(tpot_s, 0.90) as p90_tpot_s,
-        quantile_cont(tpot_s, 0.95) as p95_tpot_s,
-        quantile_cont(tpot_s, 0.99) as p99_tpot_s,
-        quantile_cont(e2e_s, 0.50) as p50_e2e_s,
-        quantile_cont(e2e_s, 0.90) as p90_e2e_s,
-        quantile_cont(e2e_s, 0.95) as p95_e2e_s,
-        quantile_cont(e2e_s, 0.99) as p99_e2e_s,
+        quantile_cont(ttft_s, [0.50, 0.90, 0.95, 0.99]) as q_ttft,
+        quantile_cont(tpot_s, [0.50, 0.90, 0.95, 0.99]) as q_tpot,
+        quantile_cont(e2e_s, [0.50, 0.90, 0.95, 0.99]) as q_e2e,
         max(e2e_s) as max_e2e_s,
-        quantile_cont(queue_s, 0.50) as p50_queue_s,
-        quantile_cont(queue_s, 0.90) as p90_queue_s,
-        quantile_cont(queue_s, 0.95) as p95_queue_s,
-        quantile_cont(queue_s, 0.99) as p99_queue_s,
+        quantile_cont(queue_s, [0.50, 0.90, 0.95, 0.99]) as q_queue,
         coalesce(bool_or(e2e_estimated), false) as e2e_estimated,
     from finished
     group by window_start_s, window_s, engine, instance, model
+),
+
+final as (
+    select
+        to_timestamp(window_start_s) as window_start,
+        to_timestamp(window_start_s + window_s) as window_end,
+        engine,
+        instance,
+        model,
+        n,
+        n_e2e,
+        n_ttft,
+        n_tpot,
+        n_queue,
+        q_ttft[1] as p50_ttft_s,
+        q_ttft[2] as p90_ttft_s,
+        q_ttft[3] as p95_ttft_s,
+        q_ttft[4] as p99_ttft_s,
+        q_tpot[1] as p50_tpot_s,
+        q_tpot[2] as p90_tpot_s,
+        q_tpot[3] as p95_tpot_s,
+        q_tpot[4] as p99_tpot_s,
+        q_e2e[1] as p50_e2e_s,
+        q_e2e[2] as p90_e2e_s,
+        q_e2e[3] as p95_e2e_s,
+        q_e2e[4] as p99_e2e_s,
+        max_e2e_s,
+        q_queue[1] as p50_queue_s,
+        q_queue[2] as p90_queue_s,
+        q_queue[3] as p95_queue_s,
+        q_queue[4] as p99_queue_s,
+        e2e_estimated,
+    from quantiles
 )
 
 select * from final
