@@ -71,7 +71,7 @@ def render(res: dict) -> str:
         "",
         *(["**In-process timing** (`--in-process`): ingest and baseline are library calls in one process, "
             "without interpreter start-up; no peak RSS.", ""] if a.get("in_process") else []),
-        *([f"Parts {', '.join(res['merged']['parts'])} come from an earlier full run ({res['merged']['started']}, "
+        *([f"Taken from an earlier run of bench/run.py (part: {', '.join(res['merged']['parts'])}; {res['merged']['started']}, "
            f"commit {res['merged']['commit']}, load {res['merged']['load_start']} -> {res['merged']['load_end']}, "
            f"{res['merged']['total_s'] / 60:.1f} min); the rest from this run.", ""] if res.get("merged") else []),
         "Inputs: simulator logs (`steady` scenario, each engine's default format variant), read from the page "
@@ -126,10 +126,10 @@ def render(res: dict) -> str:
             "process, `connect(store)` + the whole view fetched as Arrow, timed per run; CLI: "
             "`servelens sql \"select * from VIEW\" -o /dev/null`, Python start-up included.",
             "",
-            "DuckDB plans an ASOF join whose left side it guesses small as a nested loop; the TGI queue "
-            "reconstruction (request_state) joins a generate_series grid that way, which is quadratic. The "
-            "`asof loop off` column sets `asof_loop_join_threshold = 0` on the connection (not what servelens "
-            "ships unless the shipped column equals it).",
+            "DuckDB plans an ASOF join whose left side it guesses small as a nested loop (quadratic); the TGI "
+            "queue reconstruction (request_state) joined a generate_series grid that way in earlier versions of "
+            "the views. The `asof loop off` column sets `asof_loop_join_threshold = 0` on the connection, to show "
+            "whether that still matters; `shipped` is what servelens does.",
             "",
             "| view | rows | shipped: first run | shipped: median | asof loop off: median | CLI end to end (shipped) |",
             "|---|---|---|---|---|---|",
