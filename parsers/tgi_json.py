@@ -5,7 +5,8 @@ and turned into the same columns the text path produces."""
 
 from __future__ import annotations
 
-import orjson
+import json
+
 import polars as pl
 
 from .tgi_fields import DURATION_FIELDS, duration_struct
@@ -39,8 +40,8 @@ def _normalise_json(text: str) -> str | None:
     """Reduce one JSON line to the keys `_JSON_DTYPE` reads, every leaf as a string;
     None when it is not a JSON object (the record then stays unparsed)."""
     try:
-        obj = orjson.loads(text)
-    except orjson.JSONDecodeError:
+        obj = json.loads(text)
+    except ValueError:
         return None
     if not isinstance(obj, dict):
         return None
@@ -52,7 +53,7 @@ def _normalise_json(text: str) -> str | None:
             return "true" if v else "false"
         if isinstance(v, (int, float)):
             return str(v)
-        return orjson.dumps(v).decode()
+        return json.dumps(v)
 
     def obj_of(v: object, keys: tuple[str, ...]) -> dict | None:
         return {k: leaf(v.get(k)) for k in keys} if isinstance(v, dict) else None
@@ -62,7 +63,7 @@ def _normalise_json(text: str) -> str | None:
     out["span"] = obj_of(obj.get("span"), _SPAN_KEYS)
     spans = obj.get("spans")
     out["spans"] = [obj_of(s, ("name", "batch_size")) for s in spans if isinstance(s, dict)] if isinstance(spans, list) else None
-    return orjson.dumps(out).decode()
+    return json.dumps(out)
 
 
 def json_records(recs: pl.DataFrame) -> pl.DataFrame:
