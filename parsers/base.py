@@ -18,6 +18,9 @@ An engine parser is a module (see `parsers/__init__.py` for the registry) exposi
         #              year (vLLM `06-10 14:23:45`, glog `I0514 ...`); finalize picks the year
         # Every input line must be covered by exactly one event span [line, line + n_lines)
         # (several events may share one span, e.g. one line aborting several requests).
+        # parse must not depend on earlier chunks: chunks are parsed in parallel.
+    CARRY_FORWARD: tuple[str, ...]              # optional: columns whose last value carries
+        # on to later events of the file (finalize fills them in file order)
 
 Parsing is vectorised: polars expressions over the whole chunk, never a Python loop per line.
 """
@@ -135,14 +138,30 @@ def attrs_json(**fields: pl.Expr) -> pl.Expr:
 # finalize: timestamps, constants, schema
 
 
-def finalize(events: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
-    """Resolve timestamps (year inference, rollover, inheritance) and conform to the schema."""
+def finalize(events: pl.DataFrame, ctx: ParseContext, carry: tuple[str, ...] = ()) -> pl.DataFrame:
+    """Resolve timestamps (year inference, rollover, inheritance), carry the `carry`
+    columns forward (a parser's CARRY_FORWARD: e.g. the model named at start-up applies to
+    the rest of the file, across chunks) and conform to the schema.
+
+    Chunks are finalized in file order, so this is where state crosses chunk boundaries;
+    `parse` itself must not depend on earlier chunks (chunks are parsed in parallel)."""
     if events.height == 0:
         return pl.DataFrame(schema=POLARS_SCHEMA)
     if "_seq" not in events.columns:
         events = events.with_row_index("_seq")
     events = events.sort(["line", "_seq"])
     events = _resolve_timestamps(events, ctx)
+    for col in carry:
+        if col not in events.columns:
+            continue
+        filled = pl.col(col).forward_fill()
+        prior = ctx.state.get(f"carry_{col}")
+        if prior is not None:
+            filled = filled.fill_null(pl.lit(prior, events.schema[col]))
+        events = events.with_columns(filled.alias(col))
+        last = events[col].drop_nulls()
+        if len(last):
+            ctx.state[f"carry_{col}"] = last[-1]
 
     consts = {
         "engine": ctx.engine,
@@ -272,7 +291,7 @@ def lines_frame(texts: list[str], first_line: int = 1) -> pl.DataFrame:
 
 def parse_lines(parser: Any, lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     """Run one parser over one chunk of lines and finalize onto the schema."""
-    return finalize(parser.parse(lines, ctx), ctx)
+    return finalize(parser.parse(lines, ctx), ctx, carry=getattr(parser, "CARRY_FORWARD", ()))
 
 
 def parse_text(

@@ -27,6 +27,7 @@ from .base import (
 )
 
 NAME = "vllm"
+CARRY_FORWARD = ("model",)
 
 _LEVEL = r"DEBUG|INFO|WARNING|ERROR|CRITICAL"
 
@@ -421,15 +422,9 @@ def _events(rec: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
         .alias("message"),
     )
 
-    # the model named at start-up applies to the rest of the file (carried across chunks)
-    prior = ctx.state.get("vllm_model")
-    model = pl.col("_model").forward_fill()
-    if prior is not None:
-        model = model.fill_null(pl.lit(prior, pl.String))
-    out = out.with_columns(model.alias("model"))
-    last = out["model"].drop_nulls()
-    if len(last):
-        ctx.state["vllm_model"] = last[-1]
+    # the model named at start-up applies to the rest of the file: base.finalize carries it
+    # forward (CARRY_FORWARD), across chunks too
+    out = out.with_columns(pl.col("_model").alias("model"))
 
     keep = [c for c in _OUT_COLS if c in out.columns]
     return out.select(keep).with_row_index("_seq")

@@ -8,6 +8,8 @@ memory stays bounded by the block size whatever the file's size.
 
 from __future__ import annotations
 
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator
 
@@ -88,7 +90,47 @@ def parse_stream(
     tailer holds back the partial last line (its writer has not finished it) and, until the
     file goes quiet, the last record (a traceback may still be growing): the last chunk's
     `offset` is where reading must resume.
+
+    Chunks are parsed on PARSE_THREADS threads (polars releases the GIL, so two chunks parse
+    on two cores), while reading, timestamp resolution (`finalize`, which carries state from
+    one chunk to the next) and the consumer's writing stay in order on the calling thread.
     """
+    pending: deque = deque()
+    chunks = _split_chunks(
+        stream, parser, offset=offset, next_line=next_line, block_bytes=block_bytes,
+        hold_partial_line=hold_partial_line, hold_last_record=hold_last_record,
+    )
+    carry = getattr(parser, "CARRY_FORWARD", ())
+    for chunk, end_offset, end_line, n, bad in chunks:
+        pending.append((_EXECUTOR.submit(parser.parse, chunk, ctx), end_offset, end_line, n, bad))
+        if len(pending) >= PARSE_THREADS:
+            yield _finish(pending.popleft(), ctx, carry)
+    while pending:
+        yield _finish(pending.popleft(), ctx, carry)
+
+
+PARSE_THREADS = 2
+_EXECUTOR = ThreadPoolExecutor(max_workers=PARSE_THREADS, thread_name_prefix="servelens-parse")
+
+
+def _finish(item: tuple, ctx: ParseContext, carry: tuple[str, ...]) -> ParsedChunk:
+    future, end_offset, end_line, n, bad = item
+    events = finalize(future.result(), ctx, carry=carry)
+    return ParsedChunk(events, end_offset, end_line, n, bad)
+
+
+def _split_chunks(
+    stream: BinaryIO,
+    parser,
+    *,
+    offset: int,
+    next_line: int,
+    block_bytes: int,
+    hold_partial_line: bool,
+    hold_last_record: bool,
+) -> Iterator[tuple[pl.DataFrame, int, int, int, bool]]:
+    """Cut the stream into chunks of complete records: (lines, offset after, next line
+    number, lines in the chunk, invalid UTF-8 seen)."""
     held = b""
     while True:
         block = stream.read(block_bytes)
@@ -125,11 +167,10 @@ def parse_stream(
             chunk = lines.head(keep)
         else:
             cut_at, chunk = len(complete), lines
-        events = finalize(parser.parse(chunk, ctx), ctx)
         offset += cut_at
         next_line += keep
         held = complete[cut_at:] + rest
-        yield ParsedChunk(events, offset, next_line, keep, bad)
+        yield chunk, offset, next_line, keep, bad
         if eof and not held:
             return
         if eof:

@@ -10,7 +10,7 @@ from servelens.parsers import tgi
 from servelens.parsers.base import (
     ParseContext,
     check_events,
-    finalize,
+    parse_lines,
     lines_frame,
     uncovered_lines,
 )
@@ -77,7 +77,7 @@ timings = st.tuples(durations, durations, durations, durations, st.integers(1, 1
 
 def parse(texts: list[str]) -> pl.DataFrame:
     ctx = ParseContext(engine="tgi", source="p.log", instance="p", year=2026)
-    ev = finalize(tgi.parse(lines_frame(texts), ctx), ctx)
+    ev = parse_lines(tgi, lines_frame(texts), ctx)
     check_events(ev)
     return ev
 

@@ -14,7 +14,7 @@ from servelens.parsers import detect_engine, vllm
 from servelens.parsers.base import (
     ParseContext,
     check_events,
-    finalize,
+    parse_lines,
     lines_frame,
     parse_text,
     uncovered_lines,
@@ -179,9 +179,9 @@ def test_non_default_args_with_limits() -> None:
 def test_model_is_carried_to_later_events_and_chunks() -> None:
     text = (FIXTURES / "capacity.log").read_text().splitlines()
     ctx = ParseContext(engine="vllm", source="a.log", instance="a", year=2026)
-    first = finalize(vllm.parse(lines_frame(text[:8]), ctx), ctx)
+    first = parse_lines(vllm, lines_frame(text[:8]), ctx)
     assert first.filter(pl.col("line") == 8)["model"][0] == "/models/mistral-7b"
-    second = finalize(vllm.parse(lines_frame(text[8:10], first_line=9), ctx), ctx)
+    second = parse_lines(vllm, lines_frame(text[8:10], first_line=9), ctx)
     assert second["model"].to_list() == ["/models/mistral-7b"] * 2
 
 
@@ -304,9 +304,9 @@ def test_chunks_split_at_record_starts_give_the_same_events() -> None:
     whole = parse_text("vllm", "\n".join(text) + "\n")
     ctx = ParseContext(engine="vllm", source="test.log", instance="test", year=2026)
     parts = [
-        finalize(vllm.parse(lines_frame(text[:13]), ctx), ctx),
-        finalize(vllm.parse(lines_frame(text[13:32], first_line=14), ctx), ctx),
-        finalize(vllm.parse(lines_frame(text[32:], first_line=33), ctx), ctx),
+        parse_lines(vllm, lines_frame(text[:13]), ctx),
+        parse_lines(vllm, lines_frame(text[13:32], first_line=14), ctx),
+        parse_lines(vllm, lines_frame(text[32:], first_line=33), ctx),
     ]
     chunked = pl.concat(parts)
     cols = ["line", "n_lines", "event", "level", "message", "attrs"]
@@ -496,7 +496,7 @@ def test_parsing_is_vectorised() -> None:
         return r.ru_utime + r.ru_stime
 
     start = cpu()
-    ev = finalize(vllm.parse(lines_frame(texts), ctx), ctx)
+    ev = parse_lines(vllm, lines_frame(texts), ctx)
     assert cpu() - start < 20
     assert ev.filter(pl.col("event") == "engine_stats").height == sum(
         "Avg prompt throughput" in t for t in texts
@@ -538,7 +538,7 @@ def test_newest_stats_and_kv_forms_parse_by_name() -> None:
 
 def test_empty_chunk_and_blank_lines() -> None:
     ctx = ParseContext(engine="vllm", source="a.log", instance="a", year=2026)
-    ev = finalize(vllm.parse(lines_frame([]), ctx), ctx)
+    ev = parse_lines(vllm, lines_frame([]), ctx)
     check_events(ev)
     assert ev.height == 0
     assert vllm.record_starts(pl.Series([], dtype=pl.String)).len() == 0

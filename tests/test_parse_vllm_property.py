@@ -13,7 +13,7 @@ from servelens.parsers import vllm
 from servelens.parsers.base import (
     ParseContext,
     check_events,
-    finalize,
+    parse_lines,
     lines_frame,
     uncovered_lines,
 )
@@ -79,7 +79,7 @@ items = st.lists(st.one_of(valid, noise.map(lambda t: ("noise", None, t))), min_
 
 def run(texts: list[str], first_line: int = 1) -> pl.DataFrame:
     ctx = ParseContext(engine="vllm", source="p.log", instance="p", year=2026)
-    ev = finalize(vllm.parse(lines_frame(texts, first_line), ctx), ctx)
+    ev = parse_lines(vllm, lines_frame(texts, first_line), ctx)
     check_events(ev)
     return ev
 
@@ -126,8 +126,8 @@ def test_split_at_a_record_start_changes_nothing(parts, cut):
         cut += 1
     whole = run(texts)
     ctx = ParseContext(engine="vllm", source="p.log", instance="p", year=2026)
-    parts_ev = [finalize(vllm.parse(lines_frame(texts[:cut]), ctx), ctx)]
+    parts_ev = [parse_lines(vllm, lines_frame(texts[:cut]), ctx)]
     if cut < len(texts):
-        parts_ev.append(finalize(vllm.parse(lines_frame(texts[cut:], cut + 1), ctx), ctx))
+        parts_ev.append(parse_lines(vllm, lines_frame(texts[cut:], cut + 1), ctx))
     cols = ["line", "n_lines", "event", "level", "request_id", "running", "message"]
     assert pl.concat(parts_ev).select(cols).equals(whole.select(cols))
