@@ -5,7 +5,6 @@ tailers on one store, and how fresh the data is (printed, bounded only loosely).
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import subprocess
