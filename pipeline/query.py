@@ -8,6 +8,8 @@ writing.
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,9 @@ READ_ONLY_TYPES = {"SELECT", "EXPLAIN", "PRAGMA"}
 REFUSED_HINT = "servelens sql is read-only: use SELECT (or WITH ... SELECT, DESCRIBE, SHOW, EXPLAIN)"
 
 
+TEMP_DIR = os.path.join(tempfile.gettempdir(), "servelens-duckdb")
+
+
 class QueryError(Exception):
     """A query DuckDB or servelens refused; the message is one line."""
 
@@ -43,7 +48,8 @@ def connect(store: Path | str, variables: dict[str, Any] | None = None) -> duckd
         )
     for attempt in range(READ_RETRIES):
         parts = _settled_parts(store)
-        con = duckdb.connect(":memory:")
+        # spill to the system's temp dir, not `.tmp/` in the user's working directory
+        con = duckdb.connect(":memory:", config={"temp_directory": TEMP_DIR})
         try:
             if parts:
                 files = ", ".join("'" + str(p).replace("'", "''") + "'" for p in parts)
