@@ -544,3 +544,33 @@ def test_empty_chunk_and_blank_lines() -> None:
     assert vllm.record_starts(pl.Series([], dtype=pl.String)).len() == 0
     ev = parse_text("vllm", "\n\n\n")
     assert uncovered_lines(ev, 1, 3) == [] and set(ev["event"]) == {"unparsed"}
+
+
+def test_mixed_directory_gives_per_instance_series_with_no_stats_line_lost(tmp_path):
+    """Several vLLM versions and instances in one directory: every stats line in every file
+    becomes one engine_stats event of that file's instance."""
+    import shutil
+
+    from servelens.pipeline.ingest import ingest
+    from servelens.pipeline.query import run
+
+    repo = Path(__file__).resolve().parent.parent
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    sources = sorted((repo / "sample_logs" / "vllm" / "real").glob("*.log"))
+    sources += sorted((repo / "sample_logs" / "incident" / "vllm").glob("*.log"))
+    expected = {}
+    for src in sources:
+        shutil.copy(src, logs / src.name)
+        text = src.read_text(errors="replace")
+        expected[src.stem] = sum("Avg prompt throughput:" in ln for ln in text.splitlines())
+    store = tmp_path / "store"
+    res = ingest([logs], store)
+    assert {f.engine for f in res.files} == {"vllm"}
+    got = dict(
+        run(store, "select instance, count(*) as n from events where event = 'engine_stats' group by all").iter_rows()
+    )
+    assert got == {k: v for k, v in expected.items() if v}
+    # each instance's series is ordered in time and carries the state columns
+    series = run(store, "select instance, ts, running, kv_usage from events where event = 'engine_stats' order by instance, ts")
+    assert series["running"].null_count() == 0 and series["kv_usage"].null_count() == 0
