@@ -30,7 +30,7 @@ from .discover import (
 )
 from .checkpoint import find_known, file_state, restore_ctx
 from .lines import DEFAULT_BLOCK_BYTES, parse_stream
-from .store import Store, new_txid
+from .store import Store
 
 FLUSH_ROWS = 500_000
 # Rows alone do not bound memory: a vLLM `Received request` event carries the whole prompt in
@@ -113,12 +113,7 @@ class _Batch:
         return self.rows >= FLUSH_ROWS or self.bytes >= FLUSH_BYTES
 
     def flush(self) -> None:
-        if not self.files and not self.frames:
-            return
-        events = pl.concat(self.frames) if self.frames else pl.DataFrame()
-        txid = new_txid()
-        moves = self.store.stage_events(events, txid) if events.height else []
-        self.store.commit(moves, files=self.files)
+        self.store.commit_events(self.frames, self.files)
         self.frames, self.rows, self.bytes, self.files = [], 0, 0, {}
 
 

@@ -243,6 +243,16 @@ class Store:
             except OSError:
                 pass
 
+    def commit_events(self, frames: list[pl.DataFrame], files: dict[str, dict]) -> int:
+        """Write these events and commit them together with the file states they bring
+        (what ingest and tail both do at every flush). Returns the events written."""
+        if not files and not frames:
+            return 0
+        events = pl.concat(frames) if frames else pl.DataFrame()
+        moves = self.stage_events(events, new_txid()) if events.height else []
+        self.commit(moves, files=files)
+        return events.height
+
     def _apply_moves(self, moves: list) -> None:
         dirs = set()
         for staged, final in moves:

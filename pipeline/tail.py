@@ -38,7 +38,7 @@ from servelens.parsers import ENGINES
 from . import fingerprint as fp
 from .checkpoint import save_ctx
 from .lines import parse_stream
-from .store import Store, new_txid
+from .store import Store
 from .tail_identity import GZ_ERRORS, MAX_READ, Followed, IdentityMixin
 from .tail_watch import Targets, Watcher
 
@@ -380,11 +380,7 @@ class Tailer(IdentityMixin):
         """Commit the events read so far together with the offsets they bring."""
         if not self.files and not self.frames:
             return
-        events = pl.concat(self.frames) if self.frames else pl.DataFrame()
-        txid = new_txid()
-        moves = self.store.stage_events(events, txid) if events.height else []
-        self.store.commit(moves, files=self.files)
-        self.stats.events += events.height
+        self.stats.events += self.store.commit_events(self.frames, self.files)
         self.stats.commits += 1
         self.stats.add(time.monotonic(), self._pending_lines)
         self.frames, self.files, self.rows, self._pending_lines = [], {}, 0, 0
