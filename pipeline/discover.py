@@ -47,7 +47,7 @@ def expand(paths: list[Path], skip_under: Path | None = None) -> list[Found]:
                     continue
                 if f.suffix.lower() in NOT_LOGS:
                     continue
-                if skip and _is_under(f, skip):
+                if skip and is_under(f, skip):
                     continue
                 out.append(Found(f, explicit=False))
         else:
@@ -55,7 +55,7 @@ def expand(paths: list[Path], skip_under: Path | None = None) -> list[Found]:
     return out
 
 
-def _is_under(f: Path, root: Path) -> bool:
+def is_under(f: Path, root: Path) -> bool:
     try:
         f.resolve().relative_to(root)
         return True

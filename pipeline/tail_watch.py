@@ -13,7 +13,7 @@ import os
 import threading
 from pathlib import Path
 
-from .discover import HIDDEN, NOT_LOGS
+from .discover import HIDDEN, NOT_LOGS, is_under
 
 
 class Targets:
@@ -40,7 +40,7 @@ class Targets:
             if p.is_dir():
                 for dirpath, dirnames, filenames in os.walk(p):
                     d = Path(dirpath)
-                    if (self.skip is not None and _is_under(d, self.skip)) or is_store(d):
+                    if (self.skip is not None and is_under(d, self.skip)) or is_store(d):
                         dirnames[:] = []  # never tail a store's own files
                         continue
                     dirnames[:] = sorted(n for n in dirnames if not HIDDEN.match(n))
@@ -64,14 +64,6 @@ class Targets:
 
 def is_store(d: Path) -> bool:
     return (d / "manifest.json").is_file() and (d / ".lock").exists()
-
-
-def _is_under(f: Path, root: Path) -> bool:
-    try:
-        f.resolve().relative_to(root)
-        return True
-    except ValueError:
-        return False
 
 
 class Watcher:
