@@ -1,0 +1,108 @@
+"""Where ingest time goes, phase by phase, on one thread: split into lines, record starts,
+parse, finalize, staging (Arrow + Parquet as the store writes it). CPU seconds per phase (all
+threads: polars has its own pool) and MB/s, so a parser change can be measured even on a busy machine.
+
+    python bench/phases.py ENGINE FILE... [--repeat N]
+
+Not part of `make bench`: a tool for working on the parsers (bench/RESULTS.md cites it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from servelens.parsers import get_parser
+from servelens.parsers.base import ParseContext, finalize
+from servelens.parsers.schema import EVENT_SCHEMA
+from servelens.pipeline import lines as L
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.cpu: dict[str, float] = {}
+
+    def run(self, phase: str, fn, *args, **kw):
+        # process time: polars runs expressions on its own thread pool
+        t0 = time.process_time()
+        out = fn(*args, **kw)
+        self.cpu[phase] = self.cpu.get(phase, 0.0) + time.process_time() - t0
+        return out
+
+
+def profile(engine: str, files: list[Path]) -> tuple[dict[str, float], int, int, int]:
+    """Phase CPU seconds over the files, with bytes, lines and events."""
+    parser = get_parser(engine)
+    clock = Clock()
+    nbytes = nlines = nevents = 0
+    for path in files:
+        ctx = ParseContext(engine=engine, source=str(path), instance=path.stem, year=2026)
+        with open(path, "rb") as f:
+            data_iter = _blocks(f)
+            for block, last in data_iter:
+                nbytes += len(block)
+                lines, _ = clock.run("split", L.decode_lines, block, nlines + 1)
+                nlines += lines.height
+                if not last:
+                    clock.run("record_starts", _tail_starts, parser, lines)
+                raw = clock.run("parse", parser.parse, lines, ctx)
+                ev = clock.run("finalize", finalize, raw, ctx, getattr(parser, "CARRY_FORWARD", ()))
+                nevents += ev.height
+                clock.run("staging", _stage, ev)
+    return clock.cpu, nbytes, nlines, nevents
+
+
+def _blocks(f):
+    """8 MiB blocks cut at a newline (record hold-back is timed, not applied)."""
+    rest = b""
+    while True:
+        block = f.read(L.DEFAULT_BLOCK_BYTES)
+        buf = rest + block
+        if not block:
+            if buf:
+                yield buf, True
+            return
+        cut = buf.rfind(b"\n") + 1
+        if cut == 0:
+            rest = buf
+            continue
+        rest = buf[cut:]
+        yield buf[:cut], False
+
+
+def _tail_starts(parser, lines):
+    return L.last_record_start(parser, lines["text"])
+
+
+def _stage(events) -> None:
+    table = events.sort("ts", "line", nulls_last=True).to_arrow().cast(EVENT_SCHEMA)
+    pq.write_table(table, io.BytesIO(), compression="zstd", row_group_size=256_000)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("engine")
+    p.add_argument("files", nargs="+", type=Path)
+    p.add_argument("--repeat", type=int, default=1, help="runs; the fastest total is shown")
+    a = p.parse_args(argv)
+    best = None
+    for _ in range(a.repeat):
+        cpu, nbytes, nlines, nevents = profile(a.engine, a.files)
+        if best is None or sum(cpu.values()) < sum(best[0].values()):
+            best = (cpu, nbytes, nlines, nevents)
+    cpu, nbytes, nlines, nevents = best
+    total = sum(cpu.values())
+    mb = nbytes / 1e6
+    print(f"{a.engine}: {mb:,.0f} MB, {nlines:,} lines, {nevents:,} events; CPU {total:.2f} s "
+          f"= {mb / total:,.0f} MB per CPU-second")
+    for phase, s in cpu.items():
+        print(f"  {phase:<14} {s:6.2f} s  {100 * s / total:4.0f}%  {mb / s if s else 0:8,.0f} MB/s")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
