@@ -125,20 +125,21 @@ TAIL_WINDOW_LINES = 256
 def last_record_start(parser, text: pl.Series) -> int:
     """Index of the last line (after the first) where a record begins; 0 when none does.
 
-    Only the end of the block matters, so the parser looks at the last lines, not all of
-    them (computing starts over a whole block cost 16% of vLLM ingest): a window of k lines
-    and one of 2k must agree on the answer, else both double. Agreement means the lines
-    before the window did not change it; a window covering the block is exact."""
+    Only the end of the block matters. A parser whose `RECORD_LOOKBACK` says how many lines
+    before a line decide whether it starts a record (vLLM: 1, TGI: 0) is asked about the
+    last lines only (computing starts over a whole block cost 16% of vLLM ingest); the
+    window doubles until it holds a start past its look-back lines. Without it (TensorRT-LLM:
+    a traceback's state reaches back to its `Traceback` line) the whole block is used."""
     n = len(text)
+    lookback = getattr(parser, "RECORD_LOOKBACK", None)
     k = TAIL_WINDOW_LINES
-    while True:
-        if 2 * k >= n:
-            return _last_start(parser, text)
-        near = _last_start(parser, text.slice(n - k, k))
-        far = _last_start(parser, text.slice(n - 2 * k, 2 * k))
-        if near and far and n - k + near == n - 2 * k + far:
-            return n - k + near
+    while lookback is not None and lookback + k < n:
+        size = lookback + k
+        j = _last_start(parser, text.slice(n - size, size))
+        if j >= max(lookback, 1):  # a line whose look-back lines are all in the window
+            return n - size + j
         k *= 2
+    return _last_start(parser, text)
 
 
 def _last_start(parser, text: pl.Series) -> int:
