@@ -21,6 +21,7 @@ from servelens.parsers import get_parser
 from servelens.parsers.base import ParseContext, finalize
 from servelens.parsers.schema import EVENT_SCHEMA
 from servelens.pipeline import lines as L
+from servelens.pipeline.store import PARQUET_OPTIONS
 
 
 class Clock:
@@ -81,7 +82,7 @@ def _tail_starts(parser, lines):
 
 def _stage(events) -> None:
     table = events.sort("ts", "line", nulls_last=True).to_arrow().cast(EVENT_SCHEMA)
-    pq.write_table(table, io.BytesIO(), compression="zstd", row_group_size=256_000)
+    pq.write_table(table, io.BytesIO(), **PARQUET_OPTIONS)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -42,6 +42,16 @@ DEFAULT_STORE = "servelens-store"
 # Parts removed by compaction are kept this long so that readers holding an older part list
 # can finish their query.
 GARBAGE_GRACE_S = 300.0
+# How parts are written. Dictionary pages and min/max statistics pay off on the short,
+# repetitive columns; on `message` and `attrs` (most of the bytes, nearly all distinct) they
+# cost write time for nothing: 10-20% of the Parquet write.
+_WIDE_TEXT = ("message", "attrs", "request_id")
+PARQUET_OPTIONS = dict(
+    compression="zstd",
+    row_group_size=256_000,
+    use_dictionary=[f.name for f in EVENT_SCHEMA if f.name not in _WIDE_TEXT and f.name not in ("ts", "line")],
+    write_statistics=[f.name for f in EVENT_SCHEMA if f.name not in ("message", "attrs")],
+)
 
 
 def default_store() -> Path:
@@ -207,7 +217,7 @@ class Store:
             import pyarrow.parquet as pq
 
             with open(staged, "wb") as f:
-                pq.write_table(table, f, compression="zstd", row_group_size=256_000)
+                pq.write_table(table, f, **PARQUET_OPTIONS)
                 f.flush()
                 os.fsync(f.fileno())
             final = f"events/engine={engine}/day={day}/{name}"
