@@ -27,10 +27,16 @@ def find_known(manifest: dict, path: Path, head: bytes) -> tuple[str | None, dic
 
 
 def file_state(
-    path: Path, head: bytes, offset: int, lines: int, *, source: str, engine: str, instance: str, ctx: ParseContext
+    path: Path, head: bytes, offset: int, lines: int, *, source: str, engine: str, instance: str, ctx: ParseContext,
+    tail: bytes = b"",
 ) -> dict:
-    """The manifest entry for `path` read up to `offset` (`lines` lines)."""
-    ident = fp.identity_at(path, head[: fp.HEAD_BYTES], offset)
+    """The manifest entry for `path` read up to `offset` (`lines` lines). `tail`: the
+    content just before `offset` as it was read, if at hand (else it is read again)."""
+    if offset and len(tail) >= min(offset, fp.TAIL_BYTES):
+        tail = tail[-min(offset, fp.TAIL_BYTES):]
+        ident = fp.Identity(fp.sha(head[: fp.HEAD_BYTES]), len(head[: fp.HEAD_BYTES]), fp.sha(tail), len(tail))
+    else:
+        ident = fp.identity_at(path, head[: fp.HEAD_BYTES], offset)
     try:
         dev, ino = fp.file_key(path)
     except OSError:

@@ -228,6 +228,7 @@ def _ingest_file(
                 state = file_state(
                     path, head, chunk.offset, chunk.next_line - 1,
                     source=source, engine=result.engine, instance=result.instance, ctx=ctx,
+                    tail=chunk.tail,
                 )
                 batch.add(chunk.events, key, state)
                 if batch.full:

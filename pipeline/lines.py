@@ -19,6 +19,8 @@ import pyarrow as pa
 
 from servelens.parsers.base import ParseContext, finalize
 
+from .fingerprint import TAIL_BYTES
+
 DEFAULT_BLOCK_BYTES = 8 * 1024 * 1024
 # A record held back longer than this is parsed anyway (a runaway "record" must not grow
 # memory without bound).
@@ -32,6 +34,10 @@ class ParsedChunk:
     next_line: int  # 1-based number of the next line to read
     n_lines: int  # physical lines consumed by this chunk
     invalid_utf8: bool
+    # the last TAIL_BYTES of content before `offset` (fewer when the stream was opened at an
+    # offset less than that far back): the checkpoint's tail hash without reading the file
+    # again, which for a .gz would mean decompressing it from the start at every chunk
+    tail: bytes = b""
 
 
 def decode_lines(data: bytes, first_line: int) -> tuple[pl.DataFrame, bool]:
@@ -101,9 +107,10 @@ def parse_stream(
         hold_partial_line=hold_partial_line, hold_last_record=hold_last_record,
     )
     carry = getattr(parser, "CARRY_FORWARD", ())
-    for chunk, end_offset, end_line, n, bad in chunks:
-        pending.append((_EXECUTOR.submit(parser.parse, chunk, ctx), end_offset, end_line, n, bad))
-        if len(pending) >= PARSE_THREADS:
+    for chunk, end_offset, end_line, n, bad, tail in chunks:
+        pending.append((_EXECUTOR.submit(parser.parse, chunk, ctx), end_offset, end_line, n, bad, tail))
+        # one chunk more than threads: both stay busy while the consumer writes a batch
+        if len(pending) > PARSE_THREADS:
             yield _finish(pending.popleft(), ctx, carry)
     while pending:
         yield _finish(pending.popleft(), ctx, carry)
@@ -114,9 +121,9 @@ _EXECUTOR = ThreadPoolExecutor(max_workers=PARSE_THREADS, thread_name_prefix="se
 
 
 def _finish(item: tuple, ctx: ParseContext, carry: tuple[str, ...]) -> ParsedChunk:
-    future, end_offset, end_line, n, bad = item
+    future, end_offset, end_line, n, bad, tail = item
     events = finalize(future.result(), ctx, carry=carry)
-    return ParsedChunk(events, end_offset, end_line, n, bad)
+    return ParsedChunk(events, end_offset, end_line, n, bad, tail)
 
 
 TAIL_WINDOW_LINES = 256
@@ -157,10 +164,11 @@ def _split_chunks(
     block_bytes: int,
     hold_partial_line: bool,
     hold_last_record: bool,
-) -> Iterator[tuple[pl.DataFrame, int, int, int, bool]]:
+) -> Iterator[tuple[pl.DataFrame, int, int, int, bool, bytes]]:
     """Cut the stream into chunks of complete records: (lines, offset after, next line
-    number, lines in the chunk, invalid UTF-8 seen)."""
+    number, lines in the chunk, invalid UTF-8 seen, the content's last TAIL_BYTES)."""
     held = b""
+    tail = b""
     while True:
         block = stream.read(block_bytes)
         eof = len(block) < block_bytes
@@ -197,7 +205,8 @@ def _split_chunks(
         offset += cut_at
         next_line += keep
         held = complete[cut_at:] + rest
-        yield chunk, offset, next_line, keep, bad
+        tail = (tail + complete[max(0, cut_at - TAIL_BYTES):cut_at])[-TAIL_BYTES:]
+        yield chunk, offset, next_line, keep, bad, tail
         if eof and not held:
             return
         if eof:

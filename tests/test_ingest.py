@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import gzip
+import os
 import shutil
 
 import polars as pl
@@ -202,3 +203,34 @@ def test_store_layout_is_hive_partitioned_parquet(tmp_path, fake_engine):
     assert len(parts) == 1
     assert parts[0].startswith("events/engine=fake/day=")
     assert not (store / "_staging").exists()
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_checkpoints_hash_the_bytes_as_read_without_reading_the_file_again(tmp_path, fake_engine, monkeypatch, gz):
+    """Each chunk's checkpoint hashes the 4 KiB before its offset. They come from the
+    stream being parsed: reading them again would decompress a .gz from its start at every
+    chunk (quadratic in the file's size). The hashes equal what the file holds there."""
+    from servelens.pipeline import fingerprint as fp
+    from servelens.pipeline.store import read_manifest
+
+    text = fake_lines(3000)
+    path = tmp_path / ("a.log.gz" if gz else "a.log")
+    if gz:
+        with gzip.open(path, "wb") as f:
+            f.write(text.encode())
+        os.utime(path, (path.stat().st_mtime - 3600,) * 2)
+    else:
+        write(path, text)
+    store = tmp_path / "store"
+    reads = []
+    real_read_range = fp.read_range
+    monkeypatch.setattr(fp, "read_range", lambda *a: reads.append(a) or real_read_range(*a))
+    res = ingest([path], store, block_bytes=8192)
+    assert res.lines == 3000
+    assert reads == []  # 12 chunks, not one re-read
+    entry = next(iter(read_manifest(store)["files"].values()))
+    monkeypatch.setattr(fp, "read_range", real_read_range)
+    assert entry["offset"] == len(text.encode())
+    assert (entry["tail_sha"], entry["tail_len"]) == fp.tail_check(path, entry["offset"])
+    # and the file is known by it: a second ingest adds nothing
+    assert ingest([path], store).lines == 0
