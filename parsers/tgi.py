@@ -50,7 +50,6 @@ from .base import (
     COMPOSE_PREFIX_RE,
     RFC3339_RE,
     ParseContext,
-    attrs_json,
     record_ids,
     rfc3339_to_ts,
 )
@@ -69,6 +68,7 @@ from .tgi_fields import (
     seed_value,
     span_field,
 )
+from .tgi_attrs import attrs_column
 from .tgi_json import json_records
 
 NAME = "tgi"
@@ -481,10 +481,6 @@ _OUT_COLS = (
 def _finish(df: pl.DataFrame) -> pl.DataFrame:
     missing = [k for k in (*_ATTR_KEYS, *_OUT_COLS) if k not in df.columns]
     df = df.with_columns([pl.lit(None, _STR).alias(k) for k in missing])
-    unparsed = pl.col("event") == "unparsed"
-    return df.select(
-        *[pl.col(c) for c in _OUT_COLS],
-        pl.when(~unparsed)
-        .then(attrs_json(**{k: pl.col(k) for k in _ATTR_KEYS if df[k].null_count() < df.height}))
-        .alias("attrs"),
-    ).sort("line")
+    keys = [k for k in _ATTR_KEYS if df[k].null_count() < df.height]
+    attrs = attrs_column(df, keys, keep=pl.col("event") != "unparsed")
+    return df.select(*[pl.col(c) for c in _OUT_COLS]).with_columns(attrs.alias("attrs")).sort("line")

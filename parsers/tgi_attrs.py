@@ -1,0 +1,48 @@
+"""The `attrs` JSON column of the TGI parser (`tgi.py`), built like `base.attrs_json` (the
+fields in the given order, nulls omitted, null when nothing is left) but faster.
+
+`attrs_json` encodes every field and then cuts the `"key":null` members out with a regex
+over every row's JSON: that regex costs several times the encoding. Rows here fall into a
+few shapes (which fields are set), so the rows are grouped by that shape and each group
+encodes only its set fields: no member to cut, no regex.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from .base import attrs_json
+
+# more distinct shapes than this in one chunk: not worth a group each, use attrs_json
+_MAX_SHAPES = 64
+
+
+def _is_set(name: str, dtype: pl.DataType) -> pl.Expr:
+    """True where the field's value appears in the JSON: the encoder writes NaN and
+    infinities as `null` (which attrs_json then drops), so those count as unset."""
+    col = pl.col(name)
+    if dtype.is_float():
+        return col.is_finite().fill_null(False)
+    return col.is_not_null()
+
+
+def attrs_column(df: pl.DataFrame, keys: list[str], keep: pl.Expr) -> pl.Series:
+    """`attrs_json(**{k: pl.col(k) for k in keys})` where `keep` is true, else null, as a
+    String Series aligned with `df`'s rows."""
+    simple = all(df.schema[k].is_numeric() or df.schema[k] in (pl.String, pl.Boolean) for k in keys)
+    if not keys or len(keys) > 62 or not simple:
+        return df.select(pl.when(keep).then(attrs_json(**{k: pl.col(k) for k in keys}))).to_series()
+    # the shape of a row: bit i set when keys[i] is; 0 for rows that get no attrs
+    shape = pl.sum_horizontal(
+        [_is_set(k, df.schema[k]).cast(pl.Int64) * (1 << i) for i, k in enumerate(keys)]
+    )
+    rows = df.select(*keys, pl.when(keep).then(shape).otherwise(0).alias("_shape")).with_row_index("_row")
+    shapes = rows["_shape"].unique()
+    if shapes.len() > _MAX_SHAPES:
+        return df.select(pl.when(keep).then(attrs_json(**{k: pl.col(k) for k in keys}))).to_series()
+    parts = []
+    for (bits,), part in rows.partition_by("_shape", as_dict=True).items():
+        present = [k for i, k in enumerate(keys) if bits >> i & 1]
+        json = pl.struct(present).struct.json_encode() if present else pl.lit(None, pl.String)
+        parts.append(part.select("_row", json.alias("attrs")))
+    return pl.concat(parts).sort("_row")["attrs"]
