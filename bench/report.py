@@ -113,6 +113,19 @@ def render(res: dict) -> str:
         lines.append(f"| {mem['engine']} | {_mb(mem['bytes'])} | {_f(mem['ingest']['wall_s'])} s | "
                      f"{_f(mem['bytes'] / 1e6 / mem['ingest']['wall_s'], 1)} | {mem['ingest']['peak_rss'] / MiB:,.0f} MiB |")
         lines += ["", "Peak RSS per run (MiB): " + ", ".join(f"{x / MiB:,.0f}" for x in mem["ingest"]["rss_runs"]) + ".", ""]
+    gz = res.get("gzip")
+    if gz:
+        ing = gz["ingest"]
+        lines += [
+            "## Gzipped input (post-mortem: rotated logs)", "",
+            f"The same {gz['engine']} input, each file gzipped (`gzip -c`, level 6): {_mb(gz['gz_bytes'])} on disk, "
+            f"{_mb(gz['bytes'])} decompressed. MB/s counts decompressed bytes.", "",
+            "| engine | servelens ingest | MB/s | peak RSS | same files uncompressed | floor `gzip -dc` | ingest / floor |",
+            "|---|---|---|---|---|---|---|",
+            f"| {gz['engine']} | {_f(ing['wall_s'])} s | {_f(gz['bytes'] / 1e6 / ing['wall_s'], 1)} | "
+            f"{ing['peak_rss'] / MiB:,.0f} MiB | {_f(gz['plain_s']) + ' s' if gz.get('plain_s') else '-'} | "
+            f"{_f(gz['floor_s'])} s | {ing['wall_s'] / gz['floor_s']:.1f}x |", "",
+        ]
     q = res.get("query")
     if q:
         lines += [

@@ -47,6 +47,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=None, help="where the Markdown table goes")
     p.add_argument("--clean", action="store_true", help="delete the generated inputs and stores at the end")
     p.add_argument("--no-memory", action="store_true", help="skip the memory test (the 4x input) in the ingest part")
+    p.add_argument("--no-gzip", action="store_true", help="skip the gzipped (rotated, post-mortem) input in the ingest part")
     p.add_argument("--memory-runs", type=int, default=None,
                    help="runs of the 4x input (default min(--runs, 2): minutes per run at 4 GB)")
     p.add_argument("--in-process", action="store_true",
@@ -175,6 +176,8 @@ def part_ingest(a, res: dict) -> None:
         log(f"{engine}: baseline {row['baseline']['wall_s']:.2f} s")
         shutil.rmtree(stores / engine, ignore_errors=True)
         res["ingest"].append(row)
+    if not a.no_gzip:
+        part_gzip(a, res)
     if a.no_memory:
         return
     # memory: the same engine at 4x the size
@@ -185,6 +188,48 @@ def part_ingest(a, res: dict) -> None:
     shutil.rmtree(stores / f"{engine}-big", ignore_errors=True)
     log(f"{engine} {a.big_gb:g} GB: ingest {row['ingest']['wall_s']:.1f} s, peak {row['ingest']['peak_rss'] / 2**20:.0f} MiB")
     res["memory"] = row
+
+
+def gzip_copy(g: gen.Generated, out: Path) -> list[Path]:
+    """The input as rotated logs are kept: each file gzipped (level 6, gzip's default),
+    two at a time. Reused when already there."""
+    import subprocess
+
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = out / "bench-stamp.json"
+    files = [out / (f.name + ".gz") for f in g.files]
+    want = {"bytes": g.bytes, "files": [f.name for f in files]}
+    if stamp.exists() and json.loads(stamp.read_text()) == want and all(f.exists() for f in files):
+        return files
+    procs: list = []
+    for src, dst in zip(g.files, files):
+        if len(procs) >= 2:
+            procs.pop(0).wait()
+        with open(dst, "wb") as sink:
+            procs.append(subprocess.Popen(["gzip", "-c", str(src)], stdout=sink))
+    for p in procs:
+        p.wait()
+    stamp.write_text(json.dumps(want))
+    return files
+
+
+def part_gzip(a, res: dict) -> None:
+    """Post-mortem input: the TGI logs gzipped, as logrotate leaves them. Ingest reads the
+    decompressed stream; its floor is decompressing alone (`gzip -dc`)."""
+    engine = "tgi" if "tgi" in a.engines else a.engines[0]
+    plain = next((r for r in res["ingest"] if r["engine"] == engine), None)
+    g = generate(a, engine, a.size_gb, f"{engine}-{a.size_gb:g}gb")
+    files = gzip_copy(g, a.data_dir / f"{engine}-{a.size_gb:g}gb-gz")
+    gz = gen.Generated(engine, files[0].parent, files, g.bytes, g.lines, 0.0, True)
+    floor = [run_cmd(["sh", "-c", "gzip -dc \"$@\" > /dev/null", "gzip", *map(str, files)]).wall_s
+             for _ in range(a.memory_runs)]
+    row = {"engine": engine, "bytes": g.bytes, "gz_bytes": sum(f.stat().st_size for f in files), "lines": g.lines,
+           "files": len(files), "floor_s": median(floor),
+           "ingest": time_ingest(a, gz, a.data_dir / "stores" / f"{engine}-gz", runs=a.memory_runs),
+           "plain_s": plain["ingest"]["wall_s"] if plain else None}
+    shutil.rmtree(a.data_dir / "stores" / f"{engine}-gz", ignore_errors=True)
+    log(f"{engine} gzipped: ingest {row['ingest']['wall_s']:.1f} s, gzip -dc {row['floor_s']:.1f} s")
+    res["gzip"] = row
 
 
 QUERY_VIEWS = ("latency_percentiles", "scaling_signals")
@@ -306,7 +351,7 @@ def main(argv: list[str] | None = None) -> dict:
     if a.merge:
         old = json.loads(a.merge.read_text())
         taken = []
-        for part, keys in (("ingest", ("ingest", "memory")), ("query", ("query",)), ("tail", ("tail",))):
+        for part, keys in (("ingest", ("ingest", "memory", "gzip")), ("query", ("query",)), ("tail", ("tail",))):
             if part not in a.only and any(old.get(k) for k in keys):
                 for k in keys:
                     if old.get(k):

@@ -42,6 +42,11 @@ def test_quick_benchmark_runs_end_to_end(quick):
         assert r["ingest"]["events"] >= r["lines"], r["engine"]
         assert r["baseline"]["rows"] >= r["lines"], r["engine"]
         assert r["floor"]["py_s"] > 0 and r["floor"]["wc_s"] > 0
+    # the gzipped copy of the TGI input gives the same events as the plain files
+    tgi = next(r for r in res["ingest"] if r["engine"] == "tgi")
+    assert res["gzip"]["ingest"]["events"] == tgi["ingest"]["events"]
+    assert res["gzip"]["gz_bytes"] < res["gzip"]["bytes"] / 3
+    assert "## Gzipped input" in table
 
 
 @pytest.mark.xfail(
