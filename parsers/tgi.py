@@ -200,37 +200,40 @@ def _text_records(recs: pl.DataFrame) -> pl.DataFrame:
     if recs.height == 0:
         return recs
     first = pl.col("_first")
-    # one anchored capture over the line's head; `rest` is a char slice, not a regex copy
-    head = first.str.extract_groups(rf"^(?P<ts>{_TS})[ \t]+(?P<lvl>{_LEVEL})[ \t]+")
-    recs = recs.with_columns(head.alias("_h")).with_columns(
-        pl.col("_h").struct.field("ts").alias("_ts"),
-        pl.col("_h").struct.field("lvl").alias("_lvl"),
-    ).with_columns(
-        pl.when(pl.col("_ts").is_not_null()).then(
-            first.str.slice(first.str.extract(rf"^({_TS}[ \t]+{_LEVEL}[ \t]+)", 1).str.len_chars())
-        ).alias("_rest"),
-    ).drop("_h")
+    # one anchored capture over the line's head; `rest` is a slice, not a regex copy
+    head = first.str.extract_groups(rf"^(?P<_head>(?P<_ts>{_TS})[ \t]+(?P<_lvl>{_LEVEL})[ \t]+)")
+    recs = recs.with_columns(head.alias("_h")).unnest("_h").with_columns(
+        # the head is ASCII: its length in bytes is its length in chars
+        first.str.slice(pl.col("_head").str.len_bytes()).alias("_rest"),
+    ).drop("_head")
     rest = pl.col("_rest")
     # router "Full" format `[spans: ]target: file.rs:N: msg`. TGI's own targets all start
-    # with `text_generation_`, so a literal split finds the tail on almost every line; the
+    # with `text_generation_`, so a literal search finds the tail on almost every line; the
     # regex search (slower over a long span chain) only runs on the lines left over.
-    lit_split = rest.str.splitn(": text_generation_", 2).struct.field("field_1")
-    recs = recs.with_columns(
-        pl.when(rest.str.starts_with("text_generation_")).then(rest)
-        .when(lit_split.is_not_null()).then(pl.concat_str([pl.lit("text_generation_"), lit_split]))
-        .alias("_tail")
+    tail_at = (
+        pl.when(rest.str.starts_with("text_generation_")).then(pl.lit(0, pl.UInt32))
+        .otherwise(rest.str.find(": text_generation_", literal=True) + 2)
+    )
+    recs = recs.with_columns(tail_at.alias("_tail_at")).with_columns(
+        _byte_slice(rest, pl.col("_tail_at")).alias("_tail")
     )
     anchored = rf"^{_IDENT}: [^ \t:]+\.rs:[0-9]+:(?: |$)"
     ok = pl.col("_tail").str.contains(anchored).fill_null(False)
     routed = recs.filter(ok)
     others = recs.filter(~ok)
     if others.height:
-        others = others.with_columns(rest.str.extract(_ROUTER_TAIL_RE, 1).alias("_tail"))
+        others = others.with_columns(
+            rest.str.extract(_ROUTER_TAIL_RE, 1).alias("_tail"), pl.lit(None, pl.UInt32).alias("_tail_at")
+        )
         routed = pl.concat([routed, others.filter(pl.col("_tail").is_not_null())])
     compact = others.filter(pl.col("_tail").is_null())
     tail = pl.col("_tail")
+    tail_at = pl.col("_tail_at")
     routed = routed.with_columns(
-        rest.str.strip_suffix(tail).str.strip_suffix(": ").alias("_spans"),
+        # what precedes `: tail` (a byte slice where the literal search found it)
+        pl.when(tail_at.is_null()).then(rest.str.strip_suffix(tail).str.strip_suffix(": "))
+        .when(tail_at >= 2).then(_byte_slice(rest, 0, tail_at - 2))
+        .otherwise(pl.lit("")).alias("_spans"),
         tail.str.extract_groups(rf"^(?P<target>{_IDENT}): (?P<file>[^ \t:]+\.rs:[0-9]+): ?(?P<_msg>.*)$")
         .alias("_tf"),
     ).unnest("_tf").with_columns(
@@ -251,16 +254,12 @@ def _text_records(recs: pl.DataFrame) -> pl.DataFrame:
         ).drop("_la", "_c")
     recs = pl.concat([p for p in (routed, compact) if p.height], how="diagonal_relaxed")
     spans = pl.col("_spans")
-    # string-recorded span fields follow the parameters dump: split there (a literal split,
+    # string-recorded span fields follow the parameters dump: cut there (a literal search,
     # cheap) so the field regexes scan only the short tail and the dump can be de-duplicated
-    split = spans.str.splitn(" total_time=", 2)
-    has_split = split.struct.field("field_1").is_not_null()
-    timing = pl.when(has_split).then(
-        pl.concat_str([pl.lit(" total_time="), split.struct.field("field_1")])
-    ).otherwise(spans)
+    cut = spans.str.find(" total_time=", literal=True)
     recs = recs.with_columns(
-        pl.when(has_split).then(split.struct.field("field_0")).otherwise(spans).alias("_params"),
-        timing.alias("_timing"),
+        pl.when(cut.is_not_null()).then(_byte_slice(spans, 0, cut)).otherwise(spans).alias("_params"),
+        pl.when(cut.is_not_null()).then(_byte_slice(spans, cut)).otherwise(spans).alias("_timing"),
         # `batch` is a root span (parent: None): it heads the chain
         spans.str.extract(r"^batch\{batch_size=([0-9]+)\}", 1).cast(pl.Int64, strict=False).alias("batch_size"),
     )
@@ -276,7 +275,13 @@ def _text_records(recs: pl.DataFrame) -> pl.DataFrame:
             span_field(t, "seed").alias("_seed"),
         ).unnest(*DURATION_FIELDS.values())
         recs = pl.concat([recs.filter(fast), slow.select(recs.columns)])
-    return recs.drop("_rest", "_tail", "_timing")
+    return recs.drop("_rest", "_tail", "_tail_at", "_timing")
+
+
+def _byte_slice(expr: pl.Expr, offset: pl.Expr | int, length: pl.Expr | None = None) -> pl.Expr:
+    """A slice by byte offsets (`str.find` gives bytes, `str.slice` counts chars): only
+    for offsets at the edge of an ASCII match, which are always char boundaries."""
+    return expr.cast(pl.Binary).bin.slice(offset, length).cast(pl.String)
 
 
 # ---------------------------------------------------------------------------------------

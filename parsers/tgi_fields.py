@@ -81,8 +81,17 @@ def _ns(whole: pl.Expr, frac: pl.Expr, unit: pl.Expr) -> pl.Expr:
 def ns_to_s(expr: pl.Expr) -> pl.Expr:
     """Int64 nanoseconds -> Float64 seconds, correctly rounded (== ns / 1e9 in Python).
 
-    Goes through the decimal text `S.NNNNNNNNN`: polars turns a division by a constant
-    into a multiplication by its reciprocal, which is off by one ulp for many values."""
+    Below 2**53 ns (104 days) the float of ns is exact and one IEEE division rounds
+    correctly, but only when the divisor is a column: polars turns a division by a
+    constant into a multiplication by its reciprocal, which is off by one ulp for many
+    values. Larger values go through the decimal text `S.NNNNNNNNN`."""
+    exact = expr.abs() < 2**53
+    per_s = (expr * 0).cast(pl.Float64) + float(NS_PER_S)  # a column of 1e9, not a literal
+    big = pl.when(~exact).then(expr)  # null elsewhere, so the text path costs little
+    return pl.when(exact).then(expr.cast(pl.Float64) / per_s).otherwise(_ns_to_s_text(big))
+
+
+def _ns_to_s_text(expr: pl.Expr) -> pl.Expr:
     sign = pl.when(expr < 0).then(pl.lit("-")).otherwise(pl.lit(""))
     a = expr.abs()
     text = pl.concat_str(
