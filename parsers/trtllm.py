@@ -33,9 +33,8 @@ from .trtllm_events import (
 )
 from .trtllm_stats import (
     PYTORCH_ITER_RE,
-    STATS_DTYPE,
     safe_json_decode,
-    with_json_list_text,
+    split_stats,
 )
 
 NAME = "trtllm"
@@ -175,11 +174,7 @@ def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
 
     # Stats JSON: decode every candidate in one vectorised call; one event per element
     # (an executor array shares its line span). Stats rows skip the message regexes.
-    df = with_json_list_text(df, "msg", "_json")
-    decoded = safe_json_decode(df["_json"], STATS_DTYPE)
-    df = df.with_columns(decoded.alias("_st"), decoded.list.len().alias("_st_n"))
-    stats = df.filter(pl.col("_st_n").is_not_null()).explode("_st", empty_as_null=True)
-    other = df.filter(pl.col("_st_n").is_null())
+    stats, other = split_stats(df, "msg")
     is_iter = pl.col("msg").str.contains(PYTORCH_ITER_RE) & ~pl.col("_level").is_in(
         ["ERROR", "CRITICAL"]
     )
