@@ -19,6 +19,8 @@ Format reference: shared/formats/trtllm.md. Choices worth knowing:
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
 from .base import ANSI_RE, RFC3339_RE, ParseContext, group_records, rfc3339_to_ts
@@ -56,6 +58,8 @@ PY_PREFIX = (
 TORCH_TAG_PREFIX = r"(?:\[_torch\])?\[RANK (?P<trank>\d+)\]\s*"
 BANNER_RE = r"\[TensorRT-LLM\] TensorRT-LLM version: (\d[\w.+]*)"
 DOCKER_TS_RE = r"^(" + RFC3339_RE + r") "
+# Open MPI `--tag-output`: `[1,0]<stdout>:` (job, rank)
+MPI_TAG_RE = r"^\[\d+,(\d+)\]<std(?:out|err)>:"
 COMPOSE_RE = r"^[A-Za-z0-9][\w.-]*\s+\|\s?(?:\[|[IWEF]\d{4} |\{|\d{4}-\d{2}-\d{2}T)"
 GLOG_HEADER_RE = r"^[IWEF]\d{4} \d{2}:\d{2}:\d{2}(?:\.\d+)?\s+\d+ [\w.+-]+:\d+\]\s*$"
 INDENTED_RE = r"^\s{2,}\S"
@@ -154,22 +158,21 @@ def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
         )
     df = group_records(lines, record_starts(lines["text"]))
     df = _clean(df)
+    df = _peel_wrappers(df)
     df = _peel(df, pl.col("clean"), GLOG_PREFIX, "gmsg")
-
-    # Newer Triton JSON-quotes glog messages: decode them as JSON strings.
-    quoted = pl.when(pl.col("gmsg").str.contains(r'^".*"$')).then(
-        pl.concat_str([pl.lit('{"m":'), pl.col("gmsg"), pl.lit("}")])
-    )
-    unq = safe_json_decode(
-        df.select(quoted.alias("q"))["q"], pl.Struct({"m": pl.String})
-    )
-    df = df.with_columns(
-        pl.coalesce(unq.struct.field("m"), pl.col("gmsg")).alias("gmsg")
-    )
+    df = _unquote_glog(df)
     df = _banner(df)
-    df = _peel(df, pl.col("body"), CPP_PREFIX, "cmsg")
-    df = _peel(df, pl.col("body"), PY_PREFIX, "pmsg")
-    df = _peel(df, pl.coalesce("cmsg", "pmsg", "body"), TORCH_TAG_PREFIX, "tmsg")
+    # each later prefix holds a literal: a chunk whose bodies lack it skips the peel
+    body = pl.col("body")
+    df = _peel(df, body, CPP_PREFIX, "cmsg", body.str.contains("[TensorRT-LLM][", literal=True))
+    df = _peel(df, body, PY_PREFIX, "pmsg", body.str.contains("[TRT", literal=True))
+    df = _peel(
+        df,
+        pl.coalesce("cmsg", "pmsg", "body"),
+        TORCH_TAG_PREFIX,
+        "tmsg",
+        body.str.contains("[RANK ", literal=True),  # cmsg and pmsg are tails of body
+    )
     df = df.with_columns(_message())
 
     # Stats JSON: decode every candidate in one vectorised call; one event per element
@@ -194,32 +197,43 @@ def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
 # the expression pipeline
 
 
+def _any(df: pl.DataFrame, test: pl.Expr) -> bool:
+    """Whether `test` holds on some row: most clean-ups are needed by few files, and a
+    test that matches nothing costs far less than rewriting every line."""
+    return bool(df.select(test.any()).item())
+
+
 def _clean(df: pl.DataFrame) -> pl.DataFrame:
     """`clean`: the first line without ANSI codes and a docker-compose service prefix (a
-    `docker logs --timestamps` RFC 3339 prefix is peeled in `_peel` as it carries the time).
-    Staged columns: eager polars re-evaluates an expression at every use."""
-    df = df.with_columns(
-        pl.col("first")
-        .str.replace_all(ANSI_RE, "")
-        .str.strip_chars_end("\r")
-        .alias("clean")
-    )
+    `docker logs --timestamps` RFC 3339 prefix is peeled in `_peel_wrappers` as it carries
+    the time). Staged columns: eager polars re-evaluates an expression at every use."""
+    clean = pl.col("first")
+    if _any(df, clean.str.contains(ANSI_RE)):
+        clean = clean.str.replace_all(ANSI_RE, "")
+    df = df.with_columns(clean.alias("clean"))
+    if _any(df, pl.col("clean").str.ends_with("\r")):
+        df = df.with_columns(pl.col("clean").str.strip_chars_end("\r"))
     raw = pl.col("clean")
+    compose = raw.str.contains(COMPOSE_RE)
+    if not _any(df, compose):
+        return df
     return df.with_columns(
-        pl.when(raw.str.contains(COMPOSE_RE))
+        pl.when(compose)
         .then(raw.str.replace(r"^[A-Za-z0-9][\w.-]*\s+\|\s?", ""))
         .otherwise(raw)
         .alias("clean")
     )
 
 
-def _peel(df: pl.DataFrame, src: pl.Expr, prefix_re: str, rest: str) -> pl.DataFrame:
-    """Match `prefix_re` (named groups) at the start of `src`; add its groups as columns
-    and the text after it as column `rest` (null where the prefix is absent)."""
-    if rest == "gmsg":  # the first peel also takes a docker timestamp off
-        df = df.with_columns(
-            src.str.slice(0, 40).str.extract(DOCKER_TS_RE, 1).alias("_docker")
-        )
+def _peel_wrappers(df: pl.DataFrame) -> pl.DataFrame:
+    """Take a `docker logs --timestamps` time (`_ts_docker`) and then an Open MPI
+    `--tag-output` prefix (`[1,0]<stdout>:`, rank in `_mpitag`) off `clean`.
+
+    Each is tested on the whole line first: the patterns are anchored and fit well inside
+    the slices the extraction reads, so the test matches exactly where the slice would."""
+    src = pl.col("clean")
+    if _any(df, src.str.contains(DOCKER_TS_RE)):
+        df = df.with_columns(src.str.slice(0, 40).str.extract(DOCKER_TS_RE, 1).alias("_docker"))
         df = df.with_columns(
             pl.when(pl.col("_docker").is_not_null())
             .then(src.str.slice(pl.col("_docker").str.len_chars() + 1))
@@ -227,29 +241,67 @@ def _peel(df: pl.DataFrame, src: pl.Expr, prefix_re: str, rest: str) -> pl.DataF
             .alias("clean"),
             rfc3339_to_ts(pl.col("_docker")).alias("_ts_docker"),
         ).drop("_docker")
-        src = pl.col("clean")
-        # Open MPI `--tag-output`: `[1,0]<stdout>:` (job, rank)
-        tag = r"^\[\d+,(\d+)\]<std(?:out|err)>:"
-        df = df.with_columns(src.str.slice(0, 30).str.extract(tag, 1).alias("_mpitag"))
-        df = df.with_columns(
-            pl.when(pl.col("_mpitag").is_not_null())
-            .then(src.str.replace(tag, ""))
-            .otherwise(src)
-            .alias("clean")
-        )
+    else:
+        df = df.with_columns(pl.lit(None, pl.Datetime("us", "UTC")).alias("_ts_docker"))
+    if not _any(df, src.str.contains(MPI_TAG_RE)):
+        return df.with_columns(pl.lit(None, pl.String).alias("_mpitag"))
+    df = df.with_columns(src.str.slice(0, 30).str.extract(MPI_TAG_RE, 1).alias("_mpitag"))
+    return df.with_columns(
+        pl.when(pl.col("_mpitag").is_not_null())
+        .then(src.str.replace(MPI_TAG_RE, ""))
+        .otherwise(src)
+        .alias("clean")
+    )
+
+
+def _peel(
+    df: pl.DataFrame, src: pl.Expr, prefix_re: str, rest: str, maybe: pl.Expr | None = None
+) -> pl.DataFrame:
+    """Match `prefix_re` (named groups) at the start of `src`; add its groups as columns
+    and the text after it as column `rest` (null where the prefix is absent). `maybe`: a
+    cheap test true wherever the prefix can match; when it holds nowhere, so do the nulls.
+
+    One capture pass over the first 200 characters (captures running to the end of long
+    JSON lines cost 10x more). Pure-ASCII rows use the regex in ASCII mode: on ASCII text
+    `\d`, `\w`, `\s` match the same characters, and the Unicode classes make capturing
+    ~2x slower. Rows with other characters keep the Unicode regex."""
+    if maybe is not None and not _any(df, maybe):
+        names = [*re.compile(prefix_re).groupindex, rest]
+        return df.with_columns(pl.lit(None, pl.String).alias(n) for n in names)
     df = df.with_columns(
-        src.str.slice(0, 200).str.extract("^(" + prefix_re + ")", 1).alias("_pre")
+        src.str.slice(0, 200).alias("_head"),
+        (src.str.len_bytes() == src.str.len_chars()).alias("_ascii"),
     )
-    return (
-        df.with_columns(
-            pl.col("_pre").str.extract_groups("^" + prefix_re).alias("_grp"),
-            pl.when(pl.col("_pre").is_not_null())
-            .then(src.str.slice(pl.col("_pre").str.len_chars()))
-            .alias(rest),
+    head, is_ascii = pl.col("_head"), pl.col("_ascii")
+    pattern = "^(?P<_pre>" + prefix_re + ")"
+    n_ascii = int(df["_ascii"].sum())
+    if n_ascii == df.height:
+        groups = head.str.extract_groups("(?-u)" + pattern)
+    elif n_ascii == 0:
+        groups = head.str.extract_groups(pattern)
+    else:  # each regex reads only its own rows (the other rows are null)
+        groups = (
+            pl.when(is_ascii)
+            .then(pl.when(is_ascii).then(head).str.extract_groups("(?-u)" + pattern))
+            .otherwise(pl.when(~is_ascii).then(head).str.extract_groups(pattern))
         )
-        .unnest("_grp")
-        .drop("_pre")
-    )
+    df = df.with_columns(groups.alias("_grp")).unnest("_grp")
+    return df.with_columns(
+        pl.when(pl.col("_pre").is_not_null())
+        .then(src.str.slice(pl.col("_pre").str.len_chars()))
+        .alias(rest)
+    ).drop("_pre", "_head", "_ascii")
+
+
+def _unquote_glog(df: pl.DataFrame) -> pl.DataFrame:
+    """Newer Triton JSON-quotes glog messages: decode them as JSON strings."""
+    gmsg = pl.col("gmsg")
+    is_quoted = gmsg.str.contains(r'^".*"$')
+    if not _any(df, is_quoted):
+        return df
+    quoted = pl.when(is_quoted).then(pl.concat_str([pl.lit('{"m":'), gmsg, pl.lit("}")]))
+    unq = safe_json_decode(df.select(quoted.alias("q"))["q"], pl.Struct({"m": pl.String}))
+    return df.with_columns(pl.coalesce(unq.struct.field("m"), gmsg).alias("gmsg"))
 
 
 def _banner(df: pl.DataFrame) -> pl.DataFrame:
