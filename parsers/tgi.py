@@ -219,24 +219,22 @@ def _text_records(recs: pl.DataFrame) -> pl.DataFrame:
     )
     anchored = rf"^{_IDENT}: [^ \t:]+\.rs:[0-9]+:(?: |$)"
     ok = pl.col("_tail").str.contains(anchored).fill_null(False)
-    routed = recs.filter(ok)
+    tail = pl.col("_tail")
+    # the spans: what precedes `: tail`
+    routed = recs.filter(ok).with_columns(
+        _byte_slice(rest, 0, (pl.col("_tail_at").cast(pl.Int64) - 2).clip(0)).alias("_spans")
+    )
     others = recs.filter(~ok)
     if others.height:
-        others = others.with_columns(
-            rest.str.extract(_ROUTER_TAIL_RE, 1).alias("_tail"), pl.lit(None, pl.UInt32).alias("_tail_at")
-        )
-        routed = pl.concat([routed, others.filter(pl.col("_tail").is_not_null())])
-    compact = others.filter(pl.col("_tail").is_null())
-    tail = pl.col("_tail")
-    tail_at = pl.col("_tail_at")
-    routed = routed.with_columns(
-        # what precedes `: tail` (a byte slice where the literal search found it)
-        pl.when(tail_at.is_null()).then(rest.str.strip_suffix(tail).str.strip_suffix(": "))
-        .when(tail_at >= 2).then(_byte_slice(rest, 0, tail_at - 2))
-        .otherwise(pl.lit("")).alias("_spans"),
-        tail.str.extract_groups(rf"^(?P<target>{_IDENT}): (?P<file>[^ \t:]+\.rs:[0-9]+): ?(?P<_msg>.*)$")
-        .alias("_tf"),
-    ).unnest("_tf").with_columns(
+        others = others.with_columns(rest.str.extract(_ROUTER_TAIL_RE, 1).alias("_tail"))
+        routed = pl.concat([
+            routed,
+            others.filter(tail.is_not_null()).with_columns(
+                rest.str.strip_suffix(tail).str.strip_suffix(": ").alias("_spans")
+            ),
+        ])
+    compact = others.filter(tail.is_null())
+    routed = _router_tail_fields(routed).with_columns(
         pl.when(pl.col("_spans") != "").then(pl.col("_spans")).alias("_spans")
     )
     if compact.height:
@@ -256,10 +254,12 @@ def _text_records(recs: pl.DataFrame) -> pl.DataFrame:
     spans = pl.col("_spans")
     # string-recorded span fields follow the parameters dump: cut there (a literal search,
     # cheap) so the field regexes scan only the short tail and the dump can be de-duplicated
-    cut = spans.str.find(" total_time=", literal=True)
+    recs = recs.with_columns(spans.str.find(" total_time=", literal=True).alias("_cut"))
+    cut = pl.col("_cut")
     recs = recs.with_columns(
-        pl.when(cut.is_not_null()).then(_byte_slice(spans, 0, cut)).otherwise(spans).alias("_params"),
-        pl.when(cut.is_not_null()).then(_byte_slice(spans, cut)).otherwise(spans).alias("_timing"),
+        # without the cut both are the whole chain
+        _byte_slice(spans, 0, pl.coalesce(cut, spans.str.len_bytes())).alias("_params"),
+        _byte_slice(spans, cut.fill_null(0)).alias("_timing"),
         # `batch` is a root span (parent: None): it heads the chain
         spans.str.extract(r"^batch\{batch_size=([0-9]+)\}", 1).cast(pl.Int64, strict=False).alias("batch_size"),
     )
@@ -275,7 +275,28 @@ def _text_records(recs: pl.DataFrame) -> pl.DataFrame:
             span_field(t, "seed").alias("_seed"),
         ).unnest(*DURATION_FIELDS.values())
         recs = pl.concat([recs.filter(fast), slow.select(recs.columns)])
-    return recs.drop("_rest", "_tail", "_tail_at", "_timing")
+    return recs.drop("_rest", "_tail", "_tail_at", "_cut", "_timing")
+
+
+def _router_tail_fields(recs: pl.DataFrame) -> pl.DataFrame:
+    """`_tail` = `target: file.rs:N: msg` -> `target`, `file`, `_msg`, on tails that match
+    `^{_IDENT}: [^ \t:]+\.rs:[0-9]+:`. A target holds no `: ` and a file name no `:`, so
+    literal searches find the separators (cheaper than a capturing regex)."""
+    tail = pl.col("_tail")
+    recs = recs.with_columns(tail.str.find(": ", literal=True).alias("_p"))
+    recs = recs.with_columns(
+        _byte_slice(tail, 0, pl.col("_p")).alias("target"),
+        _byte_slice(tail, pl.col("_p") + 2).alias("_file_msg"),  # `file.rs:N: msg`
+    )
+    file_msg = pl.col("_file_msg")
+    # the colon after the file name, then the one after the line number
+    recs = recs.with_columns(file_msg.str.find(":", literal=True).alias("_q"))
+    recs = recs.with_columns(_byte_slice(file_msg, pl.col("_q") + 1).alias("_n_msg"))  # `N: msg`
+    recs = recs.with_columns(pl.col("_n_msg").str.find(":", literal=True).alias("_r"))
+    return recs.with_columns(
+        _byte_slice(file_msg, 0, pl.col("_q") + 1 + pl.col("_r")).alias("file"),
+        _byte_slice(pl.col("_n_msg"), pl.col("_r") + 1).str.strip_prefix(" ").alias("_msg"),
+    ).drop("_p", "_file_msg", "_q", "_n_msg", "_r")
 
 
 def _byte_slice(expr: pl.Expr, offset: pl.Expr | int, length: pl.Expr | None = None) -> pl.Expr:
@@ -286,6 +307,29 @@ def _byte_slice(expr: pl.Expr, offset: pl.Expr | int, length: pl.Expr | None = N
 
 # ---------------------------------------------------------------------------------------
 # classification and events
+
+
+def _only(cond: pl.Expr, expr: pl.Expr) -> pl.Expr:
+    """`expr` where `cond` holds, else null: a regex over the result then skips the rows
+    whose outcome is already known (a search over null costs next to nothing)."""
+    return pl.when(cond).then(expr)
+
+
+def _outer_span(spans: pl.Expr) -> pl.Expr:
+    """The outermost span's name: `generate{...}:infer` -> `generate`."""
+    return spans.str.extract(r"^([A-Za-z0-9_-]+)", 1)
+
+
+def _utc_ts(df: pl.DataFrame, col: str) -> pl.Expr:
+    """`base.rfc3339_to_ts` of the column; when every time in the chunk is UTC with a `.`
+    fraction (`2024-02-14T06:49:50.826Z`, as TGI writes them), one strict-format parse
+    gives the same times without the three normalising regex replaces."""
+    text = df[col].drop_nulls()
+    if text.str.ends_with("Z").all() and not text.str.contains(",", literal=True).any():
+        return pl.col(col).str.to_datetime(
+            "%Y-%m-%dT%H:%M:%S%.fZ", time_unit="us", time_zone="UTC", strict=False
+        )
+    return rfc3339_to_ts(pl.col(col))
 
 
 def _kv(msg: pl.Expr, key: str) -> pl.Expr:
@@ -306,38 +350,46 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
     rank_re = r"[ \t]+rank=([0-9]+)[ \t]*$"
     lvl = pl.col("_lvl")
     first = pl.col("_first")
+    headless = _only(pl.col("_ts").is_null(), first)
     special = (
-        pl.when(pl.col("_ts").is_null() & first.str.contains(_PANIC_RE)).then(pl.lit("panic"))
-        .when(pl.col("_ts").is_null() & first.str.contains(_EXIT_RE)).then(pl.lit("launcher_exit"))
+        pl.when(headless.str.contains(_PANIC_RE)).then(pl.lit("panic"))
+        .when(headless.str.contains(_EXIT_RE)).then(pl.lit("launcher_exit"))
     )
     df = df.with_columns(special.alias("_special"))
     special = pl.col("_special")
+    with_rank = _only(full.str.contains("rank=", literal=True), full)
     df = df.with_columns(
         pl.when(special.is_not_null()).then(
             pl.when(has_cont).then(pl.concat_str([first, pl.lit("\n"), cont.str.strip_chars_end()])).otherwise(first)
-        ).when(target.is_not_null()).then(full.str.replace(rank_re, "")).alias("_full"),
-        pl.coalesce(pl.col("_rank_json"), full.str.extract(rank_re, 1).cast(pl.Int64, strict=False)).alias("rank"),
+        ).when(target.is_not_null()).then(
+            pl.coalesce(with_rank.str.replace(rank_re, ""), full)
+        ).alias("_full"),
+        pl.coalesce(pl.col("_rank_json"), with_rank.str.extract(rank_re, 1).cast(pl.Int64, strict=False)).alias("rank"),
         pl.when(lvl == "WARN").then(pl.lit("WARNING")).when(lvl == "TRACE").then(pl.lit("DEBUG"))
         .otherwise(lvl).alias("level"),
-        rfc3339_to_ts(pl.col("_ts")).alias("ts"),
+        _utc_ts(df, "_ts").alias("ts"),
     )
     full, msg1 = pl.col("_full"), msg.str.strip_chars()
     no_file = pl.col("file").is_null()
-    design_req = no_file & (target == "generate") & msg1.str.contains(_DESIGN_KV_RE)
-    design_batch = no_file & (target == "batch") & msg1.str.contains(_DESIGN_KV_RE)
+    design_kv = _only(no_file & target.is_in(("generate", "batch")), msg1).str.contains(_DESIGN_KV_RE)
+    design_req = no_file & (target == "generate") & design_kv
+    design_batch = no_file & (target == "batch") & design_kv
+    router_says = target.str.starts_with("text_generation_router") | pl.col("_d_total_u").is_not_null()
     success = (msg1 == "Success") & (
-        target.str.starts_with("text_generation_router")
-        | pl.col("_d_total_u").is_not_null()
-        | pl.coalesce(pl.col("span"), pl.col("_spans")).str.extract(r"^([A-Za-z0-9_-]+)", 1).is_in(_REQUEST_SPANS)
+        router_says
+        | _outer_span(_only((msg1 == "Success") & ~router_says, pl.coalesce(pl.col("span"), pl.col("_spans"))))
+        .is_in(_REQUEST_SPANS)
     )
+    # the error searches cannot match the bare `Success` of request lines: skip those
+    not_success = _only(full != "Success", full)
     err_kind = (
         pl.when(special.is_not_null()).then(special)
-        .when(full.str.contains("no permits available")).then(pl.lit("overloaded"))
-        .when(full.str.contains("Request failed during generation")).then(pl.lit("generation"))
-        .when(full.str.contains(r"^Server error:")).then(pl.lit("server"))
-        .when(full.str.contains(_METHOD_RE)).then(pl.lit("shard_exception"))
-        .when(full.str.contains(r"Receiver dropped")).then(pl.lit("client_gone"))
-        .when(full.str.contains(r"(?i)cuda out of memory|OutOfMemoryError")).then(pl.lit("oom"))
+        .when(not_success.str.contains("no permits available")).then(pl.lit("overloaded"))
+        .when(not_success.str.contains("Request failed during generation")).then(pl.lit("generation"))
+        .when(not_success.str.contains(r"^Server error:")).then(pl.lit("server"))
+        .when(not_success.str.contains(_METHOD_RE)).then(pl.lit("shard_exception"))
+        .when(not_success.str.contains(r"Receiver dropped")).then(pl.lit("client_gone"))
+        .when(not_success.str.contains(r"(?i)cuda out of memory|OutOfMemoryError")).then(pl.lit("oom"))
         .when(pl.col("level") == "ERROR").then(pl.lit("error"))
     )
     event = (
@@ -345,7 +397,7 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         .when(target.is_null()).then(pl.lit("unparsed"))
         .when(design_req | success).then(pl.lit("request"))
         .when(design_batch).then(pl.lit("batch"))
-        .when(msg1.str.contains(CAPACITY_RE)).then(pl.lit("capacity"))
+        .when(_only(msg1 != "Success", msg1).str.contains(CAPACITY_RE)).then(pl.lit("capacity"))
         .when(err_kind.is_not_null()).then(pl.lit("error"))
         .otherwise(pl.lit("log"))
     )
@@ -376,9 +428,12 @@ def _requests(df: pl.DataFrame) -> pl.DataFrame:
         parts_ns("_d_tpot").alias("_ns_tpot"),
     )
     design = pl.col("_design")
+    design_msg = _only(design, pl.col("_msg"))
     msg = pl.col("_msg")
     # v0.3-v1.0 routers nest the request span in axum's `HTTP request{...}` span
-    df = df.with_columns(pl.col("_spans").str.replace(r"^HTTP request\{[^{}]*\}:", "").alias("_spans"))
+    if df["_spans"].str.starts_with("HTTP request{").any():
+        df = df.with_columns(pl.col("_spans").str.replace(r"^HTTP request\{[^{}]*\}:", "").alias("_spans"))
+    df = df.with_columns(_outer_span(pl.coalesce(pl.col("span"), pl.col("_spans"))).alias("_endpoint"))
     tpot_ok = pl.col("_ns_tpot") > 0
     arrival_ns = pl.col("ts").dt.epoch("ns") - pl.col("_ns_total")
     return df.with_columns(
@@ -392,17 +447,17 @@ def _requests(df: pl.DataFrame) -> pl.DataFrame:
         ).alias("_tokens_from_time"),
         seed_value(pl.col("_seed")).alias("seed"),
         pl.from_epoch(arrival_ns, time_unit="ns").dt.strftime("%Y-%m-%dT%H:%M:%S%.9fZ").alias("arrival_ts"),
-        pl.coalesce(pl.col("span"), pl.col("_spans")).str.extract(r"^([A-Za-z0-9_-]+)", 1).alias("endpoint"),
+        pl.col("_endpoint").alias("endpoint"),
         # request chains are `name{..}` or `compat_generate{..}:generate{..}`
         pl.coalesce(
             pl.col("span"),
             pl.col("_spans").str.extract(r"^([A-Za-z0-9_-]+)(?:\{[^{}]*\})?:([A-Za-z0-9_-]+)(?:\{|$)", 0).str.replace_all(r"\{[^{}]*\}|\{$", ""),
-            pl.col("_spans").str.extract(r"^([A-Za-z0-9_-]+)", 1),
+            _outer_span(pl.col("_spans")),
         ).alias("span"),
-        pl.when(design).then(_kv(msg, "request_id")).alias("request_id"),
-        pl.when(design).then(_kv(msg, "model")).alias("model"),
-        pl.when(design).then(_kv(msg, "prompt_tokens").cast(pl.Int64, strict=False)).alias("prompt_tokens"),
-        pl.when(design).then(_kv(msg, "generated_tokens").cast(pl.Int64, strict=False)).alias("_gen_tokens"),
+        _kv(design_msg, "request_id").alias("request_id"),
+        _kv(design_msg, "model").alias("model"),
+        _kv(design_msg, "prompt_tokens").cast(pl.Int64, strict=False).alias("prompt_tokens"),
+        _kv(design_msg, "generated_tokens").cast(pl.Int64, strict=False).alias("_gen_tokens"),
     ).join(_parameters(df["_params"]), on="_params", how="left", nulls_equal=True).with_columns(
         pl.coalesce(pl.col("_gen_tokens"), pl.col("_tokens_from_time")).alias("output_tokens"),
         pl.when(~design).then(pl.col("_full")).otherwise(msg).alias("message"),
