@@ -37,7 +37,7 @@ from servelens.parsers import ENGINES
 
 from . import fingerprint as fp
 from .checkpoint import save_ctx
-from .lines import parse_stream
+from .lines import PARSE_THREADS, parse_stream
 from .store import Store
 from .tail_identity import GZ_ERRORS, MAX_READ, Followed, IdentityMixin
 from .tail_watch import Targets, Watcher
@@ -50,6 +50,9 @@ ROTATE_WAIT_S = 5.0  # a file renamed away or deleted is followed until quiet th
 IDLE_CLOSE_S = 300.0  # a drained file quiet this long is closed (reopened when it changes)
 PARTIAL_WAIT_S = 300.0  # an unterminated last line quiet this long is taken as it is
 FLUSH_ROWS = 200_000  # commit early when this many events are waiting
+# a read is parsed in blocks of this size range, so the parse threads share one read
+PARSE_BLOCK_MIN = 1024 * 1024
+PARSE_BLOCK_MAX = 8 * 1024 * 1024
 COMPACT_EVERY_S = 30.0
 RATE_WINDOW_S = 5.0  # lines/s in the status line is averaged over this long
 COMPACT_MIN_PARTS = 64
@@ -122,6 +125,7 @@ class Tailer(IdentityMixin):
         self._pending_lines = 0
         self._scanned = False
         self._waiting_for_quiet = False
+        self._behind = False  # a file has more bytes than one read took: poll again at once
         self._next_rescan = 0.0
         self._next_compact = time.monotonic() + COMPACT_EVERY_S
 
@@ -129,7 +133,7 @@ class Tailer(IdentityMixin):
 
     def poll_once(self, rescan: bool = False) -> None:
         now = time.monotonic()
-        self._waiting_for_quiet = False
+        self._waiting_for_quiet = self._behind = False
         if rescan or not self._scanned or now >= self._next_rescan:
             self._rescan(initial=not self._scanned)
             self._scanned = True
@@ -160,13 +164,19 @@ class Tailer(IdentityMixin):
             while not stop.is_set():
                 rescan = watcher.rescan.is_set()
                 watcher.rescan.clear()
+                started = time.monotonic()
                 self.poll_once(rescan=rescan)
                 if on_status and time.monotonic() >= next_status:
                     on_status(self.stats)
                     next_status = time.monotonic() + 1.0
-                # file events only shorten the wait for new/moved files; growth is polled
-                wait = min(self.flush_interval, self.quiet_s) if self._waiting_for_quiet else self.flush_interval
-                if watcher.rescan.wait(wait):
+                if self._behind:
+                    continue  # a backlog: read on (each poll commits, so progress is kept)
+                # polls start every interval: the time a poll took is not waited again
+                # (else a busy tailer reads less than it is written); file events only
+                # shorten the wait for new/moved files, growth is polled
+                every = min(self.flush_interval, self.quiet_s) if self._waiting_for_quiet else self.flush_interval
+                wait = every - (time.monotonic() - started)
+                if wait > 0 and watcher.rescan.wait(wait):
                     stop.wait(0.05)  # let a burst of creates/renames settle
         finally:
             watcher.stop()
@@ -289,6 +299,7 @@ class Tailer(IdentityMixin):
             quiet = not changed or quiet_for >= self.quiet_s
             used = self._consume(fol, data, hold_partial=not (end and partial_due), hold_record=not (end and quiet), now=now)
             fol.settled = end and quiet
+            self._behind |= not end
             # all of it held only until the file is quiet: look again sooner than usual
             self._waiting_for_quiet |= used == 0 and not fol.settled
         if fol.offset >= st.st_size:
@@ -319,6 +330,7 @@ class Tailer(IdentityMixin):
         data = fol.carry + piece
         used = self._consume(fol, data, hold_partial=not eof, hold_record=not eof, now=now)
         fol.carry = data[used:]
+        self._behind |= not eof
         if eof:
             fol.done = True
             self._close(fol)
@@ -335,16 +347,21 @@ class Tailer(IdentityMixin):
             return 0
         base = fol.offset
         done = 0
+        # blocks of about len/threads, so that one read is parsed on every parse thread
+        block = min(PARSE_BLOCK_MAX, max(PARSE_BLOCK_MIN, -(-len(data) // PARSE_THREADS)))
         for chunk in parse_stream(
             io.BytesIO(data), fol.parser, fol.ctx, offset=base, next_line=fol.next_line,
-            block_bytes=len(data) + 1, hold_partial_line=hold_partial, hold_last_record=hold_record,
+            block_bytes=block, hold_partial_line=hold_partial, hold_last_record=hold_record,
         ):
             used = chunk.offset - base
-            new = data[done:used]
-            done = used
+            # head and tail kept from slices of `data` (no copy of the whole chunk)
             if len(fol.head) < fp.HEAD_BYTES:
-                fol.head = (fol.head + new[: fp.HEAD_BYTES - len(fol.head)])
-            fol.tail = (fol.tail + new)[-fp.TAIL_BYTES :] if len(new) < fp.TAIL_BYTES else new[-fp.TAIL_BYTES :]
+                fol.head += data[done : min(used, done + fp.HEAD_BYTES - len(fol.head))]
+            if used - done >= fp.TAIL_BYTES:
+                fol.tail = data[used - fp.TAIL_BYTES : used]
+            else:
+                fol.tail = (fol.tail + data[done:used])[-fp.TAIL_BYTES :]
+            done = used
             fol.offset, fol.next_line = chunk.offset, chunk.next_line
             if chunk.events.height:
                 self.frames.append(chunk.events)

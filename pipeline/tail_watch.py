@@ -76,7 +76,10 @@ class Watcher:
         self._observer = None
         self.error: str | None = None
         try:
-            from watchdog.events import FileSystemEventHandler
+            from watchdog.events import (
+                DirCreatedEvent, DirDeletedEvent, DirMovedEvent, FileCreatedEvent, FileDeletedEvent,
+                FileMovedEvent, FileSystemEventHandler,
+            )
             from watchdog.observers import Observer
         except ImportError as e:  # pragma: no cover - watchdog is a dependency
             self.error = str(e)
@@ -95,7 +98,12 @@ class Watcher:
             obs = Observer()
             for d, recursive in targets.watch_dirs():
                 if d.is_dir():
-                    obs.schedule(Handler(), str(d), recursive=recursive)
+                    # no modify/open/close events: one per write() of a busy log (and of
+                    # the store's own files) would cost CPU in watchdog's threads for nothing
+                    obs.schedule(Handler(), str(d), recursive=recursive, event_filter=[
+                        FileCreatedEvent, FileMovedEvent, FileDeletedEvent,
+                        DirCreatedEvent, DirMovedEvent, DirDeletedEvent,
+                    ])
             obs.daemon = True
             obs.start()
             self._observer = obs
