@@ -257,9 +257,9 @@ def _peel_wrappers(df: pl.DataFrame) -> pl.DataFrame:
 def _peel(
     df: pl.DataFrame, src: pl.Expr, prefix_re: str, rest: str, maybe: pl.Expr | None = None
 ) -> pl.DataFrame:
-    """Match `prefix_re` (named groups) at the start of `src`; add its groups as columns
+    r"""Match `prefix_re` (named groups) at the start of `src`; add its groups as columns
     and the text after it as column `rest` (null where the prefix is absent). `maybe`: a
-    cheap test true wherever the prefix can match; when it holds nowhere, so do the nulls.
+    cheap test that holds wherever the prefix can match; on no row, the peel is skipped.
 
     One capture pass over the first 200 characters (captures running to the end of long
     JSON lines cost 10x more). Pure-ASCII rows use the regex in ASCII mode: on ASCII text
