@@ -57,6 +57,7 @@ PY_PREFIX = (
 )
 TORCH_TAG_PREFIX = r"(?:\[_torch\])?\[RANK (?P<trank>\d+)\]\s*"
 BANNER_RE = r"\[TensorRT-LLM\] TensorRT-LLM version: (\d[\w.+]*)"
+BANNER_LITERAL = "[TensorRT-LLM] TensorRT-LLM version: "
 DOCKER_TS_RE = r"^(" + RFC3339_RE + r") "
 # Open MPI `--tag-output`: `[1,0]<stdout>:` (job, rank)
 MPI_TAG_RE = r"^\[\d+,(\d+)\]<std(?:out|err)>:"
@@ -111,44 +112,48 @@ def detect(lines: list[str]) -> float:
 def record_starts(text: pl.Series) -> pl.Series:
     """False for continuation lines: numbered C++ backtrace frames, Python traceback bodies
     (indented lines after `Traceback ...` and the exception line closing them), and Triton
-    status-table rows that follow a glog header or another table row."""
+    status-table rows that follow a glog header or another table row.
+
+    Traceback bodies and table rows are looked for only when a `Traceback` line or a
+    table row occurs in the chunk: most chunks hold neither."""
+    df = pl.DataFrame({"t": text})
+    t = pl.col("t")
+    if _any(df, t.str.contains(ANSI_RE)):
+        df = df.with_columns(t.str.replace_all(ANSI_RE, ""))
     # a rank's import banner printed into another rank's traceback must not break it
-    t = text.str.replace_all(ANSI_RE, "").str.replace_all(BANNER_RE, "")
-    df = pl.DataFrame({"t": t}).select(
-        pl.col("t").str.contains(FRAME_RE).alias("frame"),
-        pl.col("t").str.contains(TABLE_RE).alias("table"),
-        pl.col("t").str.contains(GLOG_HEADER_RE).alias("header"),
-        pl.col("t").str.contains(TB_START_RE).alias("tb"),
-        pl.col("t").str.contains(INDENTED_RE).alias("ind"),
-        pl.col("t").str.contains(PY_EXC_RE).alias("exc"),
-        (
-            pl.col("t").str.contains(r"^\s+what\(\):")
-            & pl.col("t").shift(1).str.starts_with("terminate called")
-        ).alias("what"),
+    if _any(df, t.str.contains(BANNER_LITERAL, literal=True)):
+        df = df.with_columns(t.str.replace_all(BANNER_RE, ""))
+    df = df.select(
+        t.str.contains(FRAME_RE).alias("frame"),
+        t.str.contains(TABLE_RE).alias("table"),
+        t.str.contains(TB_START_RE).alias("tb"),
+        t.str.starts_with("terminate called").alias("terminate"),
+        t,
     )
-    # inside a Python traceback: from `Traceback` through the indented lines after it
-    in_tb = (
-        pl.when(pl.col("tb"))
-        .then(True)
-        .when(pl.col("ind"))
-        .then(None)
-        .otherwise(False)
-        .forward_fill()
-        .fill_null(False)
-    )
-    cont = df.select(
-        (
-            pl.col("frame")
-            | pl.col("what")
-            | (
-                pl.col("table")
-                & (pl.col("table") | pl.col("header")).shift(1).fill_null(False)
-            )
-            | (pl.col("ind") & in_tb & ~pl.col("tb"))
-            | (pl.col("exc") & (in_tb & pl.col("ind")).shift(1).fill_null(False))
-        ).alias("c")
-    )["c"]
-    return (~cont).alias("starts")
+    what = t.str.contains(r"^\s+what\(\):") & pl.col("terminate").shift(1)
+    cont = pl.col("frame") | what
+    if _any(df, pl.col("table")):
+        header = t.str.contains(GLOG_HEADER_RE)
+        cont = cont | (pl.col("table") & (pl.col("table") | header).shift(1).fill_null(False))
+    if _any(df, pl.col("tb")):
+        # inside a Python traceback: from `Traceback` through the indented lines after it
+        ind = t.str.contains(INDENTED_RE)
+        in_tb = (
+            pl.when(pl.col("tb"))
+            .then(True)
+            .when(ind)
+            .then(None)
+            .otherwise(False)
+            .forward_fill()
+            .fill_null(False)
+        )
+        exc = t.str.contains(PY_EXC_RE)
+        cont = (
+            cont
+            | (ind & in_tb & ~pl.col("tb"))
+            | (exc & (in_tb & ind).shift(1).fill_null(False))
+        )
+    return (~df.select(cont.alias("c"))["c"]).alias("starts")
 
 
 def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
