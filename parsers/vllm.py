@@ -34,10 +34,15 @@ _LEVEL = r"DEBUG|INFO|WARNING|ERROR|CRITICAL"
 # The anchored patterns below capture only a short prefix (`all`): capturing a whole line
 # tail with `(.*)` costs ~4 s per million lines, slicing the tail off costs nothing.
 # outer wrappers: RFC 3339 time (docker/k8s), compose service, possibly both in either order
+# Every line is taken apart by one anchored pass: outer wrappers, process prefix and header
+# in a single `extract_groups` (a capture pass costs about as much whatever it captures, so
+# three passes cost three times one). The pattern captures only the short prefix; the
+# message is sliced off behind it (capturing a 3 KB `(.*)` tail would cost far more).
+# outer wrappers: RFC 3339 time (docker/k8s), compose service, possibly both in either order
 _OUTER = (
-    rf"^(?P<all>(?:(?P<rfc>{RFC3339_RE})\s+)?"
+    rf"(?:(?P<rfc>{RFC3339_RE})\s+)?"
     r"(?:(?P<svc>[A-Za-z0-9][\w.-]*)\s+\|\s?)?"
-    rf"(?:(?P<rfc2>{RFC3339_RE})\s+)?)"
+    rf"(?:(?P<rfc2>{RFC3339_RE})\s+)?"
 )
 # vLLM's own process prefix (and torch.distributed's `[rank0]: `); exactly one space
 # follows it, so the indentation of a raw traceback frame survives in `body`
@@ -45,127 +50,142 @@ _PROC_CORE = (
     r"\((?P<pname>[A-Za-z_]\w*)(?: (?P<pname2>[A-Za-z_]\w*))?(?: rank=(?P<prank>\d+))?"
     r" pid=(?P<pid>\d+)(?:, ip=(?P<ip>[^)\s]+))?\)"
 )
-_PROC = rf"^(?P<all>(?:\[rank(?P<trank>\d+)\]:\s?)?(?:{_PROC_CORE} ?)?)"
+_PROC = rf"(?:\[rank(?P<trank>\d+)\]:\s?)?(?:{_PROC_CORE} ?)?"
+# a line can only carry a wrapper / prefix when it starts like one: when no line of the
+# chunk does, that part of the pattern is left out (files without wrappers pay nothing)
 _OUTER_HINT = rf"^(?:{RFC3339_RE}|[A-Za-z0-9][\w.-]*\s+\|)"
-_OUTER_STRUCT = pl.Struct({k: pl.String for k in ("all", "rfc", "svc", "rfc2")})
-_PROC_STRUCT = pl.Struct(
-    {k: pl.String for k in ("all", "trank", "pname", "pname2", "prank", "pid", "ip")}
-)
+_PROC_HINT = r"^[(\[]"
+_OUTER_FIELDS = ("rfc", "svc", "rfc2")
+_PROC_FIELDS = ("trank", "pname", "pname2", "prank", "pid", "ip")
 # the vLLM header; ASCII classes keep the automaton small
 _HDR = (
     rf"(?P<hh>(?P<level>{_LEVEL}) +(?P<md>[0-9]{{2}}-[0-9]{{2}}) +"
     r"(?P<hms>[0-9]{2}:[0-9]{2}:[0-9]{2})(?:[.,][0-9]+)? +\[?(?P<src>[A-Za-z0-9_./-]+\.py):"
     r"(?P<lineno>[0-9]+)\] ?)"
 )
+_HDR_FIELDS = ("hh", "level", "md", "hms", "src", "lineno")
 _HDR_ANYWHERE = rf"(?:^|[ \t)|\]:>])(?:{_LEVEL}) +[0-9]{{2}}-[0-9]{{2}} +[0-9]{{2}}:[0-9]{{2}}:[0-9]{{2}}"
 # behind an arbitrary prefix (journald, Buildkite, TorchServe...): the level must open the
 # text or follow a separator
 _HDR_AFTER = r"^(?P<hpre>(?:.*?[ \t)|\]:>])?)" + _HDR
 
+# what continuation lines look like (besides being indented or empty)
+_CHAINED = r"^(?:The above exception was the direct cause|During handling of the above exception)"
+_TRACEBACK = "Traceback (most recent call last)"
+
 _ANATOMY_COLS = (
     "rfc", "svc", "pname", "prank", "pid", "ip", "trank", "level", "md", "hms", "src",
-    "lineno", "has_hdr", "body", "m", "key", "cont",
+    "lineno", "has_hdr", "body", "m", "cont",
 )
+
+
+def _any(df: pl.DataFrame, expr: pl.Expr) -> bool:
+    return bool(df.select(expr.any()).item())
 
 
 def _lines_anatomy(df: pl.DataFrame) -> pl.DataFrame:
     """Take every line apart: adds the columns of _ANATOMY_COLS. `body` is the message
     after the header (or the raw text after the wrappers), `m` the same without leading
-    blanks, `key` who wrote the line, `cont` whether it continues the line before."""
+    blanks, `cont` whether the line continues the one before."""
     text = pl.col("text").fill_null("")
     # rewriting every string costs a pass; most files have neither `\r` nor colour codes
-    if df.select(pl.col("text").str.ends_with("\r").any()).item():
+    if _any(df, pl.col("text").str.ends_with("\r")):
         text = text.str.strip_chars_end("\r")
-    if df.select(pl.col("text").str.contains(ANSI_RE).any()).item():
+    if _any(df, pl.col("text").str.contains(ANSI_RE)):
         text = text.str.replace_all(ANSI_RE, "")
     df = df.with_columns(text.alias("_t"))
-    # the wrapper / prefix extractions cost a pass each: skipped when no line can have one
-    if df.select(pl.col("_t").str.contains(_OUTER_HINT).any()).item():
-        df = df.with_columns(pl.col("_t").str.extract_groups(_OUTER).alias("_o"))
-    else:
-        df = df.with_columns(pl.lit(None, _OUTER_STRUCT).alias("_o"))
-    o = pl.col("_o").struct
+
+    t = pl.col("_t")
+    outer = _any(df, t.str.contains(_OUTER_HINT))
+    proc = outer or _any(df, t.str.contains(_PROC_HINT))
+    prefix = (_OUTER if outer else "") + (_PROC if proc else "")
+    pattern = "^" + (f"(?P<pre>{prefix})" if prefix else "") + f"(?:{_HDR})?"
+    df = df.with_columns(t.str.extract_groups(pattern).alias("_a")).unnest("_a")
+    absent = [f for f in ("pre", *_OUTER_FIELDS, *_PROC_FIELDS) if f not in df.columns]
+    df = df.with_columns(pl.lit(None, pl.String).alias(f) for f in absent)
+    # `_r`: the text after the wrappers and the process prefix
+    pre_len = pl.col("pre").str.len_chars().fill_null(0)
     df = df.with_columns(
-        pl.coalesce(o.field("rfc"), o.field("rfc2")).alias("rfc"),
-        o.field("svc").alias("svc"),
-        pl.col("_t").str.slice(o.field("all").str.len_chars().fill_null(0)).alias("_r"),
+        pl.coalesce("rfc", "rfc2").alias("rfc"),
+        (t.str.slice(pre_len) if prefix else t).alias("_r"),
     )
-    if df.select(pl.col("_r").str.contains(r"^[(\[]").any()).item():
-        df = df.with_columns(pl.col("_r").str.extract_groups(_PROC).alias("_p"))
-    else:
-        df = df.with_columns(pl.lit(None, _PROC_STRUCT).alias("_p"))
-    p = pl.col("_p").struct
-    df = df.with_columns(pl.col("_r").str.slice(p.field("all").str.len_chars().fill_null(0)).alias("_r"))
-    df = df.with_columns(pl.col("_r").str.extract_groups("^" + _HDR).alias("_h"))
-    # slow path, only for the rare lines whose header sits behind some other prefix
-    df = df.with_row_index("_i")
-    odd = df.filter(
-        pl.col("_h").struct.field("level").is_null() & pl.col("_r").str.contains(_HDR_ANYWHERE)
-    ).select("_i", "_r")
-    if odd.height:
-        odd = odd.with_columns(pl.col("_r").str.extract_groups(_HDR_AFTER).alias("_h2")).with_columns(
-            pl.col("_h2").struct.field("hpre").str.extract_groups(_PROC_CORE).alias("_late")
-        )
-        df = df.join(odd.drop("_r"), on="_i", how="left").sort("_i")
-    else:
-        df = df.with_columns(pl.lit(None).alias("_h2"), pl.lit(None).alias("_late"))
-    h, h2, late = pl.col("_h").struct, pl.col("_h2").struct, pl.col("_late").struct
+    df = df.with_columns(pl.col("_r").str.slice(pl.col("hh").str.len_chars().fill_null(0)).alias("body"))
+    df = _header_behind_prefix(df)
 
-    def hf(name: str) -> pl.Expr:
-        return pl.coalesce(h.field(name), h2.field(name)) if odd.height else h.field(name)
-
-    def pf(name: str) -> pl.Expr:
-        return pl.coalesce(p.field(name), late.field(name)) if odd.height else p.field(name)
-
-    hpre_len = h2.field("hpre").str.len_chars().fill_null(0) if odd.height else pl.lit(0)
-    name1, name2 = pf("pname"), pf("pname2")
+    name1, name2 = pl.col("pname"), pl.col("pname2")
     df = df.with_columns(
         pl.when(name2.is_not_null()).then(pl.concat_str([name1, pl.lit(" "), name2]))
         .otherwise(name1).alias("pname"),
-        pf("prank").cast(pl.Int64, strict=False).alias("prank"),
-        pf("pid").cast(pl.Int64, strict=False).alias("pid"),
-        pf("ip").alias("ip"),
-        p.field("trank").cast(pl.Int64, strict=False).alias("trank"),
-        hf("level").alias("level"),
-        hf("md").alias("md"),
-        hf("hms").alias("hms"),
-        hf("src").alias("src"),
-        hf("lineno").cast(pl.Int64, strict=False).alias("lineno"),
-        hf("level").is_not_null().alias("has_hdr"),
-        pl.when(hf("level").is_not_null())
-        .then(pl.col("_r").str.slice(hpre_len + hf("hh").str.len_chars()))
+        pl.col("prank").cast(pl.Int64, strict=False),
+        pl.col("pid").cast(pl.Int64, strict=False),
+        pl.col("trank").cast(pl.Int64, strict=False),
+        pl.col("lineno").cast(pl.Int64, strict=False),
+        pl.col("level").is_not_null().alias("has_hdr"),
+    )
+    body = pl.col("body")
+    # few messages start with blanks: stripping copies every string, so only if one does
+    m = body.str.strip_chars_start() if _any(df, body.str.contains(r"^\s")) else body
+    df = df.with_columns(m.alias("m"))
+    df = df.with_columns(_continues(df))
+    return df.drop("_t", "_r", "pre", "rfc2", "pname2", "hh")
+
+
+def _header_behind_prefix(df: pl.DataFrame) -> pl.DataFrame:
+    """The slow path, only for the rare lines whose header sits behind some other prefix
+    (journald, Buildkite...): header fields, process prefix and body found behind it."""
+    df = df.with_row_index("_i")
+    odd = df.filter(pl.col("level").is_null() & pl.col("_r").str.contains(_HDR_ANYWHERE))
+    if odd.height == 0:
+        return df.drop("_i")
+    h2 = pl.col("_h2").struct
+    late = pl.col("_late").struct
+    odd = odd.with_columns(pl.col("_r").str.extract_groups(_HDR_AFTER).alias("_h2"))
+    odd = odd.with_columns(h2.field("hpre").str.extract_groups(_PROC_CORE).alias("_late"))
+    # the header fields were null on these lines; a prefix found at the start still wins
+    odd = odd.select(
+        "_i",
+        *(h2.field(f).alias(f) for f in _HDR_FIELDS),
+        *(pl.coalesce(pl.col(f), late.field(f)).alias(f) for f in _PROC_FIELDS if f != "trank"),
+        pl.when(h2.field("level").is_not_null())
+        .then(pl.col("_r").str.slice(h2.field("hpre").str.len_chars() + h2.field("hh").str.len_chars()))
         .otherwise(pl.col("_r"))
-        .fill_null("")
         .alias("body"),
     )
-    df = df.with_columns(
-        pl.col("body").str.strip_chars_start().alias("m"),
-        pl.concat_str(
-            [
-                pl.col(c).cast(pl.String).fill_null("")
-                for c in ("svc", "pname", "prank", "pid", "ip", "trank", "level", "md", "hms", "src", "lineno")
-            ],
-            separator="|",
-        ).alias("key"),
+    return df.update(odd, on="_i", include_nulls=True).drop("_i")
+
+
+def _continues(df: pl.DataFrame) -> pl.Expr:
+    """`cont`: the line continues the one before: it is shaped like the inside of a
+    traceback or an indented block, and has the same writer (same header, or same raw
+    prefix) as the line before. Writers are compared only where the shape fits."""
+    body, m = pl.col("body"), pl.col("m")
+    indented = body.str.contains(r"^\s+\S")
+    shaped = (
+        indented
+        | (m == "")
+        | m.str.starts_with(_TRACEBACK)
+        | m.str.contains(_CHAINED)
     )
-    # a continuation line: same writer (same header, or same raw prefix) as the line
-    # before, and shaped like the inside of a traceback or an indented block
-    indented = pl.col("body").str.contains(r"^\s+\S")
-    df = df.with_columns(
-        (
-            (pl.col("key") == pl.col("key").shift(1))
-            & (
-                indented
-                | (pl.col("m") == "")
-                | pl.col("m").str.starts_with("Traceback (most recent call last)")
-                | pl.col("m").str.contains(
-                    r"^(?:The above exception was the direct cause|During handling of the above exception)"
-                )
-                | (pl.col("m").str.contains(F.EXCEPTION) & indented.shift(1))
-            )
-        ).fill_null(False).alias("cont")
+    # an exception line ends an indented traceback
+    if _any(df, indented):
+        shaped = shaped | (m.str.contains(F.EXCEPTION) & indented.shift(1))
+    shaped = df.select(shaped.fill_null(False)).to_series()
+    if not shaped.any():
+        return pl.lit(False).alias("cont")
+    # the lines to compare: each candidate and the line before it
+    pair = shaped | shaped.shift(-1, fill_value=False)
+    sub = df.filter(pair).with_columns(shaped.filter(pair).alias("_shaped"))
+    key = pl.concat_str(
+        [
+            pl.col(c).cast(pl.String).fill_null("")
+            for c in ("svc", "pname", "prank", "pid", "ip", "trank", "level", "md", "hms", "src", "lineno")
+        ],
+        separator="|",
     )
-    return df.drop("_t", "_o", "_r", "_p", "_h", "_h2", "_late", "_i")
+    same = sub.select((pl.col("_shaped") & (key == key.shift(1))).fill_null(False)).to_series()
+    cont = pl.Series("cont", [False] * df.height, dtype=pl.Boolean)
+    cont = cont.scatter(pair.arg_true(), same)
+    return pl.lit(cont).alias("cont")
 
 
 def record_starts(text: pl.Series) -> pl.Series:
@@ -214,45 +234,58 @@ def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     if lines.height == 0:
         return lines.select("line", pl.lit("unparsed").alias("event"), pl.col("text").alias("message"))
     df = _lines_anatomy(lines.select("line", pl.col("text").cast(pl.String)))
-    starts = ~df["cont"]
-    records = group_records(lines.select("line", pl.col("text").cast(pl.String).fill_null("")), starts)
-    rec = records.select("line", "n_lines", pl.col("text").alias("raw")).join(
-        df.filter(starts).drop("text", "cont", "key"), on="line", how="left"
-    )
+    return _events(_records(df), ctx)
 
-    # what the continuation lines add: the exception (the last one, as Python prints the
-    # final exception last) and the whole message
-    multi = df.with_columns(record_ids(starts)).with_columns(pl.len().over("_rec").alias("_len"))
-    multi = multi.filter(pl.col("_len") > 1)
-    exc1 = pl.col("m").str.extract_groups(F.EXCEPTION)
-    if multi.height:
-        agg = (
-            multi.with_columns(exc1.alias("_e"))
-            .group_by("_rec", maintain_order=True)
-            .agg(
-                pl.col("line").first(),
-                pl.col("_e").struct.field("exc").drop_nulls().last().alias("_xt"),
-                pl.col("_e").struct.field("excmsg")
-                .filter(pl.col("_e").struct.field("exc").is_not_null()).last().alias("_xm"),
-                pl.col("m").str.starts_with("Traceback (most recent call last)").any().alias("has_tb"),
-                pl.col("body").str.join("\n").alias("body_all"),
-            )
-            .drop("_rec")
-        )
-        rec = rec.join(agg, on="line", how="left")
-    else:
-        rec = rec.with_columns(
+
+def _records(df: pl.DataFrame) -> pl.DataFrame:
+    """One row per record: the anatomy of its first line, `n_lines`, `raw` (the physical
+    lines joined) and what its continuation lines add: the exception (the last one, as
+    Python prints the final exception last, in `_xt`/`_xm`), `has_tb` and the whole
+    message `body_all`."""
+    raw = pl.col("text").fill_null("")
+    if not df["cont"].any():  # the common chunk: every record is one line
+        return df.select(
+            "line",
+            pl.lit(1, pl.Int32).alias("n_lines"),
+            raw.alias("raw"),
+            *_ANATOMY_COLS[:-1],
             pl.lit(None, pl.String).alias("_xt"),
             pl.lit(None, pl.String).alias("_xm"),
-            pl.lit(None, pl.Boolean).alias("has_tb"),
+            pl.lit(False).alias("has_tb"),
             pl.lit(None, pl.String).alias("body_all"),
         )
-    rec = rec.sort("line").with_columns(
-        pl.coalesce(pl.col("_xt"), exc1.struct.field("exc")).alias("exc_type"),
-        pl.coalesce(pl.col("_xm"), exc1.struct.field("excmsg")).alias("exc_message"),
-        pl.col("has_tb").fill_null(False),
+    starts = ~df["cont"]
+    df = df.with_columns(record_ids(starts))
+    multi = df.filter(pl.len().over("_rec") > 1)
+    exc = pl.col("_e").struct
+    agg = (
+        multi.with_columns(pl.col("m").str.extract_groups(F.EXCEPTION).alias("_e"))
+        .group_by("_rec", maintain_order=True)
+        .agg(
+            pl.col("line").first(),
+            pl.len().cast(pl.Int32).alias("_n"),
+            raw.str.join("\n").alias("_raw"),
+            exc.field("exc").drop_nulls().last().alias("_xt"),
+            exc.field("excmsg").filter(exc.field("exc").is_not_null()).last().alias("_xm"),
+            pl.col("m").str.starts_with(_TRACEBACK).any().alias("has_tb"),
+            pl.col("body").str.join("\n").alias("body_all"),
+        )
+        .drop("_rec")
     )
-    return _events(rec, ctx)
+    return (
+        df.filter(starts)
+        .join(agg, on="line", how="left", maintain_order="left")
+        .select(
+            "line",
+            pl.col("_n").fill_null(1).alias("n_lines"),
+            pl.coalesce("_raw", raw).alias("raw"),
+            *_ANATOMY_COLS[:-1],
+            "_xt",
+            "_xm",
+            pl.col("has_tb").fill_null(False),
+            "body_all",
+        )
+    )
 
 
 # event families: each is computed on its own rows only, so a million stats lines never pay
@@ -267,8 +300,7 @@ def _family() -> pl.Expr:
         pl.when((hdr | bare) & F.IS_STATS).then(pl.lit("stats"))
         .when(hdr & F.IS_ITERATION).then(pl.lit("iter"))
         .when((hdr | bare) & F.IS_CAPACITY).then(pl.lit("cap"))
-        .when(hdr & (F.IS_RECEIVED | F.IS_ADDED | F.IS_FINISHED | F.IS_ABORTED | F.IS_DETAILS | F.IS_GENERATED))
-        .then(pl.lit("req"))
+        .when(hdr & F.IS_REQUEST).then(pl.lit("req"))
         .when(hdr & F.IS_PREEMPT).then(pl.lit("preempt"))
         .when(hdr & (F.IS_BATCH_NOTE | F.IS_GEN_NOTE)).then(pl.lit("note"))
         .when(~hdr & pl.col("m").str.contains(F.UVICORN_ACCESS)).then(pl.lit("access"))
@@ -276,23 +308,67 @@ def _family() -> pl.Expr:
     )
 
 
-def _common_attrs() -> dict[str, pl.Expr]:
+def _families(rec: pl.DataFrame) -> pl.Series:
+    """`_family()` of every record. The stats and capacity tests search the whole message
+    (a 3 KB prompt included), so they run only on the few messages holding one of their
+    literals; the other records take the same chain without them (anchored tests that
+    fail at the first bytes)."""
+    hot = rec["m"].str.contains(F.STATS_OR_CAPACITY_HINT)
+    hdr = pl.col("has_hdr")
+    cold = (
+        pl.when(hdr & F.IS_ITERATION).then(pl.lit("iter"))
+        .when(hdr & F.IS_REQUEST).then(pl.lit("req"))
+        .when(hdr & F.IS_PREEMPT).then(pl.lit("preempt"))
+        .when(hdr & (F.IS_BATCH_NOTE | F.IS_GEN_NOTE)).then(pl.lit("note"))
+        .when(~hdr & pl.col("m").str.contains(F.UVICORN_ACCESS)).then(pl.lit("access"))
+        .otherwise(pl.lit("other"))
+    )
+    fam = rec.select(cold.alias("_fam")).to_series()
+    if hot.any():
+        idx = hot.arg_true()
+        fam = fam.scatter(idx, rec[idx].select(_family()).to_series())
+    return fam
+
+
+def _common_attrs(sub: pl.DataFrame) -> dict[str, pl.Expr]:
     pname = pl.col("pname")
-    return {
+    attrs = {
         "process": pname,
         "pid": pl.col("pid"),
         "rank": pl.coalesce(pl.col("prank"), pl.col("trank")),
         "ip": pl.col("ip"),
-        # data-parallel engines inside one instance: EngineCore_DP0 / EngineCore_0 / Worker_DP1_TP0
-        "dp_rank": pname.str.extract(r"(?:_DP|^EngineCore_)(\d+)", 1).cast(pl.Int64, strict=False),
-        "tp_rank": pname.str.extract(r"[_ ]TP(\d+)", 1).cast(pl.Int64, strict=False),
-        "pp_rank": pname.str.extract(r"_PP(\d+)", 1).cast(pl.Int64, strict=False),
-        "ep_rank": pname.str.extract(r"_EP(\d+)", 1).cast(pl.Int64, strict=False),
+    }
+    # data-parallel engines inside one instance: EngineCore_DP0 / EngineCore_0 / Worker_DP1_TP0
+    # (four searches per line, skipped when no process name has a suffix)
+    if sub["pname"].str.contains(r"_|[_ ]TP").any():
+        attrs |= {
+            "dp_rank": pname.str.extract(r"(?:_DP|^EngineCore_)(\d+)", 1).cast(pl.Int64, strict=False),
+            "tp_rank": pname.str.extract(r"[_ ]TP(\d+)", 1).cast(pl.Int64, strict=False),
+            "pp_rank": pname.str.extract(r"_PP(\d+)", 1).cast(pl.Int64, strict=False),
+            "ep_rank": pname.str.extract(r"_EP(\d+)", 1).cast(pl.Int64, strict=False),
+        }
+    return attrs | {
         "service": pl.col("svc"),
         "src": pl.when(pl.col("src").is_not_null()).then(
             pl.concat_str([pl.col("src"), pl.lit(":"), pl.col("lineno").cast(pl.String)])
         ),
     }
+
+
+def _with_attrs(sub: pl.DataFrame, fields: dict[str, pl.Expr]) -> pl.DataFrame:
+    """`attrs`: base.attrs_json of the fields, for the same JSON at less cost. Fields null
+    on every row are left out before encoding, and when no field is null anywhere there is
+    no `"key":null` to cut out, so the plain struct encoding is the answer."""
+    sub = sub.with_columns(**{f"_a_{k}": v for k, v in fields.items()})
+    nulls = sub.select(pl.col(f"_a_{k}").null_count() for k in fields).row(0)
+    present = {k: pl.col(f"_a_{k}") for k, n in zip(fields, nulls) if n < sub.height}
+    if not present:
+        attrs = pl.lit(None, pl.String)
+    elif all(n == 0 for k, n in zip(fields, nulls) if k in present):
+        attrs = pl.struct([v.alias(k) for k, v in present.items()]).struct.json_encode()
+    else:
+        attrs = attrs_json(**present)
+    return sub.with_columns(attrs.alias("attrs")).drop([f"_a_{k}" for k in fields])
 
 
 def _family_frame(fam: str, sub: pl.DataFrame) -> pl.DataFrame:
@@ -328,6 +404,7 @@ def _family_frame(fam: str, sub: pl.DataFrame) -> pl.DataFrame:
         cols = {"event": pl.lit("capacity"), "_model": F.model_name(), **F.capacity_columns()}
         extra = F.capacity_attrs()
     elif fam == "req":
+        sub = sub.with_columns(**F.request_parts())
         rq = F.request_columns()
         kind = (
             pl.when(F.IS_RECEIVED | F.IS_ADDED).then(pl.lit("request_arrived"))
@@ -358,6 +435,12 @@ def _family_frame(fam: str, sub: pl.DataFrame) -> pl.DataFrame:
             "protocol": uv.field("proto"),
         }
     else:
+        # the exception a record names: its continuation lines' (`_xt`) or its own
+        exc = pl.col("_e").struct
+        sub = sub.with_columns(m.str.extract_groups(F.EXCEPTION).alias("_e")).with_columns(
+            pl.coalesce(pl.col("_xt"), exc.field("exc")).alias("exc_type"),
+            pl.coalesce(pl.col("_xm"), exc.field("excmsg")).alias("exc_message"),
+        )
         hdr = pl.col("has_hdr")
         is_uv = ~hdr & m.str.contains(F.UVICORN_OTHER)
         is_pylog = ~hdr & m.str.contains(F.PYLOGGING)
@@ -383,15 +466,16 @@ def _family_frame(fam: str, sub: pl.DataFrame) -> pl.DataFrame:
             "uvicorn": pl.when(is_uv).then(pl.lit(True)),
         }
     sub = sub.with_columns(**cols)
-    # attrs fields that are null on every row of this part are left out before encoding
-    fields = {**_common_attrs(), **extra}
-    sub = sub.with_columns(**{f"_a_{k}": v for k, v in fields.items()})
-    present = {k: pl.col(f"_a_{k}") for k in fields if sub[f"_a_{k}"].null_count() < sub.height}
-    return sub.with_columns(attrs_json(**present).alias("attrs")).drop([f"_a_{k}" for k in fields])
+    sub = _with_attrs(sub, {**_common_attrs(sub), **extra})
+    return sub.drop(_CAPTURES, strict=False)
+
+
+# the captures a family's columns are computed from, dropped once used
+_CAPTURES = ("_rid", "_ids", "_out_ids", "_uv", "_e")
 
 
 def _events(rec: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
-    rec = rec.with_columns(_family().alias("_fam"))
+    rec = rec.with_columns(_families(rec))
     parts = [
         _family_frame(fam, part)
         for (fam,), part in rec.partition_by("_fam", as_dict=True, maintain_order=True).items()

@@ -9,6 +9,8 @@ position, because fields come and go between vLLM versions.
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
 M = pl.col("m")  # the message, leading blanks removed
@@ -50,6 +52,11 @@ IS_BATCH_NOTE = M.str.contains(r"^Running batch #\d+ with \d+ requests")
 IS_GEN_NOTE = M.str.contains(r"^Generated \d+ tokens in [\d.]+ ?s")
 IS_DETAILS = M.str.starts_with("Request ") & M.str.contains(r"^Request \S+ details: ")
 IS_GENERATED = M.str.contains(r"^Generated response \S+")
+# any of the six above, in one anchored pass
+IS_REQUEST = M.str.contains(
+    r"^(?:(?:Received|Added|Finished) request |Aborted request(?:\(s\))? |Request \S+ details: "
+    r"|Generated response \S)"
+)
 
 # executor_base.py printed `# CUDA blocks:` and, in some releases, `# cuda blocks:`
 _BLOCKS = r"# ((?i:GPU|CUDA|TPU|XPU|HPU|NPU)|CPU) blocks: ([\d,]+)"
@@ -68,6 +75,16 @@ IS_CAPACITY = (
     | (
         M.str.contains(_ARGS)
         & M.str.contains(r"max_num_seqs|max_num_batched_tokens|max_model_len|'model")
+    )
+)
+# Every alternative of IS_STATS, BARE_VLLM and IS_CAPACITY needs one of these literals
+# somewhere in the message: one pass over them finds the few messages worth those tests
+STATS_OR_CAPACITY_HINT = "|".join(
+    re.escape(s)
+    for s in (
+        "Avg prompt throughput: ", " blocks: ", " KV cache size: ", "Maximum concurrency for ",
+        "LLM engine ", "Chunked prefill is enabled with max_num_batched_tokens=",
+        "Using max model len ", "num_gpu_blocks is: ", "args: ",
     )
 )
 
@@ -198,18 +215,27 @@ def model_name() -> pl.Expr:
 # per-request lines
 
 
-def request_columns() -> dict[str, pl.Expr]:
-    ids = M.str.extract(r"prompt[_ ]token[_ ]ids: \[([\d,\s]*)\]", 1)
-    out_ids = M.str.extract(r"output_token_ids: \[([\d,\s]*)\]", 1)
+def request_parts() -> dict[str, pl.Expr]:
+    """The captures request_columns are made of: add these columns first (polars evaluates
+    a capture used twice inside one expression twice)."""
     return {
         # one pass for every form: `Received request X: ...`, `Added request X.`, the design
         # note's `Added request X, prompt_len=...`, `Finished request X.`, `Request X details:`,
         # `Generated response X (streaming complete): ...` (the second %s of `%s%s`)
-        "request_id": M.str.extract(
-            r"^(?:(?:Received|Added|Finished) request|Request|Generated response) ([^\s:,]+?)"
-            r"(?:\.?$|[:,]| details: | \()",
-            1,
+        "_rid": M.str.extract_groups(
+            r"^(?:(?:Received|Added|Finished) request|Request|Generated response) "
+            r"(?P<tok>[^\s:,]+)(?P<next>[:,]| details: | \(|\s)?"
         ),
+        "_ids": M.str.extract(r"prompt[_ ]token[_ ]ids: \[([\d,\s]*)\]", 1),
+        "_out_ids": M.str.extract(r"output_token_ids: \[([\d,\s]*)\]", 1),
+    }
+
+
+def request_columns() -> dict[str, pl.Expr]:
+    """Schema columns of the request lines; needs the columns of request_parts."""
+    ids, out_ids = pl.col("_ids"), pl.col("_out_ids")
+    return {
+        "request_id": request_id(pl.col("_rid")),
         # SamplingParams(..., max_tokens=N, ...) and the design-note `max_tokens=512`
         "max_tokens": pl.when(IS_RECEIVED | IS_ADDED).then(_int(r"\bmax_tokens=(\d+)")),
         "prompt_tokens": pl.coalesce(
@@ -220,6 +246,21 @@ def request_columns() -> dict[str, pl.Expr]:
             out_ids.str.count_matches(r"\d+").cast(pl.Int64)
         ),
     }
+
+
+def request_id(parts: pl.Expr) -> pl.Expr:
+    r"""What `^(?:HEAD) ([^\s:,]+?)(?:\.?$|[:,]| details: | \()` captures, from the greedy
+    token and what follows it (`_rid`): the lazy repeat costs polars' regex engine twice
+    a greedy one. The token holds no blank, `:` or `,`, so the lazy id ends where it ends,
+    except at the end of the message, where a final `.` is left out; a token followed by
+    any other blank is no id."""
+    tok, after = parts.struct.field("tok"), parts.struct.field("next")
+    return (
+        pl.when(after.is_null())
+        .then(pl.when(tok == ".").then(tok).otherwise(tok.str.strip_suffix(".")))
+        .when(after.is_in([":", ",", " details: ", " ("]))
+        .then(tok)
+    )
 
 
 def aborted_ids() -> pl.Expr:
