@@ -28,6 +28,9 @@ from .base import (
 
 NAME = "vllm"
 CARRY_FORWARD = ("model",)
+# whether a line starts a record depends on it and the line before only (`_continues`), so
+# the ingest hold-back may ask about a block's last lines alone (pipeline/lines.py)
+RECORD_LOOKBACK = 1
 
 _LEVEL = r"DEBUG|INFO|WARNING|ERROR|CRITICAL"
 
@@ -290,7 +293,7 @@ def _records(df: pl.DataFrame) -> pl.DataFrame:
 
 # event families: each is computed on its own rows only, so a million stats lines never pay
 # for the request regexes and vice versa
-_FAMILIES = ("stats", "iter", "cap", "req", "preempt", "note", "access", "other")
+_FAMILIES = ("stats", "iter", "cap", "req", "req_plain", "preempt", "note", "access", "other")
 
 
 def _family() -> pl.Expr:
@@ -317,6 +320,7 @@ def _families(rec: pl.DataFrame) -> pl.Series:
     hdr = pl.col("has_hdr")
     cold = (
         pl.when(hdr & F.IS_ITERATION).then(pl.lit("iter"))
+        .when(hdr & F.IS_PLAIN_REQUEST).then(pl.lit("req_plain"))
         .when(hdr & F.IS_REQUEST).then(pl.lit("req"))
         .when(hdr & F.IS_PREEMPT).then(pl.lit("preempt"))
         .when(hdr & (F.IS_BATCH_NOTE | F.IS_GEN_NOTE)).then(pl.lit("note"))
@@ -414,6 +418,12 @@ def _family_frame(fam: str, sub: pl.DataFrame) -> pl.DataFrame:
         )
         cols = {"event": kind, **rq, "_aborted": pl.when(F.IS_ABORTED).then(F.aborted_ids())}
         extra = F.request_attrs()
+    elif fam == "req_plain":
+        # `Added request X.` / `Finished request X.`: the id is all there is to read
+        cols = {
+            "event": pl.when(F.IS_ADDED).then(pl.lit("request_arrived")).otherwise(pl.lit("request_finished")),
+            "request_id": F.plain_request_id(),
+        }
     elif fam == "preempt":
         extra = F.preemption_attrs()
         cols = {"event": pl.lit("preemption"), "request_id": extra.pop("request_id")}

@@ -52,6 +52,9 @@ IS_BATCH_NOTE = M.str.contains(r"^Running batch #\d+ with \d+ requests")
 IS_GEN_NOTE = M.str.contains(r"^Generated \d+ tokens in [\d.]+ ?s")
 IS_DETAILS = M.str.starts_with("Request ") & M.str.contains(r"^Request \S+ details: ")
 IS_GENERATED = M.str.contains(r"^Generated response \S+")
+# the commonest request lines, `Added request X.` / `Finished request X.`: with no blank,
+# `:`, `,` or `=` after the head, no field but the id can be in them (see plain_request_id)
+IS_PLAIN_REQUEST = M.str.contains(r"^(?:Added|Finished) request [^\s:,=]+$")
 # any of the six above, in one anchored pass
 IS_REQUEST = M.str.contains(
     r"^(?:(?:Received|Added|Finished) request |Aborted request(?:\(s\))? |Request \S+ details: "
@@ -261,6 +264,13 @@ def request_id(parts: pl.Expr) -> pl.Expr:
         .when(after.is_in([":", ",", " details: ", " ("]))
         .then(tok)
     )
+
+
+def plain_request_id() -> pl.Expr:
+    """request_id() of an IS_PLAIN_REQUEST line: the token after the head, which ends the
+    message, without a final `.` (but `.` alone is the id)."""
+    tok = M.str.slice(pl.when(IS_ADDED).then(len("Added request ")).otherwise(len("Finished request ")))
+    return pl.when(tok == ".").then(tok).otherwise(tok.str.strip_suffix("."))
 
 
 def aborted_ids() -> pl.Expr:
