@@ -132,19 +132,24 @@ def split_stats(df: pl.DataFrame, msg: str) -> tuple[pl.DataFrame, pl.DataFrame]
 
     A single object is decoded straight into the struct, not wrapped as a one-element
     array (the list decode costs ~20% more); objects that do not decode alone (`{..}, {..}`)
-    get the array decode."""
-    text = pl.col(msg).str.strip_chars()
-    df = df.with_columns(
-        pl.when(text.str.contains(STATS_JSON_RE) | (text == "[]")).then(text).alias("_json")
-    )
+    get the array decode. The JSON is the message without surrounding whitespace: tested
+    on the message as is (the patterns allow it), stripped only when some row has any."""
+    m = pl.col(msg)
+    is_json = m.str.contains(STATS_JSON_RE) | m.str.contains(r"^\s*\[\]\s*$")
+    df = df.with_columns(is_json.alias("_is_json"))
+    is_json = pl.col("_is_json")
+    padded = is_json & (m.str.contains(r"^\s") | m.str.contains(r"\s$"))
+    text = m.str.strip_chars() if _any(df, padded) else m
+    df = df.with_columns(pl.when(is_json).then(text).alias("_json")).drop("_is_json")
     j = pl.col("_json")
     obj = df.select(pl.when(j.str.starts_with("{")).then(j))["_json"]
-    st = safe_json_decode(obj, STATS_STRUCT)
-    df = df.with_columns(st.alias("_st"))
+    df = df.with_columns(safe_json_decode(obj, STATS_STRUCT).alias("_st"))
     # an object that fails alone is an array only if a `,` follows its closing brace
-    array = pl.col("_st").is_null() & (
-        j.str.starts_with("[") | j.str.contains(r"\}\s*,")
-    )
+    array = pl.col("_st").is_null() & (j.str.starts_with("[") | j.str.contains(r"\}\s*,"))
+    if not _any(df, array):
+        stats = df.filter(pl.col("_st").is_not_null())
+        other = df.filter(pl.col("_st").is_null())
+        return stats.drop("_json"), other.drop("_st", "_json")
     wrapped = df.select(
         pl.when(array)
         .then(
@@ -154,8 +159,7 @@ def split_stats(df: pl.DataFrame, msg: str) -> tuple[pl.DataFrame, pl.DataFrame]
         )
         .alias("_json")
     )["_json"]
-    elements = safe_json_decode(wrapped, STATS_DTYPE)
-    df = df.with_columns(elements.alias("_elements"))
+    df = df.with_columns(safe_json_decode(wrapped, STATS_DTYPE).alias("_elements"))
     objects = df.filter(pl.col("_st").is_not_null()).drop("_elements", "_json")
     arrays = (
         df.filter(pl.col("_elements").is_not_null())
@@ -164,8 +168,11 @@ def split_stats(df: pl.DataFrame, msg: str) -> tuple[pl.DataFrame, pl.DataFrame]
         .rename({"_elements": "_st"})
     )
     other = df.filter(pl.col("_st").is_null() & pl.col("_elements").is_null())
-    stats = pl.concat([objects, arrays]) if arrays.height else objects
-    return stats, other.drop("_st", "_elements", "_json")
+    return pl.concat([objects, arrays]), other.drop("_st", "_elements", "_json")
+
+
+def _any(df: pl.DataFrame, test: pl.Expr) -> bool:
+    return bool(df.select(test.any()).item())
 
 
 def _ts(expr: pl.Expr, fmt: str) -> pl.Expr:
