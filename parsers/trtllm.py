@@ -116,9 +116,16 @@ def record_starts(text: pl.Series) -> pl.Series:
 
     Traceback bodies and table rows are looked for only when a `Traceback` line or a
     table row occurs in the chunk: most chunks hold neither."""
+    return _record_starts(text)[0]
+
+
+def _record_starts(text: pl.Series) -> tuple[pl.Series, bool]:
+    """`record_starts`, and whether any line holds an ANSI code (`parse` cleans first
+    lines only then)."""
     df = pl.DataFrame({"t": text})
     t = pl.col("t")
-    if _any(df, t.str.contains(ANSI_RE)):
+    has_ansi = _any(df, t.str.contains(ANSI_RE))
+    if has_ansi:
         df = df.with_columns(t.str.replace_all(ANSI_RE, ""))
     # a rank's import banner printed into another rank's traceback must not break it
     if _any(df, t.str.contains(BANNER_LITERAL, literal=True)):
@@ -153,7 +160,7 @@ def record_starts(text: pl.Series) -> pl.Series:
             | (ind & in_tb & ~pl.col("tb"))
             | (exc & (in_tb & ind).shift(1).fill_null(False))
         )
-    return (~df.select(cont.alias("c"))["c"]).alias("starts")
+    return (~df.select(cont.alias("c"))["c"]).alias("starts"), has_ansi
 
 
 def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
@@ -161,8 +168,9 @@ def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
         return lines.select(
             "line", pl.lit("unparsed").alias("event"), pl.col("text").alias("message")
         )
-    df = group_records(lines, record_starts(lines["text"]))
-    df = _clean(df)
+    starts, has_ansi = _record_starts(lines["text"])
+    df = group_records(lines, starts)
+    df = _clean(df, has_ansi)
     df = _peel_wrappers(df)
     df = _peel(df, pl.col("clean"), GLOG_PREFIX, "gmsg")
     df = _unquote_glog(df)
@@ -196,7 +204,9 @@ def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     out = pl.concat(
         [build(rows) for build, rows in families if rows.height], how="diagonal_relaxed"
     )
-    return out.sort("line", maintain_order=True).with_row_index("_seq")
+    if _any(out, pl.col("line").diff() < 0):  # families interleave (one family: in order)
+        out = out.sort("line", maintain_order=True)
+    return out.with_row_index("_seq")
 
 
 # ---------------------------------------------------------------------------------------
@@ -209,12 +219,13 @@ def _any(df: pl.DataFrame, test: pl.Expr) -> bool:
     return bool(df.select(test.any()).item())
 
 
-def _clean(df: pl.DataFrame) -> pl.DataFrame:
-    """`clean`: the first line without ANSI codes and a docker-compose service prefix (a
-    `docker logs --timestamps` RFC 3339 prefix is peeled in `_peel_wrappers` as it carries
-    the time). Staged columns: eager polars re-evaluates an expression at every use."""
+def _clean(df: pl.DataFrame, has_ansi: bool) -> pl.DataFrame:
+    """`clean`: the first line without ANSI codes (if the chunk has any) and a
+    docker-compose service prefix (a `docker logs --timestamps` RFC 3339 prefix is peeled
+    in `_peel_wrappers` as it carries the time). Staged columns: eager polars re-evaluates
+    an expression at every use."""
     clean = pl.col("first")
-    if _any(df, clean.str.contains(ANSI_RE)):
+    if has_ansi:
         clean = clean.str.replace_all(ANSI_RE, "")
     df = df.with_columns(clean.alias("clean"))
     if _any(df, pl.col("clean").str.ends_with("\r")):

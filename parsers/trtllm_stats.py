@@ -147,6 +147,11 @@ def split_stats(df: pl.DataFrame, msg: str) -> tuple[pl.DataFrame, pl.DataFrame]
     # an object that fails alone is an array only if a `,` follows its closing brace
     array = pl.col("_st").is_null() & (j.str.starts_with("[") | j.str.contains(r"\}\s*,"))
     if not _any(df, array):
+        n_objects = df.height - df["_st"].null_count()
+        if n_objects == df.height:  # filtering the wide struct costs more than this test
+            return df.drop("_json"), df.head(0).drop("_st", "_json")
+        if n_objects == 0:
+            return df.head(0).drop("_json"), df.drop("_st", "_json")
         stats = df.filter(pl.col("_st").is_not_null())
         other = df.filter(pl.col("_st").is_null())
         return stats.drop("_json"), other.drop("_st", "_json")
