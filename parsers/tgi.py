@@ -280,7 +280,7 @@ def _text_records(recs: pl.DataFrame) -> pl.DataFrame:
 
 def _router_tail_fields(recs: pl.DataFrame) -> pl.DataFrame:
     """`_tail` = `target: file.rs:N: msg` -> `target`, `file`, `_msg`, on tails that match
-    `^{_IDENT}: [^ \t:]+\.rs:[0-9]+:`. A target holds no `: ` and a file name no `:`, so
+    `{_IDENT}: <file>.rs:<N>:`. A target holds no `: ` and a file name no `:`, so
     literal searches find the separators (cheaper than a capturing regex)."""
     tail = pl.col("_tail")
     recs = recs.with_columns(tail.str.find(": ", literal=True).alias("_p"))
@@ -370,26 +370,51 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         _utc_ts(df, "_ts").alias("ts"),
     )
     full, msg1 = pl.col("_full"), msg.str.strip_chars()
+    router_says = target.str.starts_with("text_generation_router") | pl.col("_d_total_u").is_not_null()
+    # Most records are the router's bare `Success`: a request with no error kind, which
+    # the searches below could not match (set aside: they run on the other rows only)
+    plain = (
+        (msg == "Success") & (full == "Success") & target.is_not_null() & router_says
+        & (pl.col("level") != "ERROR") & special.is_null()
+    )
+    df = df.with_columns(plain.fill_null(False).alias("_plain"))
+    plain_success = df.filter(pl.col("_plain")).with_columns(
+        pl.lit("request").alias("event"), pl.lit(None, _STR).alias("error_kind"), pl.lit(False).alias("_design")
+    )
+    requests, events = [plain_success], []
+    rest = df.filter(~pl.col("_plain"))
+    if rest.height:
+        rest = _classify(rest)
+        requests.append(rest.filter(pl.col("event") == "request"))
+        events.append(_others(rest.filter(pl.col("event") != "request")))
+    requests = [p for p in requests if p.height]
+    if requests:
+        events.append(_requests(pl.concat(requests, how="diagonal_relaxed")))
+    return _finish(pl.concat([p for p in events if p.height], how="diagonal_relaxed"))
+
+
+def _classify(df: pl.DataFrame) -> pl.DataFrame:
+    """`event`, `error_kind` and `_design` of records other than the plain `Success`."""
+    msg, target, full, special = pl.col("_msg"), pl.col("target"), pl.col("_full"), pl.col("_special")
+    msg1 = msg.str.strip_chars()
+    router_says = target.str.starts_with("text_generation_router") | pl.col("_d_total_u").is_not_null()
     no_file = pl.col("file").is_null()
     design_kv = _only(no_file & target.is_in(("generate", "batch")), msg1).str.contains(_DESIGN_KV_RE)
     design_req = no_file & (target == "generate") & design_kv
     design_batch = no_file & (target == "batch") & design_kv
-    router_says = target.str.starts_with("text_generation_router") | pl.col("_d_total_u").is_not_null()
     success = (msg1 == "Success") & (
         router_says
         | _outer_span(_only((msg1 == "Success") & ~router_says, pl.coalesce(pl.col("span"), pl.col("_spans"))))
         .is_in(_REQUEST_SPANS)
     )
-    # the error searches cannot match the bare `Success` of request lines: skip those
-    not_success = _only(full != "Success", full)
     err_kind = (
         pl.when(special.is_not_null()).then(special)
-        .when(not_success.str.contains("no permits available")).then(pl.lit("overloaded"))
-        .when(not_success.str.contains("Request failed during generation")).then(pl.lit("generation"))
-        .when(not_success.str.contains(r"^Server error:")).then(pl.lit("server"))
-        .when(not_success.str.contains(_METHOD_RE)).then(pl.lit("shard_exception"))
-        .when(not_success.str.contains(r"Receiver dropped")).then(pl.lit("client_gone"))
-        .when(not_success.str.contains(r"(?i)cuda out of memory|OutOfMemoryError")).then(pl.lit("oom"))
+        .when(full.str.contains("no permits available")).then(pl.lit("overloaded"))
+        .when(full.str.contains("Request failed during generation")).then(pl.lit("generation"))
+        .when(full.str.contains(r"^Server error:")).then(pl.lit("server"))
+        .when(full.str.contains(_METHOD_RE)).then(pl.lit("shard_exception"))
+        .when(full.str.contains(r"Receiver dropped")).then(pl.lit("client_gone"))
+        .when(full.str.contains(r"(?i)cuda out of memory|OutOfMemoryError")).then(pl.lit("oom"))
         .when(pl.col("level") == "ERROR").then(pl.lit("error"))
     )
     event = (
@@ -397,11 +422,11 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         .when(target.is_null()).then(pl.lit("unparsed"))
         .when(design_req | success).then(pl.lit("request"))
         .when(design_batch).then(pl.lit("batch"))
-        .when(_only(msg1 != "Success", msg1).str.contains(CAPACITY_RE)).then(pl.lit("capacity"))
+        .when(msg1.str.contains(CAPACITY_RE)).then(pl.lit("capacity"))
         .when(err_kind.is_not_null()).then(pl.lit("error"))
         .otherwise(pl.lit("log"))
     )
-    df = df.with_columns(
+    return df.with_columns(
         event.alias("event"),
         err_kind.alias("error_kind"),
         design_req.alias("_design"),
@@ -410,11 +435,6 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         pl.when(design_req | design_batch).then(None).otherwise(pl.col("_spans")).alias("_spans"),
         pl.when(design_req | design_batch).then(None).otherwise(target).alias("target"),
     )
-    ev = pl.col("event")
-    req = df.filter(ev == "request")
-    other = df.filter(ev != "request")
-    out = pl.concat([p for p in (_requests(req), _others(other)) if p.height], how="diagonal_relaxed")
-    return _finish(out)
 
 
 def _requests(df: pl.DataFrame) -> pl.DataFrame:
@@ -473,45 +493,77 @@ def _parameters(params: pl.Series) -> pl.DataFrame:
 
 
 def _others(df: pl.DataFrame) -> pl.DataFrame:
+    """The non-request events: each kind's fields are read on that kind's rows only (a
+    kind absent from the chunk costs nothing, not even compiling its regexes)."""
     if df.height == 0:
         return df
-    ev, full, msg = pl.col("event"), pl.col("_full"), pl.col("_msg")
-    cap = ev == "capacity"
-    args = args_fields(full)
-    capf = capacity_fields(full)
-    batch = ev == "batch"
-    only_cap = lambda e: pl.when(cap).then(e)  # noqa: E731
-    return df.with_columns(
+    full = pl.col("_full")
+    df = df.with_columns(
         pl.coalesce(
             pl.col("span"),
             # span names in order: `a{...}:b:c{...}` -> "a:b:c" (two passes for the
             # parameter dump nested in a span's fields)
             pl.col("_spans").str.replace_all(r"\{[^{}]*\}", "").str.replace_all(r"\{[^{}]*\}", ""),
         ).alias("span"),
-        pl.when(cap).then(pl.coalesce(capf["max_batch_tokens"], args["max_batch_tokens"]))
-        .when(batch).then(_kv(msg, "max_tokens").cast(pl.Int64, strict=False))
-        .alias("max_batch_tokens"),
-        only_cap(capf["kv_blocks_total"]).alias("kv_blocks_total"),
-        only_cap(capf["kv_capacity_tokens"]).alias("kv_capacity_tokens"),
-        only_cap(capf["block_size"]).alias("block_size"),
-        only_cap(args["model"]).alias("model"),
-        only_cap(args["max_num_seqs"]).alias("max_num_seqs"),
+        pl.when(pl.col("event") == "unparsed").then(pl.col("text")).otherwise(full).alias("message"),
+    )
+    kinds = df.partition_by("event", as_dict=True, maintain_order=True)
+    return pl.concat(
+        [_KIND_FIELDS.get(kind, lambda p: p)(part) for (kind,), part in kinds.items()],
+        how="diagonal_relaxed",
+    )
+
+
+def _capacity_fields(df: pl.DataFrame) -> pl.DataFrame:
+    full = pl.col("_full")
+    args = args_fields(full)
+    capf = capacity_fields(full)
+    return df.with_columns(
+        pl.coalesce(capf["max_batch_tokens"], args["max_batch_tokens"]).alias("max_batch_tokens"),
+        capf["kv_blocks_total"].alias("kv_blocks_total"),
+        capf["kv_capacity_tokens"].alias("kv_capacity_tokens"),
+        capf["block_size"].alias("block_size"),
+        args["model"].alias("model"),
+        args["max_num_seqs"].alias("max_num_seqs"),
         *[
-            only_cap(pl.coalesce(capf[k], args[k]) if k in capf else args[k]).alias(k)
+            (pl.coalesce(capf[k], args[k]) if k in capf else args[k]).alias(k)
             for k in ("max_concurrent_requests", "max_batch_prefill_tokens", "max_total_tokens",
                       "max_input_tokens", "max_waiting_tokens", "num_shard", "waiting_served_ratio", "quantize")
         ],
-        only_cap(capf["model_max_total_tokens"]).alias("model_max_total_tokens"),
-        pl.when(ev == "error").then(full.str.extract(_METHOD_RE, 1)).alias("method"),
-        pl.when(ev == "error").then(full.str.contains(r"(?i)cuda out of memory|OutOfMemoryError")).alias("oom"),
-        pl.when(ev == "log").then(
-            ns_to_s(duration_ns(full.str.extract(r"^Shard ready in (\S+)$", 1)))
-        ).alias("ready_s"),
-        pl.when(batch).then(pl.coalesce(_kv(msg, "batch_size").cast(pl.Int64, strict=False), pl.col("batch_size")))
-        .otherwise(pl.col("batch_size")).alias("batch_size"),
-        pl.when(batch).then(_kv(msg, "queued_requests").cast(pl.Int64, strict=False)).alias("waiting"),
-        pl.when(ev == "unparsed").then(pl.col("text")).otherwise(full).alias("message"),
+        capf["model_max_total_tokens"].alias("model_max_total_tokens"),
     )
+
+
+def _batch_fields(df: pl.DataFrame) -> pl.DataFrame:
+    msg = pl.col("_msg")
+    return df.with_columns(
+        _kv(msg, "max_tokens").cast(pl.Int64, strict=False).alias("max_batch_tokens"),
+        pl.coalesce(_kv(msg, "batch_size").cast(pl.Int64, strict=False), pl.col("batch_size")).alias("batch_size"),
+        _kv(msg, "queued_requests").cast(pl.Int64, strict=False).alias("waiting"),
+    )
+
+
+def _error_fields(df: pl.DataFrame) -> pl.DataFrame:
+    full = pl.col("_full")
+    return df.with_columns(
+        full.str.extract(_METHOD_RE, 1).alias("method"),
+        full.str.contains(r"(?i)cuda out of memory|OutOfMemoryError").alias("oom"),
+    )
+
+
+def _log_fields(df: pl.DataFrame) -> pl.DataFrame:
+    # step by step: nested, the helpers' repeated sub-expressions multiply (slow to plan)
+    ready = pl.col("_full").str.extract(r"^Shard ready in (\S+)$", 1)
+    df = df.with_columns(duration_ns(ready).alias("_ready_ns"))
+    return df.with_columns(ns_to_s(pl.col("_ready_ns")).alias("ready_s")).drop("_ready_ns")
+
+
+_KIND_FIELDS = {
+    "capacity": _capacity_fields,
+    "batch": _batch_fields,
+    "error": _error_fields,
+    "log": _log_fields,
+}
 
 
 _ATTR_KEYS = (
