@@ -169,7 +169,12 @@ def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
             "line", pl.lit("unparsed").alias("event"), pl.col("text").alias("message")
         )
     starts, has_ansi = _record_starts(lines["text"])
-    df = group_records(lines, starts)
+    if starts.all():  # no continuation line: what group_records returns, without its window
+        df = lines.select(
+            "line", pl.lit(1, pl.Int32).alias("n_lines"), "text", pl.col("text").alias("first")
+        )
+    else:
+        df = group_records(lines, starts)
     df = _clean(df, has_ansi)
     df = _peel_wrappers(df)
     df = _peel(df, pl.col("clean"), GLOG_PREFIX, "gmsg")
@@ -187,6 +192,7 @@ def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
         body.str.contains("[RANK ", literal=True),  # cmsg and pmsg are tails of body
     )
     df = df.with_columns(_message())
+    df = _glog_time(df)
 
     # Stats JSON: decode every candidate in one vectorised call; one event per element
     # (an executor array shares its line span). Stats rows skip the message regexes.
@@ -313,9 +319,9 @@ def _peel(
 def _unquote_glog(df: pl.DataFrame) -> pl.DataFrame:
     """Newer Triton JSON-quotes glog messages: decode them as JSON strings."""
     gmsg = pl.col("gmsg")
-    is_quoted = gmsg.str.contains(r'^".*"$')
-    if not _any(df, is_quoted):
+    if not _any(df, gmsg.str.starts_with('"')):
         return df
+    is_quoted = gmsg.str.contains(r'^".*"$')
     quoted = pl.when(is_quoted).then(pl.concat_str([pl.lit('{"m":'), gmsg, pl.lit("}")]))
     unq = safe_json_decode(df.select(quoted.alias("q"))["q"], pl.Struct({"m": pl.String}))
     return df.with_columns(pl.coalesce(unq.struct.field("m"), gmsg).alias("gmsg"))
@@ -342,6 +348,27 @@ def _banner(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(body.alias("body"))
 
 
+def _glog_time(df: pl.DataFrame) -> pl.DataFrame:
+    """`ts_noyear` from the glog prefix (`I0514 21:01:55.276668`), in year 2000.
+
+    Date and time are parsed apart (the few distinct dates hit polars' parse cache), which
+    is faster than one datetime parse but reads a leap second `23:59:60` as null: rows
+    left null that way get the one-string parse, which rolls it into the next day."""
+    g = pl.col
+    date = pl.concat_str([pl.lit("2000-"), g("gmon"), pl.lit("-"), g("gday")])
+    parts = date.str.to_date("%Y-%m-%d", strict=False).dt.combine(
+        g("gtime").str.to_time("%H:%M:%S%.f", strict=False), time_unit="us"
+    )
+    df = df.with_columns(parts.alias("ts_noyear"))
+    missed = g("ts_noyear").is_null() & g("gtime").is_not_null()
+    if not _any(df, missed):
+        return df
+    whole = pl.concat_str([date, pl.lit(" "), g("gtime")]).str.to_datetime(
+        "%Y-%m-%d %H:%M:%S%.f", time_unit="us", strict=False
+    )
+    return df.with_columns(pl.coalesce(g("ts_noyear"), pl.when(missed).then(whole)).alias("ts_noyear"))
+
+
 def _message() -> list[pl.Expr]:
     g = pl.col
     level = pl.coalesce(
@@ -349,9 +376,6 @@ def _message() -> list[pl.Expr]:
         g("sev").replace_strict(_PY_LEVEL, default=None, return_dtype=pl.String),
         g("gl").replace_strict(_GLOG_LEVEL, default=None, return_dtype=pl.String),
     )
-    noyear = pl.concat_str(
-        [pl.lit("2000-"), g("gmon"), pl.lit("-"), g("gday"), pl.lit(" "), g("gtime")]
-    ).str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="us", strict=False)
     line_ts = pl.coalesce(
         g("pyts").str.to_datetime("%m/%d/%Y-%H:%M:%S", time_unit="us", strict=False),
         g("cts").str.to_datetime("%m-%d-%Y %H:%M:%S%.f", time_unit="us", strict=False),
@@ -360,7 +384,6 @@ def _message() -> list[pl.Expr]:
     return [
         pl.coalesce("tmsg", "cmsg", "pmsg", "body").alias("msg"),
         level.alias("_level"),
-        noyear.alias("ts_noyear"),
         line_ts.alias("_line_ts"),
         (
             g("gl").is_not_null()
