@@ -6,22 +6,39 @@ removes its inputs from the manifest in the same atomic rename, so a reader sees
 old parts or the new one, never both and never neither. The inputs are deleted only after
 the store's grace period (store.GARBAGE_GRACE_S), so a query that took the old part list a
 moment ago can still read them.
+
+A merge streams (a k-way merge of parts that are each sorted by time): batches are read
+from the part whose unread rows start earliest, and rows earlier than every part's unread
+rows are final and written out in row groups. Memory is a batch per part plus the rows whose
+times overlap, not the whole merge (which held up to 128 MiB of compressed parts decoded).
+The tailer writes the merged part on a background thread (`merge`), and commits it
+between polls (`commit_merge`): the store and its manifest stay on the tailer's thread.
 """
 
 from __future__ import annotations
 
+import heapq
+import os
+import shutil
 from collections import defaultdict
 from dataclasses import dataclass
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
+from typing import Any
 
 import polars as pl
-import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .store import Store, new_txid
+from servelens.parsers.schema import EVENT_SCHEMA
+
+from .store import Store, _fsync_dir, new_txid
 
 SMALL_PART_BYTES = 16 * 1024 * 1024  # parts below this are worth merging
 TARGET_BYTES = 128 * 1024 * 1024  # input bytes merged into one part at most
+# Row groups of the merged part: smaller than Store.stage_events' 256,000 because one is
+# held in memory several times over while written (as polars, Arrow, encoded pages):
+# ~40 MiB of TGI events, not ~150 MiB. Queries read either the same way.
+ROW_GROUP_ROWS = 64_000
+BATCH_ROWS = 32_768  # rows read from one input part at a time
 
 
 @dataclass
@@ -31,6 +48,15 @@ class CompactResult:
     merged: int = 0  # input parts replaced
     written: int = 0  # merged parts written
     rows: int = 0
+
+
+@dataclass
+class Merged:
+    """A group merged into a staged part, ready for Store.commit."""
+
+    group: list[str]
+    moves: list[tuple[str, str]]
+    rows: int
 
 
 def plan(store: Store, min_parts: int = 2, small_bytes: int = SMALL_PART_BYTES,
@@ -67,13 +93,174 @@ def compact(store: Store, min_parts: int = 2, small_bytes: int = SMALL_PART_BYTE
     """Merge small parts partition by partition; one atomic commit per merged part."""
     result = CompactResult(parts_before=len(store.manifest["parts"]))
     for group in plan(store, min_parts, small_bytes, target_bytes):
-        tables = [pq.ParquetFile(store.root / rel).read() for rel in group]
-        events = pl.from_arrow(pa.concat_tables(tables, promote_options="default"))
-        assert isinstance(events, pl.DataFrame)
-        moves = store.stage_events(events, new_txid())
-        store.commit(moves, remove_parts=group)
-        result.merged += len(group)
-        result.written += len(moves)
-        result.rows += events.height
+        commit_merge(store, merge(store.root, group), result)
     result.parts_after = len(store.manifest["parts"])
     return result
+
+
+def commit_merge(store: Store, merged: Merged, result: CompactResult | None = None) -> None:
+    store.commit(merged.moves, remove_parts=merged.group)
+    if result is not None:
+        result.merged += len(merged.group)
+        result.written += len(merged.moves)
+        result.rows += merged.rows
+
+
+def merge(root: Path, group: list[str]) -> Merged:
+    """Write the rows of the group's parts (one partition) as one staged part, sorted like
+    Store.stage_events sorts (ts, line; null times last). Touches only files, never the
+    manifest, so it may run on another thread than the store's owner."""
+    txid = new_txid()
+    stage_dir = root / "_staging" / txid
+    for _ in range(3):  # a commit on the owner's thread may remove an empty _staging
+        try:
+            stage_dir.mkdir(parents=True, exist_ok=True)
+            break
+        except FileNotFoundError:
+            continue
+    name = f"part-{txid}-0000.parquet"
+    staged = stage_dir / name
+    try:
+        try:
+            out = _write_merged(root, group, staged, streaming=True)
+        except _Unsorted:  # parts not written by the store: merge them in memory
+            out = _write_merged(root, group, staged, streaming=False)
+        if out.rows == 0:
+            staged.unlink()
+            shutil.rmtree(stage_dir, ignore_errors=True)
+            return Merged(group, [], 0)
+        _fsync_dir(stage_dir)
+    except BaseException:
+        shutil.rmtree(stage_dir, ignore_errors=True)
+        raise
+    final = str(PurePosixPath(group[0]).parent / name)
+    return Merged(group, [(str(staged.relative_to(root)), final)], out.rows)
+
+
+def _write_merged(root: Path, group: list[str], staged: Path, streaming: bool) -> "_Out":
+    with open(staged, "wb") as f:
+        out = _Out(f)
+        _merge_into(root, group, out, streaming)
+        out.close()
+        f.flush()
+        os.fsync(f.fileno())
+    return out
+
+
+class _Out:
+    """Sorted rows in, row groups of ROW_GROUP_ROWS out."""
+
+    def __init__(self, f: Any):
+        self.f = f
+        self.writer: pq.ParquetWriter | None = None
+        self.held: list[pl.DataFrame] = []
+        self.held_rows = 0
+        self.rows = 0
+
+    def add(self, df: pl.DataFrame) -> None:
+        if df.height == 0:
+            return
+        self.held.append(df)
+        self.held_rows += df.height
+        if self.held_rows >= ROW_GROUP_ROWS:
+            buf = pl.concat(self.held, rechunk=False)
+            full = buf.height // ROW_GROUP_ROWS * ROW_GROUP_ROWS
+            for start in range(0, full, ROW_GROUP_ROWS):
+                self._write(buf.slice(start, ROW_GROUP_ROWS))
+            rest = buf.slice(full)
+            self.held, self.held_rows = ([rest] if rest.height else []), rest.height
+
+    def close(self) -> None:
+        if self.held_rows:
+            self._write(pl.concat(self.held, rechunk=False))
+        self.held, self.held_rows = [], 0
+        if self.writer is not None:
+            self.writer.close()
+
+    def _write(self, df: pl.DataFrame) -> None:
+        table = df.to_arrow().cast(EVENT_SCHEMA)
+        if self.writer is None:
+            self.writer = pq.ParquetWriter(self.f, EVENT_SCHEMA, compression="zstd")
+        self.writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+        self.rows += df.height
+
+
+class _Unsorted(Exception):
+    """An input part is not sorted by time: the streaming merge cannot be used."""
+
+
+def _merge_into(root: Path, group: list[str], out: _Out, streaming: bool = True) -> None:
+    """A k-way merge of the group's parts, each sorted by (ts, line) like the store writes
+    them: batches are read from the part whose unread rows start earliest, and the rows
+    before every part's unread rows are final. Memory: a batch per part plus the rows
+    whose times overlap, not the whole group."""
+    files = [pq.ParquetFile(root / rel) for rel in group]
+    if not streaming:
+        rows = pl.concat([_frame(pf.read()) for pf in files], how="diagonal_relaxed")
+        out.add(rows.sort("ts", "line", nulls_last=True))
+        return
+    heap: list[tuple[Any, int]] = []  # (no unread row of part i is earlier, i)
+    untimed: list[pl.DataFrame] = []
+    for i, pf in enumerate(files):
+        low = _min_ts(pf)
+        if low is None:
+            untimed.append(_frame(pf.read()))  # no time anywhere in it
+        else:
+            heapq.heappush(heap, (low, i))
+    batches = {i: files[i].iter_batches(batch_size=BATCH_ROWS) for _, i in heap}
+    pending: list[pl.DataFrame] = []
+    kept = fresh = 0  # rows held back at the last emit, rows read since
+    while heap:
+        low, i = heapq.heappop(heap)
+        batch = next(batches[i], None)
+        if batch is not None:
+            df = _frame(batch)
+            has_ts = df["ts"].is_not_null()
+            timed = df.filter(has_ts)
+            if timed.height < df.height:
+                untimed.append(df.filter(~has_ts))
+            if timed.height:
+                if timed["ts"].min() < low:
+                    raise _Unsorted
+                pending.append(timed)
+                fresh += timed.height
+                low = timed["ts"].max()
+            heapq.heappush(heap, (low, i))
+        # emit when the rows read since outnumber those held (sorting stays n log n)
+        if heap and fresh < max(BATCH_ROWS, kept):
+            continue
+        rows = pl.concat(pending).sort("ts", "line", nulls_last=True) if pending else None
+        if rows is None:
+            continue
+        if heap:
+            final = rows["ts"] < heap[0][0]
+            out.add(rows.filter(final))
+            pending = [rows.filter(~final)]
+            kept, fresh = pending[0].height, 0
+        else:
+            out.add(rows)
+            pending = []
+    if untimed:
+        out.add(pl.concat(untimed, how="diagonal_relaxed").sort("ts", "line", nulls_last=True))
+
+
+def _frame(data: Any) -> pl.DataFrame:
+    df = pl.from_arrow(data)
+    assert isinstance(df, pl.DataFrame)
+    return df
+
+
+def _min_ts(pf: pq.ParquetFile) -> Any:
+    """The earliest time in the part from its statistics; None when no row has a time.
+    Raises _Unsorted when a row group has no statistics (the merge then works in memory)."""
+    md = pf.metadata
+    col = next((c for c in range(md.num_columns) if md.schema.column(c).path == "ts"), None)
+    low = None
+    for rg in range(md.num_row_groups):
+        meta = md.row_group(rg)
+        stats = meta.column(col).statistics if col is not None else None
+        if stats is not None and stats.has_min_max:
+            low = stats.min if low is None else min(low, stats.min)
+        elif stats is None or not stats.has_null_count or stats.null_count != meta.num_rows:
+            raise _Unsorted
+    return low

@@ -27,6 +27,7 @@ import os
 import signal
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -35,6 +36,7 @@ import polars as pl
 
 from servelens.parsers import ENGINES
 
+from . import compact as compact_mod
 from . import fingerprint as fp
 from .checkpoint import save_ctx
 from .lines import PARSE_THREADS, parse_stream
@@ -50,13 +52,17 @@ ROTATE_WAIT_S = 5.0  # a file renamed away or deleted is followed until quiet th
 IDLE_CLOSE_S = 300.0  # a drained file quiet this long is closed (reopened when it changes)
 PARTIAL_WAIT_S = 300.0  # an unterminated last line quiet this long is taken as it is
 FLUSH_ROWS = 200_000  # commit early when this many events are waiting
-# a read is parsed in blocks of this size range, so the parse threads share one read
-PARSE_BLOCK_MIN = 1024 * 1024
-PARSE_BLOCK_MAX = 8 * 1024 * 1024
+# A large read (a backlog) is parsed in blocks on both parse threads. Not smaller ones: a
+# parse call has a fixed cost (TGI: ~30 ms CPU, as much as 2.5 MiB of lines), so splitting
+# what one poll reads when keeping up would cost more CPU than it saves in wall time.
+PARSE_BLOCK_MIN = 16 * 1024 * 1024
 COMPACT_EVERY_S = 30.0
 RATE_WINDOW_S = 5.0  # lines/s in the status line is averaged over this long
 COMPACT_MIN_PARTS = 64
 GZ_SETTLE_S = 1.0  # a .gz modified this recently may still be being written
+
+
+_COMPACTOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="servelens-compact")
 
 
 class TailError(Exception):
@@ -128,6 +134,9 @@ class Tailer(IdentityMixin):
         self._behind = False  # a file has more bytes than one read took: poll again at once
         self._next_rescan = 0.0
         self._next_compact = time.monotonic() + COMPACT_EVERY_S
+        self.background_compaction = False  # run() sets it: poll_once alone merges in line
+        self._merging: Future | None = None
+        self._merge_queue: list[list[str]] = []
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -149,13 +158,41 @@ class Tailer(IdentityMixin):
         lags = [now - f.pending_since for f in self.followed.values() if f.pending_since is not None]
         self.stats.lag_s = max(lags, default=0.0)
         self.stats.files = sum(1 for f in self.followed.values() if f.key is not None)
-        if self.compact_min_parts and now >= self._next_compact:
-            self._next_compact = now + COMPACT_EVERY_S
-            from .compact import compact
+        self._compact(now)
 
-            compact(self.store, min_parts=self.compact_min_parts)
+    def _compact(self, now: float) -> None:
+        """Merge small parts every COMPACT_EVERY_S. In `run`, each merged part is written on
+        a background thread (seconds for a long tail: commits must not wait for it) and
+        committed here, on the store's thread, at the first poll after it is ready."""
+        if self._merging is not None:
+            if not self._merging.done():
+                return
+            self._commit_merge()
+            if self._merge_queue:
+                self._merging = _COMPACTOR.submit(compact_mod.merge, self.store.root, self._merge_queue.pop(0))
+                return
+        if not self.compact_min_parts or now < self._next_compact:
+            return
+        self._next_compact = now + COMPACT_EVERY_S
+        if not self.background_compaction:
+            compact_mod.compact(self.store, min_parts=self.compact_min_parts)
+            return
+        self._merge_queue = compact_mod.plan(self.store, min_parts=self.compact_min_parts)
+        if self._merge_queue:
+            self._merging = _COMPACTOR.submit(compact_mod.merge, self.store.root, self._merge_queue.pop(0))
+
+    def _commit_merge(self) -> None:
+        merging, self._merging = self._merging, None
+        try:
+            merged = merging.result()
+        except Exception as e:  # noqa: BLE001 - compaction is an optimisation: retried later
+            self.say(f"compaction failed ({e}); will try again")
+            self._merge_queue = []
+            return
+        compact_mod.commit_merge(self.store, merged)
 
     def run(self, stop: threading.Event, on_status: Callable[[Stats], None] | None = None) -> None:
+        self.background_compaction = True
         watcher = Watcher(self.targets)
         if watcher.error:
             self.say(watcher.error)
@@ -185,6 +222,8 @@ class Tailer(IdentityMixin):
     def close(self) -> None:
         """Commit what has been read (held partial lines stay unread) and close the files."""
         self.flush()
+        if self._merging is not None:
+            self._commit_merge()  # waits for it: a merge written in full is worth its commit
         for fol in list(self.followed.values()):
             self._close(fol, remember=False)
 
@@ -347,8 +386,7 @@ class Tailer(IdentityMixin):
             return 0
         base = fol.offset
         done = 0
-        # blocks of about len/threads, so that one read is parsed on every parse thread
-        block = min(PARSE_BLOCK_MAX, max(PARSE_BLOCK_MIN, -(-len(data) // PARSE_THREADS)))
+        block = max(PARSE_BLOCK_MIN, -(-len(data) // PARSE_THREADS))
         for chunk in parse_stream(
             io.BytesIO(data), fol.parser, fol.ctx, offset=base, next_line=fol.next_line,
             block_bytes=block, hold_partial_line=hold_partial, hold_last_record=hold_record,
