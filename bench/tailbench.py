@@ -45,7 +45,9 @@ class TailResult:
     low_p50: float = float("nan")
     low_p99: float = float("nan")
     events: int = 0
-    peak_rss_bytes: int = 0
+    peak_rss_bytes: int = 0  # of the tail process (VmHWM: the fork from this big process is not counted)
+    cpu_s: float = 0.0  # user + system seconds of the tail process, all phases
+    cpu_per_100k: float = 0.0  # cpu_s per 100,000 lines written
     notes: list[str] = field(default_factory=list)
 
 
@@ -81,6 +83,18 @@ class Poller(threading.Thread):
                     return t
             time.sleep(POLL_S)
         return None
+
+
+def _peak_rss(pid: int) -> int:
+    """Peak resident memory of the process since it exec'd (0 when /proc cannot tell)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 def _source_lines(paths: list[Path], need: int) -> list[bytes]:
@@ -186,11 +200,16 @@ def run_tail_bench(servelens: str, source_files: list[Path], work: Path, *, rate
                 res.burst_rate = len(chunk) / (t_done - t0)
     finally:
         poller.stop.set()
+        hwm = _peak_rss(proc.pid)
         proc.send_signal(signal.SIGINT)
         try:
             _, status, usage = os.wait4(proc.pid, 0)
             proc.returncode = os.waitstatus_to_exitcode(status)
-            res.peak_rss_bytes = usage.ru_maxrss * 1024
+            # ru_maxrss counts the forked copy of this process (its line pool) before exec
+            res.peak_rss_bytes = hwm or usage.ru_maxrss * 1024
+            res.cpu_s = usage.ru_utime + usage.ru_stime
+            res.cpu_per_100k = res.cpu_s / max(written, 1) * 100_000
+            res.notes.append(f"tail process CPU {res.cpu_s:.1f} s user+sys, {res.cpu_per_100k:.2f} s per 100k lines")
         except ChildProcessError:
             pass
         if proc.stderr is not None:
