@@ -114,13 +114,19 @@ def _cleaned(text: pl.Series) -> pl.DataFrame:
     c = pl.col("_clean")
     if df.select(c.str.contains(ANSI_RE).any()).item():
         df = df.with_columns(c.str.replace_all(ANSI_RE, ""))
-    service = c.str.extract(r"^([A-Za-z0-9][A-Za-z0-9_.-]*)[ \t]+\|", 1)
+    # (a search without captures, or a literal one, is the cheap test for a whole chunk)
+    service = pl.lit(None, _STR)
+    if df.select(c.str.contains("|", literal=True).any()).item():
+        service = c.str.extract(r"^([A-Za-z0-9][A-Za-z0-9_.-]*)[ \t]+\|", 1)
     df = df.with_columns(service.alias("service"))
     if df["service"].null_count() < df.height:
         df = df.with_columns(
             pl.when(pl.col("service").is_not_null()).then(c.str.replace(_COMPOSE_RE, "")).otherwise(c)
         )
-    outer = c.str.extract(rf"^({_TS})[ \t]+(?:{_TS}[ \t]|\{{\x22timestamp\x22)", 1)
+    outer_re = rf"^({_TS})[ \t]+(?:{_TS}[ \t]|\{{\x22timestamp\x22)"
+    outer = pl.lit(None, _STR)
+    if df.select(c.str.contains(outer_re).any()).item():
+        outer = c.str.extract(outer_re, 1)
     df = df.with_columns(outer.alias("outer_ts"))
     if df["outer_ts"].null_count() < df.height:
         df = df.with_columns(
@@ -163,14 +169,14 @@ def _group(lines: pl.DataFrame) -> pl.DataFrame:
     starts = starts.scatter(0, True)
     one = starts & starts.shift(-1, fill_value=True)
     df = df.with_columns(record_ids(starts), one.alias("_one"))
-    single = df.filter(pl.col("_one")).select(
+    all_single = bool(one.all())
+    single = (df if all_single else df.filter(pl.col("_one"))).select(
         "line", pl.lit(1, pl.Int32).alias("n_lines"), "text",
         pl.col("_clean").alias("_first"), pl.lit(None, _STR).alias("_cont"), "service", "outer_ts",
     )
-    multi = df.filter(~pl.col("_one"))
-    if multi.height == 0:
+    if all_single:
         return single
-    multi = multi.group_by("_rec", maintain_order=True).agg(
+    multi = df.filter(~pl.col("_one")).group_by("_rec", maintain_order=True).agg(
         pl.col("line").first(),
         pl.len().cast(pl.Int32).alias("n_lines"),
         pl.col("text").str.join("\n"),
@@ -200,31 +206,37 @@ def _text_records(recs: pl.DataFrame) -> pl.DataFrame:
     if recs.height == 0:
         return recs
     first = pl.col("_first")
-    # one anchored capture over the line's head; `rest` is a slice, not a regex copy
+    # one anchored capture over the line's head; the rest of the line is then addressed
+    # by byte offsets into `_first` (slicing copies: only the pieces needed are cut out)
     head = first.str.extract_groups(rf"^(?P<_head>(?P<_ts>{_TS})[ \t]+(?P<_lvl>{_LEVEL})[ \t]+)")
     recs = recs.with_columns(head.alias("_h")).unnest("_h").with_columns(
-        # the head is ASCII: its length in bytes is its length in chars
-        first.str.slice(pl.col("_head").str.len_bytes()).alias("_rest"),
+        pl.col("_head").str.len_bytes().alias("_rest_at")
     ).drop("_head")
-    rest = pl.col("_rest")
+    rest_at = pl.col("_rest_at")
     # router "Full" format `[spans: ]target: file.rs:N: msg`. TGI's own targets all start
     # with `text_generation_`, so a literal search finds the tail on almost every line; the
-    # regex search (slower over a long span chain) only runs on the lines left over.
+    # regex search (slower over a long span chain) only runs on the lines left over. (The
+    # head holds neither literal, so a search from the line's start finds them in the rest.)
     tail_at = (
-        pl.when(rest.str.starts_with("text_generation_")).then(pl.lit(0, pl.UInt32))
-        .otherwise(rest.str.find(": text_generation_", literal=True) + 2)
+        pl.when(rest_at.is_null()).then(None)
+        .when(first.str.find("text_generation_", literal=True) == rest_at).then(rest_at)
+        .otherwise(first.str.find(": text_generation_", literal=True) + 2)
     )
     recs = recs.with_columns(tail_at.alias("_tail_at")).with_columns(
-        _byte_slice(rest, pl.col("_tail_at")).alias("_tail")
+        _byte_slice(first, pl.col("_tail_at")).alias("_tail")
     )
     anchored = rf"^{_IDENT}: [^ \t:]+\.rs:[0-9]+:(?: |$)"
-    ok = pl.col("_tail").str.contains(anchored).fill_null(False)
+    recs = recs.with_columns(pl.col("_tail").str.contains(anchored).fill_null(False).alias("_routed"))
     tail = pl.col("_tail")
     # the spans: what precedes `: tail`
-    routed = recs.filter(ok).with_columns(
-        _byte_slice(rest, 0, (pl.col("_tail_at").cast(pl.Int64) - 2).clip(0)).alias("_spans")
-    )
-    others = recs.filter(~ok)
+    spans = _byte_slice(first, rest_at, (pl.col("_tail_at").cast(pl.Int64) - 2 - rest_at).clip(0))
+    if recs["_routed"].all():
+        routed, others = recs.with_columns(spans.alias("_spans")), recs.clear()
+    else:
+        routed = recs.filter(pl.col("_routed")).with_columns(spans.alias("_spans"))
+        # the head is ASCII: its length in bytes is its length in chars
+        others = recs.filter(~pl.col("_routed")).with_columns(first.str.slice(rest_at).alias("_rest"))
+    rest = pl.col("_rest")
     if others.height:
         others = others.with_columns(rest.str.extract(_ROUTER_TAIL_RE, 1).alias("_tail"))
         routed = pl.concat([
@@ -232,7 +244,7 @@ def _text_records(recs: pl.DataFrame) -> pl.DataFrame:
             others.filter(tail.is_not_null()).with_columns(
                 rest.str.strip_suffix(tail).str.strip_suffix(": ").alias("_spans")
             ),
-        ])
+        ], how="diagonal_relaxed")
     compact = others.filter(tail.is_null())
     routed = _router_tail_fields(routed).with_columns(
         pl.when(pl.col("_spans") != "").then(pl.col("_spans")).alias("_spans")
@@ -266,7 +278,10 @@ def _text_records(recs: pl.DataFrame) -> pl.DataFrame:
     # one regex for all durations; lines in another shape (fields missing, reordered) are
     # read field by field
     recs = recs.with_columns(pl.col("_timing").str.extract_groups(TIMING_RE).alias("_tg")).unnest("_tg")
+    scratch = ("_rest", "_rest_at", "_routed", "_tail", "_tail_at", "_cut", "_timing")
     fast = pl.col("_d_total_u").is_not_null()
+    if recs.select(fast.all()).item():
+        return recs.drop(*scratch, strict=False)
     slow = recs.filter(~fast)
     if slow.height:
         t = pl.col("_timing")
@@ -275,7 +290,7 @@ def _text_records(recs: pl.DataFrame) -> pl.DataFrame:
             span_field(t, "seed").alias("_seed"),
         ).unnest(*DURATION_FIELDS.values())
         recs = pl.concat([recs.filter(fast), slow.select(recs.columns)])
-    return recs.drop("_rest", "_tail", "_tail_at", "_cut", "_timing")
+    return recs.drop(*scratch, strict=False)
 
 
 def _router_tail_fields(recs: pl.DataFrame) -> pl.DataFrame:
