@@ -180,9 +180,9 @@ def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     df = _peel(df, pl.col("clean"), GLOG_PREFIX, "gmsg")
     df = _unquote_glog(df)
     df = _banner(df)
-    # each later prefix holds a literal: a chunk whose bodies lack it skips the peel
+    # each later prefix holds a literal: only rows with it are read
     body = pl.col("body")
-    df = _peel(df, body, CPP_PREFIX, "cmsg", body.str.contains("[TensorRT-LLM][", literal=True))
+    df = _peel(df, body, CPP_PREFIX, "cmsg", body.str.starts_with("[TensorRT-LLM]["))
     df = _peel(df, body, PY_PREFIX, "pmsg", body.str.contains("[TRT", literal=True))
     df = _peel(
         df,
@@ -282,15 +282,18 @@ def _peel(
 ) -> pl.DataFrame:
     r"""Match `prefix_re` (named groups) at the start of `src`; add its groups as columns
     and the text after it as column `rest` (null where the prefix is absent). `maybe`: a
-    cheap test that holds wherever the prefix can match; on no row, the peel is skipped.
+    cheap per-row test that holds wherever the prefix can match; only those rows are read.
 
     One capture pass over the first 200 characters (captures running to the end of long
     JSON lines cost 10x more). Pure-ASCII rows use the regex in ASCII mode: on ASCII text
     `\d`, `\w`, `\s` match the same characters, and the Unicode classes make capturing
     ~2x slower. Rows with other characters keep the Unicode regex."""
-    if maybe is not None and not _any(df, maybe):
-        names = [*re.compile(prefix_re).groupindex, rest]
-        return df.with_columns(pl.lit(None, pl.String).alias(n) for n in names)
+    if maybe is not None:
+        df = df.with_columns(maybe.alias("_maybe"))
+        if not _any(df, pl.col("_maybe")):
+            names = [*re.compile(prefix_re).groupindex, rest]
+            return df.with_columns(pl.lit(None, pl.String).alias(n) for n in names).drop("_maybe")
+        src = pl.when(pl.col("_maybe")).then(src)  # other rows null: the regex skips them
     df = df.with_columns(
         src.str.slice(0, 200).alias("_head"),
         (src.str.len_bytes() == src.str.len_chars()).alias("_ascii"),
@@ -298,7 +301,8 @@ def _peel(
     head, is_ascii = pl.col("_head"), pl.col("_ascii")
     pattern = "^(?P<_pre>" + prefix_re + ")"
     n_ascii = int(df["_ascii"].sum())
-    if n_ascii == df.height:
+    n_other = df.height - n_ascii - df["_ascii"].null_count()
+    if n_other == 0:
         groups = head.str.extract_groups("(?-u)" + pattern)
     elif n_ascii == 0:
         groups = head.str.extract_groups(pattern)
@@ -313,7 +317,7 @@ def _peel(
         pl.when(pl.col("_pre").is_not_null())
         .then(src.str.slice(pl.col("_pre").str.len_chars()))
         .alias(rest)
-    ).drop("_pre", "_head", "_ascii")
+    ).drop("_pre", "_head", "_ascii", *(["_maybe"] if maybe is not None else []))
 
 
 def _unquote_glog(df: pl.DataFrame) -> pl.DataFrame:
