@@ -90,17 +90,31 @@ def _lines_anatomy(df: pl.DataFrame) -> pl.DataFrame:
     """Take every line apart: adds the columns of _ANATOMY_COLS. `body` is the message
     after the header (or the raw text after the wrappers), `m` the same without leading
     blanks, `cont` whether the line continues the one before."""
+    # what the chunk holds decides which passes run (one select asks it all)
+    def holds(col: str) -> dict[str, bool]:
+        t = pl.col(col)
+        tests = {
+            "cr": t.str.ends_with("\r"),
+            "ansi": t.str.contains(ANSI_RE),
+            "outer": t.str.contains(_OUTER_HINT),
+            "proc": t.str.contains(_PROC_HINT),
+        }
+        return df.select(v.any().alias(k) for k, v in tests.items()).row(0, named=True)
+
+    has = holds("text")
     text = pl.col("text").fill_null("")
     # rewriting every string costs a pass; most files have neither `\r` nor colour codes
-    if _any(df, pl.col("text").str.ends_with("\r")):
+    if has["cr"]:
         text = text.str.strip_chars_end("\r")
-    if _any(df, pl.col("text").str.contains(ANSI_RE)):
+    if has["ansi"]:
         text = text.str.replace_all(ANSI_RE, "")
     df = df.with_columns(text.alias("_t"))
+    if has["cr"] or has["ansi"]:  # a wrapper may hide behind a colour code
+        has = holds("_t")
 
     t = pl.col("_t")
-    outer = _any(df, t.str.contains(_OUTER_HINT))
-    proc = outer or _any(df, t.str.contains(_PROC_HINT))
+    outer = has["outer"]
+    proc = outer or has["proc"]
     prefix = (_OUTER if outer else "") + (_PROC if proc else "")
     pattern = "^" + (f"(?P<pre>{prefix})" if prefix else "") + f"(?:{_HDR})?"
     df = df.with_columns(t.str.extract_groups(pattern).alias("_a")).unnest("_a")
@@ -136,10 +150,13 @@ def _lines_anatomy(df: pl.DataFrame) -> pl.DataFrame:
 def _header_behind_prefix(df: pl.DataFrame) -> pl.DataFrame:
     """The slow path, only for the rare lines whose header sits behind some other prefix
     (journald, Buildkite...): header fields, process prefix and body found behind it."""
+    # the search runs on the lines without a header only (most lines have one)
+    bare = df["level"].is_null().arg_true()
+    bare = bare.filter(df["_r"].gather(bare).str.contains(_HDR_ANYWHERE))
+    if bare.len() == 0:
+        return df
     df = df.with_row_index("_i")
-    odd = df.filter(pl.col("level").is_null() & pl.col("_r").str.contains(_HDR_ANYWHERE))
-    if odd.height == 0:
-        return df.drop("_i")
+    odd = df[bare]
     h2 = pl.col("_h2").struct
     late = pl.col("_late").struct
     odd = odd.with_columns(pl.col("_r").str.extract_groups(_HDR_AFTER).alias("_h2"))
@@ -330,7 +347,14 @@ def _families(rec: pl.DataFrame) -> pl.Series:
     fam = rec.select(cold.alias("_fam")).to_series()
     if hot.any():
         idx = hot.arg_true()
-        fam = fam.scatter(idx, rec[idx].select(_family()).to_series())
+        hot_rows = rec[idx]
+        # most are stats lines behind a header (the chain's first test); only the rest
+        # take the whole chain
+        stats = hot_rows.select(pl.col("has_hdr") & F.IS_STATS).to_series()
+        fam = fam.scatter(idx.filter(stats), "stats")
+        if not stats.all():
+            rest = hot_rows.filter(~stats).select(_family()).to_series()
+            fam = fam.scatter(idx.filter(~stats), rest)
     return fam
 
 
@@ -359,20 +383,48 @@ def _common_attrs(sub: pl.DataFrame) -> dict[str, pl.Expr]:
     }
 
 
+# more null patterns than this in one family part: base.attrs_json's cut is cheaper
+_MAX_ATTRS_SHAPES = 16
+
+
 def _with_attrs(sub: pl.DataFrame, fields: dict[str, pl.Expr]) -> pl.DataFrame:
-    """`attrs`: base.attrs_json of the fields, for the same JSON at less cost. Fields null
-    on every row are left out before encoding, and when no field is null anywhere there is
-    no `"key":null` to cut out, so the plain struct encoding is the answer."""
-    sub = sub.with_columns(**{f"_a_{k}": v for k, v in fields.items()})
-    nulls = sub.select(pl.col(f"_a_{k}").null_count() for k in fields).row(0)
-    present = {k: pl.col(f"_a_{k}") for k, n in zip(fields, nulls) if n < sub.height}
+    """`attrs`: the JSON base.attrs_json makes of the fields (nulls left out, null when all
+    are), for less: the rows are grouped by which fields they have set, and each group is
+    encoded with just those fields, so there is no `"key":null` to cut out by regex."""
+    vals = sub.select(v.alias(f"_a_{k}") for k, v in fields.items())
+    nulls = vals.null_count().row(0)
+    present = [k for k, n in zip(fields, nulls) if n < sub.height]
+    partial = [k for k, n in zip(fields, nulls) if 0 < n < sub.height]
+
+    def encode(rows: pl.DataFrame, keys: list[str]) -> pl.Series:
+        return rows.select(
+            pl.struct([pl.col(f"_a_{k}").alias(k) for k in keys]).struct.json_encode().alias("attrs")
+        ).to_series()
+
     if not present:
-        attrs = pl.lit(None, pl.String)
-    elif all(n == 0 for k, n in zip(fields, nulls) if k in present):
-        attrs = pl.struct([v.alias(k) for k, v in present.items()]).struct.json_encode()
+        attrs = pl.Series("attrs", [None] * sub.height, dtype=pl.String)
+    elif not partial:
+        attrs = encode(vals, present)
     else:
-        attrs = attrs_json(**present)
-    return sub.with_columns(attrs.alias("attrs")).drop([f"_a_{k}" for k in fields])
+        # which of the partial fields each row has set, as bits
+        shape = vals.select(
+            pl.sum_horizontal(
+                pl.col(f"_a_{k}").is_not_null().cast(pl.Int64) * (1 << i) for i, k in enumerate(partial)
+            )
+        ).to_series()
+        shapes = shape.unique().to_list()
+        if len(shapes) > _MAX_ATTRS_SHAPES:
+            attrs = vals.select(
+                attrs_json(**{k: pl.col(f"_a_{k}") for k in present}).alias("attrs")
+            ).to_series()
+        else:
+            attrs = pl.Series("attrs", [None] * sub.height, dtype=pl.String)
+            for bits in shapes:
+                keys = [k for k in present if k not in partial or bits >> partial.index(k) & 1]
+                if keys:
+                    rows = (shape == bits).arg_true()
+                    attrs = attrs.scatter(rows, encode(vals[rows], keys))
+    return sub.with_columns(attrs)
 
 
 def _family_frame(fam: str, sub: pl.DataFrame) -> pl.DataFrame:
@@ -404,8 +456,9 @@ def _family_frame(fam: str, sub: pl.DataFrame) -> pl.DataFrame:
         }
         extra = {"engine_index": F.stats_attrs()["engine_index"], **it}
     elif fam == "cap":
-        # the model is named only by the engine-config and argument-dump lines
-        cols = {"event": pl.lit("capacity"), "_model": F.model_name(), **F.capacity_columns()}
+        # the model is named only by the engine-config and argument-dump lines; it applies
+        # to the rest of the file: base.finalize carries it forward (CARRY_FORWARD)
+        cols = {"event": pl.lit("capacity"), "model": F.model_name(), **F.capacity_columns()}
         extra = F.capacity_attrs()
     elif fam == "req":
         sub = sub.with_columns(**F.request_parts())
@@ -416,7 +469,9 @@ def _family_frame(fam: str, sub: pl.DataFrame) -> pl.DataFrame:
             .when(F.IS_ABORTED).then(pl.lit("request_aborted"))
             .otherwise(pl.lit("log"))  # `Request X details:` / `Generated response X:`
         )
-        cols = {"event": kind, **rq, "_aborted": pl.when(F.IS_ABORTED).then(F.aborted_ids())}
+        cols = {"event": kind, **rq}
+        if sub.select(F.IS_ABORTED.any()).item():
+            cols["_aborted"] = pl.when(F.IS_ABORTED).then(F.aborted_ids())
         extra = F.request_attrs()
     elif fam == "req_plain":
         # `Added request X.` / `Finished request X.`: the id is all there is to read
@@ -477,51 +532,44 @@ def _family_frame(fam: str, sub: pl.DataFrame) -> pl.DataFrame:
         }
     sub = sub.with_columns(**cols)
     sub = _with_attrs(sub, {**_common_attrs(sub), **extra})
-    return sub.drop(_CAPTURES, strict=False)
-
-
-# the captures a family's columns are computed from, dropped once used
-_CAPTURES = ("_rid", "_ids", "_out_ids", "_uv", "_e")
+    message = pl.coalesce(pl.col("body_all"), pl.col("body"))
+    if fam == "other":  # an unparsed record keeps its lines as they were
+        message = pl.when(pl.col("event") == "unparsed").then(pl.col("raw")).otherwise(message)
+    sub = sub.with_columns(message.alias("message"))
+    # only what the events need goes on: the concat and sort of every part cost per column
+    return sub.select(c for c in (*_OUT_COLS, "_aborted") if c in sub.columns)
 
 
 def _events(rec: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
-    rec = rec.with_columns(_families(rec))
+    rec = rec.with_columns(_families(rec), *_times(rec))
     parts = [
         _family_frame(fam, part)
         for (fam,), part in rec.partition_by("_fam", as_dict=True, maintain_order=True).items()
     ]
     out = pl.concat(parts, how="diagonal_relaxed").sort("line")
-    if "_aborted" not in out.columns:
-        out = out.with_columns(pl.lit(None, pl.List(pl.String)).alias("_aborted"))
-    if "_model" not in out.columns:
-        out = out.with_columns(pl.lit(None, pl.String).alias("_model"))
-    if "request_id" not in out.columns:
-        out = out.with_columns(pl.lit(None, pl.String).alias("request_id"))
-
     # one event per aborted id, all on the same line span
-    out = out.with_columns(
-        pl.when(pl.col("_aborted").list.len() > 0)
-        .then(pl.col("_aborted"))
-        .otherwise(pl.concat_list([pl.col("request_id")]))
-        .alias("request_id")
-    ).explode("request_id")
+    if "_aborted" in out.columns and out["_aborted"].null_count() < out.height:
+        out = out.with_columns(
+            pl.when(pl.col("_aborted").list.len() > 0)
+            .then(pl.col("_aborted"))
+            .otherwise(pl.concat_list([pl.col("request_id")]))
+            .alias("request_id")
+        ).explode("request_id")
+    if "model" not in out.columns:  # finalize carries the model of an earlier chunk into it
+        out = out.with_columns(pl.lit(None, pl.String).alias("model"))
+    keep = [c for c in _OUT_COLS if c in out.columns]
+    return out.select(keep).with_row_index("_seq")
 
-    out = out.with_columns(
-        rfc3339_to_ts(pl.col("rfc")).alias("ts"),
+
+def _times(rec: pl.DataFrame) -> list[pl.Expr]:
+    """`ts` from the wrapper's RFC 3339 time, `ts_noyear` from the vLLM header."""
+    has_rfc = rec["rfc"].null_count() < rec.height
+    return [
+        (rfc3339_to_ts(pl.col("rfc")) if has_rfc else pl.lit(None, pl.Datetime("us", "UTC"))).alias("ts"),
         pl.concat_str([pl.lit("2000-"), pl.col("md"), pl.lit(" "), pl.col("hms")])
         .str.to_datetime("%Y-%m-%d %H:%M:%S", time_unit="us", strict=False)
         .alias("ts_noyear"),
-        pl.when(pl.col("event") == "unparsed").then(pl.col("raw"))
-        .otherwise(pl.coalesce(pl.col("body_all"), pl.col("body")))
-        .alias("message"),
-    )
-
-    # the model named at start-up applies to the rest of the file: base.finalize carries it
-    # forward (CARRY_FORWARD), across chunks too
-    out = out.with_columns(pl.col("_model").alias("model"))
-
-    keep = [c for c in _OUT_COLS if c in out.columns]
-    return out.select(keep).with_row_index("_seq")
+    ]
 
 
 _OUT_COLS = (
