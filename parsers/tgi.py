@@ -97,6 +97,10 @@ _COMPACT_RE = (
 _METHOD_RE = r'^"?Method ([A-Za-z0-9_]+) encountered an error'
 _DESIGN_KV_RE = r"^[A-Za-z0-9_]+=[^,]*(?:, [A-Za-z0-9_]+=[^,]*)*$"
 
+# a request chain of two spans: `compat_generate{..}:generate{..}` (the outer one's fields
+# without a nested dump)
+_CHAIN_RE = r"^([A-Za-z0-9_-]+)(?:\{[^{}]*\})?:([A-Za-z0-9_-]+)(?:\{|$)"
+
 _STR = pl.String
 _REQUEST_SPANS = ("generate", "generate_stream", "chat_completions", "completions", "compat_generate")
 
@@ -486,8 +490,10 @@ def _requests(df: pl.DataFrame) -> pl.DataFrame:
         # request chains are `name{..}` or `compat_generate{..}:generate{..}`
         pl.coalesce(
             pl.col("span"),
-            pl.col("_spans").str.extract(r"^([A-Za-z0-9_-]+)(?:\{[^{}]*\})?:([A-Za-z0-9_-]+)(?:\{|$)", 0).str.replace_all(r"\{[^{}]*\}|\{$", ""),
-            _outer_span(pl.col("_spans")),
+            # (captures only where a search without them matched: most chains are one span)
+            _only(pl.col("_spans").str.contains(_CHAIN_RE), pl.col("_spans"))
+            .str.extract(_CHAIN_RE, 0).str.replace_all(r"\{[^{}]*\}|\{$", ""),
+            pl.col("_endpoint"),
         ).alias("span"),
         _kv(design_msg, "request_id").alias("request_id"),
         _kv(design_msg, "model").alias("model"),
