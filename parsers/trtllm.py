@@ -20,6 +20,7 @@ Format reference: shared/formats/trtllm.md. Choices worth knowing:
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 import polars as pl
 
@@ -64,6 +65,7 @@ MPI_TAG_RE = r"^\[\d+,(\d+)\]<std(?:out|err)>:"
 COMPOSE_RE = r"^[A-Za-z0-9][\w.-]*\s+\|\s?(?:\[|[IWEF]\d{4} |\{|\d{4}-\d{2}-\d{2}T)"
 GLOG_HEADER_RE = r"^[IWEF]\d{4} \d{2}:\d{2}:\d{2}(?:\.\d+)?\s+\d+ [\w.+-]+:\d+\]\s*$"
 INDENTED_RE = r"^\s{2,}\S"
+WHAT_RE = r"^\s+what\(\):"  # after `terminate called ...`
 
 _CPP_LEVEL = {
     "TRACE": "DEBUG",
@@ -116,20 +118,34 @@ def record_starts(text: pl.Series) -> pl.Series:
 
     Traceback bodies and table rows are looked for only when a `Traceback` line or a
     table row occurs in the chunk: most chunks hold neither."""
-    return _record_starts(text)[0]
+    return _record_starts(text).starts
 
 
-def _record_starts(text: pl.Series) -> tuple[pl.Series, bool]:
-    """`record_starts`, and whether any line holds an ANSI code (`parse` cleans first
-    lines only then)."""
+class _Starts(NamedTuple):
+    starts: pl.Series
+    has_ansi: bool  # some line holds an ANSI code: `parse` cleans first lines only then
+    has_banner: bool  # some line holds the import banner: `parse` looks for it only then
+
+
+def _record_starts(text: pl.Series) -> _Starts:
+    """`record_starts`, and what it learnt about the chunk on the way."""
     df = pl.DataFrame({"t": text})
     t = pl.col("t")
     has_ansi = _any(df, t.str.contains(ANSI_RE))
     if has_ansi:
         df = df.with_columns(t.str.replace_all(ANSI_RE, ""))
     # a rank's import banner printed into another rank's traceback must not break it
-    if _any(df, t.str.contains(BANNER_LITERAL, literal=True)):
+    has_banner = _any(df, t.str.contains(BANNER_LITERAL, literal=True))
+    if has_banner:
         df = df.with_columns(t.str.replace_all(BANNER_RE, ""))
+    # every continuation shape (or its opener) starts with one of these characters
+    if not _any(df, t.str.contains(r"^[\d+|Tt]")):
+        # `what():` on the first line has no line before it to tell: unknown (null)
+        first_what = df.height and _any(df.head(1), t.str.contains(WHAT_RE))
+        starts = pl.Series("starts", [True] * df.height, dtype=pl.Boolean)
+        if first_what:
+            starts = starts.scatter(0, None)
+        return _Starts(starts, has_ansi, has_banner)
     df = df.select(
         t.str.contains(FRAME_RE).alias("frame"),
         t.str.contains(TABLE_RE).alias("table"),
@@ -137,7 +153,7 @@ def _record_starts(text: pl.Series) -> tuple[pl.Series, bool]:
         t.str.starts_with("terminate called").alias("terminate"),
         t,
     )
-    what = t.str.contains(r"^\s+what\(\):") & pl.col("terminate").shift(1)
+    what = t.str.contains(WHAT_RE) & pl.col("terminate").shift(1)
     cont = pl.col("frame") | what
     if _any(df, pl.col("table")):
         header = t.str.contains(GLOG_HEADER_RE)
@@ -160,7 +176,8 @@ def _record_starts(text: pl.Series) -> tuple[pl.Series, bool]:
             | (ind & in_tb & ~pl.col("tb"))
             | (exc & (in_tb & ind).shift(1).fill_null(False))
         )
-    return (~df.select(cont.alias("c"))["c"]).alias("starts"), has_ansi
+    starts = (~df.select(cont.alias("c"))["c"]).alias("starts")
+    return _Starts(starts, has_ansi, has_banner)
 
 
 def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
@@ -168,7 +185,7 @@ def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
         return lines.select(
             "line", pl.lit("unparsed").alias("event"), pl.col("text").alias("message")
         )
-    starts, has_ansi = _record_starts(lines["text"])
+    starts, has_ansi, has_banner = _record_starts(lines["text"])
     if starts.all():  # no continuation line: what group_records returns, without its window
         df = lines.select(
             "line", pl.lit(1, pl.Int32).alias("n_lines"), "text", pl.col("text").alias("first")
@@ -178,8 +195,8 @@ def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     df = _clean(df, has_ansi)
     df = _peel_wrappers(df)
     df = _peel(df, pl.col("clean"), GLOG_PREFIX, "gmsg")
-    df = _unquote_glog(df)
-    df = _banner(df)
+    df, unquoted = _unquote_glog(df)
+    df = _banner(df, has_banner or unquoted)  # JSON escapes may hide it in the raw line
     # each later prefix holds a literal: only rows with it are read
     body = pl.col("body")
     df = _peel(df, body, CPP_PREFIX, "cmsg", body.str.starts_with("[TensorRT-LLM]["))
@@ -320,22 +337,25 @@ def _peel(
     ).drop("_pre", "_head", "_ascii", *(["_maybe"] if maybe is not None else []))
 
 
-def _unquote_glog(df: pl.DataFrame) -> pl.DataFrame:
-    """Newer Triton JSON-quotes glog messages: decode them as JSON strings."""
+def _unquote_glog(df: pl.DataFrame) -> tuple[pl.DataFrame, bool]:
+    """Newer Triton JSON-quotes glog messages: decode them as JSON strings. Also says
+    whether any was."""
     gmsg = pl.col("gmsg")
     if not _any(df, gmsg.str.starts_with('"')):
-        return df
+        return df, False
     is_quoted = gmsg.str.contains(r'^".*"$')
+    if not _any(df, is_quoted):
+        return df, False
     quoted = pl.when(is_quoted).then(pl.concat_str([pl.lit('{"m":'), gmsg, pl.lit("}")]))
     unq = safe_json_decode(df.select(quoted.alias("q"))["q"], pl.Struct({"m": pl.String}))
-    return df.with_columns(pl.coalesce(unq.struct.field("m"), gmsg).alias("gmsg"))
+    return df.with_columns(pl.coalesce(unq.struct.field("m"), gmsg).alias("gmsg")), True
 
 
-def _banner(df: pl.DataFrame) -> pl.DataFrame:
+def _banner(df: pl.DataFrame, maybe: bool) -> pl.DataFrame:
     """`body`: the message after the glog prefix (or the whole line), the import banner
-    taken out of it and its version into `_version`."""
+    taken out of it and its version into `_version` (looked for if it may be there)."""
     df = df.with_columns(pl.coalesce(pl.col("gmsg"), pl.col("clean")).alias("body"))
-    if not _any(df, pl.col("body").str.contains(BANNER_LITERAL, literal=True)):
+    if not (maybe and _any(df, pl.col("body").str.contains(BANNER_LITERAL, literal=True))):
         return df.with_columns(pl.lit(None, pl.String).alias("_version"))  # the usual case
     df = df.with_columns(pl.col("body").str.extract(BANNER_RE, 1).alias("_version"))
     # The banner is printed by every MPI rank and lands mid-line in others' output:
