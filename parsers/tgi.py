@@ -388,7 +388,7 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         .otherwise(lvl).alias("level"),
         _utc_ts(df, "_ts").alias("ts"),
     )
-    full, msg1 = pl.col("_full"), msg.str.strip_chars()
+    full = pl.col("_full")
     router_says = target.str.starts_with("text_generation_router") | pl.col("_d_total_u").is_not_null()
     # Most records are the router's bare `Success`: a request with no error kind, which
     # the searches below could not match (set aside: they run on the other rows only)
@@ -397,11 +397,12 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         & (pl.col("level") != "ERROR") & special.is_null()
     )
     df = df.with_columns(plain.fill_null(False).alias("_plain"))
-    plain_success = df.filter(pl.col("_plain")).with_columns(
+    all_plain = bool(df["_plain"].all())
+    plain_success = (df if all_plain else df.filter(pl.col("_plain"))).with_columns(
         pl.lit("request").alias("event"), pl.lit(None, _STR).alias("error_kind"), pl.lit(False).alias("_design")
     )
     requests, events = [plain_success], []
-    rest = df.filter(~pl.col("_plain"))
+    rest = df.clear() if all_plain else df.filter(~pl.col("_plain"))
     if rest.height:
         rest = _classify(rest)
         requests.append(rest.filter(pl.col("event") == "request"))

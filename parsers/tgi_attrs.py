@@ -32,10 +32,18 @@ def attrs_column(df: pl.DataFrame, keys: list[str], keep: pl.Expr) -> pl.Series:
     simple = all(df.schema[k].is_numeric() or df.schema[k] in (pl.String, pl.Boolean) for k in keys)
     if not keys or len(keys) > 62 or not simple:
         return df.select(pl.when(keep).then(attrs_json(**{k: pl.col(k) for k in keys}))).to_series()
-    # the shape of a row: bit i set when keys[i] is; 0 for rows that get no attrs
-    shape = pl.sum_horizontal(
-        [_is_set(k, df.schema[k]).cast(pl.Int64) * (1 << i) for i, k in enumerate(keys)]
-    )
+    # the shape of a row: bit i set when keys[i] is; 0 for rows that get no attrs. Only
+    # the fields set on some rows and not others need a bit: the rest are in every shape.
+    always = 0
+    bits = []
+    for i, k in enumerate(keys):
+        if df.schema[k].is_float():
+            bits.append(_is_set(k, df.schema[k]).cast(pl.Int64) * (1 << i))
+        elif df[k].null_count() == 0:
+            always |= 1 << i
+        else:
+            bits.append(pl.col(k).is_not_null().cast(pl.Int64) * (1 << i))
+    shape = pl.sum_horizontal(bits) + always if bits else pl.lit(always, pl.Int64)
     rows = df.select(*keys, pl.when(keep).then(shape).otherwise(0).alias("_shape")).with_row_index("_row")
     shapes = rows["_shape"].unique()
     if shapes.len() > _MAX_SHAPES:
