@@ -43,32 +43,52 @@ request_events as not materialized (
     where event in ('request', 'request_arrived', 'request_finished', 'request_aborted')
 ),
 
--- a line without a request id (TGI's `Success`) is the whole story of its request: it
--- needs no merging, and skipping the group-by keeps millions of requests fast
+-- a line without a request id (TGI's `Success`) is the whole story of its request: every
+-- column follows from that one line, with no group-by and no case analysis over merged
+-- instants (over millions of TGI requests those cost more than reading the columns). Same
+-- definitions as `merged_final` below, specialised to a single line: it logs both instants
+-- only when it logs e2e_s itself, so e2e_s is the logged one and never estimated.
+-- Instants are shifted in integer microseconds (make_timestamptz(epoch_us(ts) - microseconds)): the
+-- same value as `ts - interval`, at a fraction of the cost.
 single as (
     select
         engine,
         instance,
-        request_key,
-        request_id,
         model,
-        case when event = 'request_arrived' then ts end as arrived_ts,
-        case when event = 'request' then ts end as completed_ts,
-        case when event = 'request_finished' then ts end as finished_ts,
-        case when event = 'request_aborted' then ts end as aborted_ts,
+        request_id,
+        request_key,
+        case
+            when event = 'request_arrived' then ts
+            when event = 'request' then make_timestamptz(epoch_us(ts) - cast(round(e2e_s * 1e6) as bigint))
+        end as arrival_ts,
+        case when event <> 'request_arrived' then ts end as finish_ts,
+        case event
+            when 'request' then 'finished'
+            when 'request_finished' then 'finished'
+            when 'request_aborted' then 'aborted'
+            else 'unfinished'
+        end as status,
         prompt_tokens,
         output_tokens,
         max_tokens,
-        e2e_s as logged_e2e_s,
+        e2e_s,
+        false as e2e_estimated,
         queue_s,
         ttft_s,
         tpot_s,
         inference_s,
         validation_s,
+        make_timestamptz(inference_start_us - cast(round(queue_s * 1e6) as bigint)) as queue_start_ts,
+        make_timestamptz(inference_start_us) as inference_start_ts,
         source,
         line,
-    from request_events
-    where request_id is null
+    from (
+        select
+            *,
+            case when event = 'request' then epoch_us(ts) - cast(round(inference_s * 1e6) as bigint) end as inference_start_us,
+        from request_events
+        where request_id is null
+    )
 ),
 
 merged as (
@@ -98,30 +118,21 @@ merged as (
     group by engine, instance, request_key
 ),
 
-all_requests as (
-    select * from single
-    union all
-    select * from merged
-),
-
-timed as (
+merged_timed as (
     select
         *,
-        coalesce(
-            arrived_ts,
-            completed_ts - to_microseconds(cast(round(logged_e2e_s * 1e6) as bigint))
-        ) as arrival_ts,
+        coalesce(arrived_ts, make_timestamptz(epoch_us(completed_ts) - cast(round(logged_e2e_s * 1e6) as bigint))) as arrival_ts,
         coalesce(completed_ts, finished_ts, aborted_ts) as finish_ts,
         case
             when completed_ts is not null or finished_ts is not null then 'finished'
             when aborted_ts is not null then 'aborted'
             else 'unfinished'
         end as status,
-        completed_ts - to_microseconds(cast(round(inference_s * 1e6) as bigint)) as inference_start_ts,
-    from all_requests
+        make_timestamptz(epoch_us(completed_ts) - cast(round(inference_s * 1e6) as bigint)) as inference_start_ts,
+    from merged
 ),
 
-final as (
+merged_final as (
     select
         engine,
         instance,
@@ -146,11 +157,17 @@ final as (
         tpot_s,
         inference_s,
         validation_s,
-        inference_start_ts - to_microseconds(cast(round(queue_s * 1e6) as bigint)) as queue_start_ts,
+        make_timestamptz(epoch_us(inference_start_ts) - cast(round(queue_s * 1e6) as bigint)) as queue_start_ts,
         inference_start_ts,
         source,
         line,
-    from timed
+    from merged_timed
+),
+
+final as (
+    select * from single
+    union all
+    select * from merged_final
 )
 
 select * from final

@@ -18,14 +18,14 @@ params as (
 
 -- each request's three instants as sample indices: the first sample at or after the
 -- instant (integer microseconds, so an instant on a sample counts at that sample)
-intervals as materialized (
+intervals as (
     select
         r.engine,
         r.instance,
         (epoch_us(r.queue_start_ts) + p.step_us - 1) // p.step_us as k_queue,
         (epoch_us(r.inference_start_ts) + p.step_us - 1) // p.step_us as k_inference,
         (epoch_us(r.finish_ts) + p.step_us - 1) // p.step_us as k_finish,
-        epoch_us(r.queue_start_ts) // p.step_us as k_queue_floor,
+        epoch_us(r.queue_start_ts) % p.step_us <> 0 as queue_between_samples,
     from requests as r
     cross join params as p
     where r.queue_start_ts is not null
@@ -33,66 +33,78 @@ intervals as materialized (
       and r.finish_ts is not null
 ),
 
--- busy periods: overlapping request intervals merged, so the sample grid covers the time
--- requests were in the server, not years of silence between them
-ordered as (
+-- a difference array: how many requests enter the queue, start inference and finish at each
+-- sample (a group-by on integer sample indices; no interval is expanded into samples)
+changes as (
     select
         engine,
         instance,
-        k_queue_floor,
-        k_finish,
-        max(k_finish) over (
-            partition by engine, instance order by k_queue_floor, k_finish
-            rows between unbounded preceding and 1 preceding
-        ) as prev_end,
-    from intervals
-),
-
-periods as (
-    select engine, instance, min(k_queue_floor) as first_k, max(k_finish) as last_k,
+        k,
+        sum(d_waiting) as d_waiting,
+        sum(d_running) as d_running,
+        -- a request queued strictly between samples k - 1 and k: its interval begins at
+        -- sample k - 1 for the grid
+        bool_or(opens_before) as opens_before,
     from (
         select
-            *,
-            sum(case when prev_end is null or k_queue_floor > prev_end then 1 else 0 end) over (
-                partition by engine, instance order by k_queue_floor, k_finish
-                rows unbounded preceding
-            ) as period,
-        from ordered
-    )
-    group by engine, instance, period
-),
-
--- every sample of every busy period (from its start floored to the step to its end rounded
--- up, where all its requests have finished: the series visibly returns to 0)
-grid as (
-    select engine, instance, unnest(range(first_k, last_k + 1)) as k,
-    from periods
-),
-
--- how many requests enter the queue, start inference and finish at each sample
-changes as (
-    select engine, instance, k, sum(d_waiting) as d_waiting, sum(d_running) as d_running,
-    from (
-        select engine, instance, k_queue as k, 1 as d_waiting, 0 as d_running, from intervals
-        union all
-        select engine, instance, k_inference as k, -1 as d_waiting, 1 as d_running, from intervals
-        union all
-        select engine, instance, k_finish as k, 0 as d_waiting, -1 as d_running, from intervals
+            engine,
+            instance,
+            unnest([k_queue, k_inference, k_finish]) as k,
+            unnest([1, -1, 0]) as d_waiting,
+            unnest([0, 1, -1]) as d_running,
+            unnest([queue_between_samples, false, false]) as opens_before,
+        from intervals
     )
     group by engine, instance, k
 ),
 
+-- the state from each change on, until the next change: running sums of the differences
+states as (
+    select
+        engine,
+        instance,
+        k,
+        opens_before,
+        sum(d_waiting) over upto as waiting,
+        sum(d_running) over upto as running,
+        sum(d_waiting) over upto - d_waiting + sum(d_running) over upto - d_running > 0 as busy_before,
+        lead(k) over by_k as next_k,
+        lag(k) over by_k as prev_k,
+    from changes
+    window
+        by_k as (partition by engine, instance order by k),
+        upto as (by_k rows unbounded preceding)
+),
+
+-- the sample grid: the union of every request's samples from its queue start floored to the
+-- step to its finish rounded up (busy periods, so years of silence make no rows). That is
+-- each change, the samples after it while a request is in the server, and the sample just
+-- before a queue start that falls between samples (idle there: nothing else covers it).
+samples as (
+    select
+        engine,
+        instance,
+        unnest(range(k, case when waiting + running > 0 then next_k else k + 1 end)) as k,
+        waiting,
+        running,
+    from states
+    union all
+    select engine, instance, k - 1 as k, 0 as waiting, 0 as running,
+    from states
+    where opens_before
+      and (prev_k is null or prev_k < k - 1)
+      and not busy_before
+),
+
 final as (
     select
-        make_timestamptz(g.k * p.step_us) as ts,
-        g.engine,
-        g.instance,
-        cast(sum(coalesce(c.d_waiting, 0)) over w as bigint) as waiting,
-        cast(sum(coalesce(c.d_running, 0)) over w as bigint) as running,
-    from grid as g
-    left join changes as c using (engine, instance, k)
+        make_timestamptz(s.k * p.step_us) as ts,
+        s.engine,
+        s.instance,
+        cast(s.waiting as bigint) as waiting,
+        cast(s.running as bigint) as running,
+    from samples as s
     cross join params as p
-    window w as (partition by g.engine, g.instance order by g.k rows unbounded preceding)
 )
 
 select * from final
