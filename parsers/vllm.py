@@ -112,20 +112,18 @@ def _lines_anatomy(df: pl.DataFrame) -> pl.DataFrame:
     if has["cr"] or has["ansi"]:  # a wrapper may hide behind a colour code
         has = holds("_t")
 
-    t = pl.col("_t")
-    outer = has["outer"]
-    proc = outer or has["proc"]
-    prefix = (_OUTER if outer else "") + (_PROC if proc else "")
-    pattern = "^" + (f"(?P<pre>{prefix})" if prefix else "") + f"(?:{_HDR})?"
-    df = df.with_columns(t.str.extract_groups(pattern).alias("_a")).unnest("_a")
-    absent = [f for f in ("pre", *_OUTER_FIELDS, *_PROC_FIELDS) if f not in df.columns]
+    # peel the wrappers, then the process prefix, then the header: three small anchored
+    # patterns cost less than one that holds them all; a part no line starts with is skipped
+    df = df.with_columns(pl.col("_t").alias("_r"))
+    if has["outer"]:
+        df = _peel(df, _OUTER)
+        has["proc"] = _any(df, pl.col("_r").str.contains(_PROC_HINT))
+    if has["proc"]:
+        df = _peel(df, _PROC)
+    df = df.with_columns(pl.col("_r").str.extract_groups(f"^{_HDR}").alias("_h")).unnest("_h")
+    absent = [f for f in (*_OUTER_FIELDS, *_PROC_FIELDS) if f not in df.columns]
     df = df.with_columns(pl.lit(None, pl.String).alias(f) for f in absent)
-    # `_r`: the text after the wrappers and the process prefix
-    pre_len = pl.col("pre").str.len_chars().fill_null(0)
-    df = df.with_columns(
-        pl.coalesce("rfc", "rfc2").alias("rfc"),
-        (t.str.slice(pre_len) if prefix else t).alias("_r"),
-    )
+    df = df.with_columns(pl.coalesce("rfc", "rfc2").alias("rfc"))
     df = df.with_columns(pl.col("_r").str.slice(pl.col("hh").str.len_chars().fill_null(0)).alias("body"))
     df = _header_behind_prefix(df)
 
@@ -144,7 +142,14 @@ def _lines_anatomy(df: pl.DataFrame) -> pl.DataFrame:
     m = body.str.strip_chars_start() if _any(df, body.str.contains(r"^\s")) else body
     df = df.with_columns(m.alias("m"))
     df = df.with_columns(_continues(df))
-    return df.drop("_t", "_r", "pre", "rfc2", "pname2", "hh")
+    return df.drop("_t", "_r", "rfc2", "pname2", "hh")
+
+
+def _peel(df: pl.DataFrame, pattern: str) -> pl.DataFrame:
+    """Add the named groups of `pattern` matched at the start of `_r`, and cut what it
+    matched off `_r`."""
+    df = df.with_columns(pl.col("_r").str.extract_groups(f"^(?P<pre>{pattern})").alias("_p")).unnest("_p")
+    return df.with_columns(pl.col("_r").str.slice(pl.col("pre").str.len_chars().fill_null(0))).drop("pre")
 
 
 def _header_behind_prefix(df: pl.DataFrame) -> pl.DataFrame:
@@ -413,7 +418,8 @@ def _with_attrs(sub: pl.DataFrame, fields: dict[str, pl.Expr]) -> pl.DataFrame:
             )
         ).to_series()
         shapes = shape.unique().to_list()
-        if len(shapes) > _MAX_ATTRS_SHAPES:
+        # each shape costs a select: on few rows the regex cut is cheaper
+        if len(shapes) > _MAX_ATTRS_SHAPES or sub.height < 100 * len(shapes):
             attrs = vals.select(
                 attrs_json(**{k: pl.col(f"_a_{k}") for k in present}).alias("attrs")
             ).to_series()
@@ -563,9 +569,16 @@ def _events(rec: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
 
 def _times(rec: pl.DataFrame) -> list[pl.Expr]:
     """`ts` from the wrapper's RFC 3339 time, `ts_noyear` from the vLLM header."""
-    has_rfc = rec["rfc"].null_count() < rec.height
+    rfc = pl.col("rfc")
+    ts = pl.lit(None, pl.Datetime("us", "UTC"))
+    if rec["rfc"].null_count() < rec.height:
+        ts = rfc3339_to_ts(rfc)
+        # docker's and k8s' own `...T08:01:39.331095044Z`, parsed without the three
+        # rewrites rfc3339_to_ts makes to bring other forms to one format
+        if rec.select((rfc.str.ends_with("Z") & ~rfc.str.contains(",", literal=True)).all()).item():
+            ts = rfc.str.to_datetime("%Y-%m-%dT%H:%M:%S%.fZ", time_unit="us", time_zone="UTC", strict=False)
     return [
-        (rfc3339_to_ts(pl.col("rfc")) if has_rfc else pl.lit(None, pl.Datetime("us", "UTC"))).alias("ts"),
+        ts.alias("ts"),
         pl.concat_str([pl.lit("2000-"), pl.col("md"), pl.lit(" "), pl.col("hms")])
         .str.to_datetime("%Y-%m-%d %H:%M:%S", time_unit="us", strict=False)
         .alias("ts_noyear"),
