@@ -196,8 +196,11 @@ def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     if lines.height == 0:
         return pl.DataFrame({"line": pl.Series([], dtype=pl.Int64)})
     recs = _group(lines)
-    is_json = pl.col("_first").str.starts_with('{"timestamp"')
-    parts = [_text_records(recs.filter(~is_json)), json_records(recs.filter(is_json))]
+    is_json = recs["_first"].str.starts_with('{"timestamp"')
+    if not is_json.any():
+        parts = [_text_records(recs)]
+    else:
+        parts = [_text_records(recs.filter(~is_json)), json_records(recs.filter(is_json))]
     df = pl.concat([p for p in parts if p.height], how="diagonal_relaxed")
     return _events(df)
 
@@ -356,9 +359,11 @@ def _kv(msg: pl.Expr, key: str) -> pl.Expr:
 
 
 def _events(df: pl.DataFrame) -> pl.DataFrame:
-    for col in ("_rank_json", "_ts", "_lvl", "_msg", "target", "file", "span", "_spans", "_params", "batch_size"):
-        if col not in df.columns:
-            df = df.with_columns(pl.lit(None, pl.Int64 if col in ("_rank_json", "batch_size") else _STR).alias(col))
+    df = df.with_columns(
+        pl.lit(None, pl.Int64 if col in ("_rank_json", "batch_size") else _STR).alias(col)
+        for col in ("_rank_json", "_ts", "_lvl", "_msg", "target", "file", "span", "_spans", "_params", "batch_size")
+        if col not in df.columns
+    )
     msg, target = pl.col("_msg"), pl.col("target")
     cont = pl.col("_cont")
     has_cont = cont.is_not_null() & (cont.str.strip_chars() != "")

@@ -29,7 +29,8 @@ def _is_set(name: str, dtype: pl.DataType) -> pl.Expr:
 def attrs_column(df: pl.DataFrame, keys: list[str], keep: pl.Expr) -> pl.Series:
     """`attrs_json(**{k: pl.col(k) for k in keys})` where `keep` is true, else null, as a
     String Series aligned with `df`'s rows."""
-    simple = all(df.schema[k].is_numeric() or df.schema[k] in (pl.String, pl.Boolean) for k in keys)
+    schema = df.schema  # (built anew on each access)
+    simple = all(schema[k].is_numeric() or schema[k] in (pl.String, pl.Boolean) for k in keys)
     if not keys or len(keys) > 62 or not simple:
         return df.select(pl.when(keep).then(attrs_json(**{k: pl.col(k) for k in keys}))).to_series()
     # the shape of a row: bit i set when keys[i] is; 0 for rows that get no attrs. Only
@@ -37,8 +38,8 @@ def attrs_column(df: pl.DataFrame, keys: list[str], keep: pl.Expr) -> pl.Series:
     always = 0
     bits = []
     for i, k in enumerate(keys):
-        if df.schema[k].is_float():
-            bits.append(_is_set(k, df.schema[k]).cast(pl.Int64) * (1 << i))
+        if schema[k].is_float():
+            bits.append(_is_set(k, schema[k]).cast(pl.Int64) * (1 << i))
         elif df[k].null_count() == 0:
             always |= 1 << i
         else:
