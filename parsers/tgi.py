@@ -2,7 +2,12 @@
 "Full" text lines, the launcher's compact lines (with the Python shard's messages it
 relays), and both `--json-output` shapes, possibly mixed in one file. Format reference:
 `shared/formats/tgi.md`. Field extraction helpers live in `tgi_fields.py`, the JSON
-records in `tgi_json.py`.
+records in `tgi_json.py`, the `attrs` column in `tgi_attrs.py`.
+
+Speed: most lines of a busy server are the router's `Success` line (~650 bytes, most of
+it the parameters dump). They are found with literal searches and cut by byte offsets,
+read by one regex for the five durations, and skip the error/capacity classification;
+regexes that only concern other kinds of record run on those records alone.
 
 Records: a record starts at a line whose TGI header is an RFC 3339 time plus a level, or
 at a TGI JSON object (`{"timestamp":...`), optionally behind a docker-compose prefix, ANSI
