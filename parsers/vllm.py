@@ -67,6 +67,7 @@ _HDR = (
     r"(?P<lineno>[0-9]+)\] ?)"
 )
 _HDR_FIELDS = ("hh", "level", "md", "hms", "src", "lineno")
+_LEVEL_TIME = rf"(?:{_LEVEL}) +[0-9]{{2}}-[0-9]{{2}} "
 _HDR_ANYWHERE = rf"(?:^|[ \t)|\]:>])(?:{_LEVEL}) +[0-9]{{2}}-[0-9]{{2}} +[0-9]{{2}}:[0-9]{{2}}:[0-9]{{2}}"
 # behind an arbitrary prefix (journald, Buildkite, TorchServe...): the level must open the
 # text or follow a separator
@@ -102,7 +103,7 @@ def _lines_anatomy(df: pl.DataFrame) -> pl.DataFrame:
         return df.select(v.any().alias(k) for k, v in tests.items()).row(0, named=True)
 
     has = holds("text")
-    text = pl.col("text").fill_null("")
+    text = pl.col("text").fill_null("") if df["text"].null_count() else pl.col("text")
     # rewriting every string costs a pass; most files have neither `\r` nor colour codes
     if has["cr"]:
         text = text.str.strip_chars_end("\r")
@@ -122,13 +123,15 @@ def _lines_anatomy(df: pl.DataFrame) -> pl.DataFrame:
         df = _peel(df, _PROC)
     df = df.with_columns(pl.col("_r").str.extract_groups(f"^{_HDR}").alias("_h")).unnest("_h")
     absent = [f for f in (*_OUTER_FIELDS, *_PROC_FIELDS) if f not in df.columns]
-    df = df.with_columns(pl.lit(None, pl.String).alias(f) for f in absent)
-    df = df.with_columns(pl.coalesce("rfc", "rfc2").alias("rfc"))
-    df = df.with_columns(pl.col("_r").str.slice(pl.col("hh").str.len_chars().fill_null(0)).alias("body"))
+    df = df.with_columns(
+        *(pl.lit(None, pl.String).alias(f) for f in absent),
+        pl.col("_r").str.slice(pl.col("hh").str.len_chars().fill_null(0)).alias("body"),
+    )
     df = _header_behind_prefix(df)
 
     name1, name2 = pl.col("pname"), pl.col("pname2")
     df = df.with_columns(
+        pl.coalesce("rfc", "rfc2").alias("rfc"),
         pl.when(name2.is_not_null()).then(pl.concat_str([name1, pl.lit(" "), name2]))
         .otherwise(name1).alias("pname"),
         pl.col("prank").cast(pl.Int64, strict=False),
@@ -155,8 +158,11 @@ def _peel(df: pl.DataFrame, pattern: str) -> pl.DataFrame:
 def _header_behind_prefix(df: pl.DataFrame) -> pl.DataFrame:
     """The slow path, only for the rare lines whose header sits behind some other prefix
     (journald, Buildkite...): header fields, process prefix and body found behind it."""
-    # the search runs on the lines without a header only (most lines have one)
+    # the search runs on the lines without a header only (most lines have one), and first
+    # for its literal part (the boundary before the level keeps the regex from skipping
+    # ahead to the level words)
     bare = df["level"].is_null().arg_true()
+    bare = bare.filter(df["_r"].gather(bare).str.contains(_LEVEL_TIME))
     bare = bare.filter(df["_r"].gather(bare).str.contains(_HDR_ANYWHERE))
     if bare.len() == 0:
         return df
@@ -183,17 +189,12 @@ def _continues(df: pl.DataFrame) -> pl.Expr:
     """`cont`: the line continues the one before: it is shaped like the inside of a
     traceback or an indented block, and has the same writer (same header, or same raw
     prefix) as the line before. Writers are compared only where the shape fits."""
-    body, m = pl.col("body"), pl.col("m")
-    indented = body.str.contains(r"^\s+\S")
-    shaped = (
-        indented
-        | (m == "")
-        | m.str.starts_with(_TRACEBACK)
-        | m.str.contains(_CHAINED)
-    )
+    m = pl.col("m")
+    indented = df.select(pl.col("body").str.contains(r"^\s+\S")).to_series()
+    shaped = pl.lit(indented) | (m == "") | m.str.starts_with(_TRACEBACK) | m.str.contains(_CHAINED)
     # an exception line ends an indented traceback
-    if _any(df, indented):
-        shaped = shaped | (m.str.contains(F.EXCEPTION) & indented.shift(1))
+    if indented.any():
+        shaped = shaped | (m.str.contains(F.EXCEPTION) & pl.lit(indented.shift(1)))
     shaped = df.select(shaped.fill_null(False)).to_series()
     if not shaped.any():
         return pl.lit(False).alias("cont")
