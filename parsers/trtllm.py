@@ -142,7 +142,7 @@ def _record_starts(text: pl.Series) -> _Starts:
     if not _any(df, t.str.contains(r"^[\d+|Tt]")):
         # `what():` on the first line has no line before it to tell: unknown (null)
         first_what = df.height and _any(df.head(1), t.str.contains(WHAT_RE))
-        starts = pl.Series("starts", [True] * df.height, dtype=pl.Boolean)
+        starts = pl.repeat(True, df.height, dtype=pl.Boolean, eager=True).alias("starts")
         if first_what:
             starts = starts.scatter(0, None)
         return _Starts(starts, has_ansi, has_banner)
@@ -297,21 +297,35 @@ def _peel_wrappers(df: pl.DataFrame) -> pl.DataFrame:
 def _peel(
     df: pl.DataFrame, src: pl.Expr, prefix_re: str, rest: str, maybe: pl.Expr | None = None
 ) -> pl.DataFrame:
-    r"""Match `prefix_re` (named groups) at the start of `src`; add its groups as columns
+    """Match `prefix_re` (named groups) at the start of `src`; add its groups as columns
     and the text after it as column `rest` (null where the prefix is absent). `maybe`: a
-    cheap per-row test that holds wherever the prefix can match; only those rows are read.
+    cheap per-row test that holds wherever the prefix can match; only those rows are read
+    (a few rows are peeled apart and scattered back: most passes cost per row, even null)."""
+    mask = None if maybe is None else df.select(maybe.fill_null(False))[:, 0]
+    if mask is None or mask.all():
+        text = df.select(src.alias("_src"))["_src"]
+        return df.with_columns(_peel_text(text, prefix_re, rest).get_columns())
+    names = [*re.compile(prefix_re).groupindex, rest]
+    n = int(mask.sum())
+    rows = mask.arg_true()
+    peeled = _peel_text(df.filter(mask).select(src)[:, 0], prefix_re, rest) if n else None
+    return df.with_columns(
+        pl.Series(c, [], pl.String).extend_constant(None, len(mask)).scatter(rows, peeled[c])
+        if n
+        else pl.lit(None, pl.String).alias(c)
+        for c in names
+    )
+
+
+def _peel_text(text: pl.Series, prefix_re: str, rest: str) -> pl.DataFrame:
+    r"""The groups of `prefix_re` at the start of each `text`, and the `rest` after it.
 
     One capture pass over the first 200 characters (captures running to the end of long
     JSON lines cost 10x more). Pure-ASCII rows use the regex in ASCII mode: on ASCII text
     `\d`, `\w`, `\s` match the same characters, and the Unicode classes make capturing
     ~2x slower. Rows with other characters keep the Unicode regex."""
-    if maybe is not None:
-        df = df.with_columns(maybe.alias("_maybe"))
-        if not _any(df, pl.col("_maybe")):
-            names = [*re.compile(prefix_re).groupindex, rest]
-            return df.with_columns(pl.lit(None, pl.String).alias(n) for n in names).drop("_maybe")
-        src = pl.when(pl.col("_maybe")).then(src)  # other rows null: the regex skips them
-    df = df.with_columns(
+    src = pl.col("_src")
+    df = pl.DataFrame({"_src": text}).with_columns(
         src.str.slice(0, 200).alias("_head"),
         (src.str.len_bytes() == src.str.len_chars()).alias("_ascii"),
     )
@@ -330,11 +344,12 @@ def _peel(
             .otherwise(pl.when(~is_ascii).then(head).str.extract_groups(pattern))
         )
     df = df.with_columns(groups.alias("_grp")).unnest("_grp")
-    return df.with_columns(
+    return df.select(
+        pl.exclude("_src", "_head", "_ascii", "_pre"),
         pl.when(pl.col("_pre").is_not_null())
         .then(src.str.slice(pl.col("_pre").str.len_chars()))
-        .alias(rest)
-    ).drop("_pre", "_head", "_ascii", *(["_maybe"] if maybe is not None else []))
+        .alias(rest),
+    )
 
 
 def _unquote_glog(df: pl.DataFrame) -> tuple[pl.DataFrame, bool]:
