@@ -237,8 +237,11 @@ def _text_records(recs: pl.DataFrame) -> pl.DataFrame:
     recs = recs.with_columns(tail_at.alias("_tail_at")).with_columns(
         _byte_slice(first, pl.col("_tail_at")).alias("_tail")
     )
-    anchored = rf"^{_IDENT}: [^ \t:]+\.rs:[0-9]+:(?: |$)"
-    recs = recs.with_columns(pl.col("_tail").str.contains(anchored).fill_null(False).alias("_routed"))
+    # a server logs the same few tails (`target: file.rs:N: msg`) over and over: each
+    # distinct one is tested and split once
+    distinct = recs["_tail"].drop_nulls().unique()
+    routed_tails = distinct.filter(distinct.str.contains(rf"^{_IDENT}: [^ \t:]+\.rs:[0-9]+:(?: |$)"))
+    recs = recs.with_columns(pl.col("_tail").is_in(routed_tails.implode()).fill_null(False).alias("_routed"))
     tail = pl.col("_tail")
     # the spans: what precedes `: tail`
     spans = _byte_slice(first, rest_at, (pl.col("_tail_at").cast(pl.Int64) - 2 - rest_at).clip(0))
@@ -258,9 +261,9 @@ def _text_records(recs: pl.DataFrame) -> pl.DataFrame:
             ),
         ], how="diagonal_relaxed")
     compact = others.filter(tail.is_null())
-    routed = _router_tail_fields(routed).with_columns(
-        pl.when(pl.col("_spans") != "").then(pl.col("_spans")).alias("_spans")
-    )
+    routed = routed.join(
+        _router_tail_fields(routed.select(tail.unique())), on="_tail", how="left"
+    ).with_columns(pl.when(pl.col("_spans") != "").then(pl.col("_spans")).alias("_spans"))
     if compact.height:
         la = rest.str.extract_groups(_LAUNCHER_RE)
         c = rest.str.extract_groups(_COMPACT_RE)
