@@ -48,6 +48,8 @@ Every understood event's attrs also say where it came from: `target`, `file` (fi
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import polars as pl
 
 from .base import (
@@ -69,6 +71,7 @@ from .tgi_fields import (
     generate_parameters,
     max_new_tokens,
     ns_to_s,
+    ns_to_s_small,
     parts_ns,
     seed_value,
     span_field,
@@ -481,8 +484,24 @@ def _requests(df: pl.DataFrame) -> pl.DataFrame:
         parts_ns("_d_tpot").alias("_ns_tpot"),
     )
     design = pl.col("_design")
-    design_msg = _only(design, pl.col("_msg"))
     msg = pl.col("_msg")
+    # the design-note form carries its own counts (`request_id=.., prompt_tokens=..`)
+    if df["_design"].any():
+        design_msg = _only(design, msg)
+        design_fields = [
+            _kv(design_msg, "request_id").alias("request_id"),
+            _kv(design_msg, "model").alias("model"),
+            _kv(design_msg, "prompt_tokens").cast(pl.Int64, strict=False).alias("prompt_tokens"),
+            _kv(design_msg, "generated_tokens").cast(pl.Int64, strict=False).alias("_gen_tokens"),
+        ]
+    else:
+        design_fields = [
+            pl.lit(None, _STR).alias("request_id"),
+            pl.lit(None, _STR).alias("model"),
+            pl.lit(None, pl.Int64).alias("prompt_tokens"),
+            pl.lit(None, pl.Int64).alias("_gen_tokens"),
+        ]
+    seconds = _seconds(df, "_ns_total", "_ns_queue", "_ns_inf", "_ns_tpot", "_ns_valid")
     # v0.3-v1.0 routers nest the request span in axum's `HTTP request{...}` span
     if df["_spans"].str.starts_with("HTTP request{").any():
         df = df.with_columns(pl.col("_spans").str.replace(r"^HTTP request\{[^{}]*\}:", "").alias("_spans"))
@@ -490,11 +509,11 @@ def _requests(df: pl.DataFrame) -> pl.DataFrame:
     tpot_ok = pl.col("_ns_tpot") > 0
     arrival_ns = pl.col("ts").dt.epoch("ns") - pl.col("_ns_total")
     return df.with_columns(
-        ns_to_s(pl.col("_ns_total")).alias("e2e_s"),
-        ns_to_s(pl.col("_ns_queue")).alias("queue_s"),
-        ns_to_s(pl.col("_ns_inf")).alias("inference_s"),
-        ns_to_s(pl.col("_ns_tpot")).alias("tpot_s"),
-        ns_to_s(pl.col("_ns_valid")).alias("validation_s"),
+        seconds("_ns_total").alias("e2e_s"),
+        seconds("_ns_queue").alias("queue_s"),
+        seconds("_ns_inf").alias("inference_s"),
+        seconds("_ns_tpot").alias("tpot_s"),
+        seconds("_ns_valid").alias("validation_s"),
         pl.when(tpot_ok).then(
             (pl.col("_ns_inf").cast(pl.Float64) / pl.col("_ns_tpot").cast(pl.Float64)).round(0).cast(pl.Int64)
         ).alias("_tokens_from_time"),
@@ -509,14 +528,20 @@ def _requests(df: pl.DataFrame) -> pl.DataFrame:
             .str.extract(_CHAIN_RE, 0).str.replace_all(r"\{[^{}]*\}|\{$", ""),
             pl.col("_endpoint"),
         ).alias("span"),
-        _kv(design_msg, "request_id").alias("request_id"),
-        _kv(design_msg, "model").alias("model"),
-        _kv(design_msg, "prompt_tokens").cast(pl.Int64, strict=False).alias("prompt_tokens"),
-        _kv(design_msg, "generated_tokens").cast(pl.Int64, strict=False).alias("_gen_tokens"),
+        *design_fields,
     ).join(_parameters(df["_params"]), on="_params", how="left", nulls_equal=True).with_columns(
         pl.coalesce(pl.col("_gen_tokens"), pl.col("_tokens_from_time")).alias("output_tokens"),
         pl.when(~design).then(pl.col("_full")).otherwise(msg).alias("message"),
     )
+
+
+def _seconds(df: pl.DataFrame, *ns_columns: str) -> Callable[[str], pl.Expr]:
+    """`ns_to_s` for the given nanosecond columns; when every value is below 2**53 (a
+    duration under 104 days) its plain division, without the text path for huge values."""
+    small = df.select(pl.max_horizontal(pl.col(c).abs().max() for c in ns_columns)).item()
+    if small is None or small < 2**53:
+        return lambda c: ns_to_s_small(pl.col(c))
+    return lambda c: ns_to_s(pl.col(c))
 
 
 def _parameters(params: pl.Series) -> pl.DataFrame:

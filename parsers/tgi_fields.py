@@ -86,9 +86,14 @@ def ns_to_s(expr: pl.Expr) -> pl.Expr:
     constant into a multiplication by its reciprocal, which is off by one ulp for many
     values. Larger values go through the decimal text `S.NNNNNNNNN`."""
     exact = expr.abs() < 2**53
-    per_s = (expr * 0).cast(pl.Float64) + float(NS_PER_S)  # a column of 1e9, not a literal
     big = pl.when(~exact).then(expr)  # null elsewhere, so the text path costs little
-    return pl.when(exact).then(expr.cast(pl.Float64) / per_s).otherwise(_ns_to_s_text(big))
+    return pl.when(exact).then(ns_to_s_small(expr)).otherwise(_ns_to_s_text(big))
+
+
+def ns_to_s_small(expr: pl.Expr) -> pl.Expr:
+    """`ns_to_s` for values below 2**53 in magnitude (the caller knows they are)."""
+    per_s = (expr * 0).cast(pl.Float64) + float(NS_PER_S)  # a column of 1e9, not a literal
+    return expr.cast(pl.Float64) / per_s
 
 
 def _ns_to_s_text(expr: pl.Expr) -> pl.Expr:
