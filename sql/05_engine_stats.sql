@@ -14,6 +14,15 @@
 create or replace view engine_stats as
 with
 
+-- one equality filter per kind, not `event in (...)`: DuckDB pushes an equality into the
+-- Parquet scan and decodes the other columns (attrs above all) only for matching rows; an
+-- IN list is applied after decoding every row (2 s of CPU over 10M request lines)
+state_events as (
+    select * from events where event = 'engine_stats'
+    union all
+    select * from events where event = 'batch'
+),
+
 snapshots as (
     select
         ts,
@@ -38,9 +47,8 @@ snapshots as (
         try_cast(try(json_extract_string(attrs, '$.preemptions')) as bigint) as preemptions,
         source,
         line,
-    from events
-    where event in ('engine_stats', 'batch')
-      and ts is not null
+    from state_events
+    where ts is not null
 ),
 
 final as (

@@ -22,6 +22,60 @@ params as (
     select coalesce(try_cast(getvariable('window_s') as double), 60.0) as window_s
 ),
 
+-- TGI's reconstructed series (request_state, the costly part) is derived once here and
+-- shared by the queue and the batch aggregates: read through queue_depth and batch_fill it
+-- would be derived twice. The samples are exactly those of queue_depth and batch_fill (their
+-- logged rows, then the reconstructed ones by the same rules).
+state as materialized (
+    select ts, engine, instance, waiting, running, from request_state
+),
+
+logged_queue as (
+    select ts, engine, instance, waiting, estimated, from queue_depth where source <> 'reconstructed'
+),
+
+queue_samples as (
+    select * from logged_queue
+    union all
+    -- as in queue_depth: an instance with logged or derived values is never reconstructed
+    select s.ts, s.engine, s.instance, s.waiting, true as estimated,
+    from state as s
+    anti join (select distinct engine, instance from logged_queue) using (engine, instance)
+),
+
+logged_batch as (
+    select ts, engine, instance, running, fill, from batch_fill where source <> 'reconstructed'
+),
+
+-- as in batch_fill: fill = running / the latest max_num_seqs announced at or before the sample
+seq_limits as (
+    select ts, engine, instance, max_num_seqs,
+    from events
+    where event = 'capacity' and max_num_seqs is not null
+),
+
+reconstructed_batch as (
+    select s.ts, s.engine, s.instance, s.running,
+    from state as s
+    anti join (select distinct engine, instance from logged_batch) using (engine, instance)
+),
+
+batch_samples as (
+    select * from logged_batch
+    union all
+    -- the ASOF join only where a limit was announced: sorting millions of samples for no
+    -- match is most of its cost
+    select r.ts, r.engine, r.instance, r.running,
+        case when q.max_num_seqs > 0 then r.running / q.max_num_seqs end as fill,
+    from (select * from reconstructed_batch semi join seq_limits using (engine, instance)) as r
+    asof left join seq_limits as q
+        on r.engine = q.engine and r.instance = q.instance and r.ts >= q.ts
+    union all
+    select r.ts, r.engine, r.instance, r.running, cast(null as double) as fill,
+    from reconstructed_batch as r
+    anti join seq_limits using (engine, instance)
+),
+
 -- every sample goes to the window holding its time (an equality join on the window index,
 -- not a range join: it stays linear on long logs)
 queue as (
@@ -31,7 +85,7 @@ queue as (
         avg(waiting) as waiting_avg,
         max(waiting) as waiting_max,
         bool_or(estimated) as waiting_estimated,
-    from queue_depth, params as p
+    from queue_samples, params as p
     group by all
 ),
 
@@ -43,7 +97,7 @@ batch as (
         max(running) as running_max,
         avg(fill) as fill_avg,
         max(fill) as fill_max,
-    from batch_fill, params as p
+    from batch_samples, params as p
     group by all
 ),
 
