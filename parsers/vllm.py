@@ -63,10 +63,10 @@ _PROC_FIELDS = ("trank", "pname", "pname2", "prank", "pid", "ip")
 # the vLLM header; ASCII classes keep the automaton small
 _HDR = (
     rf"(?P<hh>(?P<level>{_LEVEL}) +(?P<md>[0-9]{{2}}-[0-9]{{2}}) +"
-    r"(?P<hms>[0-9]{2}:[0-9]{2}:[0-9]{2})(?:[.,][0-9]+)? +\[?(?P<src>[A-Za-z0-9_./-]+\.py):"
-    r"(?P<lineno>[0-9]+)\] ?)"
+    r"(?P<hms>[0-9]{2}:[0-9]{2}:[0-9]{2})(?:[.,][0-9]+)? +\[?(?P<srcline>(?P<src>[A-Za-z0-9_./-]+\.py):"
+    r"(?P<lineno>[0-9]+))\] ?)"
 )
-_HDR_FIELDS = ("hh", "level", "md", "hms", "src", "lineno")
+_HDR_FIELDS = ("hh", "level", "md", "hms", "srcline", "src", "lineno")
 _LEVEL_TIME = rf"(?:{_LEVEL}) +[0-9]{{2}}-[0-9]{{2}} "
 _HDR_ANYWHERE = rf"(?:^|[ \t)|\]:>])(?:{_LEVEL}) +[0-9]{{2}}-[0-9]{{2}} +[0-9]{{2}}:[0-9]{{2}}:[0-9]{{2}}"
 # behind an arbitrary prefix (journald, Buildkite, TorchServe...): the level must open the
@@ -79,7 +79,7 @@ _TRACEBACK = "Traceback (most recent call last)"
 
 _ANATOMY_COLS = (
     "rfc", "svc", "pname", "prank", "pid", "ip", "trank", "level", "md", "hms", "src",
-    "lineno", "has_hdr", "body", "m", "cont",
+    "lineno", "srcline", "has_hdr", "body", "m", "cont",
 )
 
 
@@ -130,6 +130,15 @@ def _lines_anatomy(df: pl.DataFrame) -> pl.DataFrame:
     df = _header_behind_prefix(df)
 
     name1, name2 = pl.col("pname"), pl.col("pname2")
+    lineno = pl.col("lineno")
+    # `srcline` (`file.py:N`, the `src` attr) as printed, unless a line number would not
+    # read back the same from an integer (leading zeros, too long to be one)
+    odd_lineno = (lineno.str.starts_with("0") & (lineno.str.len_bytes() > 1)) | (lineno.str.len_bytes() > 18)
+    if _any(df, odd_lineno):
+        df = df.with_columns(
+            pl.concat_str([pl.col("src"), pl.lit(":"), lineno.cast(pl.Int64, strict=False).cast(pl.String)])
+            .alias("srcline")
+        )
     df = df.with_columns(
         pl.coalesce("rfc", "rfc2").alias("rfc"),
         pl.when(name2.is_not_null()).then(pl.concat_str([name1, pl.lit(" "), name2]))
@@ -383,9 +392,7 @@ def _common_attrs(sub: pl.DataFrame) -> dict[str, pl.Expr]:
         }
     return attrs | {
         "service": pl.col("svc"),
-        "src": pl.when(pl.col("src").is_not_null()).then(
-            pl.concat_str([pl.col("src"), pl.lit(":"), pl.col("lineno").cast(pl.String)])
-        ),
+        "src": pl.col("srcline"),
     }
 
 
