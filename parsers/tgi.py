@@ -294,20 +294,22 @@ def _text_records(recs: pl.DataFrame) -> pl.DataFrame:
         spans.str.extract(r"^batch\{batch_size=([0-9]+)\}", 1).cast(pl.Int64, strict=False).alias("batch_size"),
     )
     # one regex for all durations; lines in another shape (fields missing, reordered) are
-    # read field by field
+    # read field by field (a line naming none of the fields keeps the nulls)
     recs = recs.with_columns(pl.col("_timing").str.extract_groups(TIMING_RE).alias("_tg")).unnest("_tg")
-    scratch = ("_rest", "_rest_at", "_routed", "_tail", "_tail_at", "_cut", "_timing")
-    fast = pl.col("_d_total_u").is_not_null()
-    if recs.select(fast.all()).item():
-        return recs.drop(*scratch, strict=False)
-    slow = recs.filter(~fast)
-    if slow.height:
+    slow = pl.col("_d_total_u").is_null() & pl.col("_timing").str.contains_any(
+        ['_time="', 'time_per_token="', 'seed="']
+    ).fill_null(False)
+    recs = recs.with_columns(slow.alias("_slow"))
+    if recs["_slow"].any():
         t = pl.col("_timing")
-        slow = slow.drop(*[c for c in slow.columns if c.startswith("_d_")], "_seed").with_columns(
+        slow = recs.filter(pl.col("_slow")).drop(
+            *[c for c in recs.columns if c.startswith("_d_")], "_seed"
+        ).with_columns(
             *[duration_struct(span_field(t, f), p) for f, p in DURATION_FIELDS.items()],
             span_field(t, "seed").alias("_seed"),
         ).unnest(*DURATION_FIELDS.values())
-        recs = pl.concat([recs.filter(fast), slow.select(recs.columns)])
+        recs = pl.concat([recs.filter(~pl.col("_slow")), slow.select(recs.columns)])
+    scratch = ("_rest", "_rest_at", "_routed", "_tail", "_tail_at", "_cut", "_timing", "_slow")
     return recs.drop(*scratch, strict=False)
 
 
@@ -651,8 +653,9 @@ _OUT_COLS = (
 
 
 def _finish(df: pl.DataFrame) -> pl.DataFrame:
-    missing = [k for k in (*_ATTR_KEYS, *_OUT_COLS) if k not in df.columns]
-    df = df.with_columns([pl.lit(None, _STR).alias(k) for k in missing])
-    keys = [k for k in _ATTR_KEYS if df[k].null_count() < df.height]
+    have = set(df.columns)
+    keys = [k for k in _ATTR_KEYS if k in have and df[k].null_count() < df.height]
     attrs = attrs_column(df, keys, keep=pl.col("event") != "unparsed")
-    return df.select(*[pl.col(c) for c in _OUT_COLS]).with_columns(attrs.alias("attrs")).sort("line")
+    # (a column no event kind of this chunk has is a null String; finalize casts it)
+    out = [pl.col(c) if c in have else pl.lit(None, _STR).alias(c) for c in _OUT_COLS]
+    return df.select(*out).with_columns(attrs.alias("attrs")).sort("line")
