@@ -346,9 +346,7 @@ def _peel_text(text: pl.Series, prefix_re: str, rest: str) -> pl.DataFrame:
     df = df.with_columns(groups.alias("_grp")).unnest("_grp")
     return df.select(
         pl.exclude("_src", "_head", "_ascii", "_pre"),
-        pl.when(pl.col("_pre").is_not_null())
-        .then(src.str.slice(pl.col("_pre").str.len_chars()))
-        .alias(rest),
+        src.str.strip_prefix(pl.col("_pre")).alias(rest),  # null where `_pre` is
     )
 
 
