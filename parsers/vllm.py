@@ -400,11 +400,13 @@ def _common_attrs(sub: pl.DataFrame) -> dict[str, pl.Expr]:
 _MAX_ATTRS_SHAPES = 16
 
 
-def _with_attrs(sub: pl.DataFrame, fields: dict[str, pl.Expr]) -> pl.DataFrame:
-    """`attrs`: the JSON base.attrs_json makes of the fields (nulls left out, null when all
-    are), for less: the rows are grouped by which fields they have set, and each group is
-    encoded with just those fields, so there is no `"key":null` to cut out by regex."""
-    vals = sub.select(v.alias(f"_a_{k}") for k, v in fields.items())
+def _with_attrs(sub: pl.DataFrame, fields: list[str]) -> pl.DataFrame:
+    """`attrs` in place of the columns `_a_<field>`: the JSON base.attrs_json makes of the
+    fields (nulls left out, null when all are), for less: the rows are grouped by which
+    fields they have set, and each group is encoded with just those fields, so there is no
+    `"key":null` to cut out by regex."""
+    vals = sub.select(f"_a_{k}" for k in fields)
+    sub = sub.drop(vals.columns)
     nulls = vals.null_count().row(0)
     present = [k for k, n in zip(fields, nulls) if n < sub.height]
     partial = [k for k, n in zip(fields, nulls) if 0 < n < sub.height]
@@ -544,14 +546,19 @@ def _family_frame(fam: str, sub: pl.DataFrame) -> pl.DataFrame:
             "logger": pl.when(is_pylog).then(m.str.extract(F.PYLOGGING, 2)),
             "uvicorn": pl.when(is_uv).then(pl.lit(True)),
         }
-    sub = sub.with_columns(**cols)
-    sub = _with_attrs(sub, {**_common_attrs(sub), **extra})
     message = pl.coalesce(pl.col("body_all"), pl.col("body"))
     if fam == "other":  # an unparsed record keeps its lines as they were
-        message = pl.when(pl.col("event") == "unparsed").then(pl.col("raw")).otherwise(message)
-    sub = sub.with_columns(message.alias("message"))
-    # only what the events need goes on: the concat and sort of every part cost per column
-    return sub.select(c for c in (*_OUT_COLS, "_aborted") if c in sub.columns)
+        message = pl.when(cols["event"] == "unparsed").then(pl.col("raw")).otherwise(message)
+    fields = {**_common_attrs(sub), **extra}
+    # one select makes all a part's columns; only what the events need goes on (the concat
+    # and sort of the parts cost per column)
+    sub = sub.select(
+        *(c for c in ("line", "n_lines", "ts", "ts_noyear", "level") if c not in cols),
+        *(v.alias(k) for k, v in cols.items()),
+        message.alias("message"),
+        *(v.alias(f"_a_{k}") for k, v in fields.items()),
+    )
+    return _with_attrs(sub, list(fields))
 
 
 def _events(rec: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
