@@ -220,6 +220,14 @@ def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
 def _text_records(recs: pl.DataFrame) -> pl.DataFrame:
     if recs.height == 0:
         return recs
+    routed, compact = _split_records(_locate_tail(recs))
+    recs = pl.concat([p for p in (routed, compact) if p.height], how="diagonal_relaxed")
+    return _span_fields(recs)
+
+
+def _locate_tail(recs: pl.DataFrame) -> pl.DataFrame:
+    """`_ts`, `_lvl`, and byte offsets into `_first`: `_rest_at` (after the head) and
+    `_tail_at` (the router tail `target: file.rs:N: msg`, found by a literal search)."""
     first = pl.col("_first")
     # one anchored capture over the line's head; the rest of the line is then addressed
     # by byte offsets into `_first` (slicing copies: only the pieces needed are cut out)
@@ -237,9 +245,15 @@ def _text_records(recs: pl.DataFrame) -> pl.DataFrame:
         .when(first.str.find("text_generation_", literal=True) == rest_at).then(rest_at)
         .otherwise(first.str.find(": text_generation_", literal=True) + 2)
     )
-    recs = recs.with_columns(tail_at.alias("_tail_at")).with_columns(
+    return recs.with_columns(tail_at.alias("_tail_at")).with_columns(
         _byte_slice(first, pl.col("_tail_at")).alias("_tail")
     )
+
+
+def _split_records(recs: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Router "Full" records (`_spans`, `target`, `file`, `_msg`) and the other, compact
+    ones (launcher and plain tracing lines: `_spans`, `target`, `_msg`)."""
+    first, rest_at = pl.col("_first"), pl.col("_rest_at")
     # a server logs the same few tails (`target: file.rs:N: msg`) over and over: each
     # distinct one is tested and split once
     distinct = recs["_tail"].drop_nulls().unique()
@@ -280,7 +294,12 @@ def _text_records(recs: pl.DataFrame) -> pl.DataFrame:
             ],
             pl.lit(None, _STR).alias("file"),
         ).drop("_la", "_c")
-    recs = pl.concat([p for p in (routed, compact) if p.height], how="diagonal_relaxed")
+    return routed, compact
+
+
+def _span_fields(recs: pl.DataFrame) -> pl.DataFrame:
+    """From the span chain: the parameters dump (`_params`), the root batch span's size
+    and the request span's durations (`_d_*` parts) and seed."""
     spans = pl.col("_spans")
     # string-recorded span fields follow the parameters dump: cut there (a literal search,
     # cheap) so the field regexes scan only the short tail and the dump can be de-duplicated
