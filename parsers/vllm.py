@@ -8,7 +8,10 @@ ip=10.0.0.2) `...), the vLLM header (`INFO 06-10 14:23:45 metrics.py:341] ` up t
 `INFO 06-10 14:23:45 [loggers.py:116] ` from v0.8), and multi-line records (tracebacks,
 the start-up banner). What each message means is in `vllm_fields.py`.
 
-Everything is polars expressions over the whole chunk: no Python loop per line.
+Everything is polars expressions over the whole chunk: no Python loop per line. What costs
+is the number of passes over the chunk, so cheap whole-chunk tests decide which passes run at
+all (no wrapper, no colour code, no continuation line: no pass for them), and each event
+family is computed on its own rows only, after a classification by anchored tests.
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ from .base import (
     RFC3339_RE,
     ParseContext,
     attrs_json,
-    group_records,
     record_ids,
     rfc3339_to_ts,
 )

@@ -2,7 +2,8 @@
 (the text after the `LEVEL MM-DD HH:MM:SS [file.py:N]` header) and name its event kind.
 
 `parsers/vllm.py` owns the line anatomy (wrappers, process prefixes, headers, multi-line
-records); this module only looks at the message column `m` and returns expressions.
+records); this module only looks at the message column `m` and returns expressions (those
+of request_columns read the captures request_parts adds first as columns).
 Formats follow /work/shared/formats/vllm.md; every regex is matched by name, never by
 position, because fields come and go between vLLM versions.
 """
