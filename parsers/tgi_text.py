@@ -1,0 +1,177 @@
+"""The text half of the TGI parser (`tgi.py`): records whose first line has a TGI header
+(RFC 3339 time and level), in the router's tracing "Full" format (`[spans: ]target:
+file.rs:N: msg`) or the compact one of the launcher and other tracing lines (`[spans: ]
+target: msg`), turned into the columns the JSON path (`tgi_json.py`) also produces.
+
+Speed: the router's `Success` line is most of a busy log (~650 bytes, most of it the
+parameters dump). Its parts are found by literal searches and cut out by byte offsets
+(`str.find` counts bytes); the same few tails are split once per distinct value; one
+regex reads the five durations and the seed.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from .base import RFC3339_RE
+from .tgi_fields import DURATION_FIELDS, TIMING_RE, duration_struct, span_field
+
+# base.RFC3339_RE with ASCII classes: Unicode-aware \d, \w, \s and \b keep the regex
+# engine off its fast path, which costs several times over long router lines
+TS = RFC3339_RE.replace(r"\d", "[0-9]")
+LEVEL = r"(?:TRACE|DEBUG|INFO|WARN|WARNING|ERROR)"
+
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]*(?:::[A-Za-z0-9_]+)*"
+# router "Full" format: [spans: ]target: file.rs:line: message -> the tail from target on
+_ROUTER_TAIL_RE = rf"(?:^|: )({_IDENT}: [^ \t:]+\.rs:[0-9]+:(?: .*)?)$"
+# launcher compact format: [span:span: ]text_generation_launcher: message[ rank=N]
+_LAUNCHER_RE = r"^(?:(?P<spans>[A-Za-z0-9_-]+(?::[A-Za-z0-9_-]+)*): )?(?P<target>text_generation_launcher): ?(?P<msg>.*)$"
+# any other compact tracing line: [spans: ]target: message
+_COMPACT_RE = (
+    rf"^(?:(?P<spans>[A-Za-z_][A-Za-z0-9_-]*(?:\{{[^{{}}]*\}})?(?::[A-Za-z_][A-Za-z0-9_-]*(?:\{{[^{{}}]*\}})?)*): )?"
+    rf"(?P<target>{_IDENT}): (?P<msg>.*)$"
+)
+
+_STR = pl.String
+
+
+def text_records(recs: pl.DataFrame) -> pl.DataFrame:
+    if recs.height == 0:
+        return recs
+    routed, compact = _split_records(_locate_tail(recs))
+    recs = pl.concat([p for p in (routed, compact) if p.height], how="diagonal_relaxed")
+    return _span_fields(recs)
+
+
+def _locate_tail(recs: pl.DataFrame) -> pl.DataFrame:
+    """`_ts`, `_lvl`, and byte offsets into `_first`: `_rest_at` (after the head) and
+    `_tail_at` (the router tail `target: file.rs:N: msg`, found by a literal search)."""
+    first = pl.col("_first")
+    # one anchored capture over the line's head; the rest of the line is then addressed
+    # by byte offsets into `_first` (slicing copies: only the pieces needed are cut out)
+    head = first.str.extract_groups(rf"^(?P<_head>(?P<_ts>{TS})[ \t]+(?P<_lvl>{LEVEL})[ \t]+)")
+    recs = recs.with_columns(head.alias("_h")).unnest("_h").with_columns(
+        pl.col("_head").str.len_bytes().alias("_rest_at")
+    ).drop("_head")
+    rest_at = pl.col("_rest_at")
+    # router "Full" format `[spans: ]target: file.rs:N: msg`. TGI's own targets all start
+    # with `text_generation_`, so a literal search finds the tail on almost every line; the
+    # regex search (slower over a long span chain) only runs on the lines left over. (The
+    # head holds neither literal, so a search from the line's start finds them in the rest.)
+    tail_at = (
+        pl.when(rest_at.is_null()).then(None)
+        .when(first.str.find("text_generation_", literal=True) == rest_at).then(rest_at)
+        .otherwise(first.str.find(": text_generation_", literal=True) + 2)
+    )
+    return recs.with_columns(tail_at.alias("_tail_at")).with_columns(
+        _byte_slice(first, pl.col("_tail_at")).alias("_tail")
+    )
+
+
+def _split_records(recs: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Router "Full" records (`_spans`, `target`, `file`, `_msg`) and the other, compact
+    ones (launcher and plain tracing lines: `_spans`, `target`, `_msg`)."""
+    first, rest_at = pl.col("_first"), pl.col("_rest_at")
+    # a server logs the same few tails (`target: file.rs:N: msg`) over and over: each
+    # distinct one is tested and split once
+    distinct = recs["_tail"].drop_nulls().unique()
+    routed_tails = distinct.filter(distinct.str.contains(rf"^{_IDENT}: [^ \t:]+\.rs:[0-9]+:(?: |$)"))
+    recs = recs.with_columns(pl.col("_tail").is_in(routed_tails.implode()).fill_null(False).alias("_routed"))
+    tail = pl.col("_tail")
+    # the spans: what precedes `: tail`
+    spans = _byte_slice(first, rest_at, (pl.col("_tail_at").cast(pl.Int64) - 2 - rest_at).clip(0))
+    if recs["_routed"].all():
+        routed, others = recs.with_columns(spans.alias("_spans")), recs.clear()
+    else:
+        routed = recs.filter(pl.col("_routed")).with_columns(spans.alias("_spans"))
+        # the head is ASCII: its length in bytes is its length in chars
+        others = recs.filter(~pl.col("_routed")).with_columns(first.str.slice(rest_at).alias("_rest"))
+    rest = pl.col("_rest")
+    if others.height:
+        others = others.with_columns(rest.str.extract(_ROUTER_TAIL_RE, 1).alias("_tail"))
+        routed = pl.concat([
+            routed,
+            others.filter(tail.is_not_null()).with_columns(
+                rest.str.strip_suffix(tail).str.strip_suffix(": ").alias("_spans")
+            ),
+        ], how="diagonal_relaxed")
+    compact = others.filter(tail.is_null())
+    routed = routed.join(
+        _router_tail_fields(routed.select(tail.unique())), on="_tail", how="left"
+    ).with_columns(pl.when(pl.col("_spans") != "").then(pl.col("_spans")).alias("_spans"))
+    if compact.height:
+        la = rest.str.extract_groups(_LAUNCHER_RE)
+        c = rest.str.extract_groups(_COMPACT_RE)
+        compact = compact.with_columns(la.alias("_la"), c.alias("_c")).with_columns(
+            *[
+                pl.when(pl.col("_la").struct.field("target").is_not_null())
+                .then(pl.col("_la").struct.field(f))
+                .otherwise(pl.col("_c").struct.field(f))
+                .alias(alias)
+                for f, alias in (("spans", "_spans"), ("target", "target"), ("msg", "_msg"))
+            ],
+            pl.lit(None, _STR).alias("file"),
+        ).drop("_la", "_c")
+    return routed, compact
+
+
+def _span_fields(recs: pl.DataFrame) -> pl.DataFrame:
+    """From the span chain: the parameters dump (`_params`), the root batch span's size
+    and the request span's durations (`_d_*` parts) and seed."""
+    spans = pl.col("_spans")
+    # string-recorded span fields follow the parameters dump: cut there (a literal search,
+    # cheap) so the field regexes scan only the short tail and the dump can be de-duplicated
+    recs = recs.with_columns(spans.str.find(" total_time=", literal=True).alias("_cut"))
+    cut = pl.col("_cut")
+    recs = recs.with_columns(
+        # without the cut both are the whole chain
+        _byte_slice(spans, 0, pl.coalesce(cut, spans.str.len_bytes())).alias("_params"),
+        _byte_slice(spans, cut.fill_null(0)).alias("_timing"),
+        # `batch` is a root span (parent: None): it heads the chain
+        spans.str.extract(r"^batch\{batch_size=([0-9]+)\}", 1).cast(pl.Int64, strict=False).alias("batch_size"),
+    )
+    # one regex for all durations; lines in another shape (fields missing, reordered) are
+    # read field by field (a line naming none of the fields keeps the nulls)
+    recs = recs.with_columns(pl.col("_timing").str.extract_groups(TIMING_RE).alias("_tg")).unnest("_tg")
+    slow = pl.col("_d_total_u").is_null() & pl.col("_timing").str.contains_any(
+        ['_time="', 'time_per_token="', 'seed="']
+    ).fill_null(False)
+    recs = recs.with_columns(slow.alias("_slow"))
+    if recs["_slow"].any():
+        t = pl.col("_timing")
+        slow = recs.filter(pl.col("_slow")).drop(
+            *[c for c in recs.columns if c.startswith("_d_")], "_seed"
+        ).with_columns(
+            *[duration_struct(span_field(t, f), p) for f, p in DURATION_FIELDS.items()],
+            span_field(t, "seed").alias("_seed"),
+        ).unnest(*DURATION_FIELDS.values())
+        recs = pl.concat([recs.filter(~pl.col("_slow")), slow.select(recs.columns)])
+    scratch = ("_rest", "_rest_at", "_routed", "_tail", "_tail_at", "_cut", "_timing", "_slow")
+    return recs.drop(*scratch, strict=False)
+
+
+def _router_tail_fields(recs: pl.DataFrame) -> pl.DataFrame:
+    """`_tail` = `target: file.rs:N: msg` -> `target`, `file`, `_msg`, on tails that match
+    `{_IDENT}: <file>.rs:<N>:`. A target holds no `: ` and a file name no `:`, so
+    literal searches find the separators (cheaper than a capturing regex)."""
+    tail = pl.col("_tail")
+    recs = recs.with_columns(tail.str.find(": ", literal=True).alias("_p"))
+    recs = recs.with_columns(
+        _byte_slice(tail, 0, pl.col("_p")).alias("target"),
+        _byte_slice(tail, pl.col("_p") + 2).alias("_file_msg"),  # `file.rs:N: msg`
+    )
+    file_msg = pl.col("_file_msg")
+    # the colon after the file name, then the one after the line number
+    recs = recs.with_columns(file_msg.str.find(":", literal=True).alias("_q"))
+    recs = recs.with_columns(_byte_slice(file_msg, pl.col("_q") + 1).alias("_n_msg"))  # `N: msg`
+    recs = recs.with_columns(pl.col("_n_msg").str.find(":", literal=True).alias("_r"))
+    return recs.with_columns(
+        _byte_slice(file_msg, 0, pl.col("_q") + 1 + pl.col("_r")).alias("file"),
+        _byte_slice(pl.col("_n_msg"), pl.col("_r") + 1).str.strip_prefix(" ").alias("_msg"),
+    ).drop("_p", "_file_msg", "_q", "_n_msg", "_r")
+
+
+def _byte_slice(expr: pl.Expr, offset: pl.Expr | int, length: pl.Expr | None = None) -> pl.Expr:
+    """A slice by byte offsets (`str.find` gives bytes, `str.slice` counts chars): only
+    for offsets at the edge of an ASCII match, which are always char boundaries."""
+    return expr.cast(pl.Binary).bin.slice(offset, length).cast(pl.String)
