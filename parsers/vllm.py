@@ -44,11 +44,14 @@ _LEVEL = r"DEBUG|INFO|WARNING|ERROR|CRITICAL"
 # three passes cost three times one). The pattern captures only the short prefix; the
 # message is sliced off behind it (capturing a 3 KB `(.*)` tail would cost far more).
 # outer wrappers: RFC 3339 time (docker/k8s), compose service, possibly both in either order
-_OUTER = (
-    rf"(?:(?P<rfc>{RFC3339_RE})\s+)?"
-    r"(?:(?P<svc>[A-Za-z0-9][\w.-]*)\s+\|\s?)?"
-    rf"(?:(?P<rfc2>{RFC3339_RE})\s+)?"
-)
+_RFC = rf"(?:(?P<rfc>{RFC3339_RE})\s+)?"
+_SVC = r"(?:(?P<svc>[A-Za-z0-9][\w.-]*)\s+\|\s?)?"
+_RFC2 = rf"(?:(?P<rfc2>{RFC3339_RE})\s+)?"
+_OUTER = _RFC + _SVC + _RFC2
+# the lines where a service name, or a second time after a first, can take part: a chunk
+# without any peels the time alone, a one-pass pattern whose captures cost a third
+_SVC_HINT = rf"^(?:{RFC3339_RE}\s+)?[A-Za-z0-9][\w.-]*\s+\|"
+_RFC2_HINT = rf"^{RFC3339_RE}\s+{RFC3339_RE}\s"
 # vLLM's own process prefix (and torch.distributed's `[rank0]: `); exactly one space
 # follows it, so the indentation of a raw traceback frame survives in `body`
 _PROC_CORE = (
@@ -124,7 +127,11 @@ def _lines_anatomy(df: pl.DataFrame) -> pl.DataFrame:
     # patterns cost less than one that holds them all; a part no line starts with is skipped
     df = df.with_columns(pl.col("_t").alias("_r"))
     if has["outer"]:
-        df = _peel(df, _OUTER)
+        t = pl.col("_r")
+        svc, rfc2 = df.select(
+            t.str.contains(_SVC_HINT).any().alias("svc"), t.str.contains(_RFC2_HINT).any().alias("rfc2")
+        ).row(0)
+        df = _peel(df, _OUTER if svc else _RFC + (_RFC2 if rfc2 else ""))
         has["proc"] = _any(df, pl.col("_r").str.contains(_PROC_HINT))
     if has["proc"]:
         df = _peel(df, _PROC)
