@@ -130,10 +130,11 @@ def split_stats(df: pl.DataFrame, msg: str) -> tuple[pl.DataFrame, pl.DataFrame]
     struct column `_st`; an array's elements share their record's row span (an empty
     array, the executor's stats buffer before the first iteration, gives one null `_st`).
 
-    A single object is decoded straight into the struct, not wrapped as a one-element
-    array (the list decode costs ~20% more); objects that do not decode alone (`{..}, {..}`)
-    get the array decode. The JSON is the message without surrounding whitespace: tested
-    on the message as is (the patterns allow it), stripped only when some row has any."""
+    A flat object (Triton's stats) is decoded straight into the struct, not wrapped as a
+    one-element array (the list decode costs ~20% more); other objects (nested executor
+    stats, `{..}, {..}`: polars would read that as two rows) and arrays get the array
+    decode. The JSON is the message without surrounding whitespace: tested on the message
+    as is (the patterns allow it), stripped only when some row has any."""
     m = pl.col(msg)
     is_json = m.str.contains(STATS_JSON_RE) | m.str.contains(r"^\s*\[\]\s*$")
     df = df.with_columns(is_json.alias("_is_json"))
@@ -142,20 +143,22 @@ def split_stats(df: pl.DataFrame, msg: str) -> tuple[pl.DataFrame, pl.DataFrame]
     text = m.str.strip_chars() if _any(df, padded) else m
     df = df.with_columns(pl.when(is_json).then(text).alias("_json")).drop("_is_json")
     j = pl.col("_json")
-    obj = df.select(pl.when(j.str.starts_with("{")).then(j))["_json"]
+    # only a flat object (no `}` before its last character) can be read as one value;
+    # one without a closing `}` at all (a cut line) is not tried: bad rows make decoding bisect
+    flat = j.str.starts_with("{") & ~j.str.contains(r"(?s)\}.")
+    df = df.with_columns(flat.alias("_flat"))
+    obj = df.select(pl.when(pl.col("_flat") & j.str.ends_with("}")).then(j))["_json"]
     df = df.with_columns(safe_json_decode(obj, STATS_STRUCT).alias("_st"))
-    # an object that fails alone is an array only if a `,` follows its closing brace
-    failed = pl.when(pl.col("_st").is_null()).then(j)  # few rows: the tests skip the rest
-    array = failed.str.starts_with("[") | failed.str.contains(r"\}\s*,")
+    array = j.is_not_null() & ~pl.col("_flat")  # a flat object failing alone fails wrapped
     if not _any(df, array):
         n_objects = df.height - df["_st"].null_count()
         if n_objects == df.height:  # filtering the wide struct costs more than this test
-            return df.drop("_json"), df.head(0).drop("_st", "_json")
+            return df.drop("_json", "_flat"), df.head(0).drop("_st", "_json", "_flat")
         if n_objects == 0:
-            return df.head(0).drop("_json"), df.drop("_st", "_json")
+            return df.head(0).drop("_json", "_flat"), df.drop("_st", "_json", "_flat")
         stats = df.filter(pl.col("_st").is_not_null())
         other = df.filter(pl.col("_st").is_null())
-        return stats.drop("_json"), other.drop("_st", "_json")
+        return stats.drop("_json", "_flat"), other.drop("_st", "_json", "_flat")
     wrapped = df.select(
         pl.when(array)
         .then(
@@ -166,6 +169,7 @@ def split_stats(df: pl.DataFrame, msg: str) -> tuple[pl.DataFrame, pl.DataFrame]
         .alias("_json")
     )["_json"]
     df = df.with_columns(safe_json_decode(wrapped, STATS_DTYPE).alias("_elements"))
+    df = df.drop("_flat")
     objects = df.filter(pl.col("_st").is_not_null()).drop("_elements", "_json")
     arrays = (
         df.filter(pl.col("_elements").is_not_null())
