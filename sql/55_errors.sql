@@ -19,15 +19,27 @@ params as (
     select coalesce(try_cast(getvariable('window_s') as double), 60.0) as window_s
 ),
 
+-- error events, ERROR / CRITICAL lines and failed HTTP requests, each line once. Written as
+-- disjoint branches with one equality each, which DuckDB pushes into the Parquet scan (the
+-- message column is then decoded only for matching lines); an OR across columns would decode
+-- it for every line of the store.
+error_lines as (
+    select * from events where event = 'error'
+    union all
+    select * from events where level = 'ERROR' and event is distinct from 'error'
+    union all
+    select * from events where level = 'CRITICAL' and event is distinct from 'error'
+    union all
+    select * from events
+    where event = 'http_access'
+      and (http_status = 429 or http_status >= 500)
+      and coalesce(level, '') not in ('ERROR', 'CRITICAL')
+),
+
 error_events as (
     select ts, engine, instance, message, http_status, event, source, line,
-    from events
+    from error_lines
     where ts is not null
-      and (
-          event = 'error'
-          or level in ('ERROR', 'CRITICAL')
-          or (event = 'http_access' and (http_status = 429 or http_status >= 500))
-      )
 ),
 
 classified as (
