@@ -108,21 +108,26 @@ def _cleaned(text: pl.Series) -> pl.DataFrame:
     since most files have none of the three."""
     df = pl.DataFrame({"_clean": text}, schema={"_clean": pl.String})
     c = pl.col("_clean")
-    if df.select(c.str.contains(ANSI_RE).any()).item():
+    outer_re = rf"^({_TS})[ \t]+(?:{_TS}[ \t]|\{{\x22timestamp\x22)"
+    # one pass of cheap tests for the whole chunk (a literal search, searches without
+    # captures); a compose prefix needs a `|`
+    has_ansi, has_bar, has_outer = df.select(
+        c.str.contains(ANSI_RE).any().alias("ansi"),
+        c.str.contains("|", literal=True).any().alias("bar"),
+        c.str.contains(outer_re).any().alias("outer"),
+    ).row(0)
+    if has_ansi:
         df = df.with_columns(c.str.replace_all(ANSI_RE, ""))
-    # (a search without captures, or a literal one, is the cheap test for a whole chunk)
-    service = pl.lit(None, _STR)
-    if df.select(c.str.contains("|", literal=True).any()).item():
-        service = c.str.extract(r"^([A-Za-z0-9][A-Za-z0-9_.-]*)[ \t]+\|", 1)
+    service = c.str.extract(r"^([A-Za-z0-9][A-Za-z0-9_.-]*)[ \t]+\|", 1) if has_bar else pl.lit(None, _STR)
     df = df.with_columns(service.alias("service"))
-    if df["service"].null_count() < df.height:
+    has_service = df["service"].null_count() < df.height
+    if has_service:
         df = df.with_columns(
             pl.when(pl.col("service").is_not_null()).then(c.str.replace(_COMPOSE_RE, "")).otherwise(c)
         )
-    outer_re = rf"^({_TS})[ \t]+(?:{_TS}[ \t]|\{{\x22timestamp\x22)"
-    outer = pl.lit(None, _STR)
-    if df.select(c.str.contains(outer_re).any()).item():
-        outer = c.str.extract(outer_re, 1)
+    if has_ansi or has_service:  # the outer time may only now start the line: test again
+        has_outer = df.select(c.str.contains(outer_re).any()).item()
+    outer = c.str.extract(outer_re, 1) if has_outer else pl.lit(None, _STR)
     df = df.with_columns(outer.alias("outer_ts"))
     if df["outer_ts"].null_count() < df.height:
         df = df.with_columns(
@@ -229,11 +234,14 @@ def _kv(msg: pl.Expr, key: str) -> pl.Expr:
 
 
 def _events(df: pl.DataFrame) -> pl.DataFrame:
-    df = df.with_columns(
-        pl.lit(None, pl.Int64 if col in ("_rank_json", "batch_size") else _STR).alias(col)
-        for col in ("_rank_json", "_ts", "_lvl", "_msg", "target", "file", "span", "_spans", "_params", "batch_size")
+    missing = [
+        col for col in ("_rank_json", "_ts", "_lvl", "_msg", "target", "file", "span", "_spans", "_params", "batch_size")
         if col not in df.columns
-    )
+    ]
+    if missing:
+        df = df.with_columns(
+            pl.lit(None, pl.Int64 if col in ("_rank_json", "batch_size") else _STR).alias(col) for col in missing
+        )
     msg, target = pl.col("_msg"), pl.col("target")
     cont = pl.col("_cont")
     has_cont = cont.is_not_null() & (cont.str.strip_chars() != "")

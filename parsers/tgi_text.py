@@ -74,8 +74,11 @@ def _split_records(recs: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     first, rest_at = pl.col("_first"), pl.col("_rest_at")
     # a server logs the same few tails (`target: file.rs:N: msg`) over and over: each
     # distinct one is tested and split once
-    distinct = recs["_tail"].drop_nulls().unique()
-    routed_tails = distinct.filter(distinct.str.contains(rf"^{_IDENT}: [^ \t:]+\.rs:[0-9]+:(?: |$)"))
+    routed_tails = (
+        recs.lazy().select(pl.col("_tail").drop_nulls().unique())
+        .filter(pl.col("_tail").str.contains(rf"^{_IDENT}: [^ \t:]+\.rs:[0-9]+:(?: |$)"))
+        .collect().to_series()
+    )
     recs = recs.with_columns(pl.col("_tail").is_in(routed_tails.implode()).fill_null(False).alias("_routed"))
     tail = pl.col("_tail")
     # the spans: what precedes `: tail`
@@ -150,25 +153,10 @@ def _span_fields(recs: pl.DataFrame) -> pl.DataFrame:
     return recs.drop(*scratch, strict=False)
 
 
-def _router_tail_fields(recs: pl.DataFrame) -> pl.DataFrame:
-    """`_tail` = `target: file.rs:N: msg` -> `target`, `file`, `_msg`, on tails that match
-    `{_IDENT}: <file>.rs:<N>:`. A target holds no `: ` and a file name no `:`, so
-    literal searches find the separators (cheaper than a capturing regex)."""
-    tail = pl.col("_tail")
-    recs = recs.with_columns(tail.str.find(": ", literal=True).alias("_p"))
-    recs = recs.with_columns(
-        _byte_slice(tail, 0, pl.col("_p")).alias("target"),
-        _byte_slice(tail, pl.col("_p") + 2).alias("_file_msg"),  # `file.rs:N: msg`
-    )
-    file_msg = pl.col("_file_msg")
-    # the colon after the file name, then the one after the line number
-    recs = recs.with_columns(file_msg.str.find(":", literal=True).alias("_q"))
-    recs = recs.with_columns(_byte_slice(file_msg, pl.col("_q") + 1).alias("_n_msg"))  # `N: msg`
-    recs = recs.with_columns(pl.col("_n_msg").str.find(":", literal=True).alias("_r"))
-    return recs.with_columns(
-        _byte_slice(file_msg, 0, pl.col("_q") + 1 + pl.col("_r")).alias("file"),
-        _byte_slice(pl.col("_n_msg"), pl.col("_r") + 1).str.strip_prefix(" ").alias("_msg"),
-    ).drop("_p", "_file_msg", "_q", "_n_msg", "_r")
+def _router_tail_fields(tails: pl.DataFrame) -> pl.DataFrame:
+    """Distinct router tails `_tail` = `target: file.rs:N: msg` -> `target`, `file`, `_msg`."""
+    fields = rf"^(?P<target>{_IDENT}): (?P<file>[^ \t:]+\.rs:[0-9]+): ?(?P<_msg>.*)$"
+    return tails.with_columns(pl.col("_tail").str.extract_groups(fields).alias("_f")).unnest("_f")
 
 
 def _byte_slice(expr: pl.Expr, offset: pl.Expr | int, length: pl.Expr | None = None) -> pl.Expr:
