@@ -148,29 +148,31 @@ def _lines_anatomy(df: pl.DataFrame) -> pl.DataFrame:
     df = _header_behind_prefix(df)
 
     name1, name2 = pl.col("pname"), pl.col("pname2")
-    lineno = pl.col("lineno")
-    # `srcline` (`file.py:N`, the `src` attr) as printed, unless a line number would not
-    # read back the same from an integer (leading zeros, too long to be one)
-    odd_lineno = (lineno.str.starts_with("0") & (lineno.str.len_bytes() > 1)) | (lineno.str.len_bytes() > 18)
-    if _any(df, odd_lineno):
-        df = df.with_columns(
-            pl.concat_str([pl.col("src"), pl.lit(":"), lineno.cast(pl.Int64, strict=False).cast(pl.String)])
-            .alias("srcline")
-        )
+    lineno, body = pl.col("lineno"), pl.col("body")
+    odd = df.select(
+        # `srcline` (`file.py:N`, the `src` attr) is used as printed, unless a line number
+        # would not read back the same from an integer (leading zeros, too long to be one)
+        ((lineno.str.starts_with("0") & (lineno.str.len_bytes() > 1)) | (lineno.str.len_bytes() > 18))
+        .any()
+        .alias("lineno"),
+        # few messages start with blanks: stripping copies every string, so only if one does
+        body.str.contains(r"^\s").any().alias("blank"),
+    ).row(0, named=True)
+    srcline = pl.col("srcline")
+    if odd["lineno"]:
+        srcline = pl.concat_str([pl.col("src"), pl.lit(":"), lineno.cast(pl.Int64, strict=False).cast(pl.String)])
     df = df.with_columns(
+        srcline.alias("srcline"),
         pl.coalesce("rfc", "rfc2").alias("rfc"),
         pl.when(name2.is_not_null()).then(pl.concat_str([name1, pl.lit(" "), name2]))
         .otherwise(name1).alias("pname"),
         pl.col("prank").cast(pl.Int64, strict=False),
         pl.col("pid").cast(pl.Int64, strict=False),
         pl.col("trank").cast(pl.Int64, strict=False),
-        pl.col("lineno").cast(pl.Int64, strict=False),
+        lineno.cast(pl.Int64, strict=False),
         pl.col("level").is_not_null().alias("has_hdr"),
+        (body.str.strip_chars_start() if odd["blank"] else body).alias("m"),
     )
-    body = pl.col("body")
-    # few messages start with blanks: stripping copies every string, so only if one does
-    m = body.str.strip_chars_start() if _any(df, body.str.contains(r"^\s")) else body
-    df = df.with_columns(m.alias("m"))
     df = df.with_columns(_continues(df))
     return df.drop("_t", "_r", "rfc2", "pname2", "hh")
 
@@ -366,6 +368,8 @@ def _families(rec: pl.DataFrame) -> pl.Series:
     (a 3 KB prompt included), so they run only on the few messages holding one of their
     literals; the other records take the same chain without them (anchored tests that
     fail at the first bytes)."""
+    if rec.height < _FEW_ROWS:  # on few rows one pass of the whole chain costs less
+        return rec.select(_family().alias("_fam")).to_series()
     hot = rec["m"].str.contains(F.STATS_OR_CAPACITY_HINT)
     hdr = pl.col("has_hdr")
     cold = (
@@ -416,6 +420,8 @@ def _common_attrs(sub: pl.DataFrame) -> dict[str, pl.Expr]:
 
 # more null patterns than this in one family part: base.attrs_json's cut is cheaper
 _MAX_ATTRS_SHAPES = 16
+# below this many rows a pass costs about the same whatever it does: fewer passes win
+_FEW_ROWS = 1000
 
 
 def _with_attrs(sub: pl.DataFrame, fields: list[str]) -> pl.DataFrame:
@@ -438,6 +444,8 @@ def _with_attrs(sub: pl.DataFrame, fields: list[str]) -> pl.DataFrame:
         attrs = pl.Series("attrs", [None] * sub.height, dtype=pl.String)
     elif not partial:
         attrs = encode(vals, present)
+    elif sub.height < _FEW_ROWS:  # each shape costs a select: on few rows the cut is cheaper
+        attrs = vals.select(attrs_json(**{k: pl.col(f"_a_{k}") for k in present}).alias("attrs")).to_series()
     else:
         # which of the partial fields each row has set, as bits
         shape = vals.select(
@@ -446,7 +454,6 @@ def _with_attrs(sub: pl.DataFrame, fields: list[str]) -> pl.DataFrame:
             )
         ).to_series()
         shapes = shape.unique().to_list()
-        # each shape costs a select: on few rows the regex cut is cheaper
         if len(shapes) > _MAX_ATTRS_SHAPES or sub.height < 100 * len(shapes):
             attrs = vals.select(
                 attrs_json(**{k: pl.col(f"_a_{k}") for k in present}).alias("attrs")
