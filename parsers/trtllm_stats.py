@@ -110,19 +110,31 @@ def safe_json_decode(s: pl.Series, dtype: pl.DataType) -> pl.Series:
     polars raises on the first bad row, so on failure we bisect: the common all-good
     chunk costs one vectorised decode, k bad rows cost O(k log n) decodes. polars also
     reads a row holding several values (`[..],[..]`, `{..} {..}`) as several rows; a
-    length change counts as a failure too, or every later row would shift."""
+    length change counts as a failure too, or every later row would shift. The decoded
+    pieces are joined once at the end (joining at every level of the bisection costs
+    more than the decoding when many rows are bad)."""
+    parts: list[pl.Series] = []
+    _decode_into(s, dtype, parts)
+    return parts[0] if len(parts) == 1 else pl.concat(parts)
+
+
+def _decode_into(s: pl.Series, dtype: pl.DataType, parts: list[pl.Series]) -> None:
     if s.null_count() == len(s):
-        return pl.Series(s.name, [], dtype=dtype).extend_constant(None, len(s))
+        parts.append(pl.Series(s.name, [], dtype=dtype).extend_constant(None, len(s)))
+        return
     try:
         out = s.str.json_decode(dtype)
         if len(out) == len(s):
-            return out
+            parts.append(out)
+            return
     except pl.exceptions.PolarsError:  # ComputeError on the first bad row
         pass
     if len(s) == 1:
-        return pl.Series(s.name, [], dtype=dtype).extend_constant(None, 1)
+        parts.append(pl.Series(s.name, [], dtype=dtype).extend_constant(None, 1))
+        return
     mid = len(s) // 2
-    return pl.concat([safe_json_decode(s[:mid], dtype), safe_json_decode(s[mid:], dtype)])
+    _decode_into(s[:mid], dtype, parts)
+    _decode_into(s[mid:], dtype, parts)
 
 
 def split_stats(df: pl.DataFrame, msg: str) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -148,7 +160,7 @@ def split_stats(df: pl.DataFrame, msg: str) -> tuple[pl.DataFrame, pl.DataFrame]
     flat = j.str.starts_with("{") & ~j.str.contains(r"(?s)\}.")
     df = df.with_columns(flat.alias("_flat"))
     obj = df.select(pl.when(pl.col("_flat") & j.str.ends_with("}")).then(j))["_json"]
-    df = df.with_columns(safe_json_decode(obj, STATS_STRUCT).alias("_st"))
+    df = df.with_columns(_decode_flat(obj).alias("_st"))
     array = j.is_not_null() & ~pl.col("_flat")  # a flat object failing alone fails wrapped
     if not _any(df, array):
         n_objects = df.height - df["_st"].null_count()
@@ -179,6 +191,20 @@ def split_stats(df: pl.DataFrame, msg: str) -> tuple[pl.DataFrame, pl.DataFrame]
     )
     other = df.filter(pl.col("_st").is_null() & pl.col("_elements").is_null())
     return pl.concat([objects, arrays]), other.drop("_st", "_elements", "_json")
+
+
+def _decode_flat(obj: pl.Series) -> pl.Series:
+    """Flat stats objects (null elsewhere) as STATS_STRUCT, null where not valid: one
+    struct decode when all are valid; else the array decode of each wrapped as `[obj]`,
+    whose bisection over bad rows is ~1.5x cheaper than the struct decode's."""
+    try:
+        out = obj.str.json_decode(STATS_STRUCT)
+        if len(out) == len(obj):
+            return out
+    except pl.exceptions.PolarsError:
+        pass
+    wrapped = obj.to_frame().select(pl.concat_str([pl.lit("["), pl.col(obj.name), pl.lit("]")]))
+    return safe_json_decode(wrapped.to_series(), STATS_DTYPE).list.first().alias(obj.name)
 
 
 def _any(df: pl.DataFrame, test: pl.Expr) -> bool:
