@@ -221,8 +221,11 @@ def _utc_ts(df: pl.DataFrame, col: str) -> pl.Expr:
     """`base.rfc3339_to_ts` of the column; when every time in the chunk is UTC with a `.`
     fraction (`2024-02-14T06:49:50.826Z`, as TGI writes them), one strict-format parse
     gives the same times without the three normalising regex replaces."""
-    text = df[col].drop_nulls()
-    if text.str.ends_with("Z").all() and not text.str.contains(",", literal=True).any():
+    text = pl.col(col)
+    all_z, any_comma = df.select(
+        text.str.ends_with("Z").all().alias("z"), text.str.contains(",", literal=True).any().alias("comma")
+    ).row(0)
+    if all_z and not any_comma:
         return pl.col(col).str.to_datetime(
             "%Y-%m-%dT%H:%M:%S%.fZ", time_unit="us", time_zone="UTC", strict=False
         )
@@ -257,11 +260,9 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         pl.when(headless.str.contains(_PANIC_RE)).then(pl.lit("panic"))
         .when(headless.str.contains(_EXIT_RE)).then(pl.lit("launcher_exit"))
     )
-    df = df.with_columns(special.alias("_special"))
-    special = pl.col("_special")
     with_rank = _only(full.str.contains("rank=", literal=True), full)
-    df = df.with_columns(
-        pl.when(special.is_not_null()).then(
+    df = df.with_columns(special.alias("_special")).with_columns(
+        pl.when(pl.col("_special").is_not_null()).then(
             pl.when(has_cont).then(pl.concat_str([first, pl.lit("\n"), cont.str.strip_chars_end()])).otherwise(first)
         ).when(target.is_not_null()).then(
             pl.coalesce(with_rank.str.replace(rank_re, ""), full)
@@ -277,15 +278,21 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
     # the searches below could not match (set aside: they run on the other rows only)
     plain = (
         (msg == "Success") & (full == "Success") & target.is_not_null() & router_says
-        & (pl.col("level") != "ERROR") & special.is_null()
+        & (pl.col("level") != "ERROR") & pl.col("_special").is_null()
     )
     df = df.with_columns(plain.fill_null(False).alias("_plain"))
-    all_plain = bool(df["_plain"].all())
-    plain_success = (df if all_plain else df.filter(pl.col("_plain"))).with_columns(
-        pl.lit("request").alias("event"), pl.lit(None, _STR).alias("error_kind"), pl.lit(False).alias("_design")
-    )
-    requests, events = [plain_success], []
-    rest = df.clear() if all_plain else df.filter(~pl.col("_plain"))
+    n_plain = int(df["_plain"].sum())
+    if n_plain == df.height:
+        plain_success, rest = df, df.clear()
+    elif n_plain == 0:
+        plain_success, rest = df.clear(), df
+    else:
+        plain_success, rest = df.filter(pl.col("_plain")), df.filter(~pl.col("_plain"))
+    requests, events = [], []
+    if plain_success.height:
+        requests.append(plain_success.with_columns(
+            pl.lit("request").alias("event"), pl.lit(None, _STR).alias("error_kind"), pl.lit(False).alias("_design")
+        ))
     if rest.height:
         rest = _classify(rest)
         requests.append(rest.filter(pl.col("event") == "request"))

@@ -90,15 +90,18 @@ def _split_records(recs: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         # the head is ASCII: its length in bytes is its length in chars
         others = recs.filter(~pl.col("_routed")).with_columns(first.str.slice(rest_at).alias("_rest"))
     rest = pl.col("_rest")
+    compact = others
     if others.height:
         others = others.with_columns(rest.str.extract(_ROUTER_TAIL_RE, 1).alias("_tail"))
-        routed = pl.concat([
-            routed,
-            others.filter(tail.is_not_null()).with_columns(
-                rest.str.strip_suffix(tail).str.strip_suffix(": ").alias("_spans")
-            ),
-        ], how="diagonal_relaxed")
-    compact = others.filter(tail.is_null())
+        compact = others
+        if others["_tail"].null_count() < others.height:
+            routed = pl.concat([
+                routed,
+                others.filter(tail.is_not_null()).with_columns(
+                    rest.str.strip_suffix(tail).str.strip_suffix(": ").alias("_spans")
+                ),
+            ], how="diagonal_relaxed")
+            compact = others.filter(tail.is_null())
     routed = routed.join(
         _router_tail_fields(routed.select(tail.unique())), on="_tail", how="left"
     ).with_columns(pl.when(pl.col("_spans") != "").then(pl.col("_spans")).alias("_spans"))
