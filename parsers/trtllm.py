@@ -36,6 +36,7 @@ from .trtllm_events import (
 )
 from .trtllm_stats import (
     PYTORCH_ITER_RE,
+    any_row,
     safe_json_decode,
     split_stats,
 )
@@ -43,8 +44,7 @@ from .trtllm_stats import (
 NAME = "trtllm"
 
 # --- line anatomy ----------------------------------------------------------------------
-# Prefixes are matched on the first 200 characters only and the message is sliced off by
-# length: capture groups running to the end of long JSON lines cost 10x more.
+# Prefixes are matched on the first 200 characters only (see `_peel_text`).
 GLOG_PREFIX = (
     r"(?P<gl>[IWEF])(?P<gmon>\d{2})(?P<gday>\d{2}) (?P<gtime>\d{2}:\d{2}:\d{2}(?:\.\d{1,6})?)"
     r"\s+(?P<gpid>\d+) (?P<gsrc>[\w.+-]+:\d+)\] ?"
@@ -131,17 +131,17 @@ def _record_starts(text: pl.Series) -> _Starts:
     """`record_starts`, and what it learnt about the chunk on the way."""
     df = pl.DataFrame({"t": text})
     t = pl.col("t")
-    has_ansi = _any(df, t.str.contains(ANSI_RE))
+    has_ansi = any_row(df, t.str.contains(ANSI_RE))
     if has_ansi:
         df = df.with_columns(t.str.replace_all(ANSI_RE, ""))
     # a rank's import banner printed into another rank's traceback must not break it
-    has_banner = _any(df, t.str.contains(BANNER_LITERAL, literal=True))
+    has_banner = any_row(df, t.str.contains(BANNER_LITERAL, literal=True))
     if has_banner:
         df = df.with_columns(t.str.replace_all(BANNER_RE, ""))
     # every continuation shape (or its opener) starts with one of these characters
-    if not _any(df, t.str.contains(r"^[\d+|Tt]")):
+    if not any_row(df, t.str.contains(r"^[\d+|Tt]")):
         # `what():` on the first line has no line before it to tell: unknown (null)
-        first_what = df.height and _any(df.head(1), t.str.contains(WHAT_RE))
+        first_what = df.height and any_row(df.head(1), t.str.contains(WHAT_RE))
         starts = pl.repeat(True, df.height, dtype=pl.Boolean, eager=True).alias("starts")
         if first_what:
             starts = starts.scatter(0, None)
@@ -155,10 +155,10 @@ def _record_starts(text: pl.Series) -> _Starts:
     )
     what = t.str.contains(WHAT_RE) & pl.col("terminate").shift(1)
     cont = pl.col("frame") | what
-    if _any(df, pl.col("table")):
+    if any_row(df, pl.col("table")):
         header = t.str.contains(GLOG_HEADER_RE)
         cont = cont | (pl.col("table") & (pl.col("table") | header).shift(1).fill_null(False))
-    if _any(df, pl.col("tb")):
+    if any_row(df, pl.col("tb")):
         # inside a Python traceback: from `Traceback` through the indented lines after it
         ind = t.str.contains(INDENTED_RE)
         in_tb = (
@@ -211,8 +211,8 @@ def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     df = df.with_columns(_message())
     df = _glog_time(df)
 
-    # Stats JSON: decode every candidate in one vectorised call; one event per element
-    # (an executor array shares its line span). Stats rows skip the message regexes.
+    # Stats JSON: decoded in vectorised calls (see split_stats); one event per element (an
+    # executor array shares its line span). Stats rows skip the message regexes.
     stats, other = split_stats(df, "msg")
     is_iter = pl.col("msg").str.contains(PYTORCH_ITER_RE) & ~pl.col("_level").is_in(
         ["ERROR", "CRITICAL"]
@@ -227,19 +227,13 @@ def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     out = pl.concat(
         [build(rows) for build, rows in families if rows.height], how="diagonal_relaxed"
     )
-    if _any(out, pl.col("line").diff() < 0):  # families interleave (one family: in order)
+    if any_row(out, pl.col("line").diff() < 0):  # families interleave (one family: in order)
         out = out.sort("line", maintain_order=True)
     return out.with_row_index("_seq")
 
 
 # ---------------------------------------------------------------------------------------
 # the expression pipeline
-
-
-def _any(df: pl.DataFrame, test: pl.Expr) -> bool:
-    """Whether `test` holds on some row: most clean-ups are needed by few files, and a
-    test that matches nothing costs far less than rewriting every line."""
-    return bool(df.select(test.any()).item())
 
 
 def _clean(df: pl.DataFrame, has_ansi: bool) -> pl.DataFrame:
@@ -251,11 +245,11 @@ def _clean(df: pl.DataFrame, has_ansi: bool) -> pl.DataFrame:
     if has_ansi:
         clean = clean.str.replace_all(ANSI_RE, "")
     df = df.with_columns(clean.alias("clean"))
-    if _any(df, pl.col("clean").str.ends_with("\r")):
+    if any_row(df, pl.col("clean").str.ends_with("\r")):
         df = df.with_columns(pl.col("clean").str.strip_chars_end("\r"))
     raw = pl.col("clean")
     compose = raw.str.contains(COMPOSE_RE)
-    if not _any(df, compose):
+    if not any_row(df, compose):
         return df
     return df.with_columns(
         pl.when(compose)
@@ -272,7 +266,7 @@ def _peel_wrappers(df: pl.DataFrame) -> pl.DataFrame:
     Each is tested on the whole line first: the patterns are anchored and fit well inside
     the slices the extraction reads, so the test matches exactly where the slice would."""
     src = pl.col("clean")
-    if _any(df, src.str.contains(DOCKER_TS_RE)):
+    if any_row(df, src.str.contains(DOCKER_TS_RE)):
         df = df.with_columns(src.str.slice(0, 40).str.extract(DOCKER_TS_RE, 1).alias("_docker"))
         df = df.with_columns(
             pl.when(pl.col("_docker").is_not_null())
@@ -283,7 +277,7 @@ def _peel_wrappers(df: pl.DataFrame) -> pl.DataFrame:
         ).drop("_docker")
     else:
         df = df.with_columns(pl.lit(None, pl.Datetime("us", "UTC")).alias("_ts_docker"))
-    if not _any(df, src.str.contains(MPI_TAG_RE)):
+    if not any_row(df, src.str.contains(MPI_TAG_RE)):
         return df.with_columns(pl.lit(None, pl.String).alias("_mpitag"))
     df = df.with_columns(src.str.slice(0, 30).str.extract(MPI_TAG_RE, 1).alias("_mpitag"))
     return df.with_columns(
@@ -354,10 +348,10 @@ def _unquote_glog(df: pl.DataFrame) -> tuple[pl.DataFrame, bool]:
     """Newer Triton JSON-quotes glog messages: decode them as JSON strings. Also says
     whether any was."""
     gmsg = pl.col("gmsg")
-    if not _any(df, gmsg.str.starts_with('"')):
+    if not any_row(df, gmsg.str.starts_with('"')):
         return df, False
     is_quoted = gmsg.str.contains(r'^".*"$')
-    if not _any(df, is_quoted):
+    if not any_row(df, is_quoted):
         return df, False
     quoted = pl.when(is_quoted).then(pl.concat_str([pl.lit('{"m":'), gmsg, pl.lit("}")]))
     unq = safe_json_decode(df.select(quoted.alias("q"))["q"], pl.Struct({"m": pl.String}))
@@ -368,7 +362,7 @@ def _banner(df: pl.DataFrame, maybe: bool) -> pl.DataFrame:
     """`body`: the message after the glog prefix (or the whole line), the import banner
     taken out of it and its version into `_version` (looked for if it may be there)."""
     df = df.with_columns(pl.coalesce(pl.col("gmsg"), pl.col("clean")).alias("body"))
-    if not (maybe and _any(df, pl.col("body").str.contains(BANNER_LITERAL, literal=True))):
+    if not (maybe and any_row(df, pl.col("body").str.contains(BANNER_LITERAL, literal=True))):
         return df.with_columns(pl.lit(None, pl.String).alias("_version"))  # the usual case
     df = df.with_columns(pl.col("body").str.extract(BANNER_RE, 1).alias("_version"))
     # The banner is printed by every MPI rank and lands mid-line in others' output:
@@ -398,7 +392,7 @@ def _glog_time(df: pl.DataFrame) -> pl.DataFrame:
     )
     df = df.with_columns(parts.alias("ts_noyear"))
     missed = g("ts_noyear").is_null() & g("gtime").is_not_null()
-    if not _any(df, missed):
+    if not any_row(df, missed):
         return df
     whole = pl.concat_str([date, pl.lit(" "), g("gtime")]).str.to_datetime(
         "%Y-%m-%d %H:%M:%S%.f", time_unit="us", strict=False

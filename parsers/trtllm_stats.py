@@ -152,7 +152,7 @@ def split_stats(df: pl.DataFrame, msg: str) -> tuple[pl.DataFrame, pl.DataFrame]
     df = df.with_columns(is_json.alias("_is_json"))
     is_json = pl.col("_is_json")
     padded = is_json & (m.str.contains(r"^\s") | m.str.contains(r"\s$"))
-    text = m.str.strip_chars() if _any(df, padded) else m
+    text = m.str.strip_chars() if any_row(df, padded) else m
     df = df.with_columns(pl.when(is_json).then(text).alias("_json")).drop("_is_json")
     j = pl.col("_json")
     # only a flat object (no `}` before its last character) can be read as one value;
@@ -162,7 +162,7 @@ def split_stats(df: pl.DataFrame, msg: str) -> tuple[pl.DataFrame, pl.DataFrame]
     obj = df.select(pl.when(pl.col("_flat") & j.str.ends_with("}")).then(j))["_json"]
     df = df.with_columns(_decode_flat(obj).alias("_st"))
     array = j.is_not_null() & ~pl.col("_flat")  # a flat object failing alone fails wrapped
-    if not _any(df, array):
+    if not any_row(df, array):
         n_objects = df.height - df["_st"].null_count()
         if n_objects == df.height:  # filtering the wide struct costs more than this test
             return df.drop("_json", "_flat"), df.head(0).drop("_st", "_json", "_flat")
@@ -207,7 +207,9 @@ def _decode_flat(obj: pl.Series) -> pl.Series:
     return safe_json_decode(wrapped.to_series(), STATS_DTYPE).list.first().alias(obj.name)
 
 
-def _any(df: pl.DataFrame, test: pl.Expr) -> bool:
+def any_row(df: pl.DataFrame, test: pl.Expr) -> bool:
+    """Whether `test` holds on some row of `df`: most clean-ups are needed by few files,
+    and a test that matches nothing costs far less than rewriting every line."""
     return bool(df.select(test.any()).item())
 
 
