@@ -26,18 +26,6 @@ reqs as materialized (
     from requests
 ),
 
-request_instances as (
-    -- which request facts the instance logs at all: vLLM V1 logs arrivals but never a finish
-    select
-        engine,
-        instance,
-        bool_or(arrival_ts is not null) as logs_arrivals,
-        bool_or(status = 'finished') as logs_finishes,
-        bool_or(status = 'aborted') as logs_aborts,
-    from reqs
-    group by engine, instance
-),
-
 http as (
     select engine, instance, ts, http_status,
     from events
@@ -72,6 +60,23 @@ finishes as (
     from reqs, params as p
     where finish_ts is not null
     group by all
+),
+
+request_instances as (
+    -- which request facts the instance logs at all: vLLM V1 logs arrivals but never a finish
+    -- (read off the per-window counts, not the millions of requests again)
+    select
+        engine,
+        instance,
+        bool_or(arrived > 0) as logs_arrivals,
+        bool_or(finished > 0) as logs_finishes,
+        bool_or(aborted > 0) as logs_aborts,
+    from (
+        select engine, instance, arrived, 0 as finished, 0 as aborted, from arrivals
+        union all
+        select engine, instance, 0, finished, aborted, from finishes
+    )
+    group by engine, instance
 ),
 
 logged_rates as (

@@ -24,56 +24,54 @@ params as (
 
 -- TGI's reconstructed series (request_state, the costly part) is derived once here and
 -- shared by the queue and the batch aggregates: read through queue_depth and batch_fill it
--- would be derived twice. The samples are exactly those of queue_depth and batch_fill (their
--- logged rows, then the reconstructed ones by the same rules).
+-- would be derived twice. The result is that of queue_depth and batch_fill: their logged rows,
+-- else the reconstructed samples. An instance is either logged or reconstructed as a whole,
+-- so the choice is made on per-window aggregates (thousands of rows) rather than on
+-- millions of samples.
 state as materialized (
-    select ts, engine, instance, waiting, running, from request_state
+    select
+        ts, engine, instance, waiting, running,
+        cast(floor(epoch(ts) / p.window_s) as bigint) as window_index,
+    from request_state, params as p
 ),
 
 logged_queue as (
     select ts, engine, instance, waiting, estimated, from queue_depth where source <> 'reconstructed'
 ),
 
-queue_samples as (
-    select * from logged_queue
-    union all
-    -- as in queue_depth: an instance with logged or derived values is never reconstructed
-    select s.ts, s.engine, s.instance, s.waiting, true as estimated,
-    from state as s
-    anti join (select distinct engine, instance from logged_queue) using (engine, instance)
-),
-
 logged_batch as (
     select ts, engine, instance, running, fill, from batch_fill where source <> 'reconstructed'
 ),
 
--- as in batch_fill: fill = running / the latest max_num_seqs announced at or before the sample
+-- as in batch_fill: a reconstructed sample's fill is running / the latest max_num_seqs
+-- announced at or before it. TGI announces one only when started with --max-batch-size:
+-- the ASOF join (a sort of every sample) runs only when some instance did
 seq_limits as (
     select ts, engine, instance, max_num_seqs,
     from events
     where event = 'capacity' and max_num_seqs is not null
 ),
 
-reconstructed_batch as (
-    select s.ts, s.engine, s.instance, s.running,
-    from state as s
-    anti join (select distinct engine, instance from logged_batch) using (engine, instance)
+state_fill as (
+    select
+        s.engine, s.instance, s.window_index,
+        avg(case when q.max_num_seqs > 0 then s.running / q.max_num_seqs end) as fill_avg,
+        max(case when q.max_num_seqs > 0 then s.running / q.max_num_seqs end) as fill_max,
+    from (select * from state where (select count(*) from seq_limits) > 0) as s
+    asof left join seq_limits as q
+        on s.engine = q.engine and s.instance = q.instance and s.ts >= q.ts
+    group by all
 ),
 
-batch_samples as (
-    select * from logged_batch
-    union all
-    -- the ASOF join only where a limit was announced: sorting millions of samples for no
-    -- match is most of its cost
-    select r.ts, r.engine, r.instance, r.running,
-        case when q.max_num_seqs > 0 then r.running / q.max_num_seqs end as fill,
-    from (select * from reconstructed_batch semi join seq_limits using (engine, instance)) as r
-    asof left join seq_limits as q
-        on r.engine = q.engine and r.instance = q.instance and r.ts >= q.ts
-    union all
-    select r.ts, r.engine, r.instance, r.running, cast(null as double) as fill,
-    from reconstructed_batch as r
-    anti join seq_limits using (engine, instance)
+state_windows as (
+    select
+        engine, instance, window_index,
+        avg(waiting) as waiting_avg,
+        max(waiting) as waiting_max,
+        avg(running) as running_avg,
+        max(running) as running_max,
+    from state
+    group by all
 ),
 
 -- every sample goes to the window holding its time (an equality join on the window index,
@@ -85,8 +83,12 @@ queue as (
         avg(waiting) as waiting_avg,
         max(waiting) as waiting_max,
         bool_or(estimated) as waiting_estimated,
-    from queue_samples, params as p
+    from logged_queue, params as p
     group by all
+    union all
+    select engine, instance, window_index, waiting_avg, waiting_max, true,
+    from state_windows
+    anti join (select distinct engine, instance from logged_queue) using (engine, instance)
 ),
 
 batch as (
@@ -97,8 +99,13 @@ batch as (
         max(running) as running_max,
         avg(fill) as fill_avg,
         max(fill) as fill_max,
-    from batch_samples, params as p
+    from logged_batch, params as p
     group by all
+    union all
+    select s.engine, s.instance, s.window_index, s.running_avg, s.running_max, f.fill_avg, f.fill_max,
+    from state_windows as s
+    left join state_fill as f using (engine, instance, window_index)
+    anti join (select distinct engine, instance from logged_batch) using (engine, instance)
 ),
 
 kv_samples as materialized (
@@ -143,6 +150,16 @@ errs as (
     group by all
 ),
 
+-- the windows grid, taken from throughput (one row per window of `windows`, with the same
+-- bounds) so that the grid is computed once
+grid as (
+    select
+        cast(round(epoch(t.window_start) / p.window_s) as bigint) as window_index,
+        t.*,
+        p.window_s,
+    from throughput as t, params as p
+),
+
 joined as (
     select
         w.window_index,
@@ -161,30 +178,29 @@ joined as (
         k.kv_avg,
         k.kv_max,
         case when pi.instance is not null then coalesce(k.preemptions, 0) end as preemptions,
-        t.arrived,
-        t.finished,
-        t.requests_per_s,
-        t.http_requests,
-        coalesce(t.gen_tps_logged, t.output_tokens_per_s, t.requests_per_s, t.http_requests_per_s) as throughput,
+        w.arrived,
+        w.finished,
+        w.requests_per_s,
+        w.http_requests,
+        coalesce(w.gen_tps_logged, w.output_tokens_per_s, w.requests_per_s, w.http_requests_per_s) as throughput,
         case
-            when coalesce(t.gen_tps_logged, t.output_tokens_per_s) is not null then 'tokens/s'
-            when coalesce(t.requests_per_s, t.http_requests_per_s) is not null then 'requests/s'
+            when coalesce(w.gen_tps_logged, w.output_tokens_per_s) is not null then 'tokens/s'
+            when coalesce(w.requests_per_s, w.http_requests_per_s) is not null then 'requests/s'
         end as throughput_unit,
-        t.gen_tps_logged,
+        w.gen_tps_logged,
         coalesce(l.n_latency, 0) as n_latency,
         l.p99_e2e_s,
         l.p99_ttft_s,
         coalesce(l.e2e_estimated, false) as e2e_estimated,
         coalesce(e.n_errors, 0) as n_errors,
         coalesce(e.n_severe_errors, 0) as n_severe_errors,
-    from windows as w
+    from grid as w
     left join queue as q using (engine, instance, window_index)
     left join batch as b using (engine, instance, window_index)
     left join kv as k using (engine, instance, window_index)
     left join preemption_instances as pi using (engine, instance)
     left join latency as l using (engine, instance, window_index)
     left join errs as e using (engine, instance, window_index)
-    left join throughput as t using (engine, instance, window_start)
 ),
 
 final as (
