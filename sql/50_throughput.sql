@@ -21,7 +21,9 @@ params as (
     select coalesce(try_cast(getvariable('window_s') as double), 60.0) as window_s
 ),
 
-reqs as materialized (
+-- read twice (arrivals, finishes) rather than materialised: copying millions of rows costs
+-- more than a second scan of the columns
+reqs as not materialized (
     select engine, instance, arrival_ts, finish_ts, status, prompt_tokens, output_tokens,
     from requests
 ),
