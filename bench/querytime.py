@@ -3,7 +3,8 @@ that a slow view cannot stall the benchmark).
 
     python bench/querytime.py STORE VIEW RUNS [--asof-loop-off]
 
-Prints JSON: seconds per run (connect + the whole view fetched as Arrow) and rows.
+Prints JSON: seconds per run (connect + the whole view fetched as Arrow), the CPU seconds of
+each run (all threads: on a shared machine the steadier figure) and rows.
 `--asof-loop-off` sets DuckDB's asof_loop_join_threshold to 0 on the connection first: DuckDB
 plans an ASOF join whose left side it guesses to be small as a nested loop (quadratic), and
 the estimate for a generate_series grid is small whatever its real size.
@@ -21,16 +22,17 @@ from servelens.pipeline.query import connect
 def main(argv: list[str]) -> None:
     store, view, runs = argv[0], argv[1], int(argv[2])
     asof_off = "--asof-loop-off" in argv
-    times, rows = [], 0
+    times, cpu, rows = [], [], 0
     for _ in range(runs):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         con = connect(store)
         if asof_off:
             con.execute("set asof_loop_join_threshold = 0")
         rows = con.sql(f"select * from {view}").to_arrow_table().num_rows
         con.close()
         times.append(time.perf_counter() - t0)
-    print(json.dumps({"times": times, "rows": rows}))
+        cpu.append(time.process_time() - c0)
+    print(json.dumps({"times": times, "cpu": cpu, "rows": rows}))
 
 
 if __name__ == "__main__":
