@@ -56,10 +56,10 @@ from .base import (
     ANSI_RE,
     COMPOSE_PREFIX_RE,
     ParseContext,
+    attrs_column,
     record_ids,
     rfc3339_to_ts,
 )
-from .tgi_attrs import attrs_column
 from .tgi_fields import (
     CAPACITY_RE,
     args_fields,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from .base import attrs_json
+from .base import attrs_column
 from .trtllm_stats import json_stats_columns, pytorch_iter_columns
 
 # line shapes shared with record_starts in trtllm.py
@@ -109,18 +109,12 @@ def _select_out(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def _with_attrs(df: pl.DataFrame, fields: dict[str, pl.Expr]) -> pl.DataFrame:
-    """Add `attrs`: exactly `attrs_json(**fields)`, but cheaper. Fields null in every row
-    are left out before encoding, and when no kept field has a null the null-member cut
-    (a regex over every encoded object, most of attrs' cost) is skipped."""
+    """Add `attrs` (base.attrs_column) of the fields; those null on every row are left out."""
     values = df.select(**fields)
     keep = [c for c in values.columns if values[c].null_count() < values.height]
     if not keep:
         return df.with_columns(pl.lit(None, pl.String).alias("attrs"))
-    if any(values[c].null_count() for c in keep):
-        attrs = attrs_json(**{c: pl.col(c) for c in keep})
-    else:
-        attrs = pl.struct(keep).struct.json_encode()
-    return df.with_columns(values.select(attrs.alias("attrs")).to_series())
+    return df.with_columns(attrs_column(values, keep))
 
 
 def stats_events(df: pl.DataFrame) -> pl.DataFrame:

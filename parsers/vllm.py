@@ -23,7 +23,7 @@ from .base import (
     ANSI_RE,
     RFC3339_RE,
     ParseContext,
-    attrs_json,
+    attrs_column,
     record_ids,
     rfc3339_to_ts,
 )
@@ -363,6 +363,10 @@ def _family() -> pl.Expr:
     )
 
 
+# below this many rows a pass costs about the same whatever it does: fewer passes win
+_FEW_ROWS = 1000
+
+
 def _families(rec: pl.DataFrame) -> pl.Series:
     """`_family()` of every record. The stats and capacity tests search the whole message
     (a 3 KB prompt included), so they run only on the few messages holding one of their
@@ -418,54 +422,10 @@ def _common_attrs(sub: pl.DataFrame) -> dict[str, pl.Expr]:
     }
 
 
-# more null patterns than this in one family part: base.attrs_json's cut is cheaper
-_MAX_ATTRS_SHAPES = 16
-# below this many rows a pass costs about the same whatever it does: fewer passes win
-_FEW_ROWS = 1000
-
-
 def _with_attrs(sub: pl.DataFrame, fields: list[str]) -> pl.DataFrame:
-    """`attrs` in place of the columns `_a_<field>`: the JSON base.attrs_json makes of the
-    fields (nulls left out, null when all are), for less: the rows are grouped by which
-    fields they have set, and each group is encoded with just those fields, so there is no
-    `"key":null` to cut out by regex."""
-    vals = sub.select(f"_a_{k}" for k in fields)
-    sub = sub.drop(vals.columns)
-    nulls = vals.null_count().row(0)
-    present = [k for k, n in zip(fields, nulls) if n < sub.height]
-    partial = [k for k, n in zip(fields, nulls) if 0 < n < sub.height]
-
-    def encode(rows: pl.DataFrame, keys: list[str]) -> pl.Series:
-        return rows.select(
-            pl.struct([pl.col(f"_a_{k}").alias(k) for k in keys]).struct.json_encode().alias("attrs")
-        ).to_series()
-
-    if not present:
-        attrs = pl.Series("attrs", [None] * sub.height, dtype=pl.String)
-    elif not partial:
-        attrs = encode(vals, present)
-    elif sub.height < _FEW_ROWS:  # each shape costs a select: on few rows the cut is cheaper
-        attrs = vals.select(attrs_json(**{k: pl.col(f"_a_{k}") for k in present}).alias("attrs")).to_series()
-    else:
-        # which of the partial fields each row has set, as bits
-        shape = vals.select(
-            pl.sum_horizontal(
-                pl.col(f"_a_{k}").is_not_null().cast(pl.Int64) * (1 << i) for i, k in enumerate(partial)
-            )
-        ).to_series()
-        shapes = shape.unique().to_list()
-        if len(shapes) > _MAX_ATTRS_SHAPES or sub.height < 100 * len(shapes):
-            attrs = vals.select(
-                attrs_json(**{k: pl.col(f"_a_{k}") for k in present}).alias("attrs")
-            ).to_series()
-        else:
-            attrs = pl.Series("attrs", [None] * sub.height, dtype=pl.String)
-            for bits in shapes:
-                keys = [k for k in present if k not in partial or bits >> partial.index(k) & 1]
-                if keys:
-                    rows = (shape == bits).arg_true()
-                    attrs = attrs.scatter(rows, encode(vals[rows], keys))
-    return sub.with_columns(attrs)
+    """`attrs` (base.attrs_column) in place of the columns `_a_<field>`."""
+    vals = sub.select(pl.col(f"_a_{k}").alias(k) for k in fields)
+    return sub.drop(f"_a_{k}" for k in fields).with_columns(attrs_column(vals, fields))
 
 
 def _family_frame(fam: str, sub: pl.DataFrame) -> pl.DataFrame:
