@@ -91,6 +91,34 @@ single as (
     )
 ),
 
+-- vLLM >= 0.14 logs `Added request` with its internal id: the id `Received request` showed
+-- plus a random `-<8hex>` suffix (vllm-project/vllm#27987). An arrival id with such a suffix
+-- whose stripped form is another arrival's id on the same instance is that same request (an
+-- id that merely ends like that, logged the same way on both lines, is left alone).
+internal_ids as (
+    select distinct s.engine, s.instance, s.request_id, s.external_id
+    from (
+        select engine, instance, request_id, regexp_replace(request_id, '-[0-9a-f]{8}$', '') as external_id
+        from request_events
+        where engine = 'vllm' and event = 'request_arrived' and regexp_matches(request_id, '-[0-9a-f]{8}$')
+    ) s
+    semi join (
+        select engine, instance, request_id from request_events where engine = 'vllm' and event = 'request_arrived'
+    ) r on r.engine = s.engine and r.instance = s.instance and r.request_id = s.external_id
+),
+
+keyed_events as (
+    select
+        e.* replace (
+            coalesce(i.external_id, e.request_id) as request_id,
+            coalesce(i.external_id, e.request_key) as request_key
+        ),
+    from request_events e
+    left join internal_ids i
+        on i.engine = e.engine and i.instance = e.instance and i.request_id = e.request_id
+    where e.request_id is not null
+),
+
 merged as (
     select
         engine,
@@ -113,8 +141,7 @@ merged as (
         max(validation_s) as validation_s,
         min(source) as source,
         min(line) as line,
-    from request_events
-    where request_id is not null
+    from keyed_events
     group by engine, instance, request_key
 ),
 

@@ -36,6 +36,30 @@ def test_requests_merges_vllm_lines_and_estimates_e2e():
     assert (c["status"], c["finish_ts"], c["e2e_s"]) == ("unfinished", None, None)
 
 
+def test_requests_merge_vllm_internal_ids_with_their_random_suffix():
+    """vLLM >= 0.14: `Added request` shows the id `Received request` showed plus `-<8hex>`
+    (vllm-project/vllm#27987). One request, not two; an id that only ends like that, or
+    whose stripped form was never received, keeps its own row."""
+    con = connect_events(events_frame([
+        ev("request_arrived", 1, request_id="chatcmpl-0a1b2c3d4e5f6a7b", max_tokens=64),
+        ev("request_arrived", 1, request_id="chatcmpl-0a1b2c3d4e5f6a7b-9f8e7d6c"),
+        ev("request_aborted", 7, request_id="chatcmpl-0a1b2c3d4e5f6a7b-9f8e7d6c"),
+        ev("request_arrived", 2, request_id="trace-deadbeef"),  # a caller's own id, older vLLM
+        ev("request_arrived", 2, request_id="trace-deadbeef"),
+        ev("request_arrived", 3, request_id="chatcmpl-ffffeeee00001111-12345678"),
+        ev("request_arrived", 4, request_id="chatcmpl-0a1b2c3d4e5f6a7b", instance="i2"),
+        ev("request_arrived", 4, request_id="chatcmpl-0a1b2c3d4e5f6a7b-00000000", instance="i3"),
+    ]))
+    got = rows(con, "select instance, request_id, status, max_tokens from requests order by instance, request_id")
+    assert [(r["instance"], r["request_id"], r["status"], r["max_tokens"]) for r in got] == [
+        ("i1", "chatcmpl-0a1b2c3d4e5f6a7b", "aborted", 64),
+        ("i1", "chatcmpl-ffffeeee00001111-12345678", "unfinished", None),
+        ("i1", "trace-deadbeef", "unfinished", None),
+        ("i2", "chatcmpl-0a1b2c3d4e5f6a7b", "unfinished", None),
+        ("i3", "chatcmpl-0a1b2c3d4e5f6a7b-00000000", "unfinished", None),
+    ]
+
+
 def test_requests_tgi_success_line_gives_exact_times():
     con = connect_events(events_frame([
         ev("request", 70.25, engine="tgi", instance="t1", e2e_s=2.5, queue_s=0.5,
