@@ -583,3 +583,19 @@ def test_trtllm_serve_uvicorn_lifecycle_lines_are_understood():
     ev = parse_text("trtllm", text)
     assert ev["event"].to_list() == ["log", "log", "log", "log", "http_access", "log", "log"]
     assert ev["level"].to_list() == ["INFO"] * 7
+
+
+def test_a_line_of_two_json_values_does_not_shift_later_stats():
+    """polars decodes `[..],[..]` as two values; were that accepted, every later line's
+    stats would land one row off. Such a line is kept unparsed, the others keep theirs."""
+    line = (FIX / "executor_stats.log").read_text().splitlines()[1]
+
+    def at_iter(k: int) -> str:
+        return line.replace('"iter":0', f'"iter":{k}', 1)
+
+    text = "\n".join([at_iter(1), at_iter(2) + "," + at_iter(3), at_iter(4)]) + "\n"
+    ev = parse_text("trtllm", text)
+    first = ev.group_by("line", maintain_order=True).first()
+    assert first["event"].to_list() == ["engine_stats", "unparsed", "engine_stats"]
+    iters = [json.loads(a)["iteration"] if a else None for a in first["attrs"].to_list()]
+    assert iters == [1, None, 4]
