@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 
 from servelens.parsers.schema import EVENT_SCHEMA
 
-from .store import Store, _fsync_dir, new_txid
+from .store import PARQUET_OPTIONS, Store, _fsync_dir, new_txid
 
 SMALL_PART_BYTES = 16 * 1024 * 1024  # parts below this are worth merging
 TARGET_BYTES = 128 * 1024 * 1024  # input bytes merged into one part at most
@@ -180,7 +180,8 @@ class _Out:
     def _write(self, df: pl.DataFrame) -> None:
         table = df.to_arrow().cast(EVENT_SCHEMA)
         if self.writer is None:
-            self.writer = pq.ParquetWriter(self.f, EVENT_SCHEMA, compression="zstd")
+            options = {k: v for k, v in PARQUET_OPTIONS.items() if k != "row_group_size"}
+            self.writer = pq.ParquetWriter(self.f, EVENT_SCHEMA, **options)
         self.writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
         self.rows += df.height
 
