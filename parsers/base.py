@@ -149,9 +149,14 @@ def attrs_column(df: pl.DataFrame, keys: list[str], keep: pl.Expr | None = None)
     group encodes just its set fields: nothing to cut. NaN and infinities, which the encoder
     writes as null (and attrs_json then drops), count as unset."""
     keep = pl.lit(True) if keep is None else keep
+    # a field null on every row is in no row's JSON (and an all-null column may have the
+    # Null type, which would send the frame down the regex path)
+    keys = [k for k in keys if df[k].null_count() < df.height]
+    if not keys:
+        return pl.repeat(None, df.height, dtype=pl.String, eager=True).alias("attrs")
     schema = df.schema
     simple = all(schema[k].is_numeric() or schema[k] in (pl.String, pl.Boolean) for k in keys)
-    if not keys or len(keys) > 62 or not simple or df.height < _MIN_ROWS_PER_SHAPE:
+    if len(keys) > 62 or not simple or df.height < _MIN_ROWS_PER_SHAPE:
         return _attrs_by_regex(df, keys, keep)
     # the shape of a row: bit i set when keys[i] is; 0 for rows that get no attrs. Fields
     # set on every row need no bit: they are in every shape.

@@ -529,7 +529,7 @@ _OUT_COLS = (
 
 def _finish(df: pl.DataFrame) -> pl.DataFrame:
     have = set(df.columns)
-    keys = [k for k in _ATTR_KEYS if k in have and df[k].null_count() < df.height]
+    keys = [k for k in _ATTR_KEYS if k in have]
     attrs = attrs_column(df, keys, keep=pl.col("event") != "unparsed")
     # (a column no event kind of this chunk has is a null String; finalize casts it)
     out = [pl.col(c) if c in have else pl.lit(None, _STR).alias(c) for c in _OUT_COLS]

@@ -109,12 +109,9 @@ def _select_out(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def _with_attrs(df: pl.DataFrame, fields: dict[str, pl.Expr]) -> pl.DataFrame:
-    """Add `attrs` (base.attrs_column) of the fields; those null on every row are left out."""
+    """Add `attrs` (base.attrs_column) of the fields."""
     values = df.select(**fields)
-    keep = [c for c in values.columns if values[c].null_count() < values.height]
-    if not keep:
-        return df.with_columns(pl.lit(None, pl.String).alias("attrs"))
-    return df.with_columns(attrs_column(values, keep))
+    return df.with_columns(attrs_column(values, values.columns))
 
 
 def stats_events(df: pl.DataFrame) -> pl.DataFrame:
