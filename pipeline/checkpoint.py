@@ -32,11 +32,7 @@ def file_state(
 ) -> dict:
     """The manifest entry for `path` read up to `offset` (`lines` lines). `tail`: the
     content just before `offset` as it was read, if at hand (else it is read again)."""
-    if offset and len(tail) >= min(offset, fp.TAIL_BYTES):
-        tail = tail[-min(offset, fp.TAIL_BYTES):]
-        ident = fp.Identity(fp.sha(head[: fp.HEAD_BYTES]), len(head[: fp.HEAD_BYTES]), fp.sha(tail), len(tail))
-    else:
-        ident = fp.identity_at(path, head[: fp.HEAD_BYTES], offset)
+    ident = fp.identity_at(path, head[: fp.HEAD_BYTES], offset, tail)
     try:
         dev, ino = fp.file_key(path)
     except OSError:

@@ -71,8 +71,17 @@ def tail_check(path: Path, offset: int) -> tuple[str, int]:
     return sha(data), len(data)
 
 
-def identity_at(path: Path, head: bytes, offset: int) -> Identity:
-    tail_sha, tail_len = tail_check(path, offset) if offset else ("", 0)
+def identity_at(path: Path, head: bytes, offset: int, tail: bytes = b"") -> Identity:
+    """The identity of the content read up to `offset`. `tail`: the content just before
+    `offset` as it was read, if at hand; else it is read again (for a .gz, decompressing
+    from the start)."""
+    n = min(offset, TAIL_BYTES)
+    if not offset:
+        tail_sha, tail_len = "", 0
+    elif len(tail) >= n:
+        tail_sha, tail_len = sha(tail[len(tail) - n:]), n
+    else:
+        tail_sha, tail_len = tail_check(path, offset)
     return Identity(sha(head), len(head), tail_sha, tail_len)
 
 

@@ -384,7 +384,7 @@ class Tailer(IdentityMixin):
     def _parse(self, fol: Followed, data: bytes, hold_partial: bool, hold_record: bool, now: float) -> int:
         if not data:
             return 0
-        base = fol.offset
+        base, tail_before = fol.offset, fol.tail
         done = 0
         block = max(PARSE_BLOCK_MIN, -(-len(data) // PARSE_THREADS))
         for chunk in parse_stream(
@@ -392,13 +392,11 @@ class Tailer(IdentityMixin):
             block_bytes=block, hold_partial_line=hold_partial, hold_last_record=hold_record,
         ):
             used = chunk.offset - base
-            # head and tail kept from slices of `data` (no copy of the whole chunk)
+            # the head from a slice of `data` (no copy of the whole chunk); the tail is the
+            # one the stream kept, after what came before this read
             if len(fol.head) < fp.HEAD_BYTES:
                 fol.head += data[done : min(used, done + fp.HEAD_BYTES - len(fol.head))]
-            if used - done >= fp.TAIL_BYTES:
-                fol.tail = data[used - fp.TAIL_BYTES : used]
-            else:
-                fol.tail = (fol.tail + data[done:used])[-fp.TAIL_BYTES :]
+            fol.tail = (tail_before + chunk.tail)[-fp.TAIL_BYTES :]
             done = used
             fol.offset, fol.next_line = chunk.offset, chunk.next_line
             if chunk.events.height:
