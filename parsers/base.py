@@ -28,11 +28,14 @@ Parsing is vectorised: polars expressions over the whole chunk, never a Python l
 from __future__ import annotations
 
 import datetime as dt
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import polars as pl
 
+from . import domain
 from .schema import COLUMN_NAMES, EVENT_KINDS, LEVELS, POLARS_SCHEMA
 
 PLACEHOLDER_YEAR = 2000  # a leap year, so Feb 29 survives until the real year is known
@@ -63,6 +66,9 @@ class ParseContext:
     year_base: int | None = None
     rollovers: int = 0
     state: dict[str, Any] = field(default_factory=dict)
+    # impossible values nulled by the domain checks, per column (not saved in checkpoints:
+    # a count of this run, for the ingest summary)
+    invalid: dict[str, int] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------------
@@ -197,6 +203,83 @@ def _attrs_by_regex(df: pl.DataFrame, keys: list[str], keep: pl.Expr) -> pl.Seri
 
 
 # ---------------------------------------------------------------------------------------
+# isolating a parser failure to the record that causes it
+
+# the attrs key saying why a record is `unparsed` after its parser failed on it
+PARSE_ERROR_KEY = "parse_error"
+
+
+def parse_isolated(parser: Any, lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
+    """`parser.parse`, except that a failure costs only the records that cause it.
+
+    A parser raising on a chunk (a value its vectorised expressions cannot take) would stop
+    the whole file. Instead the chunk is halved at a record start and each half parsed
+    again, down to the single record that fails, which becomes one `unparsed` event with
+    the error in `attrs`. The normal path costs nothing; a bad record costs about
+    2 * log2(chunk records) extra parses."""
+    try:
+        return parser.parse(lines, ctx)
+    except Exception as e:  # noqa: BLE001 - any parser failure is isolated, never fatal
+        return _bisect(parser, lines, ctx, e)
+
+
+def _bisect(parser: Any, lines: pl.DataFrame, ctx: ParseContext, error: Exception) -> pl.DataFrame:
+    n = lines.height
+    cut = 0
+    if n > 1:
+        try:
+            starts = parser.record_starts(lines["text"]).fill_null(True).to_numpy()
+            idx = np.flatnonzero(starts[1:]) + 1
+        except Exception:  # noqa: BLE001 - record_starts failed too: every line a record
+            idx = np.arange(1, n)
+        if len(idx):
+            cut = int(idx[np.argmin(np.abs(idx - n / 2))])
+    if cut == 0:  # one record: it is the one that fails
+        return _failed_record(lines, error)
+    halves = [parse_isolated(parser, lines.slice(0, cut), ctx),
+              parse_isolated(parser, lines.slice(cut), ctx)]
+    # a parser leaving `n_lines` out means one line per event (finalize's default)
+    halves = [h if "n_lines" in h.columns or not h.width else h.with_columns(pl.lit(1, pl.Int32).alias("n_lines"))
+              for h in halves]
+    return _concat_aligned(halves)
+
+
+def _failed_record(lines: pl.DataFrame, error: Exception) -> pl.DataFrame:
+    detail = " ".join(f"{type(error).__name__}: {error}".split())[:300]
+    return pl.DataFrame(
+        {
+            "line": [lines["line"][0]],
+            "n_lines": pl.Series([lines.height], dtype=pl.Int32),
+            "event": ["unparsed"],
+            "message": ["\n".join(lines["text"].fill_null("").to_list())],
+            "attrs": [json.dumps({PARSE_ERROR_KEY: detail})],
+        }
+    )
+
+
+def _concat_aligned(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    """Concatenate parser outputs that may differ in columns and types (a half without a
+    column, a column all-null in one half): schema columns take the schema's type."""
+    frames = [f for f in frames if f.width]
+    try:
+        return pl.concat(frames, how="diagonal_relaxed")
+    except Exception:  # noqa: BLE001 - types no supertype joins: conform them first
+        pass
+    out = []
+    for f in frames:
+        exprs = []
+        for name, dtype in f.schema.items():
+            if name in POLARS_SCHEMA and name not in ("ts",):
+                exprs.append(pl.col(name).cast(POLARS_SCHEMA[name], strict=False))
+            elif name in ("ts", "ts_noyear") and isinstance(dtype, pl.Datetime):
+                exprs.append(_as_utc(pl.col(name), dtype).alias(name))
+            else:
+                exprs.append(pl.col(name).cast(pl.String, strict=False))
+        out.append(f.select(exprs))
+    return pl.concat(out, how="diagonal_relaxed")
+
+
+# ---------------------------------------------------------------------------------------
 # finalize: timestamps, constants, schema
 
 
@@ -212,6 +295,7 @@ def finalize(events: pl.DataFrame, ctx: ParseContext, carry: tuple[str, ...] = (
     if "_seq" not in events.columns:
         events = events.with_row_index("_seq")
     events = events.sort(["line", "_seq"])
+    events = domain.apply(events, ctx.invalid)
     events = _resolve_timestamps(events, ctx)
     for col in carry:
         if col not in events.columns:
@@ -239,7 +323,8 @@ def finalize(events: pl.DataFrame, ctx: ParseContext, carry: tuple[str, ...] = (
         elif name == "n_lines" and name not in events.columns:
             exprs.append(pl.lit(1, dtype).alias(name))
         elif name in events.columns:
-            exprs.append(pl.col(name).cast(dtype).alias(name))
+            # not strict: domain.apply has nulled (and noted) what does not convert
+            exprs.append(pl.col(name).cast(dtype, strict=False).alias(name))
         else:
             exprs.append(pl.lit(None, dtype).alias(name))
     out = events.select(exprs)
@@ -353,7 +438,7 @@ def lines_frame(texts: list[str], first_line: int = 1) -> pl.DataFrame:
 
 def parse_lines(parser: Any, lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     """Run one parser over one chunk of lines and finalize onto the schema."""
-    return finalize(parser.parse(lines, ctx), ctx, carry=getattr(parser, "CARRY_FORWARD", ()))
+    return finalize(parse_isolated(parser, lines, ctx), ctx, carry=getattr(parser, "CARRY_FORWARD", ()))
 
 
 def parse_text(

@@ -392,7 +392,7 @@ def _requests(df: pl.DataFrame) -> pl.DataFrame:
         seconds("_ns_tpot").alias("tpot_s"),
         seconds("_ns_valid").alias("validation_s"),
         pl.when(tpot_ok).then(
-            (pl.col("_ns_inf").cast(pl.Float64) / pl.col("_ns_tpot").cast(pl.Float64)).round(0).cast(pl.Int64)
+            (pl.col("_ns_inf").cast(pl.Float64) / pl.col("_ns_tpot").cast(pl.Float64)).round(0).cast(pl.Int64, strict=False)
         ).alias("_tokens_from_time"),
         seed_value(pl.col("_seed")).alias("seed"),
         pl.from_epoch(arrival_ns, time_unit="ns").dt.strftime("%Y-%m-%dT%H:%M:%S%.9fZ").alias("arrival_ts"),

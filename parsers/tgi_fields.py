@@ -75,7 +75,9 @@ def _ns(whole: pl.Expr, frac: pl.Expr, unit: pl.Expr) -> pl.Expr:
     # fraction digits padded to 9 = the fraction in units of 1e-9 of the unit; exact for
     # every fraction Rust prints (<= 9 digits for s, 6 for ms, 3 for µs)
     frac9 = frac.fill_null("").str.pad_end(9, "0").cast(pl.Int64, strict=False)
-    return whole * unit_ns + (frac9 * unit_ns) // NS_PER_S
+    # a duration past 2**63 ns (292 years) would wrap around: null instead
+    fits = whole <= (2**63 - 1) // unit_ns - 1
+    return pl.when(fits).then(whole * unit_ns + (frac9 * unit_ns) // NS_PER_S)
 
 
 def ns_to_s(expr: pl.Expr) -> pl.Expr:

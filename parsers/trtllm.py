@@ -423,6 +423,6 @@ def _message() -> list[pl.Expr]:
             | g("_version").is_not_null()
         ).alias("_prefixed"),
         pl.coalesce(g("crank"), g("mpirank"), g("trank"), g("_mpitag"))
-        .cast(pl.Int64)
+        .cast(pl.Int64, strict=False)
         .alias("_rank"),
     ]

@@ -65,7 +65,7 @@ _UNIT = {
 def _bytes(num: pl.Expr, unit: pl.Expr) -> pl.Expr:
     """Number + unit (`GB`, `GiB`, `MiB`, ...) -> bytes (decimal for xB, binary for xiB)."""
     mult = unit.replace_strict(_UNIT, default=None, return_dtype=pl.Float64)
-    return (num.cast(pl.Float64, strict=False) * mult).round(0).cast(pl.Int64)
+    return (num.cast(pl.Float64, strict=False) * mult).round(0).cast(pl.Int64, strict=False)
 
 
 def _common_attrs() -> dict[str, pl.Expr]:
@@ -213,7 +213,9 @@ def other_events(df: pl.DataFrame) -> pl.DataFrame:
         .then(pl.lit("log"))
         .otherwise(pl.lit("unparsed"))
     )
-    b_n, b_in, b_out = (batch(k).cast(pl.Int64) for k in ("1", "2", "3"))
+    # kept as text: a count past 2**63 becomes null with a note (domain.py), not a failure
+    b_n, b_in, b_out = (batch(k) for k in ("1", "2", "3"))
+    b_sum = b_in.cast(pl.Int64, strict=False) + b_out.cast(pl.Int64, strict=False)
     df = df.with_columns(
         event.alias("event"),
         pl.when(pl.col("_level").is_null() & pl.col("_trt_err"))
@@ -228,7 +230,7 @@ def other_events(df: pl.DataFrame) -> pl.DataFrame:
         .alias("level"),
         pl.col("_line_ts").alias("ts"),
         b_n.alias("batch_size"),
-        (b_in + b_out).alias("batch_tokens"),
+        b_sum.alias("batch_tokens"),
         b_in.alias("prompt_tokens"),
         b_out.alias("output_tokens"),
         pl.coalesce(_cap("primary"), _cap("blocks_per_seq", 4)).alias(
@@ -239,7 +241,7 @@ def other_events(df: pl.DataFrame) -> pl.DataFrame:
         pl.coalesce(_cap("kv_gib_tokens", 2), _cap("using_tokens")).alias(
             "kv_capacity_tokens"
         ),
-        http("status").cast(pl.Int32).alias("http_status"),
+        http("status").cast(pl.Int32, strict=False).alias("http_status"),
     )
     ev, err = pl.col("event"), pl.col("_error")
     df = df.with_columns(
@@ -280,7 +282,7 @@ def other_events(df: pl.DataFrame) -> pl.DataFrame:
         engine_size_bytes=_cap("engine_mib") * 2**20,
         engine_path=msg.str.extract(CAP["engine_from"], 1),
         kv_cache_bytes=pl.coalesce(
-            (kv_gib * 2.0**30).round(0).cast(pl.Int64),
+            (kv_gib * 2.0**30).round(0).cast(pl.Int64, strict=False),
             _cap("kv_bytes"),
             _bytes(mem("5"), mem("6")),
         ),
@@ -295,11 +297,11 @@ def other_events(df: pl.DataFrame) -> pl.DataFrame:
         gpu_mem_used_bytes=_bytes(mem("1"), mem("2")),
         gpu_mem_total_bytes=pl.coalesce(
             _bytes(mem("3"), mem("4")),
-            (_cap("mem_calc", 1, pl.Float64) * 2.0**30).round(0).cast(pl.Int64),
+            (_cap("mem_calc", 1, pl.Float64) * 2.0**30).round(0).cast(pl.Int64, strict=False),
         ),
         gpu_mem_available_bytes=(_cap("mem_calc", 2, pl.Float64) * 2.0**30)
         .round(0)
-        .cast(pl.Int64),
+        .cast(pl.Int64, strict=False),
         method=http("method"),
         path=http("path"),
     )

@@ -17,7 +17,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from servelens.parsers.base import ParseContext, finalize
+from servelens.parsers.base import ParseContext, finalize, parse_isolated
 
 from .fingerprint import TAIL_BYTES
 
@@ -108,7 +108,7 @@ def parse_stream(
     )
     carry = getattr(parser, "CARRY_FORWARD", ())
     for chunk, end_offset, end_line, n, bad, tail in chunks:
-        pending.append((_EXECUTOR.submit(parser.parse, chunk, ctx), end_offset, end_line, n, bad, tail))
+        pending.append((_EXECUTOR.submit(parse_isolated, parser, chunk, ctx), end_offset, end_line, n, bad, tail))
         # one chunk more than threads: both stay busy while the consumer writes a batch
         if len(pending) > PARSE_THREADS:
             yield _finish(pending.popleft(), ctx, carry)
