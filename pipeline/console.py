@@ -59,6 +59,8 @@ def print_file_line(f: FileResult) -> None:
         extra.append(f"{f.counts['unparsed']:,} unparsed")
     if f.invalid_utf8:
         extra.append("invalid UTF-8 replaced")
+    if f.invalid:
+        extra.append(f"{sum(f.invalid.values()):,} impossible values nulled")
     if f.reason:
         extra.append(f.reason)
     tail = f"; {', '.join(extra)}" if extra else ""
@@ -79,6 +81,9 @@ def print_summary(s: IngestSummary, store: Path) -> None:
     if s.events_by_kind:
         kinds = ", ".join(f"{k} {v:,}" for k, v in s.events_by_kind.most_common())
         lines.append(f"events by kind: {kinds}")
+    if s.invalid:
+        cols = ", ".join(f"{k} {v:,}" for k, v in s.invalid.most_common())
+        lines.append(f"impossible values nulled (kept in attrs.invalid): {cols}")
     for f in s.skipped:
         lines.append(f"skipped {f.source}: {f.reason}")
     for f in s.failed:

@@ -58,6 +58,7 @@ class FileResult:
     invalid_utf8: bool = False
     counts: Counter = field(default_factory=Counter)
     failed: bool = False  # the parser raised: part of the file was not read
+    invalid: Counter = field(default_factory=Counter)  # impossible values nulled, per column
 
 
 @dataclass
@@ -81,6 +82,14 @@ class IngestSummary:
     @property
     def events(self) -> int:
         return sum(self.events_by_kind.values())
+
+    @property
+    def invalid(self) -> Counter:
+        """Impossible values nulled by the domain checks (parsers/domain.py), per column."""
+        total: Counter = Counter()
+        for f in self.files:
+            total.update(f.invalid)
+        return total
 
 
 def _detect_sample(head: bytes) -> list[str]:
@@ -251,6 +260,7 @@ def _ingest_file(
             f"stopped after line {next_line + result.lines - 1}: the {result.engine} parser failed "
             f"({type(e).__name__}: {detail}); this is a servelens bug, please report it"
         )
+    result.invalid.update(ctx.invalid)
     if result.lines == 0 and known is not None:
         result.status, result.reason = "unchanged", result.reason or "already ingested"
     return result
