@@ -59,6 +59,8 @@ def print_file_line(f: FileResult) -> None:
         extra.append(f"{f.counts['unparsed']:,} unparsed")
     if f.invalid_utf8:
         extra.append("invalid UTF-8 replaced")
+    if f.nul_bytes:
+        extra.append(f"{f.nul_bytes:,} NUL bytes dropped")
     if f.invalid:
         extra.append(f"{sum(f.invalid.values()):,} impossible values nulled")
     if f.reason:

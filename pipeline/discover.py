@@ -7,6 +7,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from .fingerprint import GZIP_MAGIC
 
 # Files that are certainly not logs, skipped quietly when walking a directory.
@@ -63,9 +65,34 @@ def is_under(f: Path, root: Path) -> bool:
         return False
 
 
+# Bytes a text log holds besides printable text: tab, newline, vertical tab, form feed,
+# carriage return, backspace and ESC (ANSI colours). NUL is judged apart: a crash leaves
+# runs of zeros in a text log (the file system's preallocated blocks).
+_TEXT_CONTROLS = frozenset(b"\t\n\x0b\x0c\r\x08\x1b")
+_CONTROL = np.array([b < 0x20 and b not in _TEXT_CONTROLS and b != 0 or b == 0x7F for b in range(256)])
+# share of control bytes and invalid UTF-8 sequences among the bytes that are not NUL past
+# which a file is not text (random or compressed data: ~30%; text logs: 0 to a few per mille)
+BINARY_SHARE = 0.10
+
+
 def looks_binary(head: bytes) -> bool:
-    """NUL bytes in the first KiBs: an executable, image or database, not a text log."""
-    return b"\x00" in head[:8192]
+    """Not a text log: an executable, image, database or compressed archive.
+
+    Judged by the share of non-text bytes in the sample, not by one NUL: NUL bytes are left
+    out (a text log may hold runs of them after a crash; they are dropped when the lines
+    are read), and of the rest, control characters and invalid UTF-8 must stay under
+    BINARY_SHARE. A sample of nothing but NULs is not text either."""
+    data = np.frombuffer(head, dtype=np.uint8)
+    text = data[data != 0]
+    if len(text) == 0:
+        return len(data) > 0
+    controls = int(_CONTROL[text].sum())
+    if controls > BINARY_SHARE * len(text):
+        return True
+    # a multi-byte character cut by the end of the sample is not invalid
+    decoded = text.tobytes().decode("utf-8", errors="replace")
+    invalid = decoded.count("\ufffd") - (1 if decoded.endswith("\ufffd") else 0)
+    return controls + invalid > BINARY_SHARE * len(text)
 
 
 def is_gzip_bytes(first: bytes) -> bool:

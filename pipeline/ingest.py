@@ -59,6 +59,7 @@ class FileResult:
     counts: Counter = field(default_factory=Counter)
     failed: bool = False  # the parser raised: part of the file was not read
     invalid: Counter = field(default_factory=Counter)  # impossible values nulled, per column
+    nul_bytes: int = 0  # NUL bytes dropped from the text (zeros a crash left in the file)
 
 
 @dataclass
@@ -234,6 +235,7 @@ def _ingest_file(
                 result.lines += chunk.n_lines
                 result.events += chunk.events.height
                 result.invalid_utf8 |= chunk.invalid_utf8
+                result.nul_bytes += chunk.nul_bytes
                 state = file_state(
                     path, head, chunk.offset, chunk.next_line - 1,
                     source=source, engine=result.engine, instance=result.instance, ctx=ctx,

@@ -38,10 +38,15 @@ class ParsedChunk:
     # offset less than that far back): the checkpoint's tail hash without reading the file
     # again, which for a .gz would mean decompressing it from the start at every chunk
     tail: bytes = b""
+    nul_bytes: int = 0  # NUL bytes dropped from the text (preallocated zeros after a crash)
 
 
 def decode_lines(data: bytes, first_line: int) -> tuple[pl.DataFrame, bool]:
-    """Complete lines (each ending in \\n, except perhaps the last) -> frame(line, text)."""
+    """Complete lines (each ending in \\n, except perhaps the last) -> frame(line, text).
+    NUL bytes are dropped: a file system hands back zeros for what a crash left unwritten,
+    and they are no part of any line."""
+    if b"\x00" in data:
+        data = data.replace(b"\x00", b"")
     try:
         data.decode("utf-8")  # validation only: the column is built from the bytes
         bad = False
@@ -107,8 +112,8 @@ def parse_stream(
         hold_partial_line=hold_partial_line, hold_last_record=hold_last_record,
     )
     carry = getattr(parser, "CARRY_FORWARD", ())
-    for chunk, end_offset, end_line, n, bad, tail in chunks:
-        pending.append((_EXECUTOR.submit(parse_isolated, parser, chunk, ctx), end_offset, end_line, n, bad, tail))
+    for chunk, end_offset, end_line, n, bad, tail, nul in chunks:
+        pending.append((_EXECUTOR.submit(parse_isolated, parser, chunk, ctx), end_offset, end_line, n, bad, tail, nul))
         # one chunk more than threads: both stay busy while the consumer writes a batch
         if len(pending) > PARSE_THREADS:
             yield _finish(pending.popleft(), ctx, carry)
@@ -121,9 +126,9 @@ _EXECUTOR = ThreadPoolExecutor(max_workers=PARSE_THREADS, thread_name_prefix="se
 
 
 def _finish(item: tuple, ctx: ParseContext, carry: tuple[str, ...]) -> ParsedChunk:
-    future, end_offset, end_line, n, bad, tail = item
+    future, end_offset, end_line, n, bad, tail, nul = item
     events = finalize(future.result(), ctx, carry=carry)
-    return ParsedChunk(events, end_offset, end_line, n, bad, tail)
+    return ParsedChunk(events, end_offset, end_line, n, bad, tail, nul)
 
 
 TAIL_WINDOW_LINES = 256
@@ -164,9 +169,10 @@ def _split_chunks(
     block_bytes: int,
     hold_partial_line: bool,
     hold_last_record: bool,
-) -> Iterator[tuple[pl.DataFrame, int, int, int, bool, bytes]]:
+) -> Iterator[tuple[pl.DataFrame, int, int, int, bool, bytes, int]]:
     """Cut the stream into chunks of complete records: (lines, offset after, next line
-    number, lines in the chunk, invalid UTF-8 seen, the content's last TAIL_BYTES)."""
+    number, lines in the chunk, invalid UTF-8 seen, the content's last TAIL_BYTES, NUL
+    bytes dropped)."""
     held = b""
     tail = b""
     while True:
@@ -206,7 +212,8 @@ def _split_chunks(
         next_line += keep
         held = complete[cut_at:] + rest
         tail = (tail + complete[max(0, cut_at - TAIL_BYTES):cut_at])[-TAIL_BYTES:]
-        yield chunk, offset, next_line, keep, bad, tail
+        nul = complete.count(0, 0, cut_at) if b"\x00" in complete else 0
+        yield chunk, offset, next_line, keep, bad, tail, nul
         if eof and not held:
             return
         if eof:

@@ -403,6 +403,8 @@ class Tailer(IdentityMixin):
                 self.frames.append(chunk.events)
                 self.rows += chunk.events.height
             self._pending_lines += chunk.n_lines
+            if chunk.nul_bytes:
+                self.say(f"{fol.path}: {chunk.nul_bytes:,} NUL bytes dropped (zeros a crash left in the file)")
             self.files[fol.key] = self._state(fol)
             if self.rows >= FLUSH_ROWS:
                 self.flush()
