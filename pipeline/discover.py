@@ -4,6 +4,7 @@ instance that wrote each file."""
 from __future__ import annotations
 
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +27,30 @@ class PathMissing(Exception):
     pass
 
 
+class NotRegularFile(Exception):
+    """A path named on the command line is a FIFO, socket or device: reading it could
+    block forever (a FIFO with no writer) or never end."""
+
+    def __init__(self, path: Path, kind: str):
+        super().__init__(f"{path} is a {kind}, not a regular file; servelens reads log files "
+                         "(save the stream to a file first, e.g. with tee)")
+        self.path, self.kind = path, kind
+
+
+def special_kind(path: Path) -> str | None:
+    """'FIFO', 'socket', 'character device' or 'block device' when `path` is one (after
+    following symlinks); None for regular files, directories and missing paths."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return None
+    for test, kind in ((stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"),
+                       (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device")):
+        if test(mode):
+            return kind
+    return None
+
+
 @dataclass
 class Found:
     path: Path
@@ -40,6 +65,9 @@ def expand(paths: list[Path], skip_under: Path | None = None) -> list[Found]:
     for p in paths:
         if not p.exists():
             raise PathMissing(str(p))
+        kind = special_kind(p)
+        if kind is not None:
+            raise NotRegularFile(p, kind)
         if p.is_dir():
             for f in sorted(p.rglob("*")):
                 if not f.is_file():

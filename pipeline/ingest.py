@@ -22,6 +22,7 @@ from servelens.parsers.base import ParseContext
 
 from . import fingerprint as fp
 from .discover import (
+    NotRegularFile,
     PathMissing,
     display_path,
     expand,
@@ -30,7 +31,7 @@ from .discover import (
 )
 from .checkpoint import find_known, file_state, restore_ctx
 from .lines import DEFAULT_BLOCK_BYTES, parse_stream
-from .store import Store
+from .store import Store, StoreError
 
 FLUSH_ROWS = 500_000
 # Rows alone do not bound memory: a vLLM `Received request` event carries the whole prompt in
@@ -148,6 +149,8 @@ def ingest(
         found = expand([Path(p) for p in paths], skip_under=store_dir)
     except PathMissing as e:
         raise IngestError(f"path not found: {e}; check the path and try again") from None
+    except NotRegularFile as e:
+        raise IngestError(str(e)) from None
     if not found:
         raise IngestError(
             f"no log files found under {', '.join(str(p) for p in paths)}; "
@@ -248,6 +251,8 @@ def _ingest_file(
                 _progress(on_progress, max(0, min(pos, size) - done))
                 done = max(done, min(pos, size))
             _progress(on_progress, max(0, size - done))
+    except StoreError:
+        raise  # the store, not this file: stop the command (a full disk says so in one line)
     except PermissionError:
         return _skip(result, "permission denied; check the file's permissions")
     except (OSError, EOFError) as e:

@@ -66,6 +66,21 @@ class StoreLocked(StoreError):
     pass
 
 
+class StoreFull(StoreError):
+    """The store's file system is full (or over quota): nothing of this commit was written;
+    what was committed before stays, and the same commit can be tried again."""
+
+
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _no_space(root: Path, e: OSError) -> StoreFull:
+    return StoreFull(
+        f"no space left on device for store {root}; free some space (or use another "
+        "--store): what was committed before is intact"
+    )
+
+
 def _fsync_dir(path: Path) -> None:
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -231,8 +246,13 @@ class Store:
         files: dict[str, dict] | None = None,
         remove_parts: list[str] | None = None,
     ) -> None:
-        """Atomically make staged parts visible and record file offsets."""
+        """Atomically make staged parts visible and record file offsets.
+
+        Either the commit happens (the manifest is renamed into place) or nothing changes,
+        on disk or in `self.manifest`: a failure before the rename (a full disk) leaves the
+        handle as it was, so the caller can retry the same commit later."""
         m = self.manifest
+        before = {k: (dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v) for k, v in m.items()}
         for key, state in (files or {}).items():
             m["files"][key] = state
         removed = set(remove_parts or [])
@@ -241,11 +261,25 @@ class Store:
         m["garbage"] = m.get("garbage", []) + [[p, now] for p in sorted(removed)]
         m["pending"] = [list(mv) for mv in moves]
         m["committed_at"] = dt.datetime.now(dt.timezone.utc).isoformat()
-        write_json_atomic(self.root / "manifest.json", m)
-        self._apply_moves(moves)
-        m["pending"] = []
-        self._collect_garbage(now)
-        write_json_atomic(self.root / "manifest.json", m)
+        try:
+            write_json_atomic(self.root / "manifest.json", m)
+        except BaseException:
+            m.clear()
+            m.update(before)
+            try:
+                (self.root / "manifest.json.new").unlink()
+            except OSError:
+                pass
+            raise
+        # committed: what follows only tidies up, and a failure here (a full disk when the
+        # manifest is rewritten) is rolled forward by the next open or commit
+        try:
+            self._apply_moves(moves)
+            m["pending"] = []
+            self._collect_garbage(now)
+            write_json_atomic(self.root / "manifest.json", m)
+        except OSError:
+            pass
         stage_dirs = {Path(staged).parent for staged, _ in moves}
         for d in [*stage_dirs, Path("_staging")]:
             try:
@@ -255,12 +289,22 @@ class Store:
 
     def commit_events(self, frames: list[pl.DataFrame], files: dict[str, dict]) -> int:
         """Write these events and commit them together with the file states they bring
-        (what ingest and tail both do at every flush). Returns the events written."""
+        (what ingest and tail both do at every flush). Returns the events written.
+
+        A full disk raises StoreFull with nothing changed (the staged parts are removed):
+        the same frames and files can be committed again once there is space."""
         if not files and not frames:
             return 0
         events = pl.concat(frames) if frames else pl.DataFrame()
-        moves = self.stage_events(events, new_txid()) if events.height else []
-        self.commit(moves, files=files)
+        txid = new_txid()
+        try:
+            moves = self.stage_events(events, txid) if events.height else []
+            self.commit(moves, files=files)
+        except OSError as e:
+            shutil.rmtree(self.root / "_staging" / txid, ignore_errors=True)
+            if e.errno in NO_SPACE:
+                raise _no_space(self.root, e) from None
+            raise
         return events.height
 
     def _apply_moves(self, moves: list) -> None:

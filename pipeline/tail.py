@@ -22,9 +22,12 @@ Rules that make it exactly once:
 
 from __future__ import annotations
 
+import errno
 import io
 import os
+import resource
 import signal
+import stat
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -39,8 +42,9 @@ from servelens.parsers import ENGINES
 from . import compact as compact_mod
 from . import fingerprint as fp
 from .checkpoint import save_ctx
+from .discover import NotRegularFile, special_kind
 from .lines import PARSE_THREADS, parse_stream
-from .store import Store
+from .store import Store, StoreError, StoreFull
 from .tail_identity import GZ_ERRORS, MAX_READ, Followed, IdentityMixin
 from .tail_watch import Targets, Watcher
 
@@ -59,6 +63,25 @@ PARSE_BLOCK_MIN = 16 * 1024 * 1024
 COMPACT_EVERY_S = 30.0
 RATE_WINDOW_S = 5.0  # lines/s in the status line is averaged over this long
 COMPACT_MIN_PARTS = 64
+# A file whose reading fails is retried after RETRY_BASE_S, doubling up to RETRY_MAX_S.
+RETRY_BASE_S = 1.0
+RETRY_MAX_S = 60.0
+FULL_RETRY_S = 5.0  # the store's disk is full: try the commit again this often
+# Open files: at most this share of the soft RLIMIT_NOFILE (the rest is for the store,
+# DuckDB, watchdog); drained files are closed to make room and reopened by identity.
+OPEN_FILES_SHARE = 0.25
+MIN_OPEN_FILES = 8
+MAX_OPEN_FILES = 4096
+
+
+def default_max_open() -> int:
+    try:
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (OSError, ValueError):
+        soft = 1024
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 20
+    return max(MIN_OPEN_FILES, min(MAX_OPEN_FILES, int(soft * OPEN_FILES_SHARE)))
 GZ_SETTLE_S = 1.0  # a .gz modified this recently may still be being written
 
 
@@ -110,6 +133,7 @@ class Tailer(IdentityMixin):
         quiet_s: float = QUIET_S,
         compact_min_parts: int = COMPACT_MIN_PARTS,
         say: Callable[[str], None] | None = None,
+        max_open: int | None = None,
     ):
         check_engine(engine)
         self.store = store
@@ -137,28 +161,86 @@ class Tailer(IdentityMixin):
         self.background_compaction = False  # run() sets it: poll_once alone merges in line
         self._merging: Future | None = None
         self._merge_queue: list[list[str]] = []
+        self.max_open = max_open or default_max_open()
+        self._deferred = 0  # files waiting for a free descriptor at the last rescan
+        self._full_since: float | None = None  # the store's disk is full since then
+        self._next_full_try = 0.0
 
     # -- the loop ------------------------------------------------------------------------
 
     def poll_once(self, rescan: bool = False) -> None:
         now = time.monotonic()
         self._waiting_for_quiet = self._behind = False
+        if self._full_since is not None:
+            # the disk is full: read nothing more (memory), retry the held commit
+            self.flush()
+            if self._full_since is not None:
+                return
         if rescan or not self._scanned or now >= self._next_rescan:
             self._rescan(initial=not self._scanned)
             self._scanned = True
             self._next_rescan = now + RESCAN_S
         for fol in list(self.followed.values()):
+            if now < fol.retry_at:
+                continue
             try:
                 self._poll(fol, now)
             except OSError as e:
+                if e.errno in (errno.EMFILE, errno.ENFILE):
+                    self._too_many_open(fol, now, e)
+                    continue
                 self.say(f"{fol.path}: {e.strerror or e}; no longer following it")
                 self._close(fol)
+                continue
+            except Exception as e:  # noqa: BLE001 - one bad file must not stop the others
+                self._failed(fol, now, e)
+                continue
+            if fol.failures:
+                self.say(f"{fol.path}: read again after {fol.failures} failure(s)")
+                fol.failures = 0
         self.flush()
         self.stats.add(time.monotonic(), 0)
         lags = [now - f.pending_since for f in self.followed.values() if f.pending_since is not None]
         self.stats.lag_s = max(lags, default=0.0)
         self.stats.files = sum(1 for f in self.followed.values() if f.key is not None)
-        self._compact(now)
+        try:
+            self._compact(now)
+        except (StoreError, OSError) as e:  # an optimisation: the next round tries again
+            self.say(f"compaction failed ({e}); will try again")
+
+    def _failed(self, fol: Followed, now: float, e: Exception) -> None:
+        """Reading or parsing `fol` raised: report it, and retry it later from where its
+        committed (or held) progress ends; the other files go on."""
+        fol.failures += 1
+        wait = min(RETRY_MAX_S, RETRY_BASE_S * 2 ** (fol.failures - 1))
+        fol.retry_at = now + wait
+        if fol.ctx is None:
+            fol.key = None  # failed while resolving: resolve again
+        detail = " ".join(f"{type(e).__name__}: {e}".split())[:200]
+        self.say(f"{fol.path}: reading failed ({detail}); retrying in {wait:.0f}s, other files go on")
+
+    def _too_many_open(self, fol: Followed, now: float, e: OSError) -> None:
+        """Out of descriptors after all (a low limit, other processes): keep fewer open."""
+        self.max_open = max(MIN_OPEN_FILES, min(self.max_open, len(self.followed)) * 3 // 4)
+        self.say(f"too many open files ({e.strerror}); keeping at most {self.max_open} open")
+        self._evict(len(self.followed) - self.max_open)
+        fol.retry_at = now + RETRY_BASE_S
+
+    def _evict(self, n: int) -> int:
+        """Close up to `n` drained files, least recently grown first; they are reopened by
+        identity (the manifest entry their content matches) when they change. Returns how
+        many were closed."""
+        if n <= 0:
+            return 0
+        idle = [
+            f for f in self.followed.values()
+            if f.key is not None and not f.is_gz and f.last_size >= 0 and f.offset >= f.last_size
+            and f.pending_since is None
+        ]
+        idle.sort(key=lambda f: f.last_growth)
+        for f in idle[:n]:
+            self._close(f)
+        return min(n, len(idle))
 
     def _compact(self, now: float) -> None:
         """Merge small parts every COMPACT_EVERY_S. In `run`, each merged part is written on
@@ -231,6 +313,7 @@ class Tailer(IdentityMixin):
 
     def _rescan(self, initial: bool) -> None:
         present = set()
+        deferred = 0
         for path in self.targets.scan():
             try:
                 st = os.stat(path)
@@ -246,15 +329,30 @@ class Tailer(IdentityMixin):
                 continue
             if self.closed.get(k) == (st.st_size, st.st_mtime_ns):
                 continue
+            if len(self.followed) >= self.max_open and not self._evict(len(self.followed) - self.max_open + 1):
+                deferred += 1  # opened at a later rescan, when a file has been drained
+                continue
             self._open(path, k, initial)
+        if deferred and not self._deferred:
+            self.say(f"{deferred} file(s) wait for a free slot (at most {self.max_open} files are kept open)")
+        self._deferred = deferred
+        if deferred:
+            self._next_rescan = 0.0  # look again at the next poll
         for k, fol in self.followed.items():
             fol.in_scan = k in present
         self.closed = {k: v for k, v in self.closed.items() if k in present}
 
     def _open(self, path: Path, k: tuple[int, int], initial: bool) -> None:
         try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        except OSError as e:
+            if e.errno in (errno.EMFILE, errno.ENFILE) and len(self.followed) > MIN_OPEN_FILES:
+                self.max_open = max(MIN_OPEN_FILES, len(self.followed) * 3 // 4)
+                self.say(f"too many open files ({e.strerror}); keeping at most {self.max_open} open")
+                self._evict(len(self.followed) - self.max_open)
+            return
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or device under a watched name
+            os.close(fd)
             return
         st = os.fstat(fd)
         if (st.st_dev, st.st_ino) != k:  # replaced between stat and open: next scan
@@ -432,10 +530,28 @@ class Tailer(IdentityMixin):
     # -- committing --------------------------------------------------------------------------
 
     def flush(self) -> None:
-        """Commit the events read so far together with the offsets they bring."""
+        """Commit the events read so far together with the offsets they bring.
+
+        On a full disk the events and offsets are held (nothing is read meanwhile) and the
+        commit is tried again every FULL_RETRY_S until space returns: nothing lost, no
+        place lost."""
         if not self.files and not self.frames:
             return
-        self.stats.events += self.store.commit_events(self.frames, self.files)
+        now = time.monotonic()
+        if self._full_since is not None and now < self._next_full_try:
+            return
+        try:
+            written = self.store.commit_events(self.frames, self.files)
+        except StoreFull as e:
+            if self._full_since is None:
+                self.say(f"{e} (waiting: retrying every {FULL_RETRY_S:.0f}s; nothing read is lost)")
+                self._full_since = now
+            self._next_full_try = now + FULL_RETRY_S
+            return
+        if self._full_since is not None:
+            self.say(f"space is back after {now - self._full_since:.0f}s; committed what was waiting")
+            self._full_since = None
+        self.stats.events += written
         self.stats.commits += 1
         self.stats.add(time.monotonic(), self._pending_lines)
         self.frames, self.files, self.rows, self._pending_lines = [], {}, 0, 0
@@ -462,6 +578,10 @@ def tail(
         raise TailError(f"path not found: {missing[0]}; check the path (a directory may be empty, but must exist)")
     if flush_interval <= 0:
         raise TailError("--flush-interval must be more than 0 seconds")
+    for p in paths:
+        kind = special_kind(Path(p))
+        if kind is not None:
+            raise TailError(str(NotRegularFile(Path(p), kind)))
     check_engine(engine)  # before the store is created
     targets = Targets([Path(p) for p in paths], glob, skip_under=store_dir)
     stop = stop or threading.Event()

@@ -64,6 +64,8 @@ class Followed:
     next_try: float = 0.0
     done: bool = False
     skip: str = ""
+    failures: int = 0  # reading or parsing it failed this many times in a row
+    retry_at: float = 0.0  # after a failure: not read again before this (monotonic)
 
 
 
