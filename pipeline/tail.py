@@ -179,7 +179,8 @@ class Tailer(IdentityMixin):
         if rescan or not self._scanned or now >= self._next_rescan:
             self._rescan(initial=not self._scanned)
             self._scanned = True
-            self._next_rescan = now + RESCAN_S
+            # files waiting for a descriptor: look again at the next poll
+            self._next_rescan = now if self._deferred else now + RESCAN_S
         for fol in list(self.followed.values()):
             if now < fol.retry_at:
                 continue
@@ -336,8 +337,6 @@ class Tailer(IdentityMixin):
         if deferred and not self._deferred:
             self.say(f"{deferred} file(s) wait for a free slot (at most {self.max_open} files are kept open)")
         self._deferred = deferred
-        if deferred:
-            self._next_rescan = 0.0  # look again at the next poll
         for k, fol in self.followed.items():
             fol.in_scan = k in present
         self.closed = {k: v for k, v in self.closed.items() if k in present}
