@@ -31,7 +31,7 @@ app = typer.Typer(
 )
 
 # Modules under servelens.pipeline that define `register(app)`.
-COMMAND_MODULES: tuple[str, ...] = ("cli_report", "cli_dashboard", "cli_tail", "cli_simulate")
+COMMAND_MODULES: tuple[str, ...] = ("cli_report", "cli_dashboard", "cli_tail", "cli_simulate", "cli_store")
 
 
 # Options shared by every command that reads or writes the store.
@@ -106,6 +106,7 @@ def sql(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the result to this file instead of stdout.")] = None,
     window: Annotated[Optional[str], typer.Option(help="Window of the windowed views, e.g. 30s, 1m, 5m (default 1m).")] = None,
     thresholds: Annotated[Optional[Path], typer.Option(help="TOML file overriding signal thresholds (see sql/thresholds.toml).")] = None,
+    allow_partial: Annotated[bool, typer.Option("--allow-partial", help="Answer from the intact parts of a damaged store (with a warning) instead of refusing.")] = False,
 ) -> None:
     """Run SQL over the store: `events` and the metric views (requests, latency_percentiles,
     queue_depth, batch_fill, kv_cache, throughput, errors, scaling_signals, ...).
@@ -129,8 +130,11 @@ def sql(
         variables = resolve_variables({"window_s": parse_duration(window)} if window else {}, thresholds)
     except ValueError as e:
         raise fail(str(e)) from None
+    from .store import allowing_partial
+
     try:
-        df = run(store_path(store), query, variables=variables)
+        with allowing_partial(allow_partial):
+            df = run(store_path(store), query, variables=variables)
     except (QueryError, StoreError) as e:
         raise fail(str(e)) from None
     text = render(df, format)

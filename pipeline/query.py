@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from servelens.parsers.schema import EVENT_SCHEMA
 
 from .metrics import load_views
-from .store import StoreError, committed_parts, read_manifest
+from .store import StoreError, committed_parts, read_manifest, readable_parts
 
 # Reading races a writer: a part listed in the manifest can move (staging -> events/) or be
 # garbage-collected after compaction just before DuckDB opens it. Retry with a fresh manifest.
@@ -49,6 +49,7 @@ def connect(store: Path | str, variables: dict[str, Any] | None = None) -> duckd
         )
     for attempt in range(READ_RETRIES):
         parts = _settled_parts(store)
+        parts = readable_parts(store, parts)  # i15: a missing or damaged part is an error, not fewer rows
         # spill to the system's temp dir, not `.tmp/` in the user's working directory
         con = duckdb.connect(":memory:", config={"temp_directory": TEMP_DIR})
         try:

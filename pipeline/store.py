@@ -22,6 +22,7 @@ file or a part whose offsets were not committed.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import errno
 import fcntl
@@ -32,6 +33,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import polars as pl
 
@@ -106,35 +108,173 @@ def empty_manifest() -> dict:
     return {"version": MANIFEST_VERSION, "files": {}, "parts": [], "pending": [], "garbage": []}
 
 
+REPAIR_HINT = "run servelens check, then servelens repair"
+
+
 def read_manifest(root: Path) -> dict:
+    """The manifest, checked for shape. A store that holds parts but no manifest, or a
+    manifest that is not valid JSON of the right shape, is a clear StoreError, never an
+    empty store or a KeyError later."""
     path = root / "manifest.json"
     if not path.exists():
+        if (root / "events").is_dir() and any((root / "events").rglob("*.parquet")):
+            raise StoreError(
+                f"store {root} holds Parquet parts but no manifest.json (deleted?); "
+                f"{REPAIR_HINT} to set the parts aside and start the store again"
+            )
         return empty_manifest()
     try:
         with open(path) as f:
             data = json.load(f)
     except (OSError, ValueError) as e:
-        raise StoreError(f"cannot read {path}: {e}; is this a servelens store?") from e
+        raise StoreError(f"cannot read {path}: {' '.join(str(e).split())}; {REPAIR_HINT}") from None
+    if not isinstance(data, dict):
+        raise StoreError(f"{path} is not a servelens manifest (not a JSON object); {REPAIR_HINT}")
     if data.get("version") != MANIFEST_VERSION:
         raise StoreError(
             f"{path} has manifest version {data.get('version')}, this servelens reads "
             f"version {MANIFEST_VERSION}: upgrade servelens or use another --store"
         )
+    problem = manifest_shape_problem(data)
+    if problem:
+        raise StoreError(f"{path} is malformed ({problem}); {REPAIR_HINT}")
     return data
+
+
+# every manifest entry of a file carries these (checkpoint.file_state writes them)
+FILE_ENTRY_KEYS = {"head_sha": str, "head_len": int, "offset": int, "lines": int}
+
+
+def manifest_shape_problem(data: dict) -> str | None:
+    """What is wrong with the manifest's shape, or None."""
+    if not isinstance(data.get("files"), dict):
+        return "`files` is not an object"
+    for key, entry in data["files"].items():
+        if not isinstance(entry, dict):
+            return f"files[{key!r}] is not an object"
+        for name, typ in FILE_ENTRY_KEYS.items():
+            if not isinstance(entry.get(name), typ) or isinstance(entry.get(name), bool):
+                return f"files[{key!r}].{name} is missing or not a {typ.__name__}"
+    if not isinstance(data.get("parts"), list) or not all(isinstance(p, str) for p in data["parts"]):
+        return "`parts` is not a list of paths"
+    for name in ("pending", "garbage"):
+        value = data.get(name, [])
+        if not isinstance(value, list) or not all(isinstance(v, list) and len(v) == 2 for v in value):
+            return f"`{name}` is not a list of pairs"
+    if not all(isinstance(a, str) and isinstance(b, str) for a, b in data.get("pending", [])):
+        return "`pending` holds something else than path pairs"
+    if not isinstance(data.get("part_info", {}), dict):
+        return "`part_info` is not an object"
+    return None
+
+
+# A Parquet file starts and ends with these four bytes; a part cut short ends otherwise.
+PARQUET_MAGIC = b"PAR1"
+
+
+def part_location(root: Path, manifest: dict, rel: str) -> Path | None:
+    """Where a committed part is right now (in events/, or still in staging), or None."""
+    final = root / rel
+    if final.exists():
+        return final
+    for staged, dest in manifest.get("pending", []):
+        if dest == rel and (root / staged).exists():
+            return root / staged
+    return None
+
+
+def verify_parts(root: Path | str, manifest: dict | None = None) -> list[str]:
+    """Cheap integrity check of every part the manifest lists (what every read does): it
+    exists, is readable, and starts and ends with the Parquet magic (a part cut short, or
+    overwritten, does not). One line per problem, naming the part; [] when all is well.
+    Costs two 4-byte reads per part."""
+    root = Path(root)
+    manifest = read_manifest(root) if manifest is None else manifest
+    problems = []
+    for rel in manifest["parts"]:
+        path = part_location(root, manifest, rel)
+        if path is None:
+            problems.append(f"part {rel} is missing")
+            continue
+        try:
+            with open(path, "rb") as f:
+                head = f.read(4)
+                size = os.fstat(f.fileno()).st_size
+                f.seek(max(0, size - 4))
+                end = f.read(4)
+        except OSError as e:
+            problems.append(f"part {rel} cannot be read ({e.strerror})")
+            continue
+        if size < 12 or head != PARQUET_MAGIC or end != PARQUET_MAGIC:
+            problems.append(f"part {rel} is damaged (not a complete Parquet file: {size} bytes)")
+    return problems
+
+
+# Set (to anything) to read what is readable of a damaged store instead of refusing it:
+# `servelens sql --allow-partial` does.
+ALLOW_PARTIAL_ENV = "SERVELENS_ALLOW_PARTIAL"
+
+
+@contextlib.contextmanager
+def allowing_partial(allow: bool = True) -> Iterator[None]:
+    """Within: reads answer from the intact parts of a damaged store (the CLI's
+    --allow-partial); the setting is an environment variable so that every reader in the
+    process (report, dashboard) sees it."""
+    if not allow:
+        yield
+        return
+    old = os.environ.get(ALLOW_PARTIAL_ENV)
+    os.environ[ALLOW_PARTIAL_ENV] = "1"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(ALLOW_PARTIAL_ENV, None)
+        else:
+            os.environ[ALLOW_PARTIAL_ENV] = old
+
+
+def readable_parts(root: Path | str, parts: list[Path]) -> list[Path]:
+    """`parts` (from committed_parts) when every part the manifest lists is intact; else a
+    StoreError naming the first bad part, unless partial answers were asked for
+    (ALLOW_PARTIAL_ENV), then the intact parts only, with a warning on stderr.
+
+    A part missing because a concurrent commit just moved or collected it is not damage:
+    the manifest is read again before anything is reported."""
+    root = Path(root)
+    for attempt in range(3):
+        manifest = read_manifest(root)
+        problems = verify_parts(root, manifest)
+        if not problems:
+            return parts if attempt == 0 else committed_parts(root)
+        time.sleep(0.05)
+        parts = committed_parts(root)
+    n = len(problems)
+    more = f" (and {n - 1} more problem{'s' if n > 2 else ''})" if n > 1 else ""
+    if os.environ.get(ALLOW_PARTIAL_ENV):
+        import sys
+
+        print(f"servelens: warning: store {root}: {problems[0]}{more}; answering from the "
+              "intact parts only", file=sys.stderr)
+        # part names are unique (they carry the commit's id), wherever the part is now
+        bad = {Path(p.split()[1]).name for p in problems}
+        return [p for p in parts if p.name not in bad]
+    raise StoreError(
+        f"store {root}: {problems[0]}{more}; answers would be wrong, so nothing was read: "
+        f"{REPAIR_HINT} (or pass --allow-partial to read the intact parts)"
+    )
 
 
 def committed_parts(root: Path) -> list[Path]:
     """The part files a reader should read: committed ones, each where it is right now
-    (still in staging when a commit's moves are not done yet)."""
+    (still in staging when a commit's moves are not done yet). A part that is nowhere is
+    left out here; verify_parts / readable_parts say so."""
     manifest = read_manifest(root)
-    pending = {final: staged for staged, final in manifest.get("pending", [])}
     out = []
     for rel in manifest["parts"]:
-        final = root / rel
-        if final.exists():
-            out.append(final)
-        elif rel in pending and (root / pending[rel]).exists():
-            out.append(root / pending[rel])
+        path = part_location(root, manifest, rel)
+        if path is not None:
+            out.append(path)
     return out
 
 
@@ -184,8 +324,16 @@ class Store:
                 "choose another --store or fix its permissions"
             )
         store = cls(root=root, _lock_fd=fd)
-        store.manifest = read_manifest(root)
-        store._recover()
+        try:
+            store.manifest = read_manifest(root)
+            if not (root / "manifest.json").exists():
+                # a new store: its manifest exists from the start, so a store without one
+                # is always a damaged store, never an empty one
+                write_json_atomic(root / "manifest.json", store.manifest)
+            store._recover()
+        except BaseException:
+            store.close()
+            raise
         return store
 
     def close(self) -> None:
@@ -253,9 +401,12 @@ class Store:
         handle as it was, so the caller can retry the same commit later."""
         m = self.manifest
         before = {k: (dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v) for k, v in m.items()}
+        removed = set(remove_parts or [])
+        info = self._part_info(moves, files or {}, removed)
         for key, state in (files or {}).items():
             m["files"][key] = state
-        removed = set(remove_parts or [])
+        m["part_info"] = {p: v for p, v in m.get("part_info", {}).items() if p not in removed}
+        m["part_info"].update(info)
         now = time.time()
         m["parts"] = [p for p in m["parts"] if p not in removed] + [final for _, final in moves]
         m["garbage"] = m.get("garbage", []) + [[p, now] for p in sorted(removed)]
@@ -307,6 +458,48 @@ class Store:
             raise
         return events.height
 
+    def _part_info(self, moves: list[tuple[str, str]], files: dict[str, dict], removed: set[str]) -> dict:
+        """What each new part holds, for `check` and `repair`: its row count, and per file
+        entry the range it covers: `from`, the entry as it was before (what to roll the
+        entry back to if the part is lost; None for a file read from its start) and `to`,
+        the offset after. A merged part (compaction) covers what the parts it replaces did;
+        when one of those has no record (a store older than this), neither has it."""
+        import pyarrow.parquet as pq
+
+        if removed:
+            olds = [self.manifest.get("part_info", {}).get(p) for p in removed]
+            sources: dict | None = {}
+            if any(o is None or o.get("sources") is None for o in olds):
+                sources = None
+            else:
+                for o in olds:
+                    for key, rng in o["sources"].items():
+                        cur = sources.get(key)
+                        if cur is None:
+                            sources[key] = dict(rng)
+                            continue
+                        f_old, f_new = cur["from"], rng["from"]
+                        if f_new is None or (f_old is not None and f_new["offset"] < f_old["offset"]):
+                            cur["from"] = f_new
+                        cur["to"] = max(cur["to"], rng["to"])
+        else:
+            sources = {key: {"from": _rollback_state(self.manifest["files"].get(key)), "to": state["offset"]}
+                       for key, state in files.items()}
+        out = {}
+        for staged, final in moves:
+            mine = sources
+            try:
+                rows = pq.read_metadata(self.root / staged).num_rows
+                if sources and not removed:
+                    # a commit's parts are split by engine and day: each holds only some of
+                    # its files, and losing it should roll back only those
+                    held = set(pq.read_table(self.root / staged, columns=["source"])["source"].unique().to_pylist())
+                    mine = {k: v for k, v in sources.items() if files[k].get("source", held and next(iter(held))) in held}
+            except Exception:  # noqa: BLE001 - unreadable now: check will say so
+                rows = None
+            out[final] = {"rows": rows, "sources": mine}
+        return out
+
     def _apply_moves(self, moves: list) -> None:
         dirs = set()
         for staged, final in moves:
@@ -329,6 +522,17 @@ class Store:
             else:
                 keep.append([rel, t])
         self.manifest["garbage"] = keep
+
+
+# what a rollback needs of a file entry: where its content was read to and the state to
+# resume there (source, engine, instance and identity stay those of the current entry)
+ROLLBACK_KEYS = ("head_sha", "head_len", "tail_sha", "tail_len", "offset", "lines", "ctx")
+
+
+def _rollback_state(entry: dict | None) -> dict | None:
+    if entry is None:
+        return None
+    return {k: entry[k] for k in ROLLBACK_KEYS if k in entry}
 
 
 def new_txid() -> str:

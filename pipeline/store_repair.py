@@ -1,0 +1,255 @@
+"""Checking a store in depth and repairing it (`servelens check`, `servelens repair`).
+
+Every read already does the cheap check (store.verify_parts: each listed part exists and is
+a whole Parquet file). `check` goes further: each part's footer opens, its columns have the
+schema's types, its row count is the one recorded at commit (manifest `part_info`), and with
+`deep` every page decodes. Files under events/ that no manifest references are listed.
+
+`repair` makes the store true again so that re-ingesting the logs restores exactly what was
+lost:
+- a lost or damaged part is dropped, and every file entry it holds events of is rolled back
+  to the state before those events (`part_info.sources[key].from`): the next ingest or tail
+  reads those bytes again;
+- a part holding events of a rolled-back file from after that point is dropped too (its
+  events will be read again), and so on until nothing changes;
+- files no manifest references are deleted;
+- a store whose manifest is missing or unreadable is started again: its parts are moved to
+  `lost+found/<time>/` (kept, never read) and the manifest begins empty, so re-ingesting
+  every log rebuilds it.
+Parts written before `part_info` existed cannot be tied to their bytes: repair drops such a
+part if it is damaged and says that its events cannot be restored by re-ingesting.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from servelens.parsers.schema import EVENT_SCHEMA
+
+from .store import Store, StoreError, StoreLocked, part_location, read_manifest, verify_parts
+
+
+@dataclass
+class CheckResult:
+    parts: int = 0
+    rows: int = 0
+    damaged: dict[str, str] = field(default_factory=dict)  # part -> what is wrong
+    unreferenced: list[str] = field(default_factory=list)  # files under events/ no manifest lists
+    unrecorded: list[str] = field(default_factory=list)  # parts without part_info (older stores)
+
+    @property
+    def ok(self) -> bool:
+        return not self.damaged
+
+
+def check(root: Path | str, deep: bool = False) -> CheckResult:
+    """Verify every part of the store (raises StoreError when the manifest itself is
+    missing or malformed)."""
+    root = Path(root)
+    if not root.is_dir():
+        raise StoreError(f"store {root} does not exist; give --store")
+    manifest = read_manifest(root)
+    if not (root / "manifest.json").exists():
+        raise StoreError(f"{root} is not a servelens store (no manifest.json); give --store")
+    out = CheckResult(parts=len(manifest["parts"]))
+    cheap = {p.split()[1]: p for p in verify_parts(root, manifest)}
+    info = manifest.get("part_info", {})
+    for rel in manifest["parts"]:
+        if rel in cheap:
+            out.damaged[rel] = cheap[rel].split(" ", 2)[2]
+            continue
+        problem, rows = _check_part(part_location(root, manifest, rel), deep)
+        recorded = (info.get(rel) or {}).get("rows")
+        if problem is None and recorded is not None and rows != recorded:
+            problem = f"holds {rows} rows, the manifest recorded {recorded}"
+        if problem is not None:
+            out.damaged[rel] = problem
+            continue
+        out.rows += rows
+        if rel not in info or info[rel].get("sources") is None:
+            out.unrecorded.append(rel)
+    out.unreferenced = unreferenced_files(root, manifest)
+    return out
+
+
+def _check_part(path: Path, deep: bool) -> tuple[str | None, int]:
+    try:
+        meta = pq.read_metadata(path)
+        schema = meta.schema.to_arrow_schema()
+    except Exception as e:  # noqa: BLE001 - any failure to read the footer is damage
+        return f"footer cannot be read ({_one_line(e)})", 0
+    for f in schema:
+        if EVENT_SCHEMA.get_field_index(f.name) < 0:
+            return f"has column {f.name!r}, which the schema does not know", 0
+        want = EVENT_SCHEMA.field(f.name).type
+        if f.type != want:
+            return f"column {f.name} is {f.type}, the schema says {want}", 0
+    if deep:
+        try:
+            pf = pq.ParquetFile(path)
+            rows = sum(pf.read_row_group(i).num_rows for i in range(pf.num_row_groups))
+        except Exception as e:  # noqa: BLE001
+            return f"data cannot be read ({_one_line(e)})", 0
+        if rows != meta.num_rows:
+            return f"pages hold {rows} rows, the footer says {meta.num_rows}", 0
+    return None, meta.num_rows
+
+
+def unreferenced_files(root: Path, manifest: dict) -> list[str]:
+    """Parquet files under events/ that the manifest neither lists nor is about to move
+    or collect."""
+    known = set(manifest["parts"]) | {final for _, final in manifest.get("pending", [])}
+    known |= {rel for rel, _t in manifest.get("garbage", [])}
+    events = root / "events"
+    if not events.is_dir():
+        return []
+    return sorted(
+        rel for p in events.rglob("*.parquet") if (rel := str(p.relative_to(root))) not in known
+    )
+
+
+@dataclass
+class RepairResult:
+    dropped: list[str] = field(default_factory=list)  # damaged or lost parts
+    dropped_overlap: list[str] = field(default_factory=list)  # intact parts whose events will be read again
+    rolled_back: dict[str, tuple[int, int]] = field(default_factory=dict)  # source -> (offset, lines) now
+    unrestorable: list[str] = field(default_factory=list)  # dropped parts no re-ingest can restore
+    deleted_unreferenced: list[str] = field(default_factory=list)
+    reset: str | None = None  # where the parts of a store without a usable manifest went
+    rows_dropped: int = 0
+
+
+def repair(root: Path | str, dry_run: bool = False, deep: bool = False) -> RepairResult:
+    root = Path(root)
+    if not root.is_dir():
+        raise StoreError(f"store {root} does not exist; give --store")
+    try:
+        read_manifest(root)
+    except StoreError as e:
+        if "manifest version" in str(e):
+            raise
+        return _reset(root, dry_run)
+    result = RepairResult()
+    with Store.open(root, purpose="repair") as store:
+        damaged = check(root, deep=deep).damaged
+        m = store.manifest
+        info = m.get("part_info", {})
+        lost, rollback = _cascade(m, info, set(damaged))
+        result.dropped = sorted(damaged)
+        result.dropped_overlap = sorted(lost - set(damaged))
+        result.unrestorable = sorted(p for p in damaged if (info.get(p) or {}).get("sources") is None)
+        for p in result.dropped_overlap:
+            result.rows_dropped += (info.get(p) or {}).get("rows") or 0
+        for p in result.dropped:
+            result.rows_dropped += (info.get(p) or {}).get("rows") or 0
+        for key, state in rollback.items():
+            entry = m["files"].get(key)
+            if entry is None:
+                continue
+            src = entry.get("source", key)
+            result.rolled_back[src] = (0, 0) if state is None else (state["offset"], state["lines"])
+        result.deleted_unreferenced = unreferenced_files(root, m)
+        if dry_run:
+            return result
+        if lost or rollback:
+            for key, state in rollback.items():
+                if key not in m["files"]:
+                    continue
+                if state is None:
+                    del m["files"][key]
+                else:
+                    m["files"][key] = {**m["files"][key], **state}
+            # what is dropped is wrong or will be read again: gone at once, not after the
+            # garbage grace time
+            m["parts"] = [p for p in m["parts"] if p not in lost]
+            m["part_info"] = {p: v for p, v in info.items() if p not in lost}
+            store.commit([])
+            for p in lost:
+                _unlink(root / p)
+        for rel in result.deleted_unreferenced:
+            _unlink(root / rel)
+        _prune_empty_dirs(root / "events")
+    return result
+
+
+def _cascade(m: dict, info: dict, damaged: set[str]) -> tuple[set[str], dict[str, dict | None]]:
+    """Parts to drop and the file entries to roll back (key -> state, None: read the file
+    from its start), until no kept part holds events of a rolled-back range."""
+    lost = set(damaged)
+    rollback: dict[str, dict | None] = {}
+    changed = True
+    while changed:
+        changed = False
+        for p in list(lost):
+            for key, rng in ((info.get(p) or {}).get("sources") or {}).items():
+                frm = rng["from"]
+                start = 0 if frm is None else frm["offset"]
+                if key not in rollback or start < _offset(rollback[key]):
+                    rollback[key] = frm
+                    changed = True
+        for p in m["parts"]:
+            if p in lost:
+                continue
+            for key, rng in ((info.get(p) or {}).get("sources") or {}).items():
+                if key in rollback and rng["to"] > _offset(rollback[key]):
+                    lost.add(p)
+                    changed = True
+                    break
+    return lost, rollback
+
+
+def _offset(state: dict | None) -> int:
+    return 0 if state is None else state["offset"]
+
+
+def _reset(root: Path, dry_run: bool) -> RepairResult:
+    """The manifest is missing or unreadable: nothing ties the parts to the logs any more.
+    Set them aside and start an empty store; re-ingesting the logs rebuilds it exactly."""
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    dest = root / "lost+found" / stamp
+    result = RepairResult(reset=str(dest))
+    if dry_run:
+        return result
+    fd = os.open(root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise StoreLocked(f"store {root} is in use; stop the process using it, then repair") from None
+        dest.mkdir(parents=True, exist_ok=True)
+        for name in ("events", "manifest.json", "_staging"):
+            if (root / name).exists():
+                os.replace(root / name, dest / name)
+    finally:
+        os.close(fd)  # releases the lock; Store.open takes it again below
+    with Store.open(root, purpose="repair"):
+        pass  # writes a new, empty manifest
+    return result
+
+
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def _prune_empty_dirs(top: Path) -> None:
+    if not top.is_dir():
+        return
+    for d in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+        try:
+            d.rmdir()
+        except OSError:
+            pass
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())[:200]
+
