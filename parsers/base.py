@@ -69,6 +69,7 @@ class ParseContext:
     # impossible values nulled by the domain checks, per column (not saved in checkpoints:
     # a count of this run, for the ingest summary)
     invalid: dict[str, int] = field(default_factory=dict)
+    parse_failures: int = 0  # records the parser raised on, kept as `unparsed` (parse_isolated)
 
 
 # ---------------------------------------------------------------------------------------
@@ -253,6 +254,7 @@ def _failed_record(lines: pl.DataFrame, error: Exception) -> pl.DataFrame:
             "event": ["unparsed"],
             "message": ["\n".join(lines["text"].fill_null("").to_list())],
             "attrs": [json.dumps({PARSE_ERROR_KEY: detail})],
+            "_parse_failed": [True],  # counted by finalize
         }
     )
 
@@ -295,6 +297,8 @@ def finalize(events: pl.DataFrame, ctx: ParseContext, carry: tuple[str, ...] = (
     if "_seq" not in events.columns:
         events = events.with_row_index("_seq")
     events = events.sort(["line", "_seq"])
+    if "_parse_failed" in events.columns:
+        ctx.parse_failures += int(events["_parse_failed"].fill_null(False).sum())
     events = domain.apply(events, ctx.invalid)
     events = _resolve_timestamps(events, ctx)
     for col in carry:

@@ -59,6 +59,9 @@ def print_file_line(f: FileResult) -> None:
         extra.append(f"{f.counts['unparsed']:,} unparsed")
     if f.invalid_utf8:
         extra.append("invalid UTF-8 replaced")
+    if f.parse_failures:
+        extra.append(f"{f.parse_failures:,} record(s) the {f.engine} parser failed on kept as unparsed "
+                     "(attrs.parse_error; a servelens bug, please report it)")
     if f.nul_bytes:
         extra.append(f"{f.nul_bytes:,} NUL bytes dropped")
     if f.invalid:

@@ -61,6 +61,7 @@ class FileResult:
     failed: bool = False  # the parser raised: part of the file was not read
     invalid: Counter = field(default_factory=Counter)  # impossible values nulled, per column
     nul_bytes: int = 0  # NUL bytes dropped from the text (zeros a crash left in the file)
+    parse_failures: int = 0  # records the parser raised on (kept as unparsed): a servelens bug
 
 
 @dataclass
@@ -268,6 +269,7 @@ def _ingest_file(
             f"({type(e).__name__}: {detail}); this is a servelens bug, please report it"
         )
     result.invalid.update(ctx.invalid)
+    result.parse_failures = ctx.parse_failures
     if result.lines == 0 and known is not None:
         result.status, result.reason = "unchanged", result.reason or "already ingested"
     return result

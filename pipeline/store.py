@@ -95,6 +95,10 @@ def _fsync_dir(path: Path) -> None:
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
+    _write_json(path, data)
+
+
+def _write_json(path: Path, data: dict) -> None:
     tmp = path.with_name(path.name + ".new")
     with open(tmp, "w") as f:
         json.dump(data, f, indent=1, sort_keys=True, default=str)
@@ -329,7 +333,7 @@ class Store:
             if not (root / "manifest.json").exists():
                 # a new store: its manifest exists from the start, so a store without one
                 # is always a damaged store, never an empty one
-                write_json_atomic(root / "manifest.json", store.manifest)
+                _write_json(root / "manifest.json", store.manifest)  # not a commit
             store._recover()
         except BaseException:
             store.close()

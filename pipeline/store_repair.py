@@ -28,6 +28,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from servelens.parsers.schema import EVENT_SCHEMA
@@ -88,7 +89,8 @@ def _check_part(path: Path, deep: bool) -> tuple[str | None, int]:
         if EVENT_SCHEMA.get_field_index(f.name) < 0:
             return f"has column {f.name!r}, which the schema does not know", 0
         want = EVENT_SCHEMA.field(f.name).type
-        if f.type != want:
+        # string and large_string read the same (DuckDB: VARCHAR)
+        if f.type != want and not (pa.types.is_large_string(f.type) and pa.types.is_string(want)):
             return f"column {f.name} is {f.type}, the schema says {want}", 0
     if deep:
         try:

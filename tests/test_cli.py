@@ -3,6 +3,8 @@ and a non-zero exit (never a traceback), and the store is never damaged."""
 
 from __future__ import annotations
 
+import polars as pl
+
 import json
 import os
 
@@ -217,9 +219,16 @@ def test_a_parser_bug_is_reported_in_one_line_and_the_rest_is_kept(tmp_path, sto
     write(tmp_path / "logs" / "a.log", fake_log(2, start=20) + "FAKE 06-10 14:00:30 INFO boom\n")
     write(tmp_path / "logs" / "b.log", fake_log(2, start=40))
     r = invoke("ingest", tmp_path / "logs", "--store", store)
-    assert_clean_failure(r, "the fake parser failed (ValueError: cannot handle this)", "1 file(s) could not be read to the end")
-    # the healthy file is in; nothing of the failing chunk is
-    assert events(store).height == 3 + 2
+    # the failure costs only the record it fails on: kept as unparsed with the error, the
+    # rest of the file and the other file are read (issue 15)
+    assert r.exit_code == 0
+    assert "1 record(s) the fake parser failed on kept as unparsed" in r.output
+    assert "Traceback" not in r.output
+    ev = events(store)
+    assert ev.height == 3 + 3 + 2  # the store's 3, a.log's 3 (one unparsed), b.log's 2
+    bad = ev.filter(pl.col("event") == "unparsed")
+    assert bad["message"].to_list() == ["FAKE 06-10 14:00:30 INFO boom"]
+    assert "ValueError: cannot handle this" in bad["attrs"][0]
 
 
 def test_sql_window_and_thresholds_options(store, tmp_path):
