@@ -9,6 +9,7 @@ every FLUSH_ROWS rows or FLUSH_BYTES of events held, whichever comes first.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -235,6 +236,15 @@ def _ingest_file(
             done = 0
             for chunk in parse_stream(f, parser, ctx, offset=offset, next_line=next_line,
                                       block_bytes=block_bytes, hold_partial_line=live):
+                if raw is None and not _same_content(f, chunk):
+                    # truncated (copytruncate) or rewritten under us: these bytes may be
+                    # the new content's; keep what was committed, the rotated copy resumes it
+                    result.reason = (
+                        f"changed while being read (truncated or rewritten, e.g. copytruncate) "
+                        f"after line {next_line + result.lines - 1}; the rest is read from the "
+                        "rotated copy, or as new content, at the next ingest"
+                    )
+                    break
                 result.counts.update(dict(chunk.events["event"].value_counts().iter_rows()))
                 result.lines += chunk.n_lines
                 result.events += chunk.events.height
@@ -273,6 +283,21 @@ def _ingest_file(
     if result.lines == 0 and known is not None:
         result.status, result.reason = "unchanged", result.reason or "already ingested"
     return result
+
+
+# bytes before a chunk's end re-read to tell that the file still holds the content read
+SAME_CONTENT_BYTES = 256
+
+
+def _same_content(f, chunk) -> bool:
+    """Do the bytes just before the chunk's end, read again now, equal the ones parsed?"""
+    n = min(len(chunk.tail), SAME_CONTENT_BYTES)
+    if n == 0:
+        return True
+    try:
+        return os.pread(f.fileno(), n, chunk.offset - n) == chunk.tail[len(chunk.tail) - n :]
+    except OSError:
+        return False
 
 
 def _skip(result: FileResult, reason: str) -> FileResult:

@@ -22,6 +22,10 @@ from servelens.parsers.base import ParseContext, finalize, parse_isolated
 from .fingerprint import TAIL_BYTES
 
 DEFAULT_BLOCK_BYTES = 8 * 1024 * 1024
+# The longest line: a longer one is cut into pieces of this many bytes, each an event (and a
+# line number) of its own, in ingest and tail alike (the tailer reads at most this much of
+# a file at a time). See docs/failure-modes.md.
+MAX_LINE_BYTES = 32 * 1024 * 1024
 # A record held back longer than this is parsed anyway (a runaway "record" must not grow
 # memory without bound).
 MAX_HELD_BYTES = 64 * 1024 * 1024
@@ -45,8 +49,6 @@ def decode_lines(data: bytes, first_line: int) -> tuple[pl.DataFrame, bool]:
     """Complete lines (each ending in \\n, except perhaps the last) -> frame(line, text).
     NUL bytes are dropped: a file system hands back zeros for what a crash left unwritten,
     and they are no part of any line."""
-    if b"\x00" in data:
-        data = data.replace(b"\x00", b"")
     try:
         data.decode("utf-8")  # validation only: the column is built from the bytes
         bad = False
@@ -63,6 +65,8 @@ def decode_lines(data: bytes, first_line: int) -> tuple[pl.DataFrame, bool]:
     offsets[-1] = len(data)
     arr = pa.LargeStringArray.from_buffers(len(starts), pa.py_buffer(offsets), pa.py_buffer(data))
     s = pl.Series("text", arr, dtype=pl.String).str.strip_suffix("\n")
+    if b"\x00" in data:  # dropped after the cut, so lines and offsets stay those of the bytes
+        s = s.str.replace_all("\x00", "", literal=True)
     if b"\r" in data:
         s = s.str.strip_suffix("\r")
     n = len(s)
@@ -76,11 +80,17 @@ def decode_lines(data: bytes, first_line: int) -> tuple[pl.DataFrame, bool]:
 
 
 def line_start_offsets(data: bytes) -> np.ndarray:
-    """Byte offset of the start of each line in `data`."""
+    """Byte offset of the start of each line in `data` (a line longer than MAX_LINE_BYTES
+    starts a new piece every MAX_LINE_BYTES)."""
     nl = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
     starts = np.empty(len(nl) + 1, dtype=np.int64)
     starts[0] = 0
     starts[1:] = nl + 1
+    ends = np.append(nl, len(data))  # where each line's text ends (its \n not counted)
+    long = np.flatnonzero(ends - starts > MAX_LINE_BYTES)
+    if len(long):  # rare: cut each long line into pieces
+        extra = [np.arange(starts[i] + MAX_LINE_BYTES, ends[i], MAX_LINE_BYTES) for i in long]
+        starts = np.sort(np.concatenate([starts, *extra]))
     return starts
 
 
@@ -185,6 +195,8 @@ def _split_chunks(
             complete, rest = buf, b""
         else:
             cut = buf.rfind(b"\n") + 1
+            # an unfinished line past MAX_LINE_BYTES: its whole pieces are complete
+            cut += max(0, len(buf) - cut - 1) // MAX_LINE_BYTES * MAX_LINE_BYTES
             complete, rest = buf[:cut], buf[cut:]
         if not complete:
             held = rest

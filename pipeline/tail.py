@@ -473,8 +473,11 @@ class Tailer(IdentityMixin):
 
     def _consume(self, fol: Followed, data: bytes, *, hold_partial: bool, hold_record: bool, now: float) -> int:
         used = self._parse(fol, data, hold_partial, hold_record, now)
+        if used == 0 and len(data) >= MAX_READ and hold_record:
+            # one record longer than a whole read: take its complete lines rather than
+            # stall (a line longer than MAX_LINE_BYTES is cut where ingest cuts it)
+            used = self._parse(fol, data, hold_partial, False, now)
         if used == 0 and len(data) >= MAX_READ:
-            # one record longer than a whole read: take it as it is rather than stall
             used = self._parse(fol, data, False, False, now)
         return used
 

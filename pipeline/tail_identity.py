@@ -25,8 +25,12 @@ from . import fingerprint as fp
 from .checkpoint import restore_ctx
 from .discover import display_path, instance_from_path, looks_binary
 from .ingest import DETECT_BYTES, _detect_sample
+from .lines import MAX_LINE_BYTES
 
-MAX_READ = 32 * 1024 * 1024  # bytes read from one file at a time (bounds memory; 0.5 s of 50k lines/s fits)
+# bytes read from one file at a time (bounds memory; 0.5 s of 50k lines/s fits): one byte
+# more than the longest line, so a line of exactly MAX_LINE_BYTES is seen whole with its
+# newline and cut where ingest cuts it
+MAX_READ = MAX_LINE_BYTES + 1
 COPY_WAIT_S = 2.0  # a new file that looks like a copy still being written waits this long
 DETECT_WAIT_S = 5.0  # a new file too short to recognise its engine waits this long
 GZ_ERRORS = (EOFError, OSError, zlib.error, gzip.BadGzipFile)
