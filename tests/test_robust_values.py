@@ -241,3 +241,47 @@ def test_a_failing_record_costs_only_itself():
     assert bad["message"].to_list() == ["record BOOM\n  its continuation", "BOOM again"]
     assert "cannot take BOOM" in json.loads(bad["attrs"][0])["parse_error"]
     assert ev.filter(pl.col("event") == "log").height == 97
+
+
+def _mutations(line: str) -> st.SearchStrategy[str]:
+    """A real line cut, spliced, with characters dropped, doubled or replaced."""
+    n = len(line)
+    pos = st.integers(0, max(n, 1))
+    junk = st.text(st.characters(blacklist_characters="\n\r", blacklist_categories=("Cs",)), max_size=12)
+    return st.one_of(
+        pos.map(lambda i: line[:i]),  # cut short
+        pos.map(lambda i: line[i:]),  # start lost
+        st.tuples(pos, junk).map(lambda t: line[: t[0]] + t[1] + line[t[0] :]),  # inserted
+        st.tuples(pos, pos).map(lambda t: line[: min(t)] + line[max(t) :]),  # a span dropped
+        st.tuples(pos, junk).map(lambda t: line[: t[0]] + t[1] + line[t[0] + len(t[1]) :]),  # overwritten
+        pos.map(lambda i: line[:i] + line[i:i + 20] * 3 + line[i + 20 :]),  # doubled
+        st.just(line.upper()),
+        st.just(line.replace('"', "")),
+        st.just(line.replace(":", "")),
+    )
+
+
+random_line = st.text(
+    st.characters(blacklist_characters="\n\r", blacklist_categories=("Cs",)), max_size=200
+)
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINE_LINES))
+@SETTINGS
+@given(data=st.data())
+def test_fuzz_random_and_mutated_lines(engine, data):
+    """Random text and mutated real lines (of this engine and the others), mixed: the
+    parser never raises and covers every line with exactly one span."""
+    every = [ln for lines in ENGINE_LINES.values() for ln in lines]
+    texts = []
+    for _ in range(data.draw(st.integers(1, 15))):
+        kind = data.draw(st.sampled_from(["random", "own", "other", "real"]))
+        if kind == "random":
+            texts.append(data.draw(random_line))
+        else:
+            pool = ENGINE_LINES[engine] if kind in ("own", "real") else every
+            line = data.draw(st.sampled_from(pool))
+            texts.append(line if kind == "real" else data.draw(_mutations(line)))
+    ev = parse_raw(engine, texts)
+    assert uncovered_lines(ev, 1, len(texts)) == []
+    assert_domain(ev)
