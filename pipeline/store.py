@@ -319,8 +319,13 @@ class Store:
                     f"store {root} is in use by {holder}; stop it or use another --store"
                 ) from None
             raise
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"servelens {purpose} (pid {os.getpid()})".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"servelens {purpose} (pid {os.getpid()})".encode(), 0)
+        except OSError as e:  # the holder's name is a courtesy; a full disk is not fatal here
+            if e.errno not in NO_SPACE:
+                os.close(fd)
+                raise
         if not os.access(root, os.W_OK):
             os.close(fd)
             raise StoreError(
@@ -335,6 +340,11 @@ class Store:
                 # is always a damaged store, never an empty one
                 _write_json(root / "manifest.json", store.manifest)  # not a commit
             store._recover()
+        except OSError as e:
+            store.close()
+            if e.errno in NO_SPACE:
+                raise _no_space(root, e) from None
+            raise StoreError(f"cannot open store {root}: {e.strerror or e}") from None
         except BaseException:
             store.close()
             raise
