@@ -54,6 +54,8 @@ def print_file_line(f: FileResult) -> None:
     how = f.engine
     if f.detected_score is not None:
         how = f"{f.engine}, detected" if f.engine != "unknown" else "engine not recognised: lines kept as unparsed; use --engine to force one"
+    if f.decode:  # the wrappers undone first, outside in
+        how = f"{' > '.join(f.decode)} > {how}"
     extra = []
     if f.counts.get("unparsed"):
         extra.append(f"{f.counts['unparsed']:,} unparsed")
@@ -79,6 +81,8 @@ def print_summary(s: IngestSummary, store: Path) -> None:
     if s.events_by_kind:
         kinds = ", ".join(f"{k} {v:,}" for k, v in s.events_by_kind.most_common())
         lines.append(f"events by kind: {kinds}")
+    for note in s.notes:
+        lines.append(f"note: {note}")
     for f in s.skipped:
         lines.append(f"skipped {f.source}: {f.reason}")
     for f in s.failed:
