@@ -44,6 +44,10 @@ _OWN = (
     r"[IWEF][0-9]{4} [0-9:.]+ +[0-9]+ [\w.]+:[0-9]+\] ?",
 )
 OWN_PREFIX = "^(?:" + "|".join(_OWN) + ")+$"
+# not a prefix but the line's own words: an exception naming a header in its message
+# (`RuntimeError: [TensorRT-LLM][ERROR] ...`, C++ `  what():  [TensorRT-LLM]...`), or an
+# indented continuation line (a traceback frame quoting a log line)
+NOT_PREFIX = r"^\s|(?:Error|Exception|Warning|what\(\)|Caused by|raise|assert|print\(|logger\.\w+\()\W*\s*$"
 # how far into a line a header is looked for
 _REACH = 200
 
@@ -67,11 +71,13 @@ def _patterns() -> tuple[str, str]:
 
 
 def _cut(text: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
-    """(position of the header after a prefix, or null; is that prefix an engine's own)."""
+    """(position of the header after a prefix, or null; whether to leave that prefix: an
+    engine's own, or words of the line itself)."""
     at_start, later = _patterns()
     head = text.str.slice(0, _REACH)
     pos = pl.when(~head.str.contains(at_start)).then(head.str.extract(later, 1).str.len_chars())
-    return pos, text.str.slice(0, pos).str.contains(OWN_PREFIX)
+    before = text.str.slice(0, pos)
+    return pos, before.str.contains(OWN_PREFIX) | before.str.contains(NOT_PREFIX)
 
 
 def sniff(texts: list[str]) -> float:

@@ -22,7 +22,9 @@ JOINS = False
 
 _ISO = r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?(?:Z|[+-][0-9]{2}:?[0-9]{2})"
 _BSD = r"[A-Z][a-z]{2} [ 0-9][0-9] [0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?"
-_TAIL = r" (?P<_lab_host>[^\s:]+) (?P<_lab_app>[^\s\[:]+)(?:\[(?P<_lab_pid>[0-9]+)\])?: ?"
+# the program name starts with a letter and its `:` is followed by a space (or ends the
+# line): `I0512 07:59:30.000 1 x.cc:1]` after a time is glog, not a host and program
+_TAIL = r" (?P<_lab_host>[^\s:]+) (?P<_lab_app>[A-Za-z_][^\s\[:]*)(?:\[(?P<_lab_pid>[0-9]+)\])?:(?: |$)"
 ISO_PATTERN = rf"(?:<[0-9]{{1,3}}>)?(?P<_t>{_ISO})" + _TAIL
 BSD_PATTERN = rf"(?:<[0-9]{{1,3}}>)?{_BSD}" + _TAIL
 RFC5424_PATTERN = (
