@@ -6,6 +6,7 @@ server's rotated and restarted files stay one lineage.
     /var/log/pods/<namespace>_<pod>_<pod uid>/<container>/<restart>.log[.<timestamp>[.gz]]
   The instance is the pod (stable across container restarts); namespace, container and
   restart become labels. Two pods of one name in two namespaces become `<namespace>/<pod>`.
+- Docker's `/var/lib/docker/containers/<id>/<id>-json.log[.N]`: the container's short id.
 - Otherwise the instance is the file's name without rotation suffixes (discover.py). When
   that name is shared by files in different directories (`gpu-node-1/vllm.log`,
   `gpu-node-2/vllm.log`), the nearest directory names that tell them apart are put in front
@@ -26,6 +27,7 @@ _CONTAINERS = re.compile(
     r"^(?P<pod>[a-z0-9][a-z0-9.-]*)_(?P<namespace>[a-z0-9][a-z0-9-]*)_(?P<container>[a-z0-9][a-z0-9-]*)-(?P<id>[0-9a-f]{64})\.log$"
 )
 _POD_DIR = re.compile(r"^(?P<namespace>[a-z0-9][a-z0-9-]*)_(?P<pod>[a-z0-9][a-z0-9.-]*)_(?P<uid>[0-9a-f-]{36})$")
+_DOCKER = re.compile(r"^(?P<id>[0-9a-f]{64})-json\.log(?:\.[0-9]+)?(?:\.gz)?$")
 _RESTART = re.compile(r"^(?P<restart>[0-9]+)\.log(?:\.(?P<rotated>[0-9]{8}-[0-9]{6}(?:\.gz)?|gz))?$")
 FIELDS = ("stem", "name", "parent", "grandparent", "dir", "pod", "namespace", "container")
 
@@ -37,6 +39,9 @@ class NamingError(Exception):
 def kube_identity(path: Path) -> dict[str, str] | None:
     """The Kubernetes labels of a container log path (pod, namespace, container, and
     restart / container_id / pod_uid where the path says), or None."""
+    m = _DOCKER.match(path.name)
+    if m:  # /var/lib/docker/containers/<id>/<id>-json.log: the container is the server
+        return {"container_id": m["id"][:12]}
     m = _CONTAINERS.match(path.name)
     if m:
         return {"pod": m["pod"], "namespace": m["namespace"], "container": m["container"], "container_id": m["id"][:12]}
@@ -49,6 +54,11 @@ def kube_identity(path: Path) -> dict[str, str] | None:
                 "restart": m["restart"], "pod_uid": d["uid"],
             }
     return None
+
+
+def identity_name(labels: dict[str, str]) -> str:
+    """The instance a container log's labels name: its pod, else its container."""
+    return labels.get("pod") or labels["container_id"]
 
 
 def base_name(path: Path) -> str:
@@ -105,7 +115,7 @@ class InstanceNamer:
 
     def _default(self, path: Path) -> str:
         kube = kube_identity(path)
-        return kube["pod"] if kube else base_name(path)
+        return identity_name(kube) if kube else base_name(path)
 
     def _lineage_dir(self, path: Path) -> Path:
         """The directory that holds one server's files: for a pod's logs the pod's
@@ -120,7 +130,7 @@ class InstanceNamer:
         if len(dirs) < 2:
             return {p: name for p in members}
         kube = {p: kube_identity(p) for p in members}
-        if all(kube.values()):
+        if all(k and "namespace" in k for k in kube.values()):
             namespaces = {k["namespace"] for k in kube.values()}
             if len(namespaces) == len({(k["namespace"], k["pod"]) for k in kube.values()}):
                 # one pod of this name per namespace: its restarts and rotations are one lineage
