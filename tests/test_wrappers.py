@@ -218,3 +218,9 @@ def test_tgi_own_json_is_left_to_the_tgi_parser():
 def test_unknown_wrapper_name_is_refused():
     with pytest.raises(ValueError, match="unknown wrapper format"):
         W.wrap(get_parser("vllm"), ("nope",))
+
+
+def test_docs_sources_lists_every_wrapper_format():
+    text = (ROOT / "docs/sources.md").read_text()
+    rows = {line.split("|")[1].strip().strip("`") for line in text.splitlines() if line.startswith("| `")}
+    assert rows == set(W.DECODERS)
