@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ._frame import join_fragments, rfc3339_ns, set_time, share
+from ._frame import join_fragments, rfc3339_ns_of, set_time, share
 
 NAME = "docker-json"
 DOC = 'Docker json-file: `{"log": ..., "stream": ..., "time": ...}`, 16 KiB split pieces joined'
@@ -29,7 +29,9 @@ def decode_json(df: pl.DataFrame, hint: str, dtype: pl.Struct, where: pl.Expr | 
     `_j`: one native decode; when some line is not valid JSON, one path lookup per field
     instead (null where a line has no such field, or is not JSON)."""
     hit = pl.col("text").str.contains(hint) if where is None else where
-    cand = pl.when(hit).then(pl.col("text"))
+    # a file of nothing but JSON records (the usual case) is decoded without a copy
+    every = bool(df.select(hit.all()).item()) if df.height else True
+    cand = pl.col("text") if every else pl.when(hit).then(pl.col("text"))
     try:
         return df.with_columns(cand.str.json_decode(dtype).alias("_j"))
     except pl.exceptions.PolarsError:
@@ -46,7 +48,7 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
     ok = log.is_not_null()
     df = df.with_columns(
         pl.when(ok).then(log.str.strip_suffix("\n").str.strip_suffix("\r")).otherwise(pl.col("text")).alias("text"),
-        set_time(df, rfc3339_ns(j.struct.field("time"))),
+        set_time(df, rfc3339_ns_of(df, j.struct.field("time"))),
         pl.coalesce(pl.col("_stream"), j.struct.field("stream")).alias("_stream"),
         (~ok | log.str.ends_with("\n")).alias("_ends"),
     ).drop("_j")
