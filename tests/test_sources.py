@@ -124,3 +124,25 @@ def test_reingesting_a_wrapped_log_adds_nothing(tmp_path):
     n = events(tmp_path / "s").height
     r = invoke("ingest", tmp_path / "w", "--store", tmp_path / "s")
     assert "unchanged" in r.stderr and events(tmp_path / "s").height == n
+
+
+def test_parts_written_before_the_wrapper_columns_compact_with_new_ones(tmp_path):
+    import pyarrow.parquet as pq
+
+    from servelens.pipeline.compact import compact
+    from servelens.pipeline.store import Store, committed_parts
+
+    write(tmp_path / "a/one.log", "\n".join(_vllm_lines()[:10]) + "\n")
+    assert invoke("ingest", tmp_path / "a", "--store", tmp_path / "s").exit_code == 0
+    # rewrite that part as an older servelens wrote it: without the appended columns
+    (old,) = committed_parts(tmp_path / "s")
+    t = pq.read_table(old)
+    pq.write_table(t.drop_columns(["wrapper_ts", "stream", "labels"]), old)
+    write(tmp_path / "b/two.log", wr.to_cri(_vllm_lines()[10:]))
+    assert invoke("ingest", tmp_path / "b", "--store", tmp_path / "s").exit_code == 0
+    with Store.open(tmp_path / "s", purpose="ingest") as store:
+        compact(store, min_parts=2, small_bytes=10**9)
+    ev = events(tmp_path / "s")
+    assert len(committed_parts(tmp_path / "s")) == 1 and ev.height == len(_vllm_lines())
+    assert ev.filter(pl.col("source").str.ends_with("one.log"))["wrapper_ts"].null_count() == 10
+    assert ev.filter(pl.col("source").str.ends_with("two.log"))["wrapper_ts"].null_count() == 0
