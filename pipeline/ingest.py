@@ -154,14 +154,17 @@ def ingest(
             "point servelens at log files or directories that contain them"
         )
 
-    try:
-        namer = InstanceNamer([f.path for f in found], template=instance_from)
-    except NamingError as e:
-        raise IngestError(str(e)) from None
+    if instance_from is not None:
+        try:
+            InstanceNamer([], template=instance_from)
+        except NamingError as e:
+            raise IngestError(str(e)) from None
     summary = IngestSummary()
-    summary.notes.extend(namer.notes)
-    found = sorted(found, key=lambda f: lineage_order(f.path, namer.name(f.path)))
     with Store.open(store_dir, purpose="ingest") as store:
+        stored = [(Path(e["source"]), e["instance"]) for e in store.manifest["files"].values() if e.get("source")]
+        namer = InstanceNamer([f.path for f in found], template=instance_from, stored=stored)
+        summary.notes.extend(namer.notes)
+        found = sorted(found, key=lambda f: lineage_order(f.path, namer.name(f.path)))
         batch = _Batch(store)
         for item in found:
             inst = instance or namer.name(item.path)

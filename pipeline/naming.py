@@ -88,7 +88,9 @@ def lineage_order(path: Path, instance: str) -> tuple:
 class InstanceNamer:
     """Names the instance of each of a set of files (see the module docstring)."""
 
-    def __init__(self, paths: list[Path], template: str | None = None):
+    def __init__(self, paths: list[Path], template: str | None = None, stored: list[tuple[Path, str]] | None = None):
+        """`stored`: (source, instance) of the files the store holds already; a new file
+        whose name an instance of another directory holds is told apart from it."""
         self.template = template
         self.notes: list[str] = []
         if template is not None:
@@ -101,8 +103,11 @@ class InstanceNamer:
             if kube:
                 self._labels[p] = kube
             groups[self._default(p)].append(p)
+        taken: dict[str, set[Path]] = defaultdict(set)
+        for source, inst in stored or ():
+            taken[inst].add(_resolved(self._lineage_dir(source)))
         for name, members in groups.items():
-            for p, distinct in self._distinct(name, members).items():
+            for p, distinct in self._distinct(name, members, taken.get(name, set())).items():
                 self._names[p] = distinct
         if template is not None:
             self._names = {p: self._render(p) for p in paths}
@@ -125,8 +130,11 @@ class InstanceNamer:
             return path.parent.parent
         return path.parent
 
-    def _distinct(self, name: str, members: list[Path]) -> dict[Path, str]:
-        dirs = sorted({self._lineage_dir(p) for p in members})
+    def _distinct(self, name: str, members: list[Path], stored_dirs: set[Path] = frozenset()) -> dict[Path, str]:
+        """Names for the files `members` that share the name `name`: one per lineage
+        directory. Directories the store already holds under `name` keep it."""
+        dir_of = {p: _resolved(self._lineage_dir(p)) for p in members}
+        dirs = sorted(set(dir_of.values()) | set(stored_dirs))
         if len(dirs) < 2:
             return {p: name for p in members}
         kube = {p: kube_identity(p) for p in members}
@@ -145,12 +153,20 @@ class InstanceNamer:
             if len(set(tags.values())) == len(dirs):
                 break
             depth += 1
-        out = {p: f"{tags[self._lineage_dir(p)]}/{name}" for p in members}
-        self.notes.append(
-            f"files named {name!r} in {len(dirs)} directories are different instances: "
-            + ", ".join(sorted(set(out.values())))
-            + " (use --instance or --instance-from to name them otherwise)"
-        )
+        out = {p: name if dir_of[p] in stored_dirs else f"{tags[dir_of[p]]}/{name}" for p in members}
+        renamed = sorted({v for v in out.values() if v != name})
+        if stored_dirs - set(dir_of.values()):
+            self.notes.append(
+                f"the store already has instance {name!r} from another directory "
+                f"({', '.join(sorted(str(d) for d in stored_dirs - set(dir_of.values())))}): the new files are named "
+                + ", ".join(renamed) + " (use --instance or --instance-from to name them otherwise)"
+            )
+        else:
+            self.notes.append(
+                f"files named {name!r} in {len(dirs)} directories are different instances: "
+                + ", ".join(sorted(set(out.values())))
+                + " (use --instance or --instance-from to name them otherwise)"
+            )
         return out
 
     def _render(self, path: Path) -> str:
@@ -167,6 +183,13 @@ class InstanceNamer:
         }
         out = self.template.format(**parts).strip("/")
         return out or parts["stem"]
+
+
+def _resolved(p: Path) -> Path:
+    try:
+        return p.resolve()
+    except OSError:
+        return p
 
 
 def _check_template(template: str) -> None:

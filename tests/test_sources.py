@@ -146,3 +146,22 @@ def test_parts_written_before_the_wrapper_columns_compact_with_new_ones(tmp_path
     assert len(committed_parts(tmp_path / "s")) == 1 and ev.height == len(_vllm_lines())
     assert ev.filter(pl.col("source").str.ends_with("one.log"))["wrapper_ts"].null_count() == 10
     assert ev.filter(pl.col("source").str.ends_with("two.log"))["wrapper_ts"].null_count() == 0
+
+
+def test_same_name_from_another_directory_in_a_later_run_is_told_apart(tmp_path):
+    lines = _vllm_lines()
+    write(tmp_path / "hosts/gpu-node-1/vllm.log", "\n".join(lines[:20]) + "\n")
+    write(tmp_path / "hosts/gpu-node-2/vllm.log", "\n".join(lines[20:40]) + "\n")
+    write(tmp_path / "hosts/gpu-node-3/vllm.log", "\n".join(lines[40:]) + "\n")
+    assert invoke("ingest", tmp_path / "hosts/gpu-node-1", "--store", tmp_path / "s").exit_code == 0
+    r = invoke("ingest", tmp_path / "hosts/gpu-node-2", "--store", tmp_path / "s")
+    assert r.exit_code == 0, r.output
+    assert "note: the store already has instance 'vllm' from another directory" in r.stderr
+    assert "the new files are named gpu-node-2/vllm" in r.stderr
+    # the stored server's rotated copy stays its instance; a third server is told apart
+    write(tmp_path / "hosts/gpu-node-1/vllm.log.1", "\n".join(lines[:2]) + "\n")
+    r = invoke("ingest", tmp_path / "hosts/gpu-node-3", tmp_path / "hosts/gpu-node-1/vllm.log.1", "--store", tmp_path / "s")
+    assert r.exit_code == 0, r.output
+    assert "gpu-node-3/vllm" in r.stderr
+    counts = dict(events(tmp_path / "s").group_by("instance").len().iter_rows())
+    assert counts == {"vllm": 22, "gpu-node-2/vllm": 20, "gpu-node-3/vllm": len(lines) - 40}
