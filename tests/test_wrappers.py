@@ -182,7 +182,6 @@ def test_engine_line_behind_an_unknown_prefix_is_found(case):
     layers, _, ev = parse(engine, line + "\n" + plain + "\n")
     assert layers[-1] == "prefix"
     assert ev["event"].to_list() == [kind, "log"]
-    prefix = line[: len(line) - len(line.lstrip("(.[INFOuser@gpu-1:~$ "))] if False else None
     attrs = json.loads(ev["attrs"][0])
     assert line.startswith(attrs["prefix"]) and attrs["prefix"].strip()
     assert "prefix" not in json.loads(ev["attrs"][1] or "{}")
