@@ -22,6 +22,7 @@ class Column:
 
 
 TS_TYPE = pa.timestamp("us", tz="UTC")
+WRAPPER_TS_TYPE = pa.timestamp("ns", tz="UTC")
 
 COLUMNS: tuple[Column, ...] = (
     Column("ts", TS_TYPE, "µs, UTC", "when the event happened; null only when no time can be inferred"),
@@ -59,6 +60,9 @@ COLUMNS: tuple[Column, ...] = (
     Column("http_status", pa.int32(), "", "HTTP status code of an access-log line"),
     Column("message", pa.string(), "", "the message text; for `unparsed`, the whole raw line (all lines of a multi-line record)"),
     Column("attrs", pa.string(), "JSON object", "every other field the line carried, so nothing a line says is thrown away"),
+    Column("wrapper_ts", WRAPPER_TS_TYPE, "ns, UTC", "the time the log's wrapper gave the line (CRI, docker json-file, journald, `docker logs --timestamps`...); `ts` takes it when the engine's own time is coarser (the engine's then in attrs `engine_ts`); null for a plain log"),
+    Column("stream", pa.string(), "", "`stdout` or `stderr`, when the wrapper says which (CRI, docker json-file)"),
+    Column("labels", pa.string(), "JSON object", "labels the wrapper and the file's path gave the line: Kubernetes `namespace`, `pod`, `container`, `restart`; compose `service`; syslog/journald `host`, `app`, `unit`..."),
 )
 
 EVENT_SCHEMA = pa.schema([pa.field(c.name, c.arrow) for c in COLUMNS])
@@ -68,6 +72,8 @@ COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
 def _polars_type(t: pa.DataType) -> pl.DataType:
     if t == TS_TYPE:
         return pl.Datetime("us", "UTC")
+    if t == WRAPPER_TS_TYPE:
+        return pl.Datetime("ns", "UTC")
     return {
         pa.bool_(): pl.Boolean(),
         pa.string(): pl.String(),

@@ -43,6 +43,9 @@ CAP = {
     "tokens_per_block": r"^Number of tokens per block: (\d+)",
     "max_num_seqs": r"^TRTGptModel (?:maxNumSequences|maxBatchSize): (\d+)",
     "max_num_tokens": r"^TRTGptModel maxNumTokens: (\d+)",
+    # PyTorch backend start-up summary (py_executor_creator): max_num_requests is the
+    # executor's max_batch_size; max_num_tokens may print None
+    "executor": r"^max_seq_len=(\d+|None), max_num_requests=(\d+), max_num_tokens=(\d+|None)",
     "mem_calc": r"^Memory usage when calculating max tokens in paged kv cache: total: ([\d.]+) GiB, available: ([\d.]+) GiB",
 }
 BATCH_RE = r"^Inference batch: (\d+) requests?, total_input_tokens=(\d+), total_output_tokens=(\d+)"
@@ -236,8 +239,8 @@ def other_events(df: pl.DataFrame) -> pl.DataFrame:
         pl.coalesce(_cap("primary"), _cap("blocks_per_seq", 4)).alias(
             "kv_blocks_total"
         ),
-        pl.coalesce(_cap("max_num_seqs"), _cap("engine_from", 2)).alias("max_num_seqs"),
-        _cap("max_num_tokens").alias("max_batch_tokens"),
+        pl.coalesce(_cap("max_num_seqs"), _cap("engine_from", 2), _cap("executor", 2)).alias("max_num_seqs"),
+        pl.coalesce(_cap("max_num_tokens"), _cap("executor", 3)).alias("max_batch_tokens"),
         pl.coalesce(_cap("kv_gib_tokens", 2), _cap("using_tokens")).alias(
             "kv_capacity_tokens"
         ),
@@ -281,6 +284,7 @@ def other_events(df: pl.DataFrame) -> pl.DataFrame:
         n_frames=pl.when(err & (pl.col("_frames") > 0)).then(pl.col("_frames")),
         engine_size_bytes=_cap("engine_mib") * 2**20,
         engine_path=msg.str.extract(CAP["engine_from"], 1),
+        max_seq_len=_cap("executor", 1),
         kv_cache_bytes=pl.coalesce(
             (kv_gib * 2.0**30).round(0).cast(pl.Int64, strict=False),
             _cap("kv_bytes"),

@@ -28,7 +28,7 @@ def find_known(manifest: dict, path: Path, head: bytes) -> tuple[str | None, dic
 
 def file_state(
     path: Path, head: bytes, offset: int, lines: int, *, source: str, engine: str, instance: str, ctx: ParseContext,
-    tail: bytes = b"",
+    tail: bytes = b"", decode: tuple[str, ...] = (),
 ) -> dict:
     """The manifest entry for `path` read up to `offset` (`lines` lines). `tail`: the
     content just before `offset` as it was read, if at hand (else it is read again)."""
@@ -50,6 +50,7 @@ def file_state(
         "dev": dev,
         "inode": ino,
         "ctx": save_ctx(ctx),
+        **({"decode": list(decode)} if decode else {}),
     }
 
 
@@ -70,3 +71,29 @@ def restore_ctx(ctx: ParseContext, saved: dict) -> None:
     ctx.year_base = saved.get("year_base")
     ctx.rollovers = saved.get("rollovers", 0)
     ctx.state = dict(saved.get("state") or {})
+
+
+def inherit_lineage(ctx: ParseContext, entries: list[dict], instance: str, *, explicit_year: bool = False) -> None:
+    """Start a new file of `instance` where the instance's latest file read so far ended:
+    the values a parser carries forward (`carry_*` in its state: the model named at
+    start-up...) and, unless --year was given, the year of its last time. A rotated copy
+    read after its older sibling, or the live file after its rotated copies, so keeps the
+    model its first file named."""
+    best, best_ts = None, None
+    for known in entries:
+        if known.get("instance") != instance:
+            continue
+        saved = known.get("ctx") or {}
+        ts = saved.get("last_ts")
+        if best is None or (ts and (best_ts is None or ts > best_ts)):
+            best, best_ts = saved, ts
+    if best is None:
+        return
+    for k, v in (best.get("state") or {}).items():
+        if k.startswith("carry_"):
+            ctx.state.setdefault(k, v)
+    if best_ts and not explicit_year and ctx.year is None:
+        last = dt.datetime.fromisoformat(best_ts)
+        # a file last written before the instance's last time is older: its mtime knows better
+        if ctx.mtime is None or ctx.mtime >= last:
+            ctx.year_base, ctx.last_month = last.year, last.month

@@ -63,6 +63,7 @@ def ingest(
     engine: Annotated[str, typer.Option(help="auto (detect per file), vllm, tgi or trtllm.")] = "auto",
     instance: Annotated[Optional[str], typer.Option(help="Instance name for every file (default: from each file's name).")] = None,
     year: Annotated[Optional[int], typer.Option(help="Year of timestamps printed without one (default: from the file's modification time).")] = None,
+    instance_from: Annotated[Optional[str], typer.Option(help="Name each file's instance from its path: a template over {stem} {name} {parent} {grandparent} {dir} {pod} {namespace} {container}, e.g. '{parent}/{stem}'.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or per-file lines; summary only.")] = False,
 ) -> None:
     """Parse log files into the store. Re-ingesting adds only what is new.
@@ -72,6 +73,7 @@ def ingest(
       servelens ingest sample_logs/
       servelens ingest /var/log/incident-0612/ --store incident.store
       servelens ingest vllm.log.1.gz --engine vllm --instance gpu-node-3 --year 2025
+      servelens ingest hosts/ --instance-from '{parent}/{stem}'
     """
     from .ingest import IngestError, ingest as run_ingest
     from .console import print_file_line, print_summary, progress_bar
@@ -86,6 +88,7 @@ def ingest(
                 engine=engine,
                 instance=instance,
                 year=year,
+                instance_from=instance_from,
                 on_progress=advance,
                 on_file=None if quiet else print_file_line,
             )

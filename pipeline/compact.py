@@ -28,7 +28,7 @@ from typing import Any
 import polars as pl
 import pyarrow.parquet as pq
 
-from servelens.parsers.schema import EVENT_SCHEMA
+from servelens.parsers.schema import EVENT_SCHEMA, POLARS_SCHEMA
 
 from .store import PARQUET_OPTIONS, Store, _fsync_dir, new_txid
 
@@ -248,6 +248,10 @@ def _merge_into(root: Path, group: list[str], out: _Out, streaming: bool = True)
 def _frame(data: Any) -> pl.DataFrame:
     df = pl.from_arrow(data)
     assert isinstance(df, pl.DataFrame)
+    # a part written before a column was appended to the schema gets it, null
+    missing = [name for name in POLARS_SCHEMA if name not in df.columns]
+    if missing:
+        df = df.with_columns(pl.lit(None, POLARS_SCHEMA[name]).alias(name) for name in missing).select(list(POLARS_SCHEMA))
     return df
 
 

@@ -54,6 +54,8 @@ def print_file_line(f: FileResult) -> None:
     how = f.engine
     if f.detected_score is not None:
         how = f"{f.engine}, detected" if f.engine != "unknown" else "engine not recognised: lines kept as unparsed; use --engine to force one"
+    if f.decode:  # the wrappers undone first, outside in
+        how = f"{' > '.join(f.decode)} > {how}"
     extra = []
     if f.counts.get("unparsed"):
         extra.append(f"{f.counts['unparsed']:,} unparsed")
@@ -89,6 +91,8 @@ def print_summary(s: IngestSummary, store: Path) -> None:
     if s.invalid:
         cols = ", ".join(f"{k} {v:,}" for k, v in s.invalid.most_common())
         lines.append(f"impossible values nulled (kept in attrs.invalid): {cols}")
+    for note in s.notes:
+        lines.append(f"note: {note}")
     for f in s.skipped:
         lines.append(f"skipped {f.source}: {f.reason}")
     for f in s.failed:

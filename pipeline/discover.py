@@ -128,7 +128,13 @@ def is_gzip_bytes(first: bytes) -> bool:
 
 
 def instance_from_path(path: Path) -> str:
-    """`logs/vllm-a.log.1.gz` -> `vllm-a`; `pods/ns_web-0_uid/vllm/0.log` -> `vllm`."""
+    """`logs/vllm-a.log.1.gz` -> `vllm-a`; a Kubernetes container log -> its pod
+    (`pods/ns_web-0_<uid>/vllm/0.log` -> `web-0`, see naming.py)."""
+    from .naming import identity_name, kube_identity
+
+    kube = kube_identity(path)
+    if kube:
+        return identity_name(kube)
     name = path.name
     while True:
         new = ROTATION_SUFFIX.sub("", name)

@@ -19,6 +19,7 @@ from typing import Callable
 import polars as pl
 
 from servelens.parsers import ENGINES, detect_engine, get_parser
+from servelens.parsers import wrappers
 from servelens.parsers.base import ParseContext
 
 from . import fingerprint as fp
@@ -27,10 +28,10 @@ from .discover import (
     PathMissing,
     display_path,
     expand,
-    instance_from_path,
     looks_binary,
 )
-from .checkpoint import find_known, file_state, restore_ctx
+from .checkpoint import find_known, file_state, inherit_lineage, restore_ctx
+from .naming import InstanceNamer, NamingError, lineage_order
 from .lines import DEFAULT_BLOCK_BYTES, parse_stream
 from .store import Store, StoreError
 
@@ -63,6 +64,7 @@ class FileResult:
     invalid: Counter = field(default_factory=Counter)  # impossible values nulled, per column
     nul_bytes: int = 0  # NUL bytes dropped from the text (zeros a crash left in the file)
     parse_failures: int = 0  # records the parser raised on (kept as unparsed): a servelens bug
+    decode: tuple[str, ...] = ()  # the wrapper layers undone before the engine parser
 
 
 @dataclass
@@ -70,6 +72,7 @@ class IngestSummary:
     files: list[FileResult] = field(default_factory=list)
     events_by_kind: Counter = field(default_factory=Counter)
     lines: int = 0
+    notes: list[str] = field(default_factory=list)  # e.g. instance names made distinct
 
     @property
     def unparsed(self) -> int:
@@ -140,8 +143,15 @@ def ingest(
     block_bytes: int = DEFAULT_BLOCK_BYTES,
     on_progress: Callable[[int], None] | None = None,
     on_file: Callable[[FileResult], None] | None = None,
+    instance_from: str | None = None,
 ) -> IngestSummary:
-    """Ingest files and directories (recursively, plain or .gz) into the store."""
+    """Ingest files and directories (recursively, plain or .gz) into the store.
+
+    Each file's instance is `instance`, else the template `instance_from` over its path
+    (see naming.py), else its name (Kubernetes pod for container logs), made distinct
+    where two directories hold files of the same name. Files of one instance are read
+    oldest first (rotated copies before the live file), so what one teaches the parser
+    (model, year) carries to the next."""
     if engine != "auto" and engine not in ENGINES:
         raise IngestError(
             f"unknown engine {engine!r}; choose one of: auto, {', '.join(ENGINES)}"
@@ -159,11 +169,22 @@ def ingest(
             "point servelens at log files or directories that contain them"
         )
 
+    if instance_from is not None:
+        try:
+            InstanceNamer([], template=instance_from)
+        except NamingError as e:
+            raise IngestError(str(e)) from None
     summary = IngestSummary()
     with Store.open(store_dir, purpose="ingest") as store:
+        stored = [(Path(e["source"]), e["instance"]) for e in store.manifest["files"].values() if e.get("source")]
+        namer = InstanceNamer([f.path for f in found], template=instance_from, stored=stored)
+        summary.notes.extend(namer.notes)
+        found = sorted(found, key=lambda f: lineage_order(f.path, namer.name(f.path)))
         batch = _Batch(store)
         for item in found:
-            result = _ingest_file(item.path, store, batch, engine, instance, year, block_bytes, on_progress)
+            inst = instance or namer.name(item.path)
+            result = _ingest_file(item.path, store, batch, engine, inst, year, block_bytes, on_progress,
+                                  explicit=instance is not None, labels=namer.labels(item.path))
             summary.files.append(result)
             summary.lines += result.lines
             summary.events_by_kind.update(result.counts)
@@ -184,10 +205,12 @@ def _ingest_file(
     year: int | None,
     block_bytes: int,
     on_progress: Callable[[int], None] | None,
+    *,
+    explicit: bool = False,
+    labels: dict[str, str] | None = None,
 ) -> FileResult:
     source = display_path(path)
-    inst = instance or instance_from_path(path)
-    result = FileResult(source=source, engine=engine, instance=inst)
+    result = FileResult(source=source, engine=engine, instance=instance)
     try:
         size = path.stat().st_size
         with fp.open_stream(path) as f:
@@ -206,11 +229,15 @@ def _ingest_file(
         return _skip(result, "binary file, not a text log")
 
     key, known = find_known(store.manifest, path, head)
+    sample = _detect_sample(head)
     if known is not None:
-        result.engine, result.instance = known["engine"], instance or known["instance"]
-    elif engine == "auto":
-        result.engine, result.detected_score = detect_engine(_detect_sample(head))
-    parser = get_parser(result.engine)
+        result.decode = tuple(known.get("decode", ()))
+        result.engine, result.instance = known["engine"], instance if explicit else known["instance"]
+    else:
+        result.decode = wrappers.detect(sample)
+        if engine == "auto":
+            result.engine, result.detected_score = detect_engine(wrappers.decode_texts(sample, result.decode))
+    parser = wrappers.wrap(get_parser(result.engine), result.decode, labels)
 
     ctx = ParseContext(engine=result.engine, source=source, instance=result.instance, year=year)
     ctx.mtime = dt.datetime.fromtimestamp(path.stat().st_mtime, dt.timezone.utc)
@@ -221,6 +248,9 @@ def _ingest_file(
     if known is not None:
         offset, next_line = known["offset"], known["lines"] + 1
         restore_ctx(ctx, known.get("ctx", {}))
+    else:
+        # a new file of a known instance continues its lineage (model, year...)
+        inherit_lineage(ctx, [*store.manifest["files"].values(), *batch.files.values()], result.instance, explicit_year=year is not None)
     if key is None:
         key = fp.sha(head[: fp.HEAD_BYTES])
         # two different files may share their first bytes: keep both entries
@@ -253,7 +283,7 @@ def _ingest_file(
                 state = file_state(
                     path, head, chunk.offset, chunk.next_line - 1,
                     source=source, engine=result.engine, instance=result.instance, ctx=ctx,
-                    tail=chunk.tail,
+                    tail=chunk.tail, decode=result.decode,
                 )
                 batch.add(chunk.events, key, state)
                 if batch.full:

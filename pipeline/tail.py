@@ -527,6 +527,7 @@ class Tailer(IdentityMixin):
             "dev": fol.dev,
             "inode": fol.ino,
             "ctx": save_ctx(fol.ctx),
+            **({"decode": list(fol.decode)} if fol.decode else {}),
         }
 
     # -- committing --------------------------------------------------------------------------

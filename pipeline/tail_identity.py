@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from servelens.parsers import detect_engine, get_parser
+from servelens.parsers import detect_engine, get_parser, wrappers
 from servelens.parsers.base import ParseContext
 
 from . import fingerprint as fp
-from .checkpoint import restore_ctx
+from .checkpoint import inherit_lineage, restore_ctx
 from .discover import display_path, instance_from_path, looks_binary
 from .ingest import DETECT_BYTES, _detect_sample
 from .lines import MAX_LINE_BYTES
@@ -49,6 +49,7 @@ class Followed:
     initial: bool  # found by the first scan: --from-end applies
     key: str | None = None  # manifest entry; None until resolved
     engine: str | None = None
+    decode: tuple = ()  # wrapper layers undone before the engine parser (parsers/wrappers)
     instance: str = ""
     source: str = ""
     parser: Any = None
@@ -139,8 +140,10 @@ class IdentityMixin:
         if self._copy_of_open_file(fol):
             return False
         engine = fol.engine or (self.engine if self.engine != "auto" else None)
+        sample = _detect_sample(head)
+        fol.decode = wrappers.detect(sample)
         if engine is None:
-            engine, _score = detect_engine(_detect_sample(head))
+            engine, _score = detect_engine(wrappers.decode_texts(sample, fol.decode))
             if engine == "unknown" and len(head) < fp.HEAD_BYTES and now - fol.first_seen < DETECT_WAIT_S and not fol.initial:
                 return False  # a few lines more may tell
         return self._start_new(fol, engine, head)
@@ -231,6 +234,7 @@ class IdentityMixin:
         fol.key, fol.offset, fol.next_line = key, offset, known["lines"] + 1
         fol.head, fol.tail = head, tail
         fol.engine = known["engine"]
+        fol.decode = tuple(known.get("decode", ()))
         fol.instance = self.instance or known["instance"]
         fol.source = known["source"]
         self._make_ctx(fol)
@@ -249,6 +253,8 @@ class IdentityMixin:
             key = fp.sha((key + fol.source).encode())
         fol.key, fol.offset, fol.next_line, fol.head, fol.tail = key, 0, 1, b"", b""
         self._make_ctx(fol)
+        inherit_lineage(fol.ctx, [*self.store.manifest["files"].values(), *self.files.values()], fol.instance,
+                        explicit_year=self.year is not None)
         if self.from_end and fol.initial:
             if fol.is_gz:
                 fol.done = True  # a compressed archive is history
@@ -266,7 +272,9 @@ class IdentityMixin:
         return True
 
     def _make_ctx(self, fol: Followed) -> None:
-        fol.parser = get_parser(fol.engine)
+        from .naming import kube_identity
+
+        fol.parser = wrappers.wrap(get_parser(fol.engine), fol.decode, kube_identity(fol.path))
         fol.ctx = ParseContext(engine=fol.engine, source=fol.source, instance=fol.instance, year=self.year)
         try:
             fol.ctx.mtime = dt.datetime.fromtimestamp(os.fstat(fol.fd).st_mtime, dt.timezone.utc)

@@ -1,0 +1,70 @@
+"""Ingest speed of wrapped logs: one simulated log verbatim and wrapped the way container
+runtimes store it (CRI, docker json-file), each ingested into a fresh store.
+
+    .venv/bin/python bench/wrapped.py                       # ~100 MB vLLM log, 2 runs
+    .venv/bin/python bench/wrapped.py --duration 10m --runs 1
+
+Prints wall and CPU seconds (the fastest run) and MB/s per form; the decode stage's cost is
+the difference between a wrapped form and the verbatim one. The wrapped copies are written
+with the runtimes' splitting rules (tests/wrapping.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+import wrapping  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--engine", default="vllm")
+    p.add_argument("--duration", default="90m", help="simulated time (90m of vLLM at 6 req/s is ~100 MB)")
+    p.add_argument("--runs", type=int, default=2)
+    args = p.parse_args(argv)
+    from servelens.pipeline.ingest import ingest
+
+    work = Path(tempfile.mkdtemp(prefix="servelens-bench-wrapped-"))
+    try:
+        from typer.testing import CliRunner
+
+        from servelens.pipeline.cli import _register_commands, app
+
+        _register_commands()
+        CliRunner().invoke(app, ["simulate", "--engine", args.engine, "--scenario", "steady", "--duration", args.duration,
+                                 "--rate", "6", "--instances", "1", "--seed", "1", "--workers", "0", "--out", str(work / "sim")])
+        plain = next((work / "sim").glob("*.log"))
+        lines = wrapping.split_lines(plain.read_text())
+        forms = {"verbatim": plain}
+        for name, fn in (("cri", wrapping.to_cri), ("docker-json", wrapping.to_docker_json)):
+            forms[name] = work / f"{name}.log"
+            forms[name].write_text(fn(lines))
+        import os
+
+        print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+        print(f"{'form':<12} {'MB':>7} {'wall s':>8} {'cpu s':>8} {'MB/s':>7} {'events':>9}")
+        for name, path in forms.items():
+            best = None
+            for _ in range(args.runs):
+                store = work / f"store-{name}"
+                shutil.rmtree(store, ignore_errors=True)
+                t, c = time.perf_counter(), time.process_time()
+                s = ingest([path], store, year=2026)
+                wall, cpu = time.perf_counter() - t, time.process_time() - c
+                best = (wall, cpu, s.events) if best is None or wall < best[0] else best
+            mb = path.stat().st_size / 1e6
+            print(f"{name:<12} {mb:7.1f} {best[0]:8.2f} {best[1]:8.2f} {mb / best[0]:7.1f} {best[2]:9,}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

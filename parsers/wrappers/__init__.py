@@ -1,0 +1,222 @@
+"""The decoding stage: wrappers around engine lines, undone before any engine parser runs.
+
+On disk in production an engine's lines arrive inside other formats: a container runtime's
+records (CRI, docker json-file), a log system's (journald, syslog), a JSON formatter, a
+`docker logs --timestamps` time, a compose service prefix, colour codes, an unknown prefix.
+Each format is one small module here with the same seam:
+
+    NAME: str; DOC: str                      # the name stored in the manifest; one line for docs
+    JOINS: bool                              # whether it joins fragments into one line
+    def sniff(texts: list[str]) -> float     # share of the sample lines in this format
+    def decode(frame) -> frame               # logical lines in, logical lines out (_frame.py)
+
+`detect(sample)` finds a file's layers outside in by sampling its first lines (they nest:
+CRI around a compose prefix around colour codes). `wrap(parser, layers)` gives an object
+with the engine parser's contract (parsers/base.py) that decodes each chunk first, so the
+reading loop (pipeline/lines.py) and the engine parsers stay as they are: the engine parser
+sees plain engine lines; its events come back with the wrapper's columns (`wrapper_ts`,
+`stream`, `labels`), the wrapper's time where it is finer than the engine's (the engine's own
+kept in attrs `engine_ts`), and line spans mapped back onto physical lines.
+"""
+
+from __future__ import annotations
+
+import json
+from types import ModuleType
+
+import numpy as np
+import polars as pl
+
+from . import ansi, compose, cri, docker_json, docker_ts, journald, jsonfmt, prefix, syslog
+from ._frame import start
+
+# tried in this order at each depth; the first whose share of the sample reaches
+# SNIFF_THRESHOLD is the next layer (each format at most once per file)
+DECODERS: dict[str, ModuleType] = {
+    m.NAME: m for m in (docker_json, journald, cri, ansi, syslog, docker_ts, compose, jsonfmt, prefix)
+}
+SNIFF_THRESHOLD = 0.6
+MAX_DEPTH = 6
+# the docker json-file and CRI runtimes split lines longer than 16 KiB; a record-start
+# question about a window of lines needs this many more lines of look-back (pipeline/lines.py)
+FRAGMENT_LOOKBACK = 64
+
+
+def detect(sample: list[str]) -> tuple[str, ...]:
+    """The wrapper layers of a file, outside in, from the first lines of it."""
+    layers: list[str] = []
+    texts = sample
+    for _ in range(MAX_DEPTH):
+        for name, mod in DECODERS.items():
+            if name in layers:
+                continue
+            if mod.sniff(texts) >= SNIFF_THRESHOLD:
+                layers.append(name)
+                texts = decode_texts(texts, (name,))
+                break
+        else:
+            break
+    return tuple(layers)
+
+
+def decode(lines: pl.DataFrame, layers: tuple[str, ...]) -> pl.DataFrame:
+    """Physical lines (`line`, `text`) -> logical lines with the wrapper columns (_frame.py)."""
+    df = start(lines)
+    for name in layers:
+        df = DECODERS[name].decode(df)
+    return df
+
+
+def decode_texts(texts: list[str], layers: tuple[str, ...]) -> list[str]:
+    """The engine lines inside `texts` (engine detection reads these)."""
+    if not layers or not texts:
+        return list(texts)
+    lines = pl.DataFrame({"line": pl.int_range(1, len(texts) + 1, eager=True), "text": pl.Series(texts, dtype=pl.String)})
+    return decode(lines, layers)["text"].to_list()
+
+
+def wrap(parser, layers: tuple[str, ...] | list[str], labels: dict[str, str] | None = None):
+    """`parser` behind the decoders `layers` (the parser itself when there is nothing to
+    undo). `labels`: constant labels of the file (Kubernetes namespace, container...)."""
+    layers = tuple(layers or ())
+    unknown = [n for n in layers if n not in DECODERS]
+    if unknown:
+        raise ValueError(f"unknown wrapper format {unknown[0]!r}")
+    if not layers and not labels:
+        return parser
+    return DecodedParser(parser, layers, labels or {})
+
+
+class DecodedParser:
+    """An engine parser behind a file's wrapper layers, with the parser contract."""
+
+    def __init__(self, parser, layers: tuple[str, ...], labels: dict[str, str]):
+        self.parser = parser
+        self.layers = layers
+        self.labels = labels
+        self.NAME = parser.NAME
+        self.CARRY_FORWARD = getattr(parser, "CARRY_FORWARD", ())
+        lookback = getattr(parser, "RECORD_LOOKBACK", None)
+        joins = any(DECODERS[n].JOINS for n in layers)
+        if lookback is not None:
+            self.RECORD_LOOKBACK = lookback + (FRAGMENT_LOOKBACK if joins else 0)
+
+    def __getattr__(self, name: str):
+        return getattr(self.parser, name)
+
+    def detect(self, lines: list[str]) -> float:
+        return self.parser.detect(decode_texts(lines, self.layers))
+
+    def record_starts(self, text: pl.Series) -> pl.Series:
+        """Per physical line: a logical line's first fragment where the engine starts a
+        record there; an unfinished last line always counts as a start, so the reader holds
+        it back until its last fragment has been written."""
+        n = len(text)
+        lines = pl.DataFrame({"line": pl.int_range(1, n + 1, eager=True), "text": text.cast(pl.String)})
+        dec = decode(lines, self.layers)
+        starts = self.parser.record_starts(dec["text"]).fill_null(True).to_numpy().astype(bool)
+        if dec.height and bool(dec["_open"][-1]):
+            starts[-1] = True
+        if dec.height == n:
+            return pl.Series("starts", starts)
+        out = np.zeros(n, dtype=bool)
+        out[dec["line"].to_numpy() - 1] = starts
+        return pl.Series("starts", out)
+
+    def parse(self, lines: pl.DataFrame, ctx) -> pl.DataFrame:
+        dec = decode(lines, self.layers)
+        if dec.height == 0:
+            return self.parser.parse(lines, ctx)
+        first = int(lines["line"][0])
+        joined = dec.height != lines.height
+        # the engine parser numbers logical lines consecutively; spans are mapped back below
+        view = dec.select(pl.int_range(first, first + dec.height, dtype=pl.Int64).alias("line"), "text")
+        events = self.parser.parse(view, ctx)
+        if events.height == 0:
+            return events
+        return apply_wrapper(events, dec, first, joined, self.labels)
+
+
+def apply_wrapper(events: pl.DataFrame, dec: pl.DataFrame, first: int, joined: bool, labels: dict[str, str]) -> pl.DataFrame:
+    """Give each event its line's wrapper columns, the wrapper's time where it is finer than
+    the engine's, and (when fragments were joined) spans over physical lines."""
+    idx = (events["line"] - first).cast(pl.Int64)
+    if "n_lines" in events.columns:
+        span = events["n_lines"].fill_null(1).cast(pl.Int64)
+    else:
+        span = pl.Series(np.ones(events.height, dtype=np.int64))
+    label_cols = sorted(c for c in dec.columns if c.startswith("_lab_"))
+    side = dec.select(
+        pl.col("_wts"), pl.col("_stream"), pl.col("_pre"),
+        _labels_expr(label_cols, labels).alias("_labels"),
+    )
+    cols = {c: side[c].gather(idx) for c in side.columns}
+    events = events.with_columns(
+        cols["_wts"].alias("wrapper_ts"), cols["_stream"].alias("stream"), cols["_labels"].alias("labels"),
+        cols["_pre"].alias("_pre"),
+    )
+    if joined:
+        phys = dec["line"].cast(pl.Int64)
+        ends = (phys + dec["_n"].cast(pl.Int64))
+        start_at = phys.gather(idx)
+        end_at = ends.gather(idx + span - 1)
+        events = events.with_columns(start_at.alias("line"), (end_at - start_at).cast(pl.Int32).alias("n_lines"))
+    return _wrapper_time(events)
+
+
+def _labels_expr(cols: list[str], constant: dict[str, str]) -> pl.Expr:
+    from ..base import attrs_json
+
+    if not cols and not constant:
+        return pl.lit(None, pl.String)
+    fields = {k: pl.lit(v, pl.String) for k, v in sorted(constant.items())}
+    fields |= {c.removeprefix("_lab_"): pl.col(c) for c in cols}
+    return attrs_json(**fields)
+
+
+def _wrapper_time(events: pl.DataFrame) -> pl.DataFrame:
+    """The event takes the wrapper's time when the engine's is missing, has no year, or has
+    whole seconds only; the engine's own time is then kept in attrs `engine_ts`."""
+    from ..base import _as_utc
+
+    cols = events.columns
+    wts = pl.col("wrapper_ts")
+    own = _as_utc(pl.col("ts"), events.schema["ts"]) if "ts" in cols else pl.lit(None, pl.Datetime("us", "UTC"))
+    noyear = pl.col("ts_noyear") if "ts_noyear" in cols else pl.lit(None, pl.Datetime("us"))
+    coarse = own.is_null() | (own.dt.microsecond() == 0)
+    take = wts.is_not_null() & coarse
+    engine_ts = (
+        pl.when(own.is_not_null()).then(own.dt.strftime("%Y-%m-%dT%H:%M:%S%.fZ"))
+        .when(noyear.is_not_null()).then(noyear.dt.strftime("%m-%d %H:%M:%S"))
+    )
+    extra = {"engine_ts": pl.when(take).then(engine_ts), "prefix": pl.col("_pre")}
+    events = events.with_columns(
+        pl.when(take).then(wts.dt.cast_time_unit("us")).otherwise(own).alias("ts"),
+        pl.when(take).then(None).otherwise(noyear).alias("ts_noyear"),
+        _merge_attrs(events, extra).alias("attrs"),
+    )
+    return events.drop("_pre")
+
+
+def _merge_attrs(events: pl.DataFrame, extra: dict[str, pl.Expr]) -> pl.Expr:
+    """attrs (a JSON object string or null) with the members `extra` added (nulls left out)."""
+    from ..base import attrs_json
+
+    add = attrs_json(**extra)
+    if "attrs" not in events.columns:
+        return add
+    old = pl.col("attrs").cast(pl.String)
+    return (
+        pl.when(add.is_null()).then(old)
+        .when(old.is_null() | (old == "{}")).then(add)
+        .otherwise(pl.concat_str(old.str.strip_suffix("}"), pl.lit(","), add.str.strip_prefix("{")))
+    )
+
+
+def describe(layers: tuple[str, ...] | list[str]) -> str:
+    """`cri > compose > ansi`, or `plain`."""
+    return " > ".join(layers) if layers else "plain"
+
+
+def labels_json(labels: dict[str, str]) -> str | None:
+    return json.dumps(labels, sort_keys=True) if labels else None

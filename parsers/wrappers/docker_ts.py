@@ -1,0 +1,41 @@
+"""`docker logs --timestamps` / `kubectl logs --timestamps`: an RFC 3339 time with up to
+nanoseconds and one space before each line.
+
+    2026-06-10T14:23:45.123456789Z INFO 06-10 14:23:45 ...
+
+A TGI text line opens with its own RFC 3339 time followed by the level and a target
+(`2024-01-15T08:47:27.123Z  INFO text_generation_router: ...`): that time is the engine's
+header, not a wrapper, and is left alone."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ._frame import peel, share
+
+NAME = "docker-ts"
+DOC = "`docker logs --timestamps`, `kubectl logs --timestamps`: `<RFC 3339 time> <line>`"
+JOINS = False
+
+_TIME = r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]{1,9})?(?:Z|[+-][0-9]{2}:?[0-9]{2})"
+PATTERN = rf"(?P<_t>{_TIME}) "
+# an engine header made of a time and a level word followed by a target, not a wrapper
+_ENGINE = rf"^{_TIME}\s+(?:TRACE|DEBUG|INFO|WARN|WARNING|ERROR)\s+[^0-9\s]"
+
+
+def sniff(texts: list[str]) -> float:
+    s = pl.Series(texts, dtype=pl.String)
+    s = s.filter(s.str.len_bytes() > 0)
+    if len(s) == 0:
+        return 0.0
+    return float((s.str.contains(f"^{PATTERN}") & ~s.str.contains(_ENGINE)).mean())
+
+
+def decode(df: pl.DataFrame) -> pl.DataFrame:
+    engine = pl.col("text").str.contains(_ENGINE)
+    keep = df.select(engine.alias("_eng"))["_eng"]
+    if keep.any():
+        own = df.filter(keep)
+        rest = peel(df.filter(~keep), PATTERN, {"_t": "_wts"})
+        return pl.concat([own, rest], how="diagonal_relaxed").sort("line")
+    return peel(df, PATTERN, {"_t": "_wts"})
