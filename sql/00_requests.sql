@@ -15,7 +15,13 @@
 --   queue_s, ttft_s, tpot_s, inference_s, validation_s (s; only as logged, else null),
 --   queue_start_ts / inference_start_ts (UTC; when the request entered the batching queue and
 --   when its inference started, derived from exact TGI durations), source, line (first line
---   logged about the request).
+--   logged about the request),
+--   first_token_ts / last_token_ts (UTC; vLLM V1 with `--enable-log-outputs`: the first and
+--   last `streaming delta` line), n_deltas (streamed chunks logged), ttft_estimated (true
+--   when ttft_s / tpot_s were derived from log timestamps: first delta - arrival, (last delta
+--   - first delta) / (output tokens - 1)), time_resolution_s (s; the coarsest resolution of
+--   the timestamps a derived latency rests on: 1 for vLLM's own header, finer under a
+--   container wrapper or NIM's millisecond header).
 create or replace view requests as
 with
 
@@ -39,8 +45,14 @@ request_events as not materialized (
         tpot_s,
         inference_s,
         try_cast(try(json_extract_string(attrs, '$.validation_s')) as double) as validation_s,
+        -- folded `streaming delta` lines (request_output): deltas and the last one's offset
+        case when event = 'request_output' then try_cast(json_extract_string(attrs, '$.deltas') as bigint) end as deltas,
+        case when event = 'request_output' then
+            make_timestamptz(epoch_us(ts) + cast(round(coalesce(try_cast(json_extract_string(attrs, '$.last_delta_s') as double), 0) * 1e6) as bigint))
+        end as last_delta_ts,
     from events
     where event in ('request', 'request_arrived', 'request_finished', 'request_aborted')
+       or (event = 'request_output' and request_id is not null)
 ),
 
 -- a line without a request id (TGI's `Success`) is the whole story of its request: every
@@ -82,6 +94,11 @@ single as (
         make_timestamptz(inference_start_us) as inference_start_ts,
         source,
         line,
+        cast(null as timestamptz) as first_token_ts,
+        cast(null as timestamptz) as last_token_ts,
+        cast(null as bigint) as n_deltas,
+        false as ttft_estimated,
+        cast(null as double) as time_resolution_s,
     from (
         select
             *,
@@ -131,7 +148,11 @@ merged as (
         max(ts) filter (where event = 'request_finished') as finished_ts,
         max(ts) filter (where event = 'request_aborted') as aborted_ts,
         max(prompt_tokens) as prompt_tokens,
-        max(output_tokens) as output_tokens,
+        -- a finish line's count, else the tokens the streamed chunks listed
+        coalesce(
+            max(output_tokens) filter (where event <> 'request_output'),
+            sum(output_tokens) filter (where event = 'request_output')
+        ) as output_tokens,
         max(max_tokens) as max_tokens,
         max(e2e_s) as logged_e2e_s,
         max(queue_s) as queue_s,
@@ -141,6 +162,9 @@ merged as (
         max(validation_s) as validation_s,
         min(source) as source,
         min(line) as line,
+        min(ts) filter (where event = 'request_output') as first_token_ts,
+        max(last_delta_ts) as last_token_ts,
+        sum(deltas) as n_deltas,
     from keyed_events
     group by engine, instance, request_key
 ),
@@ -180,15 +204,33 @@ merged_final as (
             and status = 'finished'
             and arrival_ts is not null as e2e_estimated,
         queue_s,
-        ttft_s,
-        tpot_s,
+        coalesce(ttft_s, derived_ttft_s) as ttft_s,
+        coalesce(
+            tpot_s,
+            case when output_tokens > 1 and last_token_ts is not null
+                then (epoch(last_token_ts) - epoch(first_token_ts)) / (output_tokens - 1) end
+        ) as tpot_s,
         inference_s,
         validation_s,
         make_timestamptz(epoch_us(inference_start_ts) - cast(round(queue_s * 1e6) as bigint)) as queue_start_ts,
         inference_start_ts,
         source,
         line,
-    from merged_timed
+        first_token_ts,
+        last_token_ts,
+        n_deltas,
+        ttft_s is null and derived_ttft_s is not null as ttft_estimated,
+        case
+            when logged_e2e_s is not null and ttft_s is not null then null
+            when arrival_ts is null then null
+            when (epoch_us(arrival_ts) % 1000000 = 0) and (coalesce(epoch_us(first_token_ts), epoch_us(finish_ts), 0) % 1000000 = 0) then 1.0
+            when (epoch_us(arrival_ts) % 1000 = 0) and (coalesce(epoch_us(first_token_ts), epoch_us(finish_ts), 0) % 1000 = 0) then 0.001
+            else 0.000001
+        end as time_resolution_s,
+    from (
+        select *, epoch(first_token_ts) - epoch(arrival_ts) as derived_ttft_s,
+        from merged_timed
+    )
 ),
 
 final as (
