@@ -27,7 +27,7 @@ from .scenarios import SCENARIOS, Scenario, make_traffic, server_config
 from .truth import request_frame, state_frame, truth_requests
 
 ENGINES = ("vllm", "tgi", "trtllm")
-VARIANTS = {"vllm": ("v0", "v1"), "tgi": ("text", "json"), "trtllm": ("triton", "executor")}
+VARIANTS = {"vllm": ("v0", "v1", "v1_outputs"), "tgi": ("text", "json"), "trtllm": ("triton", "executor")}
 DEFAULT_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 DEFAULT_START = "2026-05-12T08:00:00Z"
 
