@@ -8,9 +8,10 @@ endpoint prints per request, from entrypoints/logger.py `log_outputs`:
   None, finish_reason: streaming_complete`;
 * the others: one `Generated response X: output: %r, output_token_ids: [...], finish_reason: F`.
 
-A real server logs one delta per engine step (one token each without speculative decoding);
-the writer caps a request's deltas at MAX_DELTAS and spreads its tokens over them, evenly
-in time from the first token to the finish, so the truth's TTFT and e2e are what the lines say.
+A real server logs one delta per streamed chunk: one token each by default, more with
+`--stream-interval` or speculative decoding. The writer streams at most MAX_DELTAS chunks per
+request, spreading its tokens over them evenly in time from the first token to the finish,
+so the truth's TTFT and e2e are what the lines say.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import polars as pl
 
 from .lines import Lines
 
-MAX_DELTAS = 64
+MAX_DELTAS = 128
 TOKEN_ID = "1734"  # the chunks' token ids carry no meaning here, only their count
 SRC = "logger.py:79"
 
