@@ -93,6 +93,11 @@ def _writer(engine: str):
 
 
 def _request_ids(engine: str, variant: str, name: str, rng: np.random.Generator, n: int) -> list[str]:
+    if engine == "vllm" and variant == "v1_outputs":
+        # a `vllm bench serve` run: its `--request-id-prefix` (default `bench-<8hex>-`) and
+        # the request's index, behind the chat endpoint's `chatcmpl-`
+        prefix = f"bench-{rng.bytes(4).hex()}-"
+        return [f"chatcmpl-{prefix}{i}" for i in range(n)]
     if engine == "vllm":
         hexes = rng.bytes(16 * n).hex()
         return [f"chatcmpl-{hexes[32 * i:32 * i + 32]}" for i in range(n)]
