@@ -85,7 +85,7 @@ def test_nim_text_header_is_dated_to_the_millisecond() -> None:
 
 def _ingest(tmp_path, name: str, lines: list[str]):
     logs = tmp_path / "logs"
-    logs.mkdir(exist_ok=True)
+    logs.mkdir(parents=True, exist_ok=True)
     (logs / name).write_text("\n".join(lines) + "\n")
     store = tmp_path / "store"
     ingest([logs / name], store, year=2026)
@@ -224,3 +224,15 @@ def test_output_logging_gives_e2e_ttft_tpot(tmp_path) -> None:
     ]
     lat = run(store, "select n_ttft, p50_ttft_s from latency_percentiles where n_ttft > 0")
     assert lat.rows() == [(2, 1.5)]
+
+
+def test_metric_availability_says_where_v1_latency_comes_from(tmp_path) -> None:
+    store = _ingest(tmp_path, "a.log", _output_log())
+    got = {r[0]: r[1:] for r in run(
+        store, "select metric, available, estimated, reason from metric_availability where engine = 'vllm'").rows()}
+    assert got["ttft_s"][:2] == (True, True) and "--enable-log-outputs" in got["ttft_s"][2]
+    assert got["e2e_s"][:2] == (True, True)
+    # without output logging the reason says what to turn on
+    store2 = _ingest(tmp_path / "b", "b.log", [stats(10, 1, 0, "CPU KV cache usage: 1.0%, ")])
+    ttft = run(store2, "select available, reason from metric_availability where engine = 'vllm' and metric = 'ttft_s'").row(0)
+    assert ttft[0] is False and "--enable-log-outputs" in ttft[1] and "client results" in ttft[1]
