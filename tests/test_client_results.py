@@ -142,3 +142,25 @@ def test_tail_ttft_is_explained_by_queueing() -> None:
     assert row["queueing_share_p99"] > 0.8
     assert row["slow_waiting_avg"] > 5 * max(row["all_waiting_avg"] / 10, 1)
     assert row["baseline_ttft_s"] < row["p50_ttft_s"] or row["baseline_ttft_s"] < 1.0
+
+
+def test_a_results_file_alone_is_a_request_source(tmp_path) -> None:
+    obj = {"date": "20260512-080100", "endpoint_type": "openai-chat", "label": None, "model_id": "tiny",
+           "tokenizer_id": "tiny", "num_prompts": 3, "duration": 60.0, "completed": 2,
+           "input_lens": [10, 11, 12], "output_lens": [4, 0, 3], "ttfts": [0.5, 0.0, 2.25],
+           "itls": [[0.1, 0.1, 0.2], [], [0.3, 0.3]], "start_times": [1000.0, 1001.5, 1030.0],
+           "generated_texts": ["a", "", "b"], "errors": ["", "ServerDisconnectedError", ""]}
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(obj))
+    _old(path)
+    ingest([path], tmp_path / "store")
+    got = run(tmp_path / "store", "select engine, status, arrival_ts, ttft_s, e2e_s, tpot_s, client_itl_s, client_error "
+                                  "from requests order by arrival_ts").rows()
+    t0 = dt.datetime(2026, 5, 12, 8, 0, 0, tzinfo=dt.timezone.utc)  # date - duration
+    assert [r[:2] for r in got] == [("client", "finished"), ("client", "aborted"), ("client", "finished")]
+    assert [r[2] for r in got] == [t0, t0 + dt.timedelta(seconds=1.5), t0 + dt.timedelta(seconds=30)]
+    assert [r[3] for r in got] == [0.5, None, 2.25]
+    assert got[0][4] == pytest.approx(0.9) and got[0][5] == pytest.approx(0.4 / 3) and got[2][6] == pytest.approx(0.3)
+    assert got[1][7] == "ServerDisconnectedError"
+    avail = dict(run(tmp_path / "store", "select metric, available from metric_availability where engine = 'client'").rows())
+    assert avail == {"e2e_s": True, "ttft_s": True, "tpot_s": True}
