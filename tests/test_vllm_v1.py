@@ -236,3 +236,23 @@ def test_metric_availability_says_where_v1_latency_comes_from(tmp_path) -> None:
     store2 = _ingest(tmp_path / "b", "b.log", [stats(10, 1, 0, "CPU KV cache usage: 1.0%, ")])
     ttft = run(store2, "select available, reason from metric_availability where engine = 'vllm' and metric = 'ttft_s'").row(0)
     assert ttft[0] is False and "--enable-log-outputs" in ttft[1] and "client results" in ttft[1]
+
+
+def test_data_parallel_engines_are_one_snapshot_of_the_instance(tmp_path) -> None:
+    lines = []
+    for k in range(1, 4):
+        lines.append(stats(10 * k, 4, 2 * k, "GPU KV cache usage: 10.0%, "))
+        lines.append(stats(10 * k, 5, 3 * k, "GPU KV cache usage: 30.0%, ", engine="Engine 001: "))
+    lines.append(stats(40, 1, 1, "GPU KV cache usage: 10.0%, "))  # engine 001 silent this time
+    store = _ingest(tmp_path, "dp.log", lines)
+    got = run(store, "select waiting from queue_depth order by ts")["waiting"].to_list()
+    assert got == [5, 10, 15, 1]
+    kv = run(store, "select kv_usage from kv_cache order by ts")["kv_usage"].to_list()
+    assert kv[:3] == [pytest.approx(0.2)] * 3
+    # an aggregated line, when printed, is the snapshot
+    store2 = _ingest(tmp_path / "agg", "agg.log", [
+        stats(10, 4, 2, "GPU KV cache usage: 10.0%, "),
+        stats(10, 5, 3, "GPU KV cache usage: 30.0%, ", engine="Engine 001: "),
+        stats(10, 9, 5, "GPU KV cache usage: 20.0%, ", engine="2 Engines Aggregated: "),
+    ])
+    assert run(store2, "select waiting, running from queue_depth join batch_fill using (engine, instance, ts)").rows() == [(5, 9)]
