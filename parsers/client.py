@@ -165,6 +165,14 @@ def _bench_date(value: object) -> dt.datetime | None:
         return None
 
 
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _aiperf(rec: pl.DataFrame) -> pl.DataFrame:
     val = {"value": pl.Float64, "unit": pl.String}
     schema = pl.Struct({
@@ -180,7 +188,15 @@ def _aiperf(rec: pl.DataFrame) -> pl.DataFrame:
         } | {"inter_chunk_latency": pl.Struct({"value": pl.List(pl.Float64), "unit": pl.String})}),
         "error": pl.Struct({"code": pl.Int64, "type": pl.String, "message": pl.String}),
     })
-    d = rec.with_columns(pl.col("text").str.json_decode(schema).alias("_j"))
+    try:
+        d = rec.with_columns(pl.col("text").str.json_decode(schema).alias("_j"))
+    except pl.exceptions.ComputeError:
+        # a cut or garbled record fails the whole decode: only then is each record checked
+        # (the bad ones become `unparsed`, kept whole)
+        good = pl.Series([_is_json(t) for t in rec["text"]], dtype=pl.Boolean)
+        decoded = rec.filter(good).select(pl.col("text").str.json_decode(schema).alias("_j"))["_j"]
+        d = rec.with_columns(pl.lit(None, schema).alias("_j"))
+        d = d.with_columns(d["_j"].scatter(good.arg_true(), decoded))
     md, mt, err = (pl.col("_j").struct.field(k) for k in ("metadata", "metrics", "error"))
 
     def metric_s(name: str) -> pl.Expr:
