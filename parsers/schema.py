@@ -98,6 +98,9 @@ EVENT_KINDS: dict[str, str] = {
     "error": "an ERROR/CRITICAL record, traceback or failure",
     "log": "a line the parser understood that carries no metrics",
     "unparsed": "a line the parser did not understand; kept whole in `message`",
+    "request_output": "streamed output of a request, folded (vLLM `--enable-log-outputs` `streaming delta` lines): with a request id, that request's chunks in one parsed chunk (`ts` = its first, attrs `deltas`, `last_delta_s`); without, the run of lines it covers (attrs `folded_lines`)",
+    "shutdown": "the server began or went through an orderly shutdown (signal received, `shutdown triggered`, application shutdown)",
+    "client_request": "one request as a benchmark client saw it (`vllm bench serve` results, genai-perf / AIPerf, GuideLLM): exact client-side TTFT, ITL and E2E",
 }
 
 LEVELS: tuple[str, ...] = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")

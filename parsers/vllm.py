@@ -65,20 +65,23 @@ _OUTER_HINT = rf"^(?:{RFC3339_RE}|[A-Za-z0-9][\w.-]*\s+\|)"
 _PROC_HINT = r"^[(\[]"
 _OUTER_FIELDS = ("rfc", "svc", "rfc2")
 _PROC_FIELDS = ("trank", "pname", "pname2", "prank", "pid", "ip")
-# the vLLM header; ASCII classes keep the automaton small
+# the vLLM header; ASCII classes keep the automaton small. NVIDIA NIM's text formatter
+# prints the date with its year and milliseconds: `INFO 2025-09-10 16:32:05.957 metrics.py:386] `
 _HDR = (
-    rf"(?P<hh>(?P<level>{_LEVEL}) +(?P<md>[0-9]{{2}}-[0-9]{{2}}) +"
-    r"(?P<hms>[0-9]{2}:[0-9]{2}:[0-9]{2})(?:[.,][0-9]+)? +\[?(?P<srcline>(?P<src>[A-Za-z0-9_./-]+\.py):"
+    rf"(?P<hh>(?P<level>{_LEVEL}) +(?P<md>(?:[0-9]{{4}}-)?[0-9]{{2}}-[0-9]{{2}}) +"
+    r"(?P<hms>[0-9]{2}:[0-9]{2}:[0-9]{2})(?P<frac>[.,][0-9]+)? +\[?(?P<srcline>(?P<src>[A-Za-z0-9_./-]+\.py):"
     r"(?P<lineno>[0-9]+))\] ?)"
 )
-_HDR_FIELDS = ("hh", "level", "md", "hms", "srcline", "src", "lineno")
+_HDR_FIELDS = ("hh", "level", "md", "hms", "frac", "srcline", "src", "lineno")
 # _HDR with any file name: the source file's run of characters ends at the `:` anyway, and
 # without `\.py` inside it the pattern is one-pass, which halves the cost of its captures;
 # a file name not ending in `.py` (after one character at least) is then no header
 _HDR_ANY_FILE = _HDR.replace(r"(?P<src>[A-Za-z0-9_./-]+\.py)", r"(?P<src>[A-Za-z0-9_./-]+)")
 assert _HDR_ANY_FILE != _HDR
-_LEVEL_TIME = rf"(?:{_LEVEL}) +[0-9]{{2}}-[0-9]{{2}} "
-_HDR_ANYWHERE = rf"(?:^|[ \t)|\]:>])(?:{_LEVEL}) +[0-9]{{2}}-[0-9]{{2}} +[0-9]{{2}}:[0-9]{{2}}:[0-9]{{2}}"
+_LEVEL_TIME = rf"(?:{_LEVEL}) +(?:[0-9]{{4}}-)?[0-9]{{2}}-[0-9]{{2}} "
+_HDR_ANYWHERE = (
+    rf"(?:^|[ \t)|\]:>])(?:{_LEVEL}) +(?:[0-9]{{4}}-)?[0-9]{{2}}-[0-9]{{2}} +[0-9]{{2}}:[0-9]{{2}}:[0-9]{{2}}"
+)
 # behind an arbitrary prefix (journald, Buildkite, TorchServe...): the level must open the
 # text or follow a separator
 _HDR_AFTER = r"^(?P<hpre>(?:.*?[ \t)|\]:>])?)" + _HDR
@@ -88,7 +91,7 @@ _CHAINED = r"^(?:The above exception was the direct cause|During handling of the
 _TRACEBACK = "Traceback (most recent call last)"
 
 _ANATOMY_COLS = (
-    "rfc", "svc", "pname", "prank", "pid", "ip", "trank", "level", "md", "hms", "src",
+    "rfc", "svc", "pname", "prank", "pid", "ip", "trank", "level", "md", "hms", "frac", "src",
     "lineno", "srcline", "has_hdr", "body", "m", "cont",
 )
 
@@ -345,7 +348,7 @@ def _records(df: pl.DataFrame) -> pl.DataFrame:
 
 # event families: each is computed on its own rows only, so a million stats lines never pay
 # for the request regexes and vice versa
-_FAMILIES = ("stats", "iter", "cap", "req", "req_plain", "preempt", "note", "access", "other")
+_FAMILIES = ("stats", "iter", "cap", "delta", "req", "req_plain", "preempt", "note", "access", "other")
 
 
 def _family() -> pl.Expr:
@@ -355,6 +358,7 @@ def _family() -> pl.Expr:
         pl.when((hdr | bare) & F.IS_STATS).then(pl.lit("stats"))
         .when(hdr & F.IS_ITERATION).then(pl.lit("iter"))
         .when((hdr | bare) & F.IS_CAPACITY).then(pl.lit("cap"))
+        .when(hdr & F.IS_GEN_DELTA).then(pl.lit("delta"))
         .when(hdr & F.IS_REQUEST).then(pl.lit("req"))
         .when(hdr & F.IS_PREEMPT).then(pl.lit("preempt"))
         .when(hdr & (F.IS_BATCH_NOTE | F.IS_GEN_NOTE)).then(pl.lit("note"))
@@ -379,6 +383,7 @@ def _families(rec: pl.DataFrame) -> pl.Series:
     cold = (
         pl.when(hdr & F.IS_ITERATION).then(pl.lit("iter"))
         .when(hdr & F.IS_PLAIN_REQUEST).then(pl.lit("req_plain"))
+        .when(hdr & F.IS_GEN_DELTA).then(pl.lit("delta"))
         .when(hdr & F.IS_REQUEST).then(pl.lit("req"))
         .when(hdr & F.IS_PREEMPT).then(pl.lit("preempt"))
         .when(hdr & (F.IS_BATCH_NOTE | F.IS_GEN_NOTE)).then(pl.lit("note"))
@@ -468,7 +473,9 @@ def _family_frame(fam: str, sub: pl.DataFrame) -> pl.DataFrame:
             pl.when(F.IS_RECEIVED | F.IS_ADDED).then(pl.lit("request_arrived"))
             .when(F.IS_FINISHED).then(pl.lit("request_finished"))
             .when(F.IS_ABORTED).then(pl.lit("request_aborted"))
-            .otherwise(pl.lit("log"))  # `Request X details:` / `Generated response X:`
+            # the answer of a non-streaming request, or the end of a stream
+            .when(F.IS_GEN_END).then(pl.lit("request_finished"))
+            .otherwise(pl.lit("log"))  # `Request X details:`, `Generated response X details:`
         )
         cols = {"event": kind, **rq}
         if sub.select(F.IS_ABORTED.any()).item():
@@ -515,6 +522,7 @@ def _family_frame(fam: str, sub: pl.DataFrame) -> pl.DataFrame:
         )
         kind = (
             pl.when(error).then(pl.lit("error"))
+            .when(m.str.contains(F.SHUTDOWN)).then(pl.lit("shutdown"))
             .when(hdr | is_uv | is_pylog | pl.col("pname").is_not_null()).then(pl.lit("log"))
             .otherwise(pl.lit("unparsed"))
         )
@@ -546,10 +554,72 @@ def _family_frame(fam: str, sub: pl.DataFrame) -> pl.DataFrame:
     return _with_attrs(sub, list(fields))
 
 
+def _fold_deltas(sub: pl.DataFrame) -> pl.DataFrame:
+    """The `streaming delta` lines of a chunk, folded (one stored event per line would be
+    most of a log with output logging on: ~75 per request).
+
+    A run of consecutive delta lines is one span, carried by one `request_output` event
+    without a request id (`folded_lines` in attrs). Each request's deltas in the chunk
+    become one `request_output` event with its id, sharing the span of the run holding its
+    first delta: `ts` is that first delta (the first token out), attrs `deltas` (lines),
+    `last_delta_s` (s from the first to the last), `finish_reason` (the last chunk's), and
+    `output_tokens` the tokens the chunks listed (null when the lines list none)."""
+    d = sub.with_columns(**F.delta_columns())
+    # one clock for the offsets: the wrapper's when it is there, else the header's
+    t = pl.coalesce(pl.col("ts").dt.replace_time_zone(None), pl.col("ts_noyear"))
+    runs = d.group_by("_run", maintain_order=True).agg(
+        pl.col("line").min(),
+        pl.col("n_lines").sum().cast(pl.Int32),
+        pl.len().alias("_folded"),
+        pl.col("ts").first(),
+        pl.col("ts_noyear").first(),
+        pl.col("level").first(),
+    )
+    carriers = runs.select(
+        "line", "n_lines", "ts", "ts_noyear", "level",
+        pl.lit("request_output").alias("event"),
+        pl.lit(None, pl.String).alias("request_id"),
+        pl.lit(None, pl.Int64).alias("output_tokens"),
+        pl.format("{} streaming delta lines", pl.col("_folded")).alias("message"),
+        attrs_column(runs.select(pl.col("_folded").alias("folded_lines")), ["folded_lines"]),
+    )
+    per_req = (
+        d.filter(pl.col("request_id").is_not_null())
+        .with_columns(t.alias("_t"))
+        .group_by("request_id", maintain_order=True)
+        .agg(
+            pl.col("_run").first(),
+            pl.col("ts").min(),
+            pl.col("ts_noyear").min(),
+            pl.col("level").first(),
+            pl.len().alias("deltas"),
+            ((pl.col("_t").max() - pl.col("_t").min()).dt.total_microseconds() / 1e6).alias("last_delta_s"),
+            pl.col("_tokens").sum().alias("output_tokens"),
+            pl.col("_tokens").is_not_null().any().alias("_listed"),
+            pl.col("_finish").filter(pl.col("_finish") != "None").last().alias("finish_reason"),
+        )
+    )
+    per_req = per_req.join(runs.select("_run", "line", "n_lines"), on="_run", how="left", maintain_order="left")
+    fields = ["deltas", "last_delta_s", "finish_reason"]
+    summaries = per_req.select(
+        "line", "n_lines", "ts", "ts_noyear", "level",
+        pl.lit("request_output").alias("event"),
+        "request_id",
+        pl.when(pl.col("_listed")).then(pl.col("output_tokens")).alias("output_tokens"),
+        pl.lit(None, pl.String).alias("message"),
+        attrs_column(per_req, fields),
+    )
+    return pl.concat([carriers, summaries], how="vertical_relaxed")
+
+
 def _events(rec: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     rec = rec.with_columns(_families(rec), *_times(rec))
+    if (rec["_fam"] == "delta").any():
+        # runs of consecutive records of one family: a delta run folds into one span
+        fam = pl.col("_fam")
+        rec = rec.with_columns((fam != fam.shift(1)).fill_null(True).cum_sum().alias("_run"))
     parts = [
-        _family_frame(fam, part)
+        _fold_deltas(part) if fam == "delta" else _family_frame(fam, part)
         for (fam,), part in rec.partition_by("_fam", as_dict=True, maintain_order=True).items()
     ]
     out = pl.concat(parts, how="diagonal_relaxed").sort("line")
@@ -568,7 +638,8 @@ def _events(rec: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
 
 
 def _times(rec: pl.DataFrame) -> list[pl.Expr]:
-    """`ts` from the wrapper's RFC 3339 time, `ts_noyear` from the vLLM header."""
+    """`ts` from the wrapper's RFC 3339 time (else a header that prints its year, NIM's),
+    `ts_noyear` from the vLLM header."""
     rfc = pl.col("rfc")
     ts = pl.lit(None, pl.Datetime("us", "UTC"))
     if rec["rfc"].null_count() < rec.height:
@@ -577,9 +648,19 @@ def _times(rec: pl.DataFrame) -> list[pl.Expr]:
         # rewrites rfc3339_to_ts makes to bring other forms to one format
         if rec.select((rfc.str.ends_with("Z") & ~rfc.str.contains(",", literal=True)).all()).item():
             ts = rfc.str.to_datetime("%Y-%m-%dT%H:%M:%S%.fZ", time_unit="us", time_zone="UTC", strict=False)
+    md = pl.col("md")
+    if rec.select((md.str.len_bytes() == 10).any()).item():
+        frac = pl.col("frac").fill_null("").str.replace(",", ".", literal=True)
+        dated = pl.when(md.str.len_bytes() == 10).then(
+            pl.concat_str([md, pl.lit(" "), pl.col("hms"), frac])
+            .str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="us", strict=False)
+            .dt.replace_time_zone("UTC")
+        )
+        ts = pl.coalesce(ts, dated)
+        md = pl.when(md.str.len_bytes() == 5).then(md)
     return [
         ts.alias("ts"),
-        pl.concat_str([pl.lit("2000-"), pl.col("md"), pl.lit(" "), pl.col("hms")])
+        pl.concat_str([pl.lit("2000-"), md, pl.lit(" "), pl.col("hms")])
         .str.to_datetime("%Y-%m-%d %H:%M:%S", time_unit="us", strict=False)
         .alias("ts_noyear"),
     ]

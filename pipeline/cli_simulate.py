@@ -27,7 +27,7 @@ def simulate_cmd(
         help="number of servers (scenario default if unset)")] = None,
     model: Annotated[Optional[str], typer.Option(help="model name the logs mention")] = None,
     variant: Annotated[Optional[str], typer.Option(
-        help="log format: vllm v0|v1, tgi text|json, trtllm triton|executor")] = None,
+        help="log format: vllm v0|v1|v1_outputs, tgi text|json, trtllm triton|executor")] = None,
     docker_timestamps: Annotated[bool, typer.Option(
         "--docker-timestamps",
         help="prefix every line with an RFC 3339 ns time, as `docker logs --timestamps`")] = False,

@@ -16,6 +16,8 @@ from typing import Any
 
 import duckdb
 
+from . import report_queueing
+
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 
 
@@ -179,6 +181,7 @@ def build_report(
         "first_ts": min((r["first_ts"] for r in found), default=None),
         "last_ts": max((r["last_ts"] for r in found), default=None),
         "instances": instances,
+        "tail_latency": report_queueing.tail_latency(con, instance),
     }
 
 
@@ -367,6 +370,7 @@ def to_markdown(report: dict[str, Any]) -> str:
         else:
             out.append("- No signal fired: nothing to change on the evidence of these logs.")
         out.append("")
+    out += report_queueing.tail_latency_markdown(report.get("tail_latency"))
     return "\n".join(out)
 
 

@@ -15,7 +15,22 @@
 --   queue_s, ttft_s, tpot_s, inference_s, validation_s (s; only as logged, else null),
 --   queue_start_ts / inference_start_ts (UTC; when the request entered the batching queue and
 --   when its inference started, derived from exact TGI durations), source, line (first line
---   logged about the request).
+--   logged about the request),
+--   first_token_ts / last_token_ts (UTC; vLLM V1 with `--enable-log-outputs`: the first and
+--   last `streaming delta` line), n_deltas (streamed chunks logged), ttft_estimated (true
+--   when ttft_s / tpot_s were derived from log timestamps: first delta - arrival, (last delta
+--   - first delta) / (output tokens - 1)), time_resolution_s (s; the coarsest resolution of
+--   the timestamps a derived latency rests on: 1 for vLLM's own header, finer under a
+--   container wrapper or NIM's millisecond header),
+--   client_* (what a benchmark client measured for the request, exact to its clock; null when
+--   no client results file names it): client_source, client_index (its position in the run),
+--   client_match ('id': by request id, the server's `chatcmpl-<id>` / `cmpl-<id>-0`;
+--   'index_time': by the index ending the server's id, `--request-id-prefix` unknown, and
+--   the arrival time), client_start_ts (UTC), client_ttft_s, client_itl_s (mean inter-token
+--   latency), client_itl_max_s, client_e2e_s, client_tpot_s (s), client_error;
+--   waiting_at_arrival / running_at_arrival (requests; the last engine_stats line before a
+--   client-matched request arrived). A client request no server log accounts for is a row
+--   of its own with engine 'client' (status 'finished', or 'aborted' when the client saw it fail; its latencies the client's).
 create or replace view requests as
 with
 
@@ -39,8 +54,14 @@ request_events as not materialized (
         tpot_s,
         inference_s,
         try_cast(try(json_extract_string(attrs, '$.validation_s')) as double) as validation_s,
+        -- folded `streaming delta` lines (request_output): deltas and the last one's offset
+        case when event = 'request_output' then try_cast(json_extract_string(attrs, '$.deltas') as bigint) end as deltas,
+        case when event = 'request_output' then
+            make_timestamptz(epoch_us(ts) + cast(round(coalesce(try_cast(json_extract_string(attrs, '$.last_delta_s') as double), 0) * 1e6) as bigint))
+        end as last_delta_ts,
     from events
     where event in ('request', 'request_arrived', 'request_finished', 'request_aborted')
+       or (event = 'request_output' and request_id is not null)
 ),
 
 -- a line without a request id (TGI's `Success`) is the whole story of its request: every
@@ -82,6 +103,11 @@ single as (
         make_timestamptz(inference_start_us) as inference_start_ts,
         source,
         line,
+        cast(null as timestamptz) as first_token_ts,
+        cast(null as timestamptz) as last_token_ts,
+        cast(null as bigint) as n_deltas,
+        false as ttft_estimated,
+        cast(null as double) as time_resolution_s,
     from (
         select
             *,
@@ -131,7 +157,11 @@ merged as (
         max(ts) filter (where event = 'request_finished') as finished_ts,
         max(ts) filter (where event = 'request_aborted') as aborted_ts,
         max(prompt_tokens) as prompt_tokens,
-        max(output_tokens) as output_tokens,
+        -- a finish line's count, else the tokens the streamed chunks listed
+        coalesce(
+            max(output_tokens) filter (where event <> 'request_output'),
+            sum(output_tokens) filter (where event = 'request_output')
+        ) as output_tokens,
         max(max_tokens) as max_tokens,
         max(e2e_s) as logged_e2e_s,
         max(queue_s) as queue_s,
@@ -141,6 +171,9 @@ merged as (
         max(validation_s) as validation_s,
         min(source) as source,
         min(line) as line,
+        min(ts) filter (where event = 'request_output') as first_token_ts,
+        max(last_delta_ts) as last_token_ts,
+        sum(deltas) as n_deltas,
     from keyed_events
     group by engine, instance, request_key
 ),
@@ -180,21 +213,156 @@ merged_final as (
             and status = 'finished'
             and arrival_ts is not null as e2e_estimated,
         queue_s,
-        ttft_s,
-        tpot_s,
+        coalesce(ttft_s, derived_ttft_s) as ttft_s,
+        coalesce(
+            tpot_s,
+            case when output_tokens > 1 and last_token_ts is not null
+                then (epoch(last_token_ts) - epoch(first_token_ts)) / (output_tokens - 1) end
+        ) as tpot_s,
         inference_s,
         validation_s,
         make_timestamptz(epoch_us(inference_start_ts) - cast(round(queue_s * 1e6) as bigint)) as queue_start_ts,
         inference_start_ts,
         source,
         line,
-    from merged_timed
+        first_token_ts,
+        last_token_ts,
+        n_deltas,
+        ttft_s is null and derived_ttft_s is not null as ttft_estimated,
+        case
+            when logged_e2e_s is not null and ttft_s is not null then null
+            when arrival_ts is null then null
+            when (epoch_us(arrival_ts) % 1000000 = 0) and (coalesce(epoch_us(first_token_ts), epoch_us(finish_ts), 0) % 1000000 = 0) then 1.0
+            when (epoch_us(arrival_ts) % 1000 = 0) and (coalesce(epoch_us(first_token_ts), epoch_us(finish_ts), 0) % 1000 = 0) then 0.001
+            else 0.000001
+        end as time_resolution_s,
+    from (
+        select *, epoch(first_token_ts) - epoch(arrival_ts) as derived_ttft_s,
+        from merged_timed
+    )
 ),
 
 final as (
     select * from single
     union all
     select * from merged_final
+),
+
+-- what benchmark clients measured (engine `client`: `vllm bench serve --save-detailed`, AIPerf)
+client_events as (
+    select
+        instance as client_instance,
+        source as client_source,
+        line as client_line,
+        request_id as client_id,
+        try_cast(json_extract_string(attrs, '$.index') as bigint) as client_index,
+        ts as client_start_ts,
+        ttft_s as client_ttft_s,
+        try_cast(json_extract_string(attrs, '$.itl_s') as double) as client_itl_s,
+        try_cast(json_extract_string(attrs, '$.itl_max_s') as double) as client_itl_max_s,
+        e2e_s as client_e2e_s,
+        tpot_s as client_tpot_s,
+        case when json_extract_string(attrs, '$.success') = 'false' then coalesce(message, 'failed') end as client_error,
+        model, prompt_tokens, output_tokens,
+    from events
+    where event = 'client_request'
+),
+
+-- the ids a server logs for a client's id K: the chat endpoint's `chatcmpl-K`, the
+-- completions endpoint's `cmpl-K-0` (one per prompt), or K itself
+client_ids as (
+    select *, unnest([client_id, 'chatcmpl-' || client_id, 'cmpl-' || client_id || '-0', 'cmpl-' || client_id]) as server_id,
+    from client_events
+    where client_id is not null
+),
+
+by_id as (
+    select c.* exclude (server_id), s.engine, s.instance, s.request_key, s.arrival_ts, 'id' as client_match,
+    from client_ids as c
+    join merged_final as s on s.request_id = c.server_id
+),
+
+-- a client that does not know its ids (vllm bench leaves `--request-id-prefix` out of its
+-- results) sent request i as `<prefix>i`: the server request of the same index that
+-- arrived closest to the client's start, within the run (its start placed to the second)
+client_runs as (
+    select client_source, min(client_start_ts) - interval 3 second as lo, max(client_start_ts) + interval 3 second as hi,
+    from client_events
+    where client_id is null and client_start_ts is not null
+    group by all
+),
+
+by_index as (
+    select c.*, s.engine, s.instance, s.request_key, s.arrival_ts, 'index_time' as client_match,
+    from client_events as c
+    join client_runs as r on r.client_source = c.client_source
+    join merged_final as s
+        on s.arrival_ts between r.lo and r.hi
+        and try_cast(
+            case when starts_with(s.request_id, 'cmpl-') then regexp_extract(s.request_id, '-(\d+)-0$', 1)
+                else regexp_extract(s.request_id, '-(\d+)$', 1) end as bigint
+        ) = c.client_index
+    where c.client_id is null
+    qualify row_number() over (
+        partition by c.client_source, c.client_line, c.client_index
+        order by abs(epoch(s.arrival_ts) - epoch(c.client_start_ts))
+    ) = 1
+),
+
+matched as (
+    select * from by_id
+    union all
+    select * from by_index
+),
+
+-- the queue the engine reported last before each matched request arrived
+stats_series as (
+    select engine, instance, ts, waiting, running from events where event = 'engine_stats' and ts is not null
+),
+
+matched_queue as (
+    select m.*, q.waiting as waiting_at_arrival, q.running as running_at_arrival,
+    from matched as m
+    asof left join stats_series as q on q.engine = m.engine and q.instance = m.instance and m.arrival_ts >= q.ts
+),
+
+client_cols as (
+    select
+        engine, instance, request_key,
+        client_source, client_index, client_match, client_start_ts, client_ttft_s, client_itl_s,
+        client_itl_max_s, client_e2e_s, client_tpot_s, client_error, waiting_at_arrival, running_at_arrival,
+    from matched_queue
+),
+
+with_client as (
+    select f.*, c.* exclude (engine, instance, request_key),
+    from final as f
+    left join client_cols as c on c.engine = f.engine and c.instance = f.instance and c.request_key = f.request_key
+),
+
+-- a client request no server log accounts for is a request of its own (engine `client`)
+client_only as (
+    select
+        'client' as engine, c.client_instance as instance, c.model, c.client_id as request_id,
+        coalesce(c.client_id, c.client_source || ':' || c.client_line || ':' || c.client_index) as request_key,
+        c.client_start_ts as arrival_ts,
+        make_timestamptz(epoch_us(c.client_start_ts) + cast(round(c.client_e2e_s * 1e6) as bigint)) as finish_ts,
+        case when c.client_error is null then 'finished' else 'aborted' end as status,
+        c.prompt_tokens, c.output_tokens, cast(null as bigint) as max_tokens,
+        c.client_e2e_s as e2e_s, false as e2e_estimated, cast(null as double) as queue_s,
+        c.client_ttft_s as ttft_s, c.client_tpot_s as tpot_s, cast(null as double) as inference_s,
+        cast(null as double) as validation_s, cast(null as timestamptz) as queue_start_ts,
+        cast(null as timestamptz) as inference_start_ts, c.client_source as source, c.client_line as line,
+        cast(null as timestamptz) as first_token_ts, cast(null as timestamptz) as last_token_ts,
+        cast(null as bigint) as n_deltas, false as ttft_estimated, cast(null as double) as time_resolution_s,
+        c.client_source, c.client_index, cast(null as varchar) as client_match, c.client_start_ts, c.client_ttft_s,
+        c.client_itl_s, c.client_itl_max_s, c.client_e2e_s, c.client_tpot_s, c.client_error,
+        cast(null as bigint) as waiting_at_arrival, cast(null as bigint) as running_at_arrival,
+    from client_events as c
+    anti join matched as m on m.client_source = c.client_source and m.client_line = c.client_line
+        and m.client_index is not distinct from c.client_index
 )
 
-select * from final
+select * from with_client
+union all
+select * from client_only

@@ -11,6 +11,11 @@
 --   e.g. TensorRT-LLM "Max Request Count" / maxNumActiveRequests in attrs
 --   `max_request_count`), preemptions (count the line reports, attrs
 --   `preemptions`; null when the line has no such field), source, line.
+-- Data parallel (vLLM `Engine 000:`, `Engine 001:` ... lines of one instance, printed together
+--   each interval): the engines' lines of one second are one snapshot of the instance, running
+--   / waiting / swapped / throughput summed and KV usage averaged; where the instance also
+--   prints `N Engines Aggregated:`, that line is the snapshot and the per-engine ones are left
+--   out.
 create or replace view engine_stats as
 with
 
@@ -47,8 +52,46 @@ snapshots as (
         try_cast(try(json_extract_string(attrs, '$.preemptions')) as bigint) as preemptions,
         source,
         line,
+        -- the data-parallel engine a vLLM stats line is about (null: the only one, or an
+        -- aggregate of all); -1 marks an `N Engines Aggregated:` line
+        case when engine = 'vllm' and event = 'engine_stats' and attrs like '%"engine%' then coalesce(
+            try_cast(json_extract_string(attrs, '$.engine_index') as bigint),
+            case when json_extract_string(attrs, '$.engines_aggregated') is not null then -1 end
+        ) end as engine_index,
     from state_events
     where ts is not null
+),
+
+-- seconds of an instance in which a second data-parallel engine (index > 0) or an aggregate
+-- reported: only those rows are regrouped
+dp_seconds as (
+    select engine, instance, ts, bool_or(engine_index = -1) as has_aggregate,
+    from snapshots
+    where engine_index is not null
+    group by engine, instance, ts
+    having max(engine_index) > 0 or bool_or(engine_index = -1)
+),
+
+dp_folded as (
+    select
+        s.ts, s.engine, s.instance, any_value(s.model) as model, 'engine_stats' as kind,
+        sum(s.running) as running, sum(s.waiting) as waiting, sum(s.swapped) as swapped,
+        sum(s.batch_size) as batch_size, sum(s.batch_tokens) as batch_tokens,
+        avg(s.kv_usage) as kv_usage, sum(s.kv_blocks_used) as kv_blocks_used, sum(s.kv_blocks_total) as kv_blocks_total,
+        sum(s.prompt_tps) as prompt_tps, sum(s.gen_tps) as gen_tps, sum(s.max_num_seqs) as max_num_seqs,
+        sum(s.preemptions) as preemptions, min(s.source) as source, min(s.line) as line, cast(null as bigint) as engine_index,
+    from snapshots as s
+    join dp_seconds as d using (engine, instance, ts)
+    where s.kind = 'engine_stats' and s.engine_index >= 0 and not d.has_aggregate
+    group by s.engine, s.instance, s.ts
+),
+
+snapshots_dp as (
+    select s.* from snapshots as s
+    anti join dp_seconds as d on d.engine = s.engine and d.instance = s.instance and d.ts = s.ts
+        and s.kind = 'engine_stats' and s.engine_index >= 0
+    union all
+    select * from dp_folded
 ),
 
 final as (
@@ -75,7 +118,7 @@ final as (
         preemptions,
         source,
         line,
-    from snapshots
+    from snapshots_dp
 )
 
 select * from final

@@ -5,8 +5,10 @@
 -- Percentiles are quantile_cont (linear interpolation between the two nearest ranks, like
 --   numpy's default), over the requests that carry the value; null when none does.
 -- Engines: TGI (e2e, queue, per-token exact to the ns from the `Success` line; TTFT is not
---   logged: null), vLLM (e2e only, ESTIMATED from the arrival and finish lines at 1 s
---   resolution, and only for V0 servers that log `Finished request`; queue/TTFT/TPOT null),
+--   logged: null), vLLM (e2e ESTIMATED from the arrival and finish lines at 1 s resolution,
+--   for V0 servers that log `Finished request` and V1 servers with --enable-log-outputs, which
+--   also give TTFT / TPOT, estimated, for streamed requests; queue null), client (benchmark
+--   results files: exact e2e / TTFT / TPOT of requests no server log accounts for),
 --   TensorRT-LLM: no per-request lines, no rows. See metric_availability.
 -- Columns: window_start, window_end (UTC), engine, instance, model, n (finished requests),
 --   n_e2e, n_ttft, n_tpot, n_queue (requests carrying each value),

@@ -7,7 +7,11 @@
 --   core / background loop / shard crashed or dead), overloaded ("no permits available",
 --   "overloaded", HTTP 429), timeout ("timed out", "timeout"), client_disconnect ("Receiver
 --   dropped", "client disconnected"), generation_error ("Request failed during generation",
---   "Server error"), http_5xx (HTTP status >= 500), other.
+--   "Server error"), http_5xx (HTTP status >= 500), other; and shutdown: any error logged
+--   after an orderly shutdown began on that instance (a `shutdown` event: SIGTERM, `shutdown
+--   triggered`, uvicorn's `Shutting down`) and before it started again (a `capacity` event),
+--   such as V1's EngineDeadError traceback while the engine is torn down (vllm#48745). An
+--   error before any shutdown keeps its kind: an unexpected engine death stays engine_dead.
 -- Engines: all.
 -- Columns: window_start, window_end (UTC), engine, instance, kind, n_errors, first_ts (UTC),
 --   first_message (the text of the first error of that kind in the window), first_source,
@@ -42,10 +46,36 @@ error_events as (
     where ts is not null
 ),
 
+-- when each instance began an orderly shutdown, and when it (re)started
+lifecycle as (
+    select engine, instance, ts, event, source, line from events where event = 'shutdown' and ts is not null
+    union all
+    select engine, instance, ts, event, source, line from events where event = 'capacity' and ts is not null
+),
+
+in_shutdown as (
+    select e.ts, e.engine, e.instance, e.source, e.line,
+    from error_events as e
+    join lifecycle as s
+        on s.engine = e.engine and s.instance = e.instance and s.event = 'shutdown'
+        -- logged before the error: earlier, or in the same second on an earlier line of the file
+        and (s.ts < e.ts or (s.ts = e.ts and (s.source <> e.source or s.line < e.line)))
+    where not exists (
+        select 1 from lifecycle as c
+        where c.engine = e.engine and c.instance = e.instance and c.event = 'capacity'
+          and c.ts > s.ts and c.ts <= e.ts
+    )
+),
+
 classified as (
     select
         *,
         case
+            when exists (
+                select 1 from in_shutdown as d
+                where d.engine = error_events.engine and d.instance = error_events.instance
+                  and d.source = error_events.source and d.line = error_events.line
+            ) then 'shutdown'
             when message ilike '%out of memory%' or message ilike '%OutOfMemory%' then 'cuda_oom'
             when regexp_matches(
                 message,

@@ -144,7 +144,8 @@ errs as (
     select
         engine, instance,
         cast(round(epoch(window_start) / p.window_s) as bigint) as window_index,
-        cast(sum(n_errors) as bigint) as n_errors,
+        -- errors during an orderly shutdown are the server stopping, not a failure
+        cast(coalesce(sum(n_errors) filter (where kind <> 'shutdown'), 0) as bigint) as n_errors,
         cast(coalesce(sum(n_errors) filter (where kind in ('engine_dead', 'cuda_oom')), 0) as bigint) as n_severe_errors,
     from errors, params as p
     group by all

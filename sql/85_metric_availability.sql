@@ -12,12 +12,14 @@ with
 catalogue(engine, metric, view, estimated, provides, missing) as (
     values
     ('vllm', 'e2e_s', 'requests', true,
-        'finish minus arrival log line, 1 s resolution (estimated)',
-        'vLLM logs no per-request latency; e2e is derived from `Added request` + `Finished request` lines, which need request logging and a V0 engine (V1 never logs `Finished request`)'),
-    ('vllm', 'ttft_s', 'requests', false, 'logged',
-        'vLLM logs no per-request time to first token (only Prometheus has it)'),
-    ('vllm', 'tpot_s', 'requests', false, 'logged',
-        'vLLM logs no per-request time per output token (only Prometheus has it)'),
+        'finish minus arrival log line, 1 s resolution (estimated): V0 `Finished request`, or V1 with --enable-log-outputs (`Generated response ...` when the answer or stream completes)',
+        'vLLM logs no per-request latency; e2e is derived from `Received/Added request` + an end line: `Finished request` (V0, request logging on) or, on V1, the `Generated response` lines of --enable-log-outputs (chat / responses endpoints); or ingest a client results file (vllm bench serve --save-detailed, AIPerf profile_export.jsonl)'),
+    ('vllm', 'ttft_s', 'requests', true,
+        'first `Generated response ... (streaming delta)` line minus arrival, 1 s resolution (estimated; V1 --enable-log-outputs, streamed requests)',
+        'vLLM logs no per-request time to first token by default: V1 gives it only with --enable-log-outputs (streamed chat requests), else ingest a client results file beside the log (exact client TTFT in requests.client_ttft_s)'),
+    ('vllm', 'tpot_s', 'requests', true,
+        '(last - first streaming delta) / (output tokens - 1), 1 s resolution (estimated; needs the token ids the deltas list)',
+        'vLLM logs no per-request time per output token by default: V1 --enable-log-outputs gives it where the delta lines list their output_token_ids, else a client results file'),
     ('vllm', 'queue_s', 'requests', false, 'logged',
         'vLLM logs no per-request queue time (only Prometheus has it)'),
     ('vllm', 'waiting', 'queue_depth', false, 'logged by the periodic stats line (Pending/Waiting)',
@@ -26,7 +28,7 @@ catalogue(engine, metric, view, estimated, provides, missing) as (
         'no periodic stats lines in this log'),
     ('vllm', 'fill', 'batch_fill', false, 'Running / max_num_seqs',
         'max_num_seqs is printed only in the startup args (`args: Namespace(...)` / `non-default args`), and not found in this log'),
-    ('vllm', 'kv_usage', 'kv_cache', false, 'logged by the periodic stats line (GPU KV cache usage)',
+    ('vllm', 'kv_usage', 'kv_cache', false, 'logged by the periodic stats line (`<device> KV cache usage`: GPU, or the backend''s own CPU / XPU / TPU label)',
         'no periodic stats lines in this log'),
     ('vllm', 'preemptions', 'kv_cache', false,
         'V1 stats-line `Preemptions:` (v0.12+, only when > 0) and V0 warnings (every 50th preemption)',
@@ -75,7 +77,13 @@ catalogue(engine, metric, view, estimated, provides, missing) as (
     ('trtllm', 'preemptions', 'kv_cache', false, 'logged',
         'TensorRT-LLM logs no preemption counts'),
     ('trtllm', 'gen_tps', 'throughput', false, 'logged',
-        'no generation throughput in this log')
+        'no generation throughput in this log'),
+    ('client', 'e2e_s', 'requests', false, 'measured by the benchmark client (exact; also requests.client_e2e_s of the matched server request)',
+        'the client results hold no successful request'),
+    ('client', 'ttft_s', 'requests', false, 'measured by the benchmark client (exact; streamed requests)',
+        'the client results hold no TTFT (non-streaming requests, or no successful request)'),
+    ('client', 'tpot_s', 'requests', false, 'measured by the benchmark client: (e2e - ttft) / (output tokens - 1)',
+        'the client results hold no request with more than one output token')
 ),
 
 engines as (
@@ -84,8 +92,8 @@ engines as (
 
 observed as (
     select engine, 'e2e_s' as metric, count(e2e_s) as n_values, bool_or(e2e_estimated) as est, from requests group by engine
-    union all select engine, 'ttft_s', count(ttft_s), false, from requests group by engine
-    union all select engine, 'tpot_s', count(tpot_s), false, from requests group by engine
+    union all select engine, 'ttft_s', count(ttft_s), coalesce(bool_or(ttft_estimated and ttft_s is not null), false), from requests group by engine
+    union all select engine, 'tpot_s', count(tpot_s), coalesce(bool_or(ttft_estimated and tpot_s is not null), false), from requests group by engine
     union all select engine, 'queue_s', count(queue_s), false, from requests group by engine
     union all select engine, 'waiting', count(waiting), bool_or(estimated), from queue_depth group by engine
     union all select engine, 'running', count(running), bool_or(estimated), from batch_fill group by engine

@@ -21,7 +21,9 @@ def sample_files(engine: str):
         p
         for d in (SAMPLE_LOGS / engine, SAMPLE_LOGS / "incident" / engine)
         if d.exists()
-        for p in d.rglob("*.log")
+        for p in d.rglob("*")
+        # logs, and the JSON results files of benchmark clients (engine `client`)
+        if p.suffix in (".log", ".json", ".jsonl")
     )
     return files
 

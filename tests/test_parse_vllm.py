@@ -465,7 +465,8 @@ def test_format_built_lines_of_the_catalogue() -> None:
     ev = parse_text("vllm", "\n".join(lines) + "\n")
     check_events(ev)
     r = row(ev, 1)
-    assert (r["event"], r["request_id"], r["output_tokens"]) == ("log", "chatcmpl-a1b2", 3)
+    # the end of a stream is the request's end (output logging, issue 17)
+    assert (r["event"], r["request_id"], r["output_tokens"]) == ("request_finished", "chatcmpl-a1b2", 3)
     assert r["attrs"]["finish_reason"] == "stop"
     r = row(ev, 2)
     assert (r["event"], r["batch_size"], r["batch_tokens"]) == ("batch", 8, 518)

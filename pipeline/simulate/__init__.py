@@ -27,7 +27,7 @@ from .scenarios import SCENARIOS, Scenario, make_traffic, server_config
 from .truth import request_frame, state_frame, truth_requests
 
 ENGINES = ("vllm", "tgi", "trtllm")
-VARIANTS = {"vllm": ("v0", "v1"), "tgi": ("text", "json"), "trtllm": ("triton", "executor")}
+VARIANTS = {"vllm": ("v0", "v1", "v1_outputs"), "tgi": ("text", "json"), "trtllm": ("triton", "executor")}
 DEFAULT_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 DEFAULT_START = "2026-05-12T08:00:00Z"
 
@@ -93,6 +93,11 @@ def _writer(engine: str):
 
 
 def _request_ids(engine: str, variant: str, name: str, rng: np.random.Generator, n: int) -> list[str]:
+    if engine == "vllm" and variant == "v1_outputs":
+        # a `vllm bench serve` run: its `--request-id-prefix` (default `bench-<8hex>-`) and
+        # the request's index, behind the chat endpoint's `chatcmpl-`
+        prefix = f"bench-{rng.bytes(4).hex()}-"
+        return [f"chatcmpl-{prefix}{i}" for i in range(n)]
     if engine == "vllm":
         hexes = rng.bytes(16 * n).hex()
         return [f"chatcmpl-{hexes[32 * i:32 * i + 32]}" for i in range(n)]

@@ -7,6 +7,8 @@ Variants (see /work/shared/formats/vllm.md):
   forced when idle; idle lines are DEBUG and so not shown), every 50th preemption warning.
 * `v1` — vLLM 0.12.0, V1 engine: `(APIServer pid=1) INFO 05-12 08:01:39 [loggers.py:236] Engine 000:
   ...` with Waiting and Preemptions, stats every 10 s, request logging on (`--enable-log-requests`).
+* `v1_outputs` — `v1` with output logging on (`--enable-log-outputs`): the per-chunk
+  `Generated response` lines of writers_vllm_outputs.py.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import numpy as np
 import polars as pl
 
 from .lines import Lines, py_dt, ts_expr
+from .writers_vllm_outputs import write_outputs
 from .writers_common import (
     client_ports, cum_tokens, oom_message, prompt_body, state_at, tokens_between, word_pool,
 )
@@ -45,7 +48,7 @@ class Fmt:
     """Header of one variant."""
 
     def __init__(self, variant: str):
-        self.v1 = variant == "v1"
+        self.v1 = variant in ("v1", "v1_outputs")
 
     def head(self, level: str, when: str, src: str, proc: str = "APIServer", pid: int = API_PID) -> str:
         if self.v1:
@@ -71,6 +74,8 @@ def write(d) -> Lines:
     out = Lines()
     _startup(d, f, out)
     _requests(d, f, out)
+    if d.variant == "v1_outputs":
+        write_outputs(d, f, out)
     _stats(d, f, out)
     if not f.v1:
         _preemptions(d, f, out)

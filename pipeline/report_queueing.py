@@ -1,0 +1,56 @@
+"""The report's tail-latency section: how much of the p99 time to first token is queueing,
+and what the queue was when the slow requests arrived (the `ttft_queueing` view).
+
+Kept apart from report.py, which calls `tail_latency` while building the report and
+`tail_latency_markdown` while rendering it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+
+
+def tail_latency(con: duckdb.DuckDBPyConnection, instance: str | None = None) -> list[dict[str, Any]]:
+    """One row of ttft_queueing per instance (all of them, or `instance`)."""
+    sql = "select * from ttft_queueing" + (" where instance = ?" if instance is not None else "")
+    rel = con.execute(sql + " order by instance, engine", [instance] if instance is not None else [])
+    cols = [d[0] for d in rel.description]
+    return [dict(zip(cols, r)) for r in rel.fetchall()]
+
+
+def _s(v: Any) -> str:
+    return "n/a" if v is None else f"{v:.3g} s"
+
+
+def _n(v: Any) -> str:
+    return "n/a" if v is None else f"{v:,.0f}"
+
+
+def explain(row: dict[str, Any]) -> str:
+    """One sentence on the tail TTFT of one instance."""
+    source = {"client": "measured by the benchmark client", "server_log": "from the server log",
+              "mixed": "from the client where it named the request, else the server log"}[row["ttft_source"]]
+    est = " (estimated to the log's 1 s resolution)" if row["ttft_estimated"] else ""
+    text = (f"p99 TTFT {_s(row['p99_ttft_s'])} (p50 {_s(row['p50_ttft_s'])}) over {row['n_requests']:,} requests, "
+            f"{source}{est}.")
+    share = row["queueing_share_p99"]
+    if share is None:
+        return text + " No request arrived to an empty queue, so the part due to queueing cannot be told apart."
+    text += (f" About {share:.0%} of it ({_s(row['queueing_at_p99_s'])}) is queueing: requests that found no queue "
+             f"got their first token after {_s(row['baseline_ttft_s'])}.")
+    if row["slow_waiting_avg"] is not None:
+        text += (f" The {row['n_slow']:,} slowest arrived while {_n(row['slow_waiting_avg'])} requests waited on "
+                 f"average (at most {_n(row['slow_waiting_max'])}; {_n(row['all_waiting_avg'])} over all requests).")
+    if share >= 0.5:
+        text += " Tail latency here is a capacity problem: more replicas or a higher batch limit, not a faster model."
+    return text
+
+
+def tail_latency_markdown(rows: list[dict[str, Any]] | None) -> list[str]:
+    """The `## Tail latency` section (nothing when no instance has a TTFT)."""
+    if not rows:
+        return []
+    out = ["## Tail latency: how much of the p99 TTFT is queueing", ""]
+    out += [f"- **{r['instance']}** ({r['engine']}): {explain(r)}" for r in rows]
+    return out + [""]

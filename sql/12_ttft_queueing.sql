@@ -1,0 +1,93 @@
+-- ttft_queueing: how much of the tail time to first token is queueing, and what the queue was
+--   when the slow requests arrived.
+-- Grain: one row per (engine, instance) with at least one request carrying a TTFT.
+-- TTFT per request: the benchmark client's own (client_ttft_s, exact) where a client results
+--   file names the request, else the server log's (ttft_s: TGI-like engines log it; vLLM V1
+--   with `--enable-log-outputs` gives it estimated to the log's time resolution).
+-- Queue at arrival: the last engine_stats line at or before the request's arrival (vLLM
+--   prints one every 10 s, so this is the queue up to 10 s before the request came in).
+-- Queueing in the tail: a request that waits for nobody gets its first token after its
+--   prefill alone, so the median TTFT of the requests that arrived to an empty queue
+--   (waiting = 0) is the no-queue baseline; what the p99 TTFT has beyond it is time spent
+--   waiting for the batch. Where the engine logs each request's queue time (queue_s, TGI),
+--   the slow requests' mean queue_s is used instead.
+-- Columns: engine, instance, ttft_source ('client' | 'server_log' | 'mixed'), n_requests,
+--   p50_ttft_s, p90_ttft_s, p99_ttft_s (s), baseline_ttft_s (s; median TTFT of requests that
+--   arrived to an empty queue, null when none did), queueing_at_p99_s (s), queueing_share_p99
+--   (fraction 0..1 of the p99 TTFT), n_slow (requests with TTFT >= p99), slow_waiting_avg,
+--   slow_waiting_max, slow_running_avg (requests; the queue and batch when the slow requests
+--   arrived), all_waiting_avg (requests; the same over every request), first_slow_arrival_ts,
+--   last_slow_arrival_ts (UTC), ttft_estimated (true when any TTFT came from 1 s log times).
+create or replace view ttft_queueing as
+with
+
+served as (
+    select
+        engine, instance, request_key, arrival_ts, queue_s,
+        coalesce(client_ttft_s, ttft_s) as ttft,
+        case when client_ttft_s is not null then 'client' else 'server_log' end as ttft_from,
+        client_ttft_s is null and ttft_estimated as estimated,
+        waiting_at_arrival, running_at_arrival,
+    from requests
+    where coalesce(client_ttft_s, ttft_s) is not null and arrival_ts is not null and engine <> 'client'
+),
+
+stats_series as (
+    select engine, instance, ts, waiting, running from events where event = 'engine_stats' and ts is not null
+),
+
+-- the queue at arrival for every request with a TTFT (requests carries it for client-matched
+-- ones only: an ASOF join over every request of a large store costs seconds)
+with_queue as (
+    select
+        s.* exclude (waiting_at_arrival, running_at_arrival),
+        coalesce(s.waiting_at_arrival, q.waiting) as waiting,
+        coalesce(s.running_at_arrival, q.running) as running,
+    from served as s
+    asof left join stats_series as q on q.engine = s.engine and q.instance = s.instance and s.arrival_ts >= q.ts
+),
+
+tails as (
+    select
+        engine, instance,
+        case when count(distinct ttft_from) > 1 then 'mixed' else any_value(ttft_from) end as ttft_source,
+        count(*) as n_requests,
+        quantile_cont(ttft, 0.50) as p50_ttft_s,
+        quantile_cont(ttft, 0.90) as p90_ttft_s,
+        quantile_cont(ttft, 0.99) as p99_ttft_s,
+        quantile_cont(ttft, 0.50) filter (where waiting = 0) as baseline_ttft_s,
+        avg(waiting) as all_waiting_avg,
+        bool_or(estimated) as ttft_estimated,
+    from with_queue
+    group by engine, instance
+),
+
+slow as (
+    select
+        w.engine, w.instance,
+        count(*) as n_slow,
+        avg(w.waiting) as slow_waiting_avg,
+        max(w.waiting) as slow_waiting_max,
+        avg(w.running) as slow_running_avg,
+        avg(w.queue_s) as slow_queue_s,
+        min(w.arrival_ts) as first_slow_arrival_ts,
+        max(w.arrival_ts) as last_slow_arrival_ts,
+    from with_queue as w
+    join tails as t using (engine, instance)
+    where w.ttft >= t.p99_ttft_s
+    group by w.engine, w.instance
+),
+
+final as (
+    select
+        t.engine, t.instance, t.ttft_source, t.n_requests,
+        t.p50_ttft_s, t.p90_ttft_s, t.p99_ttft_s, t.baseline_ttft_s,
+        coalesce(s.slow_queue_s, greatest(t.p99_ttft_s - t.baseline_ttft_s, 0)) as queueing_at_p99_s,
+        least(coalesce(s.slow_queue_s, greatest(t.p99_ttft_s - t.baseline_ttft_s, 0)) / nullif(t.p99_ttft_s, 0), 1) as queueing_share_p99,
+        s.n_slow, s.slow_waiting_avg, s.slow_waiting_max, s.slow_running_avg, t.all_waiting_avg,
+        s.first_slow_arrival_ts, s.last_slow_arrival_ts, t.ttft_estimated,
+    from tails as t
+    left join slow as s using (engine, instance)
+)
+
+select * from final

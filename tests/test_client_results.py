@@ -1,0 +1,166 @@
+"""Client benchmark results joined to the server's log (issue 17): a `vllm bench serve
+--save-result --save-detailed` file and AIPerf's `profile_export.jsonl`, built from the
+simulator's truth the way those clients measure (their clock is the truth), ingested with the
+server's V1 output-logging log; the requests view then carries the client's exact TTFT / ITL
+/ E2E beside the server's arrival and queue, and ttft_queueing explains the tail."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from servelens.pipeline.ingest import ingest
+from servelens.pipeline.query import run
+from servelens.pipeline.simulate import simulate
+
+NS = 1_000_000_000
+
+
+@lru_cache(maxsize=None)
+def _sim() -> tuple[Path, pl.DataFrame]:
+    out = Path(tempfile.mkdtemp(prefix="servelens-client-"))
+    # overloaded: the queue builds, so the tail TTFT is queueing
+    simulate("vllm", "steady", 300, seed=5, out_dir=out, variant="v1_outputs", instances=1, rate=9.0)
+    truth = pl.read_parquet(out / "truth_requests.parquet").with_columns(
+        pl.col("request_id").str.extract(r"-(\d+)$", 1).cast(pl.Int64).alias("index")
+    ).sort("index")
+    return out, truth
+
+
+def _old(path: Path) -> Path:
+    # ingest leaves a file written in the last minute without a final newline for later
+    t = dt.datetime.now().timestamp() - 120
+    os.utime(path, (t, t))
+    return path
+
+
+def _vllm_bench_file(out: Path, truth: pl.DataFrame) -> Path:
+    """What `vllm bench serve` saves: parallel per-request arrays in issue order,
+    perf_counter start times, the run's end as `date`, no request ids."""
+    t = truth.with_columns(
+        ((pl.col("first_token_ts") - pl.col("arrival_ts")).dt.total_nanoseconds() / NS).alias("ttft"),
+        ((pl.col("finish_ts") - pl.col("first_token_ts")).dt.total_nanoseconds() / NS).alias("decode"),
+    )
+    ok = t["status"] == "ok"
+    arrival_ns = t["arrival_ts"].dt.epoch("ns")
+    end_ns = int(t["finish_ts"].dt.epoch("ns").max())
+    first_ns = int(arrival_ns.min())
+    itls = [
+        [d / (n - 1)] * (n - 1) if good and n > 1 else []
+        for d, n, good in zip(t["decode"].fill_null(0), t["output_tokens"], ok)
+    ]
+    obj = {
+        "date": dt.datetime.fromtimestamp(end_ns / NS, dt.timezone.utc).strftime("%Y%m%d-%H%M%S"),
+        "endpoint_type": "openai-chat", "label": None, "model_id": "tiny-llama", "tokenizer_id": "tiny-llama",
+        "num_prompts": truth.height, "request_rate": 9.0, "burstiness": 1.0, "max_concurrency": None,
+        "duration": (end_ns - first_ns) / NS, "completed": int(ok.sum()),
+        "input_lens": t["prompt_tokens"].to_list(),
+        "output_lens": [n if good else 0 for n, good in zip(t["output_tokens"], ok)],
+        "ttfts": [x if good else 0.0 for x, good in zip(t["ttft"].fill_null(0), ok)],
+        "itls": itls,
+        "start_times": [12345.678 + (a - first_ns) / NS for a in arrival_ns],
+        "generated_texts": ["" for _ in range(truth.height)],
+        "errors": ["" if good else "aiohttp.client_exceptions.ServerDisconnectedError" for good in ok],
+    }
+    path = out / "vllm-bench-results.json"
+    path.write_text(json.dumps(obj))  # one line, no final newline, as vLLM writes it
+    return _old(path)
+
+
+def _aiperf_file(out: Path, truth: pl.DataFrame) -> Path:
+    lines = []
+    for r in truth.filter(pl.col("status") == "ok").iter_rows(named=True):
+        start = int(r["arrival_ts"].timestamp() * NS)
+        ttft_ms = (r["first_token_ts"] - r["arrival_ts"]).total_seconds() * 1e3
+        e2e_ms = (r["finish_ts"] - r["arrival_ts"]).total_seconds() * 1e3
+        lines.append(json.dumps({
+            "metadata": {"session_num": r["index"], "x_request_id": r["request_id"].removeprefix("chatcmpl-"),
+                         "turn_index": 0, "request_start_ns": start, "request_end_ns": start + int(e2e_ms * 1e6),
+                         "benchmark_phase": "profiling", "was_cancelled": False, "cancellation_time_ns": None},
+            "metrics": {"input_sequence_length": {"value": r["prompt_tokens"], "unit": "tokens"},
+                        "time_to_first_token": {"value": ttft_ms, "unit": "ms"},
+                        "request_latency": {"value": e2e_ms, "unit": "ms"},
+                        "output_sequence_length": {"value": r["output_tokens"], "unit": "tokens"}},
+            "error": None,
+        }))
+    path = out / "profile_export.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return _old(path)
+
+
+@lru_cache(maxsize=None)
+def _store(kind: str) -> tuple[Path, pl.DataFrame]:
+    out, truth = _sim()
+    client = _vllm_bench_file(out, truth) if kind == "vllm-bench" else _aiperf_file(out, truth)
+    store = out / f"store-{kind}"
+    res = ingest([out / "vllm-a.log", client], store, year=2026)
+    assert {f.engine for f in res.files} == {"vllm", "client"}
+    return store, truth
+
+
+@pytest.mark.parametrize("kind, match", [("vllm-bench", "index_time"), ("aiperf", "id")])
+def test_every_served_request_gets_the_clients_exact_figures(kind, match) -> None:
+    store, truth = _store(kind)
+    got = run(store, "select request_id, engine, status, ttft_s, client_match, client_ttft_s, client_e2e_s, "
+                     "client_itl_s, waiting_at_arrival from requests")
+    ok = truth.filter(pl.col("status") == "ok").select(
+        "request_id", pl.col("ttft_s").alias("true_ttft"), pl.col("e2e_s").alias("true_e2e"),
+        pl.col("tpot_s").alias("true_tpot"))
+    j = ok.join(got, on="request_id", how="left")
+    assert j["client_match"].to_list() == [match] * ok.height
+    assert (j["client_ttft_s"] - j["true_ttft"]).abs().max() < 1e-6
+    assert (j["client_e2e_s"] - j["true_e2e"]).abs().max() < 1e-6
+    assert j["waiting_at_arrival"].null_count() < ok.height * 0.05  # before the first stats line: none
+    # the server's own estimate is within its 1 s resolution of the client's exact figure
+    assert (j["ttft_s"] - j["client_ttft_s"]).abs().max() <= 1.0 + truth["validation_s"].max()
+    if kind == "vllm-bench":
+        both = j.filter(pl.col("true_tpot").is_not_null())
+        assert (both["client_itl_s"] - both["true_tpot"]).abs().max() < 1e-6
+    # every client request is accounted for once: the failed ones (still running when the run
+    # ended) arrived at the server too, so they are matched as well; none is a row of its own
+    n_client = truth.height if kind == "vllm-bench" else ok.height
+    assert got["client_match"].count() == n_client and got.filter(pl.col("engine") == "client").height == 0
+    if kind == "vllm-bench":
+        failed = got.filter(pl.col("client_match").is_not_null() & pl.col("client_ttft_s").is_null())
+        assert failed.height == truth.height - ok.height and failed["status"].unique().to_list() == ["unfinished"]
+
+
+def test_tail_ttft_is_explained_by_queueing() -> None:
+    store, truth = _store("vllm-bench")
+    row = run(store, "select * from ttft_queueing where engine = 'vllm'").row(0, named=True)
+    ok = truth.filter(pl.col("status") == "ok")
+    assert row["ttft_source"] == "client" and row["n_requests"] == ok.height
+    assert row["p99_ttft_s"] == pytest.approx(ok["ttft_s"].quantile(0.99, "linear"), rel=1e-6)
+    # overloaded: almost all of the p99 is waiting, and the slow requests came into a long queue
+    assert row["queueing_share_p99"] > 0.8
+    assert row["slow_waiting_avg"] > 5 * max(row["all_waiting_avg"] / 10, 1)
+    assert row["baseline_ttft_s"] < row["p50_ttft_s"] or row["baseline_ttft_s"] < 1.0
+
+
+def test_a_results_file_alone_is_a_request_source(tmp_path) -> None:
+    obj = {"date": "20260512-080100", "endpoint_type": "openai-chat", "label": None, "model_id": "tiny",
+           "tokenizer_id": "tiny", "num_prompts": 3, "duration": 60.0, "completed": 2,
+           "input_lens": [10, 11, 12], "output_lens": [4, 0, 3], "ttfts": [0.5, 0.0, 2.25],
+           "itls": [[0.1, 0.1, 0.2], [], [0.3, 0.3]], "start_times": [1000.0, 1001.5, 1030.0],
+           "generated_texts": ["a", "", "b"], "errors": ["", "ServerDisconnectedError", ""]}
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(obj))
+    _old(path)
+    ingest([path], tmp_path / "store")
+    got = run(tmp_path / "store", "select engine, status, arrival_ts, ttft_s, e2e_s, tpot_s, client_itl_s, client_error "
+                                  "from requests order by arrival_ts").rows()
+    t0 = dt.datetime(2026, 5, 12, 8, 0, 0, tzinfo=dt.timezone.utc)  # date - duration
+    assert [r[:2] for r in got] == [("client", "finished"), ("client", "aborted"), ("client", "finished")]
+    assert [r[2] for r in got] == [t0, t0 + dt.timedelta(seconds=1.5), t0 + dt.timedelta(seconds=30)]
+    assert [r[3] for r in got] == [0.5, None, 2.25]
+    assert got[0][4] == pytest.approx(0.9) and got[0][5] == pytest.approx(0.4 / 3) and got[2][6] == pytest.approx(0.3)
+    assert got[1][7] == "ServerDisconnectedError"
+    avail = dict(run(tmp_path / "store", "select metric, available from metric_availability where engine = 'client'").rows())
+    assert avail == {"e2e_s": True, "ttft_s": True, "tpot_s": True}
