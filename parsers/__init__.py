@@ -14,6 +14,7 @@ ENGINES: dict[str, str] = {
     "vllm": "servelens.parsers.vllm",
     "tgi": "servelens.parsers.tgi",
     "trtllm": "servelens.parsers.trtllm",
+    "sglang": "servelens.parsers.sglang",
 }
 FALLBACK = "servelens.parsers.unknown"
 
