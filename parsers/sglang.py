@@ -251,6 +251,7 @@ def _family() -> pl.Expr:
         .when(hdr & F.IS_RETRACT).then(pl.lit("retract"))
         .when(F.REQUEST_HINT & ((bare & F.IS_METRICS_JSON) | (hdr & F.IS_FINISH))).then(pl.lit("request"))
         .when(hdr & F.REQUEST_HINT & F.IS_RECEIVE).then(pl.lit("arrive"))
+        .when(hdr & F.IS_REQ_TIME).then(pl.lit("reqtime"))
         .when(m.str.contains(F.UVICORN_ACCESS)).then(pl.lit("access"))
         .otherwise(pl.lit("other"))
     )
@@ -371,6 +372,11 @@ def _family_frame(fam: str, sub: pl.DataFrame, ctx: ParseContext) -> pl.DataFram
             "instance": pl.lit(_metrics_instance(ctx)) if _metrics_instance(ctx) else pl.lit(None, pl.String),
         }
         extra = F.request_attrs()
+    elif fam == "reqtime":
+        # one worker's stages of a finished request (no end-to-end time: a PD request has
+        # one such line on the prefill and one on the decode worker)
+        cols = {"event": pl.lit("request"), **F.req_time_columns()}
+        extra = F.req_time_attrs()
     elif fam == "arrive":
         cols = {"event": pl.lit("request_arrived"), "request_id": F.receive_request_id()}
     elif fam == "access":
@@ -413,6 +419,7 @@ def _family_frame(fam: str, sub: pl.DataFrame, ctx: ParseContext) -> pl.DataFram
 
 def _merge_json(a: pl.Expr, b: pl.Expr) -> pl.Expr:
     """Two JSON objects (either may be null) as one: `{..a..,..b..}`."""
+    a, b = a.cast(pl.String), b.cast(pl.String)
     return (
         pl.when(a.is_null()).then(b)
         .when(b.is_null()).then(a)
@@ -426,9 +433,10 @@ def _stats_frame(sub: pl.DataFrame, ctx: ParseContext):
     pairs = F.stats_pairs(sub.select("_row", "m"))
     wide = F.stats_wide(pairs)
     sub = sub.join(wide, on="_row", how="left", maintain_order="left")
+    dtypes = {"int": pl.Int64, "float": pl.Float64, "pct": pl.Float64, "bool": pl.Boolean}
     for c in (*F.STATS_COLUMNS, *F.STATS_ATTRS, "graph_device", "_extra", "_fragments"):
         if c not in sub.columns:
-            sub = sub.with_columns(pl.lit(None).alias(c))
+            sub = sub.with_columns(pl.lit(None, dtypes.get(F.KINDS.get(c), pl.String)).alias(c))
     head = pl.col("m").str.extract_groups(F.STATS_HEAD)
     sub = sub.with_columns(head.alias("_h"))
     label = pl.col("_h").struct.field("label")

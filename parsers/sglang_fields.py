@@ -67,6 +67,8 @@ STATS_KEYS: dict[str, tuple[str, str]] = {
     "largest-len": ("largest_len", "int"),
     # prefill/decode disaggregation
     "#unbootstrapped-req": ("unbootstrapped_reqs", "int"),
+    "#bootstrap-req": ("bootstrap_reqs", "int"),
+    "#optimistic-req": ("optimistic_reqs", "int"),
     "#transferring-req": ("transferring_reqs", "int"),
     "#prealloc-req": ("prealloc_reqs", "int"),
     "#transfer-req": ("transfer_reqs", "int"),
@@ -75,10 +77,10 @@ STATS_KEYS: dict[str, tuple[str, str]] = {
 }
 # names that are schema columns (the rest go to attrs)
 STATS_COLUMNS = ("batch_tokens", "kv_usage", "running", "waiting", "prompt_tps", "gen_tps")
-_KINDS = {name: kind for name, kind in STATS_KEYS.values()}
+KINDS = {name: kind for name, kind in STATS_KEYS.values()}
 STATS_ATTRS = tuple(dict.fromkeys(n for n, _ in STATS_KEYS.values() if n not in STATS_COLUMNS))
 # the PD fields that say which side of a disaggregated pair printed the line
-PD_PREFILL_KEYS = ("unbootstrapped_reqs", "transferring_reqs", "prealloc_reqs")
+PD_PREFILL_KEYS = ("unbootstrapped_reqs", "bootstrap_reqs", "transferring_reqs", "prealloc_reqs")
 PD_DECODE_KEYS = ("prealloc_reqs", "transfer_reqs", "prealloc_kv_usage")
 
 
@@ -129,7 +131,7 @@ def stats_wide(pairs: pl.DataFrame) -> pl.DataFrame:
     # a key printed twice on one line (never seen) keeps its first value
     exprs = [
         _typed(pl.col("v").filter(pl.col("name") == name).first(), kind).alias(name)
-        for name, kind in _KINDS.items()
+        for name, kind in KINDS.items()
     ]
     exprs.append(
         pl.col("k").filter(pl.col("name") == "graph").first().str.extract(r"^(\w+) graph$", 1).alias("graph_device")
@@ -305,6 +307,39 @@ def request_attrs() -> dict[str, pl.Expr]:
     }
 
 
+# PD (and newer) schedulers log each finished request's stage durations:
+# `ReqTimeStats(rid=X, bootstrap_room=3, input_len=4, cached_input_len=0, output_len=1,
+# attempts=0, type=prefill): bootstrap_duration=0.32ms, queue_duration=0.41ms,
+# forward_duration=8348.19ms, entry_time=1790239662.267, ...`
+IS_REQ_TIME = M.str.starts_with("ReqTimeStats(rid=")
+
+
+def _ms(key: str) -> pl.Expr:
+    return (M.str.extract(rf"\b{key}=([\d.]+)ms\b", 1).cast(pl.Float64, strict=False) / 1000.0).round(9)
+
+
+def req_time_columns() -> dict[str, pl.Expr]:
+    return {
+        "request_id": M.str.extract(r"^ReqTimeStats\(rid=([^,)\s]+)", 1),
+        "prompt_tokens": M.str.extract(r"\binput_len=(\d+)", 1).cast(pl.Int64, strict=False),
+        "output_tokens": M.str.extract(r"\boutput_len=(\d+)", 1).cast(pl.Int64, strict=False),
+        "queue_s": _ms("queue_duration"),
+    }
+
+
+def req_time_attrs() -> dict[str, pl.Expr]:
+    return {
+        "stage": M.str.extract(r"\btype=(\w+)\)", 1),
+        "cached_tokens": M.str.extract(r"\bcached_input_len=(\d+)", 1).cast(pl.Int64, strict=False),
+        "bootstrap_s": _ms("bootstrap_duration"),
+        "alloc_wait_s": _ms("alloc_wait_duration"),
+        "transfer_s": _ms("transfer_duration"),
+        "forward_s": _ms("forward_duration"),
+        "attempts": M.str.extract(r"\battempts=(\d+)", 1).cast(pl.Int64, strict=False),
+        "entry_time": M.str.extract(r"\bentry_time=([\d.]+)", 1).cast(pl.Float64, strict=False),
+    }
+
+
 def receive_request_id() -> pl.Expr:
     return M.str.extract(r"\brid='([^']+)'", 1)
 
@@ -320,10 +355,13 @@ UVICORN_ACCESS = (
 UVICORN_OTHER = r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+\S"
 # `Scheduler hit an exception: Traceback ...`, `DataParallelController hit an exception`,
 # `TokenizerManager hit an exception`, `Received sigquit from a child process...`
-IS_FATAL = M.str.contains(r"^\w+ hit an exception|^Received sigquit from a child proces")
+IS_FATAL = M.str.contains(r"^\w+ hit an exception|Received sigquit from a child proces")
 EXCEPTION = (
     r"^(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure|"
     r"Timeout|Fault))(?::\s*(?P<excmsg>.*))?$"
 )
 # tqdm bars and start-up progress printed without the SGLang prefix
-PROGRESS = r"^(?:Loading |Capturing |Compiling |Multi-thread loading ).*(?:\d+%|it/s|s/it)|\d+%\|"
+PROGRESS = (
+    r"^(?:Loading |Capturing |Compiling |Multi-thread loading ).*(?:\d+%|it/s|s/it)|\d+%\|"
+    r"|\[\d+:\d+(?::\d+)?(?:<|, )[^\]]*(?:it/s|s/it)\]"
+)
