@@ -16,9 +16,9 @@ Choices worth knowing:
   their date from the file's modification time (`attrs.date_source = "mtime"`); a day
   rollover (the clock jumping back by more than 12 h) is seen within a chunk.
 - The rank prefix is kept in attrs (`dp_rank`, `tp_rank`, `pp_rank`, `ep_rank`,
-  `attn_cp_rank`, `moe_dp_rank`). Every TP rank logs a retraction: only the rank that
-  leads its DP group (no DP prefix and TP0, or any `DPn`) makes a `preemption` event, the
-  copies are `log` events with `attrs.rank_copy`.
+  `attn_cp_rank`, `moe_dp_rank`). Every TP rank logs a retraction: the first line of each
+  (second, DP rank, message) makes a `preemption` event, the other ranks' copies are `log`
+  events with `attrs.rank_copy` (within one chunk of the file).
 - Prefill/decode disaggregation: a prefill worker's and a decode worker's lines differ (PD
   fields, `disaggregation_mode=` in the server args). Their events go to the instance
   `<instance>:prefill` / `<instance>:decode` (carried forward in file order), so every view,
@@ -349,9 +349,12 @@ def _family_frame(fam: str, sub: pl.DataFrame, ctx: ParseContext) -> pl.DataFram
         extra = F.capacity_attrs()
     elif fam == "retract":
         extra = F.retraction_attrs()
-        # every TP rank of a group logs the same retraction: the group's leader counts it
-        copy = pl.col("ranks").str.contains(r"(?:^|\s)TP[1-9]\d*\b") & ~pl.col("ranks").str.contains(r"(?:^|\s)DP\d+\b")
-        copy = copy.fill_null(False)
+        # every TP rank of a group logs the same retraction within the same second: the
+        # first line of each (second, DP rank, message) counts, the others are its copies
+        # (a node of a multi-node TP group may never see TP0's line)
+        dp = pl.col("ranks").str.extract(r"(?:^|\s)DP(\d+)\b", 1).fill_null("")
+        key = pl.concat_str([pl.col("ts").cast(pl.String).fill_null(""), dp, pl.col("m")], separator="|")
+        copy = ~key.is_first_distinct()
         cols = {"event": pl.when(copy).then(pl.lit("log")).otherwise(pl.lit("preemption"))}
         extra["rank_copy"] = pl.when(copy).then(True)
     elif fam == "request":
@@ -375,8 +378,10 @@ def _family_frame(fam: str, sub: pl.DataFrame, ctx: ParseContext) -> pl.DataFram
     elif fam == "reqtime":
         # one worker's stages of a finished request (no end-to-end time: a PD request has
         # one such line on the prefill and one on the decode worker)
-        cols = {"event": pl.lit("request"), **F.req_time_columns()}
         extra = F.req_time_attrs()
+        stage = extra["stage"]
+        cols = {"event": pl.lit("request"), **F.req_time_columns(),
+                "instance": _role_instance(pl.when(stage.is_in(["prefill", "decode"])).then(stage), ctx)}
     elif fam == "arrive":
         cols = {"event": pl.lit("request_arrived"), "request_id": F.receive_request_id()}
     elif fam == "access":
