@@ -16,9 +16,9 @@ Choices worth knowing:
   their date from the file's modification time (`attrs.date_source = "mtime"`); a day
   rollover (the clock jumping back by more than 12 h) is seen within a chunk.
 - The rank prefix is kept in attrs (`dp_rank`, `tp_rank`, `pp_rank`, `ep_rank`,
-  `attn_cp_rank`, `moe_dp_rank`). Every TP rank logs a retraction: the first line of each
-  (second, DP rank, message) makes a `preemption` event, the other ranks' copies are `log`
-  events with `attrs.rank_copy` (within one chunk of the file).
+  `attn_cp_rank`, `moe_dp_rank`). Every TP rank logs a retraction: of the lines with the
+  same (second, DP rank, message), the first of each rank's k-th makes a `preemption` event,
+  the other ranks' copies are `log` events with `attrs.rank_copy` (within one chunk).
 - Prefill/decode disaggregation: a prefill worker's and a decode worker's lines differ (PD
   fields, `disaggregation_mode=` in the server args). Their events go to the instance
   `<instance>:prefill` / `<instance>:decode` (carried forward in file order), so every view,
@@ -352,9 +352,13 @@ def _family_frame(fam: str, sub: pl.DataFrame, ctx: ParseContext) -> pl.DataFram
         # every TP rank of a group logs the same retraction within the same second: the
         # first line of each (second, DP rank, message) counts, the others are its copies
         # (a node of a multi-node TP group may never see TP0's line)
+        # (a rank logging the same message twice in a second is two retractions: the
+        # k-th line of each rank pairs with the k-th of the others)
         dp = pl.col("ranks").str.extract(r"(?:^|\s)DP(\d+)\b", 1).fill_null("")
+        tp = pl.col("ranks").str.extract(r"(?:^|\s)TP(\d+)\b", 1).fill_null("")
         key = pl.concat_str([pl.col("ts").cast(pl.String).fill_null(""), dp, pl.col("m")], separator="|")
-        copy = ~key.is_first_distinct()
+        nth = pl.int_range(pl.len()).over(key, tp)
+        copy = ~pl.struct(key, nth).is_first_distinct()
         cols = {"event": pl.when(copy).then(pl.lit("log")).otherwise(pl.lit("preemption"))}
         extra["rank_copy"] = pl.when(copy).then(True)
     elif fam == "request":
