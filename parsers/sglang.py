@@ -68,7 +68,8 @@ _CHAINED = r"^(?:The above exception was the direct cause|During handling of the
 _TRACEBACK = "Traceback (most recent call last)"
 _RANK_NAMES = {"DP": "dp_rank", "TP": "tp_rank", "PP": "pp_rank", "EP": "ep_rank",
                "ATTN_CP": "attn_cp_rank", "MOE_DP": "moe_dp_rank"}
-_METRICS_FILE = re.compile(r"^sglang-request-metrics-\d{8}_\d{2}$")
+# the instance a metrics file's path gives (discover strips the `-YYYYMMDD_HH` suffix or not)
+_METRICS_FILE = re.compile(r"^sglang-request-metrics(?:-\d{8}_\d{2})?$")
 
 
 def _any(df: pl.DataFrame, expr: pl.Expr) -> bool:

@@ -159,19 +159,21 @@ def _batches(d, f: Fmt, out: Lines) -> None:
 
 
 def _retractions(d, f: Fmt, out: Lines) -> None:
-    """One retraction line per scheduler step that retracted requests, from every TP rank
-    (the parser counts it once)."""
-    if not d.res.preempt_log:
+    """One retraction line per scheduler step that retracted requests (where the model's
+    cumulative preemption count rises), from every TP rank (the parser counts it once)."""
+    res = d.res
+    cum = res.st_preempt_cum
+    if len(cum) < 2:
         return
-    times = np.array([t for t, _, _ in d.res.preempt_log])
-    uniq, counts = np.unique(times, return_counts=True)
+    rise = np.diff(cum, prepend=cum[:1])
     ratio, last = 0.7, 0.0
-    for t, n in zip(uniq, counts):
+    for k in np.flatnonzero(rise > 0):
+        t, n = float(res.st_ts[k]), int(rise[k])
         # the ratio decays by ~0.00093 per decode step (~20 ms) and jumps at a retraction
-        ratio = max(0.14, ratio - 0.00093 * (float(t) - last) / 0.02)
-        last = float(t)
+        ratio = max(0.14, ratio - 0.00093 * (t - last) / 0.02)
+        last = t
         new = min(1.0, ratio + 0.05 * n)
-        ns = d.ns(float(t))
+        ns = d.ns(t)
         if f.v05:
             msg = f"KV cache pool is full. Retract requests. #retracted_reqs: {n}, #new_token_ratio: {ratio:.4f} -> {new:.4f}"
         else:
