@@ -253,3 +253,38 @@ def test_exported_request_metrics_are_request_facts_of_the_directory_instance(tm
     # an explicit --instance is kept
     ctx = ParseContext(engine="sglang", source=str(f), instance="mine")
     assert set(parse_lines(sglang, lines_frame(texts), ctx)["instance"]) == {"mine"}
+
+
+def test_dp_attention_ranks_and_the_log_requests_finish_line():
+    ev = parse_file("dp_attention_and_finish.log")
+    r = row(ev, 16)  # `[2025-05-31 18:31:21 DP6 TP6] Decode batch. ... accept len: 2.86, ...`
+    assert (r["running"], r["kv_usage"], r["gen_tps"]) == (8, 0.12, 168.28)
+    assert (r["a"]["dp_rank"], r["a"]["tp_rank"], r["a"]["accept_len"]) == (6, 6, 2.86)
+    assert row(ev, 1)["event"] == "unparsed"  # SGLang's unprefixed print(): kept whole
+    assert row(ev, 10)["event"] == "log"  # "The following error message ... can be ignored."
+    fin = row(ev, 33)
+    assert (fin["event"], fin["request_id"], fin["prompt_tokens"], fin["output_tokens"]) == (
+        "request", "24fa397b7cab4418b3f6a5c903ae310f", 50, 97
+    )
+    assert fin["e2e_s"] == 0.6632676124572754 and fin["ts"] == utc(2025, 10, 1, 21, 25, 35)
+    assert fin["a"]["finish_reason"] == "stop" and fin["a"]["cached_tokens"] == 1
+
+
+@pytest.mark.parametrize("variant", ["v0_5", "v0_4", "pd"])
+def test_every_simulated_line_parses(tmp_path, variant):
+    from servelens.pipeline.simulate import simulate
+
+    summary = simulate("sglang", "incident", "150s", 9, tmp_path, variant=variant, instances=2)
+    files = [tmp_path / n for n in summary["files"]] + sorted(tmp_path.glob("*/sglang-request-metrics-*.log"))
+    assert len(files) == 4
+    for path in files:
+        texts = path.read_text().splitlines()
+        ev = parse_text("sglang", path.read_text(), source=str(path), instance=path.stem)
+        check_events(ev)
+        assert uncovered_lines(ev, 1, len(texts)) == []
+        assert ev.filter(pl.col("event") == "unparsed").height == 0, path.name
+        kinds = set(ev["event"])
+        if path.name.endswith("-a.log"):
+            assert {"capacity", "error", "batch", "engine_stats", "http_access"} <= kinds
+        if "request-metrics" in path.name:
+            assert kinds == {"request"} and ev["e2e_s"].null_count() == 0
