@@ -128,15 +128,18 @@ def stats_wide(pairs: pl.DataFrame) -> pl.DataFrame:
     `_extra`: the unknown pairs as a JSON object string (keys normalised:
     `#cache_miss` -> `cache_miss`), `_fragments`: pieces without a `: `."""
     known = pairs.filter(pl.col("name").is_not_null())
-    # a key printed twice on one line (never seen) keeps its first value
-    exprs = [
-        _typed(pl.col("v").filter(pl.col("name") == name).first(), kind).alias(name)
-        for name, kind in KINDS.items()
-    ]
-    exprs.append(
-        pl.col("k").filter(pl.col("name") == "graph").first().str.extract(r"^(\w+) graph$", 1).alias("graph_device")
+    # the graph key names the device (`cuda graph` / `npu graph` / `cpu graph`)
+    known = pl.concat([
+        known.select("_row", "name", "v"),
+        known.filter(pl.col("name") == "graph").select(
+            "_row", pl.lit("graph_device").alias("name"), pl.col("k").str.extract(r"^(\w+) graph$", 1).alias("v")
+        ),
+    ])
+    # one pivot (a key printed twice on one line, never seen, keeps its first value)
+    wide = known.pivot(on="name", index="_row", values="v", aggregate_function="first")
+    wide = wide.with_columns(
+        _typed(pl.col(name), kind).alias(name) for name, kind in KINDS.items() if name in wide.columns
     )
-    wide = known.group_by("_row").agg(exprs)
     unknown = pairs.filter(pl.col("name").is_null())
     if unknown.height:
         key = (
