@@ -288,3 +288,17 @@ def test_every_simulated_line_parses(tmp_path, variant):
             assert {"capacity", "error", "batch", "engine_stats", "http_access"} <= kinds
         if "request-metrics" in path.name:
             assert kinds == {"request"} and ev["e2e_s"].null_count() == 0
+
+
+def test_a_prefix_behind_a_wrapper_the_decoding_stage_left_is_still_read():
+    text = (
+        "(SGLangEngine pid=41820) [2025-06-01 10:00:00 TP0] Decode batch. #running-req: 3, #token: 99, "
+        "token usage: 0.01, cuda graph: True, gen throughput (token/s): 12.50, #queue-req: 2, \n"
+        '2025-06-01T10:00:01.123456789Z [2025-06-01 10:00:01] INFO:     127.0.0.1:1 - "GET /health HTTP/1.1" 200 OK\n'
+    )
+    ev = parse_text("sglang", text)
+    a, b = ev.row(0, named=True), ev.row(1, named=True)
+    assert (a["event"], a["running"], a["waiting"], a["ts"]) == ("engine_stats", 3, 2, utc(2025, 6, 1, 10, 0, 0))
+    assert json.loads(a["attrs"])["wrapper"] == "(SGLangEngine pid=41820)"
+    assert (b["event"], b["http_status"]) == ("http_access", 200)
+    assert json.loads(b["attrs"])["wrapper"] == "2025-06-01T10:00:01.123456789Z"
