@@ -224,3 +224,10 @@ def test_metric_availability_says_what_sglang_gives():
         ).fetchall()
     )
     assert steady["preemptions"][0] is False and "no retractions" in steady["preemptions"][1]
+
+
+def test_kv_pressure_fires_in_the_long_prompt_phase():
+    got = signals(connect("kv-pressure"))
+    kv = [s for s in got if s[1] == "kv_pressure"]
+    assert kv  # SGLang logs its KV usage and every retraction
+    assert all(at_fraction(0.25) - 60 <= s[3] and s[4] <= at_fraction(0.75) + 120 for s in kv)
