@@ -15,6 +15,7 @@ ENGINES: dict[str, str] = {
     "tgi": "servelens.parsers.tgi",
     "trtllm": "servelens.parsers.trtllm",
     "client": "servelens.parsers.client",
+    "sglang": "servelens.parsers.sglang",
 }
 FALLBACK = "servelens.parsers.unknown"
 

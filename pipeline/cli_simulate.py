@@ -16,7 +16,7 @@ def register(app: typer.Typer) -> None:
 
 
 def simulate_cmd(
-    engine: Annotated[str, typer.Option("--engine", "-e", help="vllm, tgi or trtllm")],
+    engine: Annotated[str, typer.Option("--engine", "-e", help="vllm, tgi, trtllm or sglang")],
     out: Annotated[Path, typer.Option("--out", "-o", help="directory for the logs and truth Parquet")],
     scenario: Annotated[str, typer.Option(help="steady, spike, kv-pressure or incident")] = "steady",
     duration: Annotated[str, typer.Option(help="simulated time, e.g. 90s, 20m, 1h30m")] = "20m",

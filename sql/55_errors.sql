@@ -4,7 +4,8 @@
 -- Sources: `error` events and any ERROR/CRITICAL line, plus HTTP access lines with status
 --   429 or >= 500. A multi-line traceback is one event, so one error.
 -- Kinds (first match, on the message text): cuda_oom ("out of memory"), engine_dead (engine
---   core / background loop / shard crashed or dead), overloaded ("no permits available",
+--   core / background loop / shard crashed or dead, SGLang's `Scheduler hit an exception` and
+--   `Received sigquit from a child process`), overloaded ("no permits available",
 --   "overloaded", HTTP 429), timeout ("timed out", "timeout"), client_disconnect ("Receiver
 --   dropped", "client disconnected"), generation_error ("Request failed during generation",
 --   "Server error"), http_5xx (HTTP status >= 500), other; and shutdown: any error logged
@@ -79,7 +80,7 @@ classified as (
             when message ilike '%out of memory%' or message ilike '%OutOfMemory%' then 'cuda_oom'
             when regexp_matches(
                 message,
-                '(?i)EngineCore (hit an exception|failed|encountered a fatal)|EngineDeadError|Background loop has errored|Engine background task failed|fatal signal|Shard \d+ crashed|Webserver Crashed|shard.*failed to start|WorkerProc failed'
+                '(?i)EngineCore (hit an exception|failed|encountered a fatal)|EngineDeadError|Background loop has errored|Engine background task failed|fatal signal|Shard \d+ crashed|Webserver Crashed|shard.*failed to start|WorkerProc failed|[A-Za-z]+ hit an exception|Received sigquit from a child proces'
             ) then 'engine_dead'
             when http_status = 429
                 or message ilike '%no permits available%'

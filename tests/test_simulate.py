@@ -182,7 +182,7 @@ def test_durations_and_bad_requests():
         with pytest.raises(SimulateError):
             parse_duration(bad)
     with pytest.raises(SimulateError, match="unknown engine"):
-        simulate("sglang", "steady", 10, 1, "/nonexistent")
+        simulate("exllama", "steady", 10, 1, "/nonexistent")
     with pytest.raises(SimulateError, match="unknown scenario"):
         simulate("vllm", "chaos", 10, 1, "/nonexistent")
     with pytest.raises(SimulateError, match="unknown variant"):

@@ -26,8 +26,9 @@ from .model import InstanceResult, ServerConfig, run_instance
 from .scenarios import SCENARIOS, Scenario, make_traffic, server_config
 from .truth import request_frame, state_frame, truth_requests
 
-ENGINES = ("vllm", "tgi", "trtllm")
-VARIANTS = {"vllm": ("v0", "v1", "v1_outputs"), "tgi": ("text", "json"), "trtllm": ("triton", "executor")}
+ENGINES = ("vllm", "tgi", "trtllm", "sglang")
+VARIANTS = {"vllm": ("v0", "v1", "v1_outputs"), "tgi": ("text", "json"), "trtllm": ("triton", "executor"),
+            "sglang": ("v0_5", "v0_4", "pd")}
 DEFAULT_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 DEFAULT_START = "2026-05-12T08:00:00Z"
 
@@ -101,6 +102,9 @@ def _request_ids(engine: str, variant: str, name: str, rng: np.random.Generator,
     if engine == "vllm":
         hexes = rng.bytes(16 * n).hex()
         return [f"chatcmpl-{hexes[32 * i:32 * i + 32]}" for i in range(n)]
+    if engine == "sglang":  # the tokenizer manager's uuid4().hex rids
+        hexes = rng.bytes(16 * n).hex()
+        return [hexes[32 * i:32 * i + 32] for i in range(n)]
     if engine == "trtllm":
         # the executor numbers requests 1, 2, ... in the order they are enqueued
         return [str(i + 1) for i in range(n)]
@@ -130,9 +134,15 @@ def _run_one(job: dict) -> dict:
         rng=np.random.default_rng([seed, i, 2]), opts=job["opts"],
     )
     t0 = time.perf_counter()
-    raw = _writer(engine).write(data).render(docker_timestamps=job["docker_timestamps"]).encode("utf-8")
+    writer = _writer(engine)
+    raw = writer.write(data).render(docker_timestamps=job["docker_timestamps"]).encode("utf-8")
     path = Path(job["out"]) / f"{name}.log"
     path.write_bytes(raw)
+    # files an engine writes beside its log (SGLang's per-request metrics export)
+    for rel, blob in getattr(writer, "extra_files", lambda _d: {})(data).items():
+        extra = Path(job["out"]) / rel
+        extra.parent.mkdir(parents=True, exist_ok=True)
+        extra.write_bytes(blob)
     t_write = time.perf_counter() - t0
     state = state_frame(name, job["start_ns"], res, cfg.num_gpu_blocks, job["state_grid"])
     return {"file": path.name, "req": req, "state": state, "bytes": len(raw),

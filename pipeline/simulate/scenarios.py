@@ -79,6 +79,8 @@ ENGINE_SERVER: dict[str, dict] = {
     # TensorRT-LLM GUARANTEED_NO_EVICT: reserve the whole sequence, 64-token blocks.
     "trtllm": {"block_size": 64, "num_gpu_blocks": 1536, "max_num_seqs": 256,
                "max_batched_tokens": 8192, "reserve_full": True},
+    # SGLang: KV on demand (radix cache, --page-size 16 here), retract when it runs out.
+    "sglang": {"block_size": 16, "max_num_seqs": 256, "max_batched_tokens": 8192},
 }
 
 

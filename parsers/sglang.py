@@ -1,0 +1,521 @@
+"""The SGLang parser: what an SGLang server (`python -m sglang.launch_server`) prints, from
+v0.1 (2024) to today, into the common schema.
+
+This module owns the anatomy of a line (see /work/shared/formats/sglang.md §1): SGLang's
+`[%(asctime)s{ranks}] message` prefix (`[2025-02-27 04:46:39 DP1 TP1 EP1] `, time-only
+`[16:43:29 TP0] ` before Oct 2024, `[TP0] ` in trimmed pastes, no prefix at all in v0.1),
+the Python-logging form a `SGLANG_LOGGING_CONFIG_PATH` config prints (`2026-06-07
+10:59:31,659 [INFO] sglang.srt...: `), bare uvicorn lines, the per-request metrics JSON of
+`--export-metrics-to-file`, and multi-line records (a scheduler's `hit an exception:
+Traceback ...` is one error event). What each message means is in `sglang_fields.py`.
+
+Choices worth knowing:
+- SGLang prints no level: lines are INFO-or-WARNING alike, so `level` stays null except for
+  uvicorn lines, the Python-logging form and errors (ERROR).
+- Times have no zone (server local time) and are taken as UTC. Time-only prefixes take
+  their date from the file's modification time (`attrs.date_source = "mtime"`); a day
+  rollover (the clock jumping back by more than 12 h) is seen within a chunk.
+- The rank prefix is kept in attrs (`dp_rank`, `tp_rank`, `pp_rank`, `ep_rank`,
+  `attn_cp_rank`, `moe_dp_rank`). Every TP rank logs a retraction: of the lines with the
+  same (second, DP rank, message), the first of each rank's k-th makes a `preemption` event,
+  the other ranks' copies are `log` events with `attrs.rank_copy` (within one chunk).
+- Prefill/decode disaggregation: a prefill worker's and a decode worker's lines differ (PD
+  fields, `disaggregation_mode=` in the server args). Their events go to the instance
+  `<instance>:prefill` / `<instance>:decode` (carried forward in file order), so every view,
+  which groups by instance, keeps the two queues apart.
+- A per-request metrics file (`sglang-request-metrics-YYYYMMDD_HH.log`) names no server;
+  its requests go to the instance named by the directory it is in (the instance its
+  hourly file name would otherwise give is a different one every hour).
+- Wrapper prefixes (Ray `(SGLangEngine pid=1) `, docker/k8s times) are the decoding
+  stage's job; a prefix found behind another lead is still read, the lead kept in
+  `attrs.wrapper`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from pathlib import Path
+
+import polars as pl
+
+from . import sglang_fields as F
+from .base import ANSI_RE, ParseContext, attrs_column, record_ids
+
+NAME = "sglang"
+CARRY_FORWARD = ("model", "instance")
+# whether a line starts a record depends on it and the line before only
+RECORD_LOOKBACK = 1
+
+_RANK = r"[A-Z][A-Z_]*\d+"
+# `[2025-02-27 04:46:39 DP1 TP1] `, `[16:43:29 TP0] `, `[2026-04-05 20:02:51] `, `[TP0] `
+_PREFIX = (
+    r"^\[(?:(?P<date>\d{4}-\d{2}-\d{2}) )?(?P<hms>\d{2}:\d{2}:\d{2})?(?:[.,](?P<frac>\d{1,6}))?"
+    rf"(?P<ranks>(?: ?{_RANK})*)\] ?"
+)
+_PREFIX_HINT = rf"^\[(?:\d{{4}}-\d{{2}}-\d{{2}} \d|\d{{2}}:\d{{2}}:\d{{2}}[ \].,]|{_RANK}[ \]])"
+# a logging config's `%(asctime)s [%(levelname)s] %(name)s: %(message)s`
+_LEVEL = r"DEBUG|INFO|WARNING|ERROR|CRITICAL"
+_PYLOG = (
+    r"^(?P<pdate>\d{4}-\d{2}-\d{2}) (?P<phms>\d{2}:\d{2}:\d{2})(?:[,.](?P<pfrac>\d{1,6}))? "
+    rf"\[(?P<plevel>{_LEVEL})\] (?P<plogger>[\w.]+): "
+)
+_PYLOG_HINT = rf"^\d{{4}}-\d{{2}}-\d{{2}} \d{{2}}:\d{{2}}:\d{{2}}(?:[,.]\d+)? \[(?:{_LEVEL})\] "
+# the prefix behind some other lead (a wrapper the decoding stage did not take off)
+_LATE_PREFIX = rf"^(?P<lead>.{{1,200}}?)\[(?:\d{{4}}-\d{{2}}-\d{{2}} )?\d{{2}}:\d{{2}}:\d{{2}}(?: {_RANK})*\] "
+_LATE_HINT = r"\[(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}[ \]]"
+_CHAINED = r"^(?:The above exception was the direct cause|During handling of the above exception)"
+_TRACEBACK = "Traceback (most recent call last)"
+_RANK_NAMES = {"DP": "dp_rank", "TP": "tp_rank", "PP": "pp_rank", "EP": "ep_rank",
+               "ATTN_CP": "attn_cp_rank", "MOE_DP": "moe_dp_rank"}
+# the instance a metrics file's path gives (discover strips the `-YYYYMMDD_HH` suffix or not)
+_METRICS_FILE = re.compile(r"^sglang-request-metrics(?:-\d{8}_\d{2})?$")
+
+
+def _any(df: pl.DataFrame, expr: pl.Expr) -> bool:
+    return bool(df.select(expr.fill_null(False).any()).item()) if df.height else False
+
+
+# ---------------------------------------------------------------------------------------
+# contract
+
+
+def detect(lines: list[str]) -> float:
+    """High when the lines hold SGLang's own messages (scheduler stats, server args,
+    capacity, per-request metrics) or its rank prefix; 0 otherwise. A `[date time] ` prefix
+    alone is not enough: other programs print it too."""
+    if not lines:
+        return 0.0
+    df = pl.DataFrame({"t": pl.Series(lines, dtype=pl.String)}).with_columns(
+        pl.col("t").str.replace_all(ANSI_RE, "")
+    )
+    df = _split_prefix(df.rename({"t": "_t"}))
+    m = pl.col("m")
+    strong = (
+        F.IS_STATS
+        | m.str.contains(r"^server_args=ServerArgs\(|^max_total_num_tokens=\d+|^KV Cache is allocated\. #tokens")
+        | m.str.contains(r"sglang|SGLang|^Decode out of memory happened|^KV cache pool is full\. Retract")
+        | (pl.col("_hdr") & pl.col("ranks").str.contains(r"\b(?:TP|DP)\d+"))
+        | F.IS_METRICS_JSON
+    )
+    foreign = pl.col("_t").str.contains(r"TensorRT-LLM|text_generation_(?:router|launcher)|vllm\.|\[TRT")
+    n_strong, n_foreign = df.select(strong.fill_null(False).sum(), foreign.sum()).row(0)
+    if not n_strong or n_foreign > n_strong:
+        return 0.0
+    return min(1.0, 0.6 + 0.4 * n_strong / len(lines))
+
+
+def record_starts(text: pl.Series) -> pl.Series:
+    """False for a continuation line: no SGLang prefix and indented, blank, a chained-
+    exception note, or the exception line closing a traceback (after an indented frame or
+    the `Traceback` line)."""
+    df = pl.DataFrame({"t": text.fill_null("")})
+    t = pl.col("t")
+    if _any(df, t.str.contains(ANSI_RE)):
+        df = df.with_columns(t.str.replace_all(ANSI_RE, ""))
+    if not _any(df, t.str.contains(r"^(?:[ \t]|$|The above|During handling)|^\s*$")):
+        return pl.repeat(True, df.height, dtype=pl.Boolean, eager=True).alias("starts")
+    hdr = t.str.contains(_PREFIX_HINT) | t.str.contains(_PYLOG_HINT)
+    indented = t.str.contains(r"^[ \t]")
+    blank = t.str.strip_chars() == ""
+    tb_ish = (indented & ~blank) | t.str.contains(_TRACEBACK, literal=True)
+    exc_close = t.str.contains(F.EXCEPTION) & tb_ish.shift(1).fill_null(False)
+    cont = ~hdr & (indented | blank | t.str.contains(_CHAINED) | exc_close)
+    return df.select((~cont).alias("starts")).to_series()
+
+
+def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
+    if lines.height == 0:
+        return lines.select("line", pl.lit("unparsed").alias("event"), pl.col("text").alias("message"))
+    text = pl.col("text").fill_null("")
+    df = lines.select("line", text.alias("text"))
+    has = df.select(
+        pl.col("text").str.contains("\r", literal=True).any().alias("cr"),
+        pl.col("text").str.contains(ANSI_RE).any().alias("ansi"),
+    ).row(0, named=True)
+    t = pl.col("text")
+    if has["cr"]:
+        t = t.str.strip_chars_end("\r")
+    if has["ansi"]:
+        t = t.str.replace_all(ANSI_RE, "")
+    df = df.with_columns(t.alias("_t"))
+    starts = record_starts(df["_t"])
+    df = _split_prefix(df)
+    rec = _records(df, starts)
+    return _events(rec, ctx)
+
+
+# ---------------------------------------------------------------------------------------
+# anatomy
+
+
+def _split_prefix(df: pl.DataFrame) -> pl.DataFrame:
+    """Adds the prefix fields (`date`, `hms`, `frac`, `ranks`; `pdate`... of the logging
+    form; `lead` of a late prefix), `_hdr` (a prefix was found) and `m`: the message."""
+    t = pl.col("_t")
+    head = t.str.slice(0, 120)
+    df = df.with_columns(
+        pl.when(t.str.contains(_PREFIX_HINT)).then(head).str.extract_groups(_PREFIX).alias("_p")
+    ).unnest("_p")
+    # `[]` or a bare `[` ... `]` with neither time nor rank is no prefix
+    ok = pl.col("hms").is_not_null() | (pl.col("ranks").str.strip_chars() != "")
+    plen = head.str.extract(_PREFIX, 0).str.len_chars()
+    df = df.with_columns(ok.fill_null(False).alias("_hdr"), pl.when(ok).then(plen).alias("_plen"))
+    pylog_cols = ("pdate", "phms", "pfrac", "plevel", "plogger")
+    if _any(df, ~pl.col("_hdr") & t.str.contains(_PYLOG_HINT)):
+        df = df.with_columns(
+            pl.when(~pl.col("_hdr")).then(head).str.extract_groups(_PYLOG).alias("_g")
+        ).unnest("_g")
+        plog = pl.col("phms").is_not_null()
+        df = df.with_columns(
+            (pl.col("_hdr") | plog).alias("_hdr"),
+            pl.coalesce("_plen", pl.when(plog).then(head.str.extract(_PYLOG, 0).str.len_chars())).alias("_plen"),
+        )
+    else:
+        df = df.with_columns(pl.lit(None, pl.String).alias(c) for c in pylog_cols)
+    if _any(df, ~pl.col("_hdr") & t.str.contains(_LATE_HINT)):
+        late = pl.when(~pl.col("_hdr")).then(t.str.slice(0, 320)).str.extract(_LATE_PREFIX, 0)
+        df = df.with_columns(late.alias("_late"))
+        inner = pl.col("_t").str.slice(pl.col("_late").str.extract(r"^(.*?)\[[^\]]*\] $", 1).str.len_chars())
+        df = df.with_columns(
+            pl.when(pl.col("_late").is_not_null())
+            .then(inner.str.slice(0, 120).str.extract_groups(_PREFIX))
+            .alias("_q"),
+            pl.col("_late").str.extract(r"^(.*?)\[[^\]]*\] $", 1).str.strip_chars_end().alias("lead"),
+        )
+        q = pl.col("_q").struct
+        df = df.with_columns(
+            *(pl.coalesce(pl.col(c), q.field(c)).alias(c) for c in ("date", "hms", "frac", "ranks")),
+            (pl.col("_hdr") | pl.col("_late").is_not_null()).alias("_hdr"),
+            pl.coalesce("_plen", pl.col("_late").str.len_chars()).alias("_plen"),
+        ).drop("_q", "_late")
+    else:
+        df = df.with_columns(pl.lit(None, pl.String).alias("lead"))
+    return df.with_columns(pl.col("_t").str.slice(pl.col("_plen").fill_null(0)).alias("m"))
+
+
+def _records(df: pl.DataFrame, starts: pl.Series) -> pl.DataFrame:
+    """One row per record: the first line's anatomy, `n_lines`, `raw` (its lines joined),
+    `body_all` (message and continuation lines) and the exception its continuation
+    lines name last (`_xt`, `_xm`), `has_tb`."""
+    keep = [c for c in df.columns if c not in ("text",)]
+    if bool(starts.all()):
+        return df.select(
+            *keep,
+            pl.lit(1, pl.Int32).alias("n_lines"),
+            pl.col("text").alias("raw"),
+            pl.col("m").alias("body_all"),
+            pl.lit(None, pl.String).alias("_xt"),
+            pl.lit(None, pl.String).alias("_xm"),
+            pl.col("m").str.contains(_TRACEBACK, literal=True).alias("has_tb"),
+        )
+    df = df.with_columns(record_ids(starts))
+    exc = pl.col("_t").str.extract_groups(F.EXCEPTION)
+    agg = (
+        df.filter(pl.len().over("_rec") > 1)
+        .with_columns(exc.alias("_e"))
+        .group_by("_rec", maintain_order=True)
+        .agg(
+            pl.col("line").first(),
+            pl.len().cast(pl.Int32).alias("n_lines"),
+            pl.col("text").str.join("\n").alias("raw"),
+            pl.concat_str([pl.col("m").first(), pl.col("_t").slice(1).str.join("\n")], separator="\n").alias("body_all"),
+            pl.col("_e").struct.field("exc").drop_nulls().last().alias("_xt"),
+            pl.col("_e").struct.field("excmsg").filter(pl.col("_e").struct.field("exc").is_not_null()).last().alias("_xm"),
+            pl.col("_t").str.contains(_TRACEBACK, literal=True).any().alias("has_tb"),
+        )
+        .drop("_rec")
+    )
+    first = df.filter(pl.col("_rec").is_first_distinct()).drop("_rec")
+    return (
+        first.join(agg, on="line", how="left", maintain_order="left")
+        .with_columns(
+            pl.col("n_lines").fill_null(1),
+            pl.coalesce("raw", "text").alias("raw"),
+            pl.coalesce("body_all", "m").alias("body_all"),
+            pl.coalesce("has_tb", pl.col("m").str.contains(_TRACEBACK, literal=True)).alias("has_tb"),
+        )
+        .drop("text")
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# events
+
+
+def _family() -> pl.Expr:
+    m, hdr = pl.col("m"), pl.col("_hdr")
+    bare = ~hdr
+    return (
+        pl.when(F.STATS_HINT & F.IS_STATS).then(pl.lit("stats"))
+        .when(hdr & F.CAPACITY_HINT & (F.IS_SERVER_ARGS | F.IS_POOL | F.IS_KV_ALLOC)).then(pl.lit("cap"))
+        .when(hdr & F.IS_RETRACT).then(pl.lit("retract"))
+        .when(F.REQUEST_HINT & ((bare & F.IS_METRICS_JSON) | (hdr & F.IS_FINISH))).then(pl.lit("request"))
+        .when(hdr & F.REQUEST_HINT & F.IS_RECEIVE).then(pl.lit("arrive"))
+        .when(hdr & F.IS_REQ_TIME).then(pl.lit("reqtime"))
+        .when(m.str.contains(F.UVICORN_ACCESS)).then(pl.lit("access"))
+        .otherwise(pl.lit("other"))
+    )
+
+
+def _events(rec: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
+    rec = rec.with_columns(_family().alias("_fam"), *_times(rec, ctx))
+    parts = [
+        _family_frame(fam, part, ctx)
+        for (fam,), part in rec.partition_by("_fam", as_dict=True, maintain_order=True).items()
+    ]
+    out = pl.concat(parts, how="diagonal_relaxed").sort("line", maintain_order=True)
+    return out.with_row_index("_seq")
+
+
+def _times(rec: pl.DataFrame, ctx: ParseContext) -> list[pl.Expr]:
+    """`ts` (naive, taken as UTC by finalize) from the prefix; `_date_source` for
+    time-only prefixes."""
+    frac = pl.col("frac").fill_null("0").str.pad_end(6, "0").cast(pl.Int64, strict=False)
+    full = pl.concat_str([pl.col("date"), pl.lit(" "), pl.col("hms")]).str.to_datetime(
+        "%Y-%m-%d %H:%M:%S", time_unit="us", strict=False
+    ) + pl.duration(microseconds=frac)
+    pfrac = pl.col("pfrac").fill_null("0").str.pad_end(6, "0").cast(pl.Int64, strict=False)
+    pylog = pl.concat_str([pl.col("pdate"), pl.lit(" "), pl.col("phms")]).str.to_datetime(
+        "%Y-%m-%d %H:%M:%S", time_unit="us", strict=False
+    ) + pl.duration(microseconds=pfrac)
+    exprs = [pl.coalesce(full, pylog).alias("ts"), pl.lit(None, pl.String).alias("_date_source")]
+    only_time = pl.col("date").is_null() & pl.col("hms").is_not_null()
+    if not _any(rec, only_time):
+        return exprs
+    # time-only (SGLang before Oct 2024): the date of the file's last write, one day later
+    # each time the clock jumps back by more than 12 hours
+    anchor = (ctx.mtime or dt.datetime.now(dt.timezone.utc)).date()
+    secs = rec.select(
+        pl.when(only_time).then(
+            pl.col("hms").str.to_time("%H:%M:%S", strict=False).cast(pl.Int64) // 1_000_000_000
+        )
+    ).to_series()
+    prev = secs.forward_fill().shift(1)
+    rolled = ((secs < prev - 43200).fill_null(False)).cast(pl.Int64).cum_sum()
+    days_back = rolled.max() - rolled  # the last line is on the anchor day
+    base = dt.datetime.combine(anchor, dt.time())
+    when = (
+        pl.lit(base)
+        - pl.duration(days=pl.Series(days_back))
+        + pl.duration(seconds=pl.Series(secs).fill_null(0))
+        + pl.duration(microseconds=frac)
+    )
+    exprs[0] = pl.coalesce(full, pylog, pl.when(only_time).then(when)).alias("ts")
+    exprs[1] = pl.when(only_time).then(pl.lit("mtime" if ctx.mtime else "today")).alias("_date_source")
+    return exprs
+
+
+def _rank_attrs(sub: pl.DataFrame) -> dict[str, pl.Expr]:
+    ranks = pl.col("ranks")
+    if not _any(sub, ranks.str.strip_chars() != ""):
+        return {}
+    return {
+        name: ranks.str.extract(rf"(?:^|\s){tag}(\d+)\b", 1).cast(pl.Int64, strict=False)
+        for tag, name in _RANK_NAMES.items()
+    }
+
+
+def _common_attrs(sub: pl.DataFrame) -> dict[str, pl.Expr]:
+    attrs = _rank_attrs(sub)
+    # a rank token we do not know (a newer parallelism, a pid suffix) is kept as printed
+    if attrs:
+        known = "|".join(sorted(_RANK_NAMES, key=len, reverse=True))
+        other = pl.col("ranks").str.replace_all(rf"(?:^|\s)(?:{known})\d+\b", "").str.strip_chars()
+        attrs["ranks_other"] = pl.when(other != "").then(other)
+    return attrs | {
+        "logger": pl.col("plogger"),
+        "wrapper": pl.col("lead"),
+        "date_source": pl.col("_date_source"),
+    }
+
+
+def _role_instance(role: pl.Expr, ctx: ParseContext) -> pl.Expr:
+    return pl.when(role.is_not_null()).then(pl.concat_str([pl.lit(ctx.instance + ":"), role]))
+
+
+def _family_frame(fam: str, sub: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
+    """Event kind, schema columns and attrs for the records of one family."""
+    m = pl.col("m")
+    cols: dict[str, pl.Expr] = {}
+    extra: dict[str, pl.Expr] = {}
+    extra_json = None
+    if fam == "stats":
+        sub, cols, extra, extra_json = _stats_frame(sub, ctx)
+    elif fam == "cap":
+        cap = F.capacity_columns()
+        mode = F.capacity_attrs()["disaggregation_mode"]
+        cols = {"event": pl.lit("capacity"), **cap,
+                "instance": _role_instance(pl.when(mode.is_in(["prefill", "decode"])).then(mode), ctx)}
+        extra = F.capacity_attrs()
+    elif fam == "retract":
+        extra = F.retraction_attrs()
+        # every TP rank of a group logs the same retraction within the same second: the
+        # first line of each (second, DP rank, message) counts, the others are its copies
+        # (a node of a multi-node TP group may never see TP0's line)
+        # (a rank logging the same message twice in a second is two retractions: the
+        # k-th line of each rank pairs with the k-th of the others)
+        dp = pl.col("ranks").str.extract(r"(?:^|\s)DP(\d+)\b", 1).fill_null("")
+        tp = pl.col("ranks").str.extract(r"(?:^|\s)TP(\d+)\b", 1).fill_null("")
+        key = pl.concat_str([pl.col("ts").cast(pl.String).fill_null(""), dp, pl.col("m")], separator="|")
+        nth = pl.int_range(pl.len()).over(key, tp)
+        copy = ~pl.struct(key, nth).is_first_distinct()
+        cols = {"event": pl.when(copy).then(pl.lit("log")).otherwise(pl.lit("preemption"))}
+        extra["rank_copy"] = pl.when(copy).then(True)
+    elif fam == "request":
+        sub = sub.with_columns(**F.request_columns())
+        cols = {
+            "event": pl.lit("request"),
+            "request_id": pl.col("request_id"),
+            "prompt_tokens": pl.col("prompt_tokens"),
+            "output_tokens": pl.col("output_tokens"),
+            "e2e_s": pl.col("e2e_s"),
+            "queue_s": pl.col("queue_s"),
+            "ttft_s": pl.col("ttft_s"),
+            "tpot_s": pl.col("tpot_s"),
+            # the exporter's own Unix time wins; a `Finish:` line has its prefix time
+            "ts": pl.coalesce(
+                pl.from_epoch((pl.col("_finished_unix") * 1e6).round().cast(pl.Int64), time_unit="us"), pl.col("ts")
+            ),
+            "instance": pl.lit(_metrics_instance(ctx)) if _metrics_instance(ctx) else pl.lit(None, pl.String),
+        }
+        extra = F.request_attrs()
+    elif fam == "reqtime":
+        # one worker's stages of a finished request (no end-to-end time: a PD request has
+        # one such line on the prefill and one on the decode worker)
+        extra = F.req_time_attrs()
+        stage = extra["stage"]
+        cols = {"event": pl.lit("request"), **F.req_time_columns(),
+                "instance": _role_instance(pl.when(stage.is_in(["prefill", "decode"])).then(stage), ctx)}
+    elif fam == "arrive":
+        cols = {"event": pl.lit("request_arrived"), "request_id": F.receive_request_id()}
+    elif fam == "access":
+        uv = pl.col("_uv").struct
+        sub = sub.with_columns(m.str.extract_groups(F.UVICORN_ACCESS).alias("_uv"))
+        cols = {
+            "event": pl.lit("http_access"),
+            "level": uv.field("ulevel"),
+            "http_status": uv.field("status").cast(pl.Int32, strict=False),
+        }
+        extra = {
+            "method": uv.field("method"),
+            "path": uv.field("path"),
+            "client": uv.field("client"),
+            "protocol": uv.field("proto"),
+        }
+    else:
+        cols, extra = _other_columns(sub)
+    message = pl.col("body_all")
+    if fam == "other":  # an unparsed record keeps its lines as they were
+        message = pl.when(cols["event"] == "unparsed").then(pl.col("raw")).otherwise(message)
+    fields = {**_common_attrs(sub), **extra}
+    base = ["line", "n_lines", "ts"]
+    if "level" not in cols:
+        cols["level"] = pl.col("plevel")
+    out = sub.select(
+        *(c for c in base if c not in cols),
+        *(v.alias(k) for k, v in cols.items()),
+        message.alias("message"),
+        *(v.alias(f"_a_{k}") for k, v in fields.items()),
+        *([extra_json.alias("_extra")] if extra_json is not None else []),
+    )
+    vals = out.select(pl.col(f"_a_{k}").alias(k) for k in fields)
+    attrs = attrs_column(vals, list(fields))
+    out = out.drop(f"_a_{k}" for k in fields).with_columns(attrs)
+    if extra_json is not None:
+        out = out.with_columns(_merge_json(pl.col("attrs"), pl.col("_extra")).alias("attrs")).drop("_extra")
+    return out
+
+
+def _merge_json(a: pl.Expr, b: pl.Expr) -> pl.Expr:
+    """Two JSON objects (either may be null) as one: `{..a..,..b..}`."""
+    a, b = a.cast(pl.String), b.cast(pl.String)
+    return (
+        pl.when(a.is_null()).then(b)
+        .when(b.is_null()).then(a)
+        .otherwise(pl.concat_str([a.str.strip_suffix("}"), pl.lit(","), b.str.strip_prefix("{")]))
+    )
+
+
+def _stats_frame(sub: pl.DataFrame, ctx: ParseContext):
+    """The scheduler stats records: key by key (sglang_fields.stats_pairs)."""
+    sub = sub.with_row_index("_row")
+    pairs = F.stats_pairs(sub.select("_row", "m"))
+    wide = F.stats_wide(pairs)
+    sub = sub.join(wide, on="_row", how="left", maintain_order="left")
+    dtypes = {"int": pl.Int64, "float": pl.Float64, "pct": pl.Float64, "bool": pl.Boolean}
+    for c in (*F.STATS_COLUMNS, *F.STATS_ATTRS, "graph_device", "_extra", "_fragments"):
+        if c not in sub.columns:
+            sub = sub.with_columns(pl.lit(None, dtypes.get(F.KINDS.get(c), pl.String)).alias(c))
+    head = pl.col("m").str.extract_groups(F.STATS_HEAD)
+    sub = sub.with_columns(head.alias("_h"))
+    label = pl.col("_h").struct.field("label")
+    is_prefill = label.is_in(["Prefill batch", "new fill batch"]).fill_null(False)
+    pd_prefill = is_prefill & pl.any_horizontal(pl.col(k).is_not_null() for k in F.PD_PREFILL_KEYS)
+    pd_decode = ~is_prefill & pl.any_horizontal(pl.col(k).is_not_null() for k in F.PD_DECODE_KEYS)
+    role = pl.when(pd_prefill).then(pl.lit("prefill")).when(pd_decode).then(pl.lit("decode"))
+    cols = {
+        # a prefill line is one batch the scheduler ran; a decode line a periodic snapshot
+        "event": pl.when(is_prefill).then(pl.lit("batch")).otherwise(pl.lit("engine_stats")),
+        **{c: pl.col(c) for c in F.STATS_COLUMNS},
+        "instance": _role_instance(role, ctx),
+    }
+    extra = {
+        "phase": pl.when(is_prefill).then(pl.lit("prefill")).otherwise(pl.lit("decode")),
+        **{c: pl.col(c) for c in F.STATS_ATTRS},
+        "graph_device": pl.col("graph_device"),
+        "mixed_running_reqs": pl.col("_h").struct.field("mixed").cast(pl.Int64, strict=False),
+        "forward_iter": pl.col("_h").struct.field("fwd").cast(pl.Int64, strict=False),
+        "unparsed_fields": pl.col("_fragments"),
+    }
+    return sub, cols, extra, pl.col("_extra")
+
+
+def _other_columns(sub: pl.DataFrame) -> tuple[dict[str, pl.Expr], dict[str, pl.Expr]]:
+    """Every other record: errors (fatal scheduler messages, tracebacks, exception lines),
+    uvicorn's other lines, start-up progress bars, plain log lines, and unparsed lines."""
+    m, hdr = pl.col("m"), pl.col("_hdr")
+    exc = pl.col("_e").struct
+    sub_exc = m.str.extract_groups(F.EXCEPTION)
+    exc_type = pl.coalesce(pl.col("_xt"), sub_exc.struct.field("exc"))
+    exc_msg = pl.coalesce(pl.col("_xm"), sub_exc.struct.field("excmsg"))
+    is_uv = ~hdr & m.str.contains(F.UVICORN_OTHER)
+    progress = ~hdr & m.str.contains(F.PROGRESS)
+    error = (
+        F.IS_FATAL
+        | pl.col("has_tb")
+        | pl.col("plevel").is_in(["ERROR", "CRITICAL"]).fill_null(False)
+        | (~is_uv & sub_exc.struct.field("exc").is_not_null())
+    )
+    kind = (
+        pl.when(error).then(pl.lit("error"))
+        .when(hdr | is_uv | progress).then(pl.lit("log"))
+        .otherwise(pl.lit("unparsed"))
+    )
+    del exc
+    cols = {
+        "event": kind,
+        "level": pl.coalesce(
+            pl.col("plevel"),
+            pl.when(is_uv).then(m.str.extract(r"^(" + _LEVEL + r"):", 1)),
+            pl.when(error).then(pl.lit("ERROR")),
+        ),
+    }
+    extra = {
+        "exc_type": pl.when(error).then(exc_type),
+        "exc_message": pl.when(error).then(exc_msg),
+        "uvicorn": pl.when(is_uv).then(True),
+        "progress": pl.when(progress).then(True),
+    }
+    return cols, extra
+
+
+def _metrics_instance(ctx: ParseContext) -> str | None:
+    """The instance of a per-request metrics file: its directory's, when the instance is
+    the one its hourly file name gives (no --instance was given)."""
+    if not _METRICS_FILE.match(ctx.instance or ""):
+        return None
+    from servelens.pipeline.discover import instance_from_path  # the one naming rule
+
+    parent = Path(ctx.source).parent
+    return instance_from_path(parent) if parent.name else None
