@@ -14,6 +14,7 @@ ENGINES: dict[str, str] = {
     "vllm": "servelens.parsers.vllm",
     "tgi": "servelens.parsers.tgi",
     "trtllm": "servelens.parsers.trtllm",
+    "llamacpp": "servelens.parsers.llamacpp",
 }
 FALLBACK = "servelens.parsers.unknown"
 
