@@ -234,7 +234,7 @@ def _timing_roles(df: pl.DataFrame) -> pl.DataFrame:
     """`_part`: the row's role in a timing block; `_opener`: it opens one; `_key`: which
     request's block (port|slot|task). A continuation line (2024-09..2026-05) or a hidden
     journald blob takes the key of the `slot print_timing:` header just before it (same
-    router port, within 8 lines)."""
+    router port, with only such lines between)."""
     f, msg = pl.col("_form"), pl.col("_msg")
     kind = T.part_kind(msg)
     header = (f == "tag") & (pl.col("_fn") == "print_timing") & (msg.str.strip_chars() == "")
@@ -242,16 +242,22 @@ def _timing_roles(df: pl.DataFrame) -> pl.DataFrame:
         [pl.col("_port").cast(_STR).fill_null(""), pl.col("_slot").cast(_STR), pl.col("_task").cast(_STR)],
         separator="|",
     )
-    idx = pl.int_range(pl.len(), dtype=pl.Int64)
+    # (a row number column: `int_range` inside `.over()` would count within each port)
+    df = df.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("_idx"))
+    idx = pl.col("_idx")
     port = pl.col("_port").fill_null(-1)
+    candidate = f.is_in(["part", "blob"]).fill_null(False)
     df = df.with_columns(
         header.alias("_hdr"),
         pl.when(header).then(idx).forward_fill().over(port).alias("_hdr_at"),
         pl.when(header).then(own_key).forward_fill().over(port).alias("_hdr_key"),
-        idx.alias("_idx"),
+        pl.when(~candidate).then(idx).forward_fill().over(port).alias("_last_other"),
     )
-    follows = (pl.col("_idx") - pl.col("_hdr_at") <= 8).fill_null(False)
-    cont = ((f == "part") | (f == "blob")) & follows
+    # the continuation lines directly follow their header (one log call writes them all)
+    follows = (
+        (pl.col("_last_other") == pl.col("_hdr_at")) & (pl.col("_idx") - pl.col("_hdr_at") <= 8)
+    ).fill_null(False)
+    cont = candidate & follows
     part = (
         pl.when(header).then(pl.lit("header"))
         .when((f == "blob") & follows).then(pl.lit("hidden"))
@@ -264,7 +270,7 @@ def _timing_roles(df: pl.DataFrame) -> pl.DataFrame:
         pl.when(pl.col("_part").is_not_null()).then(
             pl.when(pl.col("_cont")).then(pl.col("_hdr_key")).otherwise(own_key)
         ).alias("_key"),
-    ).drop("_hdr", "_hdr_at", "_idx")
+    ).drop("_hdr", "_hdr_at", "_idx", "_last_other")
 
 
 # ---------------------------------------------------------------------------------------

@@ -77,7 +77,8 @@ def anchor(df: pl.DataFrame, mtime: dt.datetime | None) -> pl.DataFrame:
             off, kind = None, None
         offsets.append(off)
         kinds.append(kind)
-        nxt_start = off + r["_first"] if off is not None and r["_first"] is not None else None
+        # a new process starts at relative 0: the run before it ended by then
+        nxt_start = off
     runs = runs.select("_run").with_columns(
         pl.Series("_off", offsets[::-1], dtype=pl.Int64), pl.Series("_how", kinds[::-1], dtype=pl.String)
     )
