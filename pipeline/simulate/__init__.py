@@ -26,8 +26,9 @@ from .model import InstanceResult, ServerConfig, run_instance
 from .scenarios import SCENARIOS, Scenario, make_traffic, server_config
 from .truth import request_frame, state_frame, truth_requests
 
-ENGINES = ("vllm", "tgi", "trtllm")
-VARIANTS = {"vllm": ("v0", "v1"), "tgi": ("text", "json"), "trtllm": ("triton", "executor")}
+ENGINES = ("vllm", "tgi", "trtllm", "llamacpp")
+VARIANTS = {"vllm": ("v0", "v1"), "tgi": ("text", "json"), "trtllm": ("triton", "executor"),
+            "llamacpp": ("v2026", "v2024")}
 DEFAULT_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 DEFAULT_START = "2026-05-12T08:00:00Z"
 
@@ -99,6 +100,9 @@ def _request_ids(engine: str, variant: str, name: str, rng: np.random.Generator,
     if engine == "trtllm":
         # the executor numbers requests 1, 2, ... in the order they are enqueued
         return [str(i + 1) for i in range(n)]
+    if engine == "llamacpp":
+        # llama-server's task ids: 0, 1, ... in the order requests reach the server
+        return [str(i) for i in range(n)]
     # TGI prints no request id: the truth numbers requests per instance in arrival order
     # (join on finish time and order instead, see docs/simulator.md)
     return [f"{name}-{i:06d}" for i in range(n)]
@@ -125,9 +129,16 @@ def _run_one(job: dict) -> dict:
         rng=np.random.default_rng([seed, i, 2]), opts=job["opts"],
     )
     t0 = time.perf_counter()
-    raw = _writer(engine).write(data).render(docker_timestamps=job["docker_timestamps"]).encode("utf-8")
+    writer = _writer(engine)
+    written = writer.write(data)
+    raw = written.render(docker_timestamps=job["docker_timestamps"]).encode("utf-8")
     path = Path(job["out"]) / f"{name}.log"
     path.write_bytes(raw)
+    if getattr(writer, "FILE_MTIME_IS_LAST_LINE", False):
+        # a log of relative times is placed by its mtime: the time its last line was written
+        last_ns = int(written.frame()["ts"].max())
+        last_ns -= last_ns % 1000
+        os.utime(path, ns=(last_ns, last_ns))
     t_write = time.perf_counter() - t0
     state = state_frame(name, job["start_ns"], res, cfg.num_gpu_blocks, job["state_grid"])
     return {"file": path.name, "req": req, "state": state, "bytes": len(raw),
