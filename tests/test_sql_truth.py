@@ -263,3 +263,45 @@ def test_kv_pressure_trtllm_shows_as_a_scheduler_limit():
     assert [s for s in got if s[1] == "kv_pressure"] == []
     limit = [s for s in got if s[1] == "scheduler_limit"]
     assert limit and all(at_fraction(0.25) - 60 <= s[3] <= at_fraction(0.75) + 120 for s in limit)
+
+
+# --- llama.cpp: exact per-request timings from the timing block ----------------------------
+
+
+@pytest.mark.parametrize("scenario", ["spike", "kv-pressure"])
+def test_llamacpp_latency_percentiles_and_tpot_equal_truth(scenario):
+    """llama.cpp's total time runs from the start of prompt processing (the wait for a free
+    slot is not logged), so its e2e is the truth's finish - start; values are printed to
+    0.01 ms, the relative times to the microsecond."""
+    con = connect_truth("llamacpp", scenario)
+    got = one(con, """
+        with truth as (
+            select instance, floor(epoch(finish_ts) / 60) * 60 as w, count(*) as n,
+                   quantile_cont(inference_s, 0.50) as p50_e2e, quantile_cont(inference_s, 0.99) as p99_e2e,
+                   quantile_cont(tpot_s, 0.50) as p50_tpot, quantile_cont(tpot_s, 0.99) as p99_tpot
+            from truth_requests where status = 'ok' group by all
+        ),
+        views as (
+            select instance, epoch(window_start) as w, n, p50_e2e_s, p99_e2e_s, p50_tpot_s, p99_tpot_s
+            from latency_percentiles
+        )
+        select count(*) as windows,
+               count(*) filter (where truth.n is distinct from views.n) as n_differ,
+               max(abs(p50_e2e - p50_e2e_s)) as d50, max(abs(p99_e2e - p99_e2e_s)) as d99,
+               max(abs(p50_tpot - p50_tpot_s)) as dt50, max(abs(p99_tpot - p99_tpot_s)) as dt99
+        from truth full join views using (instance, w)
+    """)
+    assert got["windows"] >= DURATION_S // 60
+    assert got["n_differ"] == 0
+    for k in ("d50", "d99"):
+        assert got[k] <= 5e-6 + 1e-9, (k, got[k])
+    for k in ("dt50", "dt99"):
+        assert got[k] <= 5e-6, (k, got[k])
+    cap = one(con, "select min(max_num_seqs) as lo, max(max_num_seqs) as hi from capacity where engine = 'llamacpp'")
+    assert (cap["lo"], cap["hi"]) == (16, 16)  # n_slots, as announced
+    avail = one(con, """
+        select bool_and(available) filter (where metric in ('e2e_s', 'tpot_s')) as timed,
+               bool_or(available) filter (where metric in ('ttft_s', 'queue_s', 'waiting', 'kv_usage')) as untimed
+        from metric_availability where engine = 'llamacpp'
+    """)
+    assert avail == {"timed": True, "untimed": False}
