@@ -305,3 +305,23 @@ def test_llamacpp_latency_percentiles_and_tpot_equal_truth(scenario):
         from metric_availability where engine = 'llamacpp'
     """)
     assert avail == {"timed": True, "untimed": False}
+
+
+def test_llamacpp_busy_slots_are_reconstructed_exactly_and_waiting_stays_unknown():
+    """Slots busy = requests between slot launch (start) and finish, from the timing blocks;
+    fill is against the announced n_slots. llama.cpp logs no queue: waiting is null, not 0."""
+    con = connect_truth("llamacpp", "spike")
+    exact = one(con, """
+        with b as (select ts, instance, running, fill, max_num_seqs from batch_fill where engine = 'llamacpp'),
+        iv as (select instance, start_ts, finish_ts from truth_requests where status = 'ok')
+        select count(*) as n, max(running) as peak, max(fill) as max_fill, min(max_num_seqs) as lim,
+               count(*) filter (where b.running <> (
+                   select count(*) from iv
+                   where iv.instance = b.instance and iv.start_ts <= b.ts and iv.finish_ts > b.ts
+               )) as differ
+        from b
+    """)
+    assert exact["n"] >= 0.9 * DURATION_S and exact["differ"] == 0
+    assert exact["lim"] == 16 and exact["peak"] == 16 and exact["max_fill"] == 1.0  # the surge fills every slot
+    q = one(con, "select count(*) as n, count(waiting) as known from queue_depth where engine = 'llamacpp'")
+    assert q["n"] > 0 and q["known"] == 0
