@@ -409,3 +409,38 @@ def test_parse_text_and_cli_ingest(tmp_path):
     rows = res.output.strip().splitlines()
     assert rows[0] == "request_id,status,e2e,output_tokens"
     assert "388,finished,16.90153,192" in rows and "970,finished,16.88378,192" in rows and "7,finished,4.0,31" in rows
+
+
+# --- the simulator's llama.cpp logs ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", ["v2026", "v2024"])
+def test_simulated_logs_parse_fully_and_match_the_truth(tmp_path, variant):
+    from servelens.pipeline.simulate import simulate
+
+    summary = simulate("llamacpp", "incident", "150s", 9, tmp_path, variant=variant, instances=2)
+    truth = pl.read_parquet(tmp_path / "truth_requests.parquet")
+    for name in summary["files"]:
+        path = tmp_path / name
+        mtime = dt.datetime.fromtimestamp(path.stat().st_mtime, dt.timezone.utc)
+        ev = parse(path.read_text(), mtime=mtime)
+        assert ev.filter(pl.col("event") == "unparsed").height == 0
+        assert ev["ts"].null_count() == 0
+        ok = truth.filter((pl.col("instance") == path.stem) & (pl.col("status") == "ok"))
+        got = ok.join(ev.filter(pl.col("event") == "request"), on="request_id", suffix="_log")
+        assert got.height == ok.height == ev.filter(pl.col("event") == "request").height > 50
+        d = got.select(
+            (pl.col("e2e_s_log") - pl.col("inference_s")).abs().max().alias("e2e"),
+            (pl.col("tpot_s_log") - pl.col("tpot_s")).abs().max().alias("tpot"),
+            (pl.col("output_tokens_log") != pl.col("output_tokens")).sum().alias("out"),
+            (pl.col("prompt_tokens_log") != pl.col("prompt_tokens")).sum().alias("prompt"),
+            (pl.col("ts") - pl.col("finish_ts")).abs().max().alias("dts"),
+        ).row(0, named=True)
+        # v2026 prints ms with 2 decimals (10 us) and times to the us; v2024 has exact extras
+        # and whole-second timestamps
+        assert d["e2e"] <= 5e-6 + 1e-9 and d["tpot"] <= 5e-6 and d["out"] == 0 and d["prompt"] == 0
+        assert d["dts"] <= (dt.timedelta(microseconds=10) if variant == "v2026" else dt.timedelta(seconds=1))
+        if path.stem.endswith("-a"):  # the crashed instance
+            assert "error" in ev["event"].to_list()
+        anchors = {attrs(x).get("ts_anchor") for x in ev.to_dicts()} - {None}
+        assert anchors == ({"mtime"} if variant == "v2026" else set())
