@@ -116,7 +116,7 @@ def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     df = _header(lines["text"], wrap=lines["wrapper_ts"] if "wrapper_ts" in lines.columns else None)
     df = df.with_columns(lines["line"])
     df = _classified(df)
-    df = anchor(df, ctx.mtime)
+    df = anchor(df)
     df = T.blocks(df)
     return _events(df)
 
@@ -403,7 +403,7 @@ _ATTR_KEYS = (
 )
 
 _OUT_COLS = (
-    "line", "ts", "level", "event", "request_id", "model", "prompt_tokens", "output_tokens",
+    "line", "ts", "ts_rel_us", "level", "event", "request_id", "model", "prompt_tokens", "output_tokens",
     "e2e_s", "tpot_s", "inference_s", "prompt_tps", "gen_tps", "max_num_seqs",
     "kv_capacity_tokens", "http_status", "message",
 )

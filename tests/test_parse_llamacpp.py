@@ -355,7 +355,7 @@ def test_a_restart_is_anchored_from_the_run_after_it():
     assert ts[3] == mtime and ts[2] == mtime - dt.timedelta(seconds=2)
     # the first run ended where the second started (its last line at the restart)
     assert ts[1] == mtime - dt.timedelta(seconds=2.5) and ts[0] == ts[1] - dt.timedelta(seconds=10)
-    assert [attrs(x)["ts_anchor"] for x in ev.to_dicts()] == ["restart", "restart", "mtime", "mtime"]
+    assert [attrs(x)["ts_anchor"] for x in ev.to_dicts()] == ["mtime"] * 4
 
 
 def test_without_an_anchor_time_stays_null_and_rel_is_kept():
@@ -444,3 +444,19 @@ def test_simulated_logs_parse_fully_and_match_the_truth(tmp_path, variant):
             assert "error" in ev["event"].to_list()
         anchors = {attrs(x).get("ts_anchor") for x in ev.to_dicts()} - {None}
         assert anchors == ({"mtime"} if variant == "v2026" else set())
+
+
+def test_a_growing_file_keeps_the_anchor_it_was_first_read_with():
+    """A tailer reads the file as it grows: the first read anchors the run at the mtime it
+    saw; later chunks of the same run keep that anchor, whatever the file's mtime is then."""
+    texts = BLOCK_C.splitlines()
+    m1 = dt.datetime(2026, 6, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
+    ctx = ParseContext(engine="llamacpp", source="t.log", instance="t", mtime=m1)
+    a = finalize(llamacpp.parse(lines_frame(texts[:1]), ctx), ctx, carry=llamacpp.CARRY_FORWARD)
+    ctx.mtime = m1 + dt.timedelta(hours=1)  # the file was written to since
+    b = finalize(llamacpp.parse(lines_frame(texts[1:], first_line=2), ctx), ctx, carry=llamacpp.CARRY_FORWARD)
+    assert a["ts"][0] == m1
+    assert b["ts"][-1] == m1 + dt.timedelta(seconds=5.00005)
+    # a restart in a later chunk starts a new run, anchored afresh
+    c = finalize(llamacpp.parse(lines_frame(["0.00.001.000 I main: loading model"], first_line=9), ctx), ctx)
+    assert c["ts"][0] == ctx.mtime
