@@ -201,10 +201,17 @@ def _classified(df: pl.DataFrame) -> pl.DataFrame:
         ).replace_strict(_LEVELS, default=None).alias("level"),
     )
     xs = pl.col("_xsrc")
-    df = df.with_columns(
-        *[_extra(xs, k).cast(pl.Float64, strict=False).alias(f"_x_{k}") for k in _EXTRAS_NUM],
-        *[_extra(xs, k).alias(f"_x_{k}") for k in _EXTRAS_STR],
-    )
+    if df["_xsrc"].null_count() < df.height:
+        extras = [
+            *[_extra(xs, k).cast(pl.Float64, strict=False).alias(f"_x_{k}") for k in _EXTRAS_NUM],
+            *[_extra(xs, k).alias(f"_x_{k}") for k in _EXTRAS_STR],
+        ]
+    else:  # no 2024 record in the chunk (any later log): no pass for their fields
+        extras = [
+            *[pl.lit(None, pl.Float64).alias(f"_x_{k}") for k in _EXTRAS_NUM],
+            *[pl.lit(None, _STR).alias(f"_x_{k}") for k in _EXTRAS_STR],
+        ]
+    df = df.with_columns(*extras)
     df = df.with_columns(
         pl.coalesce(
             pl.when(f == "tag").then(tag.struct.field("3").cast(pl.Int64, strict=False)),
@@ -291,9 +298,10 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
     msg, fn, f, lvl = pl.col("_msg"), pl.col("_fn"), pl.col("_form"), pl.col("level")
     body = pl.col("_body")
     headed = f.is_not_null()
-    access = body.str.extract_groups(_ACCESS_RE)
-    tg = msg.str.extract_groups(_TG_RE)
-    pp = msg.str.extract_groups(_PP_RE)
+    # each pattern only where a literal test says it may match (a search over null is free)
+    access = pl.when(body.str.contains("request: ", literal=True)).then(body).str.extract_groups(_ACCESS_RE)
+    tg = pl.when(msg.str.starts_with("n_")).then(msg).str.extract_groups(_TG_RE)
+    pp = pl.when(msg.str.starts_with("prompt processing,")).then(msg).str.extract_groups(_PP_RE)
     json_access = (fn == "log_server_request") & pl.col("_x_status").is_not_null()
     arrived = msg.str.contains(r"^(?:processing task|slot is processing task)") | msg.str.contains(
         r"^slot [0-9]+ is processing \[task id: [0-9]+\]")
