@@ -308,13 +308,13 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
     finished = msg.str.contains(r"^(?:stop processing|slot released)")
     aborted_id = msg.str.extract(r"cancel task, id_task = ([0-9]+)", 1)
     n_slots = pl.coalesce(msg.str.extract(r"initializing slots, n_slots = ([0-9]+)", 1).cast(pl.Int64, strict=False),
-                          pl.when(msg == "initializing slots").then(pl.col("_x_n_slots").cast(pl.Int64)))
+                          pl.when(msg == "initializing slots").then(pl.col("_x_n_slots").cast(pl.Int64, strict=False)))
     n_seq = msg.str.extract(r"^(?:n_seq_max|n_parallel)\s*=\s*([0-9]+)", 1).cast(pl.Int64, strict=False)
     n_ctx = pl.when(fn.is_in(["llama_context", "llama_new_context_with_model", "llama_init_from_model"])).then(
         msg.str.extract(r"^n_ctx\s*=\s*([0-9]+)", 1).cast(pl.Int64, strict=False))
     n_ctx_slot_new = pl.coalesce(
         msg.str.extract(r"new slot,? n_ctx_slot = ([0-9]+)", 1).cast(pl.Int64, strict=False),
-        pl.when(msg == "new slot").then(pl.col("_x_n_ctx_slot").cast(pl.Int64)),
+        pl.when(msg == "new slot").then(pl.col("_x_n_ctx_slot").cast(pl.Int64, strict=False)),
         msg.str.extract(r"^ -> Slot [0-9]+ - max context: ([0-9]+)", 1).cast(pl.Int64, strict=False),
     )
     model = pl.coalesce(
@@ -326,10 +326,10 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         access.struct.field("2").alias("path"),
         access.struct.field("3").alias("client"),
         access.struct.field("4").cast(pl.Int32, strict=False).alias("_status"),
-        _num(tg.struct.field("1")).cast(pl.Int64).alias("n_decoded"),
+        _num(tg.struct.field("1")).cast(pl.Int64, strict=False).alias("n_decoded"),
         _num(tg.struct.field("2")).alias("_tg"),
         _num(tg.struct.field("3")).alias("tg_3s"),
-        _num(pp.struct.field("1")).cast(pl.Int64).alias("n_tokens"),
+        _num(pp.struct.field("1")).cast(pl.Int64, strict=False).alias("n_tokens"),
         _num(pp.struct.field("2")).alias("progress"),
         _num(pp.struct.field("3")).alias("elapsed_s"),
         _num(pp.struct.field("4")).alias("_pp"),
@@ -367,7 +367,7 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         pl.when(ev == "request_aborted").then(pl.col("_abort_task").cast(_STR))
         .when(ev.is_in(["request", "request_arrived", "request_finished"]) & (task != "-1")).then(task)
         .alias("request_id"),
-        pl.when(ev == "http_access").then(pl.coalesce(pl.col("_status"), pl.col("_x_status").cast(pl.Int32))).alias("http_status"),
+        pl.when(ev == "http_access").then(pl.coalesce(pl.col("_status"), pl.col("_x_status").cast(pl.Int32, strict=False))).alias("http_status"),
         pl.when(ev == "http_access").then(pl.coalesce(pl.col("method"), pl.col("_x_method"))).alias("method"),
         pl.when(ev == "http_access").then(pl.coalesce(pl.col("path"), pl.col("_x_path"))).alias("path"),
         pl.when(ev == "engine_stats").then(pl.col("_tg")).alias("gen_tps"),
@@ -376,7 +376,7 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         pl.when(ev == "capacity").then(pl.col("_n_ctx")).alias("kv_capacity_tokens"),
         pl.when(ev == "request_finished").then(pl.coalesce(
             msg.str.extract(r"n_(?:tokens|past) = ([0-9]+)", 1).cast(pl.Int64, strict=False),
-            pl.col("_x_n_past").cast(pl.Int64), pl.col("_x_n_cache_tokens").cast(pl.Int64),
+            pl.col("_x_n_past").cast(pl.Int64, strict=False), pl.col("_x_n_cache_tokens").cast(pl.Int64, strict=False),
         )).alias("n_tokens_used"),
         pl.when(ev == "request_finished").then(pl.coalesce(
             msg.str.extract(r"truncated = ([0-9]+)", 1).cast(pl.Int64, strict=False).cast(pl.Boolean),

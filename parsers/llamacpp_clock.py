@@ -34,8 +34,9 @@ _STR = pl.String
 
 def rel_us(groups: pl.Expr) -> pl.Expr:
     """The struct of REL_RE's four groups -> microseconds since process start."""
-    f = lambda i: groups.struct.field(str(i)).cast(pl.Int64)  # noqa: E731
-    return ((f(1) * 60 + f(2)) * 1000 + f(3)) * 1000 + f(4)
+    f = lambda i: groups.struct.field(str(i)).cast(pl.Int64, strict=False)  # noqa: E731 (a damaged value: null)
+    # minutes beyond ten million (19 years) are damage, and would overflow microseconds
+    return pl.when(f(1) < 10_000_000).then(((f(1) * 60 + f(2)) * 1000 + f(3)) * 1000 + f(4))
 
 
 def anchor(df: pl.DataFrame) -> pl.DataFrame:

@@ -117,8 +117,8 @@ def blocks(df: pl.DataFrame) -> pl.DataFrame:
             *[pl.lit(None, pl.Float64).alias(c) for c in _VALUES],
         )
     t = part_fields(t.with_columns(pl.col("_key").fill_null("?")))
-    t = t.with_columns(pl.col("_opener").cast(pl.Int64).cum_sum().over("_key").alias("_nth"))
-    t = t.with_columns(pl.struct("_key", "_nth").rank("dense").cast(pl.Int64).alias("_blk"))
+    t = t.with_columns(pl.col("_opener").cast(pl.Int64, strict=False).cum_sum().over("_key").alias("_nth"))
+    t = t.with_columns(pl.struct("_key", "_nth").rank("dense").cast(pl.Int64, strict=False).alias("_blk"))
     agg = t.group_by("_blk").agg(
         pl.col("line").max().alias("_last_line"),
         pl.col("line").min().alias("_first_line"),
@@ -156,20 +156,20 @@ def request_columns() -> list[pl.Expr]:
         (total / 1000.0).round(9).alias("e2e_s"),
         (total / 1000.0).round(9).alias("inference_s"),
         pl.when(eval_n > 1).then(eval_ms / (eval_n - 1) / 1000.0).alias("tpot_s"),
-        pl.col("_prompt_n").cast(pl.Int64).alias("prompt_tokens"),
-        eval_n.cast(pl.Int64).alias("output_tokens"),
+        pl.col("_prompt_n").cast(pl.Int64, strict=False).alias("prompt_tokens"),
+        eval_n.cast(pl.Int64, strict=False).alias("output_tokens"),
         (pl.col("_prompt_ms") / 1000.0).round(9).alias("prefill_s"),
         (eval_ms / 1000.0).round(9).alias("decode_s"),
         pl.col("_eval_printed_ms").alias("ms_per_token"),
         pl.col("_prompt_printed_tps").alias("prompt_tokens_per_s"),
         pl.col("_eval_printed_tps").alias("gen_tokens_per_s"),
-        pl.col("_total_n").cast(pl.Int64).alias("total_tokens"),
-        pl.col("_graphs").cast(pl.Int64).alias("graphs_reused"),
+        pl.col("_total_n").cast(pl.Int64, strict=False).alias("total_tokens"),
+        pl.col("_graphs").cast(pl.Int64, strict=False).alias("graphs_reused"),
         pl.col("_draft_rate").alias("draft_acceptance"),
-        pl.col("_draft_acc").cast(pl.Int64).alias("draft_accepted"),
-        pl.col("_draft_gen").cast(pl.Int64).alias("draft_generated"),
+        pl.col("_draft_acc").cast(pl.Int64, strict=False).alias("draft_accepted"),
+        pl.col("_draft_gen").cast(pl.Int64, strict=False).alias("draft_generated"),
         pl.col("_draft_len").alias("draft_mean_len"),
-        pl.when(pl.col("_n_hidden") > 0).then(pl.col("_n_hidden").cast(pl.Int64)).alias("hidden_lines"),
+        pl.when(pl.col("_n_hidden") > 0).then(pl.col("_n_hidden").cast(pl.Int64, strict=False)).alias("hidden_lines"),
         pl.when(pl.col("_n_core") < 3).then(pl.lit(True)).alias("timing_incomplete"),
     ]
 
