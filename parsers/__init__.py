@@ -16,6 +16,7 @@ ENGINES: dict[str, str] = {
     "trtllm": "servelens.parsers.trtllm",
     "client": "servelens.parsers.client",
     "sglang": "servelens.parsers.sglang",
+    "llamacpp": "servelens.parsers.llamacpp",
 }
 FALLBACK = "servelens.parsers.unknown"
 

@@ -16,6 +16,9 @@ An engine parser is a module (see `parsers/__init__.py` for the registry) exposi
         #   ts         Datetime: a complete time (with year); naive means UTC
         #   ts_noyear  Datetime with the placeholder year 2000 for times printed without a
         #              year (vLLM `06-10 14:23:45`, glog `I0514 ...`); finalize picks the year
+        #   ts_rel_us  Int64 microseconds since the process started, for times printed
+        #              relative to it (llama.cpp) that the chunk could not anchor itself;
+        #              finalize anchors them in file order (see `_resolve_relative`)
         # Every input line must be covered by exactly one event span [line, line + n_lines)
         # (several events may share one span, e.g. one line aborting several requests).
         # parse must not depend on earlier chunks: chunks are parsed in parallel.
@@ -300,6 +303,7 @@ def finalize(events: pl.DataFrame, ctx: ParseContext, carry: tuple[str, ...] = (
     if "_parse_failed" in events.columns:
         ctx.parse_failures += int(events["_parse_failed"].fill_null(False).sum())
     events = domain.apply(events, ctx.invalid)
+    events = _resolve_relative(events, ctx)
     events = _resolve_timestamps(events, ctx)
     for col in carry:
         if col not in events.columns:
@@ -333,6 +337,52 @@ def finalize(events: pl.DataFrame, ctx: ParseContext, carry: tuple[str, ...] = (
             exprs.append(pl.lit(None, dtype).alias(name))
     out = events.select(exprs)
     return out
+
+
+def _resolve_relative(events: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
+    """Wall-clock `ts` for the `ts_rel_us` helper column (time since process start).
+
+    A run is a stretch of lines whose relative time does not go back (a step back is a
+    restart). A run that continues the previous chunk's last run keeps its anchor (a tailer
+    anchors a growing file once, at the mtime it saw, and later chunks follow it); the run
+    that ends the chunk otherwise ends at the file's mtime; a run before a restart ends when
+    the next process started (its relative 0)."""
+    if "ts_rel_us" not in events.columns or events["ts_rel_us"].null_count() == events.height:
+        return events
+    rel = events["ts_rel_us"]
+    known = rel.drop_nulls()
+    run_of = (known < known.shift(1)).fill_null(False).cast(pl.Int32).cum_sum()
+    bounds = pl.DataFrame({"r": known, "run": run_of}).group_by("run", maintain_order=True).agg(
+        pl.col("r").first().alias("first"), pl.col("r").last().alias("last")
+    )
+    firsts, lasts = bounds["first"].to_list(), bounds["last"].to_list()
+    prior_off, prior_last = ctx.state.get("rel_offset_us"), ctx.state.get("rel_last_us")
+    continues = prior_off is not None and prior_last is not None and firsts[0] >= prior_last
+    mtime_us = int(ctx.mtime.timestamp() * 1_000_000) if ctx.mtime is not None else None
+    offsets: list[int | None] = [None] * len(firsts)
+    for i in range(len(firsts) - 1, -1, -1):
+        if i == 0 and continues:
+            offsets[i] = prior_off
+        elif i == len(firsts) - 1:
+            offsets[i] = None if mtime_us is None else mtime_us - lasts[i]
+        elif offsets[i + 1] is not None:
+            offsets[i] = offsets[i + 1] - lasts[i]
+    if offsets[-1] is not None:
+        ctx.state["rel_offset_us"], ctx.state["rel_last_us"] = offsets[-1], lasts[-1]
+    # each row's run: the run count at the last non-null relative time at or before it
+    runs = pl.Series([None] * events.height, dtype=pl.Int32).scatter(
+        np.flatnonzero(rel.is_not_null().to_numpy()), run_of
+    )
+    off = pl.Series(offsets, dtype=pl.Int64).gather(runs)
+    anchored = pl.from_epoch(off + rel, time_unit="us").dt.replace_time_zone("UTC")
+    ts = events["ts"] if "ts" in events.columns else None
+    if ts is not None:
+        anchored = _as_utc_series(ts).fill_null(anchored)
+    return events.with_columns(anchored.alias("ts"))
+
+
+def _as_utc_series(ts: pl.Series) -> pl.Series:
+    return pl.DataFrame({"t": ts}).select(_as_utc(pl.col("t"), ts.dtype)).to_series()
 
 
 def _resolve_timestamps(events: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:

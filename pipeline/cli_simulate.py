@@ -16,7 +16,7 @@ def register(app: typer.Typer) -> None:
 
 
 def simulate_cmd(
-    engine: Annotated[str, typer.Option("--engine", "-e", help="vllm, tgi, trtllm or sglang")],
+    engine: Annotated[str, typer.Option("--engine", "-e", help="vllm, tgi, trtllm, sglang or llamacpp")],
     out: Annotated[Path, typer.Option("--out", "-o", help="directory for the logs and truth Parquet")],
     scenario: Annotated[str, typer.Option(help="steady, spike, kv-pressure or incident")] = "steady",
     duration: Annotated[str, typer.Option(help="simulated time, e.g. 90s, 20m, 1h30m")] = "20m",
@@ -27,7 +27,7 @@ def simulate_cmd(
         help="number of servers (scenario default if unset)")] = None,
     model: Annotated[Optional[str], typer.Option(help="model name the logs mention")] = None,
     variant: Annotated[Optional[str], typer.Option(
-        help="log format: vllm v0|v1|v1_outputs, tgi text|json, trtllm triton|executor")] = None,
+        help="log format: vllm v0|v1|v1_outputs, tgi text|json, trtllm triton|executor, sglang v0_5|v0_4|pd, llamacpp v2026|v2024")] = None,
     docker_timestamps: Annotated[bool, typer.Option(
         "--docker-timestamps",
         help="prefix every line with an RFC 3339 ns time, as `docker logs --timestamps`")] = False,

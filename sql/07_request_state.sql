@@ -7,8 +7,10 @@
 --   wait [inference start - queue_s, inference start) and run [inference start, finish) are
 --   known to the microsecond). Only requests that finished inside the log are seen: requests
 --   still in flight at the end of the log, or that failed, are missing from the count.
--- Columns: ts (UTC sample instant), engine, instance, waiting (requests queued at ts),
---   running (requests in inference at ts). An interval counts at its start, not at its end.
+-- Columns: ts (UTC sample instant), engine, instance, waiting (requests queued at ts; null for
+--   an instance whose requests log no queue time, e.g. llama.cpp, whose timing block starts
+--   when a slot takes the task), running (requests in inference at ts). An interval counts at
+--   its start, not at its end.
 create or replace view request_state as
 with
 
@@ -22,14 +24,15 @@ intervals as (
     select
         r.engine,
         r.instance,
-        (epoch_us(r.queue_start_ts) + p.step_us - 1) // p.step_us as k_queue,
+        -- (no logged queue time, as with llama.cpp: the request counts from its inference start)
+        (epoch_us(coalesce(r.queue_start_ts, r.inference_start_ts)) + p.step_us - 1) // p.step_us as k_queue,
         (epoch_us(r.inference_start_ts) + p.step_us - 1) // p.step_us as k_inference,
         (epoch_us(r.finish_ts) + p.step_us - 1) // p.step_us as k_finish,
-        epoch_us(r.queue_start_ts) % p.step_us <> 0 as queue_between_samples,
+        epoch_us(coalesce(r.queue_start_ts, r.inference_start_ts)) % p.step_us <> 0 as queue_between_samples,
+        r.queue_start_ts is not null as queue_known,
     from requests as r
     cross join params as p
-    where r.queue_start_ts is not null
-      and r.inference_start_ts is not null
+    where r.inference_start_ts is not null
       and r.finish_ts is not null
 ),
 
@@ -45,6 +48,7 @@ changes as (
         -- a request queued strictly between samples k - 1 and k: its interval begins at
         -- sample k - 1 for the grid
         bool_or(opens_before) as opens_before,
+        bool_or(queue_known) as queue_known,
     from (
         select
             engine,
@@ -53,6 +57,7 @@ changes as (
             unnest([1, -1, 0]) as d_waiting,
             unnest([0, 1, -1]) as d_running,
             unnest([queue_between_samples, false, false]) as opens_before,
+            queue_known,
         from intervals
     )
     group by engine, instance, k
@@ -70,6 +75,8 @@ states as (
         sum(d_waiting) over upto - d_waiting + sum(d_running) over upto - d_running > 0 as busy_before,
         lead(k) over by_k as next_k,
         lag(k) over by_k as prev_k,
+        -- the instance logs queue times at all (else its waiting count is unknown)
+        bool_or(queue_known) over (partition by engine, instance) as queue_known,
     from changes
     window
         by_k as (partition by engine, instance order by k),
@@ -87,9 +94,10 @@ samples as (
         unnest(range(k, case when waiting + running > 0 then next_k else k + 1 end)) as k,
         waiting,
         running,
+        queue_known,
     from states
     union all
-    select engine, instance, k - 1 as k, 0 as waiting, 0 as running,
+    select engine, instance, k - 1 as k, 0 as waiting, 0 as running, queue_known,
     from states
     where opens_before
       and (prev_k is null or prev_k < k - 1)
@@ -101,7 +109,7 @@ final as (
         make_timestamptz(s.k * p.step_us) as ts,
         s.engine,
         s.instance,
-        cast(s.waiting as bigint) as waiting,
+        case when s.queue_known then cast(s.waiting as bigint) end as waiting,
         cast(s.running as bigint) as running,
     from samples as s
     cross join params as p

@@ -150,8 +150,8 @@ def test_store_path_that_is_a_file(tmp_path, fake_engine):
 
 
 def test_unknown_engine(tmp_path, store):
-    r = invoke("ingest", write(tmp_path / "a.log", fake_log()), "--engine", "llamacpp", "--store", store)
-    assert_clean_failure(r, "unknown engine 'llamacpp'", "vllm")
+    r = invoke("ingest", write(tmp_path / "a.log", fake_log()), "--engine", "ollama", "--store", store)
+    assert_clean_failure(r, "unknown engine 'ollama'", "vllm")
 
 
 def test_locked_store_is_refused(tmp_path, store):

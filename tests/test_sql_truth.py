@@ -263,3 +263,65 @@ def test_kv_pressure_trtllm_shows_as_a_scheduler_limit():
     assert [s for s in got if s[1] == "kv_pressure"] == []
     limit = [s for s in got if s[1] == "scheduler_limit"]
     assert limit and all(at_fraction(0.25) - 60 <= s[3] <= at_fraction(0.75) + 120 for s in limit)
+
+
+# --- llama.cpp: exact per-request timings from the timing block ----------------------------
+
+
+@pytest.mark.parametrize("scenario", ["spike", "kv-pressure"])
+def test_llamacpp_latency_percentiles_and_tpot_equal_truth(scenario):
+    """llama.cpp's total time runs from the start of prompt processing (the wait for a free
+    slot is not logged), so its e2e is the truth's finish - start; values are printed to
+    0.01 ms, the relative times to the microsecond."""
+    con = connect_truth("llamacpp", scenario)
+    got = one(con, """
+        with truth as (
+            select instance, floor(epoch(finish_ts) / 60) * 60 as w, count(*) as n,
+                   quantile_cont(inference_s, 0.50) as p50_e2e, quantile_cont(inference_s, 0.99) as p99_e2e,
+                   quantile_cont(tpot_s, 0.50) as p50_tpot, quantile_cont(tpot_s, 0.99) as p99_tpot
+            from truth_requests where status = 'ok' group by all
+        ),
+        views as (
+            select instance, epoch(window_start) as w, n, p50_e2e_s, p99_e2e_s, p50_tpot_s, p99_tpot_s
+            from latency_percentiles
+        )
+        select count(*) as windows,
+               count(*) filter (where truth.n is distinct from views.n) as n_differ,
+               max(abs(p50_e2e - p50_e2e_s)) as d50, max(abs(p99_e2e - p99_e2e_s)) as d99,
+               max(abs(p50_tpot - p50_tpot_s)) as dt50, max(abs(p99_tpot - p99_tpot_s)) as dt99
+        from truth full join views using (instance, w)
+    """)
+    assert got["windows"] >= DURATION_S // 60
+    assert got["n_differ"] == 0
+    for k in ("d50", "d99"):
+        assert got[k] <= 5e-6 + 1e-9, (k, got[k])
+    for k in ("dt50", "dt99"):
+        assert got[k] <= 5e-6, (k, got[k])
+    cap = one(con, "select min(max_num_seqs) as lo, max(max_num_seqs) as hi from capacity where engine = 'llamacpp'")
+    assert (cap["lo"], cap["hi"]) == (16, 16)  # n_slots, as announced
+    avail = one(con, """
+        select bool_and(available) filter (where metric in ('e2e_s', 'tpot_s')) as timed,
+               bool_or(available) filter (where metric in ('ttft_s', 'queue_s', 'waiting', 'kv_usage')) as untimed
+        from metric_availability where engine = 'llamacpp'
+    """)
+    assert avail == {"timed": True, "untimed": False}
+
+
+def test_llamacpp_busy_slots_are_reconstructed_exactly_and_waiting_stays_unknown():
+    """Slots busy = requests between slot launch (start) and finish, from the timing blocks;
+    fill is against the announced n_slots. llama.cpp logs no queue: waiting is null, not 0."""
+    con = connect_truth("llamacpp", "spike")
+    exact = one(con, """
+        with b as (select ts, instance, running, fill, max_num_seqs from batch_fill where engine = 'llamacpp'),
+        iv as (select instance, start_ts, finish_ts from truth_requests where status = 'ok')
+        select count(*) as n, max(running) as peak, max(fill) as max_fill, min(max_num_seqs) as lim,
+               count(*) filter (where b.running <> (
+                   select count(*) from iv
+                   where iv.instance = b.instance and iv.start_ts <= b.ts and iv.finish_ts > b.ts
+               )) as differ
+        from b
+    """)
+    assert exact["n"] >= 0.9 * DURATION_S and exact["differ"] == 0
+    assert exact["lim"] == 16 and exact["peak"] == 16 and exact["max_fill"] == 1.0  # the surge fills every slot
+    q = one(con, "select count(*) as n, count(waiting) as known from queue_depth where engine = 'llamacpp'")
+    assert q["n"] > 0 and q["known"] == 0

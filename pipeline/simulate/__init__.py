@@ -26,9 +26,9 @@ from .model import InstanceResult, ServerConfig, run_instance
 from .scenarios import SCENARIOS, Scenario, make_traffic, server_config
 from .truth import request_frame, state_frame, truth_requests
 
-ENGINES = ("vllm", "tgi", "trtllm", "sglang")
+ENGINES = ("vllm", "tgi", "trtllm", "sglang", "llamacpp")
 VARIANTS = {"vllm": ("v0", "v1", "v1_outputs"), "tgi": ("text", "json"), "trtllm": ("triton", "executor"),
-            "sglang": ("v0_5", "v0_4", "pd")}
+            "sglang": ("v0_5", "v0_4", "pd"), "llamacpp": ("v2026", "v2024")}
 DEFAULT_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 DEFAULT_START = "2026-05-12T08:00:00Z"
 
@@ -108,6 +108,9 @@ def _request_ids(engine: str, variant: str, name: str, rng: np.random.Generator,
     if engine == "trtllm":
         # the executor numbers requests 1, 2, ... in the order they are enqueued
         return [str(i + 1) for i in range(n)]
+    if engine == "llamacpp":
+        # llama-server's task ids: 0, 1, ... in the order requests reach the server
+        return [str(i) for i in range(n)]
     # TGI prints no request id: the truth numbers requests per instance in arrival order
     # (join on finish time and order instead, see docs/simulator.md)
     return [f"{name}-{i:06d}" for i in range(n)]
@@ -135,9 +138,15 @@ def _run_one(job: dict) -> dict:
     )
     t0 = time.perf_counter()
     writer = _writer(engine)
-    raw = writer.write(data).render(docker_timestamps=job["docker_timestamps"]).encode("utf-8")
+    written = writer.write(data)
+    raw = written.render(docker_timestamps=job["docker_timestamps"]).encode("utf-8")
     path = Path(job["out"]) / f"{name}.log"
     path.write_bytes(raw)
+    if getattr(writer, "FILE_MTIME_IS_LAST_LINE", False):
+        # a log of relative times is placed by its mtime: the time its last line was written
+        last_ns = int(written.frame()["ts"].max())
+        last_ns -= last_ns % 1000
+        os.utime(path, ns=(last_ns, last_ns))
     # files an engine writes beside its log (SGLang's per-request metrics export)
     for rel, blob in getattr(writer, "extra_files", lambda _d: {})(data).items():
         extra = Path(job["out"]) / rel

@@ -81,6 +81,10 @@ ENGINE_SERVER: dict[str, dict] = {
                "max_batched_tokens": 8192, "reserve_full": True},
     # SGLang: KV on demand (radix cache, --page-size 16 here), retract when it runs out.
     "sglang": {"block_size": 16, "max_num_seqs": 256, "max_batched_tokens": 8192},
+    # llama.cpp llama-server --parallel 16: a fixed context per slot (n_ctx / n_slots), a
+    # slot holds its whole context, no preemption; n_batch 2048 prompt tokens per step.
+    "llamacpp": {"block_size": 16, "num_gpu_blocks": 8192, "max_num_seqs": 16,
+                 "max_batched_tokens": 2048, "reserve_full": True},
 }
 
 

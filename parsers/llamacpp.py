@@ -1,0 +1,438 @@
+"""The llama.cpp parser: `llama-server` logs of every era into the common schema.
+Format reference: shared/formats/llamacpp.md.
+
+The anatomy of a line, outside in:
+- the router's child prefix `[42027] ` (multi-model llama-server re-logs each child line);
+- the relative time `M.SS.mmm.uuu ` (since process start; default since 2026-05, else
+  `--log-timestamps`) and the level letter `I `/`W `/`E `/`D ` (`--log-prefix`);
+- then one of the three eras' bodies:
+  - 2024 `server_log`: a JSON object `{"tid":..,"timestamp":<unix s>,"level":..,
+    "function":..,"line":..,"msg":.., extras}` (`message` and no tid before 2024-02), or its
+    text form `INFO [   print_timings] msg | tid="..." timestamp=.. key=value ...`;
+  - 2024-09 on (common/log): `slot <func>: id  S | task T | msg`, `srv  <func>: msg`,
+    `que  <func>: msg` (func cut to 12 characters), and libllama's `<func>: msg` lines;
+  - the timing block's unprefixed continuation lines (`prompt eval time = ...`), and
+    journald's `[100B blob data]` where a line was hidden.
+
+Events:
+- `request`: one per timing block (see `llamacpp_timing.py`), on its last line:
+  e2e_s = inference_s = total time, tpot_s, prompt_tokens (prompt tokens evaluated, i.e.
+  not served from the prompt cache), output_tokens; request_id = the task id.
+- `request_arrived` (`processing task`: a slot took the task), `request_finished` (slot
+  `release` / `stop processing`, n_tokens in attrs), `request_aborted` (`cancel task,
+  id_task = N`).
+- `capacity`: `n_slots` (max_num_seqs), `n_seq_max` / `n_parallel` (max_num_seqs), libllama's
+  `n_ctx` (kv_capacity_tokens), per-slot `n_ctx_slot` (attrs).
+- `engine_stats`: the periodic progress lines: `n_decoded|n_gen = N, tg = X t/s` (gen_tps:
+  the slot's decode speed since its generation started; tg_3s in attrs) and `prompt
+  processing, n_tokens = N, progress = P, t = T s / X tokens per second` (prompt_tps).
+- `http_access`: `request: POST /v1/... 127.0.0.1 200` / `done request: ...`, and 2024's
+  `log_server_request` records.
+- `error`: level E/ERR/ERROR, GGML_ASSERT, CUDA errors, out of memory.
+- `log`: any other line with a llama.cpp header; `unparsed`: lines without one.
+
+attrs carry slot, task, port, func, tid, rel_s and ts_anchor (see `llamacpp_clock.py`),
+and each message's numbers. Everything is polars expressions over the chunk.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from . import llamacpp_timing as T
+from .base import ANSI_RE, ParseContext, attrs_column
+from .llamacpp_clock import REL_RE, anchor, rel_us
+
+NAME = "llamacpp"
+CARRY_FORWARD = ("model",)
+# whether a line may start a chunk depends on the lines before it up to a timing block's
+# look-back (`llamacpp_timing.open_block`)
+RECORD_LOOKBACK = T.BLOCK_LOOKBACK
+
+_STR = pl.String
+
+_PORT_RE = r"^\[\s*([0-9]+)\] "
+_LEVEL_RE = r"^([IWEDT]) "
+_TAG_RE = r"^(slot|srv|que|res) +([^\s:]{1,12}): (?:id +(-?[0-9]+) \| task (-?[0-9]+) \| ?)?"
+_ERA_A_TEXT_RE = r"^\s*(INFO|WARN|ERR|VERB|DEBUG) \[\s*([A-Za-z0-9_:~]+)\] "
+_FUNC_RE = r"^([A-Za-z_][A-Za-z0-9_.-]*(?: [A-Za-z0-9_.-]+)?): "
+_JSON_HINT = r'^\{"(?:tid|timestamp|level)"'
+_EARLY_RE = r"^(?:slot [0-9]+ (?:is processing|released|: )|all slots are idle|Available slots:| -> Slot [0-9]+ - max context)"
+
+_LEVELS = {
+    "I": "INFO", "W": "WARNING", "E": "ERROR", "D": "DEBUG", "T": "DEBUG",
+    "INFO": "INFO", "WARN": "WARNING", "WARNING": "WARNING", "ERR": "ERROR", "ERROR": "ERROR",
+    "VERB": "DEBUG", "DEBUG": "DEBUG",
+}
+
+# the 2024 records' extras we read (by name, in either JSON or key=value form)
+_EXTRAS_NUM = (
+    "t_prompt_processing", "n_prompt_tokens_processed", "t_token_generation", "n_decoded", "t_total",
+    "n_ctx", "n_ctx_slot", "n_slots", "n_past", "n_cache_tokens", "n_system_tokens", "status",
+    "n_idle_slots", "n_processing_slots", "n_tokens_second", "t_token", "p0",
+)
+_EXTRAS_STR = ("tid", "timestamp", "id_slot", "slot_id", "id_task", "task_id", "method", "path", "remote_addr", "truncated")
+
+
+# ---------------------------------------------------------------------------------------
+# contract
+
+
+def detect(lines: list[str]) -> float:
+    if not lines:
+        return 0.0
+    s = _header(pl.Series(lines, dtype=_STR))
+    s = s.filter(pl.col("_raw").str.strip_chars() != "")
+    n = s.height
+    if n == 0:
+        return 0.0
+    body = pl.col("_body")
+    strong = s.select(
+        (
+            body.str.contains(r"^(?:slot|srv|que) +[^\s:]{1,12}: ")
+            | (body.str.contains(_JSON_HINT) & body.str.contains(r'"function":"[a-z_]+"'))
+            | body.str.contains(r"^\s*(?:INFO|WARN|ERR|VERB) \[\s*[a-z_]+\] .* \| tid=")
+            | body.str.contains(r"^(?:llama_model_loader|llama_context|llama_new_context_with_model|llama_kv_cache\w*|print_info|load_tensors|llm_load_\w+|ggml_\w+|main): ")
+        ).sum()
+    ).item()
+    if strong == 0:
+        return 0.0
+    return min(1.0, 0.5 + 0.5 * strong / n)
+
+
+def record_starts(text: pl.Series) -> pl.Series:
+    """False where a line continues a timing block (or lies inside an open one), so that a
+    chunk is never cut inside a request's timing block."""
+    df = _classified(_header(text))
+    return df.select(
+        ~T.open_block(pl.col("_opener"), pl.col("_part") == "total",
+                      pl.col("_part").is_not_null() & ~pl.col("_opener"))
+    ).to_series().alias("starts")
+
+
+def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
+    if lines.height == 0:
+        return pl.DataFrame({"line": pl.Series([], dtype=pl.Int64)})
+    df = _header(lines["text"], wrap=lines["wrapper_ts"] if "wrapper_ts" in lines.columns else None)
+    df = df.with_columns(lines["line"])
+    df = _classified(df)
+    df = anchor(df)
+    df = T.blocks(df)
+    return _events(df)
+
+
+# ---------------------------------------------------------------------------------------
+# the line's anatomy
+
+
+def _header(text: pl.Series, wrap: pl.Series | None = None) -> pl.DataFrame:
+    """Per physical line: `_raw`, `_port`, `_rel` (µs since start), `_lvl`, `_body` (what
+    follows the prefixes), `_abs` (a wall-clock time the line carries), `_wrap`."""
+    df = pl.DataFrame({"_raw": text}, schema={"_raw": _STR})
+    c = pl.col("_body")
+    df = df.with_columns(pl.col("_raw").alias("_body"))
+    if df.select(c.str.contains(ANSI_RE).any()).item():
+        df = df.with_columns(c.str.replace_all(ANSI_RE, ""))
+    df = df.with_columns(c.str.extract(_PORT_RE, 1).cast(pl.Int64, strict=False).alias("_port"))
+    if df["_port"].null_count() < df.height:
+        df = df.with_columns(c.str.replace(_PORT_RE, ""))
+    rel = c.str.extract_groups(REL_RE)
+    df = df.with_columns(
+        pl.when(c.str.contains(REL_RE)).then(rel_us(rel)).alias("_rel"),
+    ).with_columns(pl.when(pl.col("_rel").is_not_null()).then(c.str.replace(REL_RE, "")).otherwise(c))
+    lvl = c.str.extract(_LEVEL_RE, 1)
+    # a bare level letter only before a timestamp's body or a server tag
+    has_lvl = pl.col("_rel").is_not_null() | c.str.contains(r"^[IWEDT] (?:slot|srv|que|res) ")
+    df = df.with_columns(pl.when(has_lvl).then(lvl).alias("_lvl")).with_columns(
+        pl.when(pl.col("_lvl").is_not_null()).then(c.str.replace(_LEVEL_RE, "")).otherwise(c)
+    )
+    wrap_col = wrap.cast(pl.Datetime("us", "UTC")) if wrap is not None else pl.repeat(
+        None, df.height, dtype=pl.Datetime("us", "UTC"), eager=True)
+    return df.with_columns(wrap_col.alias("_wrap"))
+
+
+def _extra(src: pl.Expr, key: str) -> pl.Expr:
+    """A 2024 record's field by name: `"key":value` (JSON) or ` key=value` (text form)."""
+    v = src.str.extract(rf'(?:"{key}":|(?:^| ){key}=)("(?:[^"\\]|\\.)*"|[^,}}\s]+)', 1)
+    return v.str.strip_chars('"')
+
+
+def _classified(df: pl.DataFrame) -> pl.DataFrame:
+    """The body taken apart: `_form` (json/text24/tag/func/part/blob/early), `_fn`, `_slot`,
+    `_task`, `_msg`, level, 2024 extras `_x_*`, and the timing roles `_part` / `_opener` /
+    `_key` that pair a block's lines."""
+    b = pl.col("_body")
+    is_json = b.str.contains(_JSON_HINT)
+    tag = b.str.extract_groups(_TAG_RE)
+    a_txt = b.str.extract_groups(_ERA_A_TEXT_RE)
+    form = (
+        pl.when(is_json).then(pl.lit("json"))
+        .when(b.str.contains(_ERA_A_TEXT_RE)).then(pl.lit("text24"))
+        .when(b.str.contains(_TAG_RE)).then(pl.lit("tag"))
+        .when(b.str.contains(T.PART_RE)).then(pl.lit("part"))
+        .when(b.str.contains(T.BLOB_RE)).then(pl.lit("blob"))
+        .when(b.str.contains(_EARLY_RE)).then(pl.lit("early"))
+        .when(b.str.contains(_FUNC_RE)).then(pl.lit("func"))
+        # any other line behind the relative time and level prefix is still llama.cpp's
+        .when(pl.col("_rel").is_not_null() | pl.col("_lvl").is_not_null()).then(pl.lit("prefixed"))
+    )
+    df = df.with_columns(form.alias("_form"))
+    f = pl.col("_form")
+    jmsg = pl.coalesce(b.str.json_path_match("$.msg"), b.str.json_path_match("$.message"))
+    # the text form's extras follow ` | tid=` (2024-02 on)
+    txt_msg = b.str.replace(_ERA_A_TEXT_RE, "").str.replace(r" \| tid=.*$", "")
+    txt_extra = b.str.extract(r" \| (tid=.*)$", 1)
+    df = df.with_columns(
+        pl.when(f == "json").then(b).when(f == "text24").then(txt_extra).alias("_xsrc"),
+        pl.when(f == "json").then(pl.coalesce(b.str.json_path_match("$.function"), pl.lit("?")))
+        .when(f == "text24").then(a_txt.struct.field("2"))
+        .when(f == "tag").then(tag.struct.field("2"))
+        .when(f == "func").then(b.str.extract(_FUNC_RE, 1)).alias("_fn"),
+        pl.when(f == "tag").then(tag.struct.field("1")).alias("_tag"),
+        pl.when(f == "json").then(jmsg)
+        .when(f == "text24").then(txt_msg)
+        .when(f == "tag").then(b.str.replace(_TAG_RE, ""))
+        .when(f == "func").then(b.str.replace(_FUNC_RE, ""))
+        .otherwise(b).alias("_msg"),
+        pl.coalesce(
+            pl.col("_lvl"),
+            pl.when(f == "json").then(b.str.json_path_match("$.level")),
+            pl.when(f == "text24").then(a_txt.struct.field("1")),
+        ).replace_strict(_LEVELS, default=None).alias("level"),
+    )
+    xs = pl.col("_xsrc")
+    if df["_xsrc"].null_count() < df.height:
+        extras = [
+            *[_extra(xs, k).cast(pl.Float64, strict=False).alias(f"_x_{k}") for k in _EXTRAS_NUM],
+            *[_extra(xs, k).alias(f"_x_{k}") for k in _EXTRAS_STR],
+        ]
+    else:  # no 2024 record in the chunk (any later log): no pass for their fields
+        extras = [
+            *[pl.lit(None, pl.Float64).alias(f"_x_{k}") for k in _EXTRAS_NUM],
+            *[pl.lit(None, _STR).alias(f"_x_{k}") for k in _EXTRAS_STR],
+        ]
+    df = df.with_columns(*extras)
+    df = df.with_columns(
+        pl.coalesce(
+            pl.when(f == "tag").then(tag.struct.field("3").cast(pl.Int64, strict=False)),
+            pl.col("_x_id_slot").cast(pl.Int64, strict=False),
+            pl.col("_x_slot_id").cast(pl.Int64, strict=False),
+            pl.col("_msg").str.extract(r"^slot ([0-9]+) ", 1).cast(pl.Int64, strict=False),
+        ).alias("_slot"),
+        pl.coalesce(
+            pl.when(f == "tag").then(tag.struct.field("4").cast(pl.Int64, strict=False)),
+            pl.col("_x_id_task").cast(pl.Int64, strict=False),
+            pl.col("_x_task_id").cast(pl.Int64, strict=False),
+            pl.col("_msg").str.extract(r"\[task id: ([0-9]+)\]", 1).cast(pl.Int64, strict=False),
+        ).alias("_task"),
+        pl.from_epoch(_abs_seconds(pl.col("_x_timestamp")), time_unit="s")
+        .dt.replace_time_zone("UTC").cast(pl.Datetime("us", "UTC")).alias("_abs"),
+    )
+    return _timing_roles(df)
+
+
+def _abs_seconds(v: pl.Expr) -> pl.Expr:
+    # unix seconds in a plausible range (a pasted or damaged value must not overflow)
+    n = v.cast(pl.Int64, strict=False)
+    return pl.when((n > 946_684_800) & (n < 4_102_444_800)).then(n)
+
+
+def _timing_roles(df: pl.DataFrame) -> pl.DataFrame:
+    """`_part`: the row's role in a timing block; `_opener`: it opens one; `_key`: which
+    request's block (port|slot|task). A continuation line (2024-09..2026-05) or a hidden
+    journald blob takes the key of the `slot print_timing:` header just before it (same
+    router port, with only such lines between)."""
+    f, msg = pl.col("_form"), pl.col("_msg")
+    kind = T.part_kind(msg)
+    header = (f == "tag") & (pl.col("_fn") == "print_timing") & (msg.str.strip_chars() == "")
+    own_key = pl.concat_str(
+        [pl.col("_port").cast(_STR).fill_null(""), pl.col("_slot").cast(_STR), pl.col("_task").cast(_STR)],
+        separator="|",
+    )
+    # (a row number column: `int_range` inside `.over()` would count within each port)
+    df = df.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("_idx"))
+    idx = pl.col("_idx")
+    port = pl.col("_port").fill_null(-1)
+    candidate = f.is_in(["part", "blob"]).fill_null(False)
+    df = df.with_columns(
+        header.alias("_hdr"),
+        pl.when(header).then(idx).forward_fill().over(port).alias("_hdr_at"),
+        pl.when(header).then(own_key).forward_fill().over(port).alias("_hdr_key"),
+        pl.when(~candidate).then(idx).forward_fill().over(port).alias("_last_other"),
+    )
+    # the continuation lines directly follow their header (one log call writes them all)
+    follows = (
+        (pl.col("_last_other") == pl.col("_hdr_at")) & (pl.col("_idx") - pl.col("_hdr_at") <= 8)
+    ).fill_null(False)
+    cont = candidate & follows
+    part = (
+        pl.when(header).then(pl.lit("header"))
+        .when((f == "blob") & follows).then(pl.lit("hidden"))
+        .when(f.is_in(["tag", "json", "text24", "part", "func"]) & kind.is_not_null()
+              & (pl.col("_fn").is_null() | pl.col("_fn").is_in(["print_timing", "print_timings"]))).then(kind)
+    )
+    df = df.with_columns(part.alias("_part"), cont.alias("_cont"))
+    return df.with_columns(
+        (pl.col("_hdr") | ((pl.col("_part") == "prompt") & ~pl.col("_cont"))).alias("_opener"),
+        pl.when(pl.col("_part").is_not_null()).then(
+            pl.when(pl.col("_cont")).then(pl.col("_hdr_key")).otherwise(own_key)
+        ).alias("_key"),
+    ).drop("_hdr", "_hdr_at", "_idx", "_last_other")
+
+
+# ---------------------------------------------------------------------------------------
+# events
+
+
+def _num(expr: pl.Expr) -> pl.Expr:
+    return expr.cast(pl.Float64, strict=False)
+
+
+_ERROR_RE = r"GGML_ASSERT|CUDA error|(?i:out of memory)|terminate called|Segmentation fault|core dumped|^error: "
+_ACCESS_RE = r"(?:^|: )(?:done )?request: ([A-Z]+) (\S+) (\S+) ([0-9]{3})\s*$"
+_TG_RE = r"^n_(?:decoded|gen) =\s*([0-9]+), tg =\s*([0-9.]+) t/s(?:, tg_3s =\s*([0-9.]+) t/s)?"
+_PP_RE = r"^prompt processing, n_tokens =\s*([0-9]+), progress = ([0-9.]+), t =\s*([0-9.]+) s /\s*([0-9.]+) tokens per second"
+
+
+def _events(df: pl.DataFrame) -> pl.DataFrame:
+    msg, fn, f, lvl = pl.col("_msg"), pl.col("_fn"), pl.col("_form"), pl.col("level")
+    body = pl.col("_body")
+    headed = f.is_not_null()
+    # each pattern only where a literal test says it may match (a search over null is free)
+    access = pl.when(body.str.contains("request: ", literal=True)).then(body).str.extract_groups(_ACCESS_RE)
+    tg = pl.when(msg.str.starts_with("n_")).then(msg).str.extract_groups(_TG_RE)
+    pp = pl.when(msg.str.starts_with("prompt processing,")).then(msg).str.extract_groups(_PP_RE)
+    json_access = (fn == "log_server_request") & pl.col("_x_status").is_not_null()
+    arrived = msg.str.contains(r"^(?:processing task|slot is processing task)") | msg.str.contains(
+        r"^slot [0-9]+ is processing \[task id: [0-9]+\]")
+    finished = msg.str.contains(r"^(?:stop processing|slot released)")
+    aborted_id = msg.str.extract(r"cancel task, id_task = ([0-9]+)", 1)
+    n_slots = pl.coalesce(msg.str.extract(r"initializing slots, n_slots = ([0-9]+)", 1).cast(pl.Int64, strict=False),
+                          pl.when(msg == "initializing slots").then(pl.col("_x_n_slots").cast(pl.Int64, strict=False)))
+    n_seq = msg.str.extract(r"^(?:n_seq_max|n_parallel)\s*=\s*([0-9]+)", 1).cast(pl.Int64, strict=False)
+    n_ctx = pl.when(fn.is_in(["llama_context", "llama_new_context_with_model", "llama_init_from_model"])).then(
+        msg.str.extract(r"^n_ctx\s*=\s*([0-9]+)", 1).cast(pl.Int64, strict=False))
+    n_ctx_slot_new = pl.coalesce(
+        msg.str.extract(r"new slot,? n_ctx_slot = ([0-9]+)", 1).cast(pl.Int64, strict=False),
+        pl.when(msg == "new slot").then(pl.col("_x_n_ctx_slot").cast(pl.Int64, strict=False)),
+        msg.str.extract(r"^ -> Slot [0-9]+ - max context: ([0-9]+)", 1).cast(pl.Int64, strict=False),
+    )
+    model = pl.coalesce(
+        msg.str.extract(r"loading model '([^']+)'", 1),
+        msg.str.extract(r"general\.name\s+(?:str\s+)?=\s+(.+?)\s*$", 1),
+    )
+    df = df.with_columns(
+        access.struct.field("1").alias("method"),
+        access.struct.field("2").alias("path"),
+        access.struct.field("3").alias("client"),
+        access.struct.field("4").cast(pl.Int32, strict=False).alias("_status"),
+        _num(tg.struct.field("1")).cast(pl.Int64, strict=False).alias("n_decoded"),
+        _num(tg.struct.field("2")).alias("_tg"),
+        _num(tg.struct.field("3")).alias("tg_3s"),
+        _num(pp.struct.field("1")).cast(pl.Int64, strict=False).alias("n_tokens"),
+        _num(pp.struct.field("2")).alias("progress"),
+        _num(pp.struct.field("3")).alias("elapsed_s"),
+        _num(pp.struct.field("4")).alias("_pp"),
+        n_slots.alias("_n_slots"), n_seq.alias("_n_seq"), n_ctx.alias("_n_ctx"),
+        n_ctx_slot_new.alias("n_ctx_slot"),
+        model.alias("model"),
+        aborted_id.cast(pl.Int64, strict=False).alias("_abort_task"),
+    )
+    is_cap = pl.coalesce(pl.col("_n_slots"), pl.col("_n_seq"), pl.col("_n_ctx"), pl.col("n_ctx_slot")).is_not_null()
+    is_access = pl.col("_status").is_not_null() | json_access
+    error = (lvl == "ERROR") | body.str.contains(_ERROR_RE)
+    part = pl.col("_part")
+    event = (
+        pl.when(pl.col("_blk_last")).then(pl.lit("request"))
+        .when(part.is_not_null()).then(pl.lit("log"))
+        .when(error & headed).then(pl.lit("error"))
+        .when(arrived & pl.col("_task").is_not_null()).then(pl.lit("request_arrived"))
+        .when(finished & pl.col("_task").is_not_null()).then(pl.lit("request_finished"))
+        .when(pl.col("_abort_task").is_not_null()).then(pl.lit("request_aborted"))
+        .when(is_access).then(pl.lit("http_access"))
+        .when(pl.col("_tg").is_not_null() | pl.col("_pp").is_not_null()).then(pl.lit("engine_stats"))
+        .when(is_cap).then(pl.lit("capacity"))
+        .when(headed).then(pl.lit("log"))
+        .when(body.str.contains(r"GGML_ASSERT|terminate called|Segmentation fault|core dumped")).then(pl.lit("error"))
+        .otherwise(pl.lit("unparsed"))
+    )
+    df = df.with_columns(event.alias("event"))
+    ev = pl.col("event")
+    req = ev == "request"
+    key_task = pl.col("_key").str.extract(r"\|(-?[0-9]+)$", 1)
+    task = pl.when(req).then(key_task).otherwise(pl.col("_task").cast(_STR))
+    df = df.with_columns(
+        *[pl.when(req).then(e).alias(e.meta.output_name()) for e in T.request_columns()],
+    ).with_columns(
+        pl.when(ev == "request_aborted").then(pl.col("_abort_task").cast(_STR))
+        .when(ev.is_in(["request", "request_arrived", "request_finished"]) & (task != "-1")).then(task)
+        .alias("request_id"),
+        pl.when(ev == "http_access").then(pl.coalesce(pl.col("_status"), pl.col("_x_status").cast(pl.Int32, strict=False))).alias("http_status"),
+        pl.when(ev == "http_access").then(pl.coalesce(pl.col("method"), pl.col("_x_method"))).alias("method"),
+        pl.when(ev == "http_access").then(pl.coalesce(pl.col("path"), pl.col("_x_path"))).alias("path"),
+        pl.when(ev == "engine_stats").then(pl.col("_tg")).alias("gen_tps"),
+        pl.when(ev == "engine_stats").then(pl.col("_pp")).alias("prompt_tps"),
+        pl.when(ev == "capacity").then(pl.coalesce(pl.col("_n_slots"), pl.col("_n_seq"))).alias("max_num_seqs"),
+        pl.when(ev == "capacity").then(pl.col("_n_ctx")).alias("kv_capacity_tokens"),
+        pl.when(ev == "request_finished").then(pl.coalesce(
+            msg.str.extract(r"n_(?:tokens|past) = ([0-9]+)", 1).cast(pl.Int64, strict=False),
+            pl.col("_x_n_past").cast(pl.Int64, strict=False), pl.col("_x_n_cache_tokens").cast(pl.Int64, strict=False),
+        )).alias("n_tokens_used"),
+        pl.when(ev == "request_finished").then(pl.coalesce(
+            msg.str.extract(r"truncated = ([0-9]+)", 1).cast(pl.Int64, strict=False).cast(pl.Boolean),
+            pl.col("_x_truncated").replace_strict({"true": True, "false": False}, default=None, return_dtype=pl.Boolean),
+        )).alias("truncated"),
+        pl.when(part.is_not_null() & ~pl.col("_blk_last")).then(pl.col("_last_line")).alias("request_line"),
+        pl.when(part.is_not_null() & ~pl.col("_blk_last")).then(part).alias("timing_part"),
+        pl.when(f == "blob").then(pl.lit(True)).alias("hidden"),
+        pl.when(ev == "error").then(pl.when(body.str.contains("GGML_ASSERT")).then(pl.lit("assert"))
+                                    .when(body.str.contains(r"(?i)out of memory")).then(pl.lit("oom"))
+                                    .otherwise(pl.lit("error"))).alias("error_kind"),
+        (pl.col("_rel") / 1e6).round(6).alias("rel_s"),
+        pl.col("_anchor").alias("ts_anchor"),
+        pl.col("_slot").alias("slot"),
+        pl.col("_task").alias("task"),
+        pl.col("_port").alias("port"),
+        pl.col("_fn").alias("func"),
+        pl.col("_x_tid").alias("tid"),
+        pl.col("_ts").alias("ts"),
+        pl.when(ev == "unparsed").then(pl.col("_raw")).otherwise(
+            pl.when(f == "json").then(pl.coalesce(msg, body)).otherwise(pl.col("_msg"))
+        ).alias("message"),
+    )
+    return _finish(df)
+
+
+_ATTR_KEYS = (
+    *T.REQUEST_ATTRS,
+    "n_decoded", "tg_3s", "n_tokens", "progress", "elapsed_s", "n_ctx_slot", "n_tokens_used", "truncated",
+    "method", "path", "client", "error_kind", "request_line", "timing_part", "hidden",
+    "slot", "task", "port", "func", "tid", "rel_s", "ts_anchor",
+)
+
+_OUT_COLS = (
+    "line", "ts", "ts_rel_us", "level", "event", "request_id", "model", "prompt_tokens", "output_tokens",
+    "e2e_s", "tpot_s", "inference_s", "prompt_tps", "gen_tps", "max_num_seqs",
+    "kv_capacity_tokens", "http_status", "message",
+)
+
+# fields that only mean something on some event kinds
+_ONLY_ON = {
+    "method": ("http_access",), "path": ("http_access",), "client": ("http_access",),
+    "n_decoded": ("engine_stats",), "tg_3s": ("engine_stats",), "n_tokens": ("engine_stats",),
+    "progress": ("engine_stats",), "elapsed_s": ("engine_stats",), "n_ctx_slot": ("capacity", "log"),
+}
+
+
+def _finish(df: pl.DataFrame) -> pl.DataFrame:
+    ev = pl.col("event")
+    df = df.with_columns(
+        [pl.when(ev.is_in(kinds)).then(pl.col(k)).alias(k) for k, kinds in _ONLY_ON.items()]
+    )
+    attrs = attrs_column(df, list(_ATTR_KEYS), keep=ev != "unparsed")
+    out = df.select(*_OUT_COLS).with_columns(
+        pl.lit(1, pl.Int32).alias("n_lines"),
+        pl.when(ev != "unparsed").then(pl.col("level")).alias("level"),
+        attrs.alias("attrs"),
+    )
+    return out

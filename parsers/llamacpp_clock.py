@@ -1,0 +1,74 @@
+"""Placing llama.cpp's relative times on the wall clock.
+
+Since 2026-05 (#23021) llama-server prefixes lines with `M.SS.mmm.uuu`: minutes, seconds,
+milliseconds and microseconds since the process started (`--log-timestamps` before that).
+There is no date anywhere, so each process run (the value starts again near 0 at a restart)
+needs an anchor, the wall-clock time of its relative 0. In order of trust:
+
+1. `wrapper`: a time the line's wrapper gave (journald, docker, CRI), as the `wrapper_ts`
+   column of the lines frame (the decoding stage supplies it);
+2. `absolute`: an absolute time on another line of the same run (2024 records carry unix
+   seconds; a later absolute time anchors the lines before it too);
+3. `mtime`: the file's modification time is when its last line was written, so it anchors the
+   run that ends the file; a tailer anchors a growing file once and later lines follow;
+   A run before a restart, with no anchor of its own, ends where the next process started
+   (still reported as `mtime`: that is where its time comes from).
+
+1 and 2 are found within a chunk, here. 3 and 4 need the file's order, so rows left without
+an anchor carry their relative time as the `ts_rel_us` helper column, which
+`base.finalize` anchors chunk after chunk (`base._resolve_relative`). Each event reports the
+anchor (`ts_anchor` in attrs) and the relative time itself (`rel_s`). Known limit: a file
+longer than one ingest block (8 MB) read in one go is anchored by its first chunk's end,
+since the chunk cannot know the rest of the file: its times come out late by the time the
+rest of the file covers (a tailer, reading as the file grows, is exact).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+REL_RE = r"^(\d+)\.(\d{2})\.(\d{3})\.(\d{3}) "
+_TS = pl.Datetime("us", "UTC")
+_STR = pl.String
+
+
+def rel_us(groups: pl.Expr) -> pl.Expr:
+    """The struct of REL_RE's four groups -> microseconds since process start."""
+    f = lambda i: groups.struct.field(str(i)).cast(pl.Int64, strict=False)  # noqa: E731 (a damaged value: null)
+    # minutes beyond ten million (19 years) are damage, and would overflow microseconds
+    return pl.when(f(1) < 10_000_000).then(((f(1) * 60 + f(2)) * 1000 + f(3)) * 1000 + f(4))
+
+
+def anchor(df: pl.DataFrame) -> pl.DataFrame:
+    """Add `_ts` (wall clock, where the chunk anchors it), `_anchor` and `ts_rel_us` (the
+    relative time of rows left for finalize to anchor) from `_rel` (µs since start, null for
+    lines without), `_abs` (an absolute time the line carries) and `_wrap` (the wrapper's
+    time). Lines without a relative time keep their own absolute time."""
+    rel = pl.col("_rel")
+    own = pl.coalesce(pl.col("_wrap"), pl.col("_abs"))
+    if df["_rel"].null_count() == df.height:
+        return df.with_columns(own.alias("_ts"), pl.lit(None, _STR).alias("_anchor"),
+                               pl.lit(None, pl.Int64).alias("ts_rel_us"))
+    # runs: a step back in the relative time is a restart
+    prev = rel.forward_fill().shift(1)
+    df = df.with_columns(((rel < prev).fill_null(False)).cast(pl.Int32).cum_sum().alias("_run"))
+    wrap_off = pl.col("_wrap").dt.epoch("us") - rel
+    abs_off = pl.col("_abs").dt.epoch("us") - rel
+    df = df.with_columns(
+        wrap_off.drop_nulls().first().over("_run").alias("_wrap_off"),
+        abs_off.drop_nulls().first().over("_run").alias("_abs_off"),
+    )
+    off = pl.coalesce(pl.col("_wrap_off"), pl.col("_abs_off"))
+    how = (
+        pl.when(pl.col("_wrap_off").is_not_null()).then(pl.lit("wrapper"))
+        .when(pl.col("_abs_off").is_not_null()).then(pl.lit("absolute"))
+        # (placed by finalize from the file's mtime, through any restarts after it: the
+        # label cannot depend on where the chunk ends)
+        .otherwise(pl.lit("mtime"))
+    )
+    rel_ts = pl.from_epoch(off + rel, time_unit="us").dt.replace_time_zone("UTC")
+    return df.with_columns(
+        pl.when(rel.is_not_null()).then(rel_ts).otherwise(own).cast(_TS).alias("_ts"),
+        pl.when(rel.is_not_null()).then(how).alias("_anchor"),
+        pl.when(rel.is_not_null() & off.is_null()).then(rel).alias("ts_rel_us"),
+    ).drop("_run", "_wrap_off", "_abs_off")
