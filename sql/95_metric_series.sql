@@ -75,11 +75,13 @@ named_gauges as (
 ),
 
 latency as (
-    select engine, instance, coalesce(model, '') as model, window_start, window_end,
-        epoch(window_end) - epoch(window_start) as window_s,
+    -- a request that names no model (TGI's lines) belongs to the instance's model
+    select l.engine, l.instance, coalesce(l.model, m.model, '') as model, l.window_start, l.window_end,
+        epoch(l.window_end) - epoch(l.window_start) as window_s,
         p50_ttft_s, p95_ttft_s, p99_ttft_s, p50_tpot_s, p95_tpot_s, p99_tpot_s,
         p50_e2e_s, p95_e2e_s, p99_e2e_s,
-    from latency_percentiles
+    from latency_percentiles as l
+    left join models as m using (engine, instance)
 ),
 
 latency_rows as (

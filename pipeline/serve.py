@@ -1,0 +1,420 @@
+"""The exporter: servelens's metrics and scaling signals for Prometheus, autoscalers and Grafana.
+
+`servelens serve` answers `GET /metrics` (Prometheus text or OpenMetrics, by the scrape's
+Accept header), `GET /api/signals` (the same values as JSON, for KEDA's metrics-api scaler)
+and `GET /healthz`. Values come from a snapshot: the `metric_snapshot` view (sql/), evaluated
+by a background thread after each commit to the store (it watches manifest.json) and at least
+every `refresh_s` seconds. A scrape only renders that snapshot, so it answers in milliseconds
+whatever the store's size; the views are never evaluated per scrape.
+
+A refresh reads only the store's recent events (the last `lookback_s` seconds before its
+newest event, copied into memory): the current window needs minutes of history, not days.
+`export_openmetrics` writes the same series over a whole range with their timestamps, for
+`promtool tsdb create-blocks-from openmetrics` (backfill for a post-mortem).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import IO, Any, Callable, Iterable, Mapping
+from urllib.parse import parse_qs, urlsplit
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
+
+from . import query
+
+DEFAULT_REFRESH_S = 5.0
+DEFAULT_LOOKBACK_S = 900.0  # history a refresh reads: the current window plus long requests' arrivals
+WATCH_S = 0.25  # how often the refresher looks at manifest.json for a new commit
+BASE_LABELS = ("server", "engine", "model")
+
+# name -> (help, extra label names); every series also has server, engine, model
+SERIES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "servelens_requests_waiting": ("Requests waiting in the engine's queue (window average; queue_depth).", ()),
+    "servelens_requests_running": ("Requests running in the batch (window average; batch_fill).", ()),
+    "servelens_batch_fill_ratio": ("Running requests / max_num_seqs, 0..1 (window average; batch_fill).", ()),
+    "servelens_kv_cache_usage_ratio": ("GPU KV-cache usage, 0..1 (window average; kv_cache).", ()),
+    "servelens_requests_per_second": ("Finished requests per second over the window (throughput).", ()),
+    "servelens_tokens_per_second": ("Generated tokens per second over the window (throughput).", ()),
+    "servelens_errors_per_second": ("Errors per second over the window (errors).", ()),
+    "servelens_preemptions": ("Preemptions in the window (kv_cache).", ()),
+    "gen_ai_server_time_to_first_token_seconds": (
+        "Time to first token of the requests finished in the window, by quantile (latency_percentiles).", ("quantile",)),
+    "gen_ai_server_time_per_output_token_seconds": (
+        "Time per output token of the requests finished in the window, by quantile (latency_percentiles).", ("quantile",)),
+    "gen_ai_server_request_duration_seconds": (
+        "End-to-end duration of the requests finished in the window, by quantile (latency_percentiles).", ("quantile",)),
+    "servelens_signal_active": (
+        "1 while a scaling signal's episode covers the window, else 0 (scaling_signals; "
+        "autoscaler_scale_out: the preset's rule, autoscaler_decisions).", ("signal", "severity")),
+    "servelens_newest_event_timestamp_seconds": ("Unix time of the instance's newest event in the store.", ()),
+}
+AGE_HELP = "Seconds since the instance's newest event (staleness of everything it reports)."
+
+# the JSON field of /api/signals each series becomes
+JSON_FIELDS = {
+    "servelens_requests_waiting": "waiting",
+    "servelens_requests_running": "running",
+    "servelens_batch_fill_ratio": "batch_fill",
+    "servelens_kv_cache_usage_ratio": "kv_usage",
+    "servelens_requests_per_second": "requests_per_second",
+    "servelens_tokens_per_second": "tokens_per_second",
+    "servelens_errors_per_second": "errors_per_second",
+    "servelens_preemptions": "preemptions",
+}
+LATENCY_FIELDS = {
+    "gen_ai_server_time_to_first_token_seconds": "ttft",
+    "gen_ai_server_time_per_output_token_seconds": "tpot",
+    "gen_ai_server_request_duration_seconds": "e2e",
+}
+
+
+class ServeError(Exception):
+    """The exporter cannot start or export; the message says what to do."""
+
+
+@dataclass
+class Snapshot:
+    """One evaluation of metric_snapshot: what every scrape renders until the next one."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    built_at: float = 0.0  # time.time() when it was evaluated
+    duration_s: float = 0.0
+    error: str | None = None  # the last refresh's error (the previous rows stay served)
+
+
+def _epoch(t: Any) -> float | None:
+    if t is None:
+        return None
+    if isinstance(t, dt.datetime):
+        return (t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)).timestamp()
+    return float(t)
+
+
+def _labels(row: Mapping[str, Any]) -> dict[str, str]:
+    labels = {"server": row["instance"], "engine": row["engine"], "model": row["model"] or ""}
+    for extra in SERIES.get(row["name"], ("", ()))[1]:
+        labels[extra] = str(row[extra] or "")
+    return labels
+
+
+def read_snapshot(store: Path | str, variables: Mapping[str, Any] | None = None,
+                  lookback_s: float | None = DEFAULT_LOOKBACK_S) -> list[dict[str, Any]]:
+    """Evaluate metric_snapshot over the store (its recent events only when `lookback_s`)."""
+    con = query.connect(store, dict(variables or {}))
+    try:
+        if lookback_s is not None:
+            newest = con.execute("select max(ts) from events").fetchone()[0]
+            if newest is not None:
+                # the views bind `events` by name when queried: pointing it at an in-memory copy
+                # of the recent events makes every view read only those
+                con.execute(
+                    "create or replace temp table recent_events as select * from events "
+                    "where ts >= ?::timestamptz - to_seconds(?)", [newest, float(lookback_s)])
+                con.execute("create or replace view events as select * from recent_events")
+        return query.run_on(con, "select * from metric_snapshot").to_dicts()
+    finally:
+        con.close()
+
+
+def _store_key(store: Path) -> tuple | None:
+    """What changes when a commit lands: the manifest's identity and modification time."""
+    try:
+        st = os.stat(store / "manifest.json")
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+class Exporter:
+    """Holds the snapshot and refreshes it in a background thread; renders scrapes."""
+
+    def __init__(self, store: Path | str, variables: Mapping[str, Any] | None = None, *,
+                 refresh_s: float = DEFAULT_REFRESH_S, lookback_s: float | None = DEFAULT_LOOKBACK_S,
+                 reader: Callable[..., list[dict[str, Any]]] = read_snapshot):
+        self.store = Path(store)
+        self.variables = dict(variables or {})
+        self.refresh_s = refresh_s
+        self.lookback_s = lookback_s
+        self.reader = reader
+        self.snapshot = Snapshot()
+        self.refreshes = 0
+        self.refresh_errors = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._seen_key: tuple | None = None
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)
+
+    # -- the snapshot ---------------------------------------------------------------------
+
+    def refresh(self) -> Snapshot:
+        """Evaluate the views now; on failure keep serving the previous rows."""
+        self._seen_key = _store_key(self.store)
+        t0 = time.perf_counter()
+        try:
+            rows = self.reader(self.store, self.variables, self.lookback_s)
+        except Exception as e:  # a store being repaired, a part gone mid-read: say it, retry later
+            self.refresh_errors += 1
+            self.snapshot = Snapshot(self.snapshot.rows, self.snapshot.built_at,
+                                     time.perf_counter() - t0, query.one_line(e))
+            return self.snapshot
+        self.refreshes += 1
+        self.snapshot = Snapshot(rows, time.time(), time.perf_counter() - t0, None)
+        return self.snapshot
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="servelens-exporter", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _run(self) -> None:
+        self.refresh()
+        last = time.monotonic()
+        while not self._stop.wait(WATCH_S):
+            if _store_key(self.store) != self._seen_key or time.monotonic() - last >= self.refresh_s:
+                self.refresh()
+                last = time.monotonic()
+
+    # -- rendering ------------------------------------------------------------------------
+
+    def collect(self) -> Iterable[Metric]:
+        """prometheus_client's collector protocol: the snapshot's families, plus ages and the
+        exporter's own health."""
+        snap = self.snapshot
+        now = time.time()
+        families: dict[str, GaugeMetricFamily] = {}
+        ages = GaugeMetricFamily("servelens_newest_event_age_seconds", AGE_HELP, labels=BASE_LABELS)
+        for row in snap.rows:
+            name = row["name"]
+            if name not in SERIES:
+                continue
+            fam = families.get(name)
+            if fam is None:
+                fam = families[name] = GaugeMetricFamily(name, SERIES[name][0], labels=BASE_LABELS + SERIES[name][1])
+            labels = _labels(row)
+            fam.add_metric(list(labels.values()), float(row["value"]))
+            if name == "servelens_newest_event_timestamp_seconds":
+                ages.add_metric(list(labels.values()), max(0.0, now - float(row["value"])))
+        yield from families.values()
+        yield ages
+        yield GaugeMetricFamily("servelens_exporter_snapshot_age_seconds",
+                                "Seconds since the snapshot was evaluated.",
+                                value=now - snap.built_at if snap.built_at else math.nan)
+        yield GaugeMetricFamily("servelens_exporter_refresh_duration_seconds",
+                                "How long the last evaluation of the views took.", value=snap.duration_s)
+        yield GaugeMetricFamily("servelens_exporter_refresh_errors",
+                                "Evaluations that failed since the exporter started.", value=self.refresh_errors)
+
+    def metrics(self, accept: str | None) -> tuple[bytes, str]:
+        """The exposition for a scrape's Accept header: (body, content type)."""
+        encoder, content_type = choose_encoder(accept or "")
+        return encoder(self.registry), content_type
+
+    def signals(self, server: str | None = None) -> dict[str, Any]:
+        """The snapshot as JSON-ready data: per server, and totals across servers."""
+        snap = self.snapshot
+        now = time.time()
+        servers: dict[str, dict[str, Any]] = {}
+        for row in snap.rows:
+            s = servers.setdefault(row["instance"], {
+                "server": row["instance"], "engine": row["engine"], "model": row["model"] or "",
+                "window_start": None, "window_end": None, "signals": [], "scale_out": False,
+                "latency": {}, "newest_event": None, "newest_event_age_s": None,
+            })
+            name, value = row["name"], row["value"]
+            if name == "servelens_newest_event_timestamp_seconds":
+                s["newest_event"] = _iso(value)
+                s["newest_event_age_s"] = round(max(0.0, now - value), 3)
+                continue
+            if row.get("window_start") is not None and s["window_start"] is None:
+                s["window_start"], s["window_end"] = _iso(_epoch(row["window_start"])), _iso(_epoch(row["window_end"]))
+            if name in JSON_FIELDS:
+                s[JSON_FIELDS[name]] = value
+            elif name in LATENCY_FIELDS:
+                q = {"0.5": "p50", "0.95": "p95", "0.99": "p99"}[row["quantile"]]
+                key = f"{q}_{LATENCY_FIELDS[name]}_s"
+                # several models on one server: the worst
+                s["latency"][key] = max(value, s["latency"].get(key, value))
+            elif name == "servelens_signal_active" and value > 0:
+                s["signals"].append({"signal": row["signal"], "severity": row["severity"]})
+                if row["signal"] in ("autoscaler_scale_out", "queue_backlog", "latency_slo_e2e", "latency_slo_ttft", "kv_pressure"):
+                    s["scale_out"] = True
+        for s in servers.values():
+            s["active_signals"] = len(s["signals"])
+        listed = sorted(servers.values(), key=lambda s: s["server"])
+        if server is not None:
+            listed = [s for s in listed if s["server"] == server]
+        totals: dict[str, Any] = {"servers": len(listed), "scale_out": sum(1 for s in listed if s["scale_out"])}
+        for key in ("waiting", "running", "requests_per_second", "tokens_per_second", "errors_per_second"):
+            vals = [s[key] for s in listed if s.get(key) is not None]
+            totals[key] = sum(vals) if vals else None
+        for key in ("waiting", "running", "kv_usage", "batch_fill"):
+            vals = [s[key] for s in listed if s.get(key) is not None]
+            totals[f"max_{key}"] = max(vals) if vals else None
+        out = {
+            "snapshot_at": _iso(snap.built_at) if snap.built_at else None,
+            "snapshot_age_s": round(now - snap.built_at, 3) if snap.built_at else None,
+            "window_s": self.variables.get("window_s", 60.0),
+            "preset": self.variables.get("autoscaler_preset", "none"),
+            "error": snap.error,
+            "totals": totals,
+            "servers": listed,
+        }
+        if server is not None and listed:
+            out.update({k: v for k, v in listed[0].items() if k not in ("server",)})
+            out["server"] = server
+        return out
+
+
+def _iso(epoch_s: float | None) -> str | None:
+    if epoch_s is None:
+        return None
+    return dt.datetime.fromtimestamp(epoch_s, dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+# -- HTTP ------------------------------------------------------------------------------------
+
+
+class _Handler(BaseHTTPRequestHandler):
+    exporter: Exporter  # set on the subclass made by make_server
+    timeout = 10  # s: a client that sends nothing does not hold a thread
+    server_version = "servelens"
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        url = urlsplit(self.path)
+        if url.path == "/metrics":
+            body, ctype = self.exporter.metrics(self.headers.get("Accept"))
+            self._send(200, body, ctype)
+        elif url.path == "/api/signals":
+            server = (parse_qs(url.query).get("server") or [None])[0]
+            data = self.exporter.signals(server)
+            if server is not None and not data["servers"]:
+                self._send(404, json.dumps({"error": f"no server {server!r} in the store"}).encode(), "application/json")
+            else:
+                self._send(200, json.dumps(data, default=str).encode(), "application/json")
+        elif url.path == "/healthz":
+            ok = self.exporter.alive()
+            snap = self.exporter.snapshot
+            body = {"status": "ok" if ok else "refresher stopped", "snapshot_at": _iso(snap.built_at) if snap.built_at else None,
+                    "error": snap.error}
+            self._send(200 if ok else 503, json.dumps(body).encode(), "application/json")
+        else:
+            self._send(404, b"not found: try /metrics, /api/signals or /healthz\n", "text/plain; charset=utf-8")
+
+    def _send(self, code: int, body: bytes, ctype: str) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # scrapes every 15 s: keep stderr quiet
+        pass
+
+
+def make_server(exporter: Exporter, host: str = "127.0.0.1", port: int = 9464) -> ThreadingHTTPServer:
+    handler = type("Handler", (_Handler,), {"exporter": exporter})
+    try:
+        server = ThreadingHTTPServer((host, port), handler)
+    except OSError as e:
+        raise ServeError(f"cannot listen on {host}:{port}: {e.strerror}; choose another --port or --host") from None
+    server.daemon_threads = True
+    return server
+
+
+def serve(store: Path | str, *, host: str = "127.0.0.1", port: int = 9464,
+          variables: Mapping[str, Any] | None = None, refresh_s: float = DEFAULT_REFRESH_S,
+          stop: threading.Event | None = None, on_ready: Callable[[str], None] | None = None) -> None:
+    """Run the exporter until `stop` is set (or forever)."""
+    exporter = Exporter(store, variables, refresh_s=refresh_s)
+    server = make_server(exporter, host, port)
+    exporter.start()
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
+    thread.start()
+    if on_ready:
+        on_ready(f"http://{host}:{server.server_address[1]}")
+    try:
+        (stop or threading.Event()).wait()
+    finally:
+        server.shutdown()
+        server.server_close()
+        exporter.stop()
+
+
+def start_beside(store: Path | str, *, host: str, port: int, variables: Mapping[str, Any] | None = None,
+                 refresh_s: float = DEFAULT_REFRESH_S) -> Callable[[], None]:
+    """Start the exporter in background threads (for `servelens tail --serve-port`); returns
+    the function that stops it."""
+    exporter = Exporter(store, variables, refresh_s=refresh_s)
+    server = make_server(exporter, host, port)
+    exporter.start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
+
+    def stop() -> None:
+        server.shutdown()
+        server.server_close()
+        exporter.stop()
+
+    return stop
+
+
+# -- backfill --------------------------------------------------------------------------------
+
+
+class _Rows:
+    """A collector over metric_series rows sorted by series then time, with timestamps."""
+
+    def __init__(self, rows: list[dict[str, Any]]):
+        self.rows = rows
+
+    def collect(self) -> Iterable[Metric]:
+        fam: Metric | None = None
+        for row in self.rows:
+            name = row["name"]
+            if fam is None or fam.name != name:
+                if fam is not None:
+                    yield fam
+                fam = Metric(name, SERIES[name][0], "gauge")
+            fam.add_sample(name, _labels(row), float(row["value"]), timestamp=_epoch(row["window_end"]))
+        if fam is not None:
+            yield fam
+
+
+def export_openmetrics(store: Path | str, out: IO[bytes], *, variables: Mapping[str, Any] | None = None,
+                       since: dt.datetime | None = None, until: dt.datetime | None = None) -> int:
+    """Write metric_series over [since, until) as OpenMetrics with timestamps (each window's
+    value at its end); returns the number of samples."""
+    sql = "select * from metric_series where true"
+    params: list[Any] = []
+    if since is not None:
+        sql += " and window_start >= ?"
+        params.append(since)
+    if until is not None:
+        sql += " and window_end <= ?"
+        params.append(until)
+    # a family's samples together, each series' samples in time order (OpenMetrics requires both)
+    sql += " order by name, engine, instance, model, quantile, signal, severity, window_end"
+    rows = query.run(store, sql, params, variables=dict(variables or {})).to_dicts()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Rows(rows))
+    out.write(openmetrics_latest(registry))
+    return len(rows)
