@@ -15,7 +15,7 @@
 --   queue is reconstructed every `queue_sample_s`): the value an autoscaler polling the
 --   engine's gauges would have seen, as far as the log shows it.
 -- Engines: all that give queue, batch or KV samples (see queue_depth, batch_fill, kv_cache).
--- Columns: engine, instance, preset, ts (UTC, end of the step), waiting_stable,
+-- Columns: engine, instance, preset, ts (UTC, start of the step: the time of its samples), waiting_stable,
 --   running_stable (requests), kv_stable (fraction), waiting_panic, running_panic,
 --   kv_panic (same units, over the panic window; null without one), stable_fire,
 --   panic_fire, scale_out (booleans: the rule's decision at ts).
@@ -105,7 +105,7 @@ final as (
         engine,
         instance,
         preset,
-        to_timestamp((step + 1) * step_s) as ts,
+        to_timestamp(step * step_s) as ts,
         waiting_stable,
         running_stable,
         kv_stable,

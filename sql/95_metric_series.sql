@@ -134,7 +134,7 @@ autoscaler_rows as (
     from wm as w
     join autoscaler_decisions as d
         on d.engine = w.engine and d.instance = w.instance
-        and d.ts > w.window_start and d.ts <= w.window_end
+        and d.ts >= w.window_start and d.ts < w.window_end
     group by all
 ),
 
