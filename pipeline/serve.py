@@ -102,6 +102,12 @@ def _epoch(t: Any) -> float | None:
     return float(t)
 
 
+def _family(name: str) -> Metric:
+    # precomputed quantiles are a summary (its quantile samples only: the window's request
+    # count and sum are not cumulative counters, so no _count / _sum)
+    return Metric(name, SERIES[name][0], "summary" if "quantile" in SERIES[name][1] else "gauge")
+
+
 def _labels(row: Mapping[str, Any]) -> dict[str, str]:
     labels = {"server": row["instance"], "engine": row["engine"], "model": row["model"] or ""}
     for extra in SERIES.get(row["name"], ("", ()))[1]:
@@ -201,7 +207,7 @@ class Exporter:
         exporter's own health."""
         snap = self.snapshot
         now = time.time()
-        families: dict[str, GaugeMetricFamily] = {}
+        families: dict[str, Metric] = {}
         ages = GaugeMetricFamily("servelens_newest_event_age_seconds", AGE_HELP, labels=BASE_LABELS)
         for row in snap.rows:
             name = row["name"]
@@ -209,9 +215,9 @@ class Exporter:
                 continue
             fam = families.get(name)
             if fam is None:
-                fam = families[name] = GaugeMetricFamily(name, SERIES[name][0], labels=BASE_LABELS + SERIES[name][1])
+                fam = families[name] = _family(name)
             labels = _labels(row)
-            fam.add_metric(list(labels.values()), float(row["value"]))
+            fam.add_sample(name, labels, float(row["value"]))
             if name == "servelens_newest_event_timestamp_seconds":
                 ages.add_metric(list(labels.values()), max(0.0, now - float(row["value"])))
         yield from families.values()
@@ -393,7 +399,7 @@ class _Rows:
             if fam is None or fam.name != name:
                 if fam is not None:
                     yield fam
-                fam = Metric(name, SERIES[name][0], "gauge")
+                fam = _family(name)
             fam.add_sample(name, _labels(row), float(row["value"]), timestamp=_epoch(row["window_end"]))
         if fam is not None:
             yield fam
