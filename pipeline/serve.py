@@ -30,6 +30,7 @@ from urllib.parse import parse_qs, urlsplit
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
+from prometheus_client.exposition import generate_latest as text_latest
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 
 from . import query
@@ -92,6 +93,35 @@ class Snapshot:
     built_at: float = 0.0  # time.time() when it was evaluated
     duration_s: float = 0.0
     error: str | None = None  # the last refresh's error (the previous rows stay served)
+    # the rows' families rendered once per refresh, per format ("text", "openmetrics"): a
+    # scrape adds only the few series that change with the clock
+    rendered: dict[str, bytes] = field(default_factory=dict)
+    newest: list[tuple[list[str], float]] = field(default_factory=list)  # (label values, Unix s)
+
+
+class _Families:
+    """A collector over snapshot rows: one family per series name."""
+
+    def __init__(self, rows: list[dict[str, Any]]):
+        self.rows = rows
+
+    def collect(self) -> Iterable[Metric]:
+        families: dict[str, Metric] = {}
+        for row in self.rows:
+            name = row["name"]
+            if name not in SERIES:
+                continue
+            fam = families.get(name)
+            if fam is None:
+                fam = families[name] = _family(name)
+            fam.add_sample(name, _labels(row), float(row["value"]))
+        return families.values()
+
+
+def render(rows: list[dict[str, Any]]) -> dict[str, bytes]:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families(rows))
+    return {"text": text_latest(registry), "openmetrics": openmetrics_latest(registry)}
 
 
 def _epoch(t: Any) -> float | None:
@@ -173,11 +203,15 @@ class Exporter:
             rows = self.reader(self.store, self.variables, self.lookback_s)
         except Exception as e:  # a store being repaired, a part gone mid-read: say it, retry later
             self.refresh_errors += 1
-            self.snapshot = Snapshot(self.snapshot.rows, self.snapshot.built_at,
-                                     time.perf_counter() - t0, query.one_line(e))
+            old = self.snapshot
+            self.snapshot = Snapshot(old.rows, old.built_at, time.perf_counter() - t0, query.one_line(e),
+                                     old.rendered, old.newest)
             return self.snapshot
+        rendered = render(rows)
+        newest = [(list(_labels(r).values()), float(r["value"])) for r in rows
+                  if r["name"] == "servelens_newest_event_timestamp_seconds"]
         self.refreshes += 1
-        self.snapshot = Snapshot(rows, time.time(), time.perf_counter() - t0, None)
+        self.snapshot = Snapshot(rows, time.time(), time.perf_counter() - t0, None, rendered, newest)
         return self.snapshot
 
     def start(self) -> None:
@@ -203,24 +237,13 @@ class Exporter:
     # -- rendering ------------------------------------------------------------------------
 
     def collect(self) -> Iterable[Metric]:
-        """prometheus_client's collector protocol: the snapshot's families, plus ages and the
-        exporter's own health."""
+        """prometheus_client's collector protocol, for what changes with the clock: the ages
+        and the exporter's own health (the snapshot's families are rendered at refresh)."""
         snap = self.snapshot
         now = time.time()
-        families: dict[str, Metric] = {}
         ages = GaugeMetricFamily("servelens_newest_event_age_seconds", AGE_HELP, labels=BASE_LABELS)
-        for row in snap.rows:
-            name = row["name"]
-            if name not in SERIES:
-                continue
-            fam = families.get(name)
-            if fam is None:
-                fam = families[name] = _family(name)
-            labels = _labels(row)
-            fam.add_sample(name, labels, float(row["value"]))
-            if name == "servelens_newest_event_timestamp_seconds":
-                ages.add_metric(list(labels.values()), max(0.0, now - float(row["value"])))
-        yield from families.values()
+        for labels, ts in snap.newest:
+            ages.add_metric(labels, max(0.0, now - ts))
         yield ages
         yield GaugeMetricFamily("servelens_exporter_snapshot_age_seconds",
                                 "Seconds since the snapshot was evaluated.",
@@ -233,7 +256,14 @@ class Exporter:
     def metrics(self, accept: str | None) -> tuple[bytes, str]:
         """The exposition for a scrape's Accept header: (body, content type)."""
         encoder, content_type = choose_encoder(accept or "")
-        return encoder(self.registry), content_type
+        live = encoder(self.registry)
+        if content_type.startswith("application/openmetrics-text"):
+            # one exposition: the snapshot's families, then the live ones and their # EOF
+            static = self.snapshot.rendered.get("openmetrics", b"")
+            if static.endswith(b"# EOF\n"):
+                static = static[: -len(b"# EOF\n")]
+            return static + live, content_type
+        return self.snapshot.rendered.get("text", b"") + live, content_type
 
     def signals(self, server: str | None = None) -> dict[str, Any]:
         """The snapshot as JSON-ready data: per server, and totals across servers."""

@@ -237,3 +237,53 @@ def test_promtool_accepts_the_exposition(exporter):
     res = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True, timeout=30)
     # promtool lints (exit 3 for lint findings such as units); a parse error is exit 1
     assert res.returncode == 0, (res.stdout + res.stderr).decode()
+
+
+def test_tail_serves_metrics_with_serve_port(tmp_path):
+    import signal
+    import socket
+    import sys
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    shutil.copy(INCIDENT / "vllm" / "vllm-a.log", logs / "vllm-a.log")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    exe = Path(sys.executable).parent / "servelens"
+    proc = subprocess.Popen([str(exe), "tail", str(logs), "--store", str(tmp_path / "store"), "-q",
+                             "--serve-port", str(port)], stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        body = b""
+        while b'servelens_requests_waiting{engine="vllm"' not in body and time.monotonic() < deadline:
+            time.sleep(0.3)
+            try:
+                body = get(f"http://127.0.0.1:{port}/metrics")[2]
+            except OSError:
+                pass
+        assert b'server="vllm-a"' in body
+        assert json.loads(get(f"http://127.0.0.1:{port}/healthz")[2])["status"] == "ok"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err.decode()
+    assert f"serving metrics at http://127.0.0.1:{port}/metrics" in err.decode()
+
+
+def test_every_exported_series_is_documented_and_the_grafana_dashboard_uses_only_them():
+    import re
+
+    from servelens.pipeline.serve import SERIES
+
+    root = Path(__file__).resolve().parent.parent
+    doc = (root / "docs" / "prometheus.md").read_text()
+    live = ["servelens_newest_event_age_seconds", "servelens_exporter_snapshot_age_seconds",
+            "servelens_exporter_refresh_duration_seconds", "servelens_exporter_refresh_errors"]
+    for name in list(SERIES) + live:
+        assert f"| `{name}` |" in doc, name
+    dash = json.loads((root / "dashboards" / "grafana" / "servelens.json").read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    used = {m for e in exprs for m in re.findall(r"\b((?:servelens|gen_ai)_[a-z_]+)\b", e)}
+    assert used and used <= set(SERIES) | set(live)
+    assert all(p["datasource"]["type"] == "prometheus" for p in dash["panels"])
