@@ -8,7 +8,13 @@
 3. scrape GET /metrics SCRAPES times, one every INTERVAL_S, and report p50 / p99 / max of the
    scrape latency, plus how long the snapshot's evaluations took (from the exposition).
 
-Usage: python bench/scrapebench.py [--requests N] [--scrapes N] [--keep DIR]
+With --store DIR the history is that store (e.g. the 10M-request query store of
+`bench/run.py --only query`, bench/data/query-store) and every simulated line is appended live.
+With --mode serve the exporter is a separate `servelens serve` process beside the tailer (the
+deployment docs/prometheus.md suggests); with --mode tail it runs inside `servelens tail
+--serve-port`, sharing the tailer's interpreter.
+
+Usage: python bench/scrapebench.py [--requests N] [--store DIR] [--mode serve|tail] [--scrapes N] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -37,29 +43,39 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run(requests: int, scrapes: int, interval_s: float, work: Path) -> dict:
+def run(requests: int, scrapes: int, interval_s: float, work: Path, store: Path | None = None,
+        mode: str = "serve") -> dict:
     sim = work / "sim"
     rate, instances = 20.0, 2
-    duration_s = max(60, int(requests / (rate * instances)))
+    duration_s = 120 if store is not None else max(60, int(requests / (rate * instances)))
     subprocess.run([str(BIN), "simulate", "--engine", "vllm", "--variant", "v0", "--scenario", "steady",
                     "--duration", f"{duration_s}s", "--rate", str(rate), "--instances", str(instances),
-                    "--out", str(sim)], check=True, capture_output=True)
+                    "--out", str(sim), "--start", "2026-05-12T23:00:00Z"], check=True, capture_output=True)
     logs = sorted(sim.glob("*.log"))
     live = work / "live"
     live.mkdir()
     held: dict[Path, list[bytes]] = {}
     for log in logs:
         lines = log.read_bytes().splitlines(keepends=True)
-        cut = int(len(lines) * 0.9)
+        cut = 0 if store is not None else int(len(lines) * 0.9)
         (live / log.name).write_bytes(b"".join(lines[:cut]))
         held[live / log.name] = lines[cut:]
-    store = work / "store"
-    t0 = time.perf_counter()
-    subprocess.run([str(BIN), "ingest", str(live), "--store", str(store), "-q"], check=True, capture_output=True)
-    ingest_s = time.perf_counter() - t0
+    ingest_s = None
+    if store is None:
+        store = work / "store"
+        t0 = time.perf_counter()
+        subprocess.run([str(BIN), "ingest", str(live), "--store", str(store), "-q"], check=True, capture_output=True)
+        ingest_s = round(time.perf_counter() - t0, 1)
     port = free_port()
-    tail = subprocess.Popen([str(BIN), "tail", str(live), "--store", str(store), "--from-end", "-q",
-                             "--serve-port", str(port)], stderr=subprocess.DEVNULL)
+    procs = []
+    if mode == "tail":
+        procs.append(subprocess.Popen([str(BIN), "tail", str(live), "--store", str(store), "--from-end", "-q",
+                                       "--serve-port", str(port)], stderr=subprocess.DEVNULL))
+    else:
+        procs.append(subprocess.Popen([str(BIN), "tail", str(live), "--store", str(store), "--from-end", "-q"],
+                                      stderr=subprocess.DEVNULL))
+        procs.append(subprocess.Popen([str(BIN), "serve", "--store", str(store), "--port", str(port)],
+                                      stderr=subprocess.DEVNULL))
     url = f"http://127.0.0.1:{port}/metrics"
     stop = threading.Event()
 
@@ -76,7 +92,7 @@ def run(requests: int, scrapes: int, interval_s: float, work: Path) -> dict:
             time.sleep(0.1)
 
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 600
         while True:  # the first snapshot
             try:
                 with urllib.request.urlopen(url, timeout=5) as r:
@@ -85,7 +101,7 @@ def run(requests: int, scrapes: int, interval_s: float, work: Path) -> dict:
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                raise SystemExit("the exporter did not publish a snapshot within 120 s")
+                raise SystemExit("the exporter did not publish a snapshot within 600 s")
             time.sleep(0.5)
         w = threading.Thread(target=writer, daemon=True)
         w.start()
@@ -101,12 +117,13 @@ def run(requests: int, scrapes: int, interval_s: float, work: Path) -> dict:
             time.sleep(interval_s)
         stop.set()
     finally:
-        tail.terminate()
-        tail.wait(timeout=60)
+        for p in procs:
+            p.terminate()
+            p.wait(timeout=120)
     n_req = int(subprocess.run([str(BIN), "sql", "select count(*) from requests", "--store", str(store), "--format", "csv"],
                                check=True, capture_output=True, text=True).stdout.splitlines()[1])
     ms = np.array(lat) * 1000
-    return {"requests_in_store": n_req, "ingest_s": round(ingest_s, 1), "scrapes": scrapes,
+    return {"mode": mode, "requests_in_store": n_req, "ingest_s": ingest_s, "scrapes": scrapes,
             "scrape_ms_p50": round(float(np.percentile(ms, 50)), 2), "scrape_ms_p99": round(float(np.percentile(ms, 99)), 2),
             "scrape_ms_max": round(float(ms.max()), 2), "exposition_bytes": len(body),
             "snapshot_refresh_s_max": round(max(refresh), 2) if refresh else None}
@@ -118,11 +135,14 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--scrapes", type=int, default=300)
     ap.add_argument("--interval", type=float, default=0.1, help="seconds between scrapes")
     ap.add_argument("--keep", type=Path, help="work in this directory and keep it")
+    ap.add_argument("--store", type=Path, help="an existing store as the history (it receives the live lines)")
+    ap.add_argument("--mode", choices=("serve", "tail"), default="serve",
+                    help="serve: a servelens serve process beside the tailer; tail: servelens tail --serve-port")
     args = ap.parse_args(argv)
     work = args.keep or Path(tempfile.mkdtemp(prefix="servelens-scrapebench-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        result = run(args.requests, args.scrapes, args.interval, work)
+        result = run(args.requests, args.scrapes, args.interval, work, args.store, args.mode)
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)
