@@ -7,8 +7,9 @@ by a background thread after each commit to the store (it watches manifest.json)
 every `refresh_s` seconds. A scrape only renders that snapshot, so it answers in milliseconds
 whatever the store's size; the views are never evaluated per scrape.
 
-A refresh reads only the store's recent events (the last `lookback_s` seconds before its
-newest event, copied into memory): the current window needs minutes of history, not days.
+A refresh reads only the store's recent events (per instance, the last `lookback_s` seconds
+before its newest event, copied into memory): the current window needs minutes of history,
+not days.
 `export_openmetrics` writes the same series over a whole range with their timestamps, for
 `promtool tsdb create-blocks-from openmetrics` (backfill for a post-mortem).
 """
@@ -151,13 +152,20 @@ def read_snapshot(store: Path | str, variables: Mapping[str, Any] | None = None,
     con = query.connect(store, dict(variables or {}))
     try:
         if lookback_s is not None:
-            newest = con.execute("select max(ts) from events").fetchone()[0]
-            if newest is not None:
-                # the views bind `events` by name when queried: pointing it at an in-memory copy
-                # of the recent events makes every view read only those
+            # the views bind `events` by name when queried: pointing it at an in-memory copy of
+            # each instance's recent events makes every view read only those. Per instance, so
+            # that one whose logs stopped still shows its last values (and their age)
+            con.execute(
+                "create or replace temp table newest as "
+                "select engine, instance, max(ts) - to_seconds(?) as since from events group by all",
+                [float(lookback_s)])
+            # the earliest cutoff as a constant: the Parquet scan skips row groups older than it
+            cutoff = con.execute("select min(since) from newest").fetchone()[0]
+            if cutoff is not None:
                 con.execute(
-                    "create or replace temp table recent_events as select * from events "
-                    "where ts >= ?::timestamptz - to_seconds(?)", [newest, float(lookback_s)])
+                    "create or replace temp table recent_events as "
+                    "select e.* from events as e join newest as n using (engine, instance) "
+                    "where e.ts >= ?::timestamptz and e.ts >= n.since", [cutoff])
                 con.execute("create or replace view events as select * from recent_events")
         return query.run_on(con, "select * from metric_snapshot").to_dicts()
     finally:

@@ -287,3 +287,20 @@ def test_every_exported_series_is_documented_and_the_grafana_dashboard_uses_only
     used = {m for e in exprs for m in re.findall(r"\b((?:servelens|gen_ai)_[a-z_]+)\b", e)}
     assert used and used <= set(SERIES) | set(live)
     assert all(p["datasource"]["type"] == "prometheus" for p in dash["panels"])
+
+
+def test_the_recent_events_a_refresh_reads_give_the_same_snapshot_as_the_whole_store(store):
+    from servelens.pipeline.serve import read_snapshot
+
+    def key(rows):
+        return {(r["instance"], r["name"], r["quantile"], r["signal"]): r["value"] for r in rows
+                if r["name"] in ("servelens_requests_waiting", "servelens_requests_running",
+                                 "servelens_kv_cache_usage_ratio", "servelens_requests_per_second",
+                                 "servelens_newest_event_timestamp_seconds")}
+
+    whole = key(read_snapshot(store, resolve_variables(), lookback_s=None))
+    # two minutes before each instance's own newest event: vllm-a stopped two minutes before
+    # the others, and still shows its last complete window
+    recent = key(read_snapshot(store, resolve_variables(), lookback_s=120))
+    assert ("vllm-a", "servelens_requests_waiting", None, None) in recent
+    assert recent == pytest.approx(whole)
