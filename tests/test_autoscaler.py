@@ -121,3 +121,24 @@ def test_report_has_a_calibration_section_on_the_sample_incident(tmp_path):
     assert "before the first cuda_oom (2026-05-12 08:03:00)" in line
     for name in presets():
         assert f"| {name} | vllm-a |" in text
+
+
+def test_calibration_restores_the_reports_own_rule_and_json_carries_the_rows():
+    import json
+
+    from servelens.pipeline import calibration
+    from servelens.pipeline.report import build_report, render
+
+    evs = [stats(t, 8 if t >= 100 else 0) for t in range(0, 400, 10)]
+    evs.append(ev("error", 340, level="ERROR", message="torch.OutOfMemoryError: CUDA out of memory."))
+    con = connect(evs, "kserve")
+    rows_ = calibration.build(con)
+    assert [r["preset"] for r in rows_] == presets()
+    by = {r["preset"]: r for r in rows_}
+    assert by["vllm-production-stack"]["lead_s"] == 230
+    assert by["kserve"]["n_scale_outs"] == 1  # running 10 > 2 from the first sample
+    # the connection's own preset is back for the rest of the report
+    assert con.execute("select getvariable('autoscaler_preset')").fetchone()[0] == "kserve"
+    data = json.loads(render(build_report(con), "json"))
+    assert {r["preset"] for r in data["calibration"]} == set(presets())
+    assert "Autoscaler calibration" in render(build_report(con), "html")
