@@ -119,7 +119,12 @@ def run(requests: int, scrapes: int, interval_s: float, work: Path, store: Path 
     finally:
         for p in procs:
             p.terminate()
-            p.wait(timeout=120)
+        for p in procs:
+            try:
+                # the tailer commits a compaction it started before exiting: minutes on a big store
+                p.wait(timeout=600)
+            except subprocess.TimeoutExpired:
+                p.kill()
     n_req = int(subprocess.run([str(BIN), "sql", "select count(*) from requests", "--store", str(store), "--format", "csv"],
                                check=True, capture_output=True, text=True).stdout.splitlines()[1])
     ms = np.array(lat) * 1000

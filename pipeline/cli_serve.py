@@ -65,8 +65,7 @@ def register(app: typer.Typer) -> None:
                       on_ready=lambda url: typer.echo(f"servelens: serving {target} at {url}/metrics (Ctrl-C stops)", err=True))
         except ServeError as e:
             raise fail(str(e)) from None
-        except KeyboardInterrupt:
-            typer.echo("servelens: stopped", err=True)
+        typer.echo("servelens: stopped", err=True)
 
     @app.command()
     def export(

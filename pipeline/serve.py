@@ -20,6 +20,7 @@ import datetime as dt
 import json
 import math
 import os
+import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -147,9 +148,13 @@ def _labels(row: Mapping[str, Any]) -> dict[str, str]:
 
 
 def read_snapshot(store: Path | str, variables: Mapping[str, Any] | None = None,
-                  lookback_s: float | None = DEFAULT_LOOKBACK_S) -> list[dict[str, Any]]:
-    """Evaluate metric_snapshot over the store (its recent events only when `lookback_s`)."""
+                  lookback_s: float | None = DEFAULT_LOOKBACK_S,
+                  on_connect: Callable[[Any], None] | None = None) -> list[dict[str, Any]]:
+    """Evaluate metric_snapshot over the store (its recent events only when `lookback_s`).
+    `on_connect` receives the connection (so that a stopping exporter can interrupt it)."""
     con = query.connect(store, dict(variables or {}))
+    if on_connect is not None:
+        on_connect(con)
     try:
         if lookback_s is not None:
             # the views bind `events` by name when queried: pointing it at an in-memory copy of
@@ -198,6 +203,7 @@ class Exporter:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._seen_key: tuple | None = None
+        self._con: Any = None  # the connection of the refresh under way
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
 
@@ -208,7 +214,7 @@ class Exporter:
         self._seen_key = _store_key(self.store)
         t0 = time.perf_counter()
         try:
-            rows = self.reader(self.store, self.variables, self.lookback_s)
+            rows = self.reader(self.store, self.variables, self.lookback_s, self._connected)
         except Exception as e:  # a store being repaired, a part gone mid-read: say it, retry later
             self.refresh_errors += 1
             old = self.snapshot
@@ -226,10 +232,24 @@ class Exporter:
         self._thread = threading.Thread(target=self._run, name="servelens-exporter", daemon=True)
         self._thread.start()
 
+    def _connected(self, con: Any) -> None:
+        self._con = con
+        if self._stop.is_set():  # stopped while connecting
+            con.interrupt()
+
     def stop(self) -> None:
+        """Stop the refresher, interrupting a refresh under way: DuckDB must not be inside a
+        query when the interpreter exits."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        while self._thread is not None and self._thread.is_alive():
+            # again and again: an interrupt between two statements of a refresh is lost
+            con = self._con
+            if con is not None:
+                try:
+                    con.interrupt()
+                except Exception:  # already closed
+                    pass
+            self._thread.join(0.1)
 
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
@@ -396,9 +416,19 @@ def serve(store: Path | str, *, host: str = "127.0.0.1", port: int = 9464,
     thread.start()
     if on_ready:
         on_ready(f"http://{host}:{server.server_address[1]}")
+    stop = stop or threading.Event()
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        # Ctrl-C, and the SIGTERM Kubernetes sends a pod it stops (SIGINT may be ignored in a
+        # background job: set both handlers explicitly)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, lambda *_: stop.set())
     try:
-        (stop or threading.Event()).wait()
+        while not stop.wait(0.5):
+            pass
     finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         server.shutdown()
         server.server_close()
         exporter.stop()

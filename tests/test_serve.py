@@ -304,3 +304,36 @@ def test_the_recent_events_a_refresh_reads_give_the_same_snapshot_as_the_whole_s
     recent = key(read_snapshot(store, resolve_variables(), lookback_s=120))
     assert ("vllm-a", "servelens_requests_waiting", None, None) in recent
     assert recent == pytest.approx(whole)
+
+
+def test_serve_command_runs_until_interrupted_and_a_busy_port_is_a_clear_error(store):
+    import signal
+    import socket
+    import sys
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        res = runner.invoke(app, ["serve", "--store", str(store), "--port", str(busy.getsockname()[1])])
+        assert res.exit_code == 1 and "cannot listen on 127.0.0.1:" in res.output and "--port" in res.output
+        port = None
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    exe = Path(sys.executable).parent / "servelens"
+    proc = subprocess.Popen([str(exe), "serve", "--store", str(store), "--port", str(port)], stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        data = {}
+        while not data.get("servers") and time.monotonic() < deadline:
+            time.sleep(0.3)
+            try:
+                data = json.loads(get(f"http://127.0.0.1:{port}/api/signals")[2])
+            except OSError:
+                pass
+        assert {s["server"] for s in data["servers"]} == {"vllm-a", "vllm-b", "tgi-a", "tgi-b", "trtllm-a", "trtllm-b"}
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err.decode()
+    assert f"at http://127.0.0.1:{port}/metrics" in err.decode()
