@@ -19,7 +19,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import multiprocessing
 import os
+import pickle
 import signal
 import threading
 import time
@@ -39,6 +41,7 @@ from . import query
 
 DEFAULT_REFRESH_S = 5.0
 DEFAULT_LOOKBACK_S = 900.0  # history a refresh reads: the current window plus long requests' arrivals
+WORKER_THREADS = 0  # DuckDB threads of a refresh in the worker process (0: DuckDB's default)
 WATCH_S = 0.25  # how often the refresher looks at manifest.json for a new commit
 BASE_LABELS = ("server", "engine", "model")
 
@@ -63,6 +66,7 @@ SERIES: dict[str, tuple[str, tuple[str, ...]]] = {
         "autoscaler_scale_out: the preset's rule, autoscaler_decisions).", ("signal", "severity")),
     "servelens_newest_event_timestamp_seconds": ("Unix time of the instance's newest event in the store.", ()),
 }
+SCALE_OUT_SIGNALS = ("autoscaler_scale_out", "queue_backlog", "latency_slo_e2e", "latency_slo_ttft", "kv_pressure")
 AGE_HELP = "Seconds since the instance's newest event (staleness of everything it reports)."
 
 # the JSON field of /api/signals each series becomes
@@ -91,14 +95,20 @@ class ServeError(Exception):
 class Snapshot:
     """One evaluation of metric_snapshot: what every scrape renders until the next one."""
 
-    rows: list[dict[str, Any]] = field(default_factory=list)
-    built_at: float = 0.0  # time.time() when it was evaluated
-    duration_s: float = 0.0
-    error: str | None = None  # the last refresh's error (the previous rows stay served)
+    rows_blob: bytes = pickle.dumps([])  # the metric_snapshot rows, pickled (see `rows`)
+    servers: list[dict[str, Any]] = field(default_factory=list)  # for /api/signals
     # the rows' families rendered once per refresh, per format ("text", "openmetrics"): a
     # scrape adds only the few series that change with the clock
     rendered: dict[str, bytes] = field(default_factory=dict)
     newest: list[tuple[list[str], float]] = field(default_factory=list)  # (label values, Unix s)
+    built_at: float = 0.0  # time.time() when it was evaluated
+    duration_s: float = 0.0
+    error: str | None = None  # the last refresh's error (the previous values stay served)
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        # kept pickled: receiving thousands of dicts from the worker would hold the GIL
+        return pickle.loads(self.rows_blob)
 
 
 class _Families:
@@ -118,6 +128,107 @@ class _Families:
                 fam = families[name] = _family(name)
             fam.add_sample(name, _labels(row), float(row["value"]))
         return families.values()
+
+
+def servers_of(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The snapshot rows as one JSON-ready dict per server (for /api/signals), sorted."""
+    servers: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        s = servers.setdefault(row["instance"], {
+            "server": row["instance"], "engine": row["engine"], "model": row["model"] or "",
+            "window_start": None, "window_end": None, "signals": [], "scale_out": False,
+            "latency": {}, "newest_ts": None,
+        })
+        name, value = row["name"], row["value"]
+        if name == "servelens_newest_event_timestamp_seconds":
+            s["newest_ts"] = value
+            continue
+        if row.get("window_start") is not None and s["window_start"] is None:
+            s["window_start"], s["window_end"] = _iso(_epoch(row["window_start"])), _iso(_epoch(row["window_end"]))
+        if name in JSON_FIELDS:
+            s[JSON_FIELDS[name]] = value
+        elif name in LATENCY_FIELDS:
+            q = {"0.5": "p50", "0.95": "p95", "0.99": "p99"}[row["quantile"]]
+            key = f"{q}_{LATENCY_FIELDS[name]}_s"
+            # several models on one server: the worst
+            s["latency"][key] = max(value, s["latency"].get(key, value))
+        elif name == "servelens_signal_active" and value > 0:
+            s["signals"].append({"signal": row["signal"], "severity": row["severity"]})
+            if row["signal"] in SCALE_OUT_SIGNALS:
+                s["scale_out"] = True
+    for s in servers.values():
+        s["active_signals"] = len(s["signals"])
+    return sorted(servers.values(), key=lambda s: s["server"])
+
+
+def prepare(rows: list[dict[str, Any]]) -> tuple:
+    """What a refresh hands the exporter: the rows (pickled: only tests and tools unpickle
+    them), the servers for /api/signals, the rendered families, the newest-event times."""
+    return pickle.dumps(rows), servers_of(rows), render(rows), newest_of(rows)
+
+
+def newest_of(rows: list[dict[str, Any]]) -> list[tuple[list[str], float]]:
+    return [(list(_labels(r).values()), float(r["value"])) for r in rows
+            if r["name"] == "servelens_newest_event_timestamp_seconds"]
+
+
+def _worker_main(conn: Any) -> None:
+    """The worker process: evaluate each request (store, variables, lookback) and send back
+    `prepare`'s tuple, or ("error", message)."""
+    # Ctrl-C reaches the whole process group: the exporter stops its worker itself
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # scrapes come first: a refresh may take longer, a scrape must not wait for a CPU
+    try:
+        os.nice(10)
+    except OSError:
+        pass
+    global WORKER_THREADS
+    WORKER_THREADS = max(1, (os.cpu_count() or 2) - 1)
+    while True:
+        try:
+            store, variables, lookback_s = conn.recv()
+        except EOFError:  # the exporter is gone
+            return
+        try:
+            conn.send(prepare(read_snapshot(store, variables, lookback_s)))
+        except Exception as e:
+            conn.send(("error", query.one_line(e)))
+
+
+class _Worker:
+    """One worker process that evaluates refreshes; started on first use, started again if it
+    dies, killed by `close`."""
+
+    def __init__(self) -> None:
+        self._proc: Any = None
+        self._conn: Any = None
+
+    def _ensure(self) -> None:
+        if self._proc is None or not self._proc.is_alive():
+            ctx = multiprocessing.get_context("spawn")  # not fork: this process runs threads
+            self._conn, child = ctx.Pipe()
+            self._proc = ctx.Process(target=_worker_main, args=(child,), name="servelens-refresh", daemon=True)
+            self._proc.start()
+            child.close()
+
+    def call(self, store: str, variables: Mapping[str, Any], lookback_s: float | None,
+             stop: threading.Event) -> tuple:
+        self._ensure()
+        self._conn.send((store, dict(variables), lookback_s))
+        while not self._conn.poll(0.2):  # waiting releases the GIL
+            if stop.is_set():
+                raise RuntimeError("exporter stopped")
+            if not self._proc.is_alive():
+                raise RuntimeError(f"the refresh worker died (exit code {self._proc.exitcode})")
+        result = self._conn.recv()
+        if len(result) == 2 and result[0] == "error":
+            raise RuntimeError(result[1])
+        return result
+
+    def close(self) -> None:
+        if self._proc is not None and self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(5)
 
 
 def render(rows: list[dict[str, Any]]) -> dict[str, bytes]:
@@ -153,6 +264,9 @@ def read_snapshot(store: Path | str, variables: Mapping[str, Any] | None = None,
     """Evaluate metric_snapshot over the store (its recent events only when `lookback_s`).
     `on_connect` receives the connection (so that a stopping exporter can interrupt it)."""
     con = query.connect(store, dict(variables or {}))
+    con.execute("set enable_progress_bar = false")  # a long refresh must not draw on stderr
+    if WORKER_THREADS:  # in the worker process: leave a core to the process answering scrapes
+        con.execute(f"set threads = {int(WORKER_THREADS)}")
     if on_connect is not None:
         on_connect(con)
     try:
@@ -191,7 +305,7 @@ class Exporter:
 
     def __init__(self, store: Path | str, variables: Mapping[str, Any] | None = None, *,
                  refresh_s: float = DEFAULT_REFRESH_S, lookback_s: float | None = DEFAULT_LOOKBACK_S,
-                 reader: Callable[..., list[dict[str, Any]]] = read_snapshot):
+                 reader: Callable[..., list[dict[str, Any]]] = read_snapshot, isolate: bool | None = None):
         self.store = Path(store)
         self.variables = dict(variables or {})
         self.refresh_s = refresh_s
@@ -204,6 +318,9 @@ class Exporter:
         self._thread: threading.Thread | None = None
         self._seen_key: tuple | None = None
         self._con: Any = None  # the connection of the refresh under way
+        # once started, refresh in a worker process (the default with the default reader)
+        self.isolate = reader is read_snapshot if isolate is None else isolate
+        self._pool: Any = None
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
 
@@ -214,21 +331,29 @@ class Exporter:
         self._seen_key = _store_key(self.store)
         t0 = time.perf_counter()
         try:
-            rows = self.reader(self.store, self.variables, self.lookback_s, self._connected)
+            if self._pool is not None:
+                prepared = self._evaluate_in_worker()
+            else:
+                prepared = prepare(self.reader(self.store, self.variables, self.lookback_s, self._connected))
         except Exception as e:  # a store being repaired, a part gone mid-read: say it, retry later
             self.refresh_errors += 1
             old = self.snapshot
-            self.snapshot = Snapshot(old.rows, old.built_at, time.perf_counter() - t0, query.one_line(e),
-                                     old.rendered, old.newest)
+            self.snapshot = Snapshot(old.rows_blob, old.servers, old.rendered, old.newest,
+                                     old.built_at, time.perf_counter() - t0, query.one_line(e))
             return self.snapshot
-        rendered = render(rows)
-        newest = [(list(_labels(r).values()), float(r["value"])) for r in rows
-                  if r["name"] == "servelens_newest_event_timestamp_seconds"]
         self.refreshes += 1
-        self.snapshot = Snapshot(rows, time.time(), time.perf_counter() - t0, None, rendered, newest)
+        self.snapshot = Snapshot(*prepared, time.time(), time.perf_counter() - t0, None)
         return self.snapshot
 
+    def _evaluate_in_worker(self) -> tuple:
+        return self._pool.call(str(self.store), self.variables, self.lookback_s, self._stop)
+
     def start(self) -> None:
+        if self.isolate:
+            # the views are evaluated in a worker process: their Python work (connecting,
+            # converting, rendering) would otherwise hold the GIL for tens of ms at a time and
+            # delay the scrapes this process answers
+            self._pool = _Worker()
         self._thread = threading.Thread(target=self._run, name="servelens-exporter", daemon=True)
         self._thread.start()
 
@@ -241,6 +366,8 @@ class Exporter:
         """Stop the refresher, interrupting a refresh under way: DuckDB must not be inside a
         query when the interpreter exits."""
         self._stop.set()
+        if self._pool is not None:
+            self._pool.close()
         while self._thread is not None and self._thread.is_alive():
             # again and again: an interrupt between two statements of a refresh is lost
             con = self._con
@@ -297,34 +424,13 @@ class Exporter:
         """The snapshot as JSON-ready data: per server, and totals across servers."""
         snap = self.snapshot
         now = time.time()
-        servers: dict[str, dict[str, Any]] = {}
-        for row in snap.rows:
-            s = servers.setdefault(row["instance"], {
-                "server": row["instance"], "engine": row["engine"], "model": row["model"] or "",
-                "window_start": None, "window_end": None, "signals": [], "scale_out": False,
-                "latency": {}, "newest_event": None, "newest_event_age_s": None,
-            })
-            name, value = row["name"], row["value"]
-            if name == "servelens_newest_event_timestamp_seconds":
-                s["newest_event"] = _iso(value)
-                s["newest_event_age_s"] = round(max(0.0, now - value), 3)
-                continue
-            if row.get("window_start") is not None and s["window_start"] is None:
-                s["window_start"], s["window_end"] = _iso(_epoch(row["window_start"])), _iso(_epoch(row["window_end"]))
-            if name in JSON_FIELDS:
-                s[JSON_FIELDS[name]] = value
-            elif name in LATENCY_FIELDS:
-                q = {"0.5": "p50", "0.95": "p95", "0.99": "p99"}[row["quantile"]]
-                key = f"{q}_{LATENCY_FIELDS[name]}_s"
-                # several models on one server: the worst
-                s["latency"][key] = max(value, s["latency"].get(key, value))
-            elif name == "servelens_signal_active" and value > 0:
-                s["signals"].append({"signal": row["signal"], "severity": row["severity"]})
-                if row["signal"] in ("autoscaler_scale_out", "queue_backlog", "latency_slo_e2e", "latency_slo_ttft", "kv_pressure"):
-                    s["scale_out"] = True
-        for s in servers.values():
-            s["active_signals"] = len(s["signals"])
-        listed = sorted(servers.values(), key=lambda s: s["server"])
+        listed = []
+        for one in snap.servers:
+            one = dict(one)
+            ts = one.pop("newest_ts", None)
+            one["newest_event"] = _iso(ts)
+            one["newest_event_age_s"] = round(max(0.0, now - ts), 3) if ts is not None else None
+            listed.append(one)
         if server is not None:
             listed = [s for s in listed if s["server"] == server]
         totals: dict[str, Any] = {"servers": len(listed), "scale_out": sum(1 for s in listed if s["scale_out"])}

@@ -114,7 +114,9 @@ def test_latency_quantiles_follow_the_opentelemetry_names(http, store):
 
 
 def test_signal_active_matches_scaling_signals_and_age_is_visible(http, store):
+    before = time.time()
     got = samples(get(http + "/metrics")[2].decode())
+    after = time.time()
     sig = query.run(store, """select signal, severity from scaling_signals
         where instance = 'vllm-b' and window_start <= '2026-05-12 08:03:00+00' and window_end >= '2026-05-12 08:04:00+00'""").to_dicts()
     assert sig, "the sample incident has signals on vllm-b in its last complete window"
@@ -127,7 +129,8 @@ def test_signal_active_matches_scaling_signals_and_age_is_visible(http, store):
     ages = {dict(lab)["server"]: v for (name, lab), v in got.items() if name == "servelens_newest_event_age_seconds"}
     assert set(ages) == {"vllm-a", "vllm-b", "tgi-a", "tgi-b", "trtllm-a", "trtllm-b"}
     # the sample incident is from 2026-05-12: months old
-    assert ages["vllm-b"] == pytest.approx(time.time() - 1778572800 - 299.79, abs=5)
+    newest = 1778572800 + 299.792246  # vllm-b's newest event, 2026-05-12 08:04:59.792246
+    assert before - newest - 0.01 <= ages["vllm-b"] <= after - newest + 0.01
 
 
 def test_openmetrics_when_the_scraper_asks_for_it(http):
@@ -179,7 +182,7 @@ def test_a_commit_refreshes_the_snapshot(tmp_path):
     e = Exporter(store, resolve_variables(), refresh_s=3600)  # only a commit can trigger a refresh
     e.start()
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 90  # a loaded 2-core CI machine: a refresh can take seconds
         while e.refreshes < 1 and time.monotonic() < deadline:
             time.sleep(0.1)
         assert {r["instance"] for r in e.snapshot.rows} == {"vllm-a"}
