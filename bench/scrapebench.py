@@ -9,7 +9,7 @@
    scrape latency, plus how long the snapshot's evaluations took (from the exposition).
 
 With --store DIR the history is that store (e.g. the 10M-request query store of
-`bench/run.py --only query`, bench/data/query-store) and every simulated line is appended live.
+`bench/run.py --only query`, bench/data/stores/query) and every simulated line is appended live.
 With --mode serve the exporter is a separate `servelens serve` process beside the tailer (the
 deployment docs/prometheus.md suggests); with --mode tail it runs inside `servelens tail
 --serve-port`, sharing the tailer's interpreter.
