@@ -31,7 +31,7 @@ app = typer.Typer(
 )
 
 # Modules under servelens.pipeline that define `register(app)`.
-COMMAND_MODULES: tuple[str, ...] = ("cli_report", "cli_dashboard", "cli_tail", "cli_simulate", "cli_store")
+COMMAND_MODULES: tuple[str, ...] = ("cli_report", "cli_dashboard", "cli_tail", "cli_simulate", "cli_store", "cli_serve")
 
 
 # Options shared by every command that reads or writes the store.

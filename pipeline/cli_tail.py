@@ -56,6 +56,19 @@ class StatusLine:
             self._shown = False
 
 
+def _start_exporter(store: Path, host: str, port: int, line: StatusLine):
+    """`--serve-port`: the exporter of `servelens serve` in background threads of the tailer."""
+    from .metrics import resolve_variables
+    from .serve import ServeError, start_beside
+
+    try:
+        stop = start_beside(store, host=host, port=port, variables=resolve_variables())
+    except ServeError as e:
+        raise fail(str(e)) from None
+    line.say(f"serving metrics at http://{host}:{port}/metrics")
+    return stop
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def tail(
@@ -69,6 +82,8 @@ def register(app: typer.Typer) -> None:
         year: Annotated[Optional[int], typer.Option(help="Year of timestamps printed without one (default: from the file's modification time).")] = None,
         flush_interval: Annotated[float, typer.Option(help="Seconds between commits to the store; new lines are queryable about this long after they are written.")] = 0.5,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No status line; only messages about files.")] = False,
+        serve_port: Annotated[Optional[int], typer.Option(help="Also serve /metrics, /api/signals and /healthz on this port (as servelens serve).")] = None,
+        serve_host: Annotated[str, typer.Option(help="Address the --serve-port exporter binds.")] = "127.0.0.1",
     ) -> None:
         """Follow log files as they grow and write them to the store, exactly once through
         rotation (rename or copytruncate, .gz), truncation, deletion and restarts. Stop with
@@ -79,6 +94,7 @@ def register(app: typer.Typer) -> None:
           servelens tail /var/log/vllm/
           servelens tail /var/log/tgi/ --glob '*.log*' --store live.store
           servelens tail server.log --engine trtllm --from-end --flush-interval 1
+          servelens tail /var/log/vllm/ --store live.store --serve-port 9464
         """
         from .store import StoreError
         from .tail import TailError, tail as run_tail
@@ -86,6 +102,7 @@ def register(app: typer.Typer) -> None:
         if from_beginning and from_end:
             raise fail("--from-beginning and --from-end contradict each other; give one")
         line = StatusLine(enabled=not quiet)
+        stop_serving = _start_exporter(store_path(store), serve_host, serve_port, line) if serve_port is not None else None
         try:
             stats = run_tail(
                 paths, store_path(store), glob=glob, engine=engine, instance=instance, year=year,
@@ -94,6 +111,9 @@ def register(app: typer.Typer) -> None:
         except (TailError, StoreError) as e:
             line.end()
             raise fail(str(e)) from None
+        finally:
+            if stop_serving is not None:
+                stop_serving()
         line.end()
         typer.echo(f"servelens: stopped; {stats.lines:,} lines committed in {stats.commits:,} commits", err=True)
 

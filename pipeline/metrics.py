@@ -22,6 +22,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 DEFAULT_THRESHOLDS_NAME = "thresholds.toml"
+PRESET_PREFIX = "preset:"  # `--thresholds preset:NAME` names sql/preset-NAME.toml
 _VIEW_RE = re.compile(r"^\s*create\s+or\s+replace\s+view\s+(\w+)\s+as\b", re.I | re.M)
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -71,13 +72,28 @@ def read_thresholds(path: Path | str | None = None) -> dict[str, Any]:
     return _flatten(data)
 
 
+def presets() -> list[str]:
+    """The autoscaler presets shipped beside thresholds.toml (sql/preset-NAME.toml)."""
+    return sorted(p.name[len("preset-"):-len(".toml")] for p in sql_dir().glob("preset-*.toml"))
+
+
+def preset_path(name: str) -> Path:
+    """The file of preset `name`; a ValueError naming the presets when there is none."""
+    if name in presets():
+        return sql_dir() / f"preset-{name}.toml"
+    raise ValueError(f"unknown preset {name!r}; choose one of: {', '.join(presets())} (e.g. --thresholds preset:{presets()[0]})")
+
+
 def resolve_variables(
     variables: Mapping[str, Any] | None = None, thresholds: Path | str | None = None
 ) -> dict[str, Any]:
-    """Packaged defaults, then a user thresholds file, then explicit variables.
+    """Packaged defaults, then a user thresholds file (or `preset:NAME`), then explicit
+    variables.
 
     A user file may only set keys the defaults know (a typo must not silently do nothing)."""
     merged = read_thresholds()
+    if thresholds is not None and str(thresholds).startswith(PRESET_PREFIX):
+        thresholds = preset_path(str(thresholds)[len(PRESET_PREFIX):])
     if thresholds is not None:
         user = read_thresholds(thresholds)
         unknown = sorted(set(user) - set(merged))

@@ -17,6 +17,7 @@ from typing import Any
 import duckdb
 
 from . import report_queueing
+from . import calibration
 
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 
@@ -182,6 +183,7 @@ def build_report(
         "last_ts": max((r["last_ts"] for r in found), default=None),
         "instances": instances,
         "tail_latency": report_queueing.tail_latency(con, instance),
+        "calibration": calibration.build(con, instance=instance),  # autoscaler presets replayed (calibration.py)
     }
 
 
@@ -448,9 +450,9 @@ def to_json(report: dict[str, Any]) -> str:
 
 def render(report: dict[str, Any], fmt: str) -> str:
     if fmt == "md":
-        return to_markdown(report)
+        return calibration.render_into(to_markdown(report), report, fmt)
     if fmt == "html":
-        return to_html(report)
+        return calibration.render_into(to_html(report), report, fmt)
     if fmt == "json":
         return to_json(report)
     raise ValueError(f"unknown report format {fmt!r}; use md, html or json")
