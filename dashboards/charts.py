@@ -26,10 +26,18 @@ PERCENTILE_DASH = {"p50": [1, 0], "p95": [8, 4], "p99": [2, 2]}
 
 
 def _legend(title: str) -> alt.Legend:
-    """Legends below the plot, never truncated: at 1400 px a right-hand legend squeezes the
-    plot and cuts long labels ("reconstructed", "vllm-b · model")."""
-    return alt.Legend(title=title, orient="bottom", direction="horizontal", labelLimit=0, titleLimit=0,
-                      columns=6, symbolStrokeWidth=2)
+    """Legends never truncated (Vega's default label limit cut "reconstructed" and
+    "vllm-b · model" at 1400 px), with symbols thick enough to show their dash. On the right:
+    Streamlit fits the whole chart into its height, so a legend below would squash the plot."""
+    return alt.Legend(title=title, labelLimit=0, titleLimit=0, symbolStrokeWidth=2, symbolSize=120)
+
+
+def _dash_legend(title: str, coloured: bool = False) -> alt.Legend:
+    """A dash legend draws line strokes (the default point symbol would hide the dash), grey
+    unless the same field also sets the colour."""
+    extra = {} if coloured else {"symbolStrokeColor": "#555"}
+    return alt.Legend(title=title, labelLimit=0, titleLimit=0, symbolType="stroke", symbolStrokeWidth=2,
+                      symbolSize=300, symbolOpacity=1, **extra)
 
 
 def _y_axis(percent: bool = False, integer: bool = False) -> alt.Axis:
@@ -106,18 +114,18 @@ def line_chart(
     }
     if dash == "source":
         # logged values solid, derived / reconstructed (estimated) ones dashed
-        enc["strokeDash"] = alt.StrokeDash("source:N", legend=_legend("source"), scale=alt.Scale(
+        enc["strokeDash"] = alt.StrokeDash("source:N", legend=_dash_legend("source"), scale=alt.Scale(
             domain=list(SOURCE_DASH), range=list(SOURCE_DASH.values())))
         enc["detail"] = "source:N"
     elif dash == "percentile":
-        enc["strokeDash"] = alt.StrokeDash("percentile:N", legend=_legend("percentile"), scale=alt.Scale(
+        enc["strokeDash"] = alt.StrokeDash("percentile:N", legend=_dash_legend("percentile", color == "percentile"), scale=alt.Scale(
             domain=list(PERCENTILE_DASH), range=list(PERCENTILE_DASH.values())))
         enc["detail"] = "percentile:N"
     elif dash is not None:
-        enc["strokeDash"] = alt.StrokeDash(f"{dash}:N", legend=_legend(dash))
+        enc["strokeDash"] = alt.StrokeDash(f"{dash}:N", legend=_dash_legend(dash))
         enc["detail"] = f"{dash}:N"
     if color == "percentile":
-        enc["color"] = alt.Color("percentile:N", legend=_legend("percentile"), scale=alt.Scale(
+        enc["color"] = alt.Color("percentile:N", legend=_dash_legend("percentile", True), scale=alt.Scale(
             domain=list(PERCENTILE_COLOR), range=list(PERCENTILE_COLOR.values())))
     chart: alt.Chart | alt.LayerChart = alt.Chart(data).mark_line(interpolate="step-after", point=len(data) < 60).encode(**enc)
     rule = threshold_rule(threshold, f"{threshold_label} {threshold:.0%}" if percent and threshold is not None else
@@ -129,19 +137,19 @@ def line_chart(
 
 def queue_chart(df: pl.DataFrame, threshold: float | None, domain: list[str] | None = None) -> alt.Chart | alt.LayerChart:
     """Waiting requests per instance; dashed lines are reconstructed (estimated) series."""
-    return line_chart(df, "waiting", "waiting requests (avg per bucket)", dash="source",
+    return line_chart(df, "waiting", "waiting requests", dash="source",
                       threshold=threshold, threshold_label="scale-out threshold", tooltip=["waiting_max:Q", "source:N"],
                       domain=domain)
 
 
 def fill_chart(df: pl.DataFrame, threshold: float | None, domain: list[str] | None = None) -> alt.Chart | alt.LayerChart:
-    return line_chart(df, "fill", "batch fill (running / max_num_seqs)", percent=True, dash="source",
+    return line_chart(df, "fill", "batch fill (running / max)", percent=True, dash="source",
                       threshold=threshold, threshold_label="scheduler-limit threshold", tooltip=["running:Q", "max_num_seqs:Q"],
                       domain=domain)
 
 
 def running_chart(df: pl.DataFrame, domain: list[str] | None = None) -> alt.Chart | alt.LayerChart:
-    return line_chart(df, "running", "running requests (avg per bucket)", dash="source", tooltip=["running_max:Q"],
+    return line_chart(df, "running", "running requests", dash="source", tooltip=["running_max:Q"],
                       domain=domain)
 
 

@@ -407,7 +407,7 @@ def test_charts_tell_percentiles_apart_and_count_in_integers():
                         "p50_e2e_s": [1.0], "p95_e2e_s": [2.0], "p99_e2e_s": [3.0]}, schema_overrides={"model": pl.String})
     spec = json.dumps(charts.latency_chart(lat, "e2e").to_dict())
     assert '"strokeDash": {"field": "percentile"' in spec and '"color": {"field": "percentile"' in spec
-    assert '"labelLimit": 0' in spec and '"orient": "bottom"' in spec
+    assert '"labelLimit": 0' in spec and '"titleLimit": 0' in spec
     pre = pl.DataFrame({"ts": [dt.datetime(2026, 5, 12, 8, tzinfo=dt.timezone.utc)], "instance": ["a"], "preemptions": [1]})
     pspec = json.dumps(charts.preemption_chart(pre).to_dict())
     assert '"tickMinStep": 1' in pspec and '"format": "d"' in pspec
