@@ -35,7 +35,7 @@ def _legend(title: str) -> alt.Legend:
 def _dash_legend(title: str, coloured: bool = False) -> alt.Legend:
     """A dash legend draws line strokes (the default point symbol would hide the dash), grey
     unless the same field also sets the colour."""
-    extra = {} if coloured else {"symbolStrokeColor": "#555"}
+    extra = {} if coloured else {"symbolStrokeColor": "#555", "symbolFillColor": "#555"}
     return alt.Legend(title=title, labelLimit=0, titleLimit=0, symbolType="stroke", symbolStrokeWidth=2,
                       symbolSize=300, symbolOpacity=1, **extra)
 
