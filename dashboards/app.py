@@ -19,8 +19,8 @@ st.set_page_config(page_title="servelens", layout="wide")
 
 page = st.navigation(
     [
-        st.Page(HERE / "pages" / "overview.py", title="Overview", icon=":material/traffic:", default=True, url_path="overview"),
-        st.Page(HERE / "pages" / "sql.py", title="SQL", icon=":material/terminal:", url_path="sql"),
+        st.Page(HERE / "pages" / "overview.py", title="Overview", default=True, url_path="overview"),
+        st.Page(HERE / "pages" / "sql.py", title="SQL", url_path="sql"),
     ]
 )
 page.run()

@@ -19,6 +19,34 @@ THRESHOLD_COLOR = "#d62728"
 ISO = "%Y-%m-%dT%H:%M:%SZ"
 HEIGHT = 250
 SOURCE_DASH = {"logged": [1, 0], "derived": [6, 3], "reconstructed": [2, 2]}
+# percentiles told apart by colour AND dash (a reader who cannot tell the colours apart, or a
+# black-and-white print, still can)
+PERCENTILE_COLOR = {"p50": "#1f77b4", "p95": "#ff7f0e", "p99": "#9467bd"}
+PERCENTILE_DASH = {"p50": [1, 0], "p95": [8, 4], "p99": [2, 2]}
+
+
+def _legend(title: str) -> alt.Legend:
+    """Legends never truncated (Vega's default label limit cut "reconstructed" and
+    "vllm-b · model" at 1400 px), with symbols thick enough to show their dash. On the right:
+    Streamlit fits the whole chart into its height, so a legend below would squash the plot."""
+    return alt.Legend(title=title, labelLimit=0, titleLimit=0, symbolStrokeWidth=2, symbolSize=120)
+
+
+def _dash_legend(title: str, coloured: bool = False) -> alt.Legend:
+    """A dash legend draws line strokes (the default point symbol would hide the dash), grey
+    unless the same field also sets the colour."""
+    extra = {} if coloured else {"symbolStrokeColor": "#555", "symbolFillColor": "#555"}
+    return alt.Legend(title=title, labelLimit=0, titleLimit=0, symbolType="stroke", symbolStrokeWidth=2,
+                      symbolSize=300, symbolOpacity=1, **extra)
+
+
+def _y_axis(percent: bool = False, integer: bool = False) -> alt.Axis:
+    if percent:
+        return alt.Axis(format="%", titleLimit=0)
+    if integer:
+        # counts: whole ticks only (no 0.5 preemptions)
+        return alt.Axis(format="d", tickMinStep=1, titleLimit=0)
+    return alt.Axis(titleLimit=0)
 
 
 def _prepare(df: pl.DataFrame, y: str | Sequence[str]) -> pl.DataFrame:
@@ -76,23 +104,29 @@ def line_chart(
     domain: list[str] | None = None,
 ) -> alt.Chart | alt.LayerChart:
     data = _prepare(df, y)
-    axis = alt.Axis(format="%") if percent else alt.Axis()
     enc = {
         "x": _x(domain),
-        "y": alt.Y(f"{y}:Q", title=y_title, axis=axis),
-        "color": alt.Color(f"{color}:N", title=color),
+        "y": alt.Y(f"{y}:Q", title=y_title, axis=_y_axis(percent)),
+        "color": alt.Color(f"{color}:N", legend=_legend(color)),
         "tooltip": [alt.Tooltip("ts:T", format="%Y-%m-%d %H:%M:%S", formatType="utc", title="time (UTC)"), f"{color}:N",
                     alt.Tooltip(f"{y}:Q", format=".1%" if percent else ",.3~f")]
         + [f"{t}" for t in tooltip],
     }
     if dash == "source":
         # logged values solid, derived / reconstructed (estimated) ones dashed
-        enc["strokeDash"] = alt.StrokeDash("source:N", title="source", scale=alt.Scale(
+        enc["strokeDash"] = alt.StrokeDash("source:N", legend=_dash_legend("source"), scale=alt.Scale(
             domain=list(SOURCE_DASH), range=list(SOURCE_DASH.values())))
         enc["detail"] = "source:N"
+    elif dash == "percentile":
+        enc["strokeDash"] = alt.StrokeDash("percentile:N", legend=_dash_legend("percentile", color == "percentile"), scale=alt.Scale(
+            domain=list(PERCENTILE_DASH), range=list(PERCENTILE_DASH.values())))
+        enc["detail"] = "percentile:N"
     elif dash is not None:
-        enc["strokeDash"] = alt.StrokeDash(f"{dash}:N", title=dash)
+        enc["strokeDash"] = alt.StrokeDash(f"{dash}:N", legend=_dash_legend(dash))
         enc["detail"] = f"{dash}:N"
+    if color == "percentile":
+        enc["color"] = alt.Color("percentile:N", legend=_dash_legend("percentile", True), scale=alt.Scale(
+            domain=list(PERCENTILE_COLOR), range=list(PERCENTILE_COLOR.values())))
     chart: alt.Chart | alt.LayerChart = alt.Chart(data).mark_line(interpolate="step-after", point=len(data) < 60).encode(**enc)
     rule = threshold_rule(threshold, f"{threshold_label} {threshold:.0%}" if percent and threshold is not None else
                           f"{threshold_label} {threshold:g}" if threshold is not None else "")
@@ -103,19 +137,19 @@ def line_chart(
 
 def queue_chart(df: pl.DataFrame, threshold: float | None, domain: list[str] | None = None) -> alt.Chart | alt.LayerChart:
     """Waiting requests per instance; dashed lines are reconstructed (estimated) series."""
-    return line_chart(df, "waiting", "waiting requests (avg per bucket)", dash="source",
+    return line_chart(df, "waiting", "waiting requests", dash="source",
                       threshold=threshold, threshold_label="scale-out threshold", tooltip=["waiting_max:Q", "source:N"],
                       domain=domain)
 
 
 def fill_chart(df: pl.DataFrame, threshold: float | None, domain: list[str] | None = None) -> alt.Chart | alt.LayerChart:
-    return line_chart(df, "fill", "batch fill (running / max_num_seqs)", percent=True, dash="source",
+    return line_chart(df, "fill", "batch fill (running / max)", percent=True, dash="source",
                       threshold=threshold, threshold_label="scheduler-limit threshold", tooltip=["running:Q", "max_num_seqs:Q"],
                       domain=domain)
 
 
 def running_chart(df: pl.DataFrame, domain: list[str] | None = None) -> alt.Chart | alt.LayerChart:
-    return line_chart(df, "running", "running requests (avg per bucket)", dash="source", tooltip=["running_max:Q"],
+    return line_chart(df, "running", "running requests", dash="source", tooltip=["running_max:Q"],
                       domain=domain)
 
 
@@ -125,12 +159,14 @@ def kv_chart(df: pl.DataFrame, threshold: float | None, domain: list[str] | None
 
 
 def bar_chart(df: pl.DataFrame, y: str, y_title: str, *, color: str = "instance", threshold: float | None = None,
-              threshold_label: str = "threshold", domain: list[str] | None = None) -> alt.Chart | alt.LayerChart:
+              threshold_label: str = "threshold", domain: list[str] | None = None,
+              integer: bool = False) -> alt.Chart | alt.LayerChart:
+    """Stacked bars per time bucket; `integer` for counts (whole-number ticks)."""
     data = _prepare(df, y)
     chart: alt.Chart | alt.LayerChart = alt.Chart(data).mark_bar().encode(
         x=_x(domain),
-        y=alt.Y(f"sum({y}):Q", title=y_title, stack=True),
-        color=alt.Color(f"{color}:N", title=color),
+        y=alt.Y(f"sum({y}):Q", title=y_title, stack=True, axis=_y_axis(integer=integer)),
+        color=alt.Color(f"{color}:N", legend=_legend(color)),
         tooltip=[alt.Tooltip("ts:T", format="%Y-%m-%d %H:%M:%S", formatType="utc", title="time (UTC)"), "instance:N", f"{color}:N", f"{y}:Q"],
     )
     rule = threshold_rule(threshold, f"{threshold_label} {threshold:g}") if threshold is not None else None
@@ -141,12 +177,17 @@ def bar_chart(df: pl.DataFrame, y: str, y_title: str, *, color: str = "instance"
 
 def preemption_chart(df: pl.DataFrame, domain: list[str] | None = None) -> alt.Chart | alt.LayerChart:
     return bar_chart(df.with_columns(pl.col("preemptions").cast(pl.Float64)), "preemptions", "preemptions logged",
-                     domain=domain)
+                     domain=domain, integer=True)
 
 
 def errors_chart(df: pl.DataFrame, threshold: float | None, domain: list[str] | None = None) -> alt.Chart | alt.LayerChart:
-    return bar_chart(df, "n_errors", "errors per window", color="kind", threshold=threshold,
-                     threshold_label="errors threshold", domain=domain)
+    """Errors per window by kind. The `errors` signal fires at `threshold` errors in a window
+    (warning), or at a single crash / out-of-memory (critical): the rule says both, as the
+    verdict cards do."""
+    chart = bar_chart(df, "n_errors", "errors per window", color="kind", domain=domain, integer=True)
+    if threshold is None:
+        return chart
+    return chart + threshold_rule(threshold, f"errors signal: {threshold:g} per window (warning); any crash or OOM: critical")
 
 
 LATENCY_PERCENTILES = ("p50", "p95", "p99")
@@ -165,7 +206,7 @@ def latency_chart(df: pl.DataFrame, metric: str, slo: float | None = None, domai
     )
     n_series = long.drop_nulls("seconds")["series"].n_unique()
     if n_series <= 1:
-        chart = line_chart(long, "seconds", f"{metric} latency (s)", color="percentile", domain=domain)
+        chart = line_chart(long, "seconds", f"{metric} latency (s)", color="percentile", dash="percentile", domain=domain)
     else:
         chart = line_chart(long, "seconds", f"{metric} latency (s)", color="series", dash="percentile", domain=domain)
     if slo is not None:

@@ -168,7 +168,8 @@ def resolve_targets(cat: pl.DataFrame, engines: tuple[str, ...], instances: tupl
     if instances:
         df = df.filter(pl.col("instance").is_in(list(instances)))
     if models:
-        df = df.filter(pl.col("model").is_in(list(models)))
+        # an instance whose lines name no model (TGI) may serve it: keep it
+        df = df.filter(pl.col("model").is_in(list(models)) | pl.col("model").is_null())
     pairs = df.select("engine", "instance").unique().sort("engine", "instance").rows()
     return tuple((e, i) for e, i in pairs)
 
@@ -176,7 +177,8 @@ def resolve_targets(cat: pl.DataFrame, engines: tuple[str, ...], instances: tupl
 # A row belongs to the selection when its (engine, instance) pair is one of the targets; the
 # pairs arrive as one bound list of "engine<US>instance" keys (US = chr(31), never in a name).
 _TARGET = "list_contains(cast($targets as varchar[]), engine || chr(31) || instance)"
-_MODEL = "(len(cast($models as varchar[])) = 0 or list_contains(cast($models as varchar[]), model))"
+# requests that carry no model (TGI's lines name none) are kept by any model filter
+_MODEL = "(len(cast($models as varchar[])) = 0 or model is null or list_contains(cast($models as varchar[]), model))"
 
 
 def _bucket(col: str) -> str:
@@ -204,6 +206,36 @@ def signals(cfg: Settings, f: Filters) -> pl.DataFrame:
         f.params(),
         f.window_s,
     )
+
+
+@st.cache_data(ttl=CACHE_TTL_S, max_entries=64, show_spinner=False)
+def _summary_rows(store: str, version: str, start: dt.datetime, end: dt.datetime,
+                  variables: tuple[tuple[str, Any], ...]) -> list[dict[str, Any]]:
+    from servelens.pipeline.report_summary import read_summary
+
+    conn = _connection(store, version, variables)
+    with conn.lock:  # the range is set as variables of the shared connection: one reader at a time
+        try:
+            return read_summary(conn.con, start, end, None)
+        finally:
+            conn.con.execute("reset variable summary_since")
+            conn.con.execute("reset variable summary_until")
+
+
+def fleet_story(cfg: Settings, f: Filters, episodes: pl.DataFrame, verdicts: dict[tuple[str, str], str]) -> dict[str, Any]:
+    """The report's executive summary (pipeline/report_summary.py) for the selection: which
+    instances died, how many requests failed, what to do."""
+    from servelens.pipeline.report_summary import summarize
+
+    variables = dict(thresholds(cfg.thresholds))
+    variables["window_s"] = float(f.window_s)
+    rows = _summary_rows(cfg.store, store_version(cfg.store), f.start, f.end, tuple(sorted(variables.items())))
+    targets = set(f.targets)
+    rows = [r for r in rows if (r["engine"], r["instance"]) in targets]
+    by_instance: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in episodes.iter_rows(named=True):
+        by_instance.setdefault((r["engine"], r["instance"]), []).append(r)
+    return summarize(rows, by_instance, verdicts)
 
 
 def availability(cfg: Settings) -> pl.DataFrame:
@@ -338,6 +370,10 @@ def peaks(cfg: Settings, f: Filters) -> dict[str, Any]:
                 where {_TARGET} and {_MODEL} and window_end > $start and window_start < $end) as worst_p99_e2e_s,
             (select count(*) from requests
                 where {_TARGET} and {_MODEL} and status = 'finished' and finish_ts >= $start and finish_ts < $end) as finished,
+            (select count(*) from requests
+                where {_TARGET} and {_MODEL} and status = 'failed' and finish_ts >= $start and finish_ts < $end) as failed,
+            (select count(*) from requests
+                where {_TARGET} and {_MODEL} and status = 'aborted' and finish_ts >= $start and finish_ts < $end) as aborted,
             (select coalesce(sum(n_errors), 0) from errors
                 where {_TARGET} and window_end > $start and window_start < $end) as n_errors
         """,
@@ -355,6 +391,7 @@ __all__ = [
     "batch_fill",
     "catalog",
     "errors",
+    "fleet_story",
     "kv_cache",
     "latency",
     "one_line",

@@ -7,7 +7,8 @@ Pure functions (no querying, no Streamlit), so the rule is testable on its own:
 - else a configuration or stability signal (scheduler limit, throughput swing, errors) ->
   investigate;
 - else `idle` -> scale in;
-- no signal in the range -> hold.
+- no signal in the range -> hold;
+- no event at all in the range -> no data (not hold: silence is not health).
 """
 
 from __future__ import annotations
@@ -18,6 +19,14 @@ SCALE_OUT = "scale out"
 SCALE_IN = "scale in"
 HOLD = "hold"
 INVESTIGATE = "investigate"
+NO_DATA = "no data"
+
+# worst first: the order of the fleet summary and of the cards
+VERDICT_ORDER = {INVESTIGATE: 0, SCALE_OUT: 1, NO_DATA: 2, SCALE_IN: 3, HOLD: 4}
+
+# signals that fire when their value is BELOW the threshold (a batch too empty while requests
+# wait); the others fire above it
+FIRES_BELOW = frozenset({"scheduler_limit"})
 
 # signal -> the action it argues for
 SIGNAL_ACTION: dict[str, str] = {
@@ -49,6 +58,7 @@ VERDICT_BADGE = {
     SCALE_IN: ":blue-badge[:material/trending_down: SCALE IN]",
     HOLD: ":green-badge[:material/check_circle: HOLD]",
     INVESTIGATE: ":orange-badge[:material/search: INVESTIGATE]",
+    NO_DATA: ":gray-badge[:material/cloud_off: NO DATA]",
 }
 SEVERITY_BADGE = {"critical": ":red-badge[critical]", "warning": ":orange-badge[warning]", "info": ":blue-badge[info]"}
 
@@ -71,16 +81,40 @@ def verdict(episodes: pl.DataFrame) -> str:
     return HOLD
 
 
-def verdicts(episodes: pl.DataFrame, instances: list[tuple[str, str]]) -> list[tuple[str, str, str, pl.DataFrame]]:
+def verdicts(episodes: pl.DataFrame, instances: list[tuple[str, str]],
+             with_data: set[tuple[str, str]] | None = None) -> list[tuple[str, str, str, pl.DataFrame]]:
     """(engine, instance, verdict, that instance's episodes) for every selected instance, the
-    instances needing action first."""
-    order = {INVESTIGATE: 0, SCALE_OUT: 1, SCALE_IN: 2, HOLD: 3}
+    instances needing action first. An instance outside `with_data` (when given: the
+    instances with events in the range) is `no data`."""
     out = []
     for engine, instance in instances:
         mine = episodes.filter((pl.col("engine") == engine) & (pl.col("instance") == instance))
-        out.append((engine, instance, verdict(mine), mine))
-    out.sort(key=lambda r: (order[r[2]], r[1]))
+        v = verdict(mine)
+        if v == HOLD and with_data is not None and (engine, instance) not in with_data:
+            v = NO_DATA
+        out.append((engine, instance, v, mine))
+    out.sort(key=lambda r: (VERDICT_ORDER[r[2]], r[1]))
     return out
+
+
+def fleet_lines(results: list[tuple[str, str, str, pl.DataFrame]]) -> list[tuple[str, list[str]]]:
+    """One (verdict, instances) line per verdict present, the worst first."""
+    by: dict[str, list[str]] = {}
+    for _, instance, v, _ in results:
+        by.setdefault(v, []).append(instance)
+    return sorted(by.items(), key=lambda kv: VERDICT_ORDER[kv[0]])
+
+
+def threshold_text(signal: str, threshold: float | None, unit: str | None, errors_count: float | None = None) -> str:
+    """How a signal's threshold reads beside its value: the direction it fires in, and for
+    `errors` both of its triggers, as the errors chart draws them (the view stores 1 as the
+    threshold of a crash / OOM window)."""
+    if signal == "errors":
+        count = f"{errors_count:g}" if errors_count is not None else format_value(threshold, unit)
+        return f"threshold {count} errors/window, or 1 crash/OOM (critical)"
+    if signal in FIRES_BELOW:
+        return f"BELOW threshold {format_value(threshold, unit)} (fires under it)"
+    return f"above threshold {format_value(threshold, unit)}"
 
 
 def shows_unit(unit: str | None) -> bool:

@@ -31,7 +31,7 @@ app = typer.Typer(
 )
 
 # Modules under servelens.pipeline that define `register(app)`.
-COMMAND_MODULES: tuple[str, ...] = ("cli_report", "cli_dashboard", "cli_tail", "cli_simulate", "cli_store", "cli_serve")
+COMMAND_MODULES: tuple[str, ...] = ("cli_report", "cli_dashboard", "cli_tail", "cli_simulate", "cli_store", "cli_serve", "cli_info")
 
 
 # Options shared by every command that reads or writes the store.
@@ -46,6 +46,24 @@ StoreOpt = Annotated[
 ]
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"servelens {version('servelens')}")
+        except PackageNotFoundError:  # a bare checkout, not installed
+            typer.echo("servelens (not installed)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
+) -> None:
+    """Log ingestion and observability analytics for LLM inference servers."""
+
+
 def fail(message: str, code: int = 1) -> "typer.Exit":
     """Print one line saying what is wrong and what to do; exit non-zero."""
     typer.echo(f"servelens: error: {message}", err=True)
@@ -58,13 +76,14 @@ def store_path(store: Optional[Path]) -> Path:
 
 @app.command()
 def ingest(
-    paths: Annotated[list[Path], typer.Argument(help="Log files or directories (searched recursively; .gz is fine).", show_default=False)],
+    paths: Annotated[list[Path], typer.Argument(help="Log files or directories (searched recursively; .gz is fine); - reads standard input.", show_default=False)],
     store: StoreOpt = None,  # type: ignore[assignment]
     engine: Annotated[str, typer.Option(help="auto (detect per file), vllm, tgi or trtllm.")] = "auto",
     instance: Annotated[Optional[str], typer.Option(help="Instance name for every file (default: from each file's name).")] = None,
     year: Annotated[Optional[int], typer.Option(help="Year of timestamps printed without one (default: from the file's modification time).")] = None,
     instance_from: Annotated[Optional[str], typer.Option(help="Name each file's instance from its path: a template over {stem} {name} {parent} {grandparent} {dir} {pod} {namespace} {container}, e.g. '{parent}/{stem}'.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or per-file lines; summary only.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as one JSON object on stdout (for scripts).")] = False,
 ) -> None:
     """Parse log files into the store. Re-ingesting adds only what is new.
 
@@ -74,14 +93,30 @@ def ingest(
       servelens ingest /var/log/incident-0612/ --store incident.store
       servelens ingest vllm.log.1.gz --engine vllm --instance gpu-node-3 --year 2025
       servelens ingest hosts/ --instance-from '{parent}/{stem}'
+      kubectl logs vllm-0 | servelens ingest - --instance vllm-0 --json
     """
+    import tempfile
+
     from .ingest import IngestError, ingest as run_ingest
-    from .console import print_file_line, print_summary, progress_bar
+    from .console import print_file_line, print_summary, progress_bar, summary_dict
     from .store import StoreError
 
     target = store_path(store)
+    spool = None
+    if any(str(p) == "-" for p in paths):
+        if sum(str(p) == "-" for p in paths) > 1:
+            raise fail("- (standard input) can be given once")
+        # standard input is spooled to a file (named stdin.log, so the instance defaults to
+        # `stdin`): the ingest reads files, and the content fingerprint still dedupes a re-run
+        spool = tempfile.TemporaryDirectory(prefix="servelens-stdin-")
+        spooled = Path(spool.name) / "stdin.log"
+        with open(spooled, "wb") as out:
+            import shutil
+
+            shutil.copyfileobj(sys.stdin.buffer, out, 1 << 20)
+        paths = [spooled if str(p) == "-" else p for p in paths]
     try:
-        with progress_bar(paths, enabled=not quiet and sys.stderr.isatty()) as advance:
+        with progress_bar(paths, enabled=not quiet and not as_json and sys.stderr.isatty()) as advance:
             summary = run_ingest(
                 paths,
                 target,
@@ -90,11 +125,19 @@ def ingest(
                 year=year,
                 instance_from=instance_from,
                 on_progress=advance,
-                on_file=None if quiet else print_file_line,
+                on_file=None if quiet or as_json else print_file_line,
             )
     except (IngestError, StoreError) as e:
         raise fail(str(e)) from None
-    print_summary(summary, target)
+    finally:
+        if spool is not None:
+            spool.cleanup()
+    if as_json:
+        import json
+
+        typer.echo(json.dumps(summary_dict(summary, target), indent=2))
+    else:
+        print_summary(summary, target)
     if summary.files and all(f.status == "skipped" for f in summary.files):
         raise fail("nothing was ingested (see the reasons above)")
     if summary.failed:

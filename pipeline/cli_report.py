@@ -69,7 +69,8 @@ def register(app: typer.Typer) -> None:
         except StoreError as e:
             raise fail(str(e)) from None
         try:
-            data = build_report(con, since=t0, until=t1, instance=instance, top_n=top)
+            data = build_report(con, since=t0, until=t1, instance=instance, top_n=top,
+                                charts=format == "html", thresholds=variables)
         finally:
             con.close()
         if instance is not None and not data["instances"]:

@@ -77,6 +77,24 @@ def print_file_line(f: FileResult) -> None:
     )
 
 
+def summary_dict(s: IngestSummary, store: Path) -> dict:
+    """The ingest summary as plain data (`servelens ingest --json`)."""
+    return {
+        "store": str(store),
+        "files": [{"source": f.source, "engine": f.engine, "instance": f.instance, "status": f.status,
+                   "lines": f.lines, "events": f.events, "reason": f.reason or None, "incomplete": f.failed,
+                   "invalid_utf8": f.invalid_utf8} for f in s.files],
+        "ingested": sum(1 for f in s.files if f.status == "ingested"),
+        "unchanged": sum(1 for f in s.files if f.status == "unchanged"),
+        "skipped": len(s.skipped),
+        "incomplete": len(s.failed),
+        "lines": s.lines,
+        "events": s.events,
+        "unparsed": s.unparsed,
+        "events_by_kind": dict(s.events_by_kind.most_common()),
+    }
+
+
 def print_summary(s: IngestSummary, store: Path) -> None:
     n_ing = sum(1 for f in s.files if f.status == "ingested")
     n_same = sum(1 for f in s.files if f.status == "unchanged")

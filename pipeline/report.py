@@ -1,6 +1,13 @@
-"""The post-mortem report: for an incident window, per instance, what happened in order
-(signals, first error), the peaks and when they happened, the slowest requests, what the logs
-could and could not tell, and the recommendations.
+"""The post-mortem report: an executive summary first (what happened across instances, in
+order; the impact; the likely cause; what to do: pipeline/report_summary.py), then per
+instance what happened in order (signals, first error), the peaks and when they happened,
+the slowest requests, what the logs could and could not tell, and the recommendations. The
+HTML rendering adds a table of contents and static charts (pipeline/report_charts.py).
+
+Extra sections: a module under servelens.pipeline listed in SECTION_MODULES defines
+`report_section(con, report) -> dict | None`; the dict has `id`, `title`, `lines` (Markdown
+lines, also shown in the HTML) and optionally `data` (carried by the JSON). The sections
+come after the summary, before the per-instance sections.
 
 `build_report` reads only the metric views (sql/) on a connection, so every number in the
 report is the number `servelens sql` and the dashboard show. The renderers turn the one
@@ -11,7 +18,9 @@ from __future__ import annotations
 
 import datetime as dt
 import html
+import importlib
 import json
+import re
 from typing import Any
 
 import duckdb
@@ -20,6 +29,10 @@ from . import report_queueing
 from . import calibration
 
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
+
+# Modules under servelens.pipeline that add a section to the report (see the docstring): add
+# yours with a one-line edit.
+SECTION_MODULES: tuple[str, ...] = ()
 
 
 def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
@@ -67,6 +80,8 @@ def build_report(
     until: dt.datetime | None = None,
     instance: str | None = None,
     top_n: int = 5,
+    charts: bool = False,
+    thresholds: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The report as plain data (datetimes stay datetimes; `to_json` converts them).
 
@@ -139,6 +154,7 @@ def build_report(
         f"""select engine, instance,
                    case when bool_or(status = 'finished') then count(*) filter (where status = 'finished') end as finished,
                    count(*) filter (where status = 'aborted') as aborted,
+                   count(*) filter (where status = 'failed') as failed,
                    count(arrival_ts) as arrived
             from requests where true {rw} or (finish_ts is null {rw.replace('finish_ts', 'arrival_ts')})
             group by engine, instance""",
@@ -168,11 +184,21 @@ def build_report(
             error_kinds=errors.get(key, []),
             peaks={name: by.get(key) for name, by in peaks.items()},
             preempt=preempt.get(key, {"preemptions": None, "preemption_lines": None}),
-            totals=totals.get(key, {"finished": None, "aborted": None, "arrived": None}),
+            totals=totals.get(key, {"finished": None, "aborted": None, "failed": None, "arrived": None}),
             slowest=slowest.get(key, []),
             availability=availability.get(info["engine"], []),
         ))
-    return {
+    from servelens.dashboards.verdict import verdict
+
+    from .report_summary import read_summary, summarize
+
+    import polars as pl
+
+    verdicts = {k: verdict(pl.DataFrame(v, infer_schema_length=None) if v else pl.DataFrame()) for k, v in signals.items()}
+    for inst in instances:
+        inst["verdict"] = verdicts.get((inst["engine"], inst["instance"]), "hold")
+    summary = summarize(read_summary(con, since, until, instance), signals, verdicts)
+    report = {
         "title": "servelens post-mortem",
         "generated_at": dt.datetime.now(dt.timezone.utc).replace(microsecond=0),
         "since": since,
@@ -181,10 +207,24 @@ def build_report(
         "window_s": _rows(con, "select coalesce(try_cast(getvariable('window_s') as double), 60.0) as w")[0]["w"],
         "first_ts": min((r["first_ts"] for r in found), default=None),
         "last_ts": max((r["last_ts"] for r in found), default=None),
+        "summary": summary,
+        "sections": [],
         "instances": instances,
         "tail_latency": report_queueing.tail_latency(con, instance),
         "calibration": calibration.build(con, instance=instance),  # autoscaler presets replayed (calibration.py)
     }
+    for name in SECTION_MODULES:
+        section = importlib.import_module(f"servelens.pipeline.{name}").report_section(con, report)
+        if section:
+            report["sections"].append(section)
+    if charts:
+        from .report_charts import render_charts
+
+        try:
+            report["charts"] = render_charts(con, report, thresholds or {})
+        except ImportError:
+            report["charts_missing"] = "charts need the vl-convert-python package (pip install vl-convert-python)"
+    return report
 
 
 def _instance(info, *, signals, error_kinds, peaks, preempt, totals, slowest, availability) -> dict[str, Any]:
@@ -279,12 +319,12 @@ def _one_line(text: Any, limit: int = 160) -> str:
 
 
 def _requests_line(t: dict[str, Any]) -> str:
-    aborted = f", aborted or failed: {t['aborted']:,}" if t.get("aborted") else ""
+    ends = "".join(f", {k}: {t[k]:,}" for k in ("failed", "aborted") if t.get(k))
     if not t.get("arrived") and t.get("finished") is None:
-        return f"no per-request lines{aborted}." if aborted else "no per-request lines."
+        return f"no per-request lines{ends}." if ends else "no per-request lines."
     if t.get("finished") is None:
-        return f"requests arrived: {t['arrived']:,} (this log records no request ends){aborted}."
-    return f"requests finished: {t['finished']:,}, aborted: {t['aborted']:,}."
+        return f"requests arrived: {t['arrived']:,} (this log records no request ends){ends}."
+    return f"requests finished: {t['finished']:,}, failed: {t.get('failed') or 0:,}, aborted: {t['aborted']:,}."
 
 
 def _reason(inst: dict[str, Any], metric: str) -> str:
@@ -330,6 +370,47 @@ def _md_escape(s: str) -> str:
     return s.replace("|", "\\|")
 
 
+def _impact_rows(summary: dict[str, Any]) -> list[list[str]]:
+    out = []
+    for r in summary["impact"]["by_instance"]:
+        out.append([r["instance"], r["engine"], "died" if r["died"] else "up",
+                    _fmt_num(r["finished"]), _fmt_num(r["failed"]), _fmt_num(r["aborted"]), _fmt_num(r["unfinished"]),
+                    _fmt_num(r["slow"]), f"{r['slo_breach_minutes']:g}",
+                    "-" if r["peak_waiting"] is None else f"{r['peak_waiting']:,} at {_fmt_ts(r['peak_waiting_ts'])}"])
+    return out
+
+
+IMPACT_HEAD = ["instance", "engine", "state", "finished", "failed", "aborted", "in flight at end", "slow (> SLO)",
+               "SLO-breach min", "peak queue"]
+
+
+def _summary_markdown(report: dict[str, Any]) -> list[str]:
+    sm = report["summary"]
+    out = ["## Summary", "", sm["headline"], ""]
+    if not report["instances"]:
+        return out
+    out += ["### What happened, in order", "", "| time (UTC) | what |", "|---|---|"]
+    out += [f"| {_fmt_ts(t['ts'])} | {_md_escape(t['what'])} |" for t in sm["timeline"]] or ["| - | nothing notable |"]
+    slo = sm["impact"]["slo_p99_e2e_s"]
+    out += ["", "### Impact", "",
+            f"{sm['impact']['failed']:,} requests failed, {sm['impact']['aborted']:,} were aborted, "
+            f"{sm['impact']['slow']:,} took longer than the {slo:g} s SLO; SLO breached for "
+            f"{sm['impact']['slo_breach_minutes']:g} min (sum over instances). A `-` means the log cannot tell.", "",
+            "| " + " | ".join(IMPACT_HEAD) + " |", "|" + "---|" * len(IMPACT_HEAD)]
+    out += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in _impact_rows(sm)]
+    c = sm["likely_cause"]
+    out += ["", "### Likely cause", "",
+            (f"The first error: {_fmt_ts(c['ts'])} on {c['instance']} ({c['kind']}): `{_one_line(c['message'], 200)}` "
+             f"at {c['source']}:{c['line']}." if c else "No error was logged in this range."), ""]
+    out += ["### What to do", ""]
+    out += [f"- **{a['instance']}**: {a['verdict']}: {a['why']}" for a in sm["actions"]]
+    out.append("")
+    for sec in report.get("sections", []):
+        out += [f"## {sec['title']}", "", *sec.get("lines", []), ""]
+    out += ["## Instances", ""]
+    return out
+
+
 def to_markdown(report: dict[str, Any]) -> str:
     rng = f"{_fmt_ts(report['since'] or report['first_ts'])} to {_fmt_ts(report['until'] or report['last_ts'])}"
     out = [f"# {report['title']}", "",
@@ -337,20 +418,21 @@ def to_markdown(report: dict[str, Any]) -> str:
            f"- Instances: {len(report['instances'])}" + (f" (filter: {report['instance_filter']})" if report["instance_filter"] else ""),
            f"- Window for per-window metrics: {report['window_s']:g} s",
            f"- Generated: {_fmt_ts(report['generated_at'])}", ""]
+    out += _summary_markdown(report)
     if not report["instances"]:
         out += ["No events in this range.", ""]
     for inst in report["instances"]:
-        out += [f"## {inst['instance']} ({inst['engine']})", "",
+        out += [f"### {inst['instance']} ({inst['engine']}): {inst['verdict']}", "",
                 f"{inst['n_events']:,} events from {_fmt_ts(inst['first_ts'])} to {_fmt_ts(inst['last_ts'])}"
                 f" ({inst['n_unparsed']:,} unparsed); {_requests_line(inst['requests'])}", ""]
         fe = inst["first_error"]
         out += ["**First error:** " + (f"{_fmt_ts(fe['first_ts'])} {fe['kind']}: `{_one_line(fe['first_message'], 200)}` ({fe['source']}:{fe['line']})"
                                        if fe else "none in this range."), ""]
-        out += ["### Timeline", "", "| time (UTC) | what | detail |", "|---|---|---|"]
+        out += ["#### Timeline", "", "| time (UTC) | what | detail |", "|---|---|---|"]
         out += [f"| {_fmt_ts(t['ts'])} | {_md_escape(t['what'])} | {_md_escape(t['detail'])} |" for t in inst["timeline"]]
-        out += ["", "### Peaks", "", "| metric | peak | when (UTC) |", "|---|---|---|"]
+        out += ["", "#### Peaks", "", "| metric | peak | when (UTC) |", "|---|---|---|"]
         out += [f"| {m} | {_md_escape(v)} | {w} |" for m, v, w in _peak_lines(inst)]
-        out += ["", "### Slowest requests", ""]
+        out += ["", "#### Slowest requests", ""]
         if inst["slowest_requests"]:
             out += ["| request id | arrival | finish | e2e (s) | queue (s) | ttft (s) | tpot (s) | tokens in/out | logged at |", "|---|---|---|---|---|---|---|---|---|"]
             for r in inst["slowest_requests"]:
@@ -361,12 +443,12 @@ def to_markdown(report: dict[str, Any]) -> str:
                            f"{_fmt_num(r['prompt_tokens'])}/{_fmt_num(r['output_tokens'])} | {r['source']}:{r['line']} |")
         else:
             out.append(f"No per-request latency in this range: {_reason(inst, 'e2e_s')}")
-        out += ["", "### What the logs could and could not tell", ""]
+        out += ["", "#### What the logs could and could not tell", ""]
         for a in inst["availability"]:
             mark = "yes" if a["available"] else "no"
             est = " (estimated)" if a["available"] and a["estimated"] else ""
             out.append(f"- `{a['metric']}` ({a['view']}): {mark}{est}: {a['reason']}")
-        out += ["", "### Recommendations", ""]
+        out += ["", "#### Recommendations", ""]
         if inst["recommendations"]:
             out += [f"- **{r['severity']}** `{r['signal']}` (from {_fmt_ts(r['first_seen'])}): {r['recommendation']}" for r in inst["recommendations"]]
         else:
@@ -376,7 +458,12 @@ def to_markdown(report: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def _anchor(text: str) -> str:
+    return "i-" + re.sub(r"[^A-Za-z0-9_-]+", "-", text).strip("-")
+
+
 def to_html(report: dict[str, Any]) -> str:
+    """One self-contained file: inline CSS and SVG charts, no script, nothing fetched."""
     e = html.escape
 
     def table(head: list[str], body: list[list[str]]) -> str:
@@ -384,22 +471,66 @@ def to_html(report: dict[str, Any]) -> str:
         trs = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in body)
         return f"<table><thead><tr>{th}</tr></thead><tbody>{trs}</tbody></table>"
 
+    def md_inline(text: str) -> str:
+        # the Markdown the summary and extra sections use: `code` and **bold**
+        t = e(text)
+        t = re.sub(r"`([^`]+)`", r"<code>\1</code>", t)
+        return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", t)
+
+    sm = report["summary"]
     rng = f"{_fmt_ts(report['since'] or report['first_ts'])} to {_fmt_ts(report['until'] or report['last_ts'])}"
+    toc = [("summary", "Summary"), ("timeline", "What happened, in order"), ("impact", "Impact"),
+           ("cause", "Likely cause"), ("todo", "What to do")]
+    if report.get("charts") or report.get("charts_missing"):
+        toc.append(("charts", "Charts"))
+    toc += [(f"s-{sec['id']}", sec["title"]) for sec in report.get("sections", [])]
+    toc += [(_anchor(i["instance"] + "-" + i["engine"]), f"{i['instance']} ({i['engine']}): {i['verdict']}")
+            for i in report["instances"]]
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
         f"<title>{e(report['title'])}</title>",
         "<style>body{font-family:system-ui,sans-serif;max-width:72rem;margin:2rem auto;padding:0 1rem;color:#222}"
         "table{border-collapse:collapse;margin:.5rem 0 1rem}td,th{border:1px solid #ccc;padding:.25rem .5rem;text-align:left;vertical-align:top}"
         "th{background:#f3f3f3}.critical{color:#b00020;font-weight:bold}.warning{color:#a15c00;font-weight:bold}.info{color:#245}"
-        "code{background:#f6f6f6;padding:0 .2rem}</style></head><body>",
+        "code{background:#f6f6f6;padding:0 .2rem}.headline{font-size:1.1rem;line-height:1.5;background:#fff8e6;"
+        "border-left:4px solid #d08c00;padding:.75rem 1rem}nav ol{columns:2}figure{margin:1rem 0}"
+        "figure svg{max-width:100%;height:auto}</style></head><body>",
         f"<h1>{e(report['title'])}</h1>",
         f"<p>Range: {e(rng)} &middot; instances: {len(report['instances'])} &middot; window: {report['window_s']:g} s"
         f" &middot; generated {e(_fmt_ts(report['generated_at']))}</p>",
+        "<nav><h2>Contents</h2><ol>" + "".join(f"<li><a href='#{e(a)}'>{e(t)}</a></li>" for a, t in toc) + "</ol></nav>",
+        f"<h2 id='summary'>Summary</h2><p class='headline'>{e(sm['headline'])}</p>",
+        "<h3 id='timeline'>What happened, in order</h3>"
+        + table(["time (UTC)", "what"], [[_fmt_ts(t["ts"]), t["what"]] for t in sm["timeline"]]),
     ]
+    imp = sm["impact"]
+    slo = imp["slo_p99_e2e_s"]
+    parts.append(f"<h3 id='impact'>Impact</h3><p>{imp['failed']:,} requests failed, {imp['aborted']:,} were aborted, "
+                 f"{imp['slow']:,} took longer than the {slo if slo is not None else 0:g} s SLO; SLO breached for "
+                 f"{imp['slo_breach_minutes']:g} min (sum over instances). A <code>-</code> means the log cannot tell.</p>"
+                 + table(IMPACT_HEAD, _impact_rows(sm)))
+    c = sm["likely_cause"]
+    parts.append("<h3 id='cause'>Likely cause</h3><p>" + (
+        f"The first error: {e(_fmt_ts(c['ts']))} on <b>{e(c['instance'])}</b> ({e(str(c['kind']))}): "
+        f"<code>{e(_one_line(c['message'], 200))}</code> at <code>{e(str(c['source']))}:{c['line']}</code>."
+        if c else "No error was logged in this range.") + "</p>")
+    parts.append("<h3 id='todo'>What to do</h3><ul>" + "".join(
+        f"<li><b>{e(a['instance'])}</b>: {e(a['verdict'])}: {e(a['why'])}</li>" for a in sm["actions"]) + "</ul>")
+    if report.get("charts") or report.get("charts_missing"):
+        parts.append("<h2 id='charts'>Charts</h2>")
+        if report.get("charts_missing"):
+            parts.append(f"<p>{e(report['charts_missing'])}</p>")
+        for ch in report.get("charts", []):
+            parts.append(f"<figure id='{e(ch['id'])}'><figcaption><b>{e(ch['title'])}</b></figcaption>{ch['svg']}</figure>")
+    for sec in report.get("sections", []):
+        parts.append(f"<h2 id='s-{e(sec['id'])}'>{e(sec['title'])}</h2>")
+        parts += [f"<p>{md_inline(line)}</p>" for line in sec.get("lines", []) if line.strip()]
+    parts.append("<h2>Instances</h2>")
     if not report["instances"]:
         parts.append("<p>No events in this range.</p>")
     for inst in report["instances"]:
-        parts.append(f"<h2>{e(inst['instance'])} ({e(inst['engine'])})</h2>")
+        parts.append(f"<h2 id='{e(_anchor(inst['instance'] + '-' + inst['engine']))}'>{e(inst['instance'])} "
+                     f"({e(inst['engine'])}): {e(inst['verdict'])}</h2>")
         parts.append(f"<p>{inst['n_events']:,} events from {e(_fmt_ts(inst['first_ts']))} to {e(_fmt_ts(inst['last_ts']))}; "
                      f"{e(_requests_line(inst['requests']))}</p>")
         fe = inst["first_error"]
@@ -445,7 +576,8 @@ def _json_default(o: Any) -> Any:
 
 
 def to_json(report: dict[str, Any]) -> str:
-    return json.dumps(report, default=_json_default, indent=2) + "\n"
+    data = {k: v for k, v in report.items() if k not in ("charts", "charts_missing")}
+    return json.dumps(data, default=_json_default, indent=2) + "\n"
 
 
 def render(report: dict[str, Any], fmt: str) -> str:

@@ -4,12 +4,19 @@
 -- Engines: vLLM (request_arrived / request_finished / request_aborted lines: times only, at
 --   1 s resolution, no per-request durations), TGI (`request` = the `Success` line with exact
 --   total / queue / inference / per-token durations), any parser emitting those event kinds.
---   TensorRT-LLM logs no per-request lines, so it has no rows here.
+--   TensorRT-LLM logs only the requests that failed (`Encountered error for requestId N`).
+--   A request FAILED (status 'failed', the why in failure_reason) when an error line is
+--   about it (a `request_aborted` line at level ERROR / CRITICAL, such as TensorRT-LLM's;
+--   TGI's `Request failed during generation`, one line per request, no id), or when it was
+--   still in the server when its engine died: arrived, no end logged, and the instance's log
+--   goes on to an ERROR / CRITICAL line after which no request finishes (a crash, e.g. CUDA
+--   out of memory); the reason is then that first fatal line. A request still in flight at
+--   the end of a log without such an error stays 'unfinished'.
 -- Columns:
 --   engine, instance, model, request_id (null when the log gave none), request_key (id or
 --   source:line), arrival_ts (UTC; logged arrival, else TGI finish - e2e_s), finish_ts (UTC;
---   finish, completion or abort), status ('finished' | 'aborted' | 'unfinished' = arrival
---   seen, no end in the log), prompt_tokens, output_tokens, max_tokens (tokens),
+--   finish, completion, abort or failure), status ('finished' | 'aborted' (client gone,
+--   cancelled) | 'failed' (see above) | 'unfinished' = arrival seen, no end in the log), prompt_tokens, output_tokens, max_tokens (tokens),
 --   e2e_s (s; logged, else finish_ts - arrival_ts for finished requests), e2e_estimated (true
 --   when e2e_s was derived from two log timestamps, i.e. 1 s resolution for vLLM),
 --   queue_s, ttft_s, tpot_s, inference_s, validation_s (s; only as logged, else null),
@@ -31,6 +38,8 @@
 --   waiting_at_arrival / running_at_arrival (requests; the last engine_stats line before a
 --   client-matched request arrived). A client request no server log accounts for is a row
 --   of its own with engine 'client' (status 'finished', or 'aborted' when the client saw it fail; its latencies the client's).
+--   failure_reason (status 'failed' only: the error line's text, first line, at most 200
+--   characters, then ` [source:line]` of that line; or `engine died: ...` with the line the engine died on).
 create or replace view requests as
 with
 
@@ -59,9 +68,60 @@ request_events as not materialized (
         case when event = 'request_output' then
             make_timestamptz(epoch_us(ts) + cast(round(coalesce(try_cast(json_extract_string(attrs, '$.last_delta_s') as double), 0) * 1e6) as bigint))
         end as last_delta_ts,
+        -- an abort logged as an error is a failure, its text the reason
+        case when level in ('ERROR', 'CRITICAL') then coalesce(message, level) end as error_message,
     from events
     where event in ('request', 'request_arrived', 'request_finished', 'request_aborted')
        or (event = 'request_output' and request_id is not null)
+    union all
+    -- TGI logs a request that failed as one error line in its `generate` span, without an id
+    select
+        engine, instance, model, request_id, coalesce(request_id, source || ':' || line) as request_key,
+        'request_failed' as event, ts, source, line, prompt_tokens, output_tokens, max_tokens,
+        e2e_s, queue_s, ttft_s, tpot_s, inference_s, null as validation_s, null as deltas, null as last_delta_ts, coalesce(message, 'error') as error_message,
+    from events
+    where event = 'error'
+      and (try(json_extract_string(attrs, '$.error_kind')) = 'generation'
+           or starts_with(message, 'Request failed during generation'))
+),
+
+-- where an engine died: its first ERROR / CRITICAL line after which the instance finishes no
+-- request (and finished some before, or logged arrivals). Requests still in the server then
+-- failed with it.
+last_finish as (
+    select engine, instance, max(ts) as last_finish_ts,
+    from request_events
+    where event in ('request', 'request_finished')
+    group by engine, instance
+),
+
+deaths as (
+    select
+        e.engine,
+        e.instance,
+        min(e.ts) as died_ts,
+        arg_min(
+            left(split_part(e.message, chr(10), 1), 200) || ' [' || e.source || ':' || e.line || ']',
+            (e.ts, e.line)
+        ) as died_reason,
+    from events as e
+    left join last_finish as f using (engine, instance)
+    where (e.event = 'error' or e.level in ('ERROR', 'CRITICAL'))
+      and e.ts is not null
+      and (f.last_finish_ts is null or e.ts >= f.last_finish_ts)
+      -- an error logged during an orderly shutdown (a `shutdown` event before it, no restart
+      -- announcing its capacity in between) is the server stopping, not dying (55_errors.sql)
+      and not exists (
+          select 1 from events as s
+          where s.event = 'shutdown' and s.engine = e.engine and s.instance = e.instance
+            and s.ts <= e.ts
+            and not exists (
+                select 1 from events as c
+                where c.event = 'capacity' and c.engine = e.engine and c.instance = e.instance
+                  and c.ts > s.ts and c.ts <= e.ts
+            )
+      )
+    group by e.engine, e.instance
 ),
 
 -- a line without a request id (TGI's `Success`) is the whole story of its request: every
@@ -86,7 +146,8 @@ single as (
         case event
             when 'request' then 'finished'
             when 'request_finished' then 'finished'
-            when 'request_aborted' then 'aborted'
+            when 'request_failed' then 'failed'
+            when 'request_aborted' then case when error_message is not null then 'failed' else 'aborted' end
             else 'unfinished'
         end as status,
         prompt_tokens,
@@ -108,6 +169,9 @@ single as (
         cast(null as bigint) as n_deltas,
         false as ttft_estimated,
         cast(null as double) as time_resolution_s,
+        case when error_message is not null
+            then left(split_part(error_message, chr(10), 1), 200) || ' [' || source || ':' || line || ']'
+        end as failure_reason,
     from (
         select
             *,
@@ -156,6 +220,11 @@ merged as (
         max(ts) filter (where event = 'request') as completed_ts,
         max(ts) filter (where event = 'request_finished') as finished_ts,
         max(ts) filter (where event = 'request_aborted') as aborted_ts,
+        max(ts) filter (where event = 'request_failed' or (event = 'request_aborted' and error_message is not null)) as failed_ts,
+        arg_min(
+            left(split_part(error_message, chr(10), 1), 200) || ' [' || source || ':' || line || ']',
+            (ts, line)
+        ) filter (where error_message is not null) as error_reason,
         max(prompt_tokens) as prompt_tokens,
         -- a finish line's count, else the tokens the streamed chunks listed
         coalesce(
@@ -180,16 +249,29 @@ merged as (
 
 merged_timed as (
     select
-        *,
-        coalesce(arrived_ts, make_timestamptz(epoch_us(completed_ts) - cast(round(logged_e2e_s * 1e6) as bigint))) as arrival_ts,
-        coalesce(completed_ts, finished_ts, aborted_ts) as finish_ts,
+        m.*,
+        coalesce(m.arrived_ts, make_timestamptz(epoch_us(m.completed_ts) - cast(round(m.logged_e2e_s * 1e6) as bigint))) as arrival_ts,
+        coalesce(m.completed_ts, m.finished_ts, m.failed_ts, m.aborted_ts, died.died_ts) as finish_ts,
         case
-            when completed_ts is not null or finished_ts is not null then 'finished'
-            when aborted_ts is not null then 'aborted'
+            when m.completed_ts is not null or m.finished_ts is not null then 'finished'
+            when m.failed_ts is not null then 'failed'
+            when m.aborted_ts is not null then 'aborted'
+            when died.died_ts is not null then 'failed'
             else 'unfinished'
         end as status,
-        make_timestamptz(epoch_us(completed_ts) - cast(round(inference_s * 1e6) as bigint)) as inference_start_ts,
-    from merged
+        case
+            when m.completed_ts is not null or m.finished_ts is not null then null
+            when m.failed_ts is not null then m.error_reason
+            when m.aborted_ts is not null then null
+            when died.died_ts is not null then 'engine died: ' || died.died_reason
+        end as failure_reason,
+        make_timestamptz(epoch_us(m.completed_ts) - cast(round(m.inference_s * 1e6) as bigint)) as inference_start_ts,
+    from merged as m
+    -- still in the server when the engine died: arrived before its death, no end logged
+    left join deaths as died
+        on died.engine = m.engine and died.instance = m.instance
+        and m.arrived_ts is not null and m.arrived_ts <= died.died_ts
+        and m.completed_ts is null and m.finished_ts is null and m.aborted_ts is null and m.failed_ts is null
 ),
 
 merged_final as (
@@ -236,6 +318,7 @@ merged_final as (
             when (epoch_us(arrival_ts) % 1000 = 0) and (coalesce(epoch_us(first_token_ts), epoch_us(finish_ts), 0) % 1000 = 0) then 0.001
             else 0.000001
         end as time_resolution_s,
+        failure_reason,
     from (
         select *, epoch(first_token_ts) - epoch(arrival_ts) as derived_ttft_s,
         from merged_timed
@@ -355,6 +438,7 @@ client_only as (
         cast(null as timestamptz) as inference_start_ts, c.client_source as source, c.client_line as line,
         cast(null as timestamptz) as first_token_ts, cast(null as timestamptz) as last_token_ts,
         cast(null as bigint) as n_deltas, false as ttft_estimated, cast(null as double) as time_resolution_s,
+        cast(null as varchar) as failure_reason,
         c.client_source, c.client_index, cast(null as varchar) as client_match, c.client_start_ts, c.client_ttft_s,
         c.client_itl_s, c.client_itl_max_s, c.client_e2e_s, c.client_tpot_s, c.client_error,
         cast(null as bigint) as waiting_at_arrival, cast(null as bigint) as running_at_arrival,

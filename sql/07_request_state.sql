@@ -6,7 +6,9 @@
 -- Engines: TGI (the `Success` line gives total, queue and inference time, so each request's
 --   wait [inference start - queue_s, inference start) and run [inference start, finish) are
 --   known to the microsecond). Only requests that finished inside the log are seen: requests
---   still in flight at the end of the log, or that failed, are missing from the count.
+--   still in flight at the end of the log, or that failed (requests.status = 'failed': TGI
+--   logs a failure without queue or inference times), are missing from the count; the
+--   `requests` and `throughput` views count the failed ones.
 -- Columns: ts (UTC sample instant), engine, instance, waiting (requests queued at ts; null for
 --   an instance whose requests log no queue time, e.g. llama.cpp, whose timing block starts
 --   when a slot takes the task), running (requests in inference at ts). An interval counts at

@@ -13,7 +13,10 @@
 --   (requests), requests_per_s (finished / window_s), prompt_tokens_per_s,
 --   output_tokens_per_s (tokens/s, summed over requests finished in the window),
 --   prompt_tps_logged, gen_tps_logged (tokens/s: mean of the engine's logged averages in the
---   window), http_requests, http_errors (HTTP status >= 500), http_requests_per_s.
+--   window), http_requests, http_errors (HTTP status >= 500), http_requests_per_s,
+--   failed (requests that failed in the window: an error line about them, or their engine
+--   died with them in it; counted apart from `aborted`, which are client aborts and
+--   cancellations; null for an instance that logs no per-request lines).
 create or replace view throughput as
 with
 
@@ -57,6 +60,7 @@ finishes as (
         cast(floor(epoch(finish_ts) / p.window_s) as bigint) as window_index,
         count(*) filter (where status = 'finished') as finished,
         count(*) filter (where status = 'aborted') as aborted,
+        count(*) filter (where status = 'failed') as failed,
         sum(prompt_tokens) filter (where status = 'finished') as prompt_tokens,
         sum(output_tokens) filter (where status = 'finished') as output_tokens,
     from reqs, params as p
@@ -73,10 +77,11 @@ request_instances as (
         bool_or(arrived > 0) as logs_arrivals,
         bool_or(finished > 0) as logs_finishes,
         bool_or(aborted > 0) as logs_aborts,
+        bool_or(failed > 0) as logs_failures,
     from (
-        select engine, instance, arrived, 0 as finished, 0 as aborted, from arrivals
+        select engine, instance, arrived, 0 as finished, 0 as aborted, 0 as failed, from arrivals
         union all
-        select engine, instance, 0, finished, aborted, from finishes
+        select engine, instance, 0, finished, aborted, failed, from finishes
     )
     group by engine, instance
 ),
@@ -111,7 +116,7 @@ final as (
         w.instance,
         case when ri.logs_arrivals then coalesce(a.arrived, 0) end as arrived,
         case when ri.logs_finishes then coalesce(f.finished, 0) end as finished,
-        case when ri.logs_finishes or ri.logs_aborts then coalesce(f.aborted, 0) end as aborted,
+        case when ri.logs_finishes or ri.logs_aborts or ri.logs_failures then coalesce(f.aborted, 0) end as aborted,
         case when ri.logs_finishes then coalesce(f.finished, 0) / w.window_s end as requests_per_s,
         f.prompt_tokens / w.window_s as prompt_tokens_per_s,
         f.output_tokens / w.window_s as output_tokens_per_s,
@@ -120,6 +125,8 @@ final as (
         case when hi.instance is not null then coalesce(h.http_requests, 0) end as http_requests,
         case when hi.instance is not null then coalesce(h.http_errors, 0) end as http_errors,
         case when hi.instance is not null then coalesce(h.http_requests, 0) / w.window_s end as http_requests_per_s,
+        case when ri.logs_arrivals or ri.logs_finishes or ri.logs_aborts or ri.logs_failures
+            then coalesce(f.failed, 0) end as failed,
     from windows as w
     left join request_instances as ri using (engine, instance)
     left join http_instances as hi using (engine, instance)

@@ -5,6 +5,7 @@ Also the pure parts (verdict rule, charts) and the `servelens dashboard` command
 
 from __future__ import annotations
 
+import datetime as dt
 import socket
 import sys
 from pathlib import Path
@@ -78,7 +79,7 @@ def test_overview_shows_the_verdict_of_every_instance(overview, store):
     md = _markdown(overview)
     for engine, instance in _instances(store):
         expected = vd.verdict(sig.filter((pl.col("engine") == engine) & (pl.col("instance") == instance)))
-        assert f"### {instance} {vd.VERDICT_BADGE[expected]}" in md
+        assert f"#### {instance} {vd.VERDICT_BADGE[expected]}" in md
 
 
 def test_the_crashed_instances_must_be_investigated_and_show_their_signals(overview, store):
@@ -88,11 +89,12 @@ def test_the_crashed_instances_must_be_investigated_and_show_their_signals(overv
     assert sorted(crashed) == ["tgi-a", "trtllm-a", "vllm-a"]
     md = _markdown(overview)
     for instance in crashed:
-        assert f"### {instance} {vd.VERDICT_BADGE[vd.INVESTIGATE]}" in md
+        assert f"#### {instance} {vd.VERDICT_BADGE[vd.INVESTIGATE]}" in md
         for r in sig.filter(pl.col("instance") == instance).iter_rows(named=True):
             text = [m for m in md if f"`{r['signal']}`" in m]
-            assert any(f"value **{vd.format_value(r['value'], r['unit'])}**" in t for t in text), r
-    assert any("`errors` → investigate" in m and "out-of-memory" in m for m in md)
+            assert any(f"**{vd.format_value(r['value'], r['unit'])}**" in t for t in text), r
+    # the recommendation is the signal line's tooltip
+    assert any("`errors` → investigate" in m.value and "out-of-memory" in m.proto.help for m in overview.markdown)
 
 
 def test_the_survivor_that_took_the_traffic_must_scale_out(overview, store):
@@ -100,19 +102,19 @@ def test_the_survivor_that_took_the_traffic_must_scale_out(overview, store):
     # vLLM's b takes a's traffic after the crash: its KV cache fills up and it preempts
     assert "kv_pressure" in sig["signal"].to_list()
     md = _markdown(overview)
-    assert f"### vllm-b {vd.VERDICT_BADGE[vd.SCALE_OUT]}" in md
+    assert f"#### vllm-b {vd.VERDICT_BADGE[vd.SCALE_OUT]}" in md
     kv = sig.filter(pl.col("signal") == "kv_pressure").row(0, named=True)
-    shown = [m for m in md if "`kv_pressure` → scale out" in m]
+    shown = [m for m in overview.markdown if "`kv_pressure` → scale out" in m.value]
     assert len(shown) == 1
-    assert f"value **{kv['value']:.0%}**" in shown[0] and f"threshold {kv['threshold']:.0%}" in shown[0]
-    assert f"since {kv['window_start']:%Y-%m-%d %H:%M:%S} UTC" in shown[0]
-    assert "Add replicas or GPU memory" in shown[0]
+    assert f"**{kv['value']:.0%}**" in shown[0].value and f"above threshold {kv['threshold']:.0%}" in shown[0].value
+    assert f"{kv['window_start']:%H:%M:%S}→" in shown[0].value
+    assert "Add replicas or GPU memory" in shown[0].proto.help
 
 
 def test_headline_numbers_match_the_views(overview, store):
     metrics = {m.label: m.value for m in overview.metric}
     peak = run(store, "select max(waiting) as v from queue_depth")["v"][0]
-    assert metrics["Peak waiting requests"] == f"{peak:g}"
+    assert metrics["Peak queue"] == f"{peak:g}"
     kv = run(store, "select max(kv_usage) as v from kv_cache")["v"][0]
     assert metrics["Peak KV-cache usage"] == ("n/a" if kv is None else f"{kv:.1%}")
     finished = run(store, "select count(*) as v from requests where status = 'finished'")["v"][0]
@@ -135,11 +137,11 @@ def test_instance_filter_keeps_only_that_instance(app, store):
     keep = instances[-1]
     app.multiselect(key="instances").set_value([keep]).run()
     assert not app.exception
-    headers = [m for m in _markdown(app) if m.startswith("### ")]
-    assert len(headers) == 1 and headers[0].startswith(f"### {keep} ")
+    headers = [m for m in _markdown(app) if m.startswith("#### ")]
+    assert len(headers) == 1 and headers[0].startswith(f"#### {keep} ")
     assert "1 instance(s)" in app.caption[0].value
     peak = run(store, "select max(waiting) as v from queue_depth where instance = $i", {"i": keep})["v"][0]
-    assert {m.label: m.value for m in app.metric}["Peak waiting requests"] == ("n/a" if peak is None else f"{peak:g}")
+    assert {m.label: m.value for m in app.metric}["Peak queue"] == ("n/a" if peak is None else f"{peak:g}")
 
 
 def test_post_mortem_range_narrows_the_signals(app, store):
@@ -148,7 +150,7 @@ def test_post_mortem_range_narrows_the_signals(app, store):
     app.datetime_input(key="end").set_value(first.replace(tzinfo=None)).run()
     assert not app.exception
     md = _markdown(app)
-    assert all(vd.VERDICT_BADGE[vd.HOLD] in m for m in md if m.startswith("### "))
+    assert all(vd.VERDICT_BADGE[vd.HOLD] in m for m in md if m.startswith("#### "))
 
 
 def test_sql_page_answers_a_query(app, store):
@@ -265,14 +267,14 @@ def test_live_mode_follows_new_data_and_keeps_the_filters(tmp_path, monkeypatch)
     newest = run(store, "select max(ts) as t from events")["t"][0]
     assert at.caption[0].value.startswith("Live: last 15 min up to the newest event")
     assert f"{newest:%H:%M:%S}" in at.caption[0].value
-    assert [m.value for m in at.markdown if m.value.startswith("### ")] == [f"### vllm-b {vd.VERDICT_BADGE[vd.SCALE_OUT]}"]
+    assert [m.value for m in at.markdown if m.value.startswith("#### ")] == [f"#### vllm-b {vd.VERDICT_BADGE[vd.SCALE_OUT]}"]
 
     # the store grows (as under `servelens tail`): the next refresh shows the new instance
     ingest([INCIDENT / "vllm" / "vllm-a.log"], store)
     at.run()
     assert not at.exception
-    headers = [m.value for m in at.markdown if m.value.startswith("### ")]
-    assert headers == [f"### vllm-a {vd.VERDICT_BADGE[vd.INVESTIGATE]}", f"### vllm-b {vd.VERDICT_BADGE[vd.SCALE_OUT]}"]
+    headers = [m.value for m in at.markdown if m.value.startswith("#### ")]
+    assert headers == [f"#### vllm-a {vd.VERDICT_BADGE[vd.INVESTIGATE]}", f"#### vllm-b {vd.VERDICT_BADGE[vd.SCALE_OUT]}"]
     assert at.multiselect(key="engines").value == ["vllm"]
     assert at.toggle(key="live").value is True
 
@@ -297,14 +299,19 @@ def test_throughput_says_which_instances_log_no_requests(overview, store):
 def test_model_filter_keeps_the_instances_that_served_it(app, store):
     models = run(store, "select distinct model from events where model is not null order by model")["model"].to_list()
     assert models, "the incident sample names its model"
-    served = sorted(run(store, "select distinct instance from events where model = $m", {"m": models[0]})["instance"].to_list())
+    # an instance whose lines never name a model (TGI) may serve it: kept, with its requests
+    served = sorted(run(store, "select instance from events where engine <> 'unknown' group by instance "
+                               "having bool_or(model = $m) or count(model) = 0", {"m": models[0]})["instance"].to_list())
+    assert "tgi-a" in served
     app.multiselect(key="models").set_value([models[0]]).run()
     assert not app.exception
-    shown = sorted(m.split()[1] for m in _markdown(app) if m.startswith("### "))
+    shown = sorted(m.split()[1] for m in _markdown(app) if m.startswith("#### "))
     assert shown == served
-    finished = run(store, "select count(*) as n from requests where status = 'finished' and model = $m",
+    finished = run(store, "select count(*) as n from requests where status = 'finished' and (model = $m or model is null)",
                    {"m": models[0]})["n"][0]
     assert {m.label: m.value for m in app.metric}["Finished requests"] == f"{finished:,}"
+    tgi = run(store, "select count(*) as n from requests where engine = 'tgi' and status = 'finished'")["n"][0]
+    assert finished > tgi > 0
 
 
 def test_empty_store_says_to_ingest_first(tmp_path, monkeypatch):
@@ -330,9 +337,77 @@ def test_a_thresholds_file_changes_the_signals_shown(tmp_path, store, monkeypatc
     changed = 0
     for engine, instance in _instances(store):
         mine = strict.filter((pl.col("engine") == engine) & (pl.col("instance") == instance))
-        assert f"### {instance} {vd.VERDICT_BADGE[vd.verdict(mine)]}" in md
+        assert f"#### {instance} {vd.VERDICT_BADGE[vd.verdict(mine)]}" in md
         was = vd.verdict(default.filter((pl.col("engine") == engine) & (pl.col("instance") == instance)))
         changed += was != vd.verdict(mine)
     assert strict.height > default.height and changed >= 1
     # the latency chart draws the stricter SLO
     assert any('"p99 SLO 5 s"' in spec for spec in _chart_specs(at))
+
+
+# --- the story first ------------------------------------------------------------------------
+
+
+def test_fleet_summary_says_who_crashed_how_many_failed_and_to_scale_out(overview, store):
+    story = overview.error[0].value  # the first element under the title: the fleet's story
+    crashed = run(store, "select instance from incident_summary where died order by 1")["instance"].to_list()
+    failed = run(store, "select count(*) as n from requests where status = 'failed'")["n"][0]
+    assert crashed == ["tgi-a", "trtllm-a", "vllm-a"] and failed == 54
+    assert "tgi-a, trtllm-a and vllm-a died of CUDA out-of-memory" in story
+    assert f"failing {failed} requests" in story and "scale out the survivors (tgi-b, trtllm-b and vllm-b)" in story
+    metrics = {m.label: m.value for m in overview.metric}
+    assert metrics["Crashed instances"] == "3" and metrics["Failed requests"] == f"{failed:,}"
+    # one line per verdict, the worst first
+    lines = next(m for m in _markdown(overview) if m.startswith("- ")).split("\n")
+    assert lines[0].startswith(f"- {vd.VERDICT_BADGE[vd.INVESTIGATE]} **4**: tgi-a (crashed, 18 failed)")
+    assert lines[1] == f"- {vd.VERDICT_BADGE[vd.SCALE_OUT]} **2**: tgi-b, vllm-b"
+
+
+def test_a_signal_that_fires_below_its_threshold_says_so(overview, store):
+    r = run(store, "select value, threshold, unit from scaling_signals where instance = 'trtllm-b' "
+                   "and signal = 'scheduler_limit'").row(0, named=True)
+    assert r["value"] < r["threshold"]
+    line = next(m for m in _markdown(overview) if "`scheduler_limit`" in m)
+    assert f"**{r['value']:.0%}** (estimated) · BELOW threshold {r['threshold']:.0%} (fires under it)" in line
+
+
+def test_cards_and_chart_agree_on_the_errors_threshold(overview):
+    from servelens.pipeline.metrics import resolve_variables
+
+    count = resolve_variables()["errors_count"]
+    lines = [m for m in _markdown(overview) if "`errors` → investigate" in m]
+    assert lines and all(f"threshold {count:g} errors/window, or 1 crash/OOM (critical)" in m for m in lines)
+    assert any(f"errors signal: {count:g} per window (warning); any crash or OOM: critical" in s for s in _chart_specs(overview))
+
+
+def test_instances_without_data_in_the_range_say_no_data_not_hold(app, store):
+    last_a = run(store, "select max(ts) as t from events where instance like '%-a'")["t"][0]
+    start = (last_a + dt.timedelta(minutes=1)).replace(tzinfo=None, second=0, microsecond=0)
+    app.datetime_input(key="start").set_value(start).run()
+    assert not app.exception
+    md = _markdown(app)
+    for inst in ("tgi-a", "trtllm-a", "vllm-a"):
+        assert f"#### {inst} {vd.VERDICT_BADGE[vd.NO_DATA]}" in md
+    assert not any(f"#### {i} {vd.VERDICT_BADGE[vd.HOLD]}" in m for m in md for i in ("tgi-a", "vllm-a"))
+
+
+def test_tables_show_no_none(overview):
+    from servelens.dashboards.pages.overview import no_none
+
+    for d in overview.dataframe:
+        assert int(d.value.isna().sum().sum()) == 0, d.value.columns
+    frame = pl.DataFrame({"a": [1.5, None], "b": ["x", None], "n": [1, 2]})
+    assert no_none(frame).rows() == [("1.5", "x", 1), ("-", "-", 2)]
+
+
+def test_charts_tell_percentiles_apart_and_count_in_integers():
+    import json
+
+    lat = pl.DataFrame({"ts": [dt.datetime(2026, 5, 12, 8, tzinfo=dt.timezone.utc)], "instance": ["a"], "model": [None],
+                        "p50_e2e_s": [1.0], "p95_e2e_s": [2.0], "p99_e2e_s": [3.0]}, schema_overrides={"model": pl.String})
+    spec = json.dumps(charts.latency_chart(lat, "e2e").to_dict())
+    assert '"strokeDash": {"field": "percentile"' in spec and '"color": {"field": "percentile"' in spec
+    assert '"labelLimit": 0' in spec and '"titleLimit": 0' in spec
+    pre = pl.DataFrame({"ts": [dt.datetime(2026, 5, 12, 8, tzinfo=dt.timezone.utc)], "instance": ["a"], "preemptions": [1]})
+    pspec = json.dumps(charts.preemption_chart(pre).to_dict())
+    assert '"tickMinStep": 1' in pspec and '"format": "d"' in pspec

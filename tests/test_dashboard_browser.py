@@ -106,6 +106,85 @@ def page(browser):
     ctx.close()
 
 
+@pytest.fixture
+def screen(browser):
+    """An on-call laptop's screen: 1400x1000, and every request the page makes."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    pg = ctx.new_page()
+    pg.requested = []
+    pg.on("request", lambda r: pg.requested.append(r.url))
+    yield pg
+    ctx.close()
+
+
+def _visible_text(pg) -> str:
+    """The text of the main area that lies inside the viewport (the first screen)."""
+    return pg.evaluate("""() => {
+        const h = window.innerHeight, out = [];
+        const walk = document.createTreeWalker(document.querySelector('[data-testid="stMain"]'), NodeFilter.SHOW_TEXT);
+        while (walk.nextNode()) {
+            const r = walk.currentNode.parentElement.getBoundingClientRect();
+            if (r.bottom > 0 && r.top < h && r.width > 0) out.push(walk.currentNode.textContent);
+        }
+        return out.join(' ');
+    }""")
+
+
+def test_a_deep_link_on_a_fresh_server_and_the_first_screen(screen, dashboard):
+    """Runs first, on the fresh server: /overview straight away. Proper page names, the wide
+    layout, and the first screen says who crashed, how many requests failed and what to do."""
+    url, store = dashboard
+    screen.goto(url + "/overview")
+    screen.get_by_text("Fleet summary").wait_for(timeout=90_000)
+    screen.get_by_text("Slowest requests").wait_for(timeout=90_000)
+    _settle(screen)
+    screen.wait_for_timeout(2_000)
+    screen.screenshot(path=str(ARTIFACTS / "dashboard-first-screen.png"))
+    nav = screen.locator('[data-testid="stSidebarNav"]').inner_text()
+    assert "Overview" in nav and "SQL" in nav and "app" not in nav.split()
+    main = screen.locator('[data-testid="stMainBlockContainer"]').bounding_box()
+    assert main["width"] > 900  # the wide layout (the centered one is 736 px)
+    first = " ".join(_visible_text(screen).split())
+    crashed = run(store, "select instance from incident_summary where died order by 1")["instance"].to_list()
+    failed = run(store, "select count(*) as n from requests where status = 'failed'")["n"][0]
+    assert crashed == ["tgi-a", "trtllm-a", "vllm-a"] and failed == 54
+    assert "tgi-a, trtllm-a and vllm-a died of CUDA out-of-memory" in first
+    assert f"failing {failed} requests" in first and "scale out the survivors" in first
+    assert "Failed requests" in first and "Crashed instances" in first
+    # nothing fetched from anywhere but the dashboard itself (no font CDN page icon)
+    external = sorted({u for u in screen.requested if not u.startswith(url)})
+    assert external == [], external
+
+
+def test_cards_charts_and_tables_read_at_1400(screen, dashboard):
+    url, store = dashboard
+    screen.goto(url + "/")
+    screen.get_by_text("Slowest requests").wait_for(timeout=90_000)
+    _settle(screen)
+    body = " ".join(screen.locator("[data-testid='stMain']").first.inner_text().split())
+    assert "BELOW threshold 50% (fires under it)" in body  # trtllm-b's scheduler_limit
+    count = 5  # sql/thresholds.toml [errors] count
+    assert f"threshold {count} errors/window, or 1 crash/OOM (critical)" in body
+    assert "None" not in body
+    shots = {"dashboard-verdicts.png": "Scaling verdict", "dashboard-queue.png": "Queue depth",
+             "dashboard-latency.png": "Latency percentiles", "dashboard-errors.png": "Errors",
+             "dashboard-slowest.png": "Slowest requests"}
+    for name, heading in shots.items():
+        h = screen.get_by_role("heading", name=heading, exact=True).first
+        h.scroll_into_view_if_needed()
+        screen.wait_for_timeout(1_500)  # Vega paints after scrolling into view
+        screen.screenshot(path=str(ARTIFACTS / name))
+    # every chart is drawn inside its frame: no legend or axis title clipped at the right edge
+    charts = screen.locator('[data-testid="stVegaLiteChart"]')
+    assert charts.count() >= 5
+    main = screen.locator('[data-testid="stMainBlockContainer"]').bounding_box()
+    for k in range(charts.count()):
+        box = charts.nth(k).bounding_box()
+        assert box is None or box["x"] + box["width"] <= main["x"] + main["width"] + 1
+    assert not [u for u in screen.requested if not u.startswith(url)]
+
+
 def _settle(pg) -> None:
     """Wait until Streamlit has finished running the script."""
     pg.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=60_000)

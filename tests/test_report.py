@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -70,7 +71,7 @@ def test_renderings(con):
     assert "KV-cache usage | not available: TGI logs no KV-cache usage" in md
     assert "**First error:** 2026-05-12 08:05:05Z cuda_oom" in md
     html = render(r, "html")
-    assert html.startswith("<!doctype html>") and "<h2>t1 (tgi)</h2>" in html and "<script" not in html
+    assert html.startswith("<!doctype html>") and "<h2 id='i-t1-tgi'>t1 (tgi): " in html and "<script" not in html
     data = json.loads(render(r, "json"))
     assert data["instances"][0]["first_error"]["first_ts"] == "2026-05-12T08:05:05Z"
     assert data["instances"][1]["slowest_requests"][0]["e2e_s"] == 40.0
@@ -119,7 +120,7 @@ def test_report_says_when_the_log_records_no_request_ends():
         ev("request_arrived", 2, request_id="b"),
     ]))
     r = build_report(con)
-    assert r["instances"][0]["requests"] == {"finished": None, "aborted": 0, "arrived": 2}
+    assert r["instances"][0]["requests"] == {"finished": None, "aborted": 0, "failed": 0, "arrived": 2}
     assert "requests arrived: 2 (this log records no request ends)" in render(r, "md")
 
 
@@ -134,3 +135,99 @@ def test_parse_time_defaults_to_utc():
     assert parse_time("2026-05-12T10:00:00+02:00") == dt.datetime(2026, 5, 12, 8, 0, tzinfo=utc)
     with pytest.raises(ValueError, match="cannot read time"):
         parse_time("yesterday")
+
+
+# --- the executive summary, on the bundled incident ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def incident_report(tmp_path_factory):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from dashboard_store import build_store
+    from servelens.pipeline.query import connect
+
+    store = build_store(tmp_path_factory.mktemp("incident"))
+    con = connect(store)
+    try:
+        yield store, build_report(con, charts=True)
+    finally:
+        con.close()
+
+
+def _first_paragraph(md: str) -> str:
+    after = md.split("## Summary", 1)[1].strip()
+    return after.split("\n\n", 1)[0]
+
+
+def test_summary_first_paragraph_says_who_crashed_how_many_failed_and_what_to_do(incident_report):
+    store, r = incident_report
+    first = _first_paragraph(render(r, "md"))
+    assert "tgi-a, trtllm-a and vllm-a died of CUDA out-of-memory at 08:02-08:03 UTC" in first
+    assert "failing 54 requests (tgi-a 18, trtllm-a 18, vllm-a 18)" in first
+    assert "scale out the survivors (tgi-b, trtllm-b and vllm-b)" in first
+    assert "Traffic surged from 08:01:00 UTC" in first
+    # the likely cause is the fleet's first error, with where to read it
+    assert "(sample_logs/incident/trtllm/trtllm-a.log:211)" in first
+    sm = r["summary"]
+    assert [c["instance"] for c in sm["crashed"]] == ["tgi-a", "trtllm-a", "vllm-a"]
+    assert sm["impact"]["failed"] == 54 and sm["impact"]["aborted"] == 0
+    # slow requests: finished above the 30 s SLO, counted off the requests view
+    from servelens.pipeline.query import run
+
+    slow = run(store, "select count(*) as n from requests where status = 'finished' and e2e_s > 30")["n"][0]
+    assert sm["impact"]["slow"] == slow > 0
+    assert sm["impact"]["slo_breach_minutes"] == 3.0
+    assert [t["ts"] for t in sm["timeline"]] == sorted(t["ts"] for t in sm["timeline"])
+    vb = next(a for a in sm["actions"] if a["instance"] == "vllm-b")
+    assert vb["verdict"] == "scale out"
+
+
+def test_summary_follows_the_range(incident_report):
+    store, _ = incident_report
+    from servelens.pipeline.query import connect
+
+    con = connect(store)
+    try:
+        r = build_report(con, until=at(60))  # before the surge and the crash
+    finally:
+        con.close()
+    sm = r["summary"]
+    assert sm["crashed"] == [] and sm["impact"]["failed"] == 0
+    assert "died" not in sm["headline"] and "Impact: 0 requests failed" in sm["headline"]
+
+
+def test_html_report_is_one_offline_file_with_toc_and_charts(incident_report):
+    import re
+
+    _, r = incident_report
+    html = render(r, "html")
+    assert "<script" not in html and "<link" not in html
+    assert not re.findall(r"(?:src|href)=['\"]https?:", html)
+    assert html.count("<svg") == 3 and "id='chart-queue'" in html and "id='chart-latency'" in html
+    assert "<nav><h2>Contents</h2>" in html
+    for anchor in ("summary", "impact", "cause", "todo", "charts", "i-vllm-a-vllm"):
+        assert f"href='#{anchor}'" in html and f"id='{anchor}'" in html
+    data = json.loads(render(r, "json"))
+    assert "charts" not in data
+    assert data["summary"]["headline"] == r["summary"]["headline"]
+    assert data["summary"]["impact"]["failed"] == 54
+    assert data["summary"]["likely_cause"]["line"] == 211
+
+
+def test_extra_sections_come_from_section_modules(monkeypatch, con):
+    import types
+
+    from servelens.pipeline import report as report_mod
+
+    mod = types.ModuleType("servelens.pipeline._test_section")
+    mod.report_section = lambda c, rep: {"id": "extra", "title": "Extra facts", "lines": ["**42** things"], "data": {"n": 42}}
+    monkeypatch.setitem(sys.modules, "servelens.pipeline._test_section", mod)
+    monkeypatch.setattr(report_mod, "SECTION_MODULES", ("_test_section",))
+    r = build_report(con)
+    md = render(r, "md")
+    assert md.index("## Extra facts") < md.index("## Instances")
+    assert "<h2 id='s-extra'>Extra facts</h2><p><b>42</b> things</p>" in render(r, "html").replace("\n", "")
+    assert json.loads(render(r, "json"))["sections"][0]["data"] == {"n": 42}

@@ -363,10 +363,10 @@ def test_throughput_failed_requests_only_do_not_make_zero_finishes():
         ev("request_aborted", 1, engine="trtllm", request_id="7605", level="ERROR"),
         ev("engine_stats", 70, engine="trtllm", running=1),
     ]))
-    got = rows(con, "select arrived, finished, aborted, requests_per_s from throughput order by window_start")
+    got = rows(con, "select arrived, finished, aborted, requests_per_s, failed from throughput order by window_start")
     assert got == [
-        {"arrived": None, "finished": None, "aborted": 1, "requests_per_s": None},
-        {"arrived": None, "finished": None, "aborted": 0, "requests_per_s": None},
+        {"arrived": None, "finished": None, "aborted": 0, "requests_per_s": None, "failed": 1},
+        {"arrived": None, "finished": None, "aborted": 0, "requests_per_s": None, "failed": 0},
     ]
 
 

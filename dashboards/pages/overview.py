@@ -12,6 +12,9 @@ import polars as pl
 import streamlit as st
 from servelens.dashboards import charts, data, sidebar
 from servelens.dashboards import verdict as vd
+from servelens.dashboards.entry import ensure_entry_point
+
+ensure_entry_point()  # a deep link to /overview on a fresh server runs this file alone
 
 UTC = dt.timezone.utc
 
@@ -42,6 +45,24 @@ def _t(ts: dt.datetime | None, with_date: bool = False) -> str:
         return "?"
     ts = ts.astimezone(UTC)
     return ts.strftime("%Y-%m-%d %H:%M:%S UTC" if with_date else "%H:%M:%S")
+
+
+def no_none(df: pl.DataFrame) -> pl.DataFrame:
+    """The frame as a table shows it: a column with missing values becomes text with `-`
+    where the log said nothing (a grid would print a literal `None`); full columns keep
+    their type (and so their sorting and number format)."""
+    cols = []
+    for name, dtype in df.schema.items():
+        col = pl.col(name)
+        if df[name].null_count() == 0:
+            cols.append(col)
+        elif isinstance(dtype, pl.Datetime):
+            cols.append(col.dt.convert_time_zone("UTC").dt.strftime("%Y-%m-%d %H:%M:%S%.3f").fill_null("-"))
+        elif dtype.is_float():
+            cols.append(col.round(4).cast(pl.String).fill_null("-"))
+        else:
+            cols.append(col.cast(pl.String).fill_null("-"))
+    return df.select(cols)
 
 
 def _dom(f: data.Filters) -> list[str]:
@@ -85,47 +106,85 @@ def evidence(title: str, metric: str, df: pl.DataFrame, col: str, f: data.Filter
     return drawn
 
 
-def verdict_section(cfg: data.Settings, f: data.Filters) -> None:
+def _signal_line(r: dict, th: dict) -> str:
+    sev = vd.SEVERITY_BADGE.get(r["severity"], r["severity"])
+    unit = "" if vd.shows_unit(r["unit"]) else f" {r['unit']}"
+    est = " (estimated)" if r["estimated"] else ""
+    until = "end of log" if r["ongoing"] else _t(r["window_end"])
+    return (f"{sev} **{vd.SIGNAL_TITLE.get(r['signal'], r['signal'])}** `{r['signal']}` → {vd.action_of(r['signal'])}  \n"
+            f"**{vd.format_value(r['value'], r['unit'])}**{unit}{est} · "
+            f"{vd.threshold_text(r['signal'], r['threshold'], r['unit'], th.get('errors_count'))} · "
+            f"{_t(r['window_start'])}→{until} UTC ({r['duration_s'] / 60:g} min)")
+
+
+def _with_data(cfg: data.Settings, f: data.Filters) -> set[tuple[str, str]]:
+    """The selected instances with at least one event in the range."""
+    cat = data.catalog(cfg)
+    utc = {c: pl.col(c).dt.convert_time_zone("UTC") for c in ("first_ts", "last_ts")}
+    live = cat.filter((utc["last_ts"] >= pl.lit(f.start).dt.convert_time_zone("UTC"))
+                      & (utc["first_ts"] < pl.lit(f.end).dt.convert_time_zone("UTC")))
+    return set(live.select("engine", "instance").unique().rows())
+
+
+def fleet_section(cfg: data.Settings, f: data.Filters, results, episodes: pl.DataFrame) -> None:
+    """The first screen: what happened to the fleet in one paragraph, then one line per
+    verdict (the worst first) and the impact in numbers."""
+    story = data.fleet_story(cfg, f, episodes, {(e, i): v for e, i, v, _ in results})
+    st.header("Fleet summary")
+    box = st.error if story["crashed"] else st.warning if any(v in (vd.SCALE_OUT, vd.INVESTIGATE) for _, _, v, _ in results) else st.info
+    box(story["headline"], icon=":material/summarize:")
+    died = {c["instance"]: c for c in story["crashed"]}
+    lines = []
+    for verdict, instances in vd.fleet_lines(results):
+        names = [f"{i} (crashed, {died[i]['failed'] or 0} failed)" if i in died else i for i in instances]
+        lines.append(f"- {vd.VERDICT_BADGE[verdict]} **{len(instances)}**: {', '.join(names)}")
+    st.markdown("\n".join(lines))
+    imp = story["impact"]
+    p = data.peaks(cfg, f)
+    c = st.columns(6)
+    c[0].metric("Crashed instances", f"{len(story['crashed'])}",
+                help="Instances that died (CUDA out-of-memory or engine crash) and finished no request afterwards.")
+    c[1].metric("Failed requests", f"{p['failed']:,}",
+                help="Requests an error line is about, or in the server when its engine died (requests.status = 'failed').")
+    c[2].metric("Aborted requests", f"{p['aborted']:,}", help="Client aborts and cancellations, apart from failures.")
+    c[3].metric("SLO breach (min)", f"{imp['slo_breach_minutes']:g}",
+                help="Total length of the p99 latency-SLO signal episodes, summed over instances.")
+    c[4].metric("Peak queue", "n/a" if p["peak_waiting"] is None else f"{p['peak_waiting']:g}",
+                help="Highest queue depth in the range (logged or reconstructed); n/a: the logs give none.")
+    c[5].metric("Worst p99 e2e", "n/a" if p["worst_p99_e2e_s"] is None else f"{p['worst_p99_e2e_s']:.2f} s",
+                help="Highest per-window p99 end-to-end latency in the range.")
+    st.caption("Hover a signal's (?) for what to do about it; the evidence is below the verdicts.")
+
+
+def verdict_section(cfg: data.Settings, f: data.Filters, results, th: dict) -> None:
     st.header("Scaling verdict")
-    episodes = data.signals(cfg, f)
-    results = vd.verdicts(episodes, list(f.targets))
     if not results:
         st.info("No instance matches the filters.")
         return
-    cols = st.columns(min(3, len(results)))
-    for k, (engine, instance, verdict, mine) in enumerate(results):
-        with cols[k % len(cols)].container(border=True, key=f"verdict-{engine}-{instance}"):
-            st.markdown(f"### {instance} {vd.VERDICT_BADGE[verdict]}")
-            st.caption(f"engine {engine} · {mine.height} signal(s) in the range")
-            if mine.is_empty():
-                st.markdown("No signal fired in the selected range.")
-            for r in mine.sort("window_start").iter_rows(named=True):
-                sev = vd.SEVERITY_BADGE.get(r["severity"], r["severity"])
-                unit = "" if vd.shows_unit(r["unit"]) else f" {r['unit']}"
-                until = ("still firing at the end of its log" if r["ongoing"]
-                         else f"until {_t(r['window_end'])}")
-                est = " (estimated)" if r["estimated"] else ""
-                st.markdown(
-                    f"{sev} **{vd.SIGNAL_TITLE.get(r['signal'], r['signal'])}** "
-                    f"`{r['signal']}` → {vd.action_of(r['signal'])}  \n"
-                    f"value **{vd.format_value(r['value'], r['unit'])}**{unit}{est} vs threshold "
-                    f"{vd.format_value(r['threshold'], r['unit'])}, "
-                    f"since {_t(r['window_start'], with_date=True)}, {until} "
-                    f"({r['duration_s'] / 60:g} min)  \n"
-                    f"{r['recommendation']}"
-                )
+    per_row = min(3, len(results))
+    for start in range(0, len(results), per_row):
+        cols = st.columns(per_row)
+        for col, (engine, instance, verdict, mine) in zip(cols, results[start:start + per_row]):
+            with col.container(border=True, key=f"verdict-{engine}-{instance}"):
+                st.markdown(f"#### {instance} {vd.VERDICT_BADGE[verdict]}")
+                if verdict == vd.NO_DATA:
+                    st.caption(f"engine {engine} · no events in the selected range: its log is silent "
+                               "(stopped, crashed earlier or not shipping logs), which is not health")
+                    continue
+                st.caption(f"engine {engine} · {mine.height} signal(s) in the range")
+                if mine.is_empty():
+                    st.markdown("No signal fired in the selected range.")
+                for r in mine.sort("window_start").iter_rows(named=True):
+                    st.markdown(_signal_line(r, th), help=r["recommendation"])
 
 
 def headline(cfg: data.Settings, f: data.Filters) -> None:
     p = data.peaks(cfg, f)
-    c = st.columns(5)
-    c[0].metric("Peak waiting requests", "n/a" if p["peak_waiting"] is None else f"{p['peak_waiting']:g}",
-                help="Highest queue depth in the range (logged or reconstructed); n/a: the logs give none.")
-    c[1].metric("Peak KV-cache usage", "n/a" if p["peak_kv_usage"] is None else f"{p['peak_kv_usage']:.1%}")
-    c[2].metric("Worst p99 e2e latency", "n/a" if p["worst_p99_e2e_s"] is None else f"{p['worst_p99_e2e_s']:.2f} s",
-                help="Highest per-window p99 end-to-end latency in the range.")
-    c[3].metric("Finished requests", f"{p['finished']:,}")
-    c[4].metric("Errors", f"{int(p['n_errors']):,}")
+    c = st.columns(4)
+    c[0].metric("Peak KV-cache usage", "n/a" if p["peak_kv_usage"] is None else f"{p['peak_kv_usage']:.1%}")
+    c[1].metric("Finished requests", f"{p['finished']:,}")
+    c[2].metric("Errors", f"{int(p['n_errors']):,}")
+    c[3].metric("Instances", f"{len(f.targets)}")
 
 
 def queue_section(cfg, f, avail, th) -> None:
@@ -203,7 +262,7 @@ def errors_section(cfg, f, th) -> None:
     first = (df.sort("first_ts").group_by("instance", "kind", maintain_order=True)
              .agg(pl.col("n_errors").sum(), pl.col("first_ts").first(), pl.col("first_message").first(),
                   pl.col("first_source").first(), pl.col("first_line").first()))
-    st.dataframe(first, hide_index=True, key="errors_table")
+    st.dataframe(no_none(first), hide_index=True, key="errors_table")
 
 
 def slowest_section(cfg, f) -> None:
@@ -213,8 +272,10 @@ def slowest_section(cfg, f) -> None:
         st.info("No request with an end-to-end latency in the selected range (the logs of these "
                 "instances carry no per-request timing, see the latency section).", icon=":material/info:")
         return
-    seconds = {c: st.column_config.NumberColumn(c, format="%.3f s") for c in ("e2e_s", "queue_s", "ttft_s", "tpot_s")}
-    st.dataframe(df, hide_index=True, key="slowest_table", column_config=seconds)
+    shown = no_none(df)
+    seconds = {c: st.column_config.NumberColumn(c, format="%.3f s") for c in ("e2e_s", "queue_s", "ttft_s", "tpot_s")
+               if shown.schema[c].is_numeric()}
+    st.dataframe(shown, hide_index=True, key="slowest_table", column_config=seconds)
 
 
 def body(cfg: data.Settings, spec: sidebar.Spec) -> None:
@@ -231,11 +292,14 @@ def body(cfg: data.Settings, spec: sidebar.Spec) -> None:
     if not f.targets:
         st.warning("No instance matches the engine / instance / model filters.")
         return
-    verdict_section(cfg, f)
+    th = data.thresholds(cfg.thresholds)
+    episodes = data.signals(cfg, f)
+    results = vd.verdicts(episodes, list(f.targets), _with_data(cfg, f))
+    fleet_section(cfg, f, results, episodes)
+    verdict_section(cfg, f, results, th)
     headline(cfg, f)
     st.header("Evidence")
     avail = data.availability(cfg)
-    th = data.thresholds(cfg.thresholds)
     queue_section(cfg, f, avail, th)
     batch_section(cfg, f, avail, th)
     kv_section(cfg, f, avail, th)

@@ -1,0 +1,125 @@
+"""`servelens info` (what a store holds) and `servelens prune` (drop old events)."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+
+# cli imports this module only from main(), after it is complete (see cli_report)
+from .cli import StoreOpt, fail, store_path
+
+
+def store_info(root) -> dict[str, Any]:
+    """Instances, engines, models, time range, events, parts and bytes of a store."""
+    from .query import run
+    from .store import committed_parts, read_manifest
+
+    manifest = read_manifest(root)
+    parts = committed_parts(root)
+    info: dict[str, Any] = {
+        "store": str(root),
+        "parts": len(parts),
+        "bytes": sum(p.stat().st_size for p in parts),
+        "files_ingested": len(manifest.get("files", {})),
+        "committed_at": manifest.get("committed_at"),
+    }
+    per = run(root, "select engine, instance, count(*) as events, min(ts) as first_ts, max(ts) as last_ts, "
+                    "count(*) filter (where event = 'unparsed') as unparsed, "
+                    "string_agg(distinct model, ', ' order by model) as models "
+                    "from events group by all order by instance, engine")
+    info["events"] = int(per["events"].sum()) if per.height else 0
+    info["unparsed"] = int(per["unparsed"].sum()) if per.height else 0
+    info["engines"] = sorted(set(per["engine"].to_list()))
+    info["models"] = sorted({m for ms in per["models"].drop_nulls().to_list() for m in ms.split(", ")})
+    info["first_ts"] = per["first_ts"].min() if per.height else None
+    info["last_ts"] = per["last_ts"].max() if per.height else None
+    info["instances"] = per.to_dicts()
+    return info
+
+
+def _ts(t: Any) -> str:
+    return "-" if t is None else t.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def info(
+        store: StoreOpt = None,  # type: ignore[assignment]
+        as_json: Annotated[bool, typer.Option("--json", help="One JSON object instead of text.")] = False,
+    ) -> None:
+        """Say what a store holds: instances (engine, models, time range, events), and the
+        store's events, parts and bytes on disk.
+
+        \b
+        Examples:
+          servelens info
+          servelens info --store incident.store --json
+        """
+        from .query import QueryError
+        from .store import StoreError
+
+        root = store_path(store)
+        if not (root / "manifest.json").exists():
+            raise fail(f"store {root} does not exist or holds nothing yet; ingest logs first (servelens ingest PATH --store {root})")
+        try:
+            data = store_info(root)
+        except (StoreError, QueryError) as e:
+            raise fail(str(e)) from None
+        if as_json:
+            typer.echo(json.dumps(data, default=lambda o: o.isoformat() if hasattr(o, "isoformat") else str(o), indent=2))
+            return
+        lines = [f"store: {data['store']}",
+                 f"time range: {_ts(data['first_ts'])} -> {_ts(data['last_ts'])}",
+                 f"events: {data['events']:,} ({data['unparsed']:,} unparsed) in {data['parts']:,} parts, "
+                 f"{_size(data['bytes'])}; {data['files_ingested']:,} log files ingested",
+                 f"engines: {', '.join(data['engines']) or '-'}",
+                 f"models: {', '.join(data['models']) or '-'}",
+                 f"instances: {len(data['instances'])}"]
+        for r in data["instances"]:
+            lines.append(f"  {r['instance']} ({r['engine']}): {r['events']:,} events, {_ts(r['first_ts'])} -> "
+                         f"{_ts(r['last_ts'])}" + (f", model {r['models']}" if r["models"] else ""))
+        typer.echo("\n".join(lines))
+
+    @app.command()
+    def prune(
+        before: Annotated[str, typer.Option("--before", help="Drop events older than this (ISO 8601 date or time, UTC unless a zone is given).", show_default=False)],
+        store: StoreOpt = None,  # type: ignore[assignment]
+        dry_run: Annotated[bool, typer.Option("--dry-run", help="Only say what would be dropped.")] = False,
+    ) -> None:
+        """Drop the events older than a date from the store, in one atomic commit (readers see
+        the store before or after, never half of it). Events without a time are kept.
+
+        \b
+        Examples:
+          servelens prune --before 2026-05-01
+          servelens prune --before 2026-05-12T08:00Z --store incident.store --dry-run
+        """
+        from .cli_report import parse_time
+        from .prune import prune as run_prune
+        from .store import Store, StoreError
+
+        try:
+            cutoff = parse_time(before)
+        except ValueError as e:
+            raise fail(str(e)) from None
+        root = store_path(store)
+        if not (root / "manifest.json").exists():
+            raise fail(f"store {root} does not exist; nothing to prune")
+        try:
+            with Store.open(root, purpose="prune") as st:
+                r = run_prune(st, cutoff, dry_run=dry_run)
+        except StoreError as e:
+            raise fail(str(e)) from None
+        verb = "would drop" if dry_run else "dropped"
+        typer.echo(f"{verb} {r.rows_removed:,} events older than {_ts(cutoff)}: {r.parts_removed} part(s) removed, "
+                   f"{r.parts_rewritten} rewritten (keeping {r.rows_kept_in_rewritten:,} newer events)", err=True)
