@@ -114,11 +114,18 @@ class Limits:
     raise_spill: str = "$SERVELENS_SPILL_SIZE"
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, prefix: str = "SERVELENS_QUERY_", **overrides: Any) -> "Limits":
-        """Defaults, then the environment (`<prefix>TIMEOUT`, `<prefix>MEMORY`,
-        `SERVELENS_SPILL_SIZE`), then explicit overrides (a CLI option). Raises ValueError."""
+    def from_env(
+        cls,
+        env: Mapping[str, str] | None = None,
+        prefix: str = "SERVELENS_QUERY_",
+        base: "Limits | None" = None,
+        **overrides: Any,
+    ) -> "Limits":
+        """`base` (default: the CLI's defaults), then the environment (`<prefix>TIMEOUT`,
+        `<prefix>MEMORY`, `SERVELENS_SPILL_SIZE`), then explicit overrides (a CLI option's
+        value, as text or number). Raises ValueError naming the bad value."""
         env = os.environ if env is None else env
-        limits = cls(**{k: v for k, v in overrides.items() if k.startswith("raise_") or k == "threads"})
+        limits = base or cls()
         timeout = overrides.get("timeout_s", env.get(f"{prefix}TIMEOUT", limits.timeout_s))
         memory = overrides.get("memory_bytes", env.get(f"{prefix}MEMORY", limits.memory_bytes))
         spill = overrides.get("spill_bytes", env.get("SERVELENS_SPILL_SIZE", limits.spill_bytes))
