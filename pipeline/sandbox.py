@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
+import shutil
 import stat
 import tempfile
 import threading
@@ -95,7 +97,7 @@ def parse_timeout(text: str | float | None) -> float | None:
 
 
 def _human(n: int) -> str:
-    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+    for unit, size in (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
         if n >= size:
             return f"{n / size:.3g} {unit}"
     return f"{n} bytes"
@@ -152,14 +154,39 @@ def spill_dir() -> Path:
         raise QueryError(f"spill directory {path} belongs to another user; set $SERVELENS_SPILL_DIR to a directory of yours")
     if st.st_mode & 0o077:
         os.chmod(path, 0o700)
+    global _swept
+    if not _swept:
+        _swept = True
+        _sweep(path)
     return path
 
 
+_swept = False
+
+
+def _sweep(base: Path) -> None:
+    """Remove what connections of dead processes left (a killed process cannot clean up)."""
+    for entry in base.iterdir():
+        pid = entry.name.split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(entry, ignore_errors=True)
+        except OSError:  # alive, someone else's
+            pass
+
+
 def connection_config(limits: Limits) -> dict[str, Any]:
-    """Settings a connection must be created with (they cannot be changed once it runs)."""
+    """Settings a connection must be created with (they cannot be changed once it runs).
+
+    Each connection spills to a directory of its own inside the private spill directory
+    (`<pid>-<random>`: DuckDB creates it on the first spill and removes it when the connection
+    closes), so that concurrent queries never share temporary files and each has its own cap."""
     config: dict[str, Any] = {
         "memory_limit": f"{max(limits.memory_bytes // 1024, 1)}KiB",
-        "temp_directory": str(spill_dir()),
+        "temp_directory": str(spill_dir() / f"{os.getpid()}-{secrets.token_hex(6)}"),
         "max_temp_directory_size": f"{max(limits.spill_bytes // 1024, 1)}KiB",
         "autoinstall_known_extensions": False,
         "autoload_known_extensions": False,
