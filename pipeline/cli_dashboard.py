@@ -26,10 +26,10 @@ from .cli import StoreOpt, fail, store_path
 
 
 def app_path() -> Path:
-    """The installed dashboards/app.py."""
+    """The installed dashboards/entry/app.py, which runs dashboards/app.py (see there why)."""
     from servelens import dashboards
 
-    return Path(next(iter(dashboards.__path__))) / "app.py"
+    return Path(next(iter(dashboards.__path__))) / "entry" / "app.py"
 
 
 def streamlit_command(store: Path, port: int, host: str, thresholds: Path | None = None) -> list[str]:
