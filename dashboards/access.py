@@ -3,7 +3,8 @@
 `servelens dashboard` passes both in the environment (never on Streamlit's command line,
 where `ps` would show the token): SERVELENS_DASHBOARD_TOKEN, when set, must be typed once per
 browser session before any page draws; SERVELENS_DASHBOARD_SQL=off removes the SQL page.
-Nothing is read from the store before the token is accepted.
+Nothing is read from the store before the token is accepted; then the visitor lands on the
+Overview (the page a URL asked for is not remembered through the prompt).
 """
 
 from __future__ import annotations

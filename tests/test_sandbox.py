@@ -108,7 +108,10 @@ def attacks(store: Path, victim: Path) -> list[str]:
         f"load '{v}/evil.duckdb_extension'",
         "select * from read_csv('http://127.0.0.1:9/x.csv')",
         "select * from read_parquet('s3://bucket/x.parquet')",
-        f"select * from sqlite_scan('{v}/x.db', 't')",
+        f"select * from sqlite_scan('{v}/x.db', 't')",  # its extension is never loaded
+        "select * from world",  # a name only the calling Python code has (replacement scans off)
+        "update extensions",
+        "copy from database memory to memory",
         # settings
         "set enable_external_access = true",
         "reset enable_external_access",
@@ -136,7 +139,7 @@ def attacks(store: Path, victim: Path) -> list[str]:
         "begin transaction",
         "prepare p as select 1",
         "pivot events on engine using count(*)",
-        # reading or listing outside the store
+        READS,  # the rest must be refused by DuckDB's sandbox itself
         f"select * from read_text('{v}/secret.txt')",
         f"select * from read_blob('{v}/secret.txt')",
         f"select * from read_csv('{v}/secret.csv')",
@@ -163,8 +166,13 @@ def attacks(store: Path, victim: Path) -> list[str]:
         f"with t as (select * from read_text('{v}/secret.txt')) select * from t",
         f"select (select content from read_text('{v}/secret.txt')) as c",
         f"explain analyze select * from read_text('{v}/secret.txt')",
-        "select * from world",  # a name only the calling Python code has (replacement scans off)
+        f"select * from read_text(E'{v}/secret\\x2etxt')",
+        f"select * from read_parquet('{store}/events/**/*.parquet')",
     ]
+
+
+READS = "-- reading or listing outside the store"
+SANDBOX_REFUSAL = "reads only the store's committed data"
 
 
 def _files_outside(roots: list[Path]) -> dict[str, dict[str, str]]:
@@ -181,13 +189,18 @@ def test_every_attack_fails_with_one_line_and_changes_nothing(world, tmp_path, m
     before_store, before_outside = tree(store), _files_outside([victim, work])
     before = answers(store)
     assert before[3] == [(False, True)]  # the sandbox is on for every query
-    passed = []
+    passed, sandbox_layer = [], False
     for sql in attacks(store, victim):
+        if sql == READS:
+            sandbox_layer = True
+            continue
         r = runner.invoke(app, ["sql", sql, "--store", str(store), "--format", "csv"])
         out = r.stdout + r.stderr
         lines = r.stderr.strip().splitlines()
         if r.exit_code == 0 or len(lines) != 1 or not lines[0].startswith("servelens: error: ") or "Traceback" in out:
             passed.append((sql, r.exit_code, out[:300]))
+        elif sandbox_layer and SANDBOX_REFUSAL not in lines[0]:
+            passed.append((sql, "not refused by the sandbox", lines[0]))
         assert SECRET not in out, sql
     assert passed == []
     assert tree(store) == before_store
