@@ -96,6 +96,19 @@ def parse_timeout(text: str | float | None) -> float | None:
     return value or None
 
 
+def parse_threads(text: str | int | None) -> int | None:
+    """A thread count; None, 0 or empty for DuckDB's default (one per core)."""
+    if text is None or str(text).strip() in ("", "0"):
+        return None
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"bad thread count {text!r}: give a whole number (0 for one per core)")
+    return value
+
+
 def _human(n: int) -> str:
     for unit, size in (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
         if n >= size:
@@ -131,7 +144,9 @@ class Limits:
         timeout = overrides.get("timeout_s", env.get(f"{prefix}TIMEOUT", limits.timeout_s))
         memory = overrides.get("memory_bytes", env.get(f"{prefix}MEMORY", limits.memory_bytes))
         spill = overrides.get("spill_bytes", env.get("SERVELENS_SPILL_SIZE", limits.spill_bytes))
-        return replace(limits, timeout_s=parse_timeout(timeout), memory_bytes=parse_size(memory), spill_bytes=parse_size(spill))
+        threads = overrides.get("threads", env.get(f"{prefix}THREADS", limits.threads))
+        return replace(limits, timeout_s=parse_timeout(timeout), memory_bytes=parse_size(memory),
+                       spill_bytes=parse_size(spill), threads=parse_threads(threads))
 
 
 # --- the private spill directory --------------------------------------------------------------
@@ -229,7 +244,10 @@ def _statements(sql: str) -> list[Any]:
 
 
 def _kind(statement: Any) -> str:
-    kind = statement.type
+    try:
+        kind = statement.type
+    except ValueError:  # a statement type this Python client has no name for: refused below
+        return "a statement servelens cannot check"
     return (kind.name if hasattr(kind, "name") else str(kind)).upper()
 
 
@@ -282,6 +300,8 @@ def _check_one(statement: Any, depth: int = 0) -> None:
         name = words[1][0] if len(words) > 1 and words[0][0] == "pragma" else ""
         if name in READ_ONLY_PRAGMAS:
             return
+        if words and words[0][0] != "pragma":  # a statement DuckDB runs as a pragma (IMPORT DATABASE, COPY FROM DATABASE)
+            raise QueryError(f"{REFUSED_HINT} (got {words[0][0].upper()})")
         raise QueryError(f"{REFUSED_HINT} (PRAGMA {name or '?'} is not one that only shows something)")
     if kind == "MULTI":  # PIVOT without an IN list creates types first
         raise QueryError(f"{REFUSED_HINT} (PIVOT needs an explicit IN list here: ... on col in (a, b) ...)")
@@ -427,6 +447,11 @@ def execute(
             raise QueryError(_limit_message(e, limits)) from None
         except duckdb.PermissionException as e:
             raise QueryError(_permission_message(e)) from None
+        except duckdb.IOException as e:
+            # a part moved by a concurrent commit: keep the whole line so that the caller sees
+            # which kind of failure it was and reads the manifest again
+            text = " ".join(str(e).split())
+            raise QueryError(text if any(v in text for v in _VANISHED) else clean_message(e)) from None
         except duckdb.Error as e:
             raise QueryError(clean_message(e)) from None
     try:
@@ -435,6 +460,7 @@ def execute(
         raise QueryError(f"cannot show this result's column types ({clean_message(e)}); cast the column to varchar") from None
 
 
+_VANISHED = ("No files found", "No such file")
 _PERM_PATH = re.compile(r'(?:file|directory) "([^"]*)"')
 
 
