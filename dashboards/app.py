@@ -2,7 +2,8 @@
 `streamlit run <this file> -- --store DIR`.
 
 It sets up the page and hands over to the page the navigation picked: Overview (verdict
-first, then the evidence) or SQL (ad-hoc read-only queries). Each page draws the shared
+first, then the evidence) or SQL (ad-hoc read-only queries; absent when switched off). When
+an access token is set, every page waits for it (dashboards/access.py). Each page draws the shared
 sidebar filters itself through `sidebar.page_setup()` (so that a page rerun alone, as in a
 live refresh or Streamlit's AppTest, still has them). It only reads the store.
 """
@@ -12,15 +13,20 @@ from __future__ import annotations
 from pathlib import Path
 
 import streamlit as st
+from servelens.dashboards import access
 
 HERE = Path(__file__).resolve().parent
 
 st.set_page_config(page_title="servelens", layout="wide")
 
-page = st.navigation(
-    [
-        st.Page(HERE / "pages" / "overview.py", title="Overview", default=True, url_path="overview"),
-        st.Page(HERE / "pages" / "sql.py", title="SQL", url_path="sql"),
-    ]
-)
+# the access token (when `servelens dashboard` was given one) before anything reads the store
+if not access.granted():
+    st.stop()
+
+pages = [
+    st.Page(HERE / "pages" / "overview.py", title="Overview", default=True, url_path="overview"),
+]
+if access.sql_enabled():
+    pages.append(st.Page(HERE / "pages" / "sql.py", title="SQL", url_path="sql"))
+page = st.navigation(pages)
 page.run()

@@ -23,7 +23,9 @@ from typing import Any
 
 import polars as pl
 import streamlit as st
-from servelens.pipeline.query import QueryError, connect, one_line, run_on
+from servelens.pipeline.query import QueryError, connect, one_line, run, run_on
+from servelens.pipeline.sandbox import Limits
+from servelens.pipeline.store import StoreError
 
 # Views read by several others (requests by six of them) or expensive to compute: evaluated
 # once per store version and kept as temp tables of the dashboard's connection.
@@ -104,9 +106,28 @@ def query(cfg: Settings, sql: str, params: dict[str, Any] | None = None, window_
     return _cached(cfg.store, store_version(cfg.store), sql, params, tuple(sorted(variables.items())))
 
 
+# A visitor's query: less time and memory than on the command line (several visitors share the
+# machine), two threads; `servelens dashboard --query-timeout/--query-memory` set the env.
+USER_SQL_LIMITS = Limits(
+    timeout_s=15.0,
+    memory_bytes=2 * 10**9,
+    threads=2,
+    raise_timeout="servelens dashboard --query-timeout SECONDS (or $SERVELENS_DASHBOARD_QUERY_TIMEOUT)",
+    raise_memory="servelens dashboard --query-memory SIZE (or $SERVELENS_DASHBOARD_QUERY_MEMORY)",
+)
+
+
+def user_sql_limits() -> Limits:
+    return Limits.from_env(prefix="SERVELENS_DASHBOARD_QUERY_", base=USER_SQL_LIMITS)
+
+
 def run_user_sql(cfg: Settings, sql: str) -> pl.DataFrame:
-    """The SQL page: the user's own query, read-only, over the same views (cached briefly)."""
-    return query(cfg, sql)
+    """The SQL page: the visitor's own query through the guarded path (query.run): checked,
+    then on a sandboxed connection of its own (nothing it does reaches the dashboard's shared
+    connection or another visitor), within the dashboard's limits. Not cached across visitors."""
+    variables = dict(thresholds(cfg.thresholds))
+    variables["window_s"] = float(variables.get("window_s", 60.0))
+    return run(cfg.store, sql, variables=variables, limits=user_sql_limits())
 
 
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)

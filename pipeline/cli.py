@@ -153,18 +153,25 @@ def sql(
     window: Annotated[Optional[str], typer.Option(help="Window of the windowed views, e.g. 30s, 1m, 5m (default 1m).")] = None,
     thresholds: Annotated[Optional[Path], typer.Option(help="TOML file overriding signal thresholds (see sql/thresholds.toml).")] = None,
     allow_partial: Annotated[bool, typer.Option("--allow-partial", help="Answer from the intact parts of a damaged store (with a warning) instead of refusing.")] = False,
+    timeout: Annotated[Optional[str], typer.Option(help="Stop the query after this many seconds; 0 for no limit (default: $SERVELENS_QUERY_TIMEOUT or 60).", show_default=False)] = None,
+    memory_limit: Annotated[Optional[str], typer.Option("--memory-limit", help="Memory the query may use, e.g. 512MB, 8GB (default: $SERVELENS_QUERY_MEMORY or 4GB).", show_default=False)] = None,
 ) -> None:
     """Run SQL over the store: `events` and the metric views (requests, latency_percentiles,
     queue_depth, batch_fill, kv_cache, throughput, errors, scaling_signals, ...).
+
+    The query only reads: it sees the store's committed data and nothing else (no other file,
+    no network, no extension, no setting; see docs/security.md), within a time and a memory
+    limit.
 
     \b
     Examples:
       servelens sql "select event, count(*) as n from events group by all order by n desc"
       servelens sql "select * from latency_percentiles order by window_start" --format csv -o p.csv
       servelens sql "select * from scaling_signals" --window 5m --thresholds my-slo.toml
+      servelens sql "select * from requests" --timeout 300 --memory-limit 16GB
     """
     from .output import render
-    from .query import QueryError, run
+    from .query import Limits, QueryError, run
     from .store import StoreError
 
     if format not in ("table", "csv", "json"):
@@ -176,14 +183,24 @@ def sql(
         variables = resolve_variables({"window_s": parse_duration(window)} if window else {}, thresholds)
     except ValueError as e:
         raise fail(str(e)) from None
+    overrides = {k: v for k, v in (("timeout_s", timeout), ("memory_bytes", memory_limit)) if v is not None}
+    try:
+        limits = Limits.from_env(**overrides)
+    except ValueError as e:
+        raise fail(f"{e} (--timeout, --memory-limit)") from None
     from .store import allowing_partial
 
     try:
         with allowing_partial(allow_partial):
-            df = run(store_path(store), query, variables=variables)
+            df = run(store_path(store), query, variables=variables, limits=limits)
     except (QueryError, StoreError) as e:
         raise fail(str(e)) from None
-    text = render(df, format)
+    try:
+        text = render(df, format)
+    except BaseException as e:  # polars panics are BaseException; a result must never end in a traceback
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            raise
+        raise fail(f"cannot write this result as {format} ({' '.join(str(e).split())[:200]}); try --format table or cast the column to varchar") from None
     if output is not None:
         try:
             output.write_text(text)

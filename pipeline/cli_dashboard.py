@@ -3,10 +3,17 @@
 The command checks its arguments, then replaces itself with `python -m streamlit run` (exec,
 so that signals reach Streamlit directly), bound to localhost unless `--host` says otherwise,
 with usage statistics off and no browser opened.
+
+Serving beyond this machine is an explicit decision: an address other than loopback needs
+`--allow-remote`, and then an access token (`--token` or $SERVELENS_DASHBOARD_TOKEN, asked for
+on the page) or the SQL page switched off (`--no-sql`). The token, the SQL switch and the
+visitors' query limits reach the app in its environment (see dashboards/access.py), never on
+its command line. docs/security.md has the reverse-proxy setup.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import socket
 import sys
@@ -19,10 +26,10 @@ from .cli import StoreOpt, fail, store_path
 
 
 def app_path() -> Path:
-    """The installed dashboards/app.py."""
+    """The installed dashboards/entry/app.py, which runs dashboards/app.py (see there why)."""
     from servelens import dashboards
 
-    return Path(next(iter(dashboards.__path__))) / "app.py"
+    return Path(next(iter(dashboards.__path__))) / "entry" / "app.py"
 
 
 def streamlit_command(store: Path, port: int, host: str, thresholds: Path | None = None) -> list[str]:
@@ -58,20 +65,61 @@ def _port_free(host: str, port: int) -> bool:
     return True
 
 
+MIN_TOKEN_LENGTH = 16
+TOKEN_ENV = "SERVELENS_DASHBOARD_TOKEN"
+
+
+def is_loopback(host: str) -> bool:
+    """True when every address `host` names is this machine's loopback (127.0.0.0/8, ::1)."""
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except socket.gaierror:
+        return False
+    addrs = {info[4][0].split("%")[0] for info in infos}
+    return bool(addrs) and all(ipaddress.ip_address(a).is_loopback for a in addrs)
+
+
+def app_environment(
+    target: Path, token: str | None, sql: bool, query_timeout: str | None, query_memory: str | None
+) -> dict[str, str]:
+    """The Streamlit process's environment: the store, and the access settings dashboards/
+    access.py and the SQL page read."""
+    env = dict(os.environ, SERVELENS_STORE=str(target))
+    env.pop(TOKEN_ENV, None)
+    if token:
+        env[TOKEN_ENV] = token
+    env["SERVELENS_DASHBOARD_SQL"] = "on" if sql else "off"
+    if query_timeout is not None:
+        env["SERVELENS_DASHBOARD_QUERY_TIMEOUT"] = query_timeout
+    if query_memory is not None:
+        env["SERVELENS_DASHBOARD_QUERY_MEMORY"] = query_memory
+    return env
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def dashboard(
         store: StoreOpt = None,  # type: ignore[assignment]
         port: Annotated[int, typer.Option("--port", "-p", help="Port to serve on.")] = 8501,
-        host: Annotated[str, typer.Option(help="Address to bind (default: localhost only; 0.0.0.0 serves every interface).")] = "127.0.0.1",
+        host: Annotated[str, typer.Option(help="Address to bind (default: localhost only). Any other address needs --allow-remote.")] = "127.0.0.1",
         thresholds: Annotated[Path | None, typer.Option(help="A TOML file overriding signal thresholds (see sql/thresholds.toml).")] = None,
+        allow_remote: Annotated[bool, typer.Option("--allow-remote", help="Allow --host to be an address other machines reach (needs --token or --no-sql).")] = False,
+        token: Annotated[str | None, typer.Option(help=f"Access token visitors type once per session (at least {MIN_TOKEN_LENGTH} characters; default: ${TOKEN_ENV}).", show_default=False)] = None,
+        no_sql: Annotated[bool, typer.Option("--no-sql", help="Switch the SQL page off.")] = False,
+        query_timeout: Annotated[str | None, typer.Option(help="Seconds a visitor's SQL query may run (default: $SERVELENS_DASHBOARD_QUERY_TIMEOUT or 15).", show_default=False)] = None,
+        query_memory: Annotated[str | None, typer.Option(help="Memory a visitor's SQL query may use, e.g. 1GB (default: $SERVELENS_DASHBOARD_QUERY_MEMORY or 2GB).", show_default=False)] = None,
     ) -> None:
         """Open the dashboard: scaling verdict per instance, the evidence over time, ad-hoc SQL.
+
+        It serves this machine only unless told otherwise; see docs/security.md before sharing
+        it (a reverse proxy with its own login is the recommended way).
 
         \b
         Examples:
           servelens dashboard --store incident.store
-          servelens dashboard --port 8600 --host 0.0.0.0
+          servelens dashboard --port 8600 --query-timeout 30
+          SERVELENS_DASHBOARD_TOKEN=$(openssl rand -hex 16) servelens dashboard --host 0.0.0.0 --allow-remote
+          servelens dashboard --host 0.0.0.0 --allow-remote --no-sql
         """
         target = store_path(store).resolve()
         if not target.exists():
@@ -90,10 +138,34 @@ def register(app: typer.Typer) -> None:
             socket.getaddrinfo(host, port)
         except socket.gaierror:
             raise fail(f"cannot resolve --host {host!r}; use an address such as 127.0.0.1 or 0.0.0.0") from None
+        token = token if token is not None else (os.environ.get(TOKEN_ENV) or None)
+        if token is not None and len(token) < MIN_TOKEN_LENGTH:
+            raise fail(f"the access token is too short ({len(token)} characters); use at least {MIN_TOKEN_LENGTH}, e.g. $(openssl rand -hex 16)")
+        if not is_loopback(host):
+            if not allow_remote:
+                raise fail(
+                    f"--host {host} serves other machines: add --allow-remote, with an access token "
+                    f"(--token or ${TOKEN_ENV}) or --no-sql; see docs/security.md"
+                )
+            if token is None and not no_sql:
+                raise fail(
+                    f"--allow-remote needs an access token (--token or ${TOKEN_ENV}) or --no-sql; "
+                    "see docs/security.md"
+                )
+        from .sandbox import parse_size, parse_timeout
+
+        try:
+            if query_timeout is not None:
+                parse_timeout(query_timeout)
+            if query_memory is not None:
+                parse_size(query_memory)
+        except ValueError as e:
+            raise fail(f"{e} (--query-timeout, --query-memory)") from None
         if not _port_free(host, port):
             raise fail(f"port {port} on {host} is in use; choose another with --port")
-        typer.echo(f"servelens dashboard: http://{host}:{port}  (store {target}; Ctrl+C to stop)", err=True)
-        env = dict(os.environ, SERVELENS_STORE=str(target))
+        guard = ("access token required" if token else "no access token") + (", SQL page off" if no_sql else "")
+        typer.echo(f"servelens dashboard: http://{host}:{port}  (store {target}; {guard}; Ctrl+C to stop)", err=True)
+        env = app_environment(target, token, not no_sql, query_timeout, query_memory)
         cmd = streamlit_command(target, port, host, thresholds)
         # Replace this process with Streamlit: signals (Ctrl+C, a supervisor's SIGTERM) then
         # reach the server itself and no orphan is left behind.

@@ -1,15 +1,63 @@
-"""Query results as text: an aligned table for people, CSV and JSON for programs."""
+"""Query results as text: an aligned table for people, CSV and JSON for programs.
+
+Every column type a query can return renders in every format: binary values as hex text,
+nested values (lists, structs, maps, arrays) as JSON text in CSV and as JSON in JSON output,
+and exact numbers (DECIMAL, and HUGEINT as from `sum()`) as JSON numbers, not strings.
+(pipeline/sandbox.py has already turned the types polars cannot hold, such as INTERVAL, into
+text.)
+"""
 
 from __future__ import annotations
 
 import polars as pl
 
+_NESTED = (pl.List, pl.Array, pl.Struct)
+
+
+def _is_nested(dtype: pl.DataType) -> bool:
+    return isinstance(dtype, _NESTED) or dtype.__class__.__name__ == "Map"
+
+
+def _json_text(name: str) -> pl.Expr:
+    """A nested column as one JSON text per row (polars encodes structs only: wrap the value in
+    a one-field struct and cut the field name off again)."""
+    prefix = len(pl.select(pl.struct(pl.lit(None).alias(name)).struct.json_encode()).item()) - len("null}")
+    encoded = pl.struct(pl.col(name)).struct.json_encode()
+    return (
+        pl.when(pl.col(name).is_null())
+        .then(pl.lit(None, dtype=pl.String))
+        .otherwise(encoded.str.slice(prefix, encoded.str.len_chars() - prefix - 1))
+        .alias(name)
+    )
+
+
+def for_csv(df: pl.DataFrame) -> pl.DataFrame:
+    """Columns CSV cannot hold made text: binary as hex, nested as JSON."""
+    exprs = []
+    for name, dtype in df.schema.items():
+        if dtype == pl.Binary:
+            exprs.append(pl.col(name).bin.encode("hex"))
+        elif _is_nested(dtype):
+            exprs.append(_json_text(name))
+    return df.with_columns(exprs) if exprs else df
+
+
+def for_json(df: pl.DataFrame) -> pl.DataFrame:
+    """Binary as hex text; DECIMAL as a JSON number (whole numbers exactly, as Int128)."""
+    exprs = []
+    for name, dtype in df.schema.items():
+        if dtype == pl.Binary:
+            exprs.append(pl.col(name).bin.encode("hex"))
+        elif isinstance(dtype, pl.Decimal):
+            exprs.append(pl.col(name).cast(pl.Int128 if dtype.scale == 0 else pl.Float64))
+    return df.with_columns(exprs) if exprs else df
+
 
 def render(df: pl.DataFrame, fmt: str) -> str:
     if fmt == "csv":
-        return df.write_csv()
+        return for_csv(df).write_csv()
     if fmt == "json":
-        return df.write_json() + "\n"
+        return for_json(df).write_json() + "\n"
     if df.width == 0:
         return "(no result)\n"
     with pl.Config(

@@ -2,14 +2,15 @@
 parts) and every view defined in `sql/*.sql`.
 
 `servelens sql`, `servelens report` and the dashboard all come through `connect`, so a metric
-is defined once. Only reading statements are accepted; the Parquet files are never opened for
-writing.
+is defined once. Every connection is sandboxed once its views are bound (pipeline/sandbox.py):
+it can open only the committed part files, load no extension and change no setting, and it
+runs with a memory limit and a private spill directory. `run` is the guarded path for SQL a
+user typed: the statement check first, then a fresh connection of its own (nothing one query
+does is seen by the next), a time limit, and a result that renders whatever its types.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -21,37 +22,38 @@ import pyarrow.parquet as pq
 from servelens.parsers.schema import EVENT_SCHEMA
 
 from .metrics import load_views
+from .sandbox import REFUSED_HINT, Limits, QueryError, check_statement, clean_message, connection_config, execute, lock_down
 from .store import StoreError, committed_parts, read_manifest, readable_parts
 
 # Reading races a writer: a part listed in the manifest can move (staging -> events/) or be
 # garbage-collected after compaction just before DuckDB opens it. Retry with a fresh manifest.
 READ_RETRIES = 5
 VANISHED = ("No files found", "No such file")
-READ_ONLY_TYPES = {"SELECT", "EXPLAIN", "PRAGMA"}
-# statements whose first keyword shows they only read (DuckDB types DESCRIBE/SHOW/SUMMARIZE
-# as SELECT already)
-REFUSED_HINT = "servelens sql is read-only: use SELECT (or WITH ... SELECT, DESCRIBE, SHOW, EXPLAIN)"
+
+__all__ = ["QueryError", "REFUSED_HINT", "Limits", "connect", "run", "run_on", "check_read_only", "one_line"]
 
 
-TEMP_DIR = os.path.join(tempfile.gettempdir(), "servelens-duckdb")
-
-
-class QueryError(Exception):
-    """A query DuckDB or servelens refused; the message is one line."""
-
-
-def connect(store: Path | str, variables: dict[str, Any] | None = None) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection with `events` over the store and the views of sql/."""
+def connect(
+    store: Path | str,
+    variables: dict[str, Any] | None = None,
+    limits: Limits | None = None,
+    *,
+    readable: tuple[Path | str, ...] = (),
+) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with `events` over the store and the views of sql/,
+    sandboxed (see pipeline/sandbox.py): it reads the committed parts (and `readable`, files a
+    trusted caller adds) and nothing else, and its settings are locked."""
     store = Path(store)
     if not store.exists():
         raise StoreError(
             f"store {store} does not exist; ingest logs first (servelens ingest PATH --store {store})"
         )
+    limits = limits or Limits.from_env()
     for attempt in range(READ_RETRIES):
         parts = _settled_parts(store)
-        parts = readable_parts(store, parts)  # i15: a missing or damaged part is an error, not fewer rows
-        # spill to the system's temp dir, not `.tmp/` in the user's working directory
-        con = duckdb.connect(":memory:", config={"temp_directory": TEMP_DIR})
+        parts = readable_parts(store, parts)  # a missing or damaged part is an error, not fewer rows
+        # spill to the user's private temp dir, not `.tmp/` in the user's working directory
+        con = duckdb.connect(":memory:", config=connection_config(limits))
         try:
             if parts:
                 files = ", ".join("'" + str(p).replace("'", "''") + "'" for p in parts)
@@ -67,6 +69,9 @@ def connect(store: Path | str, variables: dict[str, Any] | None = None) -> duckd
                 con.register("_events_empty", EVENT_SCHEMA.empty_table())
                 con.execute("create or replace view events as select * from _events_empty")
             load_views(con, variables=variables)  # binding a view over `events` opens the parts too
+            # DuckDB checks the allowed paths each time a file is opened, at query time too:
+            # the view keeps working over exactly these parts
+            lock_down(con, [*parts, *readable])
             return con
         except (duckdb.IOException, RuntimeError) as e:
             con.close()
@@ -76,6 +81,9 @@ def connect(store: Path | str, variables: dict[str, Any] | None = None) -> duckd
                 if isinstance(e, duckdb.IOException):
                     raise QueryError(one_line(e)) from None
                 raise
+        except BaseException:
+            con.close()
+            raise
     raise AssertionError("unreachable")
 
 
@@ -108,17 +116,10 @@ def _settled_parts(store: Path) -> list[Path]:
     return committed_parts(store)
 
 
-def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
-    try:
-        statements = con.extract_statements(sql)
-    except duckdb.Error as e:
-        raise QueryError(one_line(e)) from None
-    if not statements:
-        raise QueryError("empty query: give a SELECT statement")
-    for st in statements:
-        kind = st.type.name if hasattr(st.type, "name") else str(st.type)
-        if kind.upper() not in READ_ONLY_TYPES:
-            raise QueryError(f"{REFUSED_HINT} (got {kind.upper()})")
+def check_read_only(con: duckdb.DuckDBPyConnection | None, sql: str) -> None:
+    """Raise QueryError unless `sql` only reads (see sandbox.check_statement); `con` is unused,
+    kept for callers that pass one."""
+    check_statement(sql)
 
 
 def one_line(e: BaseException) -> str:
@@ -130,12 +131,17 @@ def run(
     sql: str,
     params: list[Any] | dict[str, Any] | None = None,
     variables: dict[str, Any] | None = None,
+    limits: Limits | None = None,
 ) -> pl.DataFrame:
-    """Run one read-only query over the store and return its result."""
+    """Run one read-only query over the store and return its result: the guarded path for SQL
+    a user typed. The statement is checked before anything is opened, then runs on a fresh
+    sandboxed connection of its own within `limits` (default: Limits.from_env())."""
+    check_statement(sql)
+    limits = limits or Limits.from_env()
     for attempt in range(READ_RETRIES):
-        con = connect(store, variables)
+        con = connect(store, variables, limits)
         try:
-            return run_on(con, sql, params)
+            return execute(con, sql, params, limits)
         except QueryError as e:
             # a part moved by a concurrent commit after the view was made: start again
             if attempt + 1 == READ_RETRIES or not _vanished(e):
@@ -149,13 +155,14 @@ def _vanished(e: BaseException) -> bool:
     return any(s in str(e) for s in VANISHED)
 
 
-def run_on(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | dict[str, Any] | None = None) -> pl.DataFrame:
-    check_read_only(con, sql)
-    try:
-        rel = con.sql(sql, params=params) if params is not None else con.sql(sql)
-        if rel is None:  # a statement with no result (e.g. PRAGMA with no output)
-            return pl.DataFrame()
-        table = rel.to_arrow_table()
-    except duckdb.Error as e:
-        raise QueryError(one_line(e)) from None
-    return pl.from_arrow(table)  # type: ignore[return-value]
+def run_on(
+    con: duckdb.DuckDBPyConnection,
+    sql: str,
+    params: list[Any] | dict[str, Any] | None = None,
+    limits: Limits | None = None,
+) -> pl.DataFrame:
+    """Run one read-only query on a connection from `connect` (shared by trusted callers such
+    as the dashboard's loaders; user text goes through `run`, which gives it a connection of
+    its own)."""
+    check_statement(sql)
+    return execute(con, sql, params, limits or Limits(timeout_s=None))

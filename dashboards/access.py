@@ -1,0 +1,48 @@
+"""Who may use the dashboard: the access token and whether the SQL page is on.
+
+`servelens dashboard` passes both in the environment (never on Streamlit's command line,
+where `ps` would show the token): SERVELENS_DASHBOARD_TOKEN, when set, must be typed once per
+browser session before any page draws; SERVELENS_DASHBOARD_SQL=off removes the SQL page.
+Nothing is read from the store before the token is accepted; then the visitor lands on the
+Overview (the page a URL asked for is not remembered through the prompt).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+
+import streamlit as st
+
+TOKEN_ENV = "SERVELENS_DASHBOARD_TOKEN"
+SQL_ENV = "SERVELENS_DASHBOARD_SQL"
+_STATE_KEY = "_servelens_access"
+
+
+def sql_enabled() -> bool:
+    return os.environ.get(SQL_ENV, "on").strip().lower() not in ("off", "0", "false", "no")
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def granted() -> bool:
+    """True when no token is required or this session gave it; otherwise draws the prompt and
+    returns False (the caller stops the script)."""
+    token = os.environ.get(TOKEN_ENV, "")
+    if not token:
+        return True
+    if hmac.compare_digest(st.session_state.get(_STATE_KEY, ""), _digest(token)):
+        return True
+    st.title("servelens")
+    with st.form("servelens_access"):
+        given = st.text_input("Access token", type="password", key="servelens_access_token")
+        submitted = st.form_submit_button("Open", type="primary")
+    if submitted:
+        if hmac.compare_digest(_digest(given), _digest(token)):
+            st.session_state[_STATE_KEY] = _digest(token)
+            st.rerun()
+        st.error("wrong access token")
+    return False

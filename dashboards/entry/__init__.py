@@ -1,0 +1,1 @@
+"""The Streamlit entry script `servelens dashboard` runs (see app.py there)."""
