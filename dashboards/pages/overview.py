@@ -12,9 +12,6 @@ import polars as pl
 import streamlit as st
 from servelens.dashboards import charts, data, sidebar
 from servelens.dashboards import verdict as vd
-from servelens.dashboards.entry import ensure_entry_point
-
-ensure_entry_point()  # a deep link to /overview on a fresh server runs this file alone
 
 UTC = dt.timezone.utc
 
