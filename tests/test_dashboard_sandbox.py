@@ -62,7 +62,7 @@ def submit(at: AppTest, sql: str) -> AppTest:
 
 
 def verdict_headers(at: AppTest) -> list[str]:
-    return [m.value for m in at.markdown if m.value.startswith("### ")]
+    return [m.value for m in at.markdown if m.value.startswith("#### ")]
 
 
 def test_attacks_on_the_sql_page_fail_in_one_line_and_change_nothing(world, env):
