@@ -35,7 +35,9 @@ MIN_TS = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 MAX_TS = dt.datetime(2100, 1, 1, tzinfo=dt.timezone.utc)
 
 # units whose values cannot be negative (durations, counts, rates)
-NON_NEGATIVE_UNITS = {"s", "tokens", "requests", "blocks", "tokens/s"}
+# (units other helpers' columns may use are listed too: a column appended to the schema with
+# one of these units is checked without a line here)
+NON_NEGATIVE_UNITS = {"s", "ms", "tokens", "requests", "blocks", "bytes", "tokens/s", "requests/s", "count"}
 FRACTION_UNITS = {"fraction 0..1"}
 # columns with a range of their own (lo, hi inclusive)
 COLUMN_RANGES: dict[str, tuple[float, float]] = {

@@ -219,3 +219,22 @@ def test_store_opened_new_has_a_manifest(tmp_path):
     with Store.open(tmp_path / "s"):
         pass
     assert json.loads((tmp_path / "s" / "manifest.json").read_text())["parts"] == []
+
+
+def test_older_store_without_part_records(store):
+    """Parts from before `part_info`: check notes them; a lost one is dropped with a warning
+    that re-ingesting cannot restore it, and the store is consistent again."""
+    m = json.loads((store / "manifest.json").read_text())
+    del m["part_info"]
+    (store / "manifest.json").write_text(json.dumps(m))
+    r = cli("check", "--store", str(store))
+    assert r.exit_code == 0 and f"note: {len(m['parts'])} part(s) predate the record" in r.output
+    victim = m["parts"][0]
+    (store / victim).unlink()
+    r = cli("repair", "--store", str(store))
+    assert r.exit_code == 0
+    assert f"drop {victim} (missing or damaged)" in r.output
+    assert f"warning: {victim} predates the record of what it holds" in r.output
+    assert "roll back" not in r.output
+    assert cli("check", "--store", str(store)).exit_code == 0
+    assert read_manifest(store)["parts"] == m["parts"][1:]

@@ -248,3 +248,15 @@ def test_full_disk_ingest_is_one_line_and_store_intact(tmp_path, tiny_fs):
     assert r.exit_code == 0, r.output
     r = runner.invoke(cli_mod.app, ["sql", "select count(*) as n from events", "--store", str(store_dir), "-f", "csv"])
     assert r.output.split() == ["n", "20001"]
+
+
+def test_full_disk_when_creating_a_store_is_one_line(tmp_path, tiny_fs):
+    log = tmp_path / "a.log"
+    log.write_text("hello\n")
+    fill(tiny_fs, 0)
+    cli_mod._register_commands()
+    r = CliRunner().invoke(cli_mod.app, ["ingest", str(log), "--store", str(tiny_fs / "new")])
+    assert r.exit_code == 1
+    assert "Traceback" not in r.output
+    errors = [ln for ln in r.output.splitlines() if ln.startswith("servelens: error")]
+    assert len(errors) == 1 and ("no space left on device" in errors[0] or "No space left" in errors[0])
