@@ -223,3 +223,20 @@ def test_docs_sources_lists_every_wrapper_format():
     text = (ROOT / "docs/sources.md").read_text()
     rows = {line.split("|")[1].strip().strip("`") for line in text.splitlines() if line.startswith("| `")}
     assert rows == set(W.DECODERS)
+
+
+def test_a_registered_engines_header_re_is_found_behind_a_prefix(fake_engine, monkeypatch):
+    """A new engine gets prefix recovery by naming its header form (`HEADER_RE`)."""
+    from servelens.parsers import detect_engine
+
+    fake = get_parser(fake_engine)
+    lines = ["me@box:~$ FAKE 06-10 14:00:00 INFO started", "FAKE 06-10 14:00:01 ERROR boom"]
+    assert W.detect(lines) == ()  # its header is no form the decoders know yet
+    monkeypatch.setattr(fake, "HEADER_RE", r"FAKE [0-9]{2}-[0-9]{2} ", raising=False)
+    layers = W.detect(lines)
+    assert layers == ("prefix",)
+    assert detect_engine(W.decode_texts(lines, layers))[0] == "fake"
+    ctx = ParseContext(engine="fake", source="t", instance="t", year=2026)
+    ev = parse_lines(W.wrap(fake, layers), lines_frame(lines), ctx)
+    assert ev.select("level", "message").rows() == [("INFO", "started"), ("ERROR", "boom")]
+    assert json.loads(ev["attrs"][0])["prefix"] == "me@box:~$ "
