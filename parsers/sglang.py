@@ -475,7 +475,6 @@ def _other_columns(sub: pl.DataFrame) -> tuple[dict[str, pl.Expr], dict[str, pl.
     """Every other record: errors (fatal scheduler messages, tracebacks, exception lines),
     uvicorn's other lines, start-up progress bars, plain log lines, and unparsed lines."""
     m, hdr = pl.col("m"), pl.col("_hdr")
-    exc = pl.col("_e").struct
     sub_exc = m.str.extract_groups(F.EXCEPTION)
     exc_type = pl.coalesce(pl.col("_xt"), sub_exc.struct.field("exc"))
     exc_msg = pl.coalesce(pl.col("_xm"), sub_exc.struct.field("excmsg"))
@@ -492,7 +491,6 @@ def _other_columns(sub: pl.DataFrame) -> tuple[dict[str, pl.Expr], dict[str, pl.
         .when(hdr | is_uv | progress).then(pl.lit("log"))
         .otherwise(pl.lit("unparsed"))
     )
-    del exc
     cols = {
         "event": kind,
         "level": pl.coalesce(
