@@ -50,7 +50,8 @@ def register(app: typer.Typer) -> None:
           servelens serve --store live.store --port 9464 --host 0.0.0.0 --thresholds preset:vllm-production-stack
           curl -s localhost:9464/api/signals | jq .totals
         """
-        from .serve import ServeError, serve as run_serve
+        from .serve import ServeError
+        from .serve_http import serve as run_serve
 
         target = store_path(store)
         if not target.exists():
@@ -90,7 +91,7 @@ def register(app: typer.Typer) -> None:
         """
         from .cli_report import parse_time
         from .query import QueryError
-        from .serve import export_openmetrics
+        from .serve_export import export_openmetrics
         from .store import StoreError
 
         if format != "openmetrics":

@@ -19,7 +19,8 @@ from typer.testing import CliRunner
 from servelens.pipeline import query
 from servelens.pipeline.cli import _register_commands, app
 from servelens.pipeline.metrics import resolve_variables
-from servelens.pipeline.serve import Exporter, make_server
+from servelens.pipeline.serve import Exporter
+from servelens.pipeline.serve_http import make_server
 
 _register_commands()
 runner = CliRunner()
