@@ -3,6 +3,7 @@ series with timestamps, for backfilling Prometheus)."""
 
 from __future__ import annotations
 
+import io
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -110,8 +111,9 @@ def register(app: typer.Typer) -> None:
                 n = export_openmetrics(target, sys.stdout.buffer, variables=variables, since=t0, until=t1)
                 sys.stdout.buffer.flush()
             else:
-                with open(output, "wb") as out:
-                    n = export_openmetrics(target, out, variables=variables, since=t0, until=t1)
+                buf = io.BytesIO()  # the file is written only once the export succeeded
+                n = export_openmetrics(target, buf, variables=variables, since=t0, until=t1)
+                output.write_bytes(buf.getvalue())
         except (QueryError, StoreError) as e:
             raise fail(str(e)) from None
         except OSError as e:

@@ -52,5 +52,6 @@ def export_openmetrics(store: Path | str, out: IO[bytes], *, variables: Mapping[
     rows = query.run(store, sql, params, variables=dict(variables or {})).to_dicts()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Rows(rows))
-    out.write(openmetrics_latest(registry))
+    text = openmetrics_latest(registry)  # built before `out` is touched: a failed query writes nothing
+    out.write(text)
     return len(rows)
