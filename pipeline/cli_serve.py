@@ -3,6 +3,7 @@ series with timestamps, for backfilling Prometheus)."""
 
 from __future__ import annotations
 
+import io
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -50,7 +51,8 @@ def register(app: typer.Typer) -> None:
           servelens serve --store live.store --port 9464 --host 0.0.0.0 --thresholds preset:vllm-production-stack
           curl -s localhost:9464/api/signals | jq .totals
         """
-        from .serve import ServeError, serve as run_serve
+        from .serve import ServeError
+        from .serve_http import serve as run_serve
 
         target = store_path(store)
         if not target.exists():
@@ -90,7 +92,7 @@ def register(app: typer.Typer) -> None:
         """
         from .cli_report import parse_time
         from .query import QueryError
-        from .serve import export_openmetrics
+        from .serve_export import export_openmetrics
         from .store import StoreError
 
         if format != "openmetrics":
@@ -109,8 +111,9 @@ def register(app: typer.Typer) -> None:
                 n = export_openmetrics(target, sys.stdout.buffer, variables=variables, since=t0, until=t1)
                 sys.stdout.buffer.flush()
             else:
-                with open(output, "wb") as out:
-                    n = export_openmetrics(target, out, variables=variables, since=t0, until=t1)
+                buf = io.BytesIO()  # the file is written only once the export succeeded
+                n = export_openmetrics(target, buf, variables=variables, since=t0, until=t1)
+                output.write_bytes(buf.getvalue())
         except (QueryError, StoreError) as e:
             raise fail(str(e)) from None
         except OSError as e:

@@ -59,7 +59,8 @@ class StatusLine:
 def _start_exporter(store: Path, host: str, port: int, line: StatusLine):
     """`--serve-port`: the exporter of `servelens serve` in background threads of the tailer."""
     from .metrics import resolve_variables
-    from .serve import ServeError, start_beside
+    from .serve import ServeError
+    from .serve_http import start_beside
 
     try:
         stop = start_beside(store, host=host, port=port, variables=resolve_variables())

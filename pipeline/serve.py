@@ -1,4 +1,6 @@
 """The exporter: servelens's metrics and scaling signals for Prometheus, autoscalers and Grafana.
+This module holds the snapshot and its rendering; serve_http.py the HTTP endpoints,
+serve_export.py the backfill file.
 
 `servelens serve` answers `GET /metrics` (Prometheus text or OpenMetrics, by the scrape's
 Accept header), `GET /api/signals` (the same values as JSON, for KEDA's metrics-api scaler)
@@ -10,14 +12,13 @@ whatever the store's size; the views are never evaluated per scrape.
 A refresh reads only the store's recent events (per instance, the last `lookback_s` seconds
 before its newest event, copied into memory): the current window needs minutes of history,
 not days.
-`export_openmetrics` writes the same series over a whole range with their timestamps, for
-`promtool tsdb create-blocks-from openmetrics` (backfill for a post-mortem).
+`serve_export.export_openmetrics` writes the same series over a whole range with their
+timestamps, for `promtool tsdb create-blocks-from openmetrics` (backfill for a post-mortem).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 import multiprocessing
 import os
@@ -26,10 +27,8 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import IO, Any, Callable, Iterable, Mapping
-from urllib.parse import parse_qs, urlsplit
+from typing import Any, Callable, Iterable, Mapping
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -459,142 +458,3 @@ def _iso(epoch_s: float | None) -> str | None:
     if epoch_s is None:
         return None
     return dt.datetime.fromtimestamp(epoch_s, dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-# -- HTTP ------------------------------------------------------------------------------------
-
-
-class _Handler(BaseHTTPRequestHandler):
-    exporter: Exporter  # set on the subclass made by make_server
-    timeout = 10  # s: a client that sends nothing does not hold a thread
-    server_version = "servelens"
-
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        url = urlsplit(self.path)
-        if url.path == "/metrics":
-            body, ctype = self.exporter.metrics(self.headers.get("Accept"))
-            self._send(200, body, ctype)
-        elif url.path == "/api/signals":
-            server = (parse_qs(url.query).get("server") or [None])[0]
-            data = self.exporter.signals(server)
-            if server is not None and not data["servers"]:
-                self._send(404, json.dumps({"error": f"no server {server!r} in the store"}).encode(), "application/json")
-            else:
-                self._send(200, json.dumps(data, default=str).encode(), "application/json")
-        elif url.path == "/healthz":
-            ok = self.exporter.alive()
-            snap = self.exporter.snapshot
-            body = {"status": "ok" if ok else "refresher stopped", "snapshot_at": _iso(snap.built_at) if snap.built_at else None,
-                    "error": snap.error}
-            self._send(200 if ok else 503, json.dumps(body).encode(), "application/json")
-        else:
-            self._send(404, b"not found: try /metrics, /api/signals or /healthz\n", "text/plain; charset=utf-8")
-
-    def _send(self, code: int, body: bytes, ctype: str) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:  # scrapes every 15 s: keep stderr quiet
-        pass
-
-
-def make_server(exporter: Exporter, host: str = "127.0.0.1", port: int = 9464) -> ThreadingHTTPServer:
-    handler = type("Handler", (_Handler,), {"exporter": exporter})
-    try:
-        server = ThreadingHTTPServer((host, port), handler)
-    except OSError as e:
-        raise ServeError(f"cannot listen on {host}:{port}: {e.strerror}; choose another --port or --host") from None
-    server.daemon_threads = True
-    return server
-
-
-def serve(store: Path | str, *, host: str = "127.0.0.1", port: int = 9464,
-          variables: Mapping[str, Any] | None = None, refresh_s: float = DEFAULT_REFRESH_S,
-          stop: threading.Event | None = None, on_ready: Callable[[str], None] | None = None) -> None:
-    """Run the exporter until `stop` is set (or forever)."""
-    exporter = Exporter(store, variables, refresh_s=refresh_s)
-    server = make_server(exporter, host, port)
-    exporter.start()
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
-    thread.start()
-    if on_ready:
-        on_ready(f"http://{host}:{server.server_address[1]}")
-    stop = stop or threading.Event()
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        # Ctrl-C, and the SIGTERM Kubernetes sends a pod it stops (SIGINT may be ignored in a
-        # background job: set both handlers explicitly)
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, lambda *_: stop.set())
-    try:
-        while not stop.wait(0.5):
-            pass
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        server.shutdown()
-        server.server_close()
-        exporter.stop()
-
-
-def start_beside(store: Path | str, *, host: str, port: int, variables: Mapping[str, Any] | None = None,
-                 refresh_s: float = DEFAULT_REFRESH_S) -> Callable[[], None]:
-    """Start the exporter in background threads (for `servelens tail --serve-port`); returns
-    the function that stops it."""
-    exporter = Exporter(store, variables, refresh_s=refresh_s)
-    server = make_server(exporter, host, port)
-    exporter.start()
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
-
-    def stop() -> None:
-        server.shutdown()
-        server.server_close()
-        exporter.stop()
-
-    return stop
-
-
-# -- backfill --------------------------------------------------------------------------------
-
-
-class _Rows:
-    """A collector over metric_series rows sorted by series then time, with timestamps."""
-
-    def __init__(self, rows: list[dict[str, Any]]):
-        self.rows = rows
-
-    def collect(self) -> Iterable[Metric]:
-        fam: Metric | None = None
-        for row in self.rows:
-            name = row["name"]
-            if fam is None or fam.name != name:
-                if fam is not None:
-                    yield fam
-                fam = _family(name)
-            fam.add_sample(name, _labels(row), float(row["value"]), timestamp=_epoch(row["window_end"]))
-        if fam is not None:
-            yield fam
-
-
-def export_openmetrics(store: Path | str, out: IO[bytes], *, variables: Mapping[str, Any] | None = None,
-                       since: dt.datetime | None = None, until: dt.datetime | None = None) -> int:
-    """Write metric_series over [since, until) as OpenMetrics with timestamps (each window's
-    value at its end); returns the number of samples."""
-    sql = "select * from metric_series where true"
-    params: list[Any] = []
-    if since is not None:
-        sql += " and window_start >= ?"
-        params.append(since)
-    if until is not None:
-        sql += " and window_end <= ?"
-        params.append(until)
-    # a family's samples together, each series' samples in time order (OpenMetrics requires both)
-    sql += " order by name, engine, instance, model, quantile, signal, severity, window_end"
-    rows = query.run(store, sql, params, variables=dict(variables or {})).to_dicts()
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Rows(rows))
-    out.write(openmetrics_latest(registry))
-    return len(rows)

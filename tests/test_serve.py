@@ -19,7 +19,8 @@ from typer.testing import CliRunner
 from servelens.pipeline import query
 from servelens.pipeline.cli import _register_commands, app
 from servelens.pipeline.metrics import resolve_variables
-from servelens.pipeline.serve import Exporter, make_server
+from servelens.pipeline.serve import Exporter
+from servelens.pipeline.serve_http import make_server
 
 _register_commands()
 runner = CliRunner()
@@ -222,6 +223,9 @@ def test_export_range_and_bad_input(store, tmp_path):
     assert res.exit_code != 0 and "cannot read time" in res.output
     res = runner.invoke(app, ["serve", "--store", str(tmp_path / "none")])
     assert res.exit_code != 0 and "does not exist" in res.output
+    res = runner.invoke(app, ["export", "--store", str(tmp_path / "none"), "-o", str(tmp_path / "none.om")])
+    assert res.exit_code != 0 and "does not exist" in res.output
+    assert not (tmp_path / "none.om").exists()  # nothing written when the export fails
     res = runner.invoke(app, ["serve", "--store", str(store), "--thresholds", "preset:nope"])
     assert res.exit_code != 0 and "unknown preset" in res.output
 
