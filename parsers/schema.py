@@ -27,7 +27,7 @@ WRAPPER_TS_TYPE = pa.timestamp("ns", tz="UTC")
 COLUMNS: tuple[Column, ...] = (
     Column("ts", TS_TYPE, "µs, UTC", "when the event happened; null only when no time can be inferred"),
     Column("ts_inferred", pa.bool_(), "", "true when the line carried no time of its own and `ts` was taken from the nearest earlier line"),
-    Column("engine", pa.string(), "", "`vllm`, `tgi`, `trtllm`, or `unknown` for a file no parser recognised"),
+    Column("engine", pa.string(), "", "the parser's name in `parsers.ENGINES` (`vllm`, `tgi`, `trtllm`, `sglang`, `llamacpp`, `client` for a benchmark client's results), or `unknown` for a file no parser recognised"),
     Column("instance", pa.string(), "", "which server wrote it (from the file's path unless `--instance` is given)"),
     Column("source", pa.string(), "", "the file the event came from"),
     Column("line", pa.int64(), "line number", "1-based line number in `source` where the event starts"),

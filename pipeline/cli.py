@@ -14,6 +14,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from servelens.parsers import ENGINES
+
 from .store import default_store
 
 app = typer.Typer(
@@ -78,7 +80,7 @@ def store_path(store: Optional[Path]) -> Path:
 def ingest(
     paths: Annotated[list[Path], typer.Argument(help="Log files or directories (searched recursively; .gz is fine); - reads standard input.", show_default=False)],
     store: StoreOpt = None,  # type: ignore[assignment]
-    engine: Annotated[str, typer.Option(help="auto (detect per file), vllm, tgi or trtllm.")] = "auto",
+    engine: Annotated[str, typer.Option(help=f"auto (detect per file), or one of: {', '.join(ENGINES)}.")] = "auto",
     instance: Annotated[Optional[str], typer.Option(help="Instance name for every file (default: from each file's name).")] = None,
     year: Annotated[Optional[int], typer.Option(help="Year of timestamps printed without one (default: from the file's modification time).")] = None,
     instance_from: Annotated[Optional[str], typer.Option(help="Name each file's instance from its path: a template over {stem} {name} {parent} {grandparent} {dir} {pod} {namespace} {container}, e.g. '{parent}/{stem}'.")] = None,
