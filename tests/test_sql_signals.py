@@ -149,9 +149,14 @@ def test_sql_defaults_match_thresholds_toml():
     seen = set()
     for path in sql_files():
         text = path.read_text()
-        for name, value in re.findall(r"getvariable\('(\w+)'\) as double\), ([0-9.]+)\)", text):
+        for name, value in re.findall(r"getvariable\('(\w+)'\) as double\), (-?[0-9.]+)\)", text):
             assert name in defaults, f"{path.name}: {name} not in thresholds.toml"
             assert float(value) == float(defaults[name]), f"{path.name}: {name}"
+            seen.add(name)
+        # string parameters (the autoscaler rule's preset name and combine mode)
+        for name, value in re.findall(r"getvariable\('(\w+)'\) as varchar\), '([^']*)'\)", text):
+            assert name in defaults, f"{path.name}: {name} not in thresholds.toml"
+            assert value == defaults[name], f"{path.name}: {name}"
             seen.add(name)
     assert seen == set(defaults)
     assert resolve_variables({"window_s": 30})["window_s"] == 30
