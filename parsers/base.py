@@ -22,6 +22,8 @@ An engine parser is a module (see `parsers/__init__.py` for the registry) exposi
         # Every input line must be covered by exactly one event span [line, line + n_lines)
         # (several events may share one span, e.g. one line aborting several requests).
         # parse must not depend on earlier chunks: chunks are parsed in parallel.
+    WRITTEN_WHOLE: bool                         # optional: the file is written once, not appended to
+        # (a benchmark client's results): its unterminated last line is complete
     CARRY_FORWARD: tuple[str, ...]              # optional: columns whose last value carries
         # on to later events of the file (finalize fills them in file order)
 

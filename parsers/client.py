@@ -39,6 +39,9 @@ from .base import ParseContext, attrs_column, group_records
 
 NAME = "client"
 RECORD_LOOKBACK = 1
+# A results file is written once, when the run ends (vLLM without a final newline): its last
+# line is finished however fresh the file, so ingest must not hold it back as a live log's.
+WRITTEN_WHOLE = True
 
 _VLLM_BENCH_KEYS = ('"ttfts"', '"input_lens"', '"num_prompts"', '"endpoint_type"', '"model_id"')
 _AIPERF_HEAD = r'^\{\s*"metadata"\s*:\s*\{'

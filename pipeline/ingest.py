@@ -243,8 +243,12 @@ def _ingest_file(
     ctx.mtime = dt.datetime.fromtimestamp(path.stat().st_mtime, dt.timezone.utc)
     offset, next_line = 0, 1
     # a file written to in the last minute is live: its unterminated last line is not
-    # finished yet, so leave it for the next ingest (or the tailer) instead of cutting it
-    live = time.time() - path.stat().st_mtime < LIVE_WINDOW_S
+    # finished yet, so leave it for the next ingest (or the tailer) instead of cutting it;
+    # a file its writer writes whole at once (a client's results) has no such line
+    live = (
+        not getattr(get_parser(result.engine), "WRITTEN_WHOLE", False)
+        and time.time() - path.stat().st_mtime < LIVE_WINDOW_S
+    )
     if known is not None:
         offset, next_line = known["offset"], known["lines"] + 1
         restore_ctx(ctx, known.get("ctx", {}))

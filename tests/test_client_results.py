@@ -70,8 +70,10 @@ def _vllm_bench_file(out: Path, truth: pl.DataFrame) -> Path:
         "errors": ["" if good else "aiohttp.client_exceptions.ServerDisconnectedError" for good in ok],
     }
     path = out / "vllm-bench-results.json"
-    path.write_text(json.dumps(obj))  # one line, no final newline, as vLLM writes it
-    return _old(path)
+    # one line, no final newline, as vLLM writes it; ingested at once, as a user would right
+    # after the run (a results file is never held back as a live log's unfinished line)
+    path.write_text(json.dumps(obj))
+    return path
 
 
 def _aiperf_file(out: Path, truth: pl.DataFrame) -> Path:
