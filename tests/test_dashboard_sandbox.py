@@ -23,6 +23,15 @@ SECRET = "DASHSECRET-51c2"
 RUNAWAY = "select count(*) from events a, events b, events c where a.line * b.line % 7 = c.line % 5"
 
 
+@pytest.fixture(autouse=True)
+def _restore_main():
+    """AppTest leaves the last script it ran as sys.modules['__main__']; a later test that
+    spawns processes (multiprocessing re-runs __main__ in the child) must not run a page."""
+    main = sys.modules["__main__"]
+    yield
+    sys.modules["__main__"] = main
+
+
 def tree(root: Path) -> dict[str, str]:
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
 
