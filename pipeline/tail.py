@@ -588,18 +588,37 @@ def tail(
     check_engine(engine)  # before the store is created
     targets = Targets([Path(p) for p in paths], glob, skip_under=store_dir)
     stop = stop or threading.Event()
-    with Store.open(store_dir, purpose="tail") as store:
-        tailer = Tailer(
-            store, targets, engine=engine, instance=instance, year=year, from_end=from_end,
-            flush_interval=flush_interval, say=say,
-        )
-        previous = {}
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                previous[sig] = signal.signal(sig, lambda *_: stop.set())
-        try:
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, lambda *_: stop.set())
+    try:
+        store = _open_waiting_for_space(store_dir, stop, say or (lambda msg: None))
+        if store is None:  # stopped while the disk was still full: nothing was read
+            return Stats()
+        with store:
+            tailer = Tailer(
+                store, targets, engine=engine, instance=instance, year=year, from_end=from_end,
+                flush_interval=flush_interval, say=say,
+            )
             tailer.run(stop, on_status)
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-        return tailer.stats
+            return tailer.stats
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _open_waiting_for_space(store_dir: Path, stop: threading.Event, say: Callable[[str], None]) -> Store | None:
+    """Store.open for the tailer, which on a full disk waits for space (retrying every
+    FULL_RETRY_S) as it does when the disk fills later, instead of exiting; None when stopped
+    first."""
+    waiting = False
+    while True:
+        try:
+            return Store.open(store_dir, purpose="tail")
+        except StoreFull as e:
+            if not waiting:
+                say(f"{e} (waiting: retrying every {FULL_RETRY_S:.0f}s)")
+                waiting = True
+        if stop.wait(FULL_RETRY_S):
+            return None

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import resource
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import polars as pl
@@ -260,3 +262,37 @@ def test_full_disk_when_creating_a_store_is_one_line(tmp_path, tiny_fs):
     assert "Traceback" not in r.output
     errors = [ln for ln in r.output.splitlines() if ln.startswith("servelens: error")]
     assert len(errors) == 1 and ("no space left on device" in errors[0] or "No space left" in errors[0])
+
+
+def test_full_disk_when_the_tailer_starts_it_waits_for_space(tmp_path, tiny_fs, monkeypatch):
+    monkeypatch.setattr(tail_mod, "FULL_RETRY_S", 0.2)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "a.log").write_text("".join(f"line {i}\n" for i in range(50)))
+    filler = fill(tiny_fs, 0)
+    said: list[str] = []
+    stop = threading.Event()
+    result = {}
+    runner = threading.Thread(
+        target=lambda: result.setdefault("stats", tail_mod.tail([logs], tiny_fs / "store", engine="unknown",
+                                                                 flush_interval=0.2, say=said.append, stop=stop)))
+    runner.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not said and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # several retries: still one line, still running
+        assert runner.is_alive()
+        full = [m for m in said if "no space left on device" in m.lower()]
+        assert len(full) == 1 and "waiting" in full[0], said
+        filler.unlink()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if (tiny_fs / "store" / "manifest.json").exists() and stored(tiny_fs / "store").height == 50:
+                break
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        runner.join(30)
+    assert not runner.is_alive()
+    assert sorted(stored(tiny_fs / "store")["line"].to_list()) == list(range(1, 51))
