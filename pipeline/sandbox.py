@@ -218,6 +218,10 @@ def lock_down(con: duckdb.DuckDBPyConnection, readable: Iterable[Path | str]) ->
     """DuckDB's sandbox: from now on `con` opens no file but `readable` (the committed parts the
     `events` view reads), loads no extension and changes no setting. Call it after the views are
     bound and the variables set."""
+    # stderr carries servelens' own one-line messages: a long query (a report over a big store,
+    # an exporter refresh) must not draw DuckDB's progress bar over them (a session setting,
+    # so it is set here, before the lock, rather than in connection_config)
+    con.execute("set enable_progress_bar = false")
     con.execute("set allowed_paths = ?", [[str(p) for p in readable]])
     con.execute("set allowed_directories = []")
     con.execute("set enable_external_access = false")

@@ -37,6 +37,7 @@ from prometheus_client.exposition import generate_latest as text_latest
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 
 from . import query
+from .sandbox import Limits
 
 DEFAULT_REFRESH_S = 5.0
 DEFAULT_LOOKBACK_S = 900.0  # history a refresh reads: the current window plus long requests' arrivals
@@ -262,10 +263,10 @@ def read_snapshot(store: Path | str, variables: Mapping[str, Any] | None = None,
                   on_connect: Callable[[Any], None] | None = None) -> list[dict[str, Any]]:
     """Evaluate metric_snapshot over the store (its recent events only when `lookback_s`).
     `on_connect` receives the connection (so that a stopping exporter can interrupt it)."""
-    con = query.connect(store, dict(variables or {}))
-    con.execute("set enable_progress_bar = false")  # a long refresh must not draw on stderr
-    if WORKER_THREADS:  # in the worker process: leave a core to the process answering scrapes
-        con.execute(f"set threads = {int(WORKER_THREADS)}")
+    # in the worker process: leave a core to the process answering scrapes (a connection's
+    # settings are locked once it is made, so the thread count goes in with its limits)
+    limits = Limits.from_env(threads=WORKER_THREADS) if WORKER_THREADS else None
+    con = query.connect(store, dict(variables or {}), limits)
     if on_connect is not None:
         on_connect(con)
     try:
