@@ -72,14 +72,16 @@ dp_seconds as (
     having max(engine_index) > 0 or bool_or(engine_index = -1)
 ),
 
+-- (integer sums cast back to bigint: DuckDB sums bigints to hugeint, which would widen the
+-- columns of every row in the union below)
 dp_folded as (
     select
         s.ts, s.engine, s.instance, any_value(s.model) as model, 'engine_stats' as kind,
-        sum(s.running) as running, sum(s.waiting) as waiting, sum(s.swapped) as swapped,
-        sum(s.batch_size) as batch_size, sum(s.batch_tokens) as batch_tokens,
-        avg(s.kv_usage) as kv_usage, sum(s.kv_blocks_used) as kv_blocks_used, sum(s.kv_blocks_total) as kv_blocks_total,
-        sum(s.prompt_tps) as prompt_tps, sum(s.gen_tps) as gen_tps, sum(s.max_num_seqs) as max_num_seqs,
-        sum(s.preemptions) as preemptions, min(s.source) as source, min(s.line) as line, cast(null as bigint) as engine_index,
+        cast(sum(s.running) as bigint) as running, cast(sum(s.waiting) as bigint) as waiting, cast(sum(s.swapped) as bigint) as swapped,
+        cast(sum(s.batch_size) as bigint) as batch_size, cast(sum(s.batch_tokens) as bigint) as batch_tokens,
+        avg(s.kv_usage) as kv_usage, cast(sum(s.kv_blocks_used) as bigint) as kv_blocks_used, cast(sum(s.kv_blocks_total) as bigint) as kv_blocks_total,
+        sum(s.prompt_tps) as prompt_tps, sum(s.gen_tps) as gen_tps, cast(sum(s.max_num_seqs) as bigint) as max_num_seqs,
+        cast(sum(s.preemptions) as bigint) as preemptions, min(s.source) as source, min(s.line) as line, cast(null as bigint) as engine_index,
     from snapshots as s
     join dp_seconds as d using (engine, instance, ts)
     where s.kind = 'engine_stats' and s.engine_index >= 0 and not d.has_aggregate

@@ -247,6 +247,9 @@ def test_data_parallel_engines_are_one_snapshot_of_the_instance(tmp_path) -> Non
     store = _ingest(tmp_path, "dp.log", lines)
     got = run(store, "select waiting from queue_depth order by ts")["waiting"].to_list()
     assert got == [5, 10, 15, 1]
+    # folded counts stay integers (a hugeint sum would turn them into decimals downstream)
+    types = dict(run(store, "select column_name, column_type from (describe engine_stats)").rows())
+    assert {types[c] for c in ("running", "waiting", "batch_size", "kv_blocks_used", "max_num_seqs")} == {"BIGINT"}
     kv = run(store, "select kv_usage from kv_cache order by ts")["kv_usage"].to_list()
     assert kv[:3] == [pytest.approx(0.2)] * 3
     # an aggregated line, when printed, is the snapshot
