@@ -39,8 +39,8 @@ FLUSH_ROWS = 500_000
 # Rows alone do not bound memory: a vLLM `Received request` event carries the whole prompt in
 # its message (kilobytes), so 500,000 of them would hold about a gigabyte.
 FLUSH_BYTES = 64 * 1024 * 1024  # held in frames; the flush (concat, sort, Arrow, Parquet) needs a few times that
-DETECT_BYTES = 64 * 1024
-DETECT_LINES = 300
+DETECT_BYTES = wrappers.SAMPLE_BYTES
+DETECT_LINES = wrappers.SAMPLE_LINES
 LIVE_WINDOW_S = 60.0
 
 
@@ -99,12 +99,7 @@ class IngestSummary:
         return total
 
 
-def _detect_sample(head: bytes) -> list[str]:
-    text = head.decode("utf-8", errors="replace")
-    lines = text.split("\n")
-    if len(head) >= DETECT_BYTES and len(lines) > 1:
-        lines = lines[:-1]  # the last one is probably cut short
-    return [ln.rstrip("\r") for ln in lines[:DETECT_LINES]]
+_detect_sample = wrappers.head_sample
 
 
 class _Batch:
