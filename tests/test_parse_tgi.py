@@ -11,12 +11,17 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from servelens.parsers import detect_engine, tgi
+from servelens.parsers import detect_engine, tgi, wrappers
 from servelens.parsers.base import check_events, parse_text, uncovered_lines
 from servelens.parsers.tgi_fields import duration_ns, ns_to_s
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tgi"
 UTC = dt.timezone.utc
+
+
+def decoded(lines: list[str]) -> list[str]:
+    """The engine lines inside wrapped lines, as ingest hands them to engine detection."""
+    return wrappers.decode_texts(lines, wrappers.detect(lines))
 
 
 def parse_fixture(name: str) -> pl.DataFrame:
@@ -397,7 +402,8 @@ def test_record_starts():
         "2024-05-01T01:17:02.618901234Z 2024-05-01T01:17:02.618817Z TRACE a: b",
         "2024-05-01T01:17:02.618901234Z   File \"x.py\", line 1",
     ]
-    got = tgi.record_starts(pl.Series(lines)).to_list()
+    # the wrappers (compose, ANSI, docker times) are undone first, as ingest and tail do
+    got = wrappers.wrap(tgi, wrappers.detect(lines)).record_starts(pl.Series(lines)).to_list()
     assert got == [True, False, False, True, True, False, True, False]
 
 
@@ -421,7 +427,7 @@ def test_empty_input():
 
 def test_detect():
     for name in ("router_text.log", "success_text.log", "launcher_text.log", "json.log", "ansi.log"):
-        lines = (FIXTURES / name).read_text(encoding="utf-8").splitlines()
+        lines = decoded((FIXTURES / name).read_text(encoding="utf-8").splitlines())
         assert tgi.detect(lines) >= 0.6, name
         assert detect_engine(lines)[0] == "tgi", name
     design = (FIXTURES / "design_notes.log").read_text(encoding="utf-8").splitlines()
@@ -489,7 +495,7 @@ def test_real_sample_logs(name, kinds):
     check_events(ev)
     assert uncovered_lines(ev, 1, len(text.split("\n")) - 1) == []
     assert dict(ev["event"].value_counts().rows()) == kinds
-    assert detect_engine(text.splitlines())[0] == "tgi"
+    assert detect_engine(decoded(text.splitlines()))[0] == "tgi"
 
 
 def test_real_startup_values():
