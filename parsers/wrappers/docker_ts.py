@@ -33,14 +33,20 @@ def sniff(texts: list[str]) -> float:
     return 1.0 if (s.str.contains(f"^{PATTERN}") & ~s.str.contains(_ENGINE)).any() else 0.0
 
 
-def decode(df: pl.DataFrame) -> pl.DataFrame:
+def decode(df: pl.DataFrame, again: bool = True) -> pl.DataFrame:
     engine = pl.col("text").str.contains(_ENGINE)
     keep = df.select(engine.alias("_eng"))["_eng"]
     if keep.any():
         own = df.filter(keep)
         rest = _second_time(peel(df.filter(~keep), PATTERN, {"_t": "_wts"}))
-        return pl.concat([own, rest], how="diagonal_relaxed").sort("line")
-    return _second_time(peel(df, PATTERN, {"_t": "_wts"}))
+        df = pl.concat([own, rest], how="diagonal_relaxed").sort("line")
+    else:
+        df = _second_time(peel(df, PATTERN, {"_t": "_wts"}))
+    # a log taken with --timestamps from a container that wrote one already carries two
+    # times: the inner one goes too (the outer stays the wrapper time)
+    if again and df.height and bool(df.select(pl.col("text").str.contains(f"^{PATTERN}").any()).item()):
+        return decode(df, again=False)
+    return df
 
 
 def _second_time(df: pl.DataFrame) -> pl.DataFrame:
