@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ._frame import peel, share
+from ._frame import peel
 
 NAME = "docker-ts"
 DOC = "`docker logs --timestamps`, `kubectl logs --timestamps`: `<RFC 3339 time> <line>`"
