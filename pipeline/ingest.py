@@ -226,7 +226,9 @@ def _ingest_file(
     key, known = find_known(store.manifest, path, head)
     sample = _detect_sample(head)
     if known is not None:
-        result.decode = tuple(known.get("decode", ()))
+        # entries of stores written before the decoding stage hold no layers: found again
+        # (the engine parsers no longer undo wrappers themselves)
+        result.decode = tuple(known["decode"]) if "decode" in known else wrappers.detect(sample)
         result.engine, result.instance = known["engine"], instance if explicit else known["instance"]
     else:
         result.decode = wrappers.detect(sample)

@@ -235,7 +235,10 @@ class IdentityMixin:
         fol.key, fol.offset, fol.next_line = key, offset, known["lines"] + 1
         fol.head, fol.tail = head, tail
         fol.engine = known["engine"]
-        fol.decode = tuple(known.get("decode", ()))
+        if "decode" in known:
+            fol.decode = tuple(known["decode"])
+        else:  # no layers kept (none, or a store from before the decoding stage): find them again
+            fol.decode = wrappers.detect(_detect_sample(self._read_head(fol) or head))
         fol.instance = self.instance or known["instance"]
         fol.source = known["source"]
         self._make_ctx(fol)
