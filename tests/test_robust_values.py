@@ -31,7 +31,7 @@ from servelens.parsers.domain import MAX_TS, MIN_TS, NUMERIC_RULES
 FIX = Path(__file__).parent / "fixtures"
 ENGINE_LINES = {
     name: sorted(
-        {ln for p in (FIX / name).glob("*.log") for ln in p.read_text().split("\n") if ln.strip()}
+        {ln for p in (FIX / name).glob("*.log") for ln in p.read_text(errors="replace").split("\n") if ln.strip()}
     )
     for name in ENGINES
     if (FIX / name).is_dir()
