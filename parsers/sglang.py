@@ -26,8 +26,8 @@ Choices worth knowing:
 - A per-request metrics file (`sglang-request-metrics-YYYYMMDD_HH.log`) names no server;
   its requests go to the instance named by the directory it is in (the instance its
   hourly file name would otherwise give is a different one every hour).
-- Wrapper prefixes (Ray `(SGLangEngine pid=1) `, docker/k8s times) are the decoding
-  stage's job; a prefix found behind another lead is still read, the lead kept in
+- Wrapper prefixes (Ray `(SGLangEngine pid=1) `, docker/k8s times) and ANSI colour codes
+  are the decoding stage's job (parsers/wrappers); a prefix found behind another lead is still read, the lead kept in
   `attrs.wrapper`.
 """
 
@@ -40,7 +40,7 @@ from pathlib import Path
 import polars as pl
 
 from . import sglang_fields as F
-from .base import ANSI_RE, ParseContext, attrs_column, record_ids
+from .base import ParseContext, attrs_column, record_ids
 
 NAME = "sglang"
 CARRY_FORWARD = ("model", "instance")
@@ -86,9 +86,7 @@ def detect(lines: list[str]) -> float:
     alone is not enough: other programs print it too."""
     if not lines:
         return 0.0
-    df = pl.DataFrame({"t": pl.Series(lines, dtype=pl.String)}).with_columns(
-        pl.col("t").str.replace_all(ANSI_RE, "")
-    )
+    df = pl.DataFrame({"t": pl.Series(lines, dtype=pl.String)})
     df = _split_prefix(df.rename({"t": "_t"}))
     m = pl.col("m")
     strong = (
@@ -111,8 +109,6 @@ def record_starts(text: pl.Series) -> pl.Series:
     the `Traceback` line)."""
     df = pl.DataFrame({"t": text.fill_null("")})
     t = pl.col("t")
-    if _any(df, t.str.contains(ANSI_RE)):
-        df = df.with_columns(t.str.replace_all(ANSI_RE, ""))
     if not _any(df, t.str.contains(r"^(?:[ \t]|$|The above|During handling)|^\s*$")):
         return pl.repeat(True, df.height, dtype=pl.Boolean, eager=True).alias("starts")
     hdr = t.str.contains(_PREFIX_HINT) | t.str.contains(_PYLOG_HINT)
@@ -129,15 +125,9 @@ def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
         return lines.select("line", pl.lit("unparsed").alias("event"), pl.col("text").alias("message"))
     text = pl.col("text").fill_null("")
     df = lines.select("line", text.alias("text"))
-    has = df.select(
-        pl.col("text").str.contains("\r", literal=True).any().alias("cr"),
-        pl.col("text").str.contains(ANSI_RE).any().alias("ansi"),
-    ).row(0, named=True)
     t = pl.col("text")
-    if has["cr"]:
+    if df.select(t.str.contains("\r", literal=True).any()).item():
         t = t.str.strip_chars_end("\r")
-    if has["ansi"]:
-        t = t.str.replace_all(ANSI_RE, "")
     df = df.with_columns(t.alias("_t"))
     starts = record_starts(df["_t"])
     df = _split_prefix(df)

@@ -10,8 +10,9 @@ error/capacity classification, and each other kind's fields are read on its own 
 (see `tgi_text.py` for the text lines themselves).
 
 Records: a record starts at a line whose TGI header is an RFC 3339 time plus a level, or
-at a TGI JSON object (`{"timestamp":...`), optionally behind a docker-compose prefix, ANSI
-codes and one outer timestamp (`docker logs --timestamps`, CloudWatch). Every other line
+at a TGI JSON object (`{"timestamp":...`). Docker-compose prefixes, ANSI codes and outer
+timestamps (`docker logs --timestamps`, CloudWatch) are undone before, by the decoding stage
+(parsers/wrappers), which gives their service and time as `labels` and `wrapper_ts`. Every other line
 (traceback frames, a pretty `Args { ... }` dump, a multi-line prompt, the empty line old
 launchers print after each relayed shard message) continues the record before it.
 
@@ -42,8 +43,7 @@ Events:
 - `unparsed`: records without a TGI header; message is the raw text.
 
 Every understood event's attrs also say where it came from: `target`, `file` (file:line),
-`span` (span names outer->inner), `rank` (launcher shard), `service` (compose prefix),
-`outer_ts` (the docker/CloudWatch time before TGI's own, which is the one used for `ts`).
+`span` (span names outer->inner), `rank` (launcher shard).
 """
 
 from __future__ import annotations
@@ -53,8 +53,6 @@ from collections.abc import Callable
 import polars as pl
 
 from .base import (
-    ANSI_RE,
-    COMPOSE_PREFIX_RE,
     ParseContext,
     attrs_column,
     record_ids,
@@ -82,11 +80,10 @@ NAME = "tgi"
 # ingest hold-back may ask about a block's last lines only (pipeline/lines.py)
 RECORD_LOOKBACK = 0
 
-_COMPOSE_RE = COMPOSE_PREFIX_RE
 # a Rust panic and the launcher's exit error carry no header but are records of their own
 _PANIC_RE = r"^thread '[^']*' panicked at"
 _EXIT_RE = r"^Error: [A-Z][A-Za-z]+$"
-_START_RE = rf"^(?:{_TS}[ \t]+)?(?:{_TS}[ \t]+{_LEVEL}(?-u:\b)|\{{\x22timestamp\x22)|{_PANIC_RE}|{_EXIT_RE}"
+_START_RE = rf"^(?:{_TS}[ \t]+{_LEVEL}(?-u:\b)|\{{\x22timestamp\x22)|{_PANIC_RE}|{_EXIT_RE}"
 
 # v0.x launchers print the relayed message quoted: `"Method Decode encountered an error.`
 _METHOD_RE = r'^"?Method ([A-Za-z0-9_]+) encountered an error'
@@ -104,49 +101,14 @@ _REQUEST_SPANS = ("generate", "generate_stream", "chat_completions", "completion
 # contract
 
 
-def _cleaned(text: pl.Series) -> pl.DataFrame:
-    """Per physical line: the text without ANSI codes, compose prefix and outer timestamp
-    (`_clean`), the compose service (`service`) and the outer timestamp (`outer_ts`).
-    Each step runs only when some line of the chunk needs it (one cheap search decides),
-    since most files have none of the three."""
-    df = pl.DataFrame({"_clean": text}, schema={"_clean": pl.String})
-    c = pl.col("_clean")
-    outer_re = rf"^({_TS})[ \t]+(?:{_TS}[ \t]|\{{\x22timestamp\x22)"
-    # one pass of cheap tests for the whole chunk (a literal search, searches without
-    # captures); a compose prefix needs a `|`
-    has_ansi, has_bar, has_outer = df.select(
-        c.str.contains(ANSI_RE).any().alias("ansi"),
-        c.str.contains("|", literal=True).any().alias("bar"),
-        c.str.contains(outer_re).any().alias("outer"),
-    ).row(0)
-    if has_ansi:
-        df = df.with_columns(c.str.replace_all(ANSI_RE, ""))
-    service = c.str.extract(r"^([A-Za-z0-9][A-Za-z0-9_.-]*)[ \t]+\|", 1) if has_bar else pl.lit(None, _STR)
-    df = df.with_columns(service.alias("service"))
-    has_service = df["service"].null_count() < df.height
-    if has_service:
-        df = df.with_columns(
-            pl.when(pl.col("service").is_not_null()).then(c.str.replace(_COMPOSE_RE, "")).otherwise(c)
-        )
-    if has_ansi or has_service:  # the outer time may only now start the line: test again
-        has_outer = df.select(c.str.contains(outer_re).any()).item()
-    outer = c.str.extract(outer_re, 1) if has_outer else pl.lit(None, _STR)
-    df = df.with_columns(outer.alias("outer_ts"))
-    if df["outer_ts"].null_count() < df.height:
-        df = df.with_columns(
-            pl.when(pl.col("outer_ts").is_not_null()).then(c.str.replace(rf"^{_TS}[ \t]+", "")).otherwise(c)
-        )
-    return df
-
-
 def record_starts(text: pl.Series) -> pl.Series:
-    return _cleaned(text)["_clean"].str.contains(_START_RE).fill_null(False).alias("starts")
+    return text.cast(pl.String).str.contains(_START_RE).fill_null(False).alias("starts")
 
 
 def detect(lines: list[str]) -> float:
     if not lines:
         return 0.0
-    s = _cleaned(pl.Series(lines, dtype=pl.String))["_clean"]
+    s = pl.Series(lines, dtype=pl.String)
     s = s.filter(s.str.strip_chars() != "")
     if s.len() == 0:
         return 0.0
@@ -165,9 +127,9 @@ def detect(lines: list[str]) -> float:
 
 def _group(lines: pl.DataFrame) -> pl.DataFrame:
     """One row per record: `line`, `n_lines`, raw `text`, cleaned first line `_first`,
-    cleaned continuation `_cont` (null for one-line records), `service`, `outer_ts`.
-    Like base.group_records, with the cleaned text carried along."""
-    df = pl.concat([lines, _cleaned(lines["text"])], how="horizontal")
+    continuation `_cont` (null for one-line records).
+    Like base.group_records, with the first line and the continuation apart."""
+    df = lines.with_columns(pl.col("text").cast(pl.String).alias("_clean"))
     starts = df["_clean"].str.contains(_START_RE).fill_null(False)
     # a one-line record: it starts and the next line starts too (or the chunk ends)
     starts = starts.scatter(0, True)
@@ -176,7 +138,7 @@ def _group(lines: pl.DataFrame) -> pl.DataFrame:
     all_single = bool(one.all())
     single = (df if all_single else df.filter(pl.col("_one"))).select(
         "line", pl.lit(1, pl.Int32).alias("n_lines"), "text",
-        pl.col("_clean").alias("_first"), pl.lit(None, _STR).alias("_cont"), "service", "outer_ts",
+        pl.col("_clean").alias("_first"), pl.lit(None, _STR).alias("_cont"),
     )
     if all_single:
         return single
@@ -186,8 +148,6 @@ def _group(lines: pl.DataFrame) -> pl.DataFrame:
         pl.col("text").str.join("\n"),
         pl.col("_clean").first().alias("_first"),
         pl.col("_clean").slice(1).str.join("\n").alias("_cont"),
-        pl.col("service").first(),
-        pl.col("outer_ts").first(),
     ).drop("_rec")
     return pl.concat([single, multi]).sort("line")
 
@@ -516,7 +476,7 @@ _ATTR_KEYS = (
     # error / log
     "error_kind", "method", "oom", "ready_s",
     # where it came from
-    "target", "file", "span", "rank", "service", "outer_ts",
+    "target", "file", "span", "rank",
 )
 
 _OUT_COLS = (

@@ -1,10 +1,11 @@
 """TensorRT-LLM parser: C++ runtime `[TensorRT-LLM][LEVEL]` lines, the Python logger
 (`[MM/DD/YYYY-HH:MM:SS] [TRT-LLM] [I]`, `[TRT]`, MPI-rank and newest `MM-DD-YYYY ...` forms),
 Triton glog wrappers (`I0514 21:01:55.276668 160 file.cc:813] msg`, quoted or not), Triton
-status tables, the import banner, numbered C++ backtraces and Python tracebacks, docker /
-compose / Open MPI `[1,0]<stdout>:` prefixes, and the iteration statistics in every form
-(see `trtllm_stats.py`), into the common schema. This module owns line anatomy (record
-starts, prefix peeling, time, level); `trtllm_events.py` says what each record means.
+status tables, the import banner, numbered C++ backtraces and Python tracebacks, Open MPI
+`[1,0]<stdout>:` prefixes, and the iteration statistics in every form (see
+`trtllm_stats.py`), into the common schema. This module owns line anatomy (record starts,
+prefix peeling, time, level); `trtllm_events.py` says what each record means. Docker times,
+compose prefixes and ANSI codes are undone before, by the decoding stage (parsers/wrappers).
 
 Format reference: shared/formats/trtllm.md. Choices worth knowing:
 - `[TensorRT-LLM][...]` lines carry no time: `ts` stays null and `finalize` inherits it.
@@ -24,7 +25,7 @@ from typing import NamedTuple
 
 import polars as pl
 
-from .base import ANSI_RE, RFC3339_RE, ParseContext, group_records, rfc3339_to_ts
+from .base import ParseContext, group_records
 from .trtllm_events import (
     FRAME_RE,
     PY_EXC_RE,
@@ -59,10 +60,8 @@ PY_PREFIX = (
 TORCH_TAG_PREFIX = r"(?:\[_torch\])?\[RANK (?P<trank>\d+)\]\s*"
 BANNER_RE = r"\[TensorRT-LLM\] TensorRT-LLM version: (\d[\w.+]*)"
 BANNER_LITERAL = "[TensorRT-LLM] TensorRT-LLM version: "
-DOCKER_TS_RE = r"^(" + RFC3339_RE + r") "
 # Open MPI `--tag-output`: `[1,0]<stdout>:` (job, rank)
 MPI_TAG_RE = r"^\[\d+,(\d+)\]<std(?:out|err)>:"
-COMPOSE_RE = r"^[A-Za-z0-9][\w.-]*\s+\|\s?(?:\[|[IWEF]\d{4} |\{|\d{4}-\d{2}-\d{2}T)"
 GLOG_HEADER_RE = r"^[IWEF]\d{4} \d{2}:\d{2}:\d{2}(?:\.\d+)?\s+\d+ [\w.+-]+:\d+\]\s*$"
 INDENTED_RE = r"^\s{2,}\S"
 WHAT_RE = r"^\s+what\(\):"  # after `terminate called ...`
@@ -92,7 +91,7 @@ def detect(lines: list[str]) -> float:
     """High for TensorRT-LLM / Triton-tensorrtllm / stats-JSON lines, ~0 otherwise."""
     if not lines:
         return 0.0
-    s = pl.Series("t", lines, dtype=pl.String).str.replace_all(ANSI_RE, "")
+    s = pl.Series("t", lines, dtype=pl.String)
     strong = (
         s.str.contains(r"\[TensorRT-LLM\]|\[TRT-LLM\]")
         | s.str.contains(
@@ -123,7 +122,6 @@ def record_starts(text: pl.Series) -> pl.Series:
 
 class _Starts(NamedTuple):
     starts: pl.Series
-    has_ansi: bool  # some line holds an ANSI code: `parse` cleans first lines only then
     has_banner: bool  # some line holds the import banner: `parse` looks for it only then
 
 
@@ -131,9 +129,6 @@ def _record_starts(text: pl.Series) -> _Starts:
     """`record_starts`, and what it learnt about the chunk on the way."""
     df = pl.DataFrame({"t": text})
     t = pl.col("t")
-    has_ansi = any_row(df, t.str.contains(ANSI_RE))
-    if has_ansi:
-        df = df.with_columns(t.str.replace_all(ANSI_RE, ""))
     # a rank's import banner printed into another rank's traceback must not break it
     has_banner = any_row(df, t.str.contains(BANNER_LITERAL, literal=True))
     if has_banner:
@@ -145,7 +140,7 @@ def _record_starts(text: pl.Series) -> _Starts:
         starts = pl.repeat(True, df.height, dtype=pl.Boolean, eager=True).alias("starts")
         if first_what:
             starts = starts.scatter(0, None)
-        return _Starts(starts, has_ansi, has_banner)
+        return _Starts(starts, has_banner)
     df = df.select(
         t.str.contains(FRAME_RE).alias("frame"),
         t.str.contains(TABLE_RE).alias("table"),
@@ -177,7 +172,7 @@ def _record_starts(text: pl.Series) -> _Starts:
             | (exc & (in_tb & ind).shift(1).fill_null(False))
         )
     starts = (~df.select(cont.alias("c"))["c"]).alias("starts")
-    return _Starts(starts, has_ansi, has_banner)
+    return _Starts(starts, has_banner)
 
 
 def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
@@ -185,14 +180,14 @@ def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
         return lines.select(
             "line", pl.lit("unparsed").alias("event"), pl.col("text").alias("message")
         )
-    starts, has_ansi, has_banner = _record_starts(lines["text"])
+    starts, has_banner = _record_starts(lines["text"])
     if starts.all():  # no continuation line: what group_records returns, without its window
         df = lines.select(
             "line", pl.lit(1, pl.Int32).alias("n_lines"), "text", pl.col("text").alias("first")
         )
     else:
         df = group_records(lines, starts)
-    df = _clean(df, has_ansi)
+    df = _clean(df)
     df = _peel_wrappers(df)
     df = _peel(df, pl.col("clean"), GLOG_PREFIX, "gmsg")
     df, unquoted = _unquote_glog(df)
@@ -236,47 +231,20 @@ def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
 # the expression pipeline
 
 
-def _clean(df: pl.DataFrame, has_ansi: bool) -> pl.DataFrame:
-    """`clean`: the first line without ANSI codes (if the chunk has any) and a
-    docker-compose service prefix (a `docker logs --timestamps` RFC 3339 prefix is peeled
-    in `_peel_wrappers` as it carries the time). Staged columns: eager polars re-evaluates
-    an expression at every use."""
-    clean = pl.col("first")
-    if has_ansi:
-        clean = clean.str.replace_all(ANSI_RE, "")
-    df = df.with_columns(clean.alias("clean"))
+def _clean(df: pl.DataFrame) -> pl.DataFrame:
+    """`clean`: the first line without a stray `\\r`. Staged columns: eager polars
+    re-evaluates an expression at every use."""
+    df = df.with_columns(pl.col("first").alias("clean"))
     if any_row(df, pl.col("clean").str.ends_with("\r")):
         df = df.with_columns(pl.col("clean").str.strip_chars_end("\r"))
-    raw = pl.col("clean")
-    compose = raw.str.contains(COMPOSE_RE)
-    if not any_row(df, compose):
-        return df
-    return df.with_columns(
-        pl.when(compose)
-        .then(raw.str.replace(r"^[A-Za-z0-9][\w.-]*\s+\|\s?", ""))
-        .otherwise(raw)
-        .alias("clean")
-    )
+    return df
 
 
 def _peel_wrappers(df: pl.DataFrame) -> pl.DataFrame:
-    """Take a `docker logs --timestamps` time (`_ts_docker`) and then an Open MPI
-    `--tag-output` prefix (`[1,0]<stdout>:`, rank in `_mpitag`) off `clean`.
-
-    Each is tested on the whole line first: the patterns are anchored and fit well inside
-    the slices the extraction reads, so the test matches exactly where the slice would."""
+    """Take an Open MPI `--tag-output` prefix (`[1,0]<stdout>:`, rank in `_mpitag`) off
+    `clean`. It is tested on the whole line first: the pattern is anchored and fits well
+    inside the slice the extraction reads, so the test matches exactly where the slice would."""
     src = pl.col("clean")
-    if any_row(df, src.str.contains(DOCKER_TS_RE)):
-        df = df.with_columns(src.str.slice(0, 40).str.extract(DOCKER_TS_RE, 1).alias("_docker"))
-        df = df.with_columns(
-            pl.when(pl.col("_docker").is_not_null())
-            .then(src.str.slice(pl.col("_docker").str.len_chars() + 1))
-            .otherwise(src)
-            .alias("clean"),
-            rfc3339_to_ts(pl.col("_docker")).alias("_ts_docker"),
-        ).drop("_docker")
-    else:
-        df = df.with_columns(pl.lit(None, pl.Datetime("us", "UTC")).alias("_ts_docker"))
     if not any_row(df, src.str.contains(MPI_TAG_RE)):
         return df.with_columns(pl.lit(None, pl.String).alias("_mpitag"))
     df = df.with_columns(src.str.slice(0, 30).str.extract(MPI_TAG_RE, 1).alias("_mpitag"))
@@ -410,7 +378,6 @@ def _message() -> list[pl.Expr]:
     line_ts = pl.coalesce(
         g("pyts").str.to_datetime("%m/%d/%Y-%H:%M:%S", time_unit="us", strict=False),
         g("cts").str.to_datetime("%m-%d-%Y %H:%M:%S%.f", time_unit="us", strict=False),
-        g("_ts_docker").dt.replace_time_zone(None),
     )
     return [
         pl.coalesce("tmsg", "cmsg", "pmsg", "body").alias("msg"),

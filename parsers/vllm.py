@@ -1,12 +1,14 @@
 """The vLLM parser: every log format vLLM has printed (v0.1 to today) into the common schema.
 
 This module owns the anatomy of a line, outside in (see /work/shared/formats/vllm.md §0):
-outer wrappers (`docker logs --timestamps` / k8s RFC 3339 time, docker-compose `svc-1 | `,
-ANSI colour codes with or without the ESC byte, stray `\\r`), the vLLM process prefix
+a stray `\\r`, the vLLM process prefix
 (`(APIServer pid=1) `, `(VllmWorker rank=1 pid=5283) `, Ray's `(RayWorkerWrapper pid=1,
 ip=10.0.0.2) `...), the vLLM header (`INFO 06-10 14:23:45 metrics.py:341] ` up to v0.7,
 `INFO 06-10 14:23:45 [loggers.py:116] ` from v0.8), and multi-line records (tracebacks,
-the start-up banner). What each message means is in `vllm_fields.py`.
+the start-up banner). What each message means is in `vllm_fields.py`. The wrappers around
+vLLM's lines (`docker logs --timestamps` / k8s RFC 3339 times, docker-compose `svc-1 | `, ANSI
+colour codes) are undone before, by the decoding stage (parsers/wrappers), which gives their
+time and service as `wrapper_ts` / `ts` and `labels`.
 
 Everything is polars expressions over the whole chunk: no Python loop per line. What costs
 is the number of passes over the chunk, so cheap whole-chunk tests decide which passes run at
@@ -20,12 +22,9 @@ import polars as pl
 
 from . import vllm_fields as F
 from .base import (
-    ANSI_RE,
-    RFC3339_RE,
     ParseContext,
     attrs_column,
     record_ids,
-    rfc3339_to_ts,
 )
 
 NAME = "vllm"
@@ -38,20 +37,9 @@ _LEVEL = r"DEBUG|INFO|WARNING|ERROR|CRITICAL"
 
 # The anchored patterns below capture only a short prefix (`all`): capturing a whole line
 # tail with `(.*)` costs ~4 s per million lines, slicing the tail off costs nothing.
-# outer wrappers: RFC 3339 time (docker/k8s), compose service, possibly both in either order
-# Every line is taken apart by one anchored pass: outer wrappers, process prefix and header
-# in a single `extract_groups` (a capture pass costs about as much whatever it captures, so
-# three passes cost three times one). The pattern captures only the short prefix; the
-# message is sliced off behind it (capturing a 3 KB `(.*)` tail would cost far more).
-# outer wrappers: RFC 3339 time (docker/k8s), compose service, possibly both in either order
-_RFC = rf"(?:(?P<rfc>{RFC3339_RE})\s+)?"
-_SVC = r"(?:(?P<svc>[A-Za-z0-9][\w.-]*)\s+\|\s?)?"
-_RFC2 = rf"(?:(?P<rfc2>{RFC3339_RE})\s+)?"
-_OUTER = _RFC + _SVC + _RFC2
-# the lines where a service name, or a second time after a first, can take part: a chunk
-# without any peels the time alone, a one-pass pattern whose captures cost a third
-_SVC_HINT = rf"^(?:{RFC3339_RE}\s+)?[A-Za-z0-9][\w.-]*\s+\|"
-_RFC2_HINT = rf"^{RFC3339_RE}\s+{RFC3339_RE}\s"
+# The process prefix and the header are taken apart by anchored `extract_groups` passes that
+# capture only the short prefix; the message is sliced off behind it (capturing a 3 KB `(.*)`
+# tail would cost far more).
 # vLLM's own process prefix (and torch.distributed's `[rank0]: `); exactly one space
 # follows it, so the indentation of a raw traceback frame survives in `body`
 _PROC_CORE = (
@@ -59,11 +47,9 @@ _PROC_CORE = (
     r" pid=(?P<pid>\d+)(?:, ip=(?P<ip>[^)\s]+))?\)"
 )
 _PROC = rf"(?:\[rank(?P<trank>\d+)\]:\s?)?(?:{_PROC_CORE} ?)?"
-# a line can only carry a wrapper / prefix when it starts like one: when no line of the
-# chunk does, that part of the pattern is left out (files without wrappers pay nothing)
-_OUTER_HINT = rf"^(?:{RFC3339_RE}|[A-Za-z0-9][\w.-]*\s+\|)"
+# a line can only carry a prefix when it starts like one: when no line of the chunk does,
+# that pattern is left out (files without prefixes pay nothing)
 _PROC_HINT = r"^[(\[]"
-_OUTER_FIELDS = ("rfc", "svc", "rfc2")
 _PROC_FIELDS = ("trank", "pname", "pname2", "prank", "pid", "ip")
 # the vLLM header; ASCII classes keep the automaton small. NVIDIA NIM's text formatter
 # prints the date with its year and milliseconds: `INFO 2025-09-10 16:32:05.957 metrics.py:386] `
@@ -91,7 +77,7 @@ _CHAINED = r"^(?:The above exception was the direct cause|During handling of the
 _TRACEBACK = "Traceback (most recent call last)"
 
 _ANATOMY_COLS = (
-    "rfc", "svc", "pname", "prank", "pid", "ip", "trank", "level", "md", "hms", "frac", "src",
+    "pname", "prank", "pid", "ip", "trank", "level", "md", "hms", "frac", "src",
     "lineno", "srcline", "has_hdr", "body", "m", "cont",
 )
 
@@ -102,40 +88,27 @@ def _any(df: pl.DataFrame, expr: pl.Expr) -> bool:
 
 def _lines_anatomy(df: pl.DataFrame) -> pl.DataFrame:
     """Take every line apart: adds the columns of _ANATOMY_COLS. `body` is the message
-    after the header (or the raw text after the wrappers), `m` the same without leading
+    after the header (or the raw text after the process prefix), `m` the same without leading
     blanks, `cont` whether the line continues the one before."""
     # what the chunk holds decides which passes run (one select asks it all)
     def holds(col: str) -> dict[str, bool]:
         t = pl.col(col)
         tests = {
             "cr": t.str.ends_with("\r"),
-            "ansi": t.str.contains(ANSI_RE),
-            "outer": t.str.contains(_OUTER_HINT),
             "proc": t.str.contains(_PROC_HINT),
         }
         return df.select(v.any().alias(k) for k, v in tests.items()).row(0, named=True)
 
     has = holds("text")
     text = pl.col("text").fill_null("") if df["text"].null_count() else pl.col("text")
-    # rewriting every string costs a pass; most files have neither `\r` nor colour codes
+    # rewriting every string costs a pass; most files have no `\r`
     if has["cr"]:
         text = text.str.strip_chars_end("\r")
-    if has["ansi"]:
-        text = text.str.replace_all(ANSI_RE, "")
     df = df.with_columns(text.alias("_t"))
-    if has["cr"] or has["ansi"]:  # a wrapper may hide behind a colour code
-        has = holds("_t")
 
-    # peel the wrappers, then the process prefix, then the header: three small anchored
-    # patterns cost less than one that holds them all; a part no line starts with is skipped
+    # peel the process prefix, then the header: two small anchored patterns cost less than
+    # one that holds both; a part no line starts with is skipped
     df = df.with_columns(pl.col("_t").alias("_r"))
-    if has["outer"]:
-        t = pl.col("_r")
-        svc, rfc2 = df.select(
-            t.str.contains(_SVC_HINT).any().alias("svc"), t.str.contains(_RFC2_HINT).any().alias("rfc2")
-        ).row(0)
-        df = _peel(df, _OUTER if svc else _RFC + (_RFC2 if rfc2 else ""))
-        has["proc"] = _any(df, pl.col("_r").str.contains(_PROC_HINT))
     if has["proc"]:
         df = _peel(df, _PROC)
     df = df.with_columns(pl.col("_r").str.extract_groups(f"^{_HDR_ANY_FILE}").alias("_h")).unnest("_h")
@@ -143,7 +116,7 @@ def _lines_anatomy(df: pl.DataFrame) -> pl.DataFrame:
     not_py = src.is_not_null() & ~(src.str.ends_with(".py") & (src.str.len_chars() > 3))
     if _any(df, not_py):
         df = df.with_columns(pl.when(~not_py).then(pl.col(f)).alias(f) for f in _HDR_FIELDS)
-    absent = [f for f in (*_OUTER_FIELDS, *_PROC_FIELDS) if f not in df.columns]
+    absent = [f for f in _PROC_FIELDS if f not in df.columns]
     df = df.with_columns(
         *(pl.lit(None, pl.String).alias(f) for f in absent),
         pl.col("_r").str.slice(pl.col("hh").str.len_chars().fill_null(0)).alias("body"),
@@ -166,7 +139,6 @@ def _lines_anatomy(df: pl.DataFrame) -> pl.DataFrame:
         srcline = pl.concat_str([pl.col("src"), pl.lit(":"), lineno.cast(pl.Int64, strict=False).cast(pl.String)])
     df = df.with_columns(
         srcline.alias("srcline"),
-        pl.coalesce("rfc", "rfc2").alias("rfc"),
         pl.when(name2.is_not_null()).then(pl.concat_str([name1, pl.lit(" "), name2]))
         .otherwise(name1).alias("pname"),
         pl.col("prank").cast(pl.Int64, strict=False),
@@ -177,7 +149,7 @@ def _lines_anatomy(df: pl.DataFrame) -> pl.DataFrame:
         (body.str.strip_chars_start() if odd["blank"] else body).alias("m"),
     )
     df = df.with_columns(_continues(df))
-    return df.drop("_t", "_r", "rfc2", "pname2", "hh")
+    return df.drop("_t", "_r", "pname2", "hh")
 
 
 def _peel(df: pl.DataFrame, pattern: str) -> pl.DataFrame:
@@ -236,7 +208,7 @@ def _continues(df: pl.DataFrame) -> pl.Expr:
     key = pl.concat_str(
         [
             pl.col(c).cast(pl.String).fill_null("")
-            for c in ("svc", "pname", "prank", "pid", "ip", "trank", "level", "md", "hms", "src", "lineno")
+            for c in ("pname", "prank", "pid", "ip", "trank", "level", "md", "hms", "src", "lineno")
         ],
         separator="|",
     )
@@ -422,7 +394,6 @@ def _common_attrs(sub: pl.DataFrame) -> dict[str, pl.Expr]:
             "ep_rank": pname.str.extract(r"_EP(\d+)", 1).cast(pl.Int64, strict=False),
         }
     return attrs | {
-        "service": pl.col("svc"),
         "src": pl.col("srcline"),
     }
 
@@ -638,16 +609,9 @@ def _events(rec: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
 
 
 def _times(rec: pl.DataFrame) -> list[pl.Expr]:
-    """`ts` from the wrapper's RFC 3339 time (else a header that prints its year, NIM's),
-    `ts_noyear` from the vLLM header."""
-    rfc = pl.col("rfc")
+    """`ts` from a header that prints its year (NIM's), `ts_noyear` from the vLLM header
+    (a wrapper's time is given to the event by the decoding stage)."""
     ts = pl.lit(None, pl.Datetime("us", "UTC"))
-    if rec["rfc"].null_count() < rec.height:
-        ts = rfc3339_to_ts(rfc)
-        # docker's and k8s' own `...T08:01:39.331095044Z`, parsed without the three
-        # rewrites rfc3339_to_ts makes to bring other forms to one format
-        if rec.select((rfc.str.ends_with("Z") & ~rfc.str.contains(",", literal=True)).all()).item():
-            ts = rfc.str.to_datetime("%Y-%m-%dT%H:%M:%S%.fZ", time_unit="us", time_zone="UTC", strict=False)
     md = pl.col("md")
     if rec.select((md.str.len_bytes() == 10).any()).item():
         frac = pl.col("frac").fill_null("").str.replace(",", ".", literal=True)

@@ -79,7 +79,8 @@ def register(app: typer.Typer) -> None:
         from_beginning: Annotated[bool, typer.Option("--from-beginning", help="Read files already there from their start (the default), or from where the store left off.")] = False,
         from_end: Annotated[bool, typer.Option("--from-end", help="Skip what files already there hold now; follow only new lines (and new files from their start).")] = False,
         engine: Annotated[str, typer.Option(help="auto (detect per file), vllm, tgi, trtllm or unknown.")] = "auto",
-        instance: Annotated[Optional[str], typer.Option(help="Instance name for every file (default: from each file's name).")] = None,
+        instance: Annotated[Optional[str], typer.Option(help="Instance name for every file (default: from each file's name, with the directory in front where two directories hold the same name).")] = None,
+        instance_from: Annotated[Optional[str], typer.Option(help="Name each file's instance from its path: a template over {stem} {name} {parent} {grandparent} {dir} {pod} {namespace} {container}, e.g. '{parent}/{stem}'.")] = None,
         year: Annotated[Optional[int], typer.Option(help="Year of timestamps printed without one (default: from the file's modification time).")] = None,
         flush_interval: Annotated[float, typer.Option(help="Seconds between commits to the store; new lines are queryable about this long after they are written.")] = 0.5,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No status line; only messages about files.")] = False,
@@ -96,6 +97,7 @@ def register(app: typer.Typer) -> None:
           servelens tail /var/log/tgi/ --glob '*.log*' --store live.store
           servelens tail server.log --engine trtllm --from-end --flush-interval 1
           servelens tail /var/log/vllm/ --store live.store --serve-port 9464
+          servelens tail hosts/ --instance-from '{parent}/{stem}'
         """
         from .store import StoreError
         from .tail import TailError, tail as run_tail
@@ -106,7 +108,8 @@ def register(app: typer.Typer) -> None:
         stop_serving = _start_exporter(store_path(store), serve_host, serve_port, line) if serve_port is not None else None
         try:
             stats = run_tail(
-                paths, store_path(store), glob=glob, engine=engine, instance=instance, year=year,
+                paths, store_path(store), glob=glob, engine=engine, instance=instance,
+                instance_from=instance_from, year=year,
                 from_end=from_end, flush_interval=flush_interval, say=line.say, on_status=line.status,
             )
         except (TailError, StoreError) as e:

@@ -39,8 +39,8 @@ FLUSH_ROWS = 500_000
 # Rows alone do not bound memory: a vLLM `Received request` event carries the whole prompt in
 # its message (kilobytes), so 500,000 of them would hold about a gigabyte.
 FLUSH_BYTES = 64 * 1024 * 1024  # held in frames; the flush (concat, sort, Arrow, Parquet) needs a few times that
-DETECT_BYTES = 64 * 1024
-DETECT_LINES = 300
+DETECT_BYTES = wrappers.SAMPLE_BYTES
+DETECT_LINES = wrappers.SAMPLE_LINES
 LIVE_WINDOW_S = 60.0
 
 
@@ -99,12 +99,7 @@ class IngestSummary:
         return total
 
 
-def _detect_sample(head: bytes) -> list[str]:
-    text = head.decode("utf-8", errors="replace")
-    lines = text.split("\n")
-    if len(head) >= DETECT_BYTES and len(lines) > 1:
-        lines = lines[:-1]  # the last one is probably cut short
-    return [ln.rstrip("\r") for ln in lines[:DETECT_LINES]]
+_detect_sample = wrappers.head_sample
 
 
 class _Batch:
@@ -231,7 +226,9 @@ def _ingest_file(
     key, known = find_known(store.manifest, path, head)
     sample = _detect_sample(head)
     if known is not None:
-        result.decode = tuple(known.get("decode", ()))
+        # entries of stores written before the decoding stage hold no layers: found again
+        # (the engine parsers no longer undo wrappers themselves)
+        result.decode = tuple(known["decode"]) if "decode" in known else wrappers.detect(sample)
         result.engine, result.instance = known["engine"], instance if explicit else known["instance"]
     else:
         result.decode = wrappers.detect(sample)

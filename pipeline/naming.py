@@ -104,11 +104,18 @@ class InstanceNamer:
                 self._labels[p] = kube
             groups[self._default(p)].append(p)
         taken: dict[str, set[Path]] = defaultdict(set)
+        # the name the store gave a directory's files of one name: its new files keep it
+        # (a tailer that sees one of two directories later still continues each lineage)
+        kept: dict[tuple[Path, str], str] = {}
         for source, inst in stored or ():
-            taken[inst].add(_resolved(self._lineage_dir(source)))
+            where = _resolved(self._lineage_dir(source))
+            taken[inst].add(where)
+            default = self._default(source)
+            if inst == default or inst.endswith("/" + default):
+                kept.setdefault((where, default), inst)
         for name, members in groups.items():
             for p, distinct in self._distinct(name, members, taken.get(name, set())).items():
-                self._names[p] = distinct
+                self._names[p] = kept.get((_resolved(self._lineage_dir(p)), name), distinct)
         if template is not None:
             self._names = {p: self._render(p) for p in paths}
 

@@ -44,6 +44,7 @@ from . import fingerprint as fp
 from .checkpoint import save_ctx
 from .discover import NotRegularFile, special_kind
 from .lines import PARSE_THREADS, parse_stream
+from .naming import InstanceNamer, NamingError
 from .store import Store, StoreError, StoreFull
 from .tail_identity import GZ_ERRORS, MAX_READ, Followed, IdentityMixin
 from .tail_watch import Targets, Watcher
@@ -127,6 +128,7 @@ class Tailer(IdentityMixin):
         *,
         engine: str = "auto",
         instance: str | None = None,
+        instance_from: str | None = None,
         year: int | None = None,
         from_end: bool = False,
         flush_interval: float = DEFAULT_FLUSH_S,
@@ -140,6 +142,11 @@ class Tailer(IdentityMixin):
         self.targets = targets
         self.engine = engine
         self.instance = instance
+        self.instance_from = instance_from
+        self._scan_paths: list[Path] = []  # what the last scan found (instance naming)
+        self._namer = None
+        self._namer_paths: tuple[Path, ...] | None = None
+        self._notes_said: set[str] = set()
         self.year = year
         self.from_end = from_end
         self.flush_interval = flush_interval
@@ -315,7 +322,8 @@ class Tailer(IdentityMixin):
     def _rescan(self, initial: bool) -> None:
         present = set()
         deferred = 0
-        for path in self.targets.scan():
+        self._scan_paths = list(self.targets.scan())
+        for path in self._scan_paths:
             try:
                 st = os.stat(path)
             except OSError:
@@ -567,6 +575,7 @@ def tail(
     glob: str | None = None,
     engine: str = "auto",
     instance: str | None = None,
+    instance_from: str | None = None,
     year: int | None = None,
     from_end: bool = False,
     flush_interval: float = DEFAULT_FLUSH_S,
@@ -586,6 +595,11 @@ def tail(
         if kind is not None:
             raise TailError(str(NotRegularFile(Path(p), kind)))
     check_engine(engine)  # before the store is created
+    if instance_from is not None:
+        try:
+            InstanceNamer([], template=instance_from)
+        except NamingError as e:
+            raise TailError(str(e)) from None
     targets = Targets([Path(p) for p in paths], glob, skip_under=store_dir)
     stop = stop or threading.Event()
     previous = {}
@@ -598,8 +612,8 @@ def tail(
             return Stats()
         with store:
             tailer = Tailer(
-                store, targets, engine=engine, instance=instance, year=year, from_end=from_end,
-                flush_interval=flush_interval, say=say,
+                store, targets, engine=engine, instance=instance, instance_from=instance_from, year=year,
+                from_end=from_end, flush_interval=flush_interval, say=say,
             )
             tailer.run(stop, on_status)
             return tailer.stats

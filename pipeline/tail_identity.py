@@ -23,7 +23,7 @@ from servelens.parsers.base import ParseContext
 
 from . import fingerprint as fp
 from .checkpoint import inherit_lineage, restore_ctx
-from .discover import display_path, instance_from_path, looks_binary
+from .discover import display_path, looks_binary
 from .ingest import DETECT_BYTES, _detect_sample
 from .lines import MAX_LINE_BYTES
 
@@ -82,6 +82,7 @@ class IdentityMixin:
     store: Any
     engine: str
     instance: str | None
+    instance_from: str | None
     year: int | None
     from_end: bool
     say: Any
@@ -234,7 +235,10 @@ class IdentityMixin:
         fol.key, fol.offset, fol.next_line = key, offset, known["lines"] + 1
         fol.head, fol.tail = head, tail
         fol.engine = known["engine"]
-        fol.decode = tuple(known.get("decode", ()))
+        if "decode" in known:
+            fol.decode = tuple(known["decode"])
+        else:  # no layers kept (none, or a store from before the decoding stage): find them again
+            fol.decode = wrappers.detect(_detect_sample(self._read_head(fol) or head))
         fol.instance = self.instance or known["instance"]
         fol.source = known["source"]
         self._make_ctx(fol)
@@ -246,7 +250,7 @@ class IdentityMixin:
     def _start_new(self, fol: Followed, engine: str, head: bytes) -> bool:
         fol.engine = engine
         fol.source = fol.source or display_path(fol.path)
-        fol.instance = fol.instance or self.instance or instance_from_path(fol.path)
+        fol.instance = fol.instance or self.instance or self._instance_name(fol.path)
         key = fp.sha(head[: fp.HEAD_BYTES])
         taken = self._owned() | set(self.files)
         while key in self.store.manifest["files"] or key in taken:
@@ -270,6 +274,25 @@ class IdentityMixin:
                     return False
             self.say(f"following {fol.path} ({engine}, new)")
         return True
+
+    def _instance_name(self, path: Path) -> str:
+        """The instance of a new file, named as ingest names it (naming.py) over every file
+        the last scan found: two directories holding files of one name never merge, and
+        the names the store already gave each directory are kept."""
+        from .naming import InstanceNamer
+
+        paths = tuple(self._scan_paths) if path in self._scan_paths else (*self._scan_paths, path)
+        if self._namer is None or self._namer_paths != paths:
+            entries = [*self.store.manifest["files"].values(), *self.files.values()]
+            stored = [(Path(e["source"]), e["instance"]) for e in entries if e.get("source")]
+            stored += [(f.path, f.instance) for f in self.followed.values() if f.instance]
+            self._namer = InstanceNamer(list(paths), template=self.instance_from, stored=stored)
+            self._namer_paths = paths
+            for note in self._namer.notes:
+                if note not in self._notes_said:
+                    self._notes_said.add(note)
+                    self.say(f"note: {note}")
+        return self._namer.name(path)
 
     def _make_ctx(self, fol: Followed) -> None:
         from .naming import kube_identity

@@ -296,7 +296,7 @@ def test_a_prefix_behind_a_wrapper_the_decoding_stage_left_is_still_read():
         "token usage: 0.01, cuda graph: True, gen throughput (token/s): 12.50, #queue-req: 2, \n"
         '2025-06-01T10:00:01.123456789Z [2025-06-01 10:00:01] INFO:     127.0.0.1:1 - "GET /health HTTP/1.1" 200 OK\n'
     )
-    ev = parse_text("sglang", text)
+    ev = parse_text("sglang", text, decode=())  # the parser alone, as if the stage had left them
     a, b = ev.row(0, named=True), ev.row(1, named=True)
     assert (a["event"], a["running"], a["waiting"], a["ts"]) == ("engine_stats", 3, 2, utc(2025, 6, 1, 10, 0, 0))
     assert json.loads(a["attrs"])["wrapper"] == "(SGLangEngine pid=41820)"

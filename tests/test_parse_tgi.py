@@ -11,12 +11,17 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from servelens.parsers import detect_engine, tgi
+from servelens.parsers import detect_engine, tgi, wrappers
 from servelens.parsers.base import check_events, parse_text, uncovered_lines
 from servelens.parsers.tgi_fields import duration_ns, ns_to_s
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tgi"
 UTC = dt.timezone.utc
+
+
+def decoded(lines: list[str]) -> list[str]:
+    """The engine lines inside wrapped lines, as ingest hands them to engine detection."""
+    return wrappers.decode_texts(lines, wrappers.detect(lines))
 
 
 def parse_fixture(name: str) -> pl.DataFrame:
@@ -118,7 +123,7 @@ def test_success_compat_generate_behind_compose_prefix():
     assert a["validation_s"] == 13_678_487 / 1e9
     assert a["endpoint"] == "compat_generate" and a["span"] == "compat_generate:generate"
     assert a["return_full_text"] is False
-    assert a["service"] == "chat_inference-text_generation_inference-1"
+    assert json.loads(r["labels"])["service"] == "chat_inference-text_generation_inference-1"
     assert a["arrival_ts"] == "2023-12-22T00:21:21.744018196Z"
 
 
@@ -349,13 +354,13 @@ def test_ansi_variants():
     assert cw["n_lines"] == 2
     assert cw["ts"] == dt.datetime(2024, 4, 18, 22, 43, 58, 111453, tzinfo=UTC)  # TGI's, not CloudWatch's
     assert cw["message"] == "Waiting for shard to be ready..." and cw["attrs"]["rank"] == 0
-    assert cw["attrs"]["outer_ts"] == "2024-04-18T18:44:03.144-04:00"
+    assert cw["wrapper_ts"] == dt.datetime(2024, 4, 18, 22, 44, 3, 144000, tzinfo=UTC)  # the docker-ts layer's
     esc = row(ev, 3)  # ESC bytes
     assert esc["event"] == "request" and esc["e2e_s"] == 0.611286748 and esc["max_tokens"] == 20
     bare = row(ev, 4)  # ESC lost: `[2m`
     assert bare["max_batch_tokens"] == 133696
     compose = row(ev, 5)
-    assert compose["level"] == "WARNING" and compose["attrs"]["service"] == "tgi-1"
+    assert compose["level"] == "WARNING" and json.loads(compose["labels"])["service"] == "tgi-1"
     assert compose["message"] == "Model does not support automatic max batch total tokens"
 
 
@@ -363,7 +368,8 @@ def test_docker_timestamps_prefix():
     ev = parse_fixture("docker_timestamps.log")
     first = row(ev, 1)
     assert first["ts"] == dt.datetime(2024, 5, 1, 1, 17, 2, 618817, tzinfo=UTC)
-    assert first["attrs"]["outer_ts"] == "2024-05-01T01:17:02.618901234Z" and first["attrs"]["rank"] == 1
+    assert first["wrapper_ts"] == dt.datetime(2024, 5, 1, 1, 17, 2, 618901, tzinfo=UTC)  # ns kept in the column
+    assert first["attrs"]["rank"] == 1
     js = row(ev, 2)
     assert js["message"] == "Starting shard" and js["attrs"]["rank"] == 0
     assert row(ev, 3)["message"] == "Connected"
@@ -396,7 +402,8 @@ def test_record_starts():
         "2024-05-01T01:17:02.618901234Z 2024-05-01T01:17:02.618817Z TRACE a: b",
         "2024-05-01T01:17:02.618901234Z   File \"x.py\", line 1",
     ]
-    got = tgi.record_starts(pl.Series(lines)).to_list()
+    # the wrappers (compose, ANSI, docker times) are undone first, as ingest and tail do
+    got = wrappers.wrap(tgi, wrappers.detect(lines)).record_starts(pl.Series(lines)).to_list()
     assert got == [True, False, False, True, True, False, True, False]
 
 
@@ -407,7 +414,7 @@ def test_lines_without_a_header_stay_whole_and_unparsed():
     assert uncovered_lines(ev, 1, 3) == []
     first = row(ev, 1)
     assert first["event"] == "unparsed" and first["n_lines"] == 2
-    assert first["message"] == "nvidia-smi table\n\x1b[1mbold\x1b[0m"  # raw, ANSI kept
+    assert first["message"] == "nvidia-smi table\nbold"  # whole; the ansi layer removed the colour codes
     assert first["attrs"] == {}
     assert row(ev, 3)["level"] == "DEBUG"  # TRACE folds into DEBUG
 
@@ -420,7 +427,7 @@ def test_empty_input():
 
 def test_detect():
     for name in ("router_text.log", "success_text.log", "launcher_text.log", "json.log", "ansi.log"):
-        lines = (FIXTURES / name).read_text(encoding="utf-8").splitlines()
+        lines = decoded((FIXTURES / name).read_text(encoding="utf-8").splitlines())
         assert tgi.detect(lines) >= 0.6, name
         assert detect_engine(lines)[0] == "tgi", name
     design = (FIXTURES / "design_notes.log").read_text(encoding="utf-8").splitlines()
@@ -488,7 +495,7 @@ def test_real_sample_logs(name, kinds):
     check_events(ev)
     assert uncovered_lines(ev, 1, len(text.split("\n")) - 1) == []
     assert dict(ev["event"].value_counts().rows()) == kinds
-    assert detect_engine(text.splitlines())[0] == "tgi"
+    assert detect_engine(decoded(text.splitlines()))[0] == "tgi"
 
 
 def test_real_startup_values():

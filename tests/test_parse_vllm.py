@@ -102,7 +102,7 @@ def test_v1_stats_engine_prefix_and_process() -> None:  # intel/llm-scaler#391, 
 def test_v1_stats_optional_parts() -> None:
     ev = parse_fixture("stats.log")
     r = row(ev, 7)  # compose prefix + APIServer + MM cache hit rate
-    assert r["attrs"]["service"] == "qwen35-4b-vllm"
+    assert json.loads(r["labels"])["service"] == "qwen35-4b-vllm"  # the compose layer's label
     assert r["attrs"]["mm_cache_hit_rate"] == 0.0 and r["prompt_tps"] == 247.0
     r = row(ev, 8)  # `1 Engines Aggregated:` and the DEBUG-mode short path
     assert r["event"] == "engine_stats" and r["gen_tps"] == 11.5
@@ -198,7 +198,7 @@ def test_received_request_variants() -> None:
     r = row(ev, 2)  # v0.3 form under a compose prefix (vllm#2947): ids are None
     assert r["request_id"] == "d9e65a86be2a42a4917ba9fee5e97d9e"
     assert r["max_tokens"] == 256 and r["prompt_tokens"] is None
-    assert r["attrs"]["service"] == "qwen15-fastchat-qwen2-72b-1"
+    assert json.loads(r["labels"])["service"] == "qwen15-fastchat-qwen2-72b-1"
 
 
 def test_added_finished_aborted() -> None:
@@ -364,7 +364,7 @@ def test_process_prefixes_behind_other_wrappers() -> None:
     r = row(ev, 19)  # `vLLM STDOUT: ` before the header
     assert (r["event"], r["kv_blocks_total"]) == ("capacity", 3637)
     r = row(ev, 3)  # compose prefix
-    assert r["attrs"]["service"] == "qwen15-fastchat-qwen2-72b-1" and r["prompt_tps"] == 0.9
+    assert json.loads(r["labels"])["service"] == "qwen15-fastchat-qwen2-72b-1" and r["prompt_tps"] == 0.9
 
 
 def test_process_prefix_names() -> None:

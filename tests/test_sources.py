@@ -12,6 +12,7 @@ from conftest import SAMPLE_LOGS, events, write
 from typer.testing import CliRunner
 
 import wrapping as wr
+from servelens.parsers.base import parse_text
 from servelens.pipeline.cli import _register_commands, app
 
 _register_commands()
@@ -165,3 +166,24 @@ def test_same_name_from_another_directory_in_a_later_run_is_told_apart(tmp_path)
     assert "gpu-node-3/vllm" in r.stderr
     counts = dict(events(tmp_path / "s").group_by("instance").len().iter_rows())
     assert counts == {"vllm": 22, "gpu-node-2/vllm": 20, "gpu-node-3/vllm": len(lines) - 40}
+
+
+def test_a_wrapped_file_from_a_store_older_than_the_decoding_stage_resumes_decoded(tmp_path):
+    # entries written before the decoding stage hold no `decode`: its layers are found again
+    lines = _vllm_lines()
+    log = tmp_path / "logs/vllm.log"
+    write(log, wr.to_docker_ts(lines[:20]))
+    assert invoke("ingest", log, "--store", tmp_path / "s").exit_code == 0
+    manifest = tmp_path / "s/manifest.json"
+    m = json.loads(manifest.read_text())
+    for entry in m["files"].values():
+        assert entry.pop("decode") == ["docker-ts"]
+    manifest.write_text(json.dumps(m))
+    with open(log, "a") as f:
+        f.write(wr.to_docker_ts(lines[20:]))
+    r = invoke("ingest", log, "--store", tmp_path / "s")
+    assert r.exit_code == 0, r.output
+    ev = events(tmp_path / "s")
+    verbatim = parse_text("vllm", "\n".join(lines) + "\n", decode=())
+    assert ev["event"].to_list() == verbatim["event"].to_list()  # every line as in the verbatim log
+    assert ev["wrapper_ts"].null_count() == 0

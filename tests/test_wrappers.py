@@ -192,6 +192,56 @@ def test_engine_prefixes_are_left_to_the_engine():
     assert W.detect([line] * 3) == ()
 
 
+def test_a_prefix_keeps_the_engines_own_prefix_after_it():
+    line = "TorchServe MODEL_LOG - (VllmWorkerProcess pid=27) INFO 09-13 22:25:38 model_runner.py:1008] Loading took 7.5 GB"
+    assert W.detect([line]) == ("prefix",)
+    assert W.decode_texts([line], ("prefix",)) == ["(VllmWorkerProcess pid=27) INFO 09-13 22:25:38 model_runner.py:1008] Loading took 7.5 GB"]
+    ev = parse_text("vllm", line + "\n")
+    attrs = json.loads(ev["attrs"][0])
+    assert (attrs["process"], attrs["pid"], attrs["prefix"]) == ("VllmWorkerProcess", 27, "TorchServe MODEL_LOG - ")
+
+
+def test_engine_times_and_table_rows_are_not_prefixes():
+    trt = ["[11/16/2024-00:05:44] [TRT-LLM] [I] Set gemm_plugin to float16.",
+           "07-25-2025 16:54:34.140189 [TRT-LLM] [I] Set logger level to INFO",
+           "| tensorrt_llm | 1       | UNAVAILABLE: Internal: [TensorRT-LLM][ERROR] CUDA runtime error |"]
+    assert W.detect(trt) == ()
+    # TGI's `<time> INFO generate: ...` is its own header, not syslog's `<time> <host> <app>:`
+    tgi = "2025-06-10T14:23:45.123Z INFO generate: request_id=abc123, model=gpt2, prompt_tokens=64, generated_tokens=128"
+    assert W.detect([tgi] * 3) == ()
+    assert W.detect(["2025-06-10T14:23:45.123Z gpu-1 vllm[42]: INFO 06-10 14:23:45 x.py:1] y"] * 3) == ("syslog",)
+
+
+def test_a_few_wrapped_lines_in_a_file_are_decoded():
+    plain = ["INFO 06-10 14:23:4%d llm_engine.py:1] ready" % i for i in range(9)]
+    mixed = plain[:4] + ["2026-06-10T14:23:45.123456789Z INFO 06-10 14:23:45 llm_engine.py:1] timed",
+                         "vllm-1  | INFO 06-10 14:23:46 llm_engine.py:1] composed"] + plain[4:]
+    layers = W.detect(mixed)
+    assert layers == ("docker-ts", "compose")
+    assert W.decode_texts(mixed, layers) == plain[:4] + ["INFO 06-10 14:23:45 llm_engine.py:1] timed",
+                                                         "INFO 06-10 14:23:46 llm_engine.py:1] composed"] + plain[4:]
+    ev = parse_text("vllm", "\n".join(mixed) + "\n")
+    assert ev["wrapper_ts"].null_count() == ev.height - 1
+    assert json.loads(ev["labels"][5]) == {"service": "vllm-1"}
+
+
+def test_cloudwatch_padding_goes_with_its_time():
+    line = "2024-04-18T18:44:03.144-04:00   2024-04-18T22:43:58.111453Z  INFO shard-manager: text_generation_launcher: Waiting"
+    assert W.decode_texts([line], ("docker-ts",)) == ["2024-04-18T22:43:58.111453Z  INFO shard-manager: text_generation_launcher: Waiting"]
+    frame = "2026-06-10T14:23:45.123456789Z     at foo (bar.py:1)"
+    assert W.decode_texts([frame], ("docker-ts",)) == ["    at foo (bar.py:1)"]  # indentation kept
+
+
+def test_parse_text_decodes_as_ingest_does():
+    lines = ["INFO 06-10 14:23:45 llm_engine.py:1] ready", "ERROR 06-10 14:23:46 engine.py:1] Engine loop died"]
+    cri = wr.to_cri(lines)
+    ev = parse_text("vllm", cri)
+    assert ev["event"].to_list() == ["log", "error"] and ev["stream"].to_list() == ["stdout", "stdout"]
+    assert ev["message"].to_list() == parse_text("vllm", "\n".join(lines) + "\n")["message"].to_list()
+    raw = parse_text("vllm", cri, decode=())  # the engine parser alone
+    assert raw["wrapper_ts"].null_count() == raw.height
+
+
 def test_nim_json_formatter_becomes_vllm_events():
     rows = [
         {"level": "INFO", "time": "02-20 21:54:59.370", "file_path": "/opt/nim/llm/vllm/engine/metrics.py", "line_number": "334",

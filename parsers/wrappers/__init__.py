@@ -36,10 +36,23 @@ DECODERS: dict[str, ModuleType] = {
     m.NAME: m for m in (docker_json, journald, cri, ansi, syslog, docker_ts, compose, jsonfmt, prefix)
 }
 SNIFF_THRESHOLD = 0.6
+# the head of a file that ingest and the tailer read to find its layers and its engine
+SAMPLE_BYTES = 64 * 1024
+SAMPLE_LINES = 300
 MAX_DEPTH = 6
 # the docker json-file and CRI runtimes split lines longer than 16 KiB; a record-start
 # question about a window of lines needs this many more lines of look-back (pipeline/lines.py)
 FRAGMENT_LOOKBACK = 64
+
+
+def head_sample(head: bytes) -> list[str]:
+    """The sample lines of a file's first SAMPLE_BYTES that `detect` (and engine
+    detection) read: at most SAMPLE_LINES, without a last line cut short."""
+    text = head.decode("utf-8", errors="replace")
+    lines = text.split("\n")
+    if len(head) >= SAMPLE_BYTES and len(lines) > 1:
+        lines = lines[:-1]  # the last one is probably cut short
+    return [ln.rstrip("\r") for ln in lines[:SAMPLE_LINES]]
 
 
 def detect(sample: list[str]) -> tuple[str, ...]:

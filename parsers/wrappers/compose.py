@@ -19,7 +19,9 @@ PATTERN = r"(?P<_lab_service>[A-Za-z0-9][\w.-]*) +\| ?"
 
 
 def sniff(texts: list[str]) -> float:
-    return share(texts, f"^{PATTERN}")
+    # decoded line by line (lines without the prefix are left as they are): one line in
+    # the sample is enough, so a file where only some lines carry it is read too
+    return 1.0 if share(texts, f"^{PATTERN}") > 0 else 0.0
 
 
 def decode(df: pl.DataFrame) -> pl.DataFrame:

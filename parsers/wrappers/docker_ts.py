@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ._frame import peel, share
+from ._frame import peel
 
 NAME = "docker-ts"
 DOC = "`docker logs --timestamps`, `kubectl logs --timestamps`: `<RFC 3339 time> <line>`"
@@ -28,14 +28,30 @@ def sniff(texts: list[str]) -> float:
     s = s.filter(s.str.len_bytes() > 0)
     if len(s) == 0:
         return 0.0
-    return float((s.str.contains(f"^{PATTERN}") & ~s.str.contains(_ENGINE)).mean())
+    # decoded line by line (lines without the time are left as they are): one line in the
+    # sample is enough, so a file where only some lines carry the time is read too
+    return 1.0 if (s.str.contains(f"^{PATTERN}") & ~s.str.contains(_ENGINE)).any() else 0.0
 
 
-def decode(df: pl.DataFrame) -> pl.DataFrame:
+def decode(df: pl.DataFrame, again: bool = True) -> pl.DataFrame:
     engine = pl.col("text").str.contains(_ENGINE)
     keep = df.select(engine.alias("_eng"))["_eng"]
     if keep.any():
         own = df.filter(keep)
-        rest = peel(df.filter(~keep), PATTERN, {"_t": "_wts"})
-        return pl.concat([own, rest], how="diagonal_relaxed").sort("line")
-    return peel(df, PATTERN, {"_t": "_wts"})
+        rest = _second_time(peel(df.filter(~keep), PATTERN, {"_t": "_wts"}))
+        df = pl.concat([own, rest], how="diagonal_relaxed").sort("line")
+    else:
+        df = _second_time(peel(df, PATTERN, {"_t": "_wts"}))
+    # a log taken with --timestamps from a container that wrote one already carries two
+    # times: the inner one goes too (the outer stays the wrapper time)
+    if again and df.height and bool(df.select(pl.col("text").str.contains(f"^{PATTERN}").any()).item()):
+        return decode(df, again=False)
+    return df
+
+
+def _second_time(df: pl.DataFrame) -> pl.DataFrame:
+    """CloudWatch exports pad the time with several spaces before an engine line that has
+    its own (`2024-04-18T18:44:03.144-04:00   2024-04-18T22:43:58.111453Z  INFO ...`): the
+    padding goes with the wrapper (an indented traceback line keeps its indentation)."""
+    padded = pl.col("text").str.contains(rf"^ +{_TIME}\s")
+    return df.with_columns(pl.when(padded).then(pl.col("text").str.strip_chars_start(" ")).otherwise(pl.col("text")).alias("text"))

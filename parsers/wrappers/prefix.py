@@ -42,12 +42,18 @@ _OWN = (
     r"\[rank[0-9]+\]: ?",
     r"\[[0-9]+,[0-9]+\]<std(?:out|err)>: ?",
     r"[IWEF][0-9]{4} [0-9:.]+ +[0-9]+ [\w.]+:[0-9]+\] ?",
+    # TensorRT-LLM's own times before `[TRT-LLM]`: `[11/16/2024-00:05:44] `, `07-25-2025 16:54:34.140189 `
+    r"\[[0-9]{2}/[0-9]{2}/[0-9]{4}-[0-9]{2}:[0-9]{2}:[0-9]{2}\] ?",
+    r"[0-9]{2}-[0-9]{2}-[0-9]{4} [0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)? ?",
 )
 OWN_PREFIX = "^(?:" + "|".join(_OWN) + ")+$"
+# the engine's own prefixes at the end of an unknown one (`svc | (APIServer pid=1) `) stay
+# with the line: only the text before them is cut
+OWN_TAIL = r"(?:(?:" + "|".join(_OWN) + r")\s*)+$"
 # not a prefix but the line's own words: an exception naming a header in its message
 # (`RuntimeError: [TensorRT-LLM][ERROR] ...`, C++ `  what():  [TensorRT-LLM]...`), or an
-# indented continuation line (a traceback frame quoting a log line)
-NOT_PREFIX = r"^\s|(?:Error|Exception|Warning|what\(\)|Caused by|raise|assert|print\(|logger\.\w+\()\W*\s*$"
+# indented continuation line (a traceback frame quoting a log line), or a table row
+NOT_PREFIX = r"^\s|^[|+]|(?:Error|Exception|Warning|what\(\)|Caused by|raise|assert|print\(|logger\.\w+\()\W*\s*$"
 # how far into a line a header is looked for
 _REACH = 200
 
@@ -75,9 +81,10 @@ def _cut(text: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
     engine's own, or words of the line itself)."""
     at_start, later = _patterns()
     head = text.str.slice(0, _REACH)
-    pos = pl.when(~head.str.contains(at_start)).then(head.str.extract(later, 1).str.len_chars())
-    before = text.str.slice(0, pos)
-    return pos, before.str.contains(OWN_PREFIX) | before.str.contains(NOT_PREFIX)
+    found = pl.when(~head.str.contains(at_start)).then(head.str.extract(later, 1).str.len_chars())
+    before = text.str.slice(0, found)
+    pos = found - before.str.extract(f"({OWN_TAIL})", 1).str.len_chars().fill_null(0)
+    return pos, before.str.contains(OWN_PREFIX) | before.str.contains(NOT_PREFIX) | (pos == 0)
 
 
 def sniff(texts: list[str]) -> float:

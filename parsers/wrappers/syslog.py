@@ -14,7 +14,7 @@ import re
 
 import polars as pl
 
-from ._frame import peel, share
+from ._frame import peel
 
 NAME = "syslog"
 DOC = "syslog / rsyslog / `journalctl -o short-iso`, `short-precise`, RFC 5424: `<time> <host> <app>[<pid>]: <line>`"
@@ -34,11 +34,28 @@ RFC5424_PATTERN = (
 _ANY = re.sub(r"\(\?P<\w+>", "(?:", f"^(?:{ISO_PATTERN}|{BSD_PATTERN}|{RFC5424_PATTERN})")
 
 
+# an engine header of a time, a level word and a target (TGI's `2025-06-10T14:23:45.123Z INFO
+# generate: ...`): the level is not a host, the line is not syslog
+_ENGINE = rf"^{_ISO} +(?:TRACE|DEBUG|INFO|WARN|WARNING|ERROR) "
+
+
 def sniff(texts: list[str]) -> float:
-    return share(texts, _ANY)
+    s = pl.Series(texts, dtype=pl.String)
+    s = s.filter(s.str.len_bytes() > 0)
+    if len(s) == 0:
+        return 0.0
+    return float((s.str.contains(_ANY) & ~s.str.contains(_ENGINE)).mean())
 
 
 def decode(df: pl.DataFrame) -> pl.DataFrame:
+    keep = df.select(pl.col("text").str.contains(_ENGINE).alias("_eng"))["_eng"]
+    if keep.any():
+        own = df.filter(keep)
+        return pl.concat([own, _decode(df.filter(~keep))], how="diagonal_relaxed").sort("line")
+    return _decode(df)
+
+
+def _decode(df: pl.DataFrame) -> pl.DataFrame:
     t = pl.col("text")
     which = df.select(
         t.str.contains(f"^{RFC5424_PATTERN}").any().alias("rfc5424"),
