@@ -5,6 +5,12 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from hypothesis import settings
+
+# Property tests check values, never speed (that is bench/'s job): no per-example deadline, so
+# a loaded 2-core machine cannot fail one on time (Hypothesis' default is 200 ms).
+settings.register_profile("servelens", deadline=None)
+settings.load_profile("servelens")
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE_LOGS = REPO / "sample_logs"
