@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from conftest import REPO, SAMPLE_LOGS
 
-from servelens.parsers import ENGINES, detect_engine, get_parser
+from servelens.parsers import ENGINES, detect_engine, get_parser, wrappers
 from servelens.parsers.base import (
     ParseContext,
     check_events,
@@ -48,10 +48,13 @@ def test_sample_logs_are_detected_parsed_onto_the_schema_and_fully_accounted(eng
         if texts and texts[-1] == "":
             texts.pop()
         texts = [t.removesuffix("\r") for t in texts]
-        detected, score = detect_engine(texts[:300])
+        # as ingest reads a file: wrapper layers undone first (parsers/wrappers), then the
+        # engine detected on, and parsing, the engine's own lines
+        layers = wrappers.detect(texts[:300])
+        detected, score = detect_engine(wrappers.decode_texts(texts[:300], layers))
         assert detected == engine, f"{path.name} detected as {detected} ({score:.2f})"
         ctx = ParseContext(engine=engine, source=str(path), instance="x", year=2026)
-        events = finalize(mod.parse(lines_frame(texts), ctx), ctx)
+        events = finalize(wrappers.wrap(mod, layers).parse(lines_frame(texts), ctx), ctx)
         check_events(events)
         assert uncovered_lines(events, 1, len(texts)) == [], path.name
         assert events.height > 0
