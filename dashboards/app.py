@@ -24,7 +24,10 @@ if not access.granted():
     st.stop()
 
 pages = [
-    st.Page(HERE / "pages" / "overview.py", title="Overview", default=True, url_path="overview"),
+    st.Page(HERE / "pages" / "overview.py", title="Overview", default=True, url_path="home"),
+    # Streamlit serves the default page at the root only, so a shared link to /overview would
+    # say "Page not found" before falling back to it: the same page, hidden, answers there
+    st.Page(HERE / "pages" / "overview.py", title="Overview", url_path="overview", visibility="hidden"),
 ]
 if access.sql_enabled():
     pages.append(st.Page(HERE / "pages" / "sql.py", title="SQL", url_path="sql"))

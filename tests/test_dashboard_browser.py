@@ -141,6 +141,7 @@ def test_a_deep_link_on_a_fresh_server_and_the_first_screen(screen, dashboard):
     _settle(screen)
     screen.wait_for_timeout(2_000)
     screen.screenshot(path=str(ARTIFACTS / "dashboard-first-screen.png"))
+    assert screen.get_by_text("Page not found").count() == 0  # /overview is a page of its own
     nav = screen.locator('[data-testid="stSidebarNav"]').inner_text()
     assert "Overview" in nav and "SQL" in nav and "app" not in nav.split()
     main = screen.locator('[data-testid="stMainBlockContainer"]').bounding_box()
