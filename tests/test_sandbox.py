@@ -29,7 +29,8 @@ _register_commands()
 runner = CliRunner()
 SECRET = "TOPSECRET-7f3a9c"
 # a three-way cross join no join algorithm can shortcut: hours over a few thousand events
-RUNAWAY = "select count(*) from events a, events b, events c where a.line * b.line % 7 = c.line % 5"
+# a cross product under a predicate no join can use: it never finishes on its own
+RUNAWAY = "select count(*) from events a, events b, events c, events d where a.line + b.line + c.line + d.line > 0"
 
 
 def tree(root: Path) -> dict[str, str]:
