@@ -39,6 +39,7 @@ from pathlib import Path
 
 import polars as pl
 
+from . import uvicorn
 from . import sglang_fields as F
 from .base import ParseContext, attrs_column, record_ids
 
@@ -380,19 +381,7 @@ def _family_frame(fam: str, sub: pl.DataFrame, ctx: ParseContext) -> pl.DataFram
     elif fam == "arrive":
         cols = {"event": pl.lit("request_arrived"), "request_id": F.receive_request_id()}
     elif fam == "access":
-        uv = pl.col("_uv").struct
-        sub = sub.with_columns(m.str.extract_groups(F.UVICORN_ACCESS).alias("_uv"))
-        cols = {
-            "event": pl.lit("http_access"),
-            "level": uv.field("ulevel"),
-            "http_status": uv.field("status").cast(pl.Int32, strict=False),
-        }
-        extra = {
-            "method": uv.field("method"),
-            "path": uv.field("path"),
-            "client": uv.field("client"),
-            "protocol": uv.field("proto"),
-        }
+        sub, cols, extra = uvicorn.access_columns(sub, m)
     else:
         cols, extra = _other_columns(sub)
     message = pl.col("body_all")

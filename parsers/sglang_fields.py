@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from . import uvicorn
+
 M = pl.col("m")
 
 # ---------------------------------------------------------------------------------------
@@ -351,11 +353,8 @@ def receive_request_id() -> pl.Expr:
 # uvicorn and errors
 
 # `INFO:     127.0.0.1:40052 - "POST /v1/chat/completions HTTP/1.1" 200 OK`
-UVICORN_ACCESS = (
-    r'^(?P<ulevel>DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+(?P<client>\S+) - '
-    r'"(?P<method>[A-Z]+) (?P<path>\S+) (?P<proto>HTTP/[\d.]+)" (?P<status>\d{3})\b'
-)
-UVICORN_OTHER = r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+\S"
+UVICORN_ACCESS = uvicorn.ACCESS
+UVICORN_OTHER = uvicorn.OTHER
 # `Scheduler hit an exception: Traceback ...`, `DataParallelController hit an exception`,
 # `TokenizerManager hit an exception`, `Received sigquit from a child process...`
 IS_FATAL = M.str.contains(r"^\w+ hit an exception|Received sigquit from a child proces")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from . import uvicorn
 from . import vllm_fields as F
 from .base import (
     ParseContext,
@@ -246,8 +247,8 @@ def detect(lines: list[str]) -> float:
     foreign = pl.col("text").str.contains(
         r"TensorRT-LLM|TRT-LLM|text_generation_(?:router|launcher|server)|\[TRT"
     )
-    uvicorn = pl.col("m").str.contains(F.UVICORN_OTHER)
-    s = df.select(strong.sum().alias("s"), foreign.sum().alias("f"), uvicorn.sum().alias("u")).row(0)
+    uv_lines = pl.col("m").str.contains(F.UVICORN_OTHER)
+    s = df.select(strong.sum().alias("s"), foreign.sum().alias("f"), uv_lines.sum().alias("u")).row(0)
     n_strong, n_foreign, n_uv = (int(x or 0) for x in s)
     if n_foreign > n_strong:
         return 0.02
@@ -465,19 +466,7 @@ def _family_frame(fam: str, sub: pl.DataFrame) -> pl.DataFrame:
         cols = {"event": pl.lit("batch"), **F.note_columns()}
         extra = {"batch_index": m.str.extract(r"^Running batch #(\d+)", 1).cast(pl.Int64, strict=False)}
     elif fam == "access":
-        uv = pl.col("_uv").struct
-        sub = sub.with_columns(m.str.extract_groups(F.UVICORN_ACCESS).alias("_uv"))
-        cols = {
-            "event": pl.lit("http_access"),
-            "level": uv.field("ulevel"),
-            "http_status": uv.field("status").cast(pl.Int32, strict=False),
-        }
-        extra = {
-            "method": uv.field("method"),
-            "path": uv.field("path"),
-            "client": uv.field("client"),
-            "protocol": uv.field("proto"),
-        }
+        sub, cols, extra = uvicorn.access_columns(sub, m)
     else:
         # the exception a record names: its continuation lines' (`_xt`) or its own
         exc = pl.col("_e").struct

@@ -14,6 +14,8 @@ import re
 
 import polars as pl
 
+from . import uvicorn
+
 M = pl.col("m")  # the message, leading blanks removed
 
 
@@ -360,12 +362,9 @@ SHUTDOWN = (
 # ---------------------------------------------------------------------------------------
 # uvicorn, python logging, exceptions (applied to lines without a vLLM header)
 
-UVICORN_ACCESS = (
-    r'^(?P<ulevel>DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+(?P<client>\S+) - '
-    r'"(?P<method>[A-Z]+) (?P<path>\S+) (?P<proto>HTTP/[\d.]+)" (?P<status>\d{3})\b'
-)
+UVICORN_ACCESS = uvicorn.ACCESS
 # uvicorn pads `LEVEL:` to 9 columns; python's basicConfig writes `LEVEL:logger:msg`
-UVICORN_OTHER = r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+\S"
+UVICORN_OTHER = uvicorn.OTHER
 PYLOGGING = r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):([\w.\-]+):"
 # `torch.OutOfMemoryError: CUDA out of memory...`, `RuntimeError: ...`, `KeyboardInterrupt`
 EXCEPTION = (
