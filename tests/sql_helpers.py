@@ -65,3 +65,26 @@ def rows(con: duckdb.DuckDBPyConnection, sql: str) -> list[dict[str, Any]]:
     rel = con.sql(sql)
     cols = rel.columns
     return [dict(zip(cols, r)) for r in rel.fetchall()]
+
+
+# The truth states a logged snapshot `s` (columns ts, instance) may show: the last state at or
+# before its timestamp and every state during the second it names (a log line's time is
+# truncated). Written as two ASOF lookups and an equi-join on a state's rank, not as a range
+# join: with one instance a range join is a cross product that spilled 7 GB in CI.
+CANDIDATE_TRUTH_STATES = """
+        truth_ranked as (
+            select *, min(rn) over (partition by instance, ts) as first_rn,
+                      max(rn) over (partition by instance, ts) as last_rn
+            from (select *, row_number() over (partition by instance order by ts) as rn from truth_state)
+        ),
+        bounds as (
+            select s.*, lo.first_rn as rn_lo, hi.last_rn as rn_hi
+            from s
+            asof join truth_ranked lo on lo.instance = s.instance and s.ts >= lo.ts
+            asof join truth_ranked hi on hi.instance = s.instance and s.ts + interval 1 second > hi.ts
+        ),
+        cand as (
+            select b.*, t.running as tr, t.waiting as tw, t.kv_usage as tk
+            from (select *, unnest(range(rn_lo, rn_hi + 1)) as rn from bounds) b
+            join truth_ranked t using (instance, rn)
+        )"""

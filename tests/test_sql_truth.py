@@ -12,6 +12,7 @@ from pathlib import Path
 import tempfile
 
 import pytest
+from sql_helpers import CANDIDATE_TRUTH_STATES
 
 pytestmark = pytest.mark.slow
 
@@ -161,20 +162,14 @@ def test_logged_state_matches_truth(engine, variant):
     """Every logged snapshot (running / waiting / KV) is a state the engine was in during
     the second its timestamp names."""
     con = connect_truth(engine, "spike", variant if variant not in ("v0", "triton") else None)
-    got = one(con, """
+    got = one(con, f"""
         with s as (
             select b.ts, b.instance, b.running, b.max_num_seqs, q.waiting, q.source, k.kv_usage
             from batch_fill b
             join queue_depth q using (ts, instance)
             join kv_cache k using (ts, instance)
         ),
-        cand as (
-            select s.*, t.running as tr, t.waiting as tw, t.kv_usage as tk
-            from s join truth_state t
-              on t.instance = s.instance
-             and t.ts < s.ts + interval 1 second
-             and t.ts >= (select max(t2.ts) from truth_state t2 where t2.instance = s.instance and t2.ts <= s.ts)
-        ),
+{CANDIDATE_TRUTH_STATES},
         m as (
             select ts, instance,
                    -- Triton stats see only the queue inside the active set (a lower bound):

@@ -10,6 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
+from sql_helpers import CANDIDATE_TRUTH_STATES
 
 pytestmark = pytest.mark.slow
 
@@ -103,19 +104,13 @@ def test_logged_state_matches_truth(variant):
     """Every Decode batch line's running / waiting / KV, and every Prefill batch line's
     waiting and running + new requests, is a state the engine was in during its second."""
     con = connect("spike", variant)
-    got = one(con, """
+    got = one(con, f"""
         with s as (
             select ts, line, instance, event, running, waiting, kv_usage,
                    coalesce(try_cast(json_extract_string(attrs, '$.new_seq') as bigint), 0) as new_seq
             from events where event in ('engine_stats', 'batch') and engine = 'sglang'
         ),
-        cand as (
-            select s.*, t.running as tr, t.waiting as tw, t.kv_usage as tk
-            from s join truth_state t
-              on t.instance = s.instance
-             and t.ts < s.ts + interval 1 second
-             and t.ts >= (select max(t2.ts) from truth_state t2 where t2.instance = s.instance and t2.ts <= s.ts)
-        ),
+{CANDIDATE_TRUTH_STATES},
         m as (
             select line, instance, event,
                    -- a prefill line's #running-req is the batch before the new requests join
