@@ -143,10 +143,17 @@ def instance_from_path(path: Path) -> str:
             break
         name = new
     if not name or name.isdigit() or name.lower() in GENERIC_STEMS:
-        parent = path.parent
-        if parent.name and parent != path:
-            return instance_from_path(parent)
-    return name or "default"
+        return _instance_from_directory(path.parent) or name or "default"
+    return name
+
+
+def _instance_from_directory(directory: Path) -> str | None:
+    """The nearest directory name that is not generic (`vllm-a/logs/server.log` -> `vllm-a`).
+    Taken as it is: a directory is not rotated, so `real-0.32/` stays `real-0.32`."""
+    for d in (directory, *directory.parents):
+        if d.name and not d.name.isdigit() and d.name.lower() not in GENERIC_STEMS:
+            return d.name
+    return None
 
 
 def display_path(path: Path) -> str:
