@@ -352,9 +352,13 @@ def note_columns() -> dict[str, pl.Expr]:
 # an orderly shutdown: vLLM's own `[shutdown] API server: shutdown triggered` /
 # `[shutdown] EngineCore: trigger received signal=SIGTERM` (the shutdown log rework of 2026),
 # the older `Shutting down FastAPI HTTP server.` (launcher.py) and uvicorn's lifecycle lines
-# (`Shutting down`, `Waiting for application shutdown.`, ...), behind uvicorn's `INFO:` or not
+# (`Shutting down`, `Waiting for application shutdown.`, ...), behind uvicorn's `INFO:` or not.
+# Of vLLM's `[shutdown] ...` lines only the triggers begin a shutdown: the others (`Executor:
+# waiting for worker exit`, `MPClient: ...`, `Process manager: ...`) also follow an engine that
+# died by itself (recorded on vLLM 0.32: a worker exception, then `[shutdown] Executor: waiting
+# for worker exit count=1`, then the EngineDeadError), so they stay plain log lines.
 SHUTDOWN = (
-    r"^(?:(?:INFO|WARNING):\s+)?(?:\[shutdown\] |Shutting down(?: FastAPI HTTP server)?\.?$"
+    r"^(?:(?:INFO|WARNING):\s+)?(?:\[shutdown\] [^:]*: trigger received\b|Shutting down(?: FastAPI HTTP server)?\.?$"
     r"|Waiting for application shutdown\.|Application shutdown complete\.|Finished server process"
     r"|Received (?:SIGTERM|SIGINT|signal \d+|shutdown signal)|.*\bshutdown triggered\b)"
 )

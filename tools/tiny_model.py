@@ -11,7 +11,7 @@ Run it with the Python of an environment holding `transformers`, `tokenizers` an
 
 Examples:
     /work/vllm-env/bin/python tools/tiny_model.py /work/vllm-model
-    /work/vllm-env/bin/python tools/tiny_model.py /tmp/m --vocab 4000 --layers 4 --hidden 128
+    /work/vllm-env/bin/python tools/tiny_model.py /tmp/m --vocab 4000 --layers 4 --hidden 256 --heads 4
 """
 
 from __future__ import annotations
@@ -76,8 +76,9 @@ def main(argv: list[str] | None = None) -> None:
                          "(default: this repository's README and docs)")
     ap.add_argument("--vocab", type=int, default=2000)
     ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--hidden", type=int, default=64)
-    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--heads", type=int, default=2,
+                    help="attention heads (head size = hidden / heads; vLLM's CPU attention needs 32, 64, 128...)")
     ap.add_argument("--max-len", type=int, default=1024)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
