@@ -47,6 +47,9 @@ BARE_VLLM = M.str.contains(
 )
 IS_ITERATION = M.str.contains(r"^(?:Engine \d+: )?Iteration\(\d+\): \d+ context requests")
 IS_RECEIVED = M.str.starts_with("Received request ")
+# `/tokenize` and `/detokenize` log their input too (`Received request tokenize-<hex>: params:
+# None`; `vllm bench serve` calls it before a run): no generation, so no request that could end
+IS_TOKENIZE = M.str.contains(r"^Received request (?:de)?tokenize-")
 IS_ADDED = M.str.starts_with("Added request ")
 IS_FINISHED = M.str.starts_with("Finished request ")
 # V1 logs a client's disconnect as `Request X aborted.` and a failed request as `Request X

@@ -187,6 +187,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--compile", action="store_true",
                     help="let vLLM compile the model (off: --enforce-eager; compiling on a CPU takes minutes)")
     ap.add_argument("--max-num-seqs", type=int, default=4)
+    ap.add_argument("--kv-blocks", type=int, default=None,
+                    help="--num-gpu-blocks-override: a small KV cache, so its usage means something")
     ap.add_argument("--max-model-len", type=int, default=1024)
     ap.add_argument("--input-len", type=int, default=32)
     ap.add_argument("--output-len", type=int, default=32)
@@ -216,6 +218,8 @@ def main(argv: list[str] | None = None) -> None:
         serve.append("--enable-log-outputs")
     if not a.compile:
         serve.append("--enforce-eager")
+    if a.kv_blocks:
+        serve += ["--num-gpu-blocks-override", str(a.kv_blocks)]
     run = {"server": serve, "env": {k: env[k] for k in ("VLLM_LOG_STATS_INTERVAL", "VLLM_CPU_KVCACHE_SPACE")},
            "phases": []}
     log = (a.out / "server.log").open("wb")
@@ -232,7 +236,10 @@ def main(argv: list[str] | None = None) -> None:
             b = subprocess.Popen(cmd, stdout=(a.out / f"bench-{name}.out").open("wb"), stderr=subprocess.STDOUT, env=env)
             threads = []
             if name == "over":
-                time.sleep(5)  # into the overload, so the queue is long when they come
+                # into the overload, so the queue is long when they come: the bench client
+                # takes a while to start, so wait for its first requests to reach the server
+                while b.poll() is None and (scrape(a.port).get("waiting") or 0) < 2 * a.max_num_seqs:
+                    time.sleep(0.5)
                 for i in range(a.disconnects):
                     threads.append(threading.Thread(target=disconnecting_client,
                                                     args=(a.port, a.served_name, f"disc-{i}", 3 + i, extra)))
