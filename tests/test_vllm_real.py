@@ -195,3 +195,17 @@ def test_tail_latency_is_explained_by_queueing(rec: Recording) -> None:
     # the overload phase queued requests for seconds; the queue, not the model, is the p99
     assert q["p99_ttft_s"] > 3 and q["queueing_share_p99"] > 0.9
     assert q["slow_waiting_avg"] > 10
+
+
+def test_the_html_report_carries_the_tail_latency_section(rec: Recording, tmp_path) -> None:
+    from servelens.pipeline.cli import app
+
+    out = tmp_path / "r.html"
+    res = CliRunner().invoke(app, ["report", "--store", str(rec.store), "--format", "html", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    page = out.read_text()
+    q = run(rec.store, "select p99_ttft_s, n_slow from ttft_queueing where engine = 'vllm'").row(0, named=True)
+    assert "<a href='#tail-latency'>" in page and "<h2 id='tail-latency'>" in page
+    section = page[page.index("<h2 id='tail-latency'>"):page.index("<h2>Instances</h2>")]
+    assert f"<td>{q['p99_ttft_s']:.3g} s</td>" in section
+    assert "is queueing" in section and "vllm-cpu" in section
