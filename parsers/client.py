@@ -45,18 +45,24 @@ WRITTEN_WHOLE = True
 
 _VLLM_BENCH_KEYS = ('"ttfts"', '"input_lens"', '"num_prompts"', '"endpoint_type"', '"model_id"')
 _AIPERF_HEAD = r'^\{\s*"metadata"\s*:\s*\{'
+_GUIDELLM_KEYS = ('"generative_benchmark"', '"generative_text_response"', '"generative_request_stats"',
+                  '"time_to_first_token_ms"', '"request_loader"', '"scheduler_metrics"')
 
 
 def detect(lines: list[str]) -> float:
-    """High for a `vllm bench serve` results object or AIPerf per-request records."""
+    """Certain (1.0) for a `vllm bench serve` results object, AIPerf per-request records or a
+    GuideLLM report: their structure is unmistakable, while the texts they hold (a model's
+    generated output) can name any engine and so must not hand the file to that engine."""
     head = [ln for ln in lines if ln.strip()][:20]
     if not head or not head[0].lstrip().startswith("{"):
         return 0.0
     text = "\n".join(head)
     if text.lstrip().startswith('{"date": "') and sum(k in text for k in _VLLM_BENCH_KEYS) >= 2:
-        return 0.95
+        return 1.0
     if '"x_request_id"' in text and '"request_start_ns"' in text and '"metrics"' in text:
-        return 0.95
+        return 1.0
+    if '"benchmarks"' in text and any(k in text for k in _GUIDELLM_KEYS):
+        return 1.0
     return 0.0
 
 
@@ -70,12 +76,13 @@ def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     if lines.height == 0:
         return lines.select("line", pl.lit("unparsed").alias("event"), pl.col("text").alias("message"))
     rec = group_records(lines, record_starts(lines["text"]))
-    is_aiperf = rec["first"].str.contains(_AIPERF_HEAD)
+    # GuideLLM's report also opens with `{"metadata": {`; its `benchmarks` list tells it apart
+    is_aiperf = rec["first"].str.contains(_AIPERF_HEAD) & ~rec["text"].str.contains('"benchmarks":', literal=True)
     parts = []
     if is_aiperf.any():
         parts.append(_aiperf(rec.filter(is_aiperf)))
     for r in rec.filter(~is_aiperf).iter_rows(named=True):  # a results object per file: few
-        parts.append(_vllm_bench(r))
+        parts.append(_guidellm(r) if _is_guidellm(r["text"]) else _vllm_bench(r))
     out = pl.concat(parts, how="diagonal_relaxed").sort("line", maintain_order=True)
     return out.with_row_index("_seq")
 
@@ -153,6 +160,95 @@ def _vllm_bench(r: dict) -> pl.DataFrame:
         pl.when(ok).then(pl.col("output_tokens")).alias("output_tokens"),
         "ttft_s", "e2e_s", "tpot_s",
         pl.when(~ok).then(pl.col("error")).alias("message"),
+        attrs_column(df, _ATTRS),
+    )
+
+
+def _is_guidellm(text: str) -> bool:
+    """A GuideLLM report: a `benchmarks` list, and not vllm bench's `{"date": ...` object."""
+    return '"benchmarks"' in text and not text.lstrip().startswith('{"date"')
+
+
+_GUIDELLM_STATUS = ("successful", "incomplete", "errored")
+
+
+def _num(v: object) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _guidellm_request(q: dict, status: str) -> dict:
+    """One GuideLLM request record (either schema) as the fields of a `client_request`."""
+    timings = (q.get("info") or {}).get("timings") or {} if isinstance(q.get("info"), dict) else {}
+    start = _num(timings.get("request_start")) or _num(q.get("start_time")) \
+        or _num((q.get("info") or {}).get("started_at") if isinstance(q.get("info"), dict) else None)
+    end = _num(timings.get("request_end")) or _num(q.get("end_time"))
+    first = _num(timings.get("first_token_iteration")) or _num(q.get("first_token_time"))
+    ttft = _num(q.get("time_to_first_token_ms"))
+    ttft = ttft / 1000 if ttft is not None else (first - start if first is not None and start is not None else None)
+    e2e = _num(q.get("request_latency"))
+    if e2e is None and start is not None and end is not None:
+        e2e = end - start
+    itl = _num(q.get("inter_token_latency_ms"))
+    out_tok = q.get("output_tokens")
+    if not isinstance(out_tok, int):
+        out_tok = (q.get("output_metrics") or {}).get("total_tokens") if isinstance(q.get("output_metrics"), dict) else None
+    in_tok = q.get("prompt_tokens")
+    if not isinstance(in_tok, int):
+        in_tok = (q.get("input_metrics") or {}).get("total_tokens") if isinstance(q.get("input_metrics"), dict) else None
+    error = q.get("error") if isinstance(q.get("error"), str) else None
+    if error is None and isinstance(q.get("info"), dict) and isinstance(q["info"].get("error"), str):
+        error = q["info"]["error"]
+    ok = status == "successful"
+    rid = q.get("response_id") if isinstance(q.get("response_id"), str) else None
+    return {
+        "ts_s": start, "request_id": rid or (q.get("request_id") if isinstance(q.get("request_id"), str) else None),
+        "prompt_tokens": in_tok if isinstance(in_tok, int) else None,
+        "output_tokens": out_tok if isinstance(out_tok, int) else None,
+        "ttft_s": ttft, "e2e_s": e2e if ok else None,
+        "tpot_s": (e2e - ttft) / (out_tok - 1) if ok and e2e is not None and ttft is not None
+        and isinstance(out_tok, int) and out_tok > 1 else None,
+        "message": None if ok else (error or status),
+        "itl_s": itl / 1000 if itl is not None and ok else None, "success": ok,
+        "error_type": None if ok else status,
+    }
+
+
+def _guidellm(r: dict) -> pl.DataFrame:
+    try:
+        obj = json.loads(r["text"])
+    except ValueError:
+        return _unparsed(r)
+    benches = obj.get("benchmarks") if isinstance(obj, dict) else None
+    if not isinstance(benches, list):
+        return _unparsed(r)
+    rows = []
+    for b in benches:
+        reqs = b.get("requests") if isinstance(b, dict) else None
+        for status in _GUIDELLM_STATUS:
+            for q in (reqs.get(status) or []) if isinstance(reqs, dict) else []:
+                if isinstance(q, dict):
+                    rows.append(_guidellm_request(q, status))
+    if not rows:
+        return _unparsed(r)
+    df = pl.DataFrame(rows, schema={
+        "ts_s": pl.Float64, "request_id": pl.String, "prompt_tokens": pl.Int64, "output_tokens": pl.Int64,
+        "ttft_s": pl.Float64, "e2e_s": pl.Float64, "tpot_s": pl.Float64, "message": pl.String,
+        "itl_s": pl.Float64, "success": pl.Boolean, "error_type": pl.String,
+    }).with_row_index("index").with_columns(
+        pl.col("index").cast(pl.Int64),
+        pl.lit("guidellm").alias("client"),
+        pl.lit(None, pl.Float64).alias("itl_max_s"),
+        pl.lit(False).alias("start_estimated"),
+    )
+    return df.select(
+        pl.lit(r["line"], pl.Int64).alias("line"),
+        pl.lit(r["n_lines"], pl.Int32).alias("n_lines"),
+        pl.from_epoch((pl.col("ts_s") * 1e6).round().cast(pl.Int64), time_unit="us")
+        .dt.replace_time_zone("UTC").alias("ts"),
+        pl.lit("client_request").alias("event"),
+        "request_id", "prompt_tokens",
+        pl.when(pl.col("success")).then(pl.col("output_tokens")).alias("output_tokens"),
+        "ttft_s", "e2e_s", "tpot_s", "message",
         attrs_column(df, _ATTRS),
     )
 

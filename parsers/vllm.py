@@ -442,7 +442,8 @@ def _family_frame(fam: str, sub: pl.DataFrame) -> pl.DataFrame:
         sub = sub.with_columns(**F.request_parts())
         rq = F.request_columns()
         kind = (
-            pl.when(F.IS_RECEIVED | F.IS_ADDED).then(pl.lit("request_arrived"))
+            pl.when(F.IS_TOKENIZE).then(pl.lit("log"))
+            .when(F.IS_RECEIVED | F.IS_ADDED).then(pl.lit("request_arrived"))
             .when(F.IS_FINISHED).then(pl.lit("request_finished"))
             .when(F.IS_ABORTED).then(pl.lit("request_aborted"))
             # the answer of a non-streaming request, or the end of a stream

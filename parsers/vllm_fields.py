@@ -47,6 +47,9 @@ BARE_VLLM = M.str.contains(
 )
 IS_ITERATION = M.str.contains(r"^(?:Engine \d+: )?Iteration\(\d+\): \d+ context requests")
 IS_RECEIVED = M.str.starts_with("Received request ")
+# `/tokenize` and `/detokenize` log their input too (`Received request tokenize-<hex>: params:
+# None`; `vllm bench serve` calls it before a run): no generation, so no request that could end
+IS_TOKENIZE = M.str.contains(r"^Received request (?:de)?tokenize-")
 IS_ADDED = M.str.starts_with("Added request ")
 IS_FINISHED = M.str.starts_with("Finished request ")
 # V1 logs a client's disconnect as `Request X aborted.` and a failed request as `Request X
@@ -352,9 +355,13 @@ def note_columns() -> dict[str, pl.Expr]:
 # an orderly shutdown: vLLM's own `[shutdown] API server: shutdown triggered` /
 # `[shutdown] EngineCore: trigger received signal=SIGTERM` (the shutdown log rework of 2026),
 # the older `Shutting down FastAPI HTTP server.` (launcher.py) and uvicorn's lifecycle lines
-# (`Shutting down`, `Waiting for application shutdown.`, ...), behind uvicorn's `INFO:` or not
+# (`Shutting down`, `Waiting for application shutdown.`, ...), behind uvicorn's `INFO:` or not.
+# Of vLLM's `[shutdown] ...` lines only the triggers begin a shutdown: the others (`Executor:
+# waiting for worker exit`, `MPClient: ...`, `Process manager: ...`) also follow an engine that
+# died by itself (recorded on vLLM 0.32: a worker exception, then `[shutdown] Executor: waiting
+# for worker exit count=1`, then the EngineDeadError), so they stay plain log lines.
 SHUTDOWN = (
-    r"^(?:(?:INFO|WARNING):\s+)?(?:\[shutdown\] |Shutting down(?: FastAPI HTTP server)?\.?$"
+    r"^(?:(?:INFO|WARNING):\s+)?(?:\[shutdown\] [^:]*: trigger received\b|Shutting down(?: FastAPI HTTP server)?\.?$"
     r"|Waiting for application shutdown\.|Application shutdown complete\.|Finished server process"
     r"|Received (?:SIGTERM|SIGINT|signal \d+|shutdown signal)|.*\bshutdown triggered\b)"
 )

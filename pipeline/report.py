@@ -484,6 +484,7 @@ def to_html(report: dict[str, Any]) -> str:
     if report.get("charts") or report.get("charts_missing"):
         toc.append(("charts", "Charts"))
     toc += [(f"s-{sec['id']}", sec["title"]) for sec in report.get("sections", [])]
+    toc += [(report_queueing.TAIL_LATENCY_ANCHOR, report_queueing.TAIL_LATENCY_TITLE)] if report.get("tail_latency") else []
     toc += [(_anchor(i["instance"] + "-" + i["engine"]), f"{i['instance']} ({i['engine']}): {i['verdict']}")
             for i in report["instances"]]
     parts = [
@@ -525,6 +526,7 @@ def to_html(report: dict[str, Any]) -> str:
     for sec in report.get("sections", []):
         parts.append(f"<h2 id='s-{e(sec['id'])}'>{e(sec['title'])}</h2>")
         parts += [f"<p>{md_inline(line)}</p>" for line in sec.get("lines", []) if line.strip()]
+    parts += report_queueing.tail_latency_html(report.get("tail_latency"))
     parts.append("<h2>Instances</h2>")
     if not report["instances"]:
         parts.append("<p>No events in this range.</p>")

@@ -2,13 +2,17 @@
 and what the queue was when the slow requests arrived (the `ttft_queueing` view).
 
 Kept apart from report.py, which calls `tail_latency` while building the report and
-`tail_latency_markdown` while rendering it."""
+`tail_latency_markdown` / `tail_latency_html` while rendering it."""
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 import duckdb
+
+TAIL_LATENCY_ANCHOR = "tail-latency"
+TAIL_LATENCY_TITLE = "Tail latency: how much of the p99 TTFT is queueing"
 
 
 def tail_latency(con: duckdb.DuckDBPyConnection, instance: str | None = None) -> list[dict[str, Any]]:
@@ -51,6 +55,28 @@ def tail_latency_markdown(rows: list[dict[str, Any]] | None) -> list[str]:
     """The `## Tail latency` section (nothing when no instance has a TTFT)."""
     if not rows:
         return []
-    out = ["## Tail latency: how much of the p99 TTFT is queueing", ""]
+    out = [f"## {TAIL_LATENCY_TITLE}", ""]
     out += [f"- **{r['instance']}** ({r['engine']}): {explain(r)}" for r in rows]
     return out + [""]
+
+
+
+def tail_latency_html(rows: list[dict[str, Any]] | None) -> list[str]:
+    """The same section for the HTML report: a table per instance, then each explanation
+    (nothing when no instance has a TTFT)."""
+    if not rows:
+        return []
+    e = html.escape
+    head = ["instance", "engine", "TTFT from", "requests", "p50", "p90", "p99", "no-queue baseline",
+            "queueing part of p99", "slow requests", "waiting at their arrival (avg / max)", "waiting, all requests (avg)"]
+    body = [[r["instance"], r["engine"], r["ttft_source"], f"{r['n_requests']:,}", _s(r["p50_ttft_s"]),
+             _s(r["p90_ttft_s"]), _s(r["p99_ttft_s"]), _s(r["baseline_ttft_s"]),
+             "n/a" if r["queueing_share_p99"] is None else f"{_s(r['queueing_at_p99_s'])} ({r['queueing_share_p99']:.0%})",
+             _n(r["n_slow"]), f"{_n(r['slow_waiting_avg'])} / {_n(r['slow_waiting_max'])}", _n(r["all_waiting_avg"])]
+            for r in rows]
+    th = "".join(f"<th>{e(h)}</th>" for h in head)
+    trs = "".join("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in row) + "</tr>" for row in body)
+    out = [f"<h2 id='{TAIL_LATENCY_ANCHOR}'>{e(TAIL_LATENCY_TITLE)}</h2>",
+           f"<table><thead><tr>{th}</tr></thead><tbody>{trs}</tbody></table>"]
+    out += [f"<p><b>{e(r['instance'])}</b> ({e(r['engine'])}): {e(explain(r))}</p>" for r in rows]
+    return out

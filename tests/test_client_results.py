@@ -97,17 +97,41 @@ def _aiperf_file(out: Path, truth: pl.DataFrame) -> Path:
     return _old(path)
 
 
+def _guidellm_file(out: Path, truth: pl.DataFrame) -> Path:
+    """GuideLLM's report (v0.4+ request schema): the server's id as `response_id`, epoch
+    start and first-token times, computed latencies in the units GuideLLM writes."""
+    reqs = []
+    for r in truth.filter(pl.col("status") == "ok").iter_rows(named=True):
+        start, first, end = (r[k].timestamp() for k in ("arrival_ts", "first_token_ts", "finish_ts"))
+        reqs.append({
+            "type_": "generative_request_stats", "request_id": f"g-{r['index']}", "response_id": r["request_id"],
+            "info": {"status": "completed", "timings": {"request_start": start, "first_token_iteration": first,
+                                                        "last_token_iteration": end, "request_end": end},
+                     "error": None},
+            "prompt_tokens": r["prompt_tokens"], "output_tokens": r["output_tokens"],
+            # GuideLLM computes these from its epoch floats; taken from the truth's durations
+            # here so the check is not about float rounding of epoch seconds
+            "request_latency": r["e2e_s"], "time_to_first_token_ms": r["ttft_s"] * 1e3,
+            "inter_token_latency_ms": None if r["output_tokens"] < 2 else (end - first) * 1e3 / (r["output_tokens"] - 1),
+        })
+    doc = {"metadata": {"guidellm_version": "0.4.0"}, "args": {"profile": "poisson"},
+           "benchmarks": [{"type_": "generative_benchmark", "requests": {"successful": reqs, "incomplete": [], "errored": []}}]}
+    path = out / "benchmarks.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
 @lru_cache(maxsize=None)
 def _store(kind: str) -> tuple[Path, pl.DataFrame]:
     out, truth = _sim()
-    client = _vllm_bench_file(out, truth) if kind == "vllm-bench" else _aiperf_file(out, truth)
+    client = {"vllm-bench": _vllm_bench_file, "aiperf": _aiperf_file, "guidellm": _guidellm_file}[kind](out, truth)
     store = out / f"store-{kind}"
     res = ingest([out / "vllm-a.log", client], store, year=2026)
     assert {f.engine for f in res.files} == {"vllm", "client"}
     return store, truth
 
 
-@pytest.mark.parametrize("kind, match", [("vllm-bench", "index_time"), ("aiperf", "id")])
+@pytest.mark.parametrize("kind, match", [("vllm-bench", "index_time"), ("aiperf", "id"), ("guidellm", "id")])
 def test_every_served_request_gets_the_clients_exact_figures(kind, match) -> None:
     store, truth = _store(kind)
     got = run(store, "select request_id, engine, status, ttft_s, client_match, client_ttft_s, client_e2e_s, "

