@@ -19,7 +19,7 @@ catalogue(engine, metric, view, estimated, provides, missing) as (
         'vLLM logs no per-request time to first token by default: V1 gives it only with --enable-log-outputs (streamed chat requests), else ingest a client results file beside the log (exact client TTFT in requests.client_ttft_s)'),
     ('vllm', 'tpot_s', 'requests', true,
         '(last - first streaming delta) / (output tokens - 1), 1 s resolution (estimated; needs the token ids the deltas list)',
-        'vLLM logs no per-request time per output token by default: V1 --enable-log-outputs gives it where the delta lines list their output_token_ids, else a client results file'),
+        'vLLM logs no per-request time per output token by default: V1 --enable-log-outputs gives it only where the delta lines list their output_token_ids (those of vLLM 0.32 list none), else a client results file (client ITL)'),
     ('vllm', 'queue_s', 'requests', false, 'logged',
         'vLLM logs no per-request queue time (only Prometheus has it)'),
     ('vllm', 'waiting', 'queue_depth', false, 'logged by the periodic stats line (Pending/Waiting)',
