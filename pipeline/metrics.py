@@ -55,6 +55,18 @@ def view_name(path: Path) -> str:
     return names[0]
 
 
+def define_view(con: duckdb.DuckDBPyConnection, name: str, directory: Path | None = None) -> None:
+    """Create view `name` from its file on `con` (in the current schema)."""
+    for path in sql_files(directory):
+        if view_name(path) == name:
+            try:
+                con.execute(path.read_text(encoding="utf-8"))
+            except duckdb.Error as e:
+                raise RuntimeError(f"{path.name}: {e}") from e
+            return
+    raise ValueError(f"no view {name!r} in sql/")
+
+
 def _identifiers(sql: str) -> set[str]:
     """Every word of `sql` that could name a table, lowercased and unquoted (DuckDB's own
     tokenizer: words inside comments and string literals are not names)."""

@@ -31,10 +31,10 @@ import pyarrow.parquet as pq
 
 from servelens.parsers.schema import EVENT_SCHEMA
 
-from .metrics import load_views, views_for
+from .metrics import define_view, load_views, views_for
 from .sandbox import REFUSED_HINT, Limits, QueryError, check_statement, clean_message, connection_config, execute, lock_down
 from .store import StoreError, committed_parts, read_manifest, readable_parts
-from .timerange import TimeRange, bind_range_views, parts_in
+from .timerange import TimeRange, bind_range_views, parts_in, standing_events_sql
 
 # Reading races a writer: a part listed in the manifest can move (staging -> events/) or be
 # garbage-collected after compaction just before DuckDB opens it. Retry with a fresh manifest.
@@ -70,6 +70,7 @@ def connect(
         parts = readable_parts(store, parts)  # a missing or damaged part is an error, not fewer rows
         scan = time_range.widened(variables) if time_range else None
         if scan:
+            standing = parts_in(parts, TimeRange(None, scan.until))  # announcements from before the range (and every part read)
             parts = parts_in(parts, scan)
         # spill to the user's private temp dir, not `.tmp/` in the user's working directory
         con = duckdb.connect(":memory:", config=connection_config(limits))
@@ -80,8 +81,10 @@ def connect(
                 con.execute("create schema scan")
                 con.execute("use scan")
             where = f" where {scan.predicate('ts')}" if scan else ""
+            if scan and standing:
+                where += " union all " + standing_events_sql(_file_list(standing), "true" if _mixed_schemas(standing) else "false", scan)
             if parts:
-                files = ", ".join("'" + str(p).replace("'", "''") + "'" for p in parts)
+                files = _file_list(parts)
                 # union_by_name costs a pass over every part's metadata each time a view that
                 # reads `events` is bound (about 2 s of CPU over 150 parts with all views):
                 # ask for it only when the parts' schemas differ (a store older than a schema
@@ -96,10 +99,10 @@ def connect(
             names = load_views(con, variables=variables, only=views)  # binding a view over `events` opens the parts too
             if scan:
                 con.execute("use memory.main")
-                bind_range_views(con, ["events", *names], time_range)
+                bind_range_views(con, ["events", *names], time_range, lambda name: define_view(con, name))
             # DuckDB checks the allowed paths each time a file is opened, at query time too:
             # the view keeps working over exactly these parts
-            lock_down(con, [*parts, *readable])
+            lock_down(con, [*(standing if scan else parts), *readable])
             return con
         except (duckdb.IOException, RuntimeError) as e:
             con.close()
@@ -113,6 +116,10 @@ def connect(
             con.close()
             raise
     raise AssertionError("unreachable")
+
+
+def _file_list(parts: list[Path]) -> str:
+    return ", ".join("'" + str(p).replace("'", "''") + "'" for p in parts)
 
 
 def _mixed_schemas(parts: list[Path]) -> bool:

@@ -12,7 +12,8 @@ there, each cheaper than the next step:
    windows): a request that finished in the range but arrived before it keeps its arrival, a
    window cut by an edge is whole. Each view then shows only its rows in the range:
    per-window views the windows that overlap it, `requests` those that ended in it (or
-   arrived in it, when no end is logged), point views the points in it.
+   arrived in it, when no end is logged), point views the points in it. A view whose rows
+   carry no time (a summary per instance) summarises the rows in the range.
 
 So an answer over a range equals the whole store's answer restricted to that range, as long
 as no request lasted longer than the margin. What needs more history than the margin (a
@@ -26,7 +27,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import duckdb
 
@@ -125,12 +126,32 @@ def parts_in(parts: Iterable[Path], scan: TimeRange) -> list[Path]:
     return out
 
 
+# Events a server logs once, at start, that views need whatever the range: the capacity
+# banner (max_num_seqs, KV blocks) behind batch_fill's fill and the capacity view.
+STANDING_EVENTS = ("capacity",)
+
+
+# Views of that standing state: shown as computed over the widened range and the standing
+# events (the latest announcement), not summarised over the range.
+STANDING_VIEWS = ("capacity",)
+
+
+def standing_events_sql(files: str, by_name: str, scan: TimeRange) -> str:
+    """The standing events logged before `scan` (a second scan, over the few columns the
+    views read of them)."""
+    kinds = ", ".join(f"'{k}'" for k in STANDING_EVENTS)
+    return (f"select * from read_parquet([{files}], union_by_name = {by_name}) "
+            f"where event in ({kinds}) and not {scan.predicate('ts')}")
+
+
 def row_filter(columns: Iterable[str], rng: TimeRange) -> str | None:
-    """The predicate keeping a view's rows in `rng`, by the columns it has; None when it has
-    no time (such a view is shown whole, computed over the widened range)."""
+    """The predicate keeping a view's rows in `rng`, by the columns it has; None when its rows
+    carry no time of their own (a summary per instance or per engine)."""
     cols = set(columns)
     if {"window_start", "window_end"} <= cols:
         return rng.overlaps("window_start", "window_end")
+    if {"start_ts", "end_ts"} <= cols:
+        return rng.overlaps("start_ts", "end_ts")
     if {"arrival_ts", "finish_ts"} <= cols:
         return rng.predicate("coalesce(finish_ts, arrival_ts)")
     if "ts" in cols:
@@ -138,10 +159,13 @@ def row_filter(columns: Iterable[str], rng: TimeRange) -> str | None:
     return None
 
 
-def bind_range_views(con: duckdb.DuckDBPyConnection, names: Iterable[str], rng: TimeRange) -> None:
-    """In the current schema (main), a view per view of schema `scan` keeping its rows in
-    `rng`. A view's columns come from the catalog (recorded when it was bound), so nothing is
-    bound twice."""
+def bind_range_views(
+    con: duckdb.DuckDBPyConnection, names: Iterable[str], rng: TimeRange, define: Callable[[str], None]
+) -> None:
+    """In the current schema (main), a view per view of schema `scan` (`names` in load order)
+    keeping its rows in `rng`. A view whose rows carry no time (a summary over the whole
+    range) is defined again by `define(name)` in main, so that it summarises the rows in the
+    range, not the margin. Columns come from the catalog (recorded when a view was bound)."""
     names = list(names)
     cols: dict[str, list[str]] = {}
     for view, col in con.execute(
@@ -150,4 +174,7 @@ def bind_range_views(con: duckdb.DuckDBPyConnection, names: Iterable[str], rng: 
         cols.setdefault(view, []).append(col)
     for name in names:
         where = row_filter(cols.get(name, ()), rng)
-        con.execute(f"create view {name} as select * from scan.{name}" + (f" where {where}" if where else ""))
+        if where is None and name not in ("events", *STANDING_VIEWS):
+            define(name)
+        else:
+            con.execute(f"create view {name} as select * from scan.{name}" + (f" where {where}" if where else ""))
