@@ -74,16 +74,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--source", type=Path, default=None, help="store whose events fill the parts (default: the sample incident)")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--dir", type=Path, default=None, help="where to build (default: a temporary directory)")
+    p.add_argument("--store", type=Path, default=None, help="time this store as it is (built by an earlier run) instead of building one")
     a = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="servelens-partcount-") as tmp:
         base = a.dir or Path(tmp)
         source = a.source
-        if source is None:
+        if source is None and a.store is None:
             source = base / "sample"
             subprocess.run([str(Path(sys.executable).with_name("servelens")), "ingest", str(SAMPLE), "--store", str(source), "-q"],
                            check=True, capture_output=True)
-        store = base / f"parts-{a.parts}"
-        n = build(store, source, a.parts)
+        store = a.store or base / f"parts-{a.parts}"
+        n = build(store, source, a.parts) if a.store is None else None
         parts = len(json.loads((store / "manifest.json").read_text())["parts"])
         eager = _time(EAGER, store, a.runs)
         lazy = _time(LAZY, store, a.runs)
