@@ -40,6 +40,7 @@ from .timerange import TimeRange, bind_range_views, parts_in, standing_events_sq
 # garbage-collected after compaction just before DuckDB opens it. Retry with a fresh manifest.
 READ_RETRIES = 5
 VANISHED = ("No files found", "No such file")
+MISMATCH = "schema mismatch"
 
 __all__ = ["QueryError", "REFUSED_HINT", "Limits", "connect", "run", "run_on", "check_read_only", "one_line"]
 
@@ -52,13 +53,16 @@ def connect(
     readable: tuple[Path | str, ...] = (),
     views: set[str] | None = None,
     time_range: TimeRange | None = None,
+    union_by_name: bool | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with `events` over the store and the views of sql/,
     sandboxed (see pipeline/sandbox.py): it reads the committed parts (and `readable`, files a
     trusted caller adds) and nothing else, and its settings are locked.
 
     `views`: bind only these (with the views they read: metrics.views_for); None binds all.
-    `time_range`: only events in it, and view rows that fall in it (see pipeline/timerange.py)."""
+    `time_range`: only events in it, and view rows that fall in it (see pipeline/timerange.py).
+    `union_by_name`: None decides by reading every part's schema, unless `views` is given
+    (one query's connection, `run`): then only the first part's, which `run` backs up."""
     store = Path(store)
     if not store.exists():
         raise StoreError(
@@ -82,14 +86,17 @@ def connect(
                 con.execute("use scan")
             where = f" where {scan.predicate('ts')}" if scan else ""
             if scan and standing:
-                where += " union all " + standing_events_sql(_file_list(standing), "true" if _mixed_schemas(standing) else "false", scan)
+                mixed = union_by_name if union_by_name is not None else _mixed_schemas(standing[:1] if views is not None else standing, views is not None)
+                where += " union all " + standing_events_sql(_file_list(standing), "true" if mixed else "false", scan)
             if parts:
                 files = _file_list(parts)
                 # union_by_name costs a pass over every part's metadata each time a view that
                 # reads `events` is bound (about 2 s of CPU over 150 parts with all views):
                 # ask for it only when the parts' schemas differ (a store older than a schema
                 # change)
-                by_name = "true" if _mixed_schemas(parts) else "false"
+                if union_by_name is None:
+                    union_by_name = _mixed_schemas(parts[:1] if views is not None else parts, views is not None)
+                by_name = "true" if union_by_name else "false"
                 con.execute(
                     f"create or replace view events as select * from read_parquet([{files}], union_by_name = {by_name}){where}"
                 )
@@ -122,10 +129,15 @@ def _file_list(parts: list[Path]) -> str:
     return ", ".join("'" + str(p).replace("'", "''") + "'" for p in parts)
 
 
-def _mixed_schemas(parts: list[Path]) -> bool:
+def _mixed_schemas(parts: list[Path], current: bool = False) -> bool:
     """True unless every part has the same columns and types (reading the footers only: a
-    few ms for hundreds of parts)."""
-    first = None
+    few ms for hundreds of parts, seconds for thousands); with `current`, unless they also
+    have this servelens' schema.
+
+    `run` reads only the first part's footer: when it has today's schema, DuckDB reads the
+    others by its columns and stops with "schema mismatch" on a part missing one (then `run`
+    connects again with union_by_name)."""
+    first = EVENT_SCHEMA.remove_metadata() if current else None
     for p in parts:
         try:
             schema = pq.read_schema(p).remove_metadata()
@@ -176,11 +188,16 @@ def run(
     check_statement(sql)
     limits = limits or Limits.from_env()
     views = views_for(sql)
+    by_name = None
     for attempt in range(READ_RETRIES):
-        con = connect(store, variables, limits, views=views, time_range=time_range)
+        con = connect(store, variables, limits, views=views, time_range=time_range, union_by_name=by_name)
         try:
             return execute(con, sql, params, limits)
         except QueryError as e:
+            # parts of several schemas, told by DuckDB rather than by reading every footer
+            if by_name is None and MISMATCH in str(e):
+                by_name = True
+                continue
             # a part moved by a concurrent commit after the view was made: start again
             if attempt + 1 == READ_RETRIES or not _vanished(e):
                 raise

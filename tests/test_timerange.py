@@ -246,3 +246,28 @@ def test_lazy_binding_keeps_the_sandbox(sample_store):
     with pytest.raises(QueryError, match="reads only the store"):
         run(sample_store, "select * from read_text('/etc/passwd')",
             time_range=TimeRange(dt.datetime(2026, 5, 12, 8, tzinfo=UTC), None))
+
+
+@pytest.mark.parametrize("old_first", [False, True])
+def test_parts_of_an_older_schema_are_read_by_name(tmp_path, sample_store, old_first):
+    """`run` reads only the first part's footer; parts written before a column was added are
+    still read, whichever comes first."""
+    import pyarrow.parquet as pq
+
+    from servelens.parsers.schema import EVENT_SCHEMA
+    from servelens.pipeline.store import empty_manifest, write_json_atomic
+
+    events = run(sample_store, "select * exclude (day) from events where engine = 'tgi' order by ts, line limit 200")
+    table = events.to_arrow().cast(EVENT_SCHEMA)
+    store = tmp_path / "store"
+    manifest = empty_manifest()
+    halves = [table.slice(0, 100), table.slice(100).drop_columns([EVENT_SCHEMA.names[-1]])]  # the older part lacks the newest column
+    for n, half in enumerate(reversed(halves) if old_first else halves):
+        rel = f"events/engine=tgi/day=unknown/part-{n}.parquet"
+        (store / rel).parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(half, store / rel)
+        manifest["parts"].append(rel)
+    write_json_atomic(store / "manifest.json", manifest)
+    got = run(store, "select count(*) as n, count(distinct line) as lines from events")
+    assert got.row(0) == (200, events["line"].n_unique())
+    assert run(store, f"select count(*) as n from events where {EVENT_SCHEMA.names[-1]} is null")["n"][0] >= 100
