@@ -197,7 +197,7 @@ def test_report_over_a_range_equals_the_report_over_the_whole_store(sample_store
 
 
 def test_dashboard_passes_the_range_to_the_app(tmp_path):
-    from dashboards.data import settings
+    from servelens.dashboards.data import settings
 
     from servelens.pipeline.cli_dashboard import streamlit_command
 
