@@ -26,6 +26,7 @@ import streamlit as st
 from servelens.pipeline.query import QueryError, connect, one_line, run, run_on
 from servelens.pipeline.sandbox import Limits
 from servelens.pipeline.store import StoreError
+from servelens.pipeline.timerange import TimeRange
 
 # Views read by several others (requests by six of them) or expensive to compute: evaluated
 # once per store version and kept as temp tables of the dashboard's connection.
@@ -40,6 +41,13 @@ UTC = dt.timezone.utc
 class Settings:
     store: str
     thresholds: str | None = None
+    # `servelens dashboard --since/--until`: the only time the dashboard reads (ISO text)
+    since: str | None = None
+    until: str | None = None
+
+    @property
+    def time_range(self) -> TimeRange | None:
+        return TimeRange.parse(self.since, self.until)
 
 
 def settings(argv: list[str] | None = None) -> Settings:
@@ -48,6 +56,8 @@ def settings(argv: list[str] | None = None) -> Settings:
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     parser.add_argument("--store")
     parser.add_argument("--thresholds")
+    parser.add_argument("--since")
+    parser.add_argument("--until")
     args, _ = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
     store = args.store or os.environ.get("SERVELENS_STORE")
     if not store:
@@ -55,7 +65,7 @@ def settings(argv: list[str] | None = None) -> Settings:
 
         store = str(default_store())
     thresholds = args.thresholds or os.environ.get("SERVELENS_THRESHOLDS") or None
-    return Settings(store=str(Path(store).resolve()), thresholds=thresholds)
+    return Settings(store=str(Path(store).resolve()), thresholds=thresholds, since=args.since, until=args.until)
 
 
 def store_version(store: str) -> str:
@@ -73,8 +83,8 @@ class _Connection:
     serves sessions from several threads and a DuckDB connection must not run two queries at
     once."""
 
-    def __init__(self, store: str, variables: dict[str, Any]) -> None:
-        self.con = connect(store, variables)
+    def __init__(self, store: str, variables: dict[str, Any], time_range: TimeRange | None = None) -> None:
+        self.con = connect(store, variables, time_range=time_range)
         self.lock = threading.Lock()
         for view in MATERIALIZED:
             # a snapshot of the view under the same name, in this in-memory connection only:
@@ -86,13 +96,14 @@ class _Connection:
 # few: each holds its own copy of the materialized views, and a live store makes a new one
 # per ingest
 @st.cache_resource(max_entries=3, ttl=CACHE_TTL_S, show_spinner=False)
-def _connection(store: str, version: str, variables: tuple[tuple[str, Any], ...]) -> _Connection:
-    return _Connection(store, dict(variables))
+def _connection(store: str, version: str, variables: tuple[tuple[str, Any], ...], time_range: TimeRange | None = None) -> _Connection:
+    return _Connection(store, dict(variables), time_range)
 
 
 @st.cache_data(ttl=CACHE_TTL_S, max_entries=512, show_spinner=False)
-def _cached(store: str, version: str, sql: str, params: dict[str, Any] | None, variables: tuple[tuple[str, Any], ...]) -> pl.DataFrame:
-    conn = _connection(store, version, variables)
+def _cached(store: str, version: str, sql: str, params: dict[str, Any] | None, variables: tuple[tuple[str, Any], ...],
+            time_range: TimeRange | None = None) -> pl.DataFrame:
+    conn = _connection(store, version, variables, time_range)
     with conn.lock:
         return run_on(conn.con, sql, params)
 
@@ -103,7 +114,7 @@ def query(cfg: Settings, sql: str, params: dict[str, Any] | None = None, window_
     # one connection (one set of materialized views) per window width: normalise the type so
     # that the default 60 and the sidebar's 60.0 share it
     variables["window_s"] = float(window_s if window_s is not None else variables.get("window_s", 60.0))
-    return _cached(cfg.store, store_version(cfg.store), sql, params, tuple(sorted(variables.items())))
+    return _cached(cfg.store, store_version(cfg.store), sql, params, tuple(sorted(variables.items())), cfg.time_range)
 
 
 # A visitor's query: less time and memory than on the command line (several visitors share the
@@ -127,7 +138,7 @@ def run_user_sql(cfg: Settings, sql: str) -> pl.DataFrame:
     connection or another visitor), within the dashboard's limits. Not cached across visitors."""
     variables = dict(thresholds(cfg.thresholds))
     variables["window_s"] = float(variables.get("window_s", 60.0))
-    return run(cfg.store, sql, variables=variables, limits=user_sql_limits())
+    return run(cfg.store, sql, variables=variables, limits=user_sql_limits(), time_range=cfg.time_range)
 
 
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
@@ -231,10 +242,10 @@ def signals(cfg: Settings, f: Filters) -> pl.DataFrame:
 
 @st.cache_data(ttl=CACHE_TTL_S, max_entries=64, show_spinner=False)
 def _summary_rows(store: str, version: str, start: dt.datetime, end: dt.datetime,
-                  variables: tuple[tuple[str, Any], ...]) -> list[dict[str, Any]]:
+                  variables: tuple[tuple[str, Any], ...], time_range: TimeRange | None = None) -> list[dict[str, Any]]:
     from servelens.pipeline.report_summary import read_summary
 
-    conn = _connection(store, version, variables)
+    conn = _connection(store, version, variables, time_range)
     with conn.lock:  # the range is set as variables of the shared connection: one reader at a time
         try:
             return read_summary(conn.con, start, end, None)
@@ -250,7 +261,7 @@ def fleet_story(cfg: Settings, f: Filters, episodes: pl.DataFrame, verdicts: dic
 
     variables = dict(thresholds(cfg.thresholds))
     variables["window_s"] = float(f.window_s)
-    rows = _summary_rows(cfg.store, store_version(cfg.store), f.start, f.end, tuple(sorted(variables.items())))
+    rows = _summary_rows(cfg.store, store_version(cfg.store), f.start, f.end, tuple(sorted(variables.items())), cfg.time_range)
     targets = set(f.targets)
     rows = [r for r in rows if (r["engine"], r["instance"]) in targets]
     by_instance: dict[tuple[str, str], list[dict[str, Any]]] = {}

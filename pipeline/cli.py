@@ -157,6 +157,8 @@ def sql(
     allow_partial: Annotated[bool, typer.Option("--allow-partial", help="Answer from the intact parts of a damaged store (with a warning) instead of refusing.")] = False,
     timeout: Annotated[Optional[str], typer.Option(help="Stop the query after this many seconds; 0 for no limit (default: $SERVELENS_QUERY_TIMEOUT or 60).", show_default=False)] = None,
     memory_limit: Annotated[Optional[str], typer.Option("--memory-limit", help="Memory the query may use, e.g. 512MB, 8GB (default: $SERVELENS_QUERY_MEMORY or 4GB).", show_default=False)] = None,
+    since: Annotated[Optional[str], typer.Option(help="Only events from this time on, and the views' rows in the range (ISO 8601, UTC unless a zone is given); the scans read only this range.", show_default=False)] = None,
+    until: Annotated[Optional[str], typer.Option(help="Only events before this time (exclusive).", show_default=False)] = None,
 ) -> None:
     """Run SQL over the store: `events` and the metric views (requests, latency_percentiles,
     queue_depth, batch_fill, kv_cache, throughput, errors, scaling_signals, ...).
@@ -171,6 +173,7 @@ def sql(
       servelens sql "select * from latency_percentiles order by window_start" --format csv -o p.csv
       servelens sql "select * from scaling_signals" --window 5m --thresholds my-slo.toml
       servelens sql "select * from requests" --timeout 300 --memory-limit 16GB
+      servelens sql "select * from latency_percentiles" --since 2026-05-12T08:00Z --until 2026-05-12T09:00Z
     """
     from .output import render
     from .query import Limits, QueryError, run
@@ -191,10 +194,15 @@ def sql(
     except ValueError as e:
         raise fail(f"{e} (--timeout, --memory-limit)") from None
     from .store import allowing_partial
+    from .timerange import TimeRange
 
     try:
+        time_range = TimeRange.parse(since, until)
+    except ValueError as e:
+        raise fail(f"{e} (--since, --until)") from None
+    try:
         with allowing_partial(allow_partial):
-            df = run(store_path(store), query, variables=variables, limits=limits)
+            df = run(store_path(store), query, variables=variables, limits=limits, time_range=time_range)
     except (QueryError, StoreError) as e:
         raise fail(str(e)) from None
     try:

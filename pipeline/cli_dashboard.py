@@ -32,7 +32,8 @@ def app_path() -> Path:
     return Path(next(iter(dashboards.__path__))) / "entry" / "app.py"
 
 
-def streamlit_command(store: Path, port: int, host: str, thresholds: Path | None = None) -> list[str]:
+def streamlit_command(store: Path, port: int, host: str, thresholds: Path | None = None,
+                      since: str | None = None, until: str | None = None) -> list[str]:
     cmd = [
         sys.executable, "-m", "streamlit", "run", str(app_path()),
         "--server.port", str(port),
@@ -47,6 +48,9 @@ def streamlit_command(store: Path, port: int, host: str, thresholds: Path | None
     ]
     if thresholds is not None:
         cmd += ["--thresholds", str(thresholds)]
+    for name, value in (("--since", since), ("--until", until)):
+        if value is not None:
+            cmd += [name, value]
     return cmd
 
 
@@ -108,6 +112,8 @@ def register(app: typer.Typer) -> None:
         no_sql: Annotated[bool, typer.Option("--no-sql", help="Switch the SQL page off.")] = False,
         query_timeout: Annotated[str | None, typer.Option(help="Seconds a visitor's SQL query may run (default: $SERVELENS_DASHBOARD_QUERY_TIMEOUT or 15).", show_default=False)] = None,
         query_memory: Annotated[str | None, typer.Option(help="Memory a visitor's SQL query may use, e.g. 1GB (default: $SERVELENS_DASHBOARD_QUERY_MEMORY or 2GB).", show_default=False)] = None,
+        since: Annotated[str | None, typer.Option(help="Read only events from this time on (ISO 8601, UTC unless a zone is given): a big store's dashboard then costs only this range.", show_default=False)] = None,
+        until: Annotated[str | None, typer.Option(help="Read only events before this time (exclusive).", show_default=False)] = None,
     ) -> None:
         """Open the dashboard: scaling verdict per instance, the evidence over time, ad-hoc SQL.
 
@@ -118,6 +124,7 @@ def register(app: typer.Typer) -> None:
         Examples:
           servelens dashboard --store incident.store
           servelens dashboard --port 8600 --query-timeout 30
+          servelens dashboard --since 2026-05-12T08:00Z --until 2026-05-12T09:00Z
           SERVELENS_DASHBOARD_TOKEN=$(openssl rand -hex 16) servelens dashboard --host 0.0.0.0 --allow-remote
           servelens dashboard --host 0.0.0.0 --allow-remote --no-sql
         """
@@ -126,6 +133,12 @@ def register(app: typer.Typer) -> None:
             raise fail(f"store {target} does not exist; ingest logs first (servelens ingest PATH --store {target})")
         if not 1 <= port <= 65535:
             raise fail(f"--port {port} is not a TCP port (1-65535)")
+        from .timerange import TimeRange
+
+        try:
+            rng = TimeRange.parse(since, until)
+        except ValueError as e:
+            raise fail(f"{e} (--since, --until)") from None
         if thresholds is not None:
             from .metrics import resolve_variables
 
@@ -166,7 +179,9 @@ def register(app: typer.Typer) -> None:
         guard = ("access token required" if token else "no access token") + (", SQL page off" if no_sql else "")
         typer.echo(f"servelens dashboard: http://{host}:{port}  (store {target}; {guard}; Ctrl+C to stop)", err=True)
         env = app_environment(target, token, not no_sql, query_timeout, query_memory)
-        cmd = streamlit_command(target, port, host, thresholds)
+        cmd = streamlit_command(target, port, host, thresholds,
+                                rng.since.isoformat() if rng and rng.since else None,
+                                rng.until.isoformat() if rng and rng.until else None)
         # Replace this process with Streamlit: signals (Ctrl+C, a supervisor's SIGTERM) then
         # reach the server itself and no orphan is left behind.
         sys.stdout.flush()

@@ -65,7 +65,10 @@ def register(app: typer.Typer) -> None:
         try:
             from .query import connect
 
-            con = connect(store_path(store), variables)
+            from .timerange import TimeRange
+
+            # the scans read only the range (widened by a margin for requests cut by its edges)
+            con = connect(store_path(store), variables, time_range=TimeRange(t0, t1) if t0 or t1 else None)
         except StoreError as e:
             raise fail(str(e)) from None
         try:

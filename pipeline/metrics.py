@@ -5,14 +5,20 @@ The views read parameters with `getvariable('name')` and fall back to a default 
 they also work on a bare connection. `sql/thresholds.toml` is the documented source of those
 defaults; a user file (`--thresholds FILE`) overrides single keys. TOML top-level keys become
 variables of the same name; a key inside a `[section]` becomes `section_key`.
+
+Binding a view costs as much as binding every view beneath it (DuckDB binds a view's whole
+tree when it is created, and over every Parquet part `events` reads), so a connection for one
+query binds only the views that query names and the views those read (`views_for`); a query
+over `events` alone binds none.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.resources
 import re
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import duckdb
 
@@ -47,6 +53,64 @@ def view_name(path: Path) -> str:
     if len(names) != 1:
         raise ValueError(f"{path.name}: expected exactly one `create or replace view`, found {len(names)}")
     return names[0]
+
+
+def define_view(con: duckdb.DuckDBPyConnection, name: str, directory: Path | None = None) -> None:
+    """Create view `name` from its file on `con` (in the current schema)."""
+    for path in sql_files(directory):
+        if view_name(path) == name:
+            try:
+                con.execute(path.read_text(encoding="utf-8"))
+            except duckdb.Error as e:
+                raise RuntimeError(f"{path.name}: {e}") from e
+            return
+    raise ValueError(f"no view {name!r} in sql/")
+
+
+def _identifiers(sql: str) -> set[str]:
+    """Every word of `sql` that could name a table, lowercased and unquoted (DuckDB's own
+    tokenizer: words inside comments and string literals are not names)."""
+    tokens = duckdb.tokenize(sql)
+    out = set()
+    for i, (start, kind) in enumerate(tokens):
+        if (kind.name if hasattr(kind, "name") else str(kind)) not in ("identifier", "keyword"):
+            continue
+        end = tokens[i + 1][0] if i + 1 < len(tokens) else len(sql)
+        out.add(sql[start:end].strip().strip('"').lower())
+    return out
+
+
+@functools.lru_cache(maxsize=8)
+def view_dependencies(directory: Path | None = None) -> dict[str, frozenset[str]]:
+    """Per view of `directory` (default sql/), the other views its text names."""
+    texts = {view_name(p): p.read_text(encoding="utf-8") for p in sql_files(directory)}
+    names = set(texts)
+    return {v: frozenset((_identifiers(t) & names) - {v}) for v, t in texts.items()}
+
+
+# Words with which a query asks about the catalog itself (SHOW TABLES, duckdb_views(),
+# information_schema, query_table('name')): such a query sees every view.
+_CATALOG_WORDS = frozenset({"show", "show_tables", "show_tables_expanded", "tables", "table_info",
+                            "duckdb_views", "duckdb_tables", "duckdb_columns", "duckdb_dependencies",
+                            "information_schema", "query_table", "query", "pg_catalog", "sqlite_master"})
+
+
+def views_for(sql: str, directory: Path | None = None) -> set[str] | None:
+    """The views a query needs bound: those it names, and the views they read, transitively.
+    None (bind every view) when the query asks about the catalog. A word that merely looks
+    like a view name (a column alias) only costs binding that view."""
+    deps = view_dependencies(directory)
+    words = _identifiers(sql)
+    if words & _CATALOG_WORDS:
+        return None
+    todo = list(words & set(deps))
+    need: set[str] = set()
+    while todo:
+        v = todo.pop()
+        if v not in need:
+            need.add(v)
+            todo.extend(deps[v])
+    return need
 
 
 def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -129,16 +193,22 @@ def load_views(
     sql_dir: Path | str | None = None,
     variables: Mapping[str, Any] | None = None,
     thresholds: Path | str | None = None,
+    only: Iterable[str] | None = None,
 ) -> list[str]:
-    """Set the variables and create every view of `sql/*.sql` on `con`, in file-name order.
+    """Set the variables and create the views of `sql/*.sql` on `con`, in file-name order:
+    every view, or those of `only` (from `views_for`: it must hold the views they read too).
 
     `con` must already have an `events` table or view with the event schema. Returns the
     view names created."""
     set_variables(con, resolve_variables(variables, thresholds))
     _tune(con)
     names = []
+    keep = None if only is None else set(only)
     for path in sql_files(Path(sql_dir) if sql_dir is not None else None):
-        names.append(view_name(path))
+        name = view_name(path)
+        if keep is not None and name not in keep:
+            continue
+        names.append(name)
         try:
             con.execute(path.read_text(encoding="utf-8"))
         except duckdb.Error as e:

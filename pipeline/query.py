@@ -7,6 +7,16 @@ it can open only the committed part files, load no extension and change no setti
 runs with a memory limit and a private spill directory. `run` is the guarded path for SQL a
 user typed: the statement check first, then a fresh connection of its own (nothing one query
 does is seen by the next), a time limit, and a result that renders whatever its types.
+
+Two things keep a connection cheap on a big store:
+
+- `run` binds only the views its query reads (metrics.views_for): binding the deep views
+  costs seconds over thousands of parts, and `select count(*) from events` needs none.
+- a time range (`since` / `until`, pipeline/timerange.py) reaches the Parquet scans: parts of
+  days outside it are not listed at all, and the range is a filter on `ts` inside the scan
+  (row groups whose statistics miss it are skipped). The views are computed over the range
+  widened by a margin (requests that began before it, windows cut by its edges) and show only
+  the rows that fall in it.
 """
 
 from __future__ import annotations
@@ -21,14 +31,16 @@ import pyarrow.parquet as pq
 
 from servelens.parsers.schema import EVENT_SCHEMA
 
-from .metrics import load_views
+from .metrics import define_view, load_views, views_for
 from .sandbox import REFUSED_HINT, Limits, QueryError, check_statement, clean_message, connection_config, execute, lock_down
 from .store import StoreError, committed_parts, read_manifest, readable_parts
+from .timerange import TimeRange, bind_range_views, parts_in, standing_events_sql
 
 # Reading races a writer: a part listed in the manifest can move (staging -> events/) or be
 # garbage-collected after compaction just before DuckDB opens it. Retry with a fresh manifest.
 READ_RETRIES = 5
 VANISHED = ("No files found", "No such file")
+MISMATCH = "schema mismatch"
 
 __all__ = ["QueryError", "REFUSED_HINT", "Limits", "connect", "run", "run_on", "check_read_only", "one_line"]
 
@@ -39,10 +51,18 @@ def connect(
     limits: Limits | None = None,
     *,
     readable: tuple[Path | str, ...] = (),
+    views: set[str] | None = None,
+    time_range: TimeRange | None = None,
+    union_by_name: bool | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with `events` over the store and the views of sql/,
     sandboxed (see pipeline/sandbox.py): it reads the committed parts (and `readable`, files a
-    trusted caller adds) and nothing else, and its settings are locked."""
+    trusted caller adds) and nothing else, and its settings are locked.
+
+    `views`: bind only these (with the views they read: metrics.views_for); None binds all.
+    `time_range`: only events in it, and view rows that fall in it (see pipeline/timerange.py).
+    `union_by_name`: None decides by reading every part's schema, unless `views` is given
+    (one query's connection, `run`): then only the first part's, which `run` backs up."""
     store = Path(store)
     if not store.exists():
         raise StoreError(
@@ -52,26 +72,44 @@ def connect(
     for attempt in range(READ_RETRIES):
         parts = _settled_parts(store)
         parts = readable_parts(store, parts)  # a missing or damaged part is an error, not fewer rows
+        scan = time_range.widened(variables) if time_range else None
+        if scan:
+            standing = parts_in(parts, TimeRange(None, scan.until))  # announcements from before the range (and every part read)
+            parts = parts_in(parts, scan)
         # spill to the user's private temp dir, not `.tmp/` in the user's working directory
         con = duckdb.connect(":memory:", config=connection_config(limits))
         try:
+            if scan:
+                # the views are bound in a schema of their own over the widened range; `main`
+                # then holds same-named views keeping the rows in the range
+                con.execute("create schema scan")
+                con.execute("use scan")
+            where = f" where {scan.predicate('ts')}" if scan else ""
+            if scan and standing:
+                mixed = union_by_name if union_by_name is not None else _mixed_schemas(standing[:1] if views is not None else standing, views is not None)
+                where += " union all " + standing_events_sql(_file_list(standing), "true" if mixed else "false", scan)
             if parts:
-                files = ", ".join("'" + str(p).replace("'", "''") + "'" for p in parts)
+                files = _file_list(parts)
                 # union_by_name costs a pass over every part's metadata each time a view that
                 # reads `events` is bound (about 2 s of CPU over 150 parts with all views):
                 # ask for it only when the parts' schemas differ (a store older than a schema
                 # change)
-                by_name = "true" if _mixed_schemas(parts) else "false"
+                if union_by_name is None:
+                    union_by_name = _mixed_schemas(parts[:1] if views is not None else parts, views is not None)
+                by_name = "true" if union_by_name else "false"
                 con.execute(
-                    f"create or replace view events as select * from read_parquet([{files}], union_by_name = {by_name})"
+                    f"create or replace view events as select * from read_parquet([{files}], union_by_name = {by_name}){where}"
                 )
             else:
                 con.register("_events_empty", EVENT_SCHEMA.empty_table())
                 con.execute("create or replace view events as select * from _events_empty")
-            load_views(con, variables=variables)  # binding a view over `events` opens the parts too
+            names = load_views(con, variables=variables, only=views)  # binding a view over `events` opens the parts too
+            if scan:
+                con.execute("use memory.main")
+                bind_range_views(con, ["events", *names], time_range, lambda name: define_view(con, name))
             # DuckDB checks the allowed paths each time a file is opened, at query time too:
             # the view keeps working over exactly these parts
-            lock_down(con, [*parts, *readable])
+            lock_down(con, [*(standing if scan else parts), *readable])
             return con
         except (duckdb.IOException, RuntimeError) as e:
             con.close()
@@ -87,10 +125,19 @@ def connect(
     raise AssertionError("unreachable")
 
 
-def _mixed_schemas(parts: list[Path]) -> bool:
+def _file_list(parts: list[Path]) -> str:
+    return ", ".join("'" + str(p).replace("'", "''") + "'" for p in parts)
+
+
+def _mixed_schemas(parts: list[Path], current: bool = False) -> bool:
     """True unless every part has the same columns and types (reading the footers only: a
-    few ms for hundreds of parts)."""
-    first = None
+    few ms for hundreds of parts, seconds for thousands); with `current`, unless they also
+    have this servelens' schema.
+
+    `run` reads only the first part's footer: when it has today's schema, DuckDB reads the
+    others by its columns and stops with "schema mismatch" on a part missing one (then `run`
+    connects again with union_by_name)."""
+    first = EVENT_SCHEMA.remove_metadata() if current else None
     for p in parts:
         try:
             schema = pq.read_schema(p).remove_metadata()
@@ -132,17 +179,25 @@ def run(
     params: list[Any] | dict[str, Any] | None = None,
     variables: dict[str, Any] | None = None,
     limits: Limits | None = None,
+    time_range: TimeRange | None = None,
 ) -> pl.DataFrame:
     """Run one read-only query over the store and return its result: the guarded path for SQL
     a user typed. The statement is checked before anything is opened, then runs on a fresh
-    sandboxed connection of its own within `limits` (default: Limits.from_env())."""
+    sandboxed connection of its own within `limits` (default: Limits.from_env()), with only
+    the views it reads bound, over `time_range` when one is given."""
     check_statement(sql)
     limits = limits or Limits.from_env()
+    views = views_for(sql)
+    by_name = None
     for attempt in range(READ_RETRIES):
-        con = connect(store, variables, limits)
+        con = connect(store, variables, limits, views=views, time_range=time_range, union_by_name=by_name)
         try:
             return execute(con, sql, params, limits)
         except QueryError as e:
+            # parts of several schemas, told by DuckDB rather than by reading every footer
+            if by_name is None and MISMATCH in str(e):
+                by_name = True
+                continue
             # a part moved by a concurrent commit after the view was made: start again
             if attempt + 1 == READ_RETRIES or not _vanished(e):
                 raise
