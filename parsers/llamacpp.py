@@ -41,7 +41,7 @@ import polars as pl
 
 from . import llamacpp_timing as T
 from .base import ANSI_RE, ParseContext, attrs_column
-from .llamacpp_clock import REL_RE, anchor, rel_us
+from .llamacpp_clock import REL_RE, anchor, file_runs, rel_us
 
 NAME = "llamacpp"
 CARRY_FORWARD = ("model",)
@@ -108,6 +108,11 @@ def record_starts(text: pl.Series) -> pl.Series:
         ~T.open_block(pl.col("_opener"), pl.col("_part") == "total",
                       pl.col("_part").is_not_null() & ~pl.col("_opener"))
     ).to_series().alias("starts")
+
+
+def scan_file(frames, ctx: ParseContext) -> None:
+    """Before the chunks: where the file's process runs start and end (`llamacpp_clock.file_runs`)."""
+    ctx.file["rel_runs"] = file_runs(((f["line"], _header(f["text"])["_rel"]) for f in frames), ctx)
 
 
 def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
