@@ -315,6 +315,7 @@ def finalize(events: pl.DataFrame, ctx: ParseContext, carry: tuple[str, ...] = (
     events = domain.apply(events, ctx.invalid)
     events = _resolve_relative(events, ctx)
     events = _resolve_timestamps(events, ctx)
+    events = _scope_request_ids(events, ctx)
     for col in carry:
         if col not in events.columns:
             continue
@@ -402,6 +403,33 @@ def _resolve_relative(events: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     if ts is not None:
         anchored = _as_utc_series(ts).fill_null(anchored)
     return events.with_columns(anchored.alias("ts"))
+
+
+def _scope_request_ids(events: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
+    """Request ids that start again with each process (llama.cpp's task ids) made distinct
+    per run: a parser marks the lines where a server starts (`run_start` helper column).
+    The requests of the first run that has any keep their ids; those of the k-th such run
+    become `<id>@run<k>`. Runs without requests (start-up lines printed twice, a crash
+    before any request) count for nothing, and the count carries on across chunks and to a
+    rotated file's successor (`carry_` state, see checkpoint.inherit_lineage)."""
+    if "run_start" not in events.columns:
+        return events
+    run = events["run_start"].fill_null(False).cast(pl.Int64).cum_sum().to_numpy()
+    done = int(ctx.state.get("carry_runs_with_requests", 0))
+    has = np.zeros(int(run[-1]) + 1, dtype=bool) if len(run) else np.zeros(1, dtype=bool)
+    if "request_id" in events.columns:
+        has[np.unique(run[events["request_id"].is_not_null().to_numpy()])] = True
+    has[0] |= bool(ctx.state.get("carry_run_has_requests", False))
+    before = done + np.concatenate([[0], np.cumsum(has)[:-1]])  # such runs before each run
+    ctx.state["carry_runs_with_requests"] = int(done + has[:-1].sum())
+    ctx.state["carry_run_has_requests"] = bool(has[-1])
+    if "request_id" not in events.columns or not before.any():
+        return events.drop("run_start")
+    rid, k = pl.col("request_id"), pl.col("_runs_before")
+    return events.with_columns(pl.Series("_runs_before", before[run])).with_columns(
+        pl.when(rid.is_not_null() & (k > 0)).then(pl.concat_str(rid, pl.lit("@run"), (k + 1).cast(pl.String)))
+        .otherwise(rid).alias("request_id")
+    ).drop("run_start", "_runs_before")
 
 
 def _as_utc_series(ts: pl.Series) -> pl.Series:

@@ -17,7 +17,7 @@ The anatomy of a line, outside in:
 Events:
 - `request`: one per timing block (see `llamacpp_timing.py`), on its last line:
   e2e_s = inference_s = total time, tpot_s, prompt_tokens (prompt tokens evaluated, i.e.
-  not served from the prompt cache), output_tokens; request_id = the task id.
+  not served from the prompt cache), output_tokens; request_id = the task id (`<task>@run<k>` from the second process run that serves requests on, see base._scope_request_ids).
 - `request_arrived` (`processing task`: a slot took the task), `request_finished` (slot
   `release` / `stop processing`, n_tokens in attrs), `request_aborted` (`cancel task,
   id_task = N`).
@@ -362,6 +362,15 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         .otherwise(pl.lit("unparsed"))
     )
     df = df.with_columns(event.alias("event"))
+    # a server (re)start: task ids begin again at 0 (finalize scopes request ids by run)
+    own_rel = pl.when(pl.col("_port").is_null()).then(pl.col("_rel"))
+    run_start = (
+        ((f == "func") & (fn == "build") & msg.str.contains(r"^[0-9]+ \("))
+        | ((f == "func") & (fn == "system info"))
+        | (f.is_in(["json", "text24"]) & msg.is_in(["build info", "system info"]))
+        | (own_rel < own_rel.forward_fill().shift(1))
+    ).fill_null(False)
+    df = df.with_columns(run_start.alias("run_start"))
     ev = pl.col("event")
     req = ev == "request"
     key_task = pl.col("_key").str.extract(r"\|(-?[0-9]+)$", 1)
@@ -418,7 +427,7 @@ _ATTR_KEYS = (
 _OUT_COLS = (
     "line", "ts", "ts_rel_us", "level", "event", "request_id", "model", "prompt_tokens", "output_tokens",
     "e2e_s", "tpot_s", "inference_s", "prompt_tps", "gen_tps", "max_num_seqs",
-    "kv_capacity_tokens", "http_status", "message",
+    "kv_capacity_tokens", "http_status", "message", "run_start",
 )
 
 # fields that only mean something on some event kinds

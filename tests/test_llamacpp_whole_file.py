@@ -92,3 +92,62 @@ def test_a_grown_file_keeps_its_first_anchor(tmp_path):
     ts = stored(tmp_path / "store")["ts"].to_list()
     assert len(ts) == 3000
     assert ts[999] == m1 and ts[2999] == m1 + dt.timedelta(seconds=200)
+
+
+# --- request identity per process run -------------------------------------------------------
+
+
+def _session(task: int, slot: int, t0: float, e2e_ms: float) -> list[str]:
+    """One request's lines in the 2025 text form (timestamps from --log-timestamps)."""
+    def at(s: float) -> str:
+        us = int(round(s * 1e6))
+        return f"{us // 60_000_000}.{us // 1_000_000 % 60:02d}.{us // 1000 % 1000:03d}.{us % 1000:03d} I "
+    tag = f"id {slot:2d} | task {task} | "
+    return [
+        at(t0) + f"slot launch_slot_: {tag}processing task",
+        at(t0 + e2e_ms / 1000) + f"slot print_timing: {tag}prompt eval time =     100.00 ms /    10 tokens (   10.00 ms per token,   100.00 tokens per second)",
+        at(t0 + e2e_ms / 1000) + f"slot print_timing: {tag}       eval time =     {e2e_ms - 100:.2f} ms /    11 tokens (   10.00 ms per token,   100.00 tokens per second)",
+        at(t0 + e2e_ms / 1000) + f"slot print_timing: {tag}      total time =     {e2e_ms:.2f} ms /    21 tokens",
+        at(t0 + e2e_ms / 1000) + f"slot      release: {tag}stop processing: n_tokens = 21, truncated = 0",
+    ]
+
+
+def _start(t: float) -> list[str]:
+    us = int(t * 1e6)
+    pre = f"0.{us // 1_000_000:02d}.{us // 1000 % 1000:03d}.000 I "
+    return [pre + "build: b7400 (8c6a1f2) with cc (GCC) 13.2.0 for x86_64-linux-gnu",
+            pre + "system info: n_threads = 16, n_threads_batch = 16, total_threads = 32",
+            pre + "main: server is listening on http://0.0.0.0:8080"]
+
+
+def _sql(store: Path, query: str) -> list[str]:
+    from typer.testing import CliRunner
+
+    from servelens.pipeline.cli import app
+
+    res = CliRunner().invoke(app, ["sql", query, "--store", str(store), "--format", "csv"])
+    assert res.exit_code == 0, res.output
+    return res.output.strip().splitlines()
+
+
+@pytest.mark.parametrize("block", [None, 700])
+def test_task_ids_of_two_process_runs_are_two_requests_each(tmp_path, block):
+    """The server restarts and numbers its tasks from 0 again: task 0 and task 1 of each run
+    are four requests, not two merged ones, also when a read block ends inside a run."""
+    log = tmp_path / "llama-server.log"
+    run1 = _start(0.1) + _session(0, 0, 2.0, 1000.0) + _session(1, 1, 3.5, 2000.0)
+    run2 = _start(0.2) + _session(0, 0, 3.0, 3000.0) + _session(1, 0, 7.0, 4000.0)
+    log.write_text("\n".join(run1 + run2) + "\n")
+    t = dt.datetime(2026, 6, 1, 12, 0, 0, tzinfo=UTC).timestamp()
+    os.utime(log, (t, t))
+    store = tmp_path / "store"
+    ingest([log], store, **({"block_bytes": block} if block else {}))
+    rows = _sql(store, "select request_id, status, e2e_s, output_tokens, line from requests order by line")
+    assert rows == [
+        "request_id,status,e2e_s,output_tokens,line",
+        "0,finished,1.0,11,4", "1,finished,2.0,11,9",
+        "0@run2,finished,3.0,11,17", "1@run2,finished,4.0,11,22",
+    ]
+    # the second run ends at mtime with request 1 (started 4 s before)
+    start = _sql(store, "select strftime(arrival_ts, '%H:%M:%S.%f') from requests where request_id = '1@run2'")
+    assert start[1] == "11:59:56.000000"
