@@ -57,6 +57,8 @@ _TAG_RE = r"^(slot|srv|que|res) +([^\s:]{1,12}): (?:id +(-?[0-9]+) \| task (-?[0
 _ERA_A_TEXT_RE = r"^\s*(INFO|WARN|ERR|VERB|DEBUG) \[\s*([A-Za-z0-9_:~]+)\] "
 _FUNC_RE = r"^([A-Za-z_][A-Za-z0-9_.-]*(?: [A-Za-z0-9_.-]+)?): "
 _JSON_HINT = r'^\{"(?:tid|timestamp|level)"'
+# the indented `key = value, ...` lines of a multi-line `sampler params:` (or similar) dump
+_KV_DUMP_RE = r"^\s{2,}[a-z_]+ = [^,\s]+(?:, [a-z_]+ = [^,\s]+)+\s*$"
 _EARLY_RE = r"^(?:slot [0-9]+ (?:is processing|released|: )|all slots are idle|Available slots:| -> Slot [0-9]+ - max context)"
 
 _LEVELS = {
@@ -177,6 +179,7 @@ def _classified(df: pl.DataFrame) -> pl.DataFrame:
         .when(b.str.contains(T.PART_RE)).then(pl.lit("part"))
         .when(b.str.contains(T.BLOB_RE)).then(pl.lit("blob"))
         .when(b.str.contains(_EARLY_RE)).then(pl.lit("early"))
+        .when(b.str.contains(_KV_DUMP_RE)).then(pl.lit("kv_dump"))
         .when(b.str.contains(_FUNC_RE)).then(pl.lit("func"))
         # any other line behind the relative time and level prefix is still llama.cpp's
         .when(pl.col("_rel").is_not_null() | pl.col("_lvl").is_not_null()).then(pl.lit("prefixed"))
