@@ -114,7 +114,16 @@ def record_starts(text: pl.Series) -> pl.Series:
 
 def scan_file(frames, ctx: ParseContext) -> None:
     """Before the chunks: where the file's process runs start and end (`llamacpp_clock.file_runs`)."""
-    ctx.file["rel_runs"] = file_runs(((f["line"], _header(f["text"])["_rel"]) for f in frames), ctx)
+    ctx.file["rel_runs"] = file_runs(((f["line"], _relative(f["text"])) for f in frames), ctx)
+
+
+def _relative(text: pl.Series) -> pl.Series:
+    """`_header`'s `_rel` alone (µs since start, null for lines without), for the first pass."""
+    df = pl.DataFrame({"b": text}, schema={"b": _STR})
+    b = pl.col("b")
+    if df.select(b.str.contains(ANSI_RE).any()).item():
+        df = df.with_columns(b.str.replace_all(ANSI_RE, ""))
+    return df.select(rel_us(b.str.replace(_PORT_RE, "").str.extract_groups(REL_RE))).to_series()
 
 
 def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:

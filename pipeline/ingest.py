@@ -322,7 +322,8 @@ def _scan_file(path: Path, result: FileResult, ctx: ParseContext, offset: int, n
     the end, wrappers undone) and leaves what only the whole file tells in `ctx.file`
     (llama.cpp: where each process run's relative times end, to anchor them)."""
     scan = getattr(get_parser(result.engine), "scan_file", None)
-    if scan is None:
+    # (what is left fits in one read block: its one chunk sees all of it already)
+    if scan is None or (not fp.is_gzip(path) and path.stat().st_size - offset <= block_bytes):
         return
     with fp.open_stream(path) as f:
         if offset:

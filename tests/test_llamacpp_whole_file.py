@@ -151,3 +151,14 @@ def test_task_ids_of_two_process_runs_are_two_requests_each(tmp_path, block):
     # the second run ends at mtime with request 1 (started 4 s before)
     start = _sql(store, "select strftime(arrival_ts, '%H:%M:%S.%f') from requests where request_id = '1@run2'")
     assert start[1] == "11:59:56.000000"
+
+
+def test_the_first_pass_reads_the_relative_times_the_parser_reads(sim):
+    from servelens.parsers import llamacpp
+
+    real = Path(__file__).resolve().parent.parent / "sample_logs" / "llamacpp" / "real"
+    texts = [p.read_text() for p in sorted(real.rglob("*.log"))] + [sim[0].read_text()[:200_000]]
+    texts.append("\x1b[32m0.01.000.000 I srv  x: y\x1b[0m\n[  42] 3.00.000.001 W slot a: b\n1.2.3.4 no\n")
+    for text in texts:
+        s = pl.Series(text.splitlines(), dtype=pl.String)
+        assert llamacpp._relative(s).equals(llamacpp._header(s)["_rel"], check_names=False)
