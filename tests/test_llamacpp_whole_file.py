@@ -162,3 +162,27 @@ def test_the_first_pass_reads_the_relative_times_the_parser_reads(sim):
     for text in texts:
         s = pl.Series(text.splitlines(), dtype=pl.String)
         assert llamacpp._relative(s).equals(llamacpp._header(s)["_rel"], check_names=False)
+
+
+def test_a_tailer_started_on_a_long_backlog_anchors_it_from_the_end(tmp_path, monkeypatch):
+    """`servelens tail` started on an existing log longer than its parse block: the backlog's
+    times equal ingest's (the tailer makes the same first pass), through the restart."""
+    from servelens.pipeline import tail as tail_mod
+    from servelens.pipeline.store import Store
+    from servelens.pipeline.tail import Tailer
+    from servelens.pipeline.tail_watch import Targets
+
+    monkeypatch.setattr(tail_mod, "PARSE_BLOCK_MIN", 20_000)  # the 500 kB log is ~25 parse blocks
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    _two_runs(logs / "llama-server.log")
+    ingest([logs / "llama-server.log"], tmp_path / "ingested")
+    store = tmp_path / "tailed"
+    with Store.open(store, purpose="tail") as st:
+        t = Tailer(st, Targets([logs], None, skip_under=store), engine="auto", quiet_s=0.0, compact_min_parts=0)
+        for _ in range(10):
+            t.poll_once(rescan=True)
+        t.close()
+    tailed, ingested = stored(store), stored(tmp_path / "ingested")
+    assert tailed.height == ingested.height == 8000
+    assert tailed["ts"].equals(ingested["ts"])
