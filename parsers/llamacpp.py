@@ -17,7 +17,9 @@ The anatomy of a line, outside in:
 Events:
 - `request`: one per timing block (see `llamacpp_timing.py`), on its last line:
   e2e_s = inference_s = total time, tpot_s, prompt_tokens (prompt tokens evaluated, i.e.
-  not served from the prompt cache), output_tokens; request_id = the task id (`<task>@run<k>` from the second process run that serves requests on, see base._scope_request_ids).
+  not served from the prompt cache), output_tokens; request_id = the task id (`<task>@<port>` for a router child's,
+  `<task>@run<k>` from the second process run that serves requests on, see
+  base._scope_request_ids).
 - `request_arrived` (`processing task`: a slot took the task), `request_finished` (slot
   `release` / `stop processing`, n_tokens in attrs), `request_aborted` (`cancel task,
   id_task = N`).
@@ -374,9 +376,13 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         .otherwise(pl.lit("unparsed"))
     )
     df = df.with_columns(event.alias("event"))
-    # a server (re)start: task ids begin again at 0 (finalize scopes request ids by run)
-    own_rel = pl.when(pl.col("_port").is_null()).then(pl.col("_rel"))
-    run_start = (
+    # a server (re)start: task ids begin again at 0 (finalize scopes request ids by run).
+    # Router mode's children are processes of their own, each numbering its tasks, started
+    # while others serve: their ids are scoped by port instead, and their start lines and
+    # relative times do not restart the file's run.
+    own = pl.col("_port").is_null()
+    own_rel = pl.when(own).then(pl.col("_rel"))
+    run_start = own & (
         ((f == "func") & (fn == "build") & msg.str.contains(r"^[0-9]+ \("))
         | ((f == "func") & (fn == "system info"))
         | (f.is_in(["json", "text24"]) & msg.is_in(["build info", "system info"]))
@@ -392,7 +398,7 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
     ).with_columns(
         pl.when(ev == "request_aborted").then(pl.col("_abort_task").cast(_STR))
         .when(ev.is_in(["request", "request_arrived", "request_finished"]) & (task != "-1")).then(task)
-        .alias("request_id"),
+        .alias("_task_id"),
         pl.when(ev == "http_access").then(pl.coalesce(pl.col("_status"), pl.col("_x_status").cast(pl.Int32, strict=False))).alias("http_status"),
         pl.when(ev == "http_access").then(pl.coalesce(pl.col("method"), pl.col("_x_method"))).alias("method"),
         pl.when(ev == "http_access").then(pl.coalesce(pl.col("path"), pl.col("_x_path"))).alias("path"),
@@ -425,6 +431,11 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         pl.when(ev == "unparsed").then(pl.col("_raw")).otherwise(
             pl.when(f == "json").then(pl.coalesce(msg, body)).otherwise(pl.col("_msg"))
         ).alias("message"),
+    )
+    tid = pl.col("_task_id")
+    df = df.with_columns(
+        pl.when(pl.col("_port").is_not_null() & tid.is_not_null())
+        .then(pl.concat_str(tid, pl.lit("@"), pl.col("_port").cast(_STR))).otherwise(tid).alias("request_id")
     )
     return _finish(df)
 

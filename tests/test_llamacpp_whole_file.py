@@ -186,3 +186,21 @@ def test_a_tailer_started_on_a_long_backlog_anchors_it_from_the_end(tmp_path, mo
     tailed, ingested = stored(store), stored(tmp_path / "ingested")
     assert tailed.height == ingested.height == 8000
     assert tailed["ts"].equals(ingested["ts"])
+
+
+def test_router_children_number_their_tasks_apart(tmp_path):
+    """Router mode: each child (its `[port] ` prefix) is a process numbering its own tasks, and
+    one may start while another serves: task 0 of two children is two requests, and a child's
+    start does not split the other's request."""
+    log = tmp_path / "llama-server.log"
+    a = ["[41001] " + x for x in _start(0.1) + _session(0, 0, 2.0, 1000.0)]
+    b_start = ["[41002] " + x for x in _start(0.2)]
+    b_req = ["[41002] " + x for x in _session(0, 0, 3.0, 2000.0)]
+    # child 41002 starts after 41001 took task 0 and before it finished
+    lines = a[:4] + b_start + a[4:] + b_req
+    log.write_text("\n".join(lines) + "\n")
+    t = dt.datetime(2026, 6, 1, 12, 0, 0, tzinfo=UTC).timestamp()
+    os.utime(log, (t, t))
+    ingest([log], tmp_path / "store")
+    rows = _sql(tmp_path / "store", "select request_id, status, e2e_s from requests order by request_id")
+    assert rows == ["request_id,status,e2e_s", "0@41001,finished,1.0", "0@41002,finished,2.0"]
