@@ -55,13 +55,13 @@ _STR = pl.String
 
 _PORT_RE = r"^\[\s*([0-9]+)\] "
 _LEVEL_RE = r"^([IWEDT]) "
-_TAG_RE = r"^(slot|srv|que|res) +([^\s:]{1,12}): (?:id +(-?[0-9]+) \| task (-?[0-9]+) \| ?)?"
+_TAG_RE = r"^(slot|srv|que|res|cmn) +([^\s:]{1,12}): (?:id +(-?[0-9]+) \| task (-?[0-9]+) \| ?)?"
 _ERA_A_TEXT_RE = r"^\s*(INFO|WARN|ERR|VERB|DEBUG) \[\s*([A-Za-z0-9_:~]+)\] "
 _FUNC_RE = r"^([A-Za-z_][A-Za-z0-9_.-]*(?: [A-Za-z0-9_.-]+)?): "
 _JSON_HINT = r'^\{"(?:tid|timestamp|level)"'
 # the indented `key = value, ...` lines of a multi-line `sampler params:` (or similar) dump
 _KV_DUMP_RE = r"^\s{2,}[a-z_]+ = [^,\s]+(?:, [a-z_]+ = [^,\s]+)+\s*$"
-_EARLY_RE = r"^(?:slot [0-9]+ (?:is processing|released|: )|all slots are idle|Available slots:| -> Slot [0-9]+ - max context)"
+_EARLY_RE = r"^(?:slot [0-9]+ (?:is processing|released|: )|all slots are idle|Available slots:| -> Slot [0-9]+ - max context|llama server listening at )"
 
 _LEVELS = {
     "I": "INFO", "W": "WARNING", "E": "ERROR", "D": "DEBUG", "T": "DEBUG",
@@ -160,7 +160,7 @@ def _header(text: pl.Series, wrap: pl.Series | None = None) -> pl.DataFrame:
     ).with_columns(pl.when(pl.col("_rel").is_not_null()).then(c.str.replace(REL_RE, "")).otherwise(c))
     lvl = c.str.extract(_LEVEL_RE, 1)
     # a bare level letter only before a timestamp's body or a server tag
-    has_lvl = pl.col("_rel").is_not_null() | c.str.contains(r"^[IWEDT] (?:slot|srv|que|res) ")
+    has_lvl = pl.col("_rel").is_not_null() | c.str.contains(r"^[IWEDT] (?:slot|srv|que|res|cmn) ")
     df = df.with_columns(pl.when(has_lvl).then(lvl).alias("_lvl")).with_columns(
         pl.when(pl.col("_lvl").is_not_null()).then(c.str.replace(_LEVEL_RE, "")).otherwise(c)
     )
@@ -326,13 +326,13 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         r"^slot [0-9]+ is processing \[task id: [0-9]+\]")
     finished = msg.str.contains(r"^(?:stop processing|slot released)")
     aborted_id = msg.str.extract(r"cancel task, id_task = ([0-9]+)", 1)
-    n_slots = pl.coalesce(msg.str.extract(r"initializing slots, n_slots = ([0-9]+)", 1).cast(pl.Int64, strict=False),
+    n_slots = pl.coalesce(msg.str.extract(r"initializing(?: slots)?, n_slots = ([0-9]+)", 1).cast(pl.Int64, strict=False),
                           pl.when(msg == "initializing slots").then(pl.col("_x_n_slots").cast(pl.Int64, strict=False)))
     n_seq = msg.str.extract(r"^(?:n_seq_max|n_parallel)\s*=\s*([0-9]+)", 1).cast(pl.Int64, strict=False)
     n_ctx = pl.when(fn.is_in(["llama_context", "llama_new_context_with_model", "llama_init_from_model"])).then(
         msg.str.extract(r"^n_ctx\s*=\s*([0-9]+)", 1).cast(pl.Int64, strict=False))
     n_ctx_slot_new = pl.coalesce(
-        msg.str.extract(r"new slot,? n_ctx_slot = ([0-9]+)", 1).cast(pl.Int64, strict=False),
+        msg.str.extract(r"(?:new slot,?|^initializing, n_slots = [0-9]+,) n_ctx_slot = ([0-9]+)", 1).cast(pl.Int64, strict=False),
         pl.when(msg == "new slot").then(pl.col("_x_n_ctx_slot").cast(pl.Int64, strict=False)),
         msg.str.extract(r"^ -> Slot [0-9]+ - max context: ([0-9]+)", 1).cast(pl.Int64, strict=False),
     )
