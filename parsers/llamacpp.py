@@ -61,7 +61,7 @@ _FUNC_RE = r"^([A-Za-z_][A-Za-z0-9_.-]*(?: [A-Za-z0-9_.-]+)?): "
 _JSON_HINT = r'^\{"(?:tid|timestamp|level)"'
 # the indented `key = value, ...` lines of a multi-line `sampler params:` (or similar) dump
 _KV_DUMP_RE = r"^\s{2,}[a-z_]+ = [^,\s]+(?:, [a-z_]+ = [^,\s]+)+\s*$"
-_EARLY_RE = r"^(?:slot [0-9]+ (?:is processing|released|: )|all slots are idle|Available slots:| -> Slot [0-9]+ - max context|llama server listening at )"
+_EARLY_RE = r"^(?:slot [0-9]+ (?:is processing|released|: )|all slots are idle|Available slots:| -> Slot [0-9]+ - max context|llama server listening at |system prompt updated$|[a-z_]{3,40} : )"
 
 _LEVELS = {
     "I": "INFO", "W": "WARNING", "E": "ERROR", "D": "DEBUG", "T": "DEBUG",
@@ -307,7 +307,7 @@ def _num(expr: pl.Expr) -> pl.Expr:
     return expr.cast(pl.Float64, strict=False)
 
 
-_ERROR_RE = r"GGML_ASSERT|CUDA error|(?i:out of memory)|terminate called|Segmentation fault|core dumped|^error: "
+_ERROR_RE = r"GGML_ASSERT|CUDA error|(?i:out of memory)|terminate called|Segmentation fault|core dumped|^error: |failed to decode the batch"
 _ACCESS_RE = r"(?:^|: )(?:done )?request: ([A-Z]+) (\S+) (\S+) ([0-9]{3})\s*$"
 _TG_RE = r"^n_(?:decoded|gen) =\s*([0-9]+), tg =\s*([0-9.]+) t/s(?:, tg_3s =\s*([0-9.]+) t/s)?"
 _PP_RE = r"^prompt processing, n_tokens =\s*([0-9]+), progress = ([0-9.]+), t =\s*([0-9.]+) s /\s*([0-9.]+) tokens per second"
