@@ -96,6 +96,8 @@ def detect(lines: list[str]) -> float:
             body.str.contains(r"^(?:slot|srv|que) +[^\s:]{1,12}: ")
             | (body.str.contains(_JSON_HINT) & body.str.contains(r'"function":"[a-z_]+"'))
             | body.str.contains(r"^\s*(?:INFO|WARN|ERR|VERB) \[\s*[a-z_]+\] .* \| tid=")
+            # the 2023 server's plain prints
+            | body.str.contains(r"^slot [0-9]+ (?:is processing \[task id: [0-9]+\]|: kv cache rm )")
             | body.str.contains(r"^(?:llama_model_loader|llama_context|llama_new_context_with_model|llama_kv_cache\w*|print_info|load_tensors|llm_load_\w+|ggml_\w+|main): ")
         ).sum()
     ).item()
