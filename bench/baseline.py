@@ -69,6 +69,20 @@ TRT_STAMP = re.compile(r"(\d\d)-(\d\d)-(\d{4}) (\d\d):(\d\d):(\d\d)(?:\.(\d{6}))
 TRT_BLOCKS = re.compile(r"Number of blocks in KV cache primary pool: (\d+)|primary blocks=(\d+)")
 TRT_MAX_SEQS = re.compile(r"TRTGptModel maxNumSequences: (\d+)")
 TRT_PY = re.compile(r"^\[(\d\d)/(\d\d)/(\d{4})-(\d\d):(\d\d):(\d\d)\] \[TRT-LLM\] \[([FEWIV])\] (.*)$")
+# -- SGLang ------------------------------------------------------------------------------
+SGL_HEAD = re.compile(r"^\[(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{3}))?((?: [A-Z_]+\d+)*)\] (.*)$")
+SGL_FIELD = re.compile(r"([#A-Za-z][\w\- ()/#]*?): ([\w.]+)")
+SGL_STATS = {"#running-req": "running", "#queue-req": "waiting", "token usage": "kv_usage",
+             "gen throughput (token/s)": "gen_tps", "input throughput (token/s)": "prompt_tps",
+             "#new-token": "batch_tokens"}
+SGL_INT = {"running", "waiting", "batch_tokens"}
+SGL_KV_POOL = re.compile(r"max_total_num_tokens=(\d+)")
+
+# -- llama.cpp (2026: relative times, one line per timing part) -----------------------------
+LCP_HEAD = re.compile(r"^(\d+)\.(\d\d)\.(\d{3})\.(\d{3}) ([IWEDT]) (.*)$")
+LCP_SLOT = re.compile(r"^slot +\S+: id +(\d+) \| task (-?\d+) \| (.*)$")
+LCP_PART = re.compile(r"^\s*(prompt eval|eval|total) time = +([\d.]+) ms / +(\d+) tokens")
+LCP_LEVELS = {"I": "INFO", "W": "WARNING", "E": "ERROR", "D": "DEBUG", "T": "DEBUG"}
 GLOG_LEVELS = {"I": "INFO", "W": "WARNING", "E": "ERROR"}
 PY_LEVELS = {"F": "CRITICAL", "E": "ERROR", "W": "WARNING", "I": "INFO", "V": "DEBUG"}
 
@@ -314,7 +328,94 @@ def parse_trtllm(path: Path, out: Writer, year: int) -> None:
             out.add(row)
 
 
-PARSERS = {"vllm": parse_vllm, "tgi": parse_tgi, "trtllm": parse_trtllm}
+def parse_sglang(path: Path, out: Writer, year: int) -> None:
+    base = {"engine": "sglang", "instance": path.stem, "source": str(path), "n_lines": 1}
+    last_ts = None
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for n, raw in enumerate(f, 1):
+            line = raw.rstrip("\r\n")
+            row = dict(base, line=n)
+            m = SGL_HEAD.match(line)
+            if not m:
+                row.update(ts=last_ts, ts_inferred=last_ts is not None, event="unparsed", message=line)
+                out.add(row)
+                continue
+            y, mo, d, h, mi, s, ms, ranks, msg = m.groups()
+            last_ts = dt.datetime(int(y), int(mo), int(d), int(h), int(mi), int(s), int(ms or 0) * 1000, tzinfo=UTC)
+            row.update(ts=last_ts, ts_inferred=False, message=msg, event="log",
+                       attrs=json.dumps({"ranks": ranks.strip()}) if ranks else None)
+            if msg.startswith(("Decode batch", "Prefill batch")):
+                row["event"] = "engine_stats" if msg.startswith("Decode") else "batch"
+                for key, value in SGL_FIELD.findall(msg.split(" ", 2)[-1]):
+                    col = SGL_STATS.get(key.strip())
+                    if col:
+                        row[col] = int(value) if col in SGL_INT else float(value)
+            elif msg.startswith("INFO:"):
+                r = UVICORN.match(msg)
+                if r:
+                    client, method, p, proto, status = r.groups()
+                    row.update(level="INFO", event="http_access", http_status=int(status),
+                               attrs=json.dumps({"method": method, "path": p, "client": client, "protocol": proto}))
+            elif "max_total_num_tokens=" in msg:
+                r = SGL_KV_POOL.search(msg)
+                row.update(event="capacity", kv_capacity_tokens=int(r.group(1)) if r else None)
+            elif "KV cache pool is full" in msg or "out of memory happened" in msg:
+                row["event"] = "preemption"
+            out.add(row)
+
+
+def parse_llamacpp(path: Path, out: Writer, year: int) -> None:
+    """Relative times anchored at the file's mtime: a first pass finds the last one."""
+    base = {"engine": "llamacpp", "instance": path.stem, "source": str(path), "n_lines": 1}
+    last_rel = 0
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for raw in f:
+            m = LCP_HEAD.match(raw)
+            if m:
+                mi, s, ms, us = (int(x) for x in m.groups()[:4])
+                last_rel = ((mi * 60 + s) * 1000 + ms) * 1000 + us
+    end = dt.datetime.fromtimestamp(path.stat().st_mtime, UTC)
+    parts: dict[str, dict] = {}
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for n, raw in enumerate(f, 1):
+            line = raw.rstrip("\r\n")
+            row = dict(base, line=n)
+            m = LCP_HEAD.match(line)
+            if not m:
+                row.update(event="unparsed", message=line)
+                out.add(row)
+                continue
+            mi, s, ms, us, lvl, body = m.groups()
+            rel = ((int(mi) * 60 + int(s)) * 1000 + int(ms)) * 1000 + int(us)
+            ts = end - dt.timedelta(microseconds=last_rel - rel)
+            row.update(ts=ts, ts_inferred=False, level=LCP_LEVELS[lvl], message=body,
+                       event="error" if lvl == "E" else "log")
+            r = LCP_SLOT.match(body)
+            if r:
+                slot, task, msg = r.groups()
+                p = LCP_PART.match(msg) if "time =" in msg else None
+                if p:
+                    got = parts.setdefault(f"{slot}|{task}", {})
+                    got[p.group(1)] = (float(p.group(2)), int(p.group(3)))
+                    if p.group(1) == "total":
+                        pe, ev = got.get("prompt eval", (None, None)), got.get("eval", (None, None))
+                        row.update(event="request", request_id=task, e2e_s=got["total"][0] / 1000,
+                                   inference_s=got["total"][0] / 1000, prompt_tokens=pe[1], output_tokens=ev[1],
+                                   tpot_s=ev[0] / 1000 / (ev[1] - 1) if ev[1] and ev[1] > 1 else None)
+                        del parts[f"{slot}|{task}"]
+                elif msg.startswith("processing task"):
+                    row.update(event="request_arrived", request_id=task)
+                elif msg.startswith("stop processing"):
+                    row.update(event="request_finished", request_id=task)
+                elif msg.startswith("n_decoded") and "tg =" in msg:
+                    row.update(event="engine_stats", gen_tps=float(msg.split("tg =", 1)[1].split()[0]))
+            elif "n_slots = " in body:
+                row.update(event="capacity", max_num_seqs=int(body.rsplit("n_slots = ", 1)[1].split()[0]))
+            out.add(row)
+
+
+PARSERS = {"vllm": parse_vllm, "tgi": parse_tgi, "trtllm": parse_trtllm, "sglang": parse_sglang,
+           "llamacpp": parse_llamacpp}
 
 
 def run(engine: str, out_dir: Path, files: list[Path], year: int = 2026) -> int:

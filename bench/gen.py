@@ -35,6 +35,9 @@ ENGINE_OPTS = {
     "vllm": {"duration": 1800.0, "opts": {}},
     "tgi": {"duration": 1800.0, "opts": {}},
     "trtllm": {"duration": 1800.0, "opts": {"stats_period": 0.1}},
+    # each repeat is a server restart: llama.cpp's relative times and task ids start again
+    "sglang": {"duration": 1800.0, "opts": {}},
+    "llamacpp": {"duration": 1800.0, "opts": {}},
 }
 VERSION = 2  # bump when the generated content changes
 

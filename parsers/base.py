@@ -26,6 +26,11 @@ An engine parser is a module (see `parsers/__init__.py` for the registry) exposi
         # (a benchmark client's results): its unterminated last line is complete
     CARRY_FORWARD: tuple[str, ...]              # optional: columns whose last value carries
         # on to later events of the file (finalize fills them in file order)
+    def scan_file(frames: Iterable[pl.DataFrame], ctx: ParseContext) -> None
+        # optional: a cheap first pass, before any chunk is parsed, over the lines about to
+        # be read (`line`, `text`; reading offset to the end of the file, wrappers undone);
+        # it leaves what only the whole file tells in `ctx.file` (llama.cpp: where each
+        # process run's relative times end, `rel_runs`, see `_resolve_relative`)
 
 Parsing is vectorised: polars expressions over the whole chunk, never a Python loop per line.
 """
@@ -35,7 +40,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 import polars as pl
@@ -75,6 +80,9 @@ class ParseContext:
     # a count of this run, for the ingest summary)
     invalid: dict[str, int] = field(default_factory=dict)
     parse_failures: int = 0  # records the parser raised on, kept as `unparsed` (parse_isolated)
+    # what a parser's `scan_file` learnt from the whole file before its chunks are parsed
+    # (not saved in checkpoints: it describes this read of the file)
+    file: dict[str, Any] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------------
@@ -307,6 +315,7 @@ def finalize(events: pl.DataFrame, ctx: ParseContext, carry: tuple[str, ...] = (
     events = domain.apply(events, ctx.invalid)
     events = _resolve_relative(events, ctx)
     events = _resolve_timestamps(events, ctx)
+    events = _scope_request_ids(events, ctx)
     for col in carry:
         if col not in events.columns:
             continue
@@ -348,7 +357,11 @@ def _resolve_relative(events: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     restart). A run that continues the previous chunk's last run keeps its anchor (a tailer
     anchors a growing file once, at the mtime it saw, and later chunks follow it); the run
     that ends the chunk otherwise ends at the file's mtime; a run before a restart ends when
-    the next process started (its relative 0)."""
+    the next process started (its relative 0). Those rules need the whole file: a chunk's
+    last run may go on, or restart, after the chunk. So where the parser's `scan_file` found
+    the file's runs (`ctx.file["rel_runs"]`: first line and anchor offset of each run, up to
+    `end_line`), a row takes its run's offset from there; the chunk's own runs serve only
+    lines written after that pass."""
     if "ts_rel_us" not in events.columns or events["ts_rel_us"].null_count() == events.height:
         return events
     rel = events["ts_rel_us"]
@@ -369,18 +382,54 @@ def _resolve_relative(events: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
             offsets[i] = None if mtime_us is None else mtime_us - lasts[i]
         elif offsets[i + 1] is not None:
             offsets[i] = offsets[i + 1] - lasts[i]
-    if offsets[-1] is not None:
-        ctx.state["rel_offset_us"], ctx.state["rel_last_us"] = offsets[-1], lasts[-1]
     # each row's run: the run count at the last non-null relative time at or before it
     runs = pl.Series([None] * events.height, dtype=pl.Int32).scatter(
         np.flatnonzero(rel.is_not_null().to_numpy()), run_of
     )
     off = pl.Series(offsets, dtype=pl.Int64).gather(runs)
+    whole = ctx.file.get("rel_runs")
+    if whole is not None and len(whole["start_line"]):
+        # the file's own runs (scan_file), found by line: exact however the file is chunked
+        line = events["line"].to_numpy()
+        k = np.searchsorted(whole["start_line"], line, side="right") - 1
+        covered = pl.Series((k >= 0) & (line <= whole["end_line"]))
+        file_off = pl.Series(whole["offset"], dtype=pl.Int64).gather(np.clip(k, 0, None))
+        off = pl.select(pl.when(covered).then(file_off).otherwise(off)).to_series()
+    last = int(np.flatnonzero(rel.is_not_null().to_numpy())[-1])
+    if off[last] is not None:
+        ctx.state["rel_offset_us"], ctx.state["rel_last_us"] = off[last], rel[last]
     anchored = pl.from_epoch(off + rel, time_unit="us").dt.replace_time_zone("UTC")
     ts = events["ts"] if "ts" in events.columns else None
     if ts is not None:
         anchored = _as_utc_series(ts).fill_null(anchored)
     return events.with_columns(anchored.alias("ts"))
+
+
+def _scope_request_ids(events: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
+    """Request ids that start again with each process (llama.cpp's task ids) made distinct
+    per run: a parser marks the lines where a server starts (`run_start` helper column).
+    The requests of the first run that has any keep their ids; those of the k-th such run
+    become `<id>@run<k>`. Runs without requests (start-up lines printed twice, a crash
+    before any request) count for nothing, and the count carries on across chunks and to a
+    rotated file's successor (`carry_` state, see checkpoint.inherit_lineage)."""
+    if "run_start" not in events.columns:
+        return events
+    run = events["run_start"].fill_null(False).cast(pl.Int64).cum_sum().to_numpy()
+    done = int(ctx.state.get("carry_runs_with_requests", 0))
+    has = np.zeros(int(run[-1]) + 1, dtype=bool) if len(run) else np.zeros(1, dtype=bool)
+    if "request_id" in events.columns:
+        has[np.unique(run[events["request_id"].is_not_null().to_numpy()])] = True
+    has[0] |= bool(ctx.state.get("carry_run_has_requests", False))
+    before = done + np.concatenate([[0], np.cumsum(has)[:-1]])  # such runs before each run
+    ctx.state["carry_runs_with_requests"] = int(done + has[:-1].sum())
+    ctx.state["carry_run_has_requests"] = bool(has[-1])
+    if "request_id" not in events.columns or not before.any():
+        return events.drop("run_start")
+    rid, k = pl.col("request_id"), pl.col("_runs_before")
+    return events.with_columns(pl.Series("_runs_before", before[run])).with_columns(
+        pl.when(rid.is_not_null() & (k > 0)).then(pl.concat_str(rid, pl.lit("@run"), (k + 1).cast(pl.String)))
+        .otherwise(rid).alias("request_id")
+    ).drop("run_start", "_runs_before")
 
 
 def _as_utc_series(ts: pl.Series) -> pl.Series:

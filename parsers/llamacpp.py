@@ -17,7 +17,9 @@ The anatomy of a line, outside in:
 Events:
 - `request`: one per timing block (see `llamacpp_timing.py`), on its last line:
   e2e_s = inference_s = total time, tpot_s, prompt_tokens (prompt tokens evaluated, i.e.
-  not served from the prompt cache), output_tokens; request_id = the task id.
+  not served from the prompt cache), output_tokens; request_id = the task id (`<task>@<port>` for a router child's,
+  `<task>@run<k>` from the second process run that serves requests on, see
+  base._scope_request_ids).
 - `request_arrived` (`processing task`: a slot took the task), `request_finished` (slot
   `release` / `stop processing`, n_tokens in attrs), `request_aborted` (`cancel task,
   id_task = N`).
@@ -41,7 +43,7 @@ import polars as pl
 
 from . import llamacpp_timing as T
 from .base import ANSI_RE, ParseContext, attrs_column
-from .llamacpp_clock import REL_RE, anchor, rel_us
+from .llamacpp_clock import REL_RE, anchor, file_runs, rel_us
 
 NAME = "llamacpp"
 CARRY_FORWARD = ("model",)
@@ -53,11 +55,13 @@ _STR = pl.String
 
 _PORT_RE = r"^\[\s*([0-9]+)\] "
 _LEVEL_RE = r"^([IWEDT]) "
-_TAG_RE = r"^(slot|srv|que|res) +([^\s:]{1,12}): (?:id +(-?[0-9]+) \| task (-?[0-9]+) \| ?)?"
+_TAG_RE = r"^(slot|srv|que|res|cmn) +([^\s:]{1,12}): (?:id +(-?[0-9]+) \| task (-?[0-9]+) \| ?)?"
 _ERA_A_TEXT_RE = r"^\s*(INFO|WARN|ERR|VERB|DEBUG) \[\s*([A-Za-z0-9_:~]+)\] "
 _FUNC_RE = r"^([A-Za-z_][A-Za-z0-9_.-]*(?: [A-Za-z0-9_.-]+)?): "
 _JSON_HINT = r'^\{"(?:tid|timestamp|level)"'
-_EARLY_RE = r"^(?:slot [0-9]+ (?:is processing|released|: )|all slots are idle|Available slots:| -> Slot [0-9]+ - max context)"
+# the indented `key = value, ...` lines of a multi-line `sampler params:` (or similar) dump
+_KV_DUMP_RE = r"^\s{2,}[a-z_]+ = [^,\s]+(?:, [a-z_]+ = [^,\s]+)+\s*$"
+_EARLY_RE = r"^(?:slot [0-9]+ (?:is processing|released|: )|all slots are idle|Available slots:| -> Slot [0-9]+ - max context|llama server listening at |system prompt updated$|[a-z_]{3,40} : |encoding image slice|image slice encoded in |decoding image batch |image decoded \(batch )"
 
 _LEVELS = {
     "I": "INFO", "W": "WARNING", "E": "ERROR", "D": "DEBUG", "T": "DEBUG",
@@ -92,6 +96,8 @@ def detect(lines: list[str]) -> float:
             body.str.contains(r"^(?:slot|srv|que) +[^\s:]{1,12}: ")
             | (body.str.contains(_JSON_HINT) & body.str.contains(r'"function":"[a-z_]+"'))
             | body.str.contains(r"^\s*(?:INFO|WARN|ERR|VERB) \[\s*[a-z_]+\] .* \| tid=")
+            # the 2023 server's plain prints
+            | body.str.contains(r"^slot [0-9]+ (?:is processing \[task id: [0-9]+\]|: kv cache rm )")
             | body.str.contains(r"^(?:llama_model_loader|llama_context|llama_new_context_with_model|llama_kv_cache\w*|print_info|load_tensors|llm_load_\w+|ggml_\w+|main): ")
         ).sum()
     ).item()
@@ -108,6 +114,20 @@ def record_starts(text: pl.Series) -> pl.Series:
         ~T.open_block(pl.col("_opener"), pl.col("_part") == "total",
                       pl.col("_part").is_not_null() & ~pl.col("_opener"))
     ).to_series().alias("starts")
+
+
+def scan_file(frames, ctx: ParseContext) -> None:
+    """Before the chunks: where the file's process runs start and end (`llamacpp_clock.file_runs`)."""
+    ctx.file["rel_runs"] = file_runs(((f["line"], _relative(f["text"])) for f in frames), ctx)
+
+
+def _relative(text: pl.Series) -> pl.Series:
+    """`_header`'s `_rel` alone (µs since start, null for lines without), for the first pass."""
+    df = pl.DataFrame({"b": text}, schema={"b": _STR})
+    b = pl.col("b")
+    if df.select(b.str.contains(ANSI_RE).any()).item():
+        df = df.with_columns(b.str.replace_all(ANSI_RE, ""))
+    return df.select(rel_us(b.str.replace(_PORT_RE, "").str.extract_groups(REL_RE))).to_series()
 
 
 def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
@@ -142,7 +162,7 @@ def _header(text: pl.Series, wrap: pl.Series | None = None) -> pl.DataFrame:
     ).with_columns(pl.when(pl.col("_rel").is_not_null()).then(c.str.replace(REL_RE, "")).otherwise(c))
     lvl = c.str.extract(_LEVEL_RE, 1)
     # a bare level letter only before a timestamp's body or a server tag
-    has_lvl = pl.col("_rel").is_not_null() | c.str.contains(r"^[IWEDT] (?:slot|srv|que|res) ")
+    has_lvl = pl.col("_rel").is_not_null() | c.str.contains(r"^[IWEDT] (?:slot|srv|que|res|cmn) ")
     df = df.with_columns(pl.when(has_lvl).then(lvl).alias("_lvl")).with_columns(
         pl.when(pl.col("_lvl").is_not_null()).then(c.str.replace(_LEVEL_RE, "")).otherwise(c)
     )
@@ -172,6 +192,7 @@ def _classified(df: pl.DataFrame) -> pl.DataFrame:
         .when(b.str.contains(T.PART_RE)).then(pl.lit("part"))
         .when(b.str.contains(T.BLOB_RE)).then(pl.lit("blob"))
         .when(b.str.contains(_EARLY_RE)).then(pl.lit("early"))
+        .when(b.str.contains(_KV_DUMP_RE)).then(pl.lit("kv_dump"))
         .when(b.str.contains(_FUNC_RE)).then(pl.lit("func"))
         # any other line behind the relative time and level prefix is still llama.cpp's
         .when(pl.col("_rel").is_not_null() | pl.col("_lvl").is_not_null()).then(pl.lit("prefixed"))
@@ -288,7 +309,7 @@ def _num(expr: pl.Expr) -> pl.Expr:
     return expr.cast(pl.Float64, strict=False)
 
 
-_ERROR_RE = r"GGML_ASSERT|CUDA error|(?i:out of memory)|terminate called|Segmentation fault|core dumped|^error: "
+_ERROR_RE = r"GGML_ASSERT|CUDA error|(?i:out of memory)|terminate called|Segmentation fault|core dumped|^error: |failed to decode the batch"
 _ACCESS_RE = r"(?:^|: )(?:done )?request: ([A-Z]+) (\S+) (\S+) ([0-9]{3})\s*$"
 _TG_RE = r"^n_(?:decoded|gen) =\s*([0-9]+), tg =\s*([0-9.]+) t/s(?:, tg_3s =\s*([0-9.]+) t/s)?"
 _PP_RE = r"^prompt processing, n_tokens =\s*([0-9]+), progress = ([0-9.]+), t =\s*([0-9.]+) s /\s*([0-9.]+) tokens per second"
@@ -307,13 +328,13 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         r"^slot [0-9]+ is processing \[task id: [0-9]+\]")
     finished = msg.str.contains(r"^(?:stop processing|slot released)")
     aborted_id = msg.str.extract(r"cancel task, id_task = ([0-9]+)", 1)
-    n_slots = pl.coalesce(msg.str.extract(r"initializing slots, n_slots = ([0-9]+)", 1).cast(pl.Int64, strict=False),
+    n_slots = pl.coalesce(msg.str.extract(r"initializing(?: slots)?, n_slots = ([0-9]+)", 1).cast(pl.Int64, strict=False),
                           pl.when(msg == "initializing slots").then(pl.col("_x_n_slots").cast(pl.Int64, strict=False)))
     n_seq = msg.str.extract(r"^(?:n_seq_max|n_parallel)\s*=\s*([0-9]+)", 1).cast(pl.Int64, strict=False)
     n_ctx = pl.when(fn.is_in(["llama_context", "llama_new_context_with_model", "llama_init_from_model"])).then(
         msg.str.extract(r"^n_ctx\s*=\s*([0-9]+)", 1).cast(pl.Int64, strict=False))
     n_ctx_slot_new = pl.coalesce(
-        msg.str.extract(r"new slot,? n_ctx_slot = ([0-9]+)", 1).cast(pl.Int64, strict=False),
+        msg.str.extract(r"(?:new slot,?|^initializing, n_slots = [0-9]+,) n_ctx_slot = ([0-9]+)", 1).cast(pl.Int64, strict=False),
         pl.when(msg == "new slot").then(pl.col("_x_n_ctx_slot").cast(pl.Int64, strict=False)),
         msg.str.extract(r"^ -> Slot [0-9]+ - max context: ([0-9]+)", 1).cast(pl.Int64, strict=False),
     )
@@ -357,6 +378,19 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         .otherwise(pl.lit("unparsed"))
     )
     df = df.with_columns(event.alias("event"))
+    # a server (re)start: task ids begin again at 0 (finalize scopes request ids by run).
+    # Router mode's children are processes of their own, each numbering its tasks, started
+    # while others serve: their ids are scoped by port instead, and their start lines and
+    # relative times do not restart the file's run.
+    own = pl.col("_port").is_null()
+    own_rel = pl.when(own).then(pl.col("_rel"))
+    run_start = own & (
+        ((f == "func") & (fn == "build") & msg.str.contains(r"^[0-9]+ \("))
+        | ((f == "func") & (fn == "system info"))
+        | (f.is_in(["json", "text24"]) & msg.is_in(["build info", "system info"]))
+        | (own_rel < own_rel.forward_fill().shift(1))
+    ).fill_null(False)
+    df = df.with_columns(run_start.alias("run_start"))
     ev = pl.col("event")
     req = ev == "request"
     key_task = pl.col("_key").str.extract(r"\|(-?[0-9]+)$", 1)
@@ -366,7 +400,7 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
     ).with_columns(
         pl.when(ev == "request_aborted").then(pl.col("_abort_task").cast(_STR))
         .when(ev.is_in(["request", "request_arrived", "request_finished"]) & (task != "-1")).then(task)
-        .alias("request_id"),
+        .alias("_task_id"),
         pl.when(ev == "http_access").then(pl.coalesce(pl.col("_status"), pl.col("_x_status").cast(pl.Int32, strict=False))).alias("http_status"),
         pl.when(ev == "http_access").then(pl.coalesce(pl.col("method"), pl.col("_x_method"))).alias("method"),
         pl.when(ev == "http_access").then(pl.coalesce(pl.col("path"), pl.col("_x_path"))).alias("path"),
@@ -400,6 +434,11 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
             pl.when(f == "json").then(pl.coalesce(msg, body)).otherwise(pl.col("_msg"))
         ).alias("message"),
     )
+    tid = pl.col("_task_id")
+    df = df.with_columns(
+        pl.when(pl.col("_port").is_not_null() & tid.is_not_null())
+        .then(pl.concat_str(tid, pl.lit("@"), pl.col("_port").cast(_STR))).otherwise(tid).alias("request_id")
+    )
     return _finish(df)
 
 
@@ -413,7 +452,7 @@ _ATTR_KEYS = (
 _OUT_COLS = (
     "line", "ts", "ts_rel_us", "level", "event", "request_id", "model", "prompt_tokens", "output_tokens",
     "e2e_s", "tpot_s", "inference_s", "prompt_tps", "gen_tps", "max_num_seqs",
-    "kv_capacity_tokens", "http_status", "message",
+    "kv_capacity_tokens", "http_status", "message", "run_start",
 )
 
 # fields that only mean something on some event kinds

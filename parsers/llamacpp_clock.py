@@ -14,17 +14,20 @@ needs an anchor, the wall-clock time of its relative 0. In order of trust:
    A run before a restart, with no anchor of its own, ends where the next process started
    (still reported as `mtime`: that is where its time comes from).
 
-1 and 2 are found within a chunk, here. 3 and 4 need the file's order, so rows left without
-an anchor carry their relative time as the `ts_rel_us` helper column, which
-`base.finalize` anchors chunk after chunk (`base._resolve_relative`). Each event reports the
-anchor (`ts_anchor` in attrs) and the relative time itself (`rel_s`). Known limit: a file
-longer than one ingest block (8 MB) read in one go is anchored by its first chunk's end,
-since the chunk cannot know the rest of the file: its times come out late by the time the
-rest of the file covers (a tailer, reading as the file grows, is exact).
+1 and 2 are found within a chunk, here. 3 needs the whole file, so rows left without an
+anchor carry their relative time as the `ts_rel_us` helper column, which `base.finalize`
+anchors (`base._resolve_relative`). Before any chunk is parsed, ingest lets the parser read
+the file once cheaply (`scan_file` -> `file_runs`): where each run starts and where its
+relative times end, so every chunk of a file longer than one read block is anchored from
+the file's end, not its own. Each event reports the anchor (`ts_anchor` in attrs) and the
+relative time itself (`rel_s`).
 """
 
 from __future__ import annotations
 
+from typing import Iterable
+
+import numpy as np
 import polars as pl
 
 REL_RE = r"^(\d+)\.(\d{2})\.(\d{3})\.(\d{3}) "
@@ -72,3 +75,44 @@ def anchor(df: pl.DataFrame) -> pl.DataFrame:
         pl.when(rel.is_not_null()).then(how).alias("_anchor"),
         pl.when(rel.is_not_null() & off.is_null()).then(rel).alias("ts_rel_us"),
     ).drop("_run", "_wrap_off", "_abs_off")
+
+
+def file_runs(frames: Iterable[tuple[pl.Series, pl.Series]], ctx) -> dict:
+    """The file's process runs from (line numbers, relative µs) frames in file order: each
+    run's first line and the offset (µs) that anchors it, as `_resolve_relative` uses them.
+    The run that ends the file ends at its mtime, a run before a restart ends where the next
+    process started, and a first run that continues what an earlier read of the file
+    anchored (a grown file, `rel_offset_us` in the state) keeps that anchor."""
+    starts: list[int] = []
+    firsts: list[int] = []
+    lasts: list[int] = []
+    end_line = None
+    for line, rel in frames:
+        if len(line):
+            end_line = int(line[-1])
+        known = rel.is_not_null()
+        if not known.any():
+            continue
+        ln, r = line.filter(known), rel.filter(known)
+        prev = r.shift(1, fill_value=lasts[-1]) if lasts else r.shift(1)
+        new = np.flatnonzero((r < prev).fill_null(not lasts).to_numpy())
+        r_np, ln_np = r.to_numpy(), ln.to_numpy()
+        for i in new:  # one step per restart, not per line
+            if lasts and i > 0:
+                lasts[-1] = int(r_np[i - 1])
+            starts.append(int(ln_np[i]))
+            firsts.append(int(r_np[i]))
+            lasts.append(int(r_np[i]))
+        lasts[-1] = int(r_np[-1])
+    offsets: list[int | None] = [None] * len(starts)
+    prior_off, prior_last = ctx.state.get("rel_offset_us"), ctx.state.get("rel_last_us")
+    continues = bool(starts) and prior_off is not None and prior_last is not None and firsts[0] >= prior_last
+    mtime_us = int(ctx.mtime.timestamp() * 1_000_000) if ctx.mtime is not None else None
+    for i in range(len(starts) - 1, -1, -1):
+        if i == 0 and continues:
+            offsets[i] = prior_off
+        elif i == len(starts) - 1:
+            offsets[i] = None if mtime_us is None else mtime_us - lasts[i]
+        elif offsets[i + 1] is not None:
+            offsets[i] = offsets[i + 1] - lasts[i]
+    return {"start_line": np.array(starts, dtype=np.int64), "offset": offsets, "end_line": end_line or 0}

@@ -32,7 +32,7 @@ from .discover import (
 )
 from .checkpoint import find_known, file_state, inherit_lineage, restore_ctx
 from .naming import InstanceNamer, NamingError, lineage_order
-from .lines import DEFAULT_BLOCK_BYTES, parse_stream
+from .lines import DEFAULT_BLOCK_BYTES, line_frames, parse_stream
 from .store import Store, StoreError
 
 FLUSH_ROWS = 500_000
@@ -259,6 +259,7 @@ def _ingest_file(
             key = fp.sha((key + source).encode())
 
     try:
+        _scan_file(path, result, ctx, offset, next_line, block_bytes)
         with fp.open_stream(path) as f:
             if offset:
                 f.seek(offset)
@@ -314,6 +315,21 @@ def _ingest_file(
     if result.lines == 0 and known is not None:
         result.status, result.reason = "unchanged", result.reason or "already ingested"
     return result
+
+
+def _scan_file(path: Path, result: FileResult, ctx: ParseContext, offset: int, next_line: int, block_bytes: int) -> None:
+    """A parser with a `scan_file` hook first reads the lines about to be parsed (offset to
+    the end, wrappers undone) and leaves what only the whole file tells in `ctx.file`
+    (llama.cpp: where each process run's relative times end, to anchor them)."""
+    scan = getattr(get_parser(result.engine), "scan_file", None)
+    # (what is left fits in one read block: its one chunk sees all of it already)
+    if scan is None or (not fp.is_gzip(path) and path.stat().st_size - offset <= block_bytes):
+        return
+    with fp.open_stream(path) as f:
+        if offset:
+            f.seek(offset)
+        frames = line_frames(f, next_line, block_bytes)
+        scan((wrappers.decode(fr, result.decode) if result.decode else fr for fr in frames), ctx)
 
 
 # bytes before a chunk's end re-read to tell that the file still holds the content read

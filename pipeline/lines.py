@@ -131,6 +131,31 @@ def parse_stream(
         yield _finish(pending.popleft(), ctx, carry)
 
 
+def line_frames(stream: BinaryIO, next_line: int, block_bytes: int = DEFAULT_BLOCK_BYTES) -> Iterator[pl.DataFrame]:
+    """The stream's lines (`line`, `text`) block by block, numbered and cut as `parse_stream`
+    numbers and cuts them, without parsing: the cheap first pass a parser's `scan_file`
+    reads (pipeline/ingest.py)."""
+    held = b""
+    while True:
+        block = stream.read(block_bytes)
+        eof = len(block) < block_bytes
+        buf = held + block if held else block
+        if not buf:
+            return
+        if eof:
+            complete, held = buf, b""
+        else:
+            cut = buf.rfind(b"\n") + 1
+            cut += max(0, len(buf) - cut - 1) // MAX_LINE_BYTES * MAX_LINE_BYTES
+            complete, held = buf[:cut], buf[cut:]
+        if complete:
+            lines, _ = decode_lines(complete, next_line)
+            next_line += lines.height
+            yield lines
+        if eof:
+            return
+
+
 PARSE_THREADS = 2
 _EXECUTOR = ThreadPoolExecutor(max_workers=PARSE_THREADS, thread_name_prefix="servelens-parse")
 

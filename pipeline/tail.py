@@ -43,7 +43,7 @@ from . import compact as compact_mod
 from . import fingerprint as fp
 from .checkpoint import save_ctx
 from .discover import NotRegularFile, special_kind
-from .lines import PARSE_THREADS, parse_stream
+from .lines import PARSE_THREADS, line_frames, parse_stream
 from .naming import InstanceNamer, NamingError
 from .store import Store, StoreError, StoreFull
 from .tail_identity import GZ_ERRORS, MAX_READ, Followed, IdentityMixin
@@ -492,6 +492,8 @@ class Tailer(IdentityMixin):
     def _parse(self, fol: Followed, data: bytes, hold_partial: bool, hold_record: bool, now: float) -> int:
         if not data:
             return 0
+        if "scanned" not in fol.ctx.file:
+            self._scan_backlog(fol)
         base, tail_before = fol.offset, fol.tail
         done = 0
         block = max(PARSE_BLOCK_MIN, -(-len(data) // PARSE_THREADS))
@@ -517,6 +519,21 @@ class Tailer(IdentityMixin):
             if self.rows >= FLUSH_ROWS:
                 self.flush()
         return done
+
+    def _scan_backlog(self, fol: Followed) -> None:
+        """Once per opened file, as ingest does (ingest._scan_file): a parser with a
+        `scan_file` hook reads a backlog longer than one parse block first (llama.cpp: so
+        that it is anchored from the file's end, not from its first block's)."""
+        fol.ctx.file["scanned"] = True
+        scan = getattr(fol.parser, "scan_file", None)
+        if scan is None or fol.is_gz or os.fstat(fol.fd).st_size - fol.offset <= PARSE_BLOCK_MIN:
+            return
+        from servelens.parsers import wrappers
+
+        with os.fdopen(os.dup(fol.fd), "rb") as f:
+            f.seek(fol.offset)
+            frames = line_frames(f, fol.next_line)
+            scan((wrappers.decode(fr, fol.decode) if fol.decode else fr for fr in frames), fol.ctx)
 
     def _state(self, fol: Followed) -> dict:
         """The manifest entry (the format checkpoint.file_state writes), computed from the

@@ -88,7 +88,7 @@ def test_2026_prompt_processing_progress_is_prompt_throughput():
     a = attrs(stats.row(0, named=True))
     assert (a["n_tokens"], a["progress"], a["elapsed_s"], a["port"]) == (15360, 0.56, 9.52, 39625)
     (r,) = requests(ev)
-    assert (r["request_id"], r["prompt_tokens"], r["output_tokens"]) == ("28", 27277, 128)
+    assert (r["request_id"], r["prompt_tokens"], r["output_tokens"]) == ("28@39625", 27277, 128)
     assert r["e2e_s"] == pytest.approx(21.97226, abs=1e-12)
     assert r["tpot_s"] == pytest.approx(1.9699 / 127, abs=1e-12)
 
@@ -132,7 +132,7 @@ def test_multi_line_timing_block_is_one_request():
 def test_router_prefix_and_timestamped_multi_line_block():
     ev = parse(real("era_bc_transitional_router_23269.log"))
     got = [(r["line"], r["request_id"], r["prompt_tokens"], r["output_tokens"], round(r["e2e_s"], 6)) for r in requests(ev)]
-    assert got == [(5, "388", 27, 192, 16.90153), (20, "970", 25, 192, 16.88378)]
+    assert got == [(5, "388@42027", 27, 192, 16.90153), (20, "970@42027", 25, 192, 16.88378)]
     assert ev.filter(pl.col("event") == "engine_stats")["gen_tps"].to_list() == [12.00, 11.90, 11.90]
     assert "unparsed" not in ev["event"].to_list()
 
@@ -408,7 +408,7 @@ def test_parse_text_and_cli_ingest(tmp_path):
     assert res.exit_code == 0, res.output
     rows = res.output.strip().splitlines()
     assert rows[0] == "request_id,status,e2e,output_tokens"
-    assert "388,finished,16.90153,192" in rows and "970,finished,16.88378,192" in rows and "7,finished,4.0,31" in rows
+    assert "388@42027,finished,16.90153,192" in rows and "970@42027,finished,16.88378,192" in rows and "7,finished,4.0,31" in rows
 
 
 # --- the simulator's llama.cpp logs ---------------------------------------------------------

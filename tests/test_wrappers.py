@@ -168,7 +168,8 @@ def test_detect_layers_outside_in():
 PREFIXED = {
     "skypilot": ("tgi", "(task, pid=12148) 2023-10-25T12:24:19.123838Z ERROR text_generation_launcher: Shard 0 failed to start", "error"),
     "python-logger": ("tgi", "INFO:tgi-server:         2024-01-15T08:47:27.123456Z  INFO text_generation_router: router/src/main.rs:292: Connected", "log"),
-    "service-label": ("tgi", "[text-generation-inference] | 2024-01-15T08:47:27.123456Z  WARN text_generation_router: router/src/main.rs:1: no tokenizer", "log"),
+    # (brackets and a pipe are podman-compose's prefix, a known layer: see the compose test)
+    "service-label": ("tgi", "{text-generation-inference} | 2024-01-15T08:47:27.123456Z  WARN text_generation_router: router/src/main.rs:1: no tokenizer", "log"),
     "shell-prompt": ("vllm", "user@gpu-1:~$ INFO 06-10 14:23:45 metrics.py:341] Avg prompt throughput: 10.0 tokens/s, Avg generation throughput: 20.0 tokens/s, Running: 3 reqs, Swapped: 0 reqs, Pending: 1 reqs, GPU KV cache usage: 5.0%, CPU KV cache usage: 0.0%.", "engine_stats"),
     "leading-dots": ("vllm", "...ERROR 06-10 14:23:46 engine.py:1] Engine loop died", "error"),
 }
@@ -185,6 +186,13 @@ def test_engine_line_behind_an_unknown_prefix_is_found(case):
     attrs = json.loads(ev["attrs"][0])
     assert line.startswith(attrs["prefix"]) and attrs["prefix"].strip()
     assert "prefix" not in json.loads(ev["attrs"][1] or "{}")
+
+
+def test_podman_compose_brackets_are_the_compose_layer():
+    line = "[text-generation-inference] | 2024-01-15T08:47:27.123456Z  WARN text_generation_router: router/src/main.rs:1: no tokenizer"
+    layers, _, ev = parse("tgi", line + "\n")
+    assert layers == ("compose",)
+    assert ev["event"].to_list() == ["log"] and json.loads(ev["labels"][0]) == {"service": "text-generation-inference"}
 
 
 def test_engine_prefixes_are_left_to_the_engine():

@@ -1,6 +1,7 @@
 """docker compose's service prefix: `docker compose logs` / `docker compose up` output.
 
     vllm-1  | INFO 06-10 14:23:45 ...
+    [vllm]  | INFO 06-10 14:23:45 ...     (podman-compose)
 
 The service name (padded to the longest one) becomes the label `service`; exactly one space
 after the `|` belongs to the prefix, so a traceback's indentation survives."""
@@ -12,10 +13,11 @@ import polars as pl
 from ._frame import peel, share
 
 NAME = "compose"
-DOC = "docker compose service prefix: `svc-1  | <line>` (label `service`)"
+DOC = "docker compose service prefix: `svc-1  | <line>`, podman-compose `[svc]  | <line>` (label `service`)"
 JOINS = False
 
-PATTERN = r"(?P<_lab_service>[A-Za-z0-9][\w.-]*) +\| ?"
+# podman-compose writes the name in brackets: `[ocr]        | <line>`
+PATTERN = r"\[?(?P<_lab_service>[A-Za-z0-9][\w.-]*)\]? +\| ?"
 
 
 def sniff(texts: list[str]) -> float:
