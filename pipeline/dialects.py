@@ -60,12 +60,16 @@ class _Probe:
         load_views(self.con, variables=dict(variables))
 
     def columns(self, select: exp.Expression, ctes: list[exp.CTE]) -> list[str]:
+        return [name for name, _ in self.typed_columns(select, ctes)]
+
+    def typed_columns(self, select: exp.Expression, ctes: list[exp.CTE]) -> list[tuple[str, str]]:
+        """(name, DuckDB type) of each column the select returns."""
         query = select.copy()
         if ctes:
             query.set("with_", exp.With(expressions=[c.copy() for c in ctes]))
-        sql = query.sql("duckdb") + " limit 0"
+        sql = query.sql("duckdb")
         try:
-            return [d[0] for d in self.con.execute(sql).description]
+            return [(r[0], r[1]) for r in self.con.execute(f"describe {sql}").fetchall()]
         except duckdb.Error as e:  # pragma: no cover - the views bind, so their parts do
             raise DialectError(f"cannot read the columns of: {sql[:200]}: {e}") from None
 
@@ -170,7 +174,7 @@ def _rewrite_asof(tree: exp.Expression, probe: _Probe) -> None:
             keys, lt, rt, strict = _asof_condition(join.args["on"], left_alias, right_alias)
             probe_left = exp.Select(expressions=[exp.Star()]).from_(left.copy())
             left_cols = probe.columns(probe_left, ctes)
-            right_cols = probe.columns(exp.Select(expressions=[exp.Star()]).from_(right.copy()), ctes)
+            right_cols = probe.typed_columns(exp.Select(expressions=[exp.Star()]).from_(right.copy()), ctes)
             left = _asof_subquery(left, right, left_alias, right_alias, left_cols, right_cols, keys, lt, rt, strict)
             # the left side's star now also holds the struct: spell out its columns instead
             new_exprs = []
@@ -189,7 +193,11 @@ def _asof_subquery(left, right, left_alias, right_alias, left_cols, right_cols, 
     q = lambda name: exp.to_identifier(name).sql("duckdb")  # noqa: E731
     lcols = ", ".join(q(c) for c in left_cols)
     nulls_l = ", ".join(f"null as {q(c)}" for c in left_cols)
-    struct = "struct_pack(" + ", ".join(f"{q(c)} := r.{q(c)}" for c in right_cols) + ")"
+    # typed, for Trino, whose ROW has no field names of its own
+    struct = (
+        "cast(struct_pack(" + ", ".join(f"{q(c)} := r.{q(c)}" for c, _ in right_cols) + ") as struct("
+        + ", ".join(f"{q(c)} {t}" for c, t in right_cols) + "))"
+    )
     key_l = ", ".join(f"l.{q(a)} as __k{i}" for i, (a, _) in enumerate(keys))
     key_r = ", ".join(f"r.{q(b)} as __k{i}" for i, (_, b) in enumerate(keys))
     part = ", ".join(f"__k{i}" for i in range(len(keys)))
@@ -400,6 +408,12 @@ def _portable(tree: exp.Expression, dialect: str, variables: Mapping[str, Any]) 
         if isinstance(node, exp.CTE) and node.args.get("materialized") is not None:
             node.set("materialized", None)
             return node
+        if (dialect == "trino" and isinstance(node, exp.Cast) and isinstance(node.this, exp.Struct)
+                and node.to.is_type(exp.DataType.Type.STRUCT)):
+            # Trino's ROW takes its field names from the type it is cast to
+            values = [e.expression if isinstance(e, (exp.PropertyEQ, exp.Alias)) else e for e in node.this.expressions]
+            values = [v.transform(replace) if isinstance(v, exp.Expression) else v for v in values]
+            return exp.Cast(this=exp.Anonymous(this="ROW", expressions=values), to=node.to)
         if isinstance(node, exp.PercentileCont) and dialect != "duckdb":
             return _percentile(node, dialect)
         if isinstance(node, (exp.ArgMin, exp.ArgMax)) and isinstance(node.expression, exp.Tuple):
@@ -424,10 +438,13 @@ def _portable(tree: exp.Expression, dialect: str, variables: Mapping[str, Any]) 
                 return timed
         return node
 
+    if dialect != "duckdb":
+        # (before the replacements: `percentile(...)` is no aggregate sqlglot knows of)
+        for select in list(tree.find_all(exp.Select)):
+            _group_by_all(select)
     tree = tree.transform(replace)
     if dialect != "duckdb":
         for select in list(tree.find_all(exp.Select)):
-            _group_by_all(select)
             _inline_named_windows(select)
             _zip_unnests(select, dialect)
     return tree
@@ -467,6 +484,17 @@ def translate_view(
         tree.set("properties", exp.Properties(expressions=[exp.TemporaryProperty()]))
     body = tree.sql(dialect=dialect, pretty=True, comments=False, unsupported_level=sqlglot.ErrorLevel.RAISE)
     return f"{_header(text)}\n{body};\n"
+
+
+def portable_duckdb(path: Path, variables: Mapping[str, Any], probe: _Probe | None = None) -> str:
+    """The view of `path` after the structural rewrites only (stars spelled out, ASOF joins
+    as a union and a window), still DuckDB SQL: DuckDB can then check that they keep the
+    view's answers (tests/test_views_cli.py)."""
+    tree = sqlglot.parse_one(path.read_text(encoding="utf-8"), read="duckdb")
+    probe = probe or _Probe(variables)
+    _expand_stars(tree, probe)
+    _rewrite_asof(tree, probe)
+    return tree.sql(dialect="duckdb")
 
 
 def views(
