@@ -521,7 +521,18 @@ def views(
     if names_only:
         return [(n, "") for n, _ in files if n in wanted]
     probe = _Probe(resolved) if dialect != "duckdb" else None
-    return [(n, translate_view(p, dialect, resolved, probe)) for n, p in files if n in wanted]
+    out = []
+    for name, path in files:
+        if name not in wanted:
+            continue
+        try:
+            out.append((name, translate_view(path, dialect, resolved, probe)))
+        except (DialectError, sqlglot.errors.SqlglotError) as e:
+            if names and name in names:
+                raise DialectError(f"view {name} cannot be translated to {dialect}: {str(e).splitlines()[0]}") from None
+            # one view an engine cannot express does not hide the others
+            out.append((name, f"-- {name}: not translated to {dialect} ({str(e).splitlines()[0]})\n"))
+    return out
 
 
 def _with_dependencies(files: list[tuple[str, Path]], names: list[str]) -> set[str]:

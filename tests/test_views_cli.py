@@ -63,9 +63,12 @@ def test_every_view_translates_without_duckdb_only_constructs(dialect) -> None:
     for construct in ("ASOF JOIN", "ASOF LEFT JOIN", "GETVARIABLE", "QUANTILE_CONT", "PERCENTILE_CONT", "EPOCH_US", "MAKE_TIMESTAMPTZ",
                       "EXCLUDE", "REPLACE (", "GROUP BY ALL", "{:", "UNNEST(RANGE", "MATERIALIZED"):
         assert construct not in body.upper(), construct
-    # what the target engine reads back is a statement per view
+    # what the target engine reads back is a statement per view (Trino has no PIVOT: the
+    # views built on one are named as not translated)
+    untranslated = [n for n, sql in translated(dialect).items() if sql.startswith(f"-- {n}: not translated")]
+    assert untranslated == ([] if dialect == "spark" else ["metric_series", "metric_snapshot"])
     parsed = [s for s in sqlglot.parse(script, read=dialect) if s is not None]
-    assert len(parsed) == len(sql_files())
+    assert len(parsed) == len(sql_files()) - len(untranslated)
 
 
 def test_parameters_are_bound_as_literals() -> None:
