@@ -494,7 +494,7 @@ def portable_duckdb(path: Path, variables: Mapping[str, Any], probe: _Probe | No
     probe = probe or _Probe(variables)
     _expand_stars(tree, probe)
     _rewrite_asof(tree, probe)
-    return tree.sql(dialect="duckdb")
+    return tree.sql(dialect="duckdb", comments=False)
 
 
 def views(
