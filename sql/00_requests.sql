@@ -95,6 +95,16 @@ last_finish as (
     group by engine, instance
 ),
 
+-- each orderly shutdown and the first restart (a `capacity` announcement) after it
+shutdowns as (
+    select s.engine, s.instance, s.ts as shutdown_ts, min(c.ts) as restart_ts,
+    from events as s
+    left join events as c
+        on c.event = 'capacity' and c.engine = s.engine and c.instance = s.instance and c.ts > s.ts
+    where s.event = 'shutdown' and s.ts is not null
+    group by s.engine, s.instance, s.ts
+),
+
 deaths as (
     select
         e.engine,
@@ -110,16 +120,13 @@ deaths as (
       and e.ts is not null
       and (f.last_finish_ts is null or e.ts >= f.last_finish_ts)
       -- an error logged during an orderly shutdown (a `shutdown` event before it, no restart
-      -- announcing its capacity in between) is the server stopping, not dying (55_errors.sql)
+      -- announcing its capacity in between) is the server stopping, not dying (55_errors.sql).
+      -- (one level of correlation: Spark and Trino resolve no reference two queries up)
       and not exists (
-          select 1 from events as s
-          where s.event = 'shutdown' and s.engine = e.engine and s.instance = e.instance
-            and s.ts <= e.ts
-            and not exists (
-                select 1 from events as c
-                where c.event = 'capacity' and c.engine = e.engine and c.instance = e.instance
-                  and c.ts > s.ts and c.ts <= e.ts
-            )
+          select 1 from shutdowns as d
+          where d.engine = e.engine and d.instance = e.instance
+            and d.shutdown_ts <= e.ts
+            and (d.restart_ts is null or d.restart_ts > e.ts)
       )
     group by e.engine, e.instance
 ),
