@@ -210,7 +210,10 @@ def build_report(
         "summary": summary,
         "sections": [],
         "instances": instances,
-        "tail_latency": report_queueing.tail_latency(con, instance),
+        # a summary view: of the instances this report covers (their whole history unless the
+        # connection was opened over a time range, docs/performance.md)
+        "tail_latency": [r for r in report_queueing.tail_latency(con, instance)
+                         if (r["engine"], r["instance"]) in {(i["engine"], i["instance"]) for i in instances}],
         "calibration": calibration.build(con, instance=instance),  # autoscaler presets replayed (calibration.py)
     }
     for name in SECTION_MODULES:

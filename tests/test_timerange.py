@@ -192,8 +192,10 @@ def test_report_over_a_range_equals_the_report_over_the_whole_store(sample_store
     # lists only the instances seen in it; availability is judged on what was read
     ranged_instances = {(r["engine"], r["instance"]) for r in ranged["instances"]}
     assert {(c["engine"], c["instance"]) for c in ranged["calibration"]} <= ranged_instances
+    assert {(c["engine"], c["instance"]) for c in ranged["tail_latency"]} <= ranged_instances
+    assert {(c["engine"], c["instance"]) for c in whole["tail_latency"]} <= ranged_instances
     for r in (whole, ranged):
-        for key in ("generated_at", "calibration"):
+        for key in ("generated_at", "calibration", "tail_latency"):
             r.pop(key, None)
         for inst in r["instances"]:
             inst.pop("availability", None)
