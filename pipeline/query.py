@@ -21,13 +21,14 @@ import pyarrow.parquet as pq
 
 from servelens.parsers.schema import EVENT_SCHEMA
 
+from .layout import read_parquet_sql
 from .metrics import load_views
 from .sandbox import REFUSED_HINT, Limits, QueryError, check_statement, clean_message, connection_config, execute, lock_down
 from .store import StoreError, committed_parts, read_manifest, readable_parts
 
 # Reading races a writer: a part listed in the manifest can move (staging -> events/) or be
 # garbage-collected after compaction just before DuckDB opens it. Retry with a fresh manifest.
-READ_RETRIES = 5
+READ_RETRIES = 10  # a compaction retires parts at once (pipeline/layout.py): a reader may be overtaken by several merges
 VANISHED = ("No files found", "No such file")
 
 __all__ = ["QueryError", "REFUSED_HINT", "Limits", "connect", "run", "run_on", "check_read_only", "one_line"]
@@ -56,15 +57,13 @@ def connect(
         con = duckdb.connect(":memory:", config=connection_config(limits))
         try:
             if parts:
-                files = ", ".join("'" + str(p).replace("'", "''") + "'" for p in parts)
                 # union_by_name costs a pass over every part's metadata each time a view that
                 # reads `events` is bound (about 2 s of CPU over 150 parts with all views):
                 # ask for it only when the parts' schemas differ (a store older than a schema
                 # change)
-                by_name = "true" if _mixed_schemas(parts) else "false"
-                con.execute(
-                    f"create or replace view events as select * from read_parquet([{files}], union_by_name = {by_name})"
-                )
+                by_name = _mixed_schemas(parts)
+                # the partition columns (engine) come from the parts' paths (pipeline/layout.py)
+                con.execute(f"create or replace view events as {read_parquet_sql([str(p) for p in parts], by_name)}")
             else:
                 con.register("_events_empty", EVENT_SCHEMA.empty_table())
                 con.execute("create or replace view events as select * from _events_empty")
