@@ -44,7 +44,13 @@ def connect(
     """An in-memory DuckDB connection with `events` over the store and the views of sql/,
     sandboxed (see pipeline/sandbox.py): it reads the committed parts (and `readable`, files a
     trusted caller adds) and nothing else, and its settings are locked."""
-    store = Path(store)
+    from . import remote
+
+    if remote.store_url(store) is not None or remote.is_fleet(store):  # s3://..., a fleet
+        from .fleet import connect as connect_fleet
+
+        return connect_fleet(store, variables, limits, readable=readable)
+    store = remote.local_store(store)
     if not store.exists():
         raise StoreError(
             f"store {store} does not exist; ingest logs first (servelens ingest PATH --store {store})"

@@ -34,7 +34,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import polars as pl
 
@@ -293,12 +293,18 @@ class Store:
     root: Path
     manifest: dict = field(default_factory=empty_manifest)
     _lock_fd: int | None = None
+    remote: Any = None  # a remote.Mirror publishing each commit (a --store s3://... URL)
 
     # -- opening -----------------------------------------------------------------------
 
     @classmethod
     def open(cls, root: Path | str, purpose: str = "ingest") -> "Store":
-        root = Path(root)
+        from . import remote
+
+        url = remote.store_url(root)
+        if url is not None:  # object storage: a local mirror publishing every commit
+            return remote.open_store(cls, url, purpose)
+        root = remote.local_store(root)
         try:
             root.mkdir(parents=True, exist_ok=True)
             fd = os.open(root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -355,6 +361,19 @@ class Store:
         return store
 
     def close(self) -> None:
+        if self.remote is not None and self.remote.unpublished and self._lock_fd is not None:
+            try:
+                self.remote.push(self.manifest)
+                self.remote.unpublished = None
+            except OSError:
+                pass
+            if self.remote.unpublished:
+                os.close(self._lock_fd)
+                self._lock_fd = None
+                raise StoreError(
+                    f"committed to the local mirror {self.root} but not published to "
+                    f"{self.remote.url} ({self.remote.unpublished}); run the same command again "
+                    "when the store is reachable: nothing is read twice")
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
@@ -454,6 +473,12 @@ class Store:
             write_json_atomic(self.root / "manifest.json", m)
         except OSError:
             pass
+        if self.remote is not None:
+            try:
+                self.remote.push(m)
+                self.remote.unpublished = None
+            except OSError as e:  # committed here; published by the next commit, or at close
+                self.remote.unpublished = " ".join(str(e).split())[:300]
         stage_dirs = {d for staged, _ in moves for d in Path(staged).parents if d.parts and d != Path("_staging")}
         for d in [*sorted(stage_dirs, key=lambda d: -len(d.parts)), Path("_staging")]:
             try:
