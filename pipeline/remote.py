@@ -193,19 +193,21 @@ class Mirror:
         self.finish(doc)
 
     def finish(self, doc: dict) -> None:
+        # parts retired by compaction leave events/ first, then their replacement moves in:
+        # a glob over events/ may briefly miss those rows, never count them twice
+        keep = set(doc["parts"])
+        for rel in sorted(self.published - keep):
+            try:
+                self.fs.delete_file(f"{self.base}/{rel}")
+            except FileNotFoundError:
+                pass
+            self.published.discard(rel)
         for key, rel in doc.get("pending", []):
             try:
                 self.fs.move(f"{self.base}/{key}", f"{self.base}/{rel}")
             except FileNotFoundError:
                 pass  # moved already (a roll-forward after a crash between the moves)
             self.published.add(rel)
-        keep = set(doc["parts"])
-        for rel in sorted(self.published - keep):  # retired by compaction: gone from events/ at once
-            try:
-                self.fs.delete_file(f"{self.base}/{rel}")
-            except FileNotFoundError:
-                pass
-            self.published.discard(rel)
         if doc.get("pending"):
             _write_json(self.fs, f"{self.base}/manifest.json", {**doc, "pending": []})
 

@@ -466,9 +466,11 @@ class Store:
         # committed: what follows only tidies up, and a failure here (a full disk when the
         # manifest is rewritten) is rolled forward by the next open or commit
         try:
+            # replaced parts out of events/ before their replacement moves in: a glob over
+            # events/ may briefly miss those rows, never count them twice
+            self._retire(sorted(removed))
             self._apply_moves(moves)
             m["pending"] = []
-            self._retire(sorted(removed))
             self._collect_garbage(now)
             write_json_atomic(self.root / "manifest.json", m)
         except OSError:
