@@ -51,6 +51,9 @@ def connect(
         try:
             remote_ds = dataset(remote) if remote else None
         except OSError as e:
+            # a part deleted by a compaction published after we read the manifest: read it again
+            if attempt + 1 < READ_RETRIES and ("not exist" in str(e) or "NoSuchKey" in str(e)):
+                continue
             raise StoreError(f"cannot read {store}: {one_line(e)}") from None
         con = duckdb.connect(":memory:", config=connection_config(limits))
         try:

@@ -13,7 +13,8 @@ fingerprint), how far it has been read. Data and offsets are committed together:
 1. parts are written and fsynced under `_staging/<txid>/`;
 2. the manifest, with the new offsets, the new part list and the moves still to do, is
    written to `manifest.json.new`, fsynced and renamed over `manifest.json`: the commit;
-3. the parts are renamed into `events/`, then the manifest is rewritten without the moves.
+3. parts the commit removes (compaction) are moved out of `events/` to `_garbage/`, the new
+   parts are renamed into `events/`, then the manifest is rewritten without the moves.
 
 A crash before 2 leaves orphans in `_staging` (deleted on the next open, offsets not
 advanced: the lines are read again, nothing doubled); a crash after 2 is rolled forward on the
