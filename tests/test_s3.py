@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from servelens.pipeline.cli import _register_commands, app
 
-moto_server = pytest.importorskip("moto.server")
+import moto.server as moto_server  # noqa: E402 - the test extra installs moto[server]
 
 if not any((c.callback and c.callback.__name__ == "compact") for c in app.registered_commands):
     _register_commands()
