@@ -74,6 +74,8 @@ def objects(fs: pafs.FileSystem, prefix: str) -> list[str]:
 
 def glob_count(fs: pafs.FileSystem, prefix: str) -> int:
     """What another engine globbing the store's events/ counts (pyarrow.dataset, hive)."""
+    if fs.get_file_info(f"{prefix}/events").type == pafs.FileType.NotFound:
+        return 0
     return ds.dataset(f"{prefix}/events", filesystem=fs, format="parquet", partitioning="hive").count_rows()
 
 
@@ -180,3 +182,62 @@ def test_missing_remote_store_is_a_clear_error(s3):
     assert r.exit_code == 1 and "does not exist" in r.output and "Traceback" not in r.output
     r = cli("compact", "--store", "s3://fleet/absent")
     assert r.exit_code == 1 and "not a servelens store" in r.output
+
+
+def test_an_unreachable_store_keeps_commits_locally_and_publishes_them_later(s3, monkeypatch):
+    from servelens.pipeline import remote
+
+    url = "s3://fleet/outage/node-1"
+    assert cli("ingest", str(TGI), "--store", url, "-q").exit_code == 0  # the store exists
+    truth = count(url)
+
+    calls = []
+    push = remote.Mirror.push
+
+    def down(self, manifest):  # reachable when the store opens, down from the first commit on
+        calls.append(1)
+        if len(calls) == 1:
+            return push(self, manifest)
+        raise OSError("When uploading part: AWS Error NETWORK_CONNECTION")
+
+    with monkeypatch.context() as m:
+        m.setattr(remote.Mirror, "push", down)
+        r = cli("ingest", str(INCIDENT), "--store", url, "-q")
+    assert r.exit_code == 1 and "not published to s3://fleet/outage/node-1" in r.output, r.output
+    assert "Traceback" not in r.output
+    assert count(url) == truth  # readers still see the last published commit, whole
+    # the next run publishes what was committed locally; nothing is read twice
+    assert "0 ingested, 6 unchanged" in cli("ingest", str(INCIDENT), "--store", url, "-q").output
+    local = Path(os.environ["SERVELENS_CACHE_DIR"]) / "alone.store"
+    assert cli("ingest", str(INCIDENT), "--store", str(local), "-q").exit_code == 0
+    assert count(url) == truth + count(str(local)) == glob_count(s3, "fleet/outage/node-1")
+
+
+def test_a_crash_after_the_remote_commit_point_rolls_forward(s3, monkeypatch):
+    from servelens.pipeline import remote
+
+    url = "s3://fleet/crash/node-1"
+
+    finish = remote.Mirror.finish
+
+    def crash(self, doc):  # the open's publish goes through; the commit's is cut short
+        if not doc["parts"]:
+            return finish(self, doc)
+        raise KeyboardInterrupt("killed after the manifest was written")
+
+    with monkeypatch.context() as m, pytest.raises(KeyboardInterrupt):
+        m.setattr(remote.Mirror, "finish", crash)
+        from servelens.pipeline.ingest import ingest
+
+        ingest([INCIDENT], url)
+    keys = objects(s3, "fleet/crash/node-1")
+    assert [k for k in keys if k.startswith("_staging/")] and not [k for k in keys if k.startswith("events/")]
+    local = Path(os.environ["SERVELENS_CACHE_DIR"]) / "crash-truth.store"
+    assert cli("ingest", str(INCIDENT), "--store", str(local), "-q").exit_code == 0
+    truth = count(str(local))
+    assert count(url) == truth  # a reader finds the committed parts where they are (staging)
+    assert glob_count(s3, "fleet/crash/node-1") == 0  # a glob sees nothing uncommitted, nor half
+    # the next writer finishes the moves; nothing is read twice
+    assert "0 ingested, 6 unchanged" in cli("ingest", str(INCIDENT), "--store", url, "-q").output
+    assert count(url) == truth == glob_count(s3, "fleet/crash/node-1")
+    assert not [k for k in objects(s3, "fleet/crash/node-1") if k.startswith("_staging/")]
