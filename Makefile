@@ -14,7 +14,7 @@ $(BIN)/servelens: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
-$(VENV)/.test-deps: $(BIN)/servelens
+$(VENV)/.test-deps: $(BIN)/servelens pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $@
 

@@ -245,6 +245,9 @@ def build_query_store(a, store: Path) -> dict:
 
     import polars as pl
 
+    import pyarrow.parquet as pq
+
+    from servelens.pipeline.layout import with_partition_columns
     from servelens.pipeline.query import run as query
     from servelens.pipeline.store import Store, committed_parts, new_txid
 
@@ -263,7 +266,8 @@ def build_query_store(a, store: Path) -> dict:
     with Store.open(store, purpose="bench copies") as st:
         for k in range(1, copies + 1):
             for part in parts:
-                ev = pl.read_parquet(part, hive_partitioning=False).with_columns(
+                # a part holds no partition columns (pipeline/layout.py): engine from its path
+                ev = pl.from_arrow(with_partition_columns(pq.read_table(part), part.relative_to(store))).with_columns(
                     pl.col("instance") + f"-r{k}", pl.col("source") + f"#r{k}")
                 st.commit(st.stage_events(ev, new_txid()))
     built = {"bytes": g.bytes, "requests_target": a.requests, "ingest_s": r.wall_s, "peak_rss": r.peak_rss_bytes,

@@ -138,18 +138,20 @@ def register(app: typer.Typer) -> None:
         from .store import Store, StoreError, StoreLocked
 
         target = store_path(store)
-        if not (target / "manifest.json").exists():
+        from .remote import store_exists, store_url
+
+        if not store_exists(target):
             raise fail(f"{target} is not a servelens store (no manifest.json); give --store")
         if min_parts < 2:
             raise fail("--min-parts must be at least 2")
         try:
             with Store.open(target, purpose="compact") as st:
-                result = run_compact(st, min_parts=min_parts)
+                result = run_compact(st, min_parts=min_parts, migrate=True)
         except StoreLocked as e:
             raise fail(f"{e} (a running servelens tail compacts the store itself)") from None
         except StoreError as e:
             raise fail(str(e)) from None
         typer.echo(
             f"{result.merged} parts merged into {result.written}; "
-            f"{result.parts_before} -> {result.parts_after} parts in {target}"
+            f"{result.parts_before} -> {result.parts_after} parts in {store_url(target) or target}"
         )

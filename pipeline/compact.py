@@ -26,10 +26,12 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from servelens.parsers.schema import EVENT_SCHEMA, POLARS_SCHEMA
 
+from .layout import LEGACY_UNKNOWN_DAY, FILE_SCHEMA, file_table, is_legacy, part_dir, partition_values, with_partition_columns
 from .store import PARQUET_OPTIONS, Store, _fsync_dir, new_txid
 
 SMALL_PART_BYTES = 16 * 1024 * 1024  # parts below this are worth merging
@@ -60,18 +62,31 @@ class Merged:
 
 
 def plan(store: Store, min_parts: int = 2, small_bytes: int = SMALL_PART_BYTES,
-         target_bytes: int = TARGET_BYTES) -> list[list[str]]:
-    """Groups of small parts, each from one partition directory, to merge into one part."""
+         target_bytes: int = TARGET_BYTES, migrate: bool = False) -> list[list[str]]:
+    """Groups of small parts, each from one partition, to merge into one part. With
+    `migrate`, also every part written in the layout before pipeline/layout.py's (it repeats
+    `engine`, or sits under `day=unknown`), whatever its size or its partition's count: each
+    is rewritten in today's layout (reads every part's footer: `servelens compact` does it,
+    the tailer's periodic compaction does not)."""
     by_dir: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    legacy_dirs: set[str] = set()
     for rel in store.manifest["parts"]:
         try:
             size = (store.root / rel).stat().st_size
         except OSError:
             continue  # not moved into place yet: leave it alone
-        if size < small_bytes:
-            by_dir[str(PurePosixPath(rel).parent)].append((rel, size))
+        legacy = migrate and is_legacy(rel, pq.read_schema(store.root / rel))
+        if size < small_bytes or legacy:
+            values = partition_values(rel)
+            key = part_dir(values.get("engine"), _day(values.get("day")))
+            by_dir[key].append((rel, size))
+            if legacy:
+                legacy_dirs.add(key)
     groups = []
-    for parts in by_dir.values():
+    for key, parts in by_dir.items():
+        if key in legacy_dirs:  # rewritten even alone
+            groups.extend(_chunks(parts, target_bytes, min_len=1))
+            continue
         if len(parts) < min_parts:
             continue
         group: list[str] = []
@@ -88,11 +103,31 @@ def plan(store: Store, min_parts: int = 2, small_bytes: int = SMALL_PART_BYTES,
     return groups
 
 
+def _day(day: str | None) -> str | None:
+    return None if day == LEGACY_UNKNOWN_DAY else day
+
+
+def _chunks(parts: list[tuple[str, int]], target_bytes: int, min_len: int) -> list[list[str]]:
+    out: list[list[str]] = []
+    group: list[str] = []
+    total = 0
+    for rel, size in parts:
+        if group and total + size > target_bytes:
+            out.append(group)
+            group, total = [], 0
+        group.append(rel)
+        total += size
+    if group:
+        out.append(group)
+    return [g for g in out if len(g) >= min_len]
+
+
 def compact(store: Store, min_parts: int = 2, small_bytes: int = SMALL_PART_BYTES,
-            target_bytes: int = TARGET_BYTES) -> CompactResult:
-    """Merge small parts partition by partition; one atomic commit per merged part."""
+            target_bytes: int = TARGET_BYTES, migrate: bool = False) -> CompactResult:
+    """Merge small parts partition by partition; one atomic commit per merged part (with
+    `migrate`, also rewrite every part of the older layout: see plan)."""
     result = CompactResult(parts_before=len(store.manifest["parts"]))
-    for group in plan(store, min_parts, small_bytes, target_bytes):
+    for group in plan(store, min_parts, small_bytes, target_bytes, migrate=migrate):
         commit_merge(store, merge(store.root, group), result)
     result.parts_after = len(store.manifest["parts"])
     return result
@@ -119,7 +154,10 @@ def merge(root: Path, group: list[str]) -> Merged:
         except FileNotFoundError:
             continue
     name = f"part-{txid}-0000.parquet"
-    staged = stage_dir / name
+    values = partition_values(group[0])
+    final = f"{part_dir(values.get('engine'), _day(values.get('day')))}/{name}"
+    staged = stage_dir / final  # under its partition path, like Store.stage_events
+    staged.parent.mkdir(parents=True, exist_ok=True)
     try:
         try:
             out = _write_merged(root, group, staged, streaming=True)
@@ -129,11 +167,10 @@ def merge(root: Path, group: list[str]) -> Merged:
             staged.unlink()
             shutil.rmtree(stage_dir, ignore_errors=True)
             return Merged(group, [], 0)
-        _fsync_dir(stage_dir)
+        _fsync_dir(staged.parent)
     except BaseException:
         shutil.rmtree(stage_dir, ignore_errors=True)
         raise
-    final = str(PurePosixPath(group[0]).parent / name)
     return Merged(group, [(str(staged.relative_to(root)), final)], out.rows)
 
 
@@ -178,10 +215,10 @@ class _Out:
             self.writer.close()
 
     def _write(self, df: pl.DataFrame) -> None:
-        table = df.to_arrow().cast(EVENT_SCHEMA)
+        table = file_table(df.to_arrow().cast(EVENT_SCHEMA))  # the partition values are in the path
         if self.writer is None:
             options = {k: v for k, v in PARQUET_OPTIONS.items() if k != "row_group_size"}
-            self.writer = pq.ParquetWriter(self.f, EVENT_SCHEMA, **options)
+            self.writer = pq.ParquetWriter(self.f, FILE_SCHEMA, **options)
         self.writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
         self.rows += df.height
 
@@ -197,7 +234,7 @@ def _merge_into(root: Path, group: list[str], out: _Out, streaming: bool = True)
     whose times overlap, not the whole group."""
     files = [pq.ParquetFile(root / rel) for rel in group]
     if not streaming:
-        rows = pl.concat([_frame(pf.read()) for pf in files], how="diagonal_relaxed")
+        rows = pl.concat([_frame(pf.read(), rel) for pf, rel in zip(files, group)], how="diagonal_relaxed")
         out.add(rows.sort("ts", "line", nulls_last=True))
         return
     heap: list[tuple[Any, int]] = []  # (no unread row of part i is earlier, i)
@@ -205,7 +242,7 @@ def _merge_into(root: Path, group: list[str], out: _Out, streaming: bool = True)
     for i, pf in enumerate(files):
         low = _min_ts(pf)
         if low is None:
-            untimed.append(_frame(pf.read()))  # no time anywhere in it
+            untimed.append(_frame(pf.read(), group[i]))  # no time anywhere in it
         else:
             heapq.heappush(heap, (low, i))
     batches = {i: files[i].iter_batches(batch_size=BATCH_ROWS) for _, i in heap}
@@ -215,7 +252,7 @@ def _merge_into(root: Path, group: list[str], out: _Out, streaming: bool = True)
         low, i = heapq.heappop(heap)
         batch = next(batches[i], None)
         if batch is not None:
-            df = _frame(batch)
+            df = _frame(batch, group[i])
             has_ts = df["ts"].is_not_null()
             timed = df.filter(has_ts)
             if timed.height < df.height:
@@ -245,13 +282,12 @@ def _merge_into(root: Path, group: list[str], out: _Out, streaming: bool = True)
         out.add(pl.concat(untimed, how="diagonal_relaxed").sort("ts", "line", nulls_last=True))
 
 
-def _frame(data: Any) -> pl.DataFrame:
-    df = pl.from_arrow(data)
+def _frame(data: Any, rel: str) -> pl.DataFrame:
+    """A part's rows (a table or a batch) as `events` rows: the partition columns from its
+    path; a column appended to the schema after the part was written, null."""
+    table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
+    df = pl.from_arrow(with_partition_columns(table, rel))
     assert isinstance(df, pl.DataFrame)
-    # a part written before a column was appended to the schema gets it, null
-    missing = [name for name in POLARS_SCHEMA if name not in df.columns]
-    if missing:
-        df = df.with_columns(pl.lit(None, POLARS_SCHEMA[name]).alias(name) for name in missing).select(list(POLARS_SCHEMA))
     return df
 
 

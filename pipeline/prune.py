@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import polars as pl
 import pyarrow.parquet as pq
 
+from .layout import with_partition_columns
 from .store import Store, new_txid
 
 
@@ -50,7 +51,7 @@ def prune(store: Store, before: dt.datetime, dry_run: bool = False) -> PruneResu
             continue
         result.parts_rewritten += 1
         if not dry_run:
-            part = pl.from_arrow(pq.read_table(path))
+            part = pl.from_arrow(with_partition_columns(pq.read_table(path), rel))
             kept = part.filter(pl.col("ts").is_null() | (pl.col("ts").dt.convert_time_zone("UTC") >= before))  # type: ignore[union-attr]
             result.rows_kept_in_rewritten += kept.height
             keep_frames.append(kept)

@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 
 from servelens.parsers.schema import EVENT_SCHEMA
 
+from .layout import FILE_SCHEMA, read_parquet_sql
 from .metrics import define_view, load_views, views_for
 from .sandbox import REFUSED_HINT, Limits, QueryError, check_statement, clean_message, connection_config, execute, lock_down
 from .store import StoreError, committed_parts, read_manifest, readable_parts
@@ -38,7 +39,7 @@ from .timerange import TimeRange, bind_range_views, parts_in, standing_events_sq
 
 # Reading races a writer: a part listed in the manifest can move (staging -> events/) or be
 # garbage-collected after compaction just before DuckDB opens it. Retry with a fresh manifest.
-READ_RETRIES = 5
+READ_RETRIES = 10  # a compaction retires parts at once (pipeline/layout.py): a reader may be overtaken by several merges
 VANISHED = ("No files found", "No such file")
 MISMATCH = "schema mismatch"
 
@@ -62,8 +63,15 @@ def connect(
     `views`: bind only these (with the views they read: metrics.views_for); None binds all.
     `time_range`: only events in it, and view rows that fall in it (see pipeline/timerange.py).
     `union_by_name`: None decides by reading every part's schema, unless `views` is given
-    (one query's connection, `run`): then only the first part's, which `run` backs up."""
-    store = Path(store)
+    (one query's connection, `run`): then only the first part's, which `run` backs up.
+    A store URL (s3://...) or a fleet goes to pipeline/fleet.py."""
+    from . import remote
+
+    if remote.store_url(store) is not None or remote.is_fleet(store):  # s3://..., a fleet
+        from .fleet import connect as connect_fleet
+
+        return connect_fleet(store, variables, limits, readable=readable)
+    store = remote.local_store(store)
     if not store.exists():
         raise StoreError(
             f"store {store} does not exist; ingest logs first (servelens ingest PATH --store {store})"
@@ -87,19 +95,16 @@ def connect(
             where = f" where {scan.predicate('ts')}" if scan else ""
             if scan and standing:
                 mixed = union_by_name if union_by_name is not None else _mixed_schemas(standing[:1] if views is not None else standing, views is not None)
-                where += " union all " + standing_events_sql(_file_list(standing), "true" if mixed else "false", scan)
+                where += " union all " + standing_events_sql(read_parquet_sql([str(p) for p in standing], mixed), scan)
             if parts:
-                files = _file_list(parts)
                 # union_by_name costs a pass over every part's metadata each time a view that
                 # reads `events` is bound (about 2 s of CPU over 150 parts with all views):
                 # ask for it only when the parts' schemas differ (a store older than a schema
                 # change)
                 if union_by_name is None:
                     union_by_name = _mixed_schemas(parts[:1] if views is not None else parts, views is not None)
-                by_name = "true" if union_by_name else "false"
-                con.execute(
-                    f"create or replace view events as select * from read_parquet([{files}], union_by_name = {by_name}){where}"
-                )
+                # the partition columns (engine) come from the parts' paths (pipeline/layout.py)
+                con.execute(f"create or replace view events as {read_parquet_sql([str(p) for p in parts], union_by_name)}{where}")
             else:
                 con.register("_events_empty", EVENT_SCHEMA.empty_table())
                 con.execute("create or replace view events as select * from _events_empty")
@@ -125,10 +130,6 @@ def connect(
     raise AssertionError("unreachable")
 
 
-def _file_list(parts: list[Path]) -> str:
-    return ", ".join("'" + str(p).replace("'", "''") + "'" for p in parts)
-
-
 def _mixed_schemas(parts: list[Path], current: bool = False) -> bool:
     """True unless every part has the same columns and types (reading the footers only: a
     few ms for hundreds of parts, seconds for thousands); with `current`, unless they also
@@ -137,7 +138,7 @@ def _mixed_schemas(parts: list[Path], current: bool = False) -> bool:
     `run` reads only the first part's footer: when it has today's schema, DuckDB reads the
     others by its columns and stops with "schema mismatch" on a part missing one (then `run`
     connects again with union_by_name)."""
-    first = EVENT_SCHEMA.remove_metadata() if current else None
+    first = FILE_SCHEMA.remove_metadata() if current else None
     for p in parts:
         try:
             schema = pq.read_schema(p).remove_metadata()

@@ -450,6 +450,9 @@ def execute(
         except duckdb.OutOfMemoryException as e:
             raise QueryError(_limit_message(e, limits)) from None
         except duckdb.PermissionException as e:
+            vanished = _vanished_part(e)
+            if vanished:  # a part moved by a concurrent commit: the caller reads the manifest again
+                raise QueryError(f'No files found that match the pattern "{vanished}"') from None
             raise QueryError(_permission_message(e)) from None
         except duckdb.IOException as e:
             # a part moved by a concurrent commit: keep the whole line so that the caller sees
@@ -466,6 +469,16 @@ def execute(
 
 _VANISHED = ("No files found", "No such file")
 _PERM_PATH = re.compile(r'(?:file|directory) "([^"]*)"')
+
+
+def _vanished_part(e: duckdb.Error) -> str | None:
+    """The part a query could not find, when DuckDB, not finding it, went on to list it as a
+    directory (`<part>.parquet/**/*.parquet`) and the sandbox refused that: the part was
+    moved or collected by a concurrent commit."""
+    m = _PERM_PATH.search(str(e))
+    if m and m.group(1).endswith(".parquet/**/*.parquet"):
+        return m.group(1)[: -len("/**/*.parquet")]
+    return None
 
 
 def _permission_message(e: duckdb.Error) -> str:

@@ -1,9 +1,10 @@
 """The store: a directory of Hive-partitioned Parquet files plus one manifest.
 
-Layout:
+Layout (pipeline/layout.py says how other engines read it):
     <store>/manifest.json                         the commit point (versioned JSON)
     <store>/events/engine=<e>/day=<YYYY-MM-DD>/part-<txid>-<n>.parquet
     <store>/_staging/<txid>/...                   parts being written
+    <store>/_garbage/events/...                   parts compaction replaced, deleted after a grace time
     <store>/.lock                                 one writer at a time
 
 The manifest lists the committed part files and, per ingested file (keyed by content
@@ -12,7 +13,8 @@ fingerprint), how far it has been read. Data and offsets are committed together:
 1. parts are written and fsynced under `_staging/<txid>/`;
 2. the manifest, with the new offsets, the new part list and the moves still to do, is
    written to `manifest.json.new`, fsynced and renamed over `manifest.json`: the commit;
-3. the parts are renamed into `events/`, then the manifest is rewritten without the moves.
+3. parts the commit removes (compaction) are moved out of `events/` to `_garbage/`, the new
+   parts are renamed into `events/`, then the manifest is rewritten without the moves.
 
 A crash before 2 leaves orphans in `_staging` (deleted on the next open, offsets not
 advanced: the lines are read again, nothing doubled); a crash after 2 is rolled forward on the
@@ -33,17 +35,20 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import polars as pl
 
 from servelens.parsers.schema import EVENT_SCHEMA
 
+from .layout import FILE_SCHEMA, file_table, part_dir
+
 MANIFEST_VERSION = 1
 DEFAULT_STORE = "servelens-store"
-# Parts removed by compaction are kept this long so that readers holding an older part list
-# can finish their query.
+# Parts removed by compaction leave events/ at once (for engines globbing it) and are kept
+# this long under _garbage/ (a reader that opened one already reads on; a post-mortem can look).
 GARBAGE_GRACE_S = 300.0
+GARBAGE_DIR = "_garbage"
 # How parts are written. Dictionary pages and min/max statistics pay off on the short,
 # repetitive columns; on `message` and `attrs` (most of the bytes, nearly all distinct) they
 # cost write time for nothing: 10-20% of the Parquet write.
@@ -51,8 +56,8 @@ _WIDE_TEXT = ("message", "attrs", "request_id")
 PARQUET_OPTIONS = dict(
     compression="zstd",
     row_group_size=256_000,
-    use_dictionary=[f.name for f in EVENT_SCHEMA if f.name not in _WIDE_TEXT and f.name not in ("ts", "line")],
-    write_statistics=[f.name for f in EVENT_SCHEMA if f.name not in ("message", "attrs")],
+    use_dictionary=[f.name for f in FILE_SCHEMA if f.name not in _WIDE_TEXT and f.name not in ("ts", "line")],
+    write_statistics=[f.name for f in FILE_SCHEMA if f.name not in ("message", "attrs")],
 )
 
 
@@ -289,12 +294,18 @@ class Store:
     root: Path
     manifest: dict = field(default_factory=empty_manifest)
     _lock_fd: int | None = None
+    remote: Any = None  # a remote.Mirror publishing each commit (a --store s3://... URL)
 
     # -- opening -----------------------------------------------------------------------
 
     @classmethod
     def open(cls, root: Path | str, purpose: str = "ingest") -> "Store":
-        root = Path(root)
+        from . import remote
+
+        url = remote.store_url(root)
+        if url is not None:  # object storage: a local mirror publishing every commit
+            return remote.open_store(cls, url, purpose)
+        root = remote.local_store(root)
         try:
             root.mkdir(parents=True, exist_ok=True)
             fd = os.open(root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -351,6 +362,19 @@ class Store:
         return store
 
     def close(self) -> None:
+        if self.remote is not None and self.remote.unpublished and self._lock_fd is not None:
+            try:
+                self.remote.push(self.manifest)
+                self.remote.unpublished = None
+            except OSError:
+                pass
+            if self.remote.unpublished:
+                os.close(self._lock_fd)
+                self._lock_fd = None
+                raise StoreError(
+                    f"committed to the local mirror {self.root} but not published to "
+                    f"{self.remote.url} ({self.remote.unpublished}); run the same command again "
+                    "when the store is reachable: nothing is read twice")
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
@@ -362,11 +386,14 @@ class Store:
         self.close()
 
     def _recover(self) -> None:
-        """Roll a committed transaction forward; delete uncommitted staging files."""
+        """Roll a committed transaction forward (its moves, and its compacted-away parts out
+        of `events/`, also those a store older than `_garbage/` left there); delete
+        uncommitted staging files."""
         if self.manifest.get("pending"):
             self._apply_moves(self.manifest["pending"])
             self.manifest["pending"] = []
             write_json_atomic(self.root / "manifest.json", self.manifest)
+        self._retire([rel for rel, _t in self.manifest.get("garbage", [])])
         staging = self.root / "_staging"
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
@@ -378,9 +405,7 @@ class Store:
         Returns (staged, final) relative paths."""
         if events.height == 0:
             return []
-        keyed = events.with_columns(
-            pl.col("ts").dt.strftime("%Y-%m-%d").fill_null("unknown").alias("_day")
-        )
+        keyed = events.with_columns(pl.col("ts").dt.strftime("%Y-%m-%d").alias("_day"))
         moves = []
         stage_dir = self.root / "_staging" / txid
         stage_dir.mkdir(parents=True, exist_ok=True)
@@ -388,18 +413,21 @@ class Store:
             keyed.group_by(["engine", "_day"], maintain_order=True)
         ):
             name = f"part-{txid}-{n:04d}.parquet"
-            staged = stage_dir / name
+            final = f"{part_dir(engine, day)}/{name}"
+            # staged under its partition path too: a reader given a part still in staging
+            # takes the partition values from its path
+            staged = stage_dir / final
+            staged.parent.mkdir(parents=True, exist_ok=True)
             table = part.drop("_day").sort("ts", "line", nulls_last=True).to_arrow()
-            table = table.cast(EVENT_SCHEMA)
+            table = file_table(table.cast(EVENT_SCHEMA))  # the partition values are in the path
             import pyarrow.parquet as pq
 
             with open(staged, "wb") as f:
                 pq.write_table(table, f, **PARQUET_OPTIONS)
                 f.flush()
                 os.fsync(f.fileno())
-            final = f"events/engine={engine}/day={day}/{name}"
+            _fsync_dir(staged.parent)
             moves.append((str(staged.relative_to(self.root)), final))
-        _fsync_dir(stage_dir)
         return moves
 
     def commit(
@@ -439,14 +467,23 @@ class Store:
         # committed: what follows only tidies up, and a failure here (a full disk when the
         # manifest is rewritten) is rolled forward by the next open or commit
         try:
+            # replaced parts out of events/ before their replacement moves in: a glob over
+            # events/ may briefly miss those rows, never count them twice
+            self._retire(sorted(removed))
             self._apply_moves(moves)
             m["pending"] = []
             self._collect_garbage(now)
             write_json_atomic(self.root / "manifest.json", m)
         except OSError:
             pass
-        stage_dirs = {Path(staged).parent for staged, _ in moves}
-        for d in [*stage_dirs, Path("_staging")]:
+        if self.remote is not None:
+            try:
+                self.remote.push(m)
+                self.remote.unpublished = None
+            except OSError as e:  # committed here; published by the next commit, or at close
+                self.remote.unpublished = " ".join(str(e).split())[:300]
+        stage_dirs = {d for staged, _ in moves for d in Path(staged).parents if d.parts and d != Path("_staging")}
+        for d in [*sorted(stage_dirs, key=lambda d: -len(d.parts)), Path("_staging")]:
             try:
                 (self.root / d).rmdir()
             except OSError:
@@ -525,14 +562,28 @@ class Store:
         for d in dirs:
             _fsync_dir(d)
 
+    def _retire(self, rels: list[str]) -> None:
+        """Move parts the manifest no longer lists out of `events/` (to `_garbage/`, same
+        path below it) at once, so that an engine globbing `events/` never reads them twice
+        beside the part that replaced them. A reader holding the old part list finds them
+        gone and reads the manifest again (query.READ_RETRIES)."""
+        for rel in rels:
+            src = self.root / rel
+            if not src.exists():
+                continue
+            dst = self.root / GARBAGE_DIR / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(src, dst)
+
     def _collect_garbage(self, now: float) -> None:
         keep = []
         for rel, t in self.manifest.get("garbage", []):
             if now - t >= GARBAGE_GRACE_S:
-                try:
-                    (self.root / rel).unlink()
-                except FileNotFoundError:
-                    pass
+                for path in (self.root / GARBAGE_DIR / rel, self.root / rel):
+                    try:
+                        path.unlink()
+                    except FileNotFoundError:
+                        pass
             else:
                 keep.append([rel, t])
         self.manifest["garbage"] = keep

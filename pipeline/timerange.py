@@ -5,7 +5,8 @@ A question about one hour of a month should cost about an hour of data. Three cu
 there, each cheaper than the next step:
 
 1. parts of days wholly outside the range are not listed at all (the store partitions by
-   `day`, UTC; parts of `day=unknown` hold the events without a time and are always read);
+   `day`, UTC; parts of the default partition (`__HIVE_DEFAULT_PARTITION__`, `day=unknown` in older stores) hold
+   the events without a time and are always read);
 2. the range is a filter on `ts` inside the scan, so DuckDB skips the row groups whose
    min/max statistics on `ts` miss it and decodes the rest only where `ts` matches;
 3. the views are computed over the range widened by a margin (`RANGE_MARGIN_S`, at least two
@@ -105,7 +106,7 @@ class TimeRange:
 
 
 def part_day(path: Path | str) -> dt.date | None:
-    """The `day=YYYY-MM-DD` partition a part lies in; None for `day=unknown` or no partition."""
+    """The `day=YYYY-MM-DD` partition a part lies in; None for the default partition or none."""
     for piece in reversed(Path(path).parts[:-1]):
         if piece.startswith("day="):
             try:
@@ -136,12 +137,11 @@ STANDING_EVENTS = ("capacity",)
 STANDING_VIEWS = ("capacity",)
 
 
-def standing_events_sql(files: str, by_name: str, scan: TimeRange) -> str:
+def standing_events_sql(select_events: str, scan: TimeRange) -> str:
     """The standing events logged before `scan` (a second scan, over the few columns the
-    views read of them)."""
+    views read of them); `select_events` reads the parts (layout.read_parquet_sql)."""
     kinds = ", ".join(f"'{k}'" for k in STANDING_EVENTS)
-    return (f"select * from read_parquet([{files}], union_by_name = {by_name}) "
-            f"where event in ({kinds}) and not {scan.predicate('ts')}")
+    return f"{select_events} where event in ({kinds}) and not {scan.predicate('ts')}"
 
 
 def row_filter(columns: Iterable[str], rng: TimeRange) -> str | None:

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from servelens.parsers.schema import EVENT_SCHEMA
+from servelens.pipeline.layout import FILE_SCHEMA
 from servelens.pipeline import cli as cli_mod
 from servelens.pipeline import ingest as ingest_mod
 from servelens.pipeline.compact import compact
@@ -137,9 +137,9 @@ def test_row_count_mismatch_and_wrong_schema_found_by_check(store):
     a, b = m["parts"][0], m["parts"][1]
     # a part replaced by another complete Parquet file: the cheap check passes, check does not
     df = pl.read_parquet(store / a)
-    pq.write_table(df.head(1).to_arrow().cast(EVENT_SCHEMA), store / a)
+    pq.write_table(df.head(1).to_arrow().cast(FILE_SCHEMA), store / a)
     other = pl.read_parquet(store / b).with_columns(pl.col("line").cast(pl.String)).to_arrow()
-    pq.write_table(other.cast(EVENT_SCHEMA.set(EVENT_SCHEMA.get_field_index("line"), pa.field("line", pa.string()))), store / b)
+    pq.write_table(other.cast(FILE_SCHEMA.set(FILE_SCHEMA.get_field_index("line"), pa.field("line", pa.string()))), store / b)
     assert verify_parts(store) == []  # both are whole Parquet files
     r = cli("check", "--store", str(store))
     assert r.exit_code == 1

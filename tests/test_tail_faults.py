@@ -50,7 +50,7 @@ def make_tailer(logs: Path, store_dir: Path, **kw) -> tuple[Store, Tailer, list[
 
 def stored(store_dir: Path) -> pl.DataFrame:
     parts = committed_parts(store_dir)
-    return pl.read_parquet(parts) if parts else pl.DataFrame()
+    return pl.read_parquet(parts, hive_partitioning=True) if parts else pl.DataFrame()  # engine: from the paths
 
 
 VLLM_LOG = Path(__file__).parent.parent / "sample_logs" / "vllm" / "real" / "v1_0_11.log"

@@ -1,0 +1,82 @@
+"""Querying a remote store, or a fleet of stores as one (`--store 's3://bucket/fleet/*'`, a
+local glob such as `'stores/*'`, or a fleet list file with one store per line).
+
+`events` is the union of every store's committed parts: local stores are read by DuckDB's
+read_parquet over exactly their parts (as query.connect does), remote ones through one
+pyarrow dataset registered into the connection (pipeline/remote.py says why). The connection
+is sandboxed the same way (sandbox.lock_down): user SQL reaches the registered parts and the
+listed local parts, no other file, no network, no extension, no setting. Each node's tailer
+writes its own store with its own `instance` names, so the union holds every row once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from servelens.parsers.schema import EVENT_SCHEMA
+
+from .layout import events_select, read_parquet_sql
+from .metrics import load_views
+from .remote import dataset, expand, store_url
+from .sandbox import Limits, QueryError, connection_config, lock_down
+from .store import StoreError, readable_parts
+
+
+def connect(
+    store: Path | str,
+    variables: dict[str, Any] | None = None,
+    limits: Limits | None = None,
+    *,
+    readable: tuple[Path | str, ...] = (),
+) -> duckdb.DuckDBPyConnection:
+    """query.connect for a remote store or a fleet of stores."""
+    from .query import READ_RETRIES, _mixed_schemas, _settled_parts, _vanished, one_line
+
+    stores = expand(store)
+    if not stores:
+        raise StoreError(f"no store matches {store} (a store is a directory or prefix holding manifest.json)")
+    local = [Path(s) for s in stores if store_url(s) is None]
+    remote = [s for s in stores if store_url(s) is not None]
+    for s in local:
+        if not (s / "manifest.json").exists():
+            raise StoreError(f"store {s} (in {store}) is not a servelens store (no manifest.json)")
+    limits = limits or Limits.from_env()
+    for attempt in range(READ_RETRIES):
+        parts: list[Path] = []
+        for s in local:
+            parts += readable_parts(s, _settled_parts(s))
+        try:
+            remote_ds = dataset(remote) if remote else None
+        except OSError as e:
+            # a part deleted by a compaction published after we read the manifest: read it again
+            if attempt + 1 < READ_RETRIES and ("not exist" in str(e) or "NoSuchKey" in str(e)):
+                continue
+            raise StoreError(f"cannot read {store}: {one_line(e)}") from None
+        con = duckdb.connect(":memory:", config=connection_config(limits))
+        try:
+            sources = []
+            if parts:
+                sources.append(read_parquet_sql([str(p) for p in parts], _mixed_schemas(parts)))
+            if remote_ds is not None:
+                con.register("_events_remote", remote_ds)
+                sources.append(events_select("_events_remote"))
+            if not sources:
+                con.register("_events_empty", EVENT_SCHEMA.empty_table())
+                sources.append("select * from _events_empty")
+            con.execute("create or replace view events as " + " union all ".join(sources))
+            load_views(con, variables=variables)
+            lock_down(con, [*parts, *readable])
+            return con
+        except (duckdb.IOException, RuntimeError) as e:
+            con.close()
+            if attempt + 1 == READ_RETRIES or not _vanished(e):
+                if isinstance(e, duckdb.IOException):
+                    raise QueryError(one_line(e)) from None
+                raise
+        except BaseException:
+            con.close()
+            raise
+    raise AssertionError("unreachable")
