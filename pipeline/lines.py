@@ -131,6 +131,13 @@ def parse_stream(
         yield _finish(pending.popleft(), ctx, carry)
 
 
+def complete_lines_end(buf: bytes) -> int:
+    """Where the complete lines of `buf` end: after its last newline, or, for an unfinished
+    line past MAX_LINE_BYTES, after its last whole piece."""
+    cut = buf.rfind(b"\n") + 1
+    return cut + max(0, len(buf) - cut - 1) // MAX_LINE_BYTES * MAX_LINE_BYTES
+
+
 def line_frames(stream: BinaryIO, next_line: int, block_bytes: int = DEFAULT_BLOCK_BYTES) -> Iterator[pl.DataFrame]:
     """The stream's lines (`line`, `text`) block by block, numbered and cut as `parse_stream`
     numbers and cuts them, without parsing: the cheap first pass a parser's `scan_file`
@@ -145,8 +152,7 @@ def line_frames(stream: BinaryIO, next_line: int, block_bytes: int = DEFAULT_BLO
         if eof:
             complete, held = buf, b""
         else:
-            cut = buf.rfind(b"\n") + 1
-            cut += max(0, len(buf) - cut - 1) // MAX_LINE_BYTES * MAX_LINE_BYTES
+            cut = complete_lines_end(buf)
             complete, held = buf[:cut], buf[cut:]
         if complete:
             lines, _ = decode_lines(complete, next_line)
@@ -219,9 +225,7 @@ def _split_chunks(
         if eof and not hold_partial_line:
             complete, rest = buf, b""
         else:
-            cut = buf.rfind(b"\n") + 1
-            # an unfinished line past MAX_LINE_BYTES: its whole pieces are complete
-            cut += max(0, len(buf) - cut - 1) // MAX_LINE_BYTES * MAX_LINE_BYTES
+            cut = complete_lines_end(buf)
             complete, rest = buf[:cut], buf[cut:]
         if not complete:
             held = rest
