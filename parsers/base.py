@@ -350,6 +350,24 @@ def finalize(events: pl.DataFrame, ctx: ParseContext, carry: tuple[str, ...] = (
     return out
 
 
+def run_offsets(firsts: list[int], lasts: list[int], ctx: ParseContext) -> list[int | None]:
+    """The anchor offset (us to add to a relative time) of each run, given each run's first
+    and last relative time, in order: the rules `_resolve_relative` states. Also used by a
+    parser's whole-file pass (llamacpp_clock.file_runs), so both anchor alike."""
+    prior_off, prior_last = ctx.state.get("rel_offset_us"), ctx.state.get("rel_last_us")
+    continues = bool(firsts) and prior_off is not None and prior_last is not None and firsts[0] >= prior_last
+    mtime_us = int(ctx.mtime.timestamp() * 1_000_000) if ctx.mtime is not None else None
+    offsets: list[int | None] = [None] * len(firsts)
+    for i in range(len(firsts) - 1, -1, -1):
+        if i == 0 and continues:
+            offsets[i] = prior_off
+        elif i == len(firsts) - 1:
+            offsets[i] = None if mtime_us is None else mtime_us - lasts[i]
+        elif offsets[i + 1] is not None:
+            offsets[i] = offsets[i + 1] - lasts[i]
+    return offsets
+
+
 def _resolve_relative(events: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     """Wall-clock `ts` for the `ts_rel_us` helper column (time since process start).
 
@@ -370,18 +388,7 @@ def _resolve_relative(events: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     bounds = pl.DataFrame({"r": known, "run": run_of}).group_by("run", maintain_order=True).agg(
         pl.col("r").first().alias("first"), pl.col("r").last().alias("last")
     )
-    firsts, lasts = bounds["first"].to_list(), bounds["last"].to_list()
-    prior_off, prior_last = ctx.state.get("rel_offset_us"), ctx.state.get("rel_last_us")
-    continues = prior_off is not None and prior_last is not None and firsts[0] >= prior_last
-    mtime_us = int(ctx.mtime.timestamp() * 1_000_000) if ctx.mtime is not None else None
-    offsets: list[int | None] = [None] * len(firsts)
-    for i in range(len(firsts) - 1, -1, -1):
-        if i == 0 and continues:
-            offsets[i] = prior_off
-        elif i == len(firsts) - 1:
-            offsets[i] = None if mtime_us is None else mtime_us - lasts[i]
-        elif offsets[i + 1] is not None:
-            offsets[i] = offsets[i + 1] - lasts[i]
+    offsets = run_offsets(bounds["first"].to_list(), bounds["last"].to_list(), ctx)
     # each row's run: the run count at the last non-null relative time at or before it
     runs = pl.Series([None] * events.height, dtype=pl.Int32).scatter(
         np.flatnonzero(rel.is_not_null().to_numpy()), run_of

@@ -30,6 +30,8 @@ from typing import Iterable
 import numpy as np
 import polars as pl
 
+from .base import run_offsets
+
 REL_RE = r"^(\d+)\.(\d{2})\.(\d{3})\.(\d{3}) "
 _TS = pl.Datetime("us", "UTC")
 _STR = pl.String
@@ -104,15 +106,5 @@ def file_runs(frames: Iterable[tuple[pl.Series, pl.Series]], ctx) -> dict:
             firsts.append(int(r_np[i]))
             lasts.append(int(r_np[i]))
         lasts[-1] = int(r_np[-1])
-    offsets: list[int | None] = [None] * len(starts)
-    prior_off, prior_last = ctx.state.get("rel_offset_us"), ctx.state.get("rel_last_us")
-    continues = bool(starts) and prior_off is not None and prior_last is not None and firsts[0] >= prior_last
-    mtime_us = int(ctx.mtime.timestamp() * 1_000_000) if ctx.mtime is not None else None
-    for i in range(len(starts) - 1, -1, -1):
-        if i == 0 and continues:
-            offsets[i] = prior_off
-        elif i == len(starts) - 1:
-            offsets[i] = None if mtime_us is None else mtime_us - lasts[i]
-        elif offsets[i + 1] is not None:
-            offsets[i] = offsets[i + 1] - lasts[i]
+    offsets = run_offsets(firsts, lasts, ctx)
     return {"start_line": np.array(starts, dtype=np.int64), "offset": offsets, "end_line": end_line or 0}
