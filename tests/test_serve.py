@@ -344,3 +344,24 @@ def test_serve_command_runs_until_interrupted_and_a_busy_port_is_a_clear_error(s
         _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err.decode()
     assert f"at http://127.0.0.1:{port}/metrics" in err.decode()
+
+
+def test_ranged_export_reads_the_range_and_equals_the_whole_store_filtered(store, tmp_path, monkeypatch):
+    since, until = "2026-05-12T08:02:00Z", "2026-05-12T08:04:00Z"
+    whole, ranged = tmp_path / "whole.om", tmp_path / "ranged.om"
+    assert runner.invoke(app, ["export", "--store", str(store), "-o", str(whole)]).exit_code == 0
+    seen = []
+    real_run = query.run
+    monkeypatch.setattr(query, "run", lambda *a, **k: seen.append(k.get("time_range")) or real_run(*a, **k))
+    res = runner.invoke(app, ["export", "--store", str(store), "-o", str(ranged), "--since", since, "--until", until])
+    assert res.exit_code == 0, res.output
+    assert [(r.since.isoformat(), r.until.isoformat()) for r in seen] == [
+        ("2026-05-12T08:02:00+00:00", "2026-05-12T08:04:00+00:00")]
+    # the samples of windows inside the range, as the whole-store export has them
+    lo, hi = 1778572920.0, 1778573040.0  # 08:02, 08:04
+    def inside(path):
+        return sorted(l for l in path.read_text().splitlines()
+                      if l and not l.startswith("#") and lo < float(l.split()[-1]) <= hi)
+    got = inside(ranged)
+    assert got and got == inside(whole)
+    assert len(got) == sum(1 for l in ranged.read_text().splitlines() if l and not l.startswith("#"))
