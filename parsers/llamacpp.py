@@ -19,7 +19,7 @@ Events:
   e2e_s = inference_s = total time, tpot_s, prompt_tokens (prompt tokens evaluated, i.e.
   not served from the prompt cache), output_tokens; request_id = the task id (`<task>@<port>` for a router child's,
   `<task>@run<k>` from the second process run that serves requests on, see
-  base._scope_request_ids).
+  finalize._scope_request_ids).
 - `request_arrived` (`processing task`: a slot took the task), `request_finished` (slot
   `release` / `stop processing`, n_tokens in attrs), `request_aborted` (`cancel task,
   id_task = N`).

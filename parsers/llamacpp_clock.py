@@ -16,7 +16,7 @@ needs an anchor, the wall-clock time of its relative 0. In order of trust:
 
 1 and 2 are found within a chunk, here. 3 needs the whole file, so rows left without an
 anchor carry their relative time as the `ts_rel_us` helper column, which `base.finalize`
-anchors (`base._resolve_relative`). Before any chunk is parsed, ingest lets the parser read
+anchors (`finalize._resolve_relative`). Before any chunk is parsed, ingest lets the parser read
 the file once cheaply (`scan_file` -> `file_runs`): where each run starts and where its
 relative times end, so every chunk of a file longer than one read block is anchored from
 the file's end, not its own. Each event reports the anchor (`ts_anchor` in attrs) and the
@@ -30,7 +30,7 @@ from typing import Iterable
 import numpy as np
 import polars as pl
 
-from .base import run_offsets
+from .finalize import run_offsets
 
 REL_RE = r"^(\d+)\.(\d{2})\.(\d{3})\.(\d{3}) "
 _TS = pl.Datetime("us", "UTC")

@@ -435,7 +435,7 @@ def _family_frame(fam: str, sub: pl.DataFrame) -> pl.DataFrame:
         extra = {"engine_index": F.stats_attrs()["engine_index"], **it}
     elif fam == "cap":
         # the model is named only by the engine-config and argument-dump lines; it applies
-        # to the rest of the file: base.finalize carries it forward (CARRY_FORWARD)
+        # to the rest of the file: finalize carries it forward (CARRY_FORWARD)
         cols = {"event": pl.lit("capacity"), "model": F.model_name(), **F.capacity_columns()}
         extra = F.capacity_attrs()
     elif fam == "req":

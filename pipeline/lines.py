@@ -17,7 +17,8 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from servelens.parsers.base import ParseContext, finalize, parse_isolated
+from servelens.parsers.base import ParseContext, parse_isolated
+from servelens.parsers.finalize import finalize
 
 from .fingerprint import TAIL_BYTES
 

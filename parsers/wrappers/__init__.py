@@ -190,11 +190,11 @@ def _labels_expr(cols: list[str], constant: dict[str, str]) -> pl.Expr:
 def _wrapper_time(events: pl.DataFrame) -> pl.DataFrame:
     """The event takes the wrapper's time when the engine's is missing, has no year, or has
     whole seconds only; the engine's own time is then kept in attrs `engine_ts`."""
-    from ..base import _as_utc
+    from ..finalize import as_utc
 
     cols = events.columns
     wts = pl.col("wrapper_ts")
-    own = _as_utc(pl.col("ts"), events.schema["ts"]) if "ts" in cols else pl.lit(None, pl.Datetime("us", "UTC"))
+    own = as_utc(pl.col("ts"), events.schema["ts"]) if "ts" in cols else pl.lit(None, pl.Datetime("us", "UTC"))
     noyear = pl.col("ts_noyear") if "ts_noyear" in cols else pl.lit(None, pl.Datetime("us"))
     coarse = own.is_null() | (own.dt.microsecond() == 0)
     take = wts.is_not_null() & coarse
