@@ -316,7 +316,8 @@ def main(argv: list[str] | None = None) -> None:
         run["pin"] = {"engine_cpu": pin[0], "api_cpu": pin[1], "nice": a.nice}
         os.setpriority(os.PRIO_PROCESS, 0, a.nice)  # inherited by the server and the clients
     # a SIGTERM to this recorder still stops the server and writes run.json
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(f"error: stopped by SIGTERM; the recording in {a.out} is partial"))
+    signal.signal(signal.SIGTERM,
+                  lambda *_: sys.exit(f"error: stopped by SIGTERM; the recording in {a.out} is partial"))
     log = (a.out / "server.log").open("wb")
     proc = subprocess.Popen(serve, stdout=log, stderr=subprocess.STDOUT, env=env)
     if pin:  # after the server started with every CPU: the scraper and the extra clients
