@@ -66,6 +66,17 @@ def _truth_around(rec: Recording, t: float) -> pl.DataFrame:
     return rec.truth.filter((pl.col("ts") >= t - 1) & (pl.col("ts") < t + 2))
 
 
+def _running_bound(rec: Recording, t: float) -> float:
+    # the line was printed at some moment in [t, t + 1): a request running then was still
+    # running at the first scrape at or after t + 1, or finished between the last scrape
+    # before t and that one
+    before = rec.truth.filter(pl.col("ts") < t).tail(1)
+    after = rec.truth.filter(pl.col("ts") >= t + 1).head(1)
+    if before.height == 0 or after.height == 0:
+        return 0.0
+    return after["running"][0] + after["finished_total"][0] - before["finished_total"][0]
+
+
 def test_the_recording_is_complete_and_small(rec: Recording) -> None:
     names = sorted(p.name for p in rec.dir.iterdir())
     assert {"vllm-cpu.log.gz", "bench-low.json.gz", "bench-over.json.gz", "_metrics.csv", "SOURCES.md"} <= set(names)
@@ -77,7 +88,7 @@ def test_the_recording_is_complete_and_small(rec: Recording) -> None:
 def test_queue_running_and_kv_match_the_metrics_scrapes(rec: Recording) -> None:
     st = _stats(rec)
     assert st.height >= 30
-    exact_running = exact_waiting = 0
+    exact_running = exact_waiting = between = 0
     for r in st.iter_rows(named=True):
         w = _truth_around(rec, r["t"])
         assert w.height >= 2, f"no scrapes around {r['t']}"
@@ -88,11 +99,21 @@ def test_queue_running_and_kv_match_the_metrics_scrapes(rec: Recording) -> None:
         exact_waiting += w["waiting"].min() <= r["waiting"] <= w["waiting"].max()
         # a stats line can be printed between one request finishing and the next being
         # scheduled: at most one request off what the scrapes saw
-        assert w["running"].min() - 1 <= r["running"] <= w["running"].max(), r
+        assert w["running"].min() - 1 <= r["running"], r
         exact_running += w["running"].min() <= r["running"] <= w["running"].max()
-        # KV usage is printed with one decimal of a percent
-        assert w["kv_usage"].min() - 0.0005 <= r["kv_usage"] <= w["kv_usage"].max() + 0.0005, r
+        if r["running"] > w["running"].max():
+            # at low load a short request can run between two scrapes (0.3 s on a pinned
+            # engine core): no scrape saw it or its KV blocks, the success counter did
+            assert r["running"] <= _running_bound(rec, r["t"]), r
+            between += 1
+            exact_running += 1
+            continue
+        # KV usage is printed with one decimal of a percent; a line printed with one request
+        # fewer running than the scrapes (above) holds that request's blocks fewer too
+        kv_low = w["kv_usage"].min() * min(1.0, r["running"] / max(w["running"].min(), 1))
+        assert kv_low - 0.0005 <= r["kv_usage"] <= w["kv_usage"].max() + 0.0005, r
     assert exact_running >= 0.9 * st.height and exact_waiting >= 0.9 * st.height
+    assert between <= 0.1 * st.height
     assert abs(st["waiting"].max() - rec.truth["waiting"].max()) <= 0.1 * rec.truth["waiting"].max()
 
 
@@ -148,10 +169,37 @@ def test_output_logging_gives_e2e_and_ttft_within_the_logs_resolution(rec: Recor
     # never longer than it by more than the rounding to whole seconds
     assert (r["e2e_s"] - r["client_e2e_s"]).max() < RESOLUTION_S
     assert (r["ttft_s"] - r["client_ttft_s"]).max() < RESOLUTION_S
-    # under overload the API server logs `Received request` late (up to 1.6 s after the client
-    # sent it on these recordings: HTTP, tokenizing and logging share two cores with 30
-    # arrivals/s), so a few requests' client e2e exceeds the log's by more than a second
-    assert ((r["e2e_s"] - r["client_e2e_s"]).abs() <= RESOLUTION_S).mean() >= 0.85
+    if rec.meta.get("pin"):
+        # the API server on a core of its own (record_vllm.py --pin): every request, under
+        # overload too, within the log's resolution and the client/server step
+        for col in ("e2e_s", "ttft_s"):
+            assert (r[col] - r[f"client_{col}"]).abs().max() <= RESOLUTION_S + CLIENT_SERVER_LAG_S, col
+    else:
+        # under overload an unpinned API server logs `Received request` late (up to 1.6 s
+        # after the client sent it on real-0.32-b: its asyncio loop shares two cores with the
+        # engine core's busy-poll, the worker and other jobs), so a few requests' client e2e
+        # exceeds the log's by more than a second
+        assert ((r["e2e_s"] - r["client_e2e_s"]).abs() <= RESOLUTION_S).mean() >= 0.85
+
+
+def test_a_pinned_api_server_logs_each_request_in_the_second_the_client_sent_it(rec: Recording) -> None:
+    if not (rec.meta.get("pin") and rec.meta.get("clock")):
+        pytest.skip("recorded without --pin or without the clock pair")
+    # `vllm bench serve` start_times are perf_counter values; the recorder's time/perf_counter
+    # pair puts them on the epoch exactly (not just to the `date` second)
+    off = rec.meta["clock"]["time"] - rec.meta["clock"]["perf_counter"]
+    r = run(rec.store, "select request_id, epoch(arrival_ts) as arr from requests where engine = 'vllm' "
+                       "and (request_id like 'chatcmpl-low-%' or request_id like 'chatcmpl-over-%')")
+    arrived = dict(zip(r["request_id"], r["arr"]))
+    n = 0
+    for phase in ("low", "over"):
+        bench = json.loads(gzip.decompress((rec.dir / f"bench-{phase}.json.gz").read_bytes()))
+        for i, st in enumerate(bench["start_times"]):
+            sent = st + off
+            logged = arrived[f"chatcmpl-{phase}-{i}"]  # whole seconds: the line was written in [logged, logged + 1)
+            assert sent - RESOLUTION_S < logged <= sent + CLIENT_SERVER_LAG_S, (phase, i, sent, logged)
+            n += 1
+    assert n == sum(p["prompts"] for p in rec.meta["phases"])
 
 
 def test_low_load_p50_and_p90_within_1s_of_the_client(rec: Recording) -> None:

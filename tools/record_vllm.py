@@ -15,7 +15,23 @@ What a run does, in order:
    low-load phase and then an overload phase (`bench-low.json`, `bench-over.json`);
 5. during the overload phase, sends a few streaming requests that hang up after a few
    chunks (the server aborts them) and a few non-streaming requests (`extra_clients.csv`);
-6. sends SIGTERM to the server, waits for it to stop, and writes `run.json` (what was run).
+6. sends SIGTERM to the server, waits for it to stop, and writes `run.json` (what was run,
+   the load average before and after, and a wall-clock/monotonic pair that places the
+   bench client's `start_times`, which are `time.perf_counter()` values, on the epoch).
+
+CPU isolation (`--pin ENGINE_CPU,API_CPU`): on a machine whose few cores are shared, the
+API server's single asyncio loop (HTTP, chat template, tokenizing, `Received request`,
+detokenizing, output logging) can be starved, and then it logs requests late. vLLM 0.32's
+CPU backend binds the worker's OpenMP threads (`VLLM_CPU_OMP_THREADS_BIND`, default `auto`:
+one core for the worker, the rest reserved for the engine core process, which busy-polls the
+worker's queue) but leaves the API server wherever the kernel puts it. With `--pin` the
+worker's OpenMP threads are bound to ENGINE_CPU (`VLLM_CPU_OMP_THREADS_BIND=ENGINE_CPU`, so
+one OpenMP thread, and `OMP_NUM_THREADS=1` everywhere), and once the server is healthy every
+thread of its engine core and worker processes is moved to ENGINE_CPU and every thread of
+the API server to API_CPU (`sched_setaffinity`, as `taskset -a -p`); the bench client, the
+extra clients and the /metrics scraper run on API_CPU too. Server and client run at
+`--nice` (default -10, needs root) so other work on the machine does not starve them. The
+affinities and niceness actually in force are read back from /proc into `run.json`.
 
 It needs a Python environment with `vllm-cpu` (outside this repository; see
 docs/vllm-v1.md, "Recording a real server"), never the test suite's. A run takes a few
@@ -26,6 +42,7 @@ Examples:
     python3 tools/record_vllm.py --out /tmp/rec --low-rate 1 --low-prompts 30 \\
         --over-rate 12 --over-prompts 200 --max-num-seqs 4
     python3 tools/record_vllm.py --out /tmp/rec --no-log-outputs   # a default V1 log
+    python3 tools/record_vllm.py --out /tmp/rec --pin 0,1           # engine on CPU 0, API server on CPU 1
 """
 
 from __future__ import annotations
@@ -158,6 +175,54 @@ def wait_healthy(port: int, proc: subprocess.Popen, timeout: float) -> None:
     raise SystemExit(f"error: the server was not healthy after {timeout:.0f} s; see server.log")
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (its children, theirs, ...), from /proc."""
+    children: dict[int, list[int]] = {}
+    for d in pathlib.Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(d.name))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def pin_process(pid: int, cpu: int) -> None:
+    """Move every thread of `pid` to `cpu` (taskset -a -p)."""
+    for t in (pathlib.Path("/proc") / str(pid) / "task").iterdir():
+        try:
+            os.sched_setaffinity(int(t.name), {cpu})
+        except (ProcessLookupError, PermissionError):
+            pass  # a thread that ended meanwhile
+
+
+def process_facts(pid: int) -> dict:
+    """What /proc says of a process: its name, the CPUs its threads may run on, its niceness
+    and CPU seconds so far."""
+    d = pathlib.Path("/proc") / str(pid)
+    try:
+        stat = (d / "stat").read_text()
+        fields = stat.rsplit(")", 1)[1].split()
+        cpus = sorted({(t / "status").read_text().split("Cpus_allowed_list:", 1)[1].split()[0]
+                       for t in (d / "task").iterdir()})
+        return {"pid": pid, "name": (d / "comm").read_text().strip(), "threads": len(list((d / "task").iterdir())),
+                "cpus": cpus, "nice": int(fields[16]),
+                "cpu_s": round((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 2)}
+    except (OSError, IndexError, ValueError):
+        return {"pid": pid, "gone": True}
+
+
+def loadavg() -> list[float]:
+    return [float(x) for x in pathlib.Path("/proc/loadavg").read_text().split()[:3]]
+
+
 def bench(a, out: pathlib.Path, name: str, rate: float, prompts: int, seed: int) -> list[str]:
     return [
         a.python, str(TOOLS / "vllm_shim.py"), "bench", "serve",
@@ -200,9 +265,25 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--non-streaming", type=int, default=3)
     ap.add_argument("--seed", type=int, default=17)
     ap.add_argument("--startup-timeout", type=float, default=600)
+    ap.add_argument("--pin", metavar="ENGINE_CPU,API_CPU", default=None,
+                    help="CPU isolation (see above): the engine core and its worker on ENGINE_CPU, the API server, "
+                         "the clients and the scraper on API_CPU, all at --nice; e.g. --pin 0,1")
+    ap.add_argument("--nice", type=int, default=-10,
+                    help="with --pin: the niceness of the server and the clients (negative needs root)")
     a = ap.parse_args(argv)
     if not pathlib.Path(a.python).exists():
         ap.error(f"no Python at {a.python}; install vllm-cpu in a venv (docs/vllm-v1.md) and pass --python")
+    pin = None
+    if a.pin:
+        try:
+            pin = [int(x) for x in a.pin.split(",")]
+        except ValueError:
+            pin = []
+        if len(pin) != 2 or pin[0] == pin[1] or not set(pin) <= os.sched_getaffinity(0):
+            ap.error(f"--pin wants two different CPUs this process may use "
+                     f"({sorted(os.sched_getaffinity(0))}), as ENGINE_CPU,API_CPU; got {a.pin!r}")
+        if a.nice < 0 and os.geteuid() != 0:
+            ap.error(f"--nice {a.nice} needs root; pass --nice 0")
     a.out.mkdir(parents=True, exist_ok=True)
 
     if not a.model.exists():
@@ -220,18 +301,44 @@ def main(argv: list[str] | None = None) -> None:
         serve.append("--enforce-eager")
     if a.kv_blocks:
         serve += ["--num-gpu-blocks-override", str(a.kv_blocks)]
-    run = {"server": serve, "env": {k: env[k] for k in ("VLLM_LOG_STATS_INTERVAL", "VLLM_CPU_KVCACHE_SPACE")},
-           "phases": []}
+    if pin:
+        env.update(VLLM_CPU_OMP_THREADS_BIND=str(pin[0]), OMP_NUM_THREADS="1")
+        # no taskset at launch: the worker binds its OpenMP thread to ENGINE_CPU itself
+        # (OMP_PLACES), which libgomp only does inside the CPUs it was started with. The
+        # niceness is this recorder's (set below), inherited.
+    run = {"server": serve, "env": {k: env[k] for k in ("VLLM_LOG_STATS_INTERVAL", "VLLM_CPU_KVCACHE_SPACE",
+                                                         "VLLM_CPU_OMP_THREADS_BIND", "OMP_NUM_THREADS") if k in env},
+           "phases": [], "loadavg_start": loadavg(),
+           # `vllm bench serve` writes time.perf_counter() as start_times: CLOCK_MONOTONIC, the
+           # same clock in every process, so this pair puts them on the epoch
+           "clock": {"time": time.time(), "perf_counter": time.perf_counter()}}
+    if pin:
+        run["pin"] = {"engine_cpu": pin[0], "api_cpu": pin[1], "nice": a.nice}
+        os.setpriority(os.PRIO_PROCESS, 0, a.nice)  # inherited by the server and the clients
+    # a SIGTERM to this recorder still stops the server and writes run.json
+    signal.signal(signal.SIGTERM,
+                  lambda *_: sys.exit(f"error: stopped by SIGTERM; the recording in {a.out} is partial"))
     log = (a.out / "server.log").open("wb")
     proc = subprocess.Popen(serve, stdout=log, stderr=subprocess.STDOUT, env=env)
+    if pin:  # after the server started with every CPU: the scraper and the extra clients
+        os.sched_setaffinity(0, {pin[1]})
     scraper = Scraper(a.port, a.out / "metrics.csv")
     extra: list[dict] = []
     try:
         wait_healthy(a.port, proc, a.startup_timeout)
+        if pin:
+            # proc.pid is the API server, its descendants the engine core and its worker
+            engine = descendants(proc.pid)
+            pin_process(proc.pid, pin[1])
+            for pid in engine:
+                pin_process(pid, pin[0])
+            run["pin"]["processes"] = [process_facts(p) for p in (proc.pid, *engine)]
         scraper.start()
         time.sleep(3)  # a few idle scrapes and stats lines first
         for name, rate, prompts in (("low", a.low_rate, a.low_prompts), ("over", a.over_rate, a.over_prompts)):
             cmd = bench(a, a.out, name, rate, prompts, a.seed + len(run["phases"]))
+            if pin:
+                cmd = ["taskset", "-c", str(pin[1]), *cmd]
             t0 = time.time()
             b = subprocess.Popen(cmd, stdout=(a.out / f"bench-{name}.out").open("wb"), stderr=subprocess.STDOUT, env=env)
             threads = []
@@ -258,6 +365,9 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"warning: bench phase {name} exited {rc}; see bench-{name}.out", file=sys.stderr)
             time.sleep(3)
     finally:
+        run["loadavg_end"] = loadavg()
+        if pin:  # CPU seconds each process used, and that the pinning held
+            run["pin"]["processes_end"] = [process_facts(p) for p in (proc.pid, *descendants(proc.pid))]
         run["sigterm_at"] = time.time()
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
