@@ -196,3 +196,15 @@ def test_parallel_workers_write_the_same_files(tmp_path):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
     for name in ("truth_requests.parquet", "truth_state.parquet"):
         assert pl.read_parquet(tmp_path / "a" / name).equals(pl.read_parquet(tmp_path / "b" / name))
+
+
+def test_a_short_run_whose_first_request_never_finishes(tmp_path):
+    # five seconds at 9/s: the first request is still running when the run ends (its finish
+    # reason is null), which once made the truth table fail to build
+    simulate("vllm", "steady", 5, seed=5, out_dir=tmp_path, variant="v1_outputs", instances=1, rate=9.0)
+    truth = pl.read_parquet(tmp_path / "truth_requests.parquet").sort("arrival_ts")
+    assert truth["status"][0] == "unfinished" and truth["finish_reason"][0] is None
+    ok = truth.filter(pl.col("status") == "ok")
+    assert ok.height > 0 and ok["finish_reason"].null_count() == 0
+    assert set(ok["finish_reason"]) <= {"stop", "length"}
+    assert truth.filter(pl.col("status") != "ok")["finish_reason"].null_count() == truth.height - ok.height

@@ -44,7 +44,8 @@ def request_frame(
             "max_tokens": pl.Series(max_tokens, dtype=pl.Int64),
             "target_tokens": pl.Series(target, dtype=pl.Int64),
             "status": pl.Series(status, dtype=pl.String),
-            "finish_reason": pl.Series(reason, dtype=pl.String),
+            # a list, not the object array: polars cannot cast one whose first value is None
+            "finish_reason": pl.Series(reason.tolist(), dtype=pl.String),
             "preemptions": pl.Series(res.preemptions, dtype=pl.Int64),
         }
     )
