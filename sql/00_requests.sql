@@ -32,8 +32,8 @@
 --   client_* (what a benchmark client measured for the request, exact to its clock; null when
 --   no client results file names it): client_source, client_index (its position in the run),
 --   client_match ('id': by request id, the server's `chatcmpl-<id>` / `cmpl-<id>-0`;
---   'index_time': by the index ending the server's id, `--request-id-prefix` unknown, and
---   the arrival time), client_start_ts (UTC), client_ttft_s, client_itl_s (mean inter-token
+--   'index_time': by the index ending the server's id, `--request-id-prefix` unknown, under
+--   the id prefix most of the run's indices share, and the arrival time), client_start_ts (UTC), client_ttft_s, client_itl_s (mean inter-token
 --   latency), client_itl_max_s, client_e2e_s, client_tpot_s (s), client_error;
 --   waiting_at_arrival / running_at_arrival (requests; the last engine_stats line before a
 --   client-matched request arrived). A client request no server log accounts for is a row
@@ -382,8 +382,12 @@ client_runs as (
     group by all
 ),
 
-by_index as (
-    select c.*, s.engine, s.instance, s.request_key, s.arrival_ts, 'index_time' as client_match,
+-- every server request of the client's index within the run, with its id's stem (the id
+-- without the index)
+index_candidates as (
+    select c.*, s.engine, s.instance, s.request_key, s.arrival_ts,
+        case when starts_with(s.request_id, 'cmpl-') then regexp_replace(s.request_id, '-\d+-0$', '')
+            else regexp_replace(s.request_id, '-\d+$', '') end as id_stem,
     from client_events as c
     join client_runs as r on r.client_source = c.client_source
     join merged_final as s
@@ -393,9 +397,25 @@ by_index as (
                 else regexp_extract(s.request_id, '-(\d+)$', 1) end as bigint
         ) = c.client_index
     where c.client_id is null
+),
+
+-- a run sends every request under one prefix: the stem that accounts for most of the run's
+-- indices. Another client's `chatcmpl-other-1` may arrive closer to the run's request 1
+-- than the run's own, logged late by a busy API server (seen on a real vLLM 0.32 recording).
+run_stems as (
+    select client_source, id_stem,
+    from index_candidates
+    group by client_source, id_stem
+    qualify row_number() over (partition by client_source order by count(distinct client_index) desc, id_stem) = 1
+),
+
+by_index as (
+    select c.* exclude (id_stem), 'index_time' as client_match,
+    from index_candidates as c
+    join run_stems as r on r.client_source = c.client_source and r.id_stem = c.id_stem
     qualify row_number() over (
         partition by c.client_source, c.client_line, c.client_index
-        order by abs(epoch(s.arrival_ts) - epoch(c.client_start_ts))
+        order by abs(epoch(c.arrival_ts) - epoch(c.client_start_ts))
     ) = 1
 ),
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import os
 import tempfile
 from functools import lru_cache
@@ -190,3 +191,35 @@ def test_a_results_file_alone_is_a_request_source(tmp_path) -> None:
     assert got[1][7] == "ServerDisconnectedError"
     avail = dict(run(tmp_path / "store", "select metric, available from metric_availability where engine = 'client'").rows())
     assert avail == {"e2e_s": True, "ttft_s": True, "tpot_s": True}
+
+
+def test_index_match_keeps_to_the_runs_own_id_prefix(tmp_path) -> None:
+    """Seen on a real vLLM 0.32 recording: the API server, busy, logged the run's first two
+    requests a second late, while another client's `chatcmpl-disc-0` and `-1` were logged in
+    the second the run sent its requests 0 and 1. Matched by index and time alone, the run's
+    requests 0 and 1 took the other client's ones."""
+    out, truth = _sim()
+    text = (out / "vllm-a.log").read_text()
+    lines = text.splitlines(keepends=True)
+    first_two = [i for i, l in enumerate(lines) if re.search(r"Received request chatcmpl-bench-\w+-[01]: ", l)]
+    assert len(first_two) == 2
+    for i in reversed(first_two):
+        own = lines[i]
+        stamp = re.search(r"\d\d-\d\d \d\d:\d\d:(\d\d)", own)
+        decoy = re.sub(r"chatcmpl-bench-\w+-([01]):", r"chatcmpl-disc-\1:", own)
+        late = own[:stamp.start(1)] + f"{int(stamp.group(1)) + 1:02d}" + own[stamp.end(1):]
+        assert stamp.group(1) != "59" and late != own
+        lines[i:i + 1] = [decoy, late]
+    work = tmp_path / "run"
+    work.mkdir()
+    log = work / "vllm-a.log"
+    log.write_text("".join(lines))
+    _old(log)
+    client = _vllm_bench_file(work, truth)
+    ingest([log, client], tmp_path / "store", year=2026)
+    got = run(tmp_path / "store", "select request_id, client_index from requests where client_match = 'index_time'")
+    by_index = dict(zip(got["client_index"], got["request_id"]))
+    assert by_index[0].startswith("chatcmpl-bench-") and by_index[0].endswith("-0")
+    assert by_index[1].startswith("chatcmpl-bench-") and by_index[1].endswith("-1")
+    assert not any(r.startswith("chatcmpl-disc-") for r in got["request_id"])
+    assert got.height == truth.height
