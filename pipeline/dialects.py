@@ -299,7 +299,13 @@ def _time_function(node: exp.Expression, dialect: str) -> exp.Expression | None:
     """epoch() / epoch_us() / make_timestamptz(us) / to_timestamp(s) with their microseconds."""
     spark = dialect == "spark"
     if isinstance(node, exp.TimeToUnix):  # epoch(ts): seconds, fractional
-        tpl = "unix_micros(__x) / 1e6" if spark else "to_unixtime(__x)"
+        # DuckDB's epoch() of a TIMESTAMPTZ (ICU) is whole milliseconds / 1e3 plus the
+        # microseconds left / 1e6, which rounds differently from micros / 1e6 in the last
+        # bit; written the same way, differences of two epochs are equal to the bit
+        tpl = (
+            "unix_millis(__x) / 1e3 + (unix_micros(__x) - unix_millis(__x) * 1000) / 1e6"
+            if spark else "to_unixtime(__x)"
+        )
     elif isinstance(node, exp.Anonymous) and node.name.lower() == "epoch_us":
         tpl = "unix_micros(__x)" if spark else "date_diff('microsecond', from_unixtime(0), __x)"
     elif isinstance(node, exp.Anonymous) and node.name.lower() == "make_timestamptz" and len(node.expressions) == 1:
@@ -309,11 +315,15 @@ def _time_function(node: exp.Expression, dialect: str) -> exp.Expression | None:
     else:
         return None
     arg = node.this if not isinstance(node, exp.Anonymous) else node.expressions[0]
+    if isinstance(arg, (exp.Binary, exp.Unary)):
+        # `to_timestamp(a + b)` is `(a + b) * 1e6`, not `a + b * 1e6`
+        arg = exp.Paren(this=arg)
     out = sqlglot.parse_one(tpl, read=dialect)
     for col in list(out.find_all(exp.Column)):
         if col.name == "__x":
             col.replace(arg.copy())
-    return out
+    # (an expression in its place: `epoch(a) - epoch(b)` must not become `x + y - z + w`)
+    return exp.Paren(this=out) if isinstance(out, exp.Binary) else out
 
 
 def _zip_unnests(select: exp.Select, dialect: str) -> None:
@@ -370,6 +380,24 @@ def _inline_named_windows(select: exp.Select) -> None:
                 window.set(key, value.copy() if isinstance(value, exp.Expression) else [v.copy() for v in value])
             window.set("alias", None)
     select.set("windows", None)
+
+
+def _fold_frame_bounds(tree: exp.Expression) -> None:
+    """`rows between <expression> preceding`: a bound computed from parameters (bound as
+    literals by now) becomes its value, since Spark takes only a literal there (DuckDB and
+    Trino take any constant expression). DuckDB evaluates it, so it means what it did."""
+    for spec in tree.find_all(exp.WindowSpec):
+        for key in ("start", "end"):
+            bound = spec.args.get(key)
+            if not isinstance(bound, exp.Expression) or isinstance(bound, exp.Literal):
+                continue
+            if bound.find(exp.Column):
+                raise DialectError(f"window frame bound is not a constant: {bound.sql('duckdb')}")
+            with duckdb.connect(":memory:") as con:
+                value = con.execute(f"select {bound.sql('duckdb')}").fetchone()[0]
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise DialectError(f"window frame bound {bound.sql('duckdb')} is {value!r}, not a row count")
+            spec.set(key, exp.Literal.number(value))
 
 
 def _group_by_all(select: exp.Select) -> None:
@@ -444,6 +472,7 @@ def _portable(tree: exp.Expression, dialect: str, variables: Mapping[str, Any]) 
             _group_by_all(select)
     tree = tree.transform(replace)
     if dialect != "duckdb":
+        _fold_frame_bounds(tree)
         for select in list(tree.find_all(exp.Select)):
             _inline_named_windows(select)
             _zip_unnests(select, dialect)

@@ -49,6 +49,9 @@ def spark(tmp_path_factory):
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        # (set before the JVM starts: the builder passes it to spark-submit)
+        .config("spark.driver.memory", "2g")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.jars.ivy", str(ivy))
@@ -70,7 +73,10 @@ def spark_views(spark, incident_store):
     statements = views("spark", list(COMPARED))
     for name, sql in statements:
         spark.sql(sql.rstrip().rstrip(";"))
-        spark.sql(f"cache table {name}")
+        # materialised, and the view replaced by its rows: Spark expands a view's definition
+        # into every query that reads it while analysing it, before any cache is consulted
+        # (docs/spark.md)
+        spark.table(name).localCheckpoint(eager=True).createOrReplaceTempView(name)
     return [name for name, _ in statements]
 
 
