@@ -14,7 +14,9 @@ so that a view means the same on another engine:
   sides sorted by time per key with the right row carried forward
   (`last_value(... ignore nulls)`): one sort, no range join;
 * `epoch()` / `epoch_us()` / `make_timestamptz()` / `to_timestamp()` keep their microseconds
-  (sqlglot's Spark `unix_timestamp` truncates to whole seconds);
+  (sqlglot's Spark `unix_timestamp` truncates to whole seconds), `epoch()` rounded the way
+  DuckDB rounds it, each replacement parenthesised where it stands;
+* a window frame bound computed from parameters becomes its value (Spark takes a literal);
 * several `unnest(list)` side by side (zipped) become one `inline(array(struct(...)))`;
 * `* exclude (...)` / `* replace (...)` become column lists, read off DuckDB binding the view;
 * `arg_min(x, (a, b))` orders by a struct; `group by all` becomes ordinals; DuckDB's

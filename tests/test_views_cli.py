@@ -134,3 +134,47 @@ def test_asof_and_star_rewrites_keep_the_answers(incident_con, view) -> None:
     for a, b in ((f"select * from {view}", select), (select, f"select * from {view}")):
         missing = incident_con.execute(f"select count(*) from (({a}) except all ({b}))").fetchone()[0]
         assert missing == 0, view
+
+
+
+def _spark_epoch_in_duckdb(arg: str) -> str:
+    """Spark's translation of `epoch(<arg>)` in DuckDB's terms: unix_micros is epoch_us, and
+    unix_millis truncates to the millisecond (DuckDB's epoch_ms rounds: floor-divide instead)."""
+    from servelens.pipeline.dialects import _time_function
+
+    form = _time_function(sqlglot.parse_one(f"epoch({arg})", read="duckdb"), "spark").sql("spark")
+    assert f"UNIX_MILLIS({arg})" in form and f"UNIX_MICROS({arg})" in form
+    return form.replace(f"UNIX_MILLIS({arg})", f"(epoch_us({arg}) // 1000)").replace("UNIX_MICROS", "epoch_us")
+
+
+def test_spark_epoch_form_rounds_like_duckdb_epoch() -> None:
+    """Spark's `epoch(ts)` (whole milliseconds / 1e3 + the microseconds left / 1e6), evaluated
+    with DuckDB's equivalents of its functions, equals DuckDB's epoch() of a timestamptz to the
+    bit, where micros / 1e6 is one ulp off for many instants."""
+    import duckdb
+
+    con = duckdb.connect()
+    differ, plain_differs, n = con.execute(
+        f"""select count(*) filter (where {_spark_epoch_in_duckdb('ts')} is distinct from epoch(ts)),
+                   count(*) filter (where epoch_us(ts) / 1e6 <> epoch(ts)),
+                   count(*)
+            from (select make_timestamptz(1778572800000000 + i * 8021983) as ts from range(4000) t(i))"""
+    ).fetchone()
+    assert n == 4000
+    assert differ == 0
+    assert plain_differs > 100  # the rounding the form exists for is really there
+    # the form stands in for one value: `epoch(ts) / 60` divides the whole of it
+    minute = con.execute(
+        f"select {_spark_epoch_in_duckdb('ts')} / 60 from (select timestamptz '2026-05-12 08:01:00+00' as ts)"
+    ).fetchone()[0]
+    assert minute == 29642881.0
+
+
+def test_spark_time_functions_keep_their_argument_whole() -> None:
+    """`to_timestamp(window_start_s + window_s)` is `(window_start_s + window_s) * 1e6`, not
+    `window_start_s + window_s * 1e6` (every window_end was a year off before)."""
+    tree = sqlglot.parse_one(translated("spark")["latency_percentiles"].rstrip().rstrip(";"), read="spark")
+    end = next(a for a in tree.find_all(sqlglot.exp.Alias) if a.alias == "window_end")
+    mul = end.find(sqlglot.exp.Mul)
+    assert isinstance(mul.this, sqlglot.exp.Paren) and isinstance(mul.this.this, sqlglot.exp.Add)
+    assert {c.name for c in mul.this.find_all(sqlglot.exp.Column)} == {"window_start_s", "window_s"}
