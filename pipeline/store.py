@@ -435,8 +435,18 @@ class Store:
         moves: list[tuple[str, str]],
         files: dict[str, dict] | None = None,
         remove_parts: list[str] | None = None,
+        *,
+        dirty: list[list] | str | None = None,
+        rollups: dict[str, dict] | None = None,
     ) -> None:
         """Atomically make staged parts visible and record file offsets.
+
+        `dirty`: what the commit changes of the data the rollups were computed from
+        (pipeline/rollup.py): [[engine, instance, first ts, last ts], ...] added to the
+        manifest's dirty marks, "all" (every rollup is stale), or "clean" (a refresh: the
+        marks are cleared). Left None, a commit that removes parts marks everything dirty
+        (compaction, which keeps every row, says []). `rollups`: name -> entry of a rollup
+        file this commit makes current (the file it replaces goes to the garbage).
 
         Either the commit happens (the manifest is renamed into place) or nothing changes,
         on disk or in `self.manifest`: a failure before the rename (a full disk) leaves the
@@ -444,6 +454,24 @@ class Store:
         m = self.manifest
         before = {k: (dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v) for k, v in m.items()}
         removed = set(remove_parts or [])
+        if dirty is None:
+            dirty = "all" if removed else []
+        if dirty == "clean":
+            m.pop("dirty", None)
+            m.pop("dirty_all", None)
+        elif dirty == "all":
+            m["dirty_all"] = True
+        elif dirty:
+            m["dirty"] = merge_dirty(m.get("dirty", []), dirty)
+        retired_rollups = []
+        if rollups:
+            m["rollups"] = dict(m.get("rollups", {}))
+            for name, entry in rollups.items():
+                old = m["rollups"].get(name)
+                if old and old.get("path") and old["path"] != entry.get("path"):
+                    retired_rollups.append(old["path"])
+                m["rollups"][name] = entry
+        removed |= set(retired_rollups)
         info = self._part_info(moves, files or {}, removed)
         for key, state in (files or {}).items():
             m["files"][key] = state
@@ -501,7 +529,7 @@ class Store:
         txid = new_txid()
         try:
             moves = self.stage_events(events, txid) if events.height else []
-            self.commit(moves, files=files)
+            self.commit(moves, files=files, dirty=dirty_marks(events))
         except OSError as e:
             shutil.rmtree(self.root / "_staging" / txid, ignore_errors=True)
             if e.errno in NO_SPACE:
@@ -587,6 +615,31 @@ class Store:
             else:
                 keep.append([rel, t])
         self.manifest["garbage"] = keep
+
+
+def dirty_marks(events: pl.DataFrame) -> list[list]:
+    """Per (engine, instance) of `events`, its first and last time (ISO text; None when it
+    has none): what a commit of them changes (one group-by over the batch)."""
+    if events.height == 0:
+        return []
+    spans = events.group_by("engine", "instance").agg(
+        pl.col("ts").min().dt.to_string("%Y-%m-%dT%H:%M:%S%.f%z").alias("lo"),
+        pl.col("ts").max().dt.to_string("%Y-%m-%dT%H:%M:%S%.f%z").alias("hi"),
+    )
+    return [list(r) for r in spans.iter_rows()]
+
+
+def merge_dirty(marks: list[list], new: list[list]) -> list[list]:
+    """Dirty marks, one per (engine, instance), spanning the times of both."""
+    out: dict[tuple, list] = {}
+    for e, i, lo, hi in [*marks, *new]:
+        cur = out.get((e, i))
+        if cur is None:
+            out[(e, i)] = [e, i, lo, hi]
+        else:
+            cur[2] = min((t for t in (cur[2], lo) if t is not None), default=None)
+            cur[3] = max((t for t in (cur[3], hi) if t is not None), default=None)
+    return sorted(out.values(), key=lambda r: (str(r[0]), str(r[1])))
 
 
 # what a rollback needs of a file entry: where its content was read to and the state to
