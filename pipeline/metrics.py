@@ -80,12 +80,25 @@ def _identifiers(sql: str) -> set[str]:
     return out
 
 
+def _table_references(sql: str) -> set[str]:
+    """The words of `sql` that follow `from` or `join`: the tables and views it reads (the
+    views of sql/ name what they read that way; a column that shares a view's name, such as
+    scaling_signals' `throughput`, is not a dependency)."""
+    tokens = duckdb.tokenize(sql)
+    words = []
+    for i, (start, _kind) in enumerate(tokens):
+        end = tokens[i + 1][0] if i + 1 < len(tokens) else len(sql)
+        words.append(sql[start:end].strip().strip('"').lower())
+    return {w for prev, w in zip(words, words[1:]) if prev in ("from", "join")}
+
+
 @functools.lru_cache(maxsize=8)
 def view_dependencies(directory: Path | None = None) -> dict[str, frozenset[str]]:
-    """Per view of `directory` (default sql/), the other views its text names."""
+    """Per view of `directory` (default sql/), the other views it reads (after `from` or
+    `join`)."""
     texts = {view_name(p): p.read_text(encoding="utf-8") for p in sql_files(directory)}
     names = set(texts)
-    return {v: frozenset((_identifiers(t) & names) - {v}) for v, t in texts.items()}
+    return {v: frozenset((_table_references(t) & names) - {v}) for v, t in texts.items()}
 
 
 # Words with which a query asks about the catalog itself (SHOW TABLES, duckdb_views(),

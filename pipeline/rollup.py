@@ -174,7 +174,7 @@ def refresh(store: Store, *, whole: bool = False, view: str = VIEW) -> Refreshed
              or (old.height > 0 and old["engine"].is_in(list(CROSS_INSTANCE_ENGINES)).any()))
     con = query.connect(store.root, views={view}, rollups=False, instances=None if whole else dirty)
     try:
-        new = con.execute(f"select * from {view}").to_arrow_table()
+        new = con.sql(f"select * from {view}").to_arrow_table()
     finally:
         con.close()
     table = new
@@ -204,12 +204,12 @@ def refresh(store: Store, *, whole: bool = False, view: str = VIEW) -> Refreshed
         except OSError:
             pass
         raise
-    _remove_orphans(store)
+    remove_orphans(store)
     n = len({(e, i) for e, i in zip(table["engine"].to_pylist(), table["instance"].to_pylist())}) if whole else len(dirty)
     return Refreshed(whole, n, table.num_rows, time.perf_counter() - t0, time.process_time() - c0)
 
 
-def _remove_orphans(store: Store) -> None:
+def remove_orphans(store: Store) -> None:
     """Rollup files the manifest neither names nor holds for the grace time (a refresh that
     crashed before its commit)."""
     d = store.root / ROLLUP_DIR

@@ -174,6 +174,12 @@ def manifest_shape_problem(data: dict) -> str | None:
         return "`pending` holds something else than path pairs"
     if not isinstance(data.get("part_info", {}), dict):
         return "`part_info` is not an object"
+    dirty = data.get("dirty", [])
+    if not isinstance(dirty, list) or not all(isinstance(d, list) and len(d) == 4 for d in dirty):
+        return "`dirty` is not a list of [engine, instance, first, last]"
+    rollups = data.get("rollups", {})
+    if not isinstance(rollups, dict) or not all(isinstance(r, dict) and isinstance(r.get("path"), str) for r in rollups.values()):
+        return "`rollups` is not an object of entries with a path"
     return None
 
 

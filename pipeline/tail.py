@@ -67,6 +67,8 @@ COMPACT_MIN_PARTS = 64
 # A file whose reading fails is retried after RETRY_BASE_S, doubling up to RETRY_MAX_S.
 RETRY_BASE_S = 1.0
 RETRY_MAX_S = 60.0
+ROLLUP_EVERY_S = 30.0  # refresh the rollups (pipeline/rollup.py) at most this often ...
+ROLLUP_SHARE = 0.1  # ... and spending at most this share of the time on it
 FULL_RETRY_S = 5.0  # the store's disk is full: try the commit again this often
 # Open files: at most this share of the soft RLIMIT_NOFILE (the rest is for the store,
 # DuckDB, watchdog); drained files are closed to make room and reopened by identity.
@@ -171,6 +173,9 @@ class Tailer(IdentityMixin):
         self.max_open = max_open or default_max_open()
         self._deferred = 0  # files waiting for a free descriptor at the last rescan
         self._full_since: float | None = None  # the store's disk is full since then
+        self.rollup_every_s = ROLLUP_EVERY_S
+        self._next_rollup = time.monotonic() + ROLLUP_EVERY_S
+        self.rollup_refreshes: list = []  # pipeline/rollup.Refreshed of each refresh, for bench/tests
         self._next_full_try = 0.0
 
     # -- the loop ------------------------------------------------------------------------
@@ -215,6 +220,26 @@ class Tailer(IdentityMixin):
             self._compact(now)
         except (StoreError, OSError) as e:  # an optimisation: the next round tries again
             self.say(f"compaction failed ({e}); will try again")
+        if now >= self._next_rollup:
+            self._refresh_rollups()
+
+    def _refresh_rollups(self) -> None:
+        """Recompute the rollups of the instances committed since the last refresh (the
+        store's dirty marks), rate-limited so that tailing barely slows: at most every
+        `rollup_every_s`, and no more than ROLLUP_SHARE of the time. Queries meanwhile use
+        the raw path (always right)."""
+        from . import rollup
+
+        start = time.monotonic()
+        try:
+            done = rollup.refresh(self.store)
+        except Exception as e:  # noqa: BLE001 - an optimisation: the next round tries again
+            self.say(f"rollup refresh failed ({' '.join(str(e).split())[:200]}); will try again")
+            done = None
+        took = time.monotonic() - start
+        if done is not None:
+            self.rollup_refreshes.append(done)
+        self._next_rollup = time.monotonic() + max(self.rollup_every_s, took / ROLLUP_SHARE)
 
     def _failed(self, fol: Followed, now: float, e: Exception) -> None:
         """Reading or parsing `fol` raised: report it, and retry it later from where its
@@ -314,6 +339,8 @@ class Tailer(IdentityMixin):
         self.flush()
         if self._merging is not None:
             self._commit_merge()  # waits for it: a merge written in full is worth its commit
+        if self._full_since is None:
+            self._refresh_rollups()  # a stopped tail leaves its rollups fresh
         for fol in list(self.followed.values()):
             self._close(fol, remember=False)
 
