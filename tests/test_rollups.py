@@ -318,7 +318,8 @@ def test_a_time_range_reads_the_rollup_rows_of_the_range(incident_store):
     assert "requests" not in bound_views(store, "window_metrics", time_range=rng)
     got = answer(store, "window_metrics", raw=False, time_range=rng)
     whole = answer(store, "window_metrics", raw=False)
-    expected = whole.filter((pl.col("window_end") > rng.since) & (pl.col("window_start") < rng.until))
+    utc = [pl.col(c).dt.convert_time_zone("UTC") for c in ("window_start", "window_end")]
+    expected = whole.filter((utc[1] > rng.since) & (utc[0] < rng.until))
     assert 0 < got.height < whole.height
     assert_frame_equal(got, expected)
 
