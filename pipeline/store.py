@@ -450,8 +450,9 @@ class Store:
         `dirty`: what the commit changes of the data the rollups were computed from
         (pipeline/rollup.py): [[engine, instance, first ts, last ts], ...] added to the
         manifest's dirty marks, "all" (every rollup is stale), or "clean" (a refresh: the
-        marks are cleared). Left None, a commit that removes parts marks everything dirty
-        (compaction, which keeps every row, says []). `rollups`: name -> entry of a rollup
+        marks are cleared). Left None, a commit that adds or removes parts marks everything
+        dirty (commit_events says what its events touch; compaction, which keeps every row,
+        says []). `rollups`: name -> entry of a rollup
         file this commit makes current (the file it replaces goes to the garbage).
 
         Either the commit happens (the manifest is renamed into place) or nothing changes,
@@ -460,8 +461,8 @@ class Store:
         m = self.manifest
         before = {k: (dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v) for k, v in m.items()}
         removed = set(remove_parts or [])
-        if dirty is None:
-            dirty = "all" if removed else []
+        if dirty is None:  # a caller that does not say what changed: every rollup is stale
+            dirty = "all" if (removed or moves) else []
         if dirty == "clean":
             m.pop("dirty", None)
             m.pop("dirty_all", None)
