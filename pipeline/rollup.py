@@ -146,48 +146,72 @@ def stale(store: Store, view: str = VIEW) -> bool:
             or not _intact(store.root / entry["path"]))
 
 
-def refresh(store: Store, *, whole: bool = False, view: str = VIEW) -> Refreshed | None:
-    """Bring the rollup up to date under the writer's lock (ingest's end, the tailer, compact,
-    repair): recompute the dirty instances (all of them when `whole`, when there is no
-    usable rollup, when rows were removed, or when benchmark-client results are involved)
-    with the raw SQL, write the new rollup file, and commit it with the dirty marks cleared
-    in one manifest write. None when it was fresh already, or for a store published to
-    object storage (its readers use the raw path)."""
-    from . import query
+@dataclass
+class Plan:
+    """What a refresh will do, taken on the writer's thread (the manifest as it is now)."""
 
+    root: Path
+    view: str
+    whole: bool
+    dirty: list[tuple[str, str]]  # the instances recomputed (when not whole)
+    old_path: str | None  # the rollup whose other instances' rows are carried over
+    generation: int  # Store.generation at the plan: marks of later commits are kept
+    started: tuple[float, float]  # perf_counter, process_time
+
+
+@dataclass
+class Computed:
+    plan: Plan
+    rel: str  # the new rollup file, written and fsynced, not yet committed
+    rows: int
+    instances: int
+
+
+def plan(store: Store, *, whole: bool = False, view: str = VIEW) -> Plan | None:
+    """None when the rollup is fresh (or the store is published to object storage, whose
+    readers use the raw path)."""
     if store.remote is not None or not stale(store, view):
         return None
-    t0, c0 = time.perf_counter(), time.process_time()
+    started = (time.perf_counter(), time.process_time())
     m = store.manifest
     entry = (m.get("rollups") or {}).get(view)
     dirty = [(e, i) for e, i, _lo, _hi in m.get("dirty", [])]
     usable = (entry is not None and entry.get("key") == sql_key(view)
               and entry.get("variables") == key_variables(None, view) and _intact(store.root / entry["path"]))
-    old = pl.DataFrame()
-    if usable and not whole and not m.get("dirty_all"):
-        try:
-            old = pl.read_parquet(store.root / entry["path"])
-        except Exception:  # noqa: BLE001 - unreadable: rebuilt whole
-            usable = False
     whole = (whole or not usable or bool(m.get("dirty_all"))
-             or any(e in CROSS_INSTANCE_ENGINES for e, _ in dirty)
-             or (old.height > 0 and old["engine"].is_in(list(CROSS_INSTANCE_ENGINES)).any()))
-    con = query.connect(store.root, views={view}, rollups=False, instances=None if whole else dirty)
+             or any(e in CROSS_INSTANCE_ENGINES for e, _ in dirty))
+    return Plan(store.root, view, whole, dirty, None if whole else entry["path"], store.generation, started)
+
+
+def compute(p: Plan) -> Computed:
+    """Run the raw SQL over the planned instances and write the new rollup file (not yet
+    committed). Touches no manifest: it may run on another thread than the writer's."""
+    from . import query
+
+    whole = p.whole
+    old = pl.DataFrame()
+    if not whole:
+        try:
+            old = pl.read_parquet(p.root / p.old_path)
+        except Exception:  # noqa: BLE001 - unreadable now: rebuilt whole
+            whole = True
+        if old.height and old["engine"].is_in(list(CROSS_INSTANCE_ENGINES)).any():
+            whole = True
+    con = query.connect(p.root, views={p.view}, rollups=False, instances=None if whole else p.dirty)
     try:
-        new = con.sql(f"select * from {view}").to_arrow_table()
+        new = con.sql(f"select * from {p.view}").to_arrow_table()
     finally:
         con.close()
-    table = new
+    frame = pl.from_arrow(new)
+    assert isinstance(frame, pl.DataFrame)
     if not whole:
-        keys = pl.DataFrame({"engine": [e for e, _ in dirty], "instance": [i for _, i in dirty]},
+        keys = pl.DataFrame({"engine": [e for e, _ in p.dirty], "instance": [i for _, i in p.dirty]},
                             schema={"engine": pl.String, "instance": pl.String})
         kept = old.join(keys, on=["engine", "instance"], how="anti", nulls_equal=True)
-        fresh = pl.from_arrow(new)
-        merged = pl.concat([kept, fresh], how="vertical_relaxed") if kept.height else fresh
-        table = merged.to_arrow().cast(new.schema)
-    table = pl.from_arrow(table).sort("engine", "instance", "window_index", nulls_last=True).to_arrow().cast(new.schema)
-    rel = f"{ROLLUP_DIR}/{view}-{new_txid()}.parquet"
-    path = store.root / rel
+        frame = pl.concat([kept, frame], how="vertical_relaxed") if kept.height else frame
+    table = frame.sort("engine", "instance", "window_index", nulls_last=True).to_arrow().cast(new.schema)
+    rel = f"{ROLLUP_DIR}/{p.view}-{new_txid()}.parquet"
+    path = p.root / rel
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         with open(path, "wb") as f:
@@ -195,18 +219,53 @@ def refresh(store: Store, *, whole: bool = False, view: str = VIEW) -> Refreshed
             f.flush()
             os.fsync(f.fileno())
         _fsync_dir(path.parent)
-        store.commit([], dirty="clean", rollups={view: {
-            "path": rel, "key": sql_key(view), "variables": key_variables(None, view), "rows": table.num_rows,
+    except BaseException:
+        discard_file(p.root, rel)
+        raise
+    n = frame.select("engine", "instance").n_unique() if whole else len(p.dirty)
+    p.whole = whole
+    return Computed(p, rel, table.num_rows, n)
+
+
+def commit(store: Store, c: Computed) -> Refreshed | None:
+    """Make a computed rollup current (on the writer's thread), clearing the dirty marks of
+    what no commit changed since its plan; None (and the file deleted) when another refresh
+    replaced the rollup meanwhile."""
+    p = c.plan
+    entry = (store.manifest.get("rollups") or {}).get(p.view)
+    if (entry or {}).get("path") != p.old_path and not p.whole:
+        discard_file(store.root, c.rel)
+        return None
+    try:
+        store.commit([], dirty=("clean", p.generation), rollups={p.view: {
+            "path": c.rel, "key": sql_key(p.view), "variables": key_variables(None, p.view), "rows": c.rows,
         }})
     except BaseException:
-        try:
-            path.unlink()
-        except OSError:
-            pass
+        discard_file(store.root, c.rel)
         raise
     remove_orphans(store)
-    n = len({(e, i) for e, i in zip(table["engine"].to_pylist(), table["instance"].to_pylist())}) if whole else len(dirty)
-    return Refreshed(whole, n, table.num_rows, time.perf_counter() - t0, time.process_time() - c0)
+    return Refreshed(p.whole, c.instances, c.rows, time.perf_counter() - p.started[0], time.process_time() - p.started[1])
+
+
+def discard_file(root: Path, rel: str) -> None:
+    try:
+        (root / rel).unlink()
+    except OSError:
+        pass
+
+
+def refresh(store: Store, *, whole: bool = False, view: str = VIEW) -> Refreshed | None:
+    """Bring the rollup up to date under the writer's lock (ingest's end, compact, repair,
+    prune, a stopping tailer): recompute the dirty instances (all of them when `whole`, when
+    there is no usable rollup, when rows were removed, or when benchmark-client results are
+    involved) with the raw SQL, write the new rollup file, and commit it with the dirty
+    marks cleared in one manifest write. None when it was fresh already, or for a store
+    published to object storage (its readers use the raw path). The tailer runs the same
+    three steps with `compute` on a thread of its own."""
+    p = plan(store, whole=whole, view=view)
+    if p is None:
+        return None
+    return commit(store, compute(p))
 
 
 def remove_orphans(store: Store) -> None:

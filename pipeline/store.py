@@ -301,6 +301,11 @@ class Store:
     manifest: dict = field(default_factory=empty_manifest)
     _lock_fd: int | None = None
     remote: Any = None  # a remote.Mirror publishing each commit (a --store s3://... URL)
+    # commits made through this handle, and per (engine, instance) ("*": all) the number of
+    # the last one that changed its rows: a refresh computed off the writer's thread keeps
+    # the dirty marks of what changed after it began (pipeline/rollup.py)
+    generation: int = 0
+    touched_at: dict = field(default_factory=dict)
 
     # -- opening -----------------------------------------------------------------------
 
@@ -442,7 +447,7 @@ class Store:
         files: dict[str, dict] | None = None,
         remove_parts: list[str] | None = None,
         *,
-        dirty: list[list] | str | None = None,
+        dirty: list[list] | str | tuple | None = None,
         rollups: dict[str, dict] | None = None,
     ) -> None:
         """Atomically make staged parts visible and record file offsets.
@@ -452,7 +457,8 @@ class Store:
         manifest's dirty marks, "all" (every rollup is stale), or "clean" (a refresh: the
         marks are cleared). Left None, a commit that adds or removes parts marks everything
         dirty (commit_events says what its events touch; compaction, which keeps every row,
-        says []). `rollups`: name -> entry of a rollup
+        says []). ("clean", generation): clear the marks of what no commit through this
+        handle changed after `generation` (a refresh computed meanwhile). `rollups`: name -> entry of a rollup
         file this commit makes current (the file it replaces goes to the garbage).
 
         Either the commit happens (the manifest is renamed into place) or nothing changes,
@@ -463,7 +469,16 @@ class Store:
         removed = set(remove_parts or [])
         if dirty is None:  # a caller that does not say what changed: every rollup is stale
             dirty = "all" if (removed or moves) else []
-        if dirty == "clean":
+        if isinstance(dirty, tuple) and dirty[0] == "clean":  # ("clean", generation): keep what changed since
+            since = dirty[1]
+            if self.touched_at.get("*", -1) <= since:
+                m.pop("dirty_all", None)
+            kept = [d for d in m.get("dirty", []) if self.touched_at.get((d[0], d[1]), -1) > since]
+            if kept:
+                m["dirty"] = kept
+            else:
+                m.pop("dirty", None)
+        elif dirty == "clean":
             m.pop("dirty", None)
             m.pop("dirty_all", None)
         elif dirty == "all":
@@ -499,6 +514,12 @@ class Store:
             except OSError:
                 pass
             raise
+        self.generation += 1
+        if dirty == "all":
+            self.touched_at["*"] = self.generation
+        elif isinstance(dirty, list):
+            for d in dirty:
+                self.touched_at[(d[0], d[1])] = self.generation
         # committed: what follows only tidies up, and a failure here (a full disk when the
         # manifest is rewritten) is rolled forward by the next open or commit
         try:

@@ -340,3 +340,27 @@ def test_no_rollups_environment_forces_raw(incident_store, monkeypatch):
     monkeypatch.delenv(rollup.NO_ROLLUPS_ENV)
     assert "requests" not in bound_views(incident_store, "scaling_signals")
     assert os.environ.get(rollup.NO_ROLLUPS_ENV) is None
+
+
+def test_a_commit_during_a_background_refresh_stays_dirty(incident_store, tmp_path):
+    """The tailer computes a refresh on a thread of its own and commits it later: what was
+    committed in between must stay marked, or the rollup would miss it."""
+    store = incident_store
+    extra = tmp_path / "extra"
+    ingest([SAMPLES / "tgi" / "real"], extra)
+    frame = run(extra, "select * from events")
+    first, second = frame.head(frame.height // 2), frame.tail(frame.height - frame.height // 2)
+    with Store.open(store) as st:
+        st.commit_events([first], {})
+        p = rollup.plan(st)
+        assert p is not None and not p.whole
+        st.commit_events([second], {})  # while the refresh computes
+        c = rollup.compute(p)
+        done = rollup.commit(st, c)
+        assert done is not None
+        m = st.manifest
+        touched = {(e, i) for e, i, *_ in second.select("engine", "instance").unique().rows()}
+        assert {(d[0], d[1]) for d in m["dirty"]} == touched
+        assert rollup.status(store) == "dirty"
+        rollup.refresh(st)
+    assert_same(store)
