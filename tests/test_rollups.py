@@ -137,7 +137,7 @@ def no_waits(monkeypatch, tmp_path):
     monkeypatch.setattr(tail_mod, "GZ_SETTLE_S", 0.0)
 
 
-def _tail_in_steps(tmp: Path, sources: list[Path], steps: int) -> tuple[Path, list]:
+def _tail_in_steps(tmp: Path, sources: list[Path], steps: int, background: bool = False) -> tuple[Path, list]:
     """Write `sources` into a followed directory in `steps` slices of lines, one tailer poll
     (one commit) and one rollup refresh after each: the rollups are refreshed incrementally."""
     logs, store_dir = tmp / "logs", tmp / "store"
@@ -146,6 +146,7 @@ def _tail_in_steps(tmp: Path, sources: list[Path], steps: int) -> tuple[Path, li
     store = Store.open(store_dir, purpose="tail")
     tailer = Tailer(store, Targets([logs], None, skip_under=store_dir), quiet_s=0.0, compact_min_parts=0)
     tailer.rollup_every_s = 0.0
+    tailer.background_compaction = background  # as under Tailer.run: refreshes computed on a thread
     for k in range(steps):
         for src, lines in texts.items():
             a, b = len(lines) * k // steps, len(lines) * (k + 1) // steps
@@ -153,6 +154,8 @@ def _tail_in_steps(tmp: Path, sources: list[Path], steps: int) -> tuple[Path, li
                 f.writelines(lines[a:b])
         tailer._next_rollup = 0.0
         tailer.poll_once(rescan=True)
+        if tailer._rollup_job is not None:
+            tailer._rollup_job.result()  # ready: committed by the next poll
     tailer.close()
     store.close()
     return store_dir, tailer.rollup_refreshes
@@ -363,4 +366,13 @@ def test_a_commit_during_a_background_refresh_stays_dirty(incident_store, tmp_pa
         assert {(d[0], d[1]) for d in m["dirty"]} == touched
         assert rollup.status(store) == "dirty"
         rollup.refresh(st)
+    assert_same(store)
+
+
+def test_rollup_after_a_tail_refreshed_in_the_background(tmp_path, no_waits):
+    inc = SAMPLES / "incident"
+    store, refreshes = _tail_in_steps(tmp_path, [inc / "vllm" / "vllm-b.log", inc / "tgi" / "tgi-a.log"], 5,
+                                      background=True)
+    # a refresh is computed after one poll and committed at the next: every other poll
+    assert len(refreshes) >= 3
     assert_same(store)
