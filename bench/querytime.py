@@ -1,13 +1,10 @@
 """Time one metric view over a store, in a fresh process (run by run.py under a timeout so
 that a slow view cannot stall the benchmark).
 
-    python bench/querytime.py STORE VIEW RUNS [--asof-loop-off] [--no-rollups | --both]
+    python bench/querytime.py STORE VIEW RUNS [--no-rollups | --both]
 
 Prints JSON: seconds per run (connect + the whole view fetched as Arrow), the CPU seconds of
 each run (all threads: on a shared machine the steadier figure) and rows.
-`--asof-loop-off` sets DuckDB's asof_loop_join_threshold to 0 on the connection first: DuckDB
-plans an ASOF join whose left side it guesses to be small as a nested loop (quadratic), and
-the estimate for a generate_series grid is small whatever its real size.
 `--no-rollups`: window_metrics computed from the events even when the store's rollup is
 fresh (pipeline/rollup.py). `--both`: each run times the rollup path, then the raw path, in
 the same process; prints {"rollup": {...}, "raw": {...}, "same_rows": bool}.
@@ -25,8 +22,6 @@ from servelens.pipeline.query import connect
 def once(store: str, view: str, rollups: bool) -> tuple[float, float, int, int]:
     t0, c0 = time.perf_counter(), time.process_time()
     con = connect(store, rollups=rollups)
-    # --asof-loop-off: load_views sets asof_loop_join_threshold = 0 already, and the
-    # sandboxed connection's settings are locked: nothing more to set
     table = con.sql(f"select * from {view}").to_arrow_table()
     con.close()
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
