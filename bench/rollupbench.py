@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--data-dir", type=Path, default=HERE / "data")
     p.add_argument("--views", default="scaling_signals,window_metrics")
+    p.add_argument("--store", type=Path, default=None, help="measure this store instead of building run.py's")
     b = p.parse_args(argv)
     import run as bench_run
 
@@ -46,10 +47,11 @@ def main(argv: list[str] | None = None) -> None:
     from servelens.pipeline.store import Store
 
     res: dict = {"load_before": Path("/proc/loadavg").read_text().split()[:3]}
-    store = a.data_dir / "stores" / "query"
-    t0 = time.perf_counter()
-    res["store"] = bench_run.build_query_store(a, store)
-    res["store"]["build_s"] = time.perf_counter() - t0
+    store = b.store or a.data_dir / "stores" / "query"
+    if b.store is None:
+        t0 = time.perf_counter()
+        res["store"] = bench_run.build_query_store(a, store)
+        res["store"]["build_s"] = time.perf_counter() - t0
     res["requests"] = int(query(store, "select count(*) as n from events where event = 'request'", rollups=False)["n"][0])
     with Store.open(store, purpose="rollup bench") as st:
         whole = rollup.refresh(st, whole=True)
