@@ -159,6 +159,7 @@ def sql(
     memory_limit: Annotated[Optional[str], typer.Option("--memory-limit", help="Memory the query may use, e.g. 512MB, 8GB (default: $SERVELENS_QUERY_MEMORY or 4GB).", show_default=False)] = None,
     since: Annotated[Optional[str], typer.Option(help="Only events from this time on, and the views' rows in the range (ISO 8601, UTC unless a zone is given); the scans read only this range.", show_default=False)] = None,
     until: Annotated[Optional[str], typer.Option(help="Only events before this time (exclusive).", show_default=False)] = None,
+    no_rollups: Annotated[bool, typer.Option("--no-rollups", help="Compute window_metrics (and the views over it) from the events even when the store's rollup is fresh, e.g. to compare the two.")] = False,
 ) -> None:
     """Run SQL over the store: `events` and the metric views (requests, latency_percentiles,
     queue_depth, batch_fill, kv_cache, throughput, errors, scaling_signals, ...).
@@ -202,7 +203,8 @@ def sql(
         raise fail(f"{e} (--since, --until)") from None
     try:
         with allowing_partial(allow_partial):
-            df = run(store_path(store), query, variables=variables, limits=limits, time_range=time_range)
+            df = run(store_path(store), query, variables=variables, limits=limits, time_range=time_range,
+                     rollups=False if no_rollups else None)
     except (QueryError, StoreError) as e:
         raise fail(str(e)) from None
     try:

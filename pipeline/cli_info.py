@@ -118,6 +118,10 @@ def register(app: typer.Typer) -> None:
         try:
             with Store.open(root, purpose="prune") as st:
                 r = run_prune(st, cutoff, dry_run=dry_run)
+                if not dry_run:  # rows are gone: the rollups are rebuilt (pipeline/rollup.py)
+                    from .ingest import refresh_rollups
+
+                    refresh_rollups(st)
         except StoreError as e:
             raise fail(str(e)) from None
         verb = "would drop" if dry_run else "dropped"

@@ -87,6 +87,11 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"{will}delete {rel} (no manifest lists it)")
         for rel in result.unrestorable:
             typer.echo(f"warning: {rel} predates the record of what it holds: its events cannot be restored by re-ingesting")
+        if result.rollup is not None:
+            r = result.rollup
+            typer.echo(f"{'rebuilt' if r.whole else 'refreshed'} the rollup window_metrics ({r.rows:,} rows, {r.seconds:.1f}s)")
+        if result.rollup_error:
+            typer.echo(f"warning: the rollup could not be rebuilt ({result.rollup_error}); queries compute it from the events")
         if not (result.dropped or result.dropped_overlap or result.deleted_unreferenced):
             typer.echo(f"{target}: nothing to repair")
         elif result.rolled_back and not dry_run:

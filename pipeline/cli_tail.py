@@ -146,7 +146,7 @@ def register(app: typer.Typer) -> None:
             raise fail("--min-parts must be at least 2")
         try:
             with Store.open(target, purpose="compact") as st:
-                result = run_compact(st, min_parts=min_parts, migrate=True)
+                result = run_compact(st, min_parts=min_parts, migrate=True, rollups=True)
         except StoreLocked as e:
             raise fail(f"{e} (a running servelens tail compacts the store itself)") from None
         except StoreError as e:

@@ -50,6 +50,7 @@ class CompactResult:
     merged: int = 0  # input parts replaced
     written: int = 0  # merged parts written
     rows: int = 0
+    rollup: Any = None  # pipeline/rollup.Refreshed when the rollups were refreshed
 
 
 @dataclass
@@ -123,18 +124,24 @@ def _chunks(parts: list[tuple[str, int]], target_bytes: int, min_len: int) -> li
 
 
 def compact(store: Store, min_parts: int = 2, small_bytes: int = SMALL_PART_BYTES,
-            target_bytes: int = TARGET_BYTES, migrate: bool = False) -> CompactResult:
+            target_bytes: int = TARGET_BYTES, migrate: bool = False, rollups: bool = False) -> CompactResult:
     """Merge small parts partition by partition; one atomic commit per merged part (with
-    `migrate`, also rewrite every part of the older layout: see plan)."""
+    `migrate`, also rewrite every part of the older layout: see plan). With `rollups`
+    (`servelens compact`), then bring the rollups up to date: refreshed where dirty, rebuilt
+    when lost, damaged or computed by other SQL (pipeline/rollup.py)."""
     result = CompactResult(parts_before=len(store.manifest["parts"]))
     for group in plan(store, min_parts, small_bytes, target_bytes, migrate=migrate):
         commit_merge(store, merge(store.root, group), result)
     result.parts_after = len(store.manifest["parts"])
+    if rollups:
+        from . import rollup
+
+        result.rollup = rollup.refresh(store)
     return result
 
 
 def commit_merge(store: Store, merged: Merged, result: CompactResult | None = None) -> None:
-    store.commit(merged.moves, remove_parts=merged.group)
+    store.commit(merged.moves, remove_parts=merged.group, dirty=[])  # the same rows: rollups stay fresh
     if result is not None:
         result.merged += len(merged.group)
         result.written += len(merged.moves)

@@ -14,7 +14,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import polars as pl
 
@@ -73,6 +73,7 @@ class IngestSummary:
     events_by_kind: Counter = field(default_factory=Counter)
     lines: int = 0
     notes: list[str] = field(default_factory=list)  # e.g. instance names made distinct
+    rollup: Any = None  # the rollup refresh at the end (pipeline/rollup.Refreshed), if one ran
 
     @property
     def unparsed(self) -> int:
@@ -188,7 +189,22 @@ def ingest(
             if batch.full:
                 batch.flush()
         batch.flush()
+        summary.rollup = refresh_rollups(store, summary.notes)
     return summary
+
+
+def refresh_rollups(store: Store, notes: list[str] | None = None) -> Any:
+    """Bring the store's rollups up to date after a commit (pipeline/rollup.py). A failure
+    costs only speed (readers use the raw path while the marks stay dirty): a note, not an
+    error."""
+    from . import rollup
+
+    try:
+        return rollup.refresh(store)
+    except Exception as e:  # noqa: BLE001 - an optimisation; the data is committed
+        if notes is not None:
+            notes.append(f"rollups not refreshed ({' '.join(str(e).split())[:200]}); queries compute them from the events until the next ingest, tail or compact")
+        return None
 
 
 def _ingest_file(

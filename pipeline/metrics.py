@@ -80,12 +80,25 @@ def _identifiers(sql: str) -> set[str]:
     return out
 
 
+def _table_references(sql: str) -> set[str]:
+    """The words of `sql` that follow `from` or `join`: the tables and views it reads (the
+    views of sql/ name what they read that way; a column that shares a view's name, such as
+    scaling_signals' `throughput`, is not a dependency)."""
+    tokens = duckdb.tokenize(sql)
+    words = []
+    for i, (start, _kind) in enumerate(tokens):
+        end = tokens[i + 1][0] if i + 1 < len(tokens) else len(sql)
+        words.append(sql[start:end].strip().strip('"').lower())
+    return {w for prev, w in zip(words, words[1:]) if prev in ("from", "join")}
+
+
 @functools.lru_cache(maxsize=8)
 def view_dependencies(directory: Path | None = None) -> dict[str, frozenset[str]]:
-    """Per view of `directory` (default sql/), the other views its text names."""
+    """Per view of `directory` (default sql/), the other views it reads (after `from` or
+    `join`)."""
     texts = {view_name(p): p.read_text(encoding="utf-8") for p in sql_files(directory)}
     names = set(texts)
-    return {v: frozenset((_identifiers(t) & names) - {v}) for v, t in texts.items()}
+    return {v: frozenset((_table_references(t) & names) - {v}) for v, t in texts.items()}
 
 
 # Words with which a query asks about the catalog itself (SHOW TABLES, duckdb_views(),
@@ -95,22 +108,36 @@ _CATALOG_WORDS = frozenset({"show", "show_tables", "show_tables_expanded", "tabl
                             "information_schema", "query_table", "query", "pg_catalog", "sqlite_master"})
 
 
-def views_for(sql: str, directory: Path | None = None) -> set[str] | None:
-    """The views a query needs bound: those it names, and the views they read, transitively.
-    None (bind every view) when the query asks about the catalog. A word that merely looks
-    like a view name (a column alias) only costs binding that view."""
-    deps = view_dependencies(directory)
+def named_views(sql: str, directory: Path | None = None) -> set[str] | None:
+    """The views a query names (not those they read); None when it asks about the catalog."""
     words = _identifiers(sql)
     if words & _CATALOG_WORDS:
         return None
-    todo = list(words & set(deps))
+    return words & set(view_dependencies(directory))
+
+
+def closure(names: Iterable[str], directory: Path | None = None, leaves: Iterable[str] = ()) -> set[str]:
+    """`names` and the views they read, transitively; a view of `leaves` is kept but what it
+    reads is not followed (a view bound over a stored rollup reads no other view)."""
+    deps = view_dependencies(directory)
+    stop = set(leaves)
+    todo = [n for n in names if n in deps]
     need: set[str] = set()
     while todo:
         v = todo.pop()
         if v not in need:
             need.add(v)
-            todo.extend(deps[v])
+            if v not in stop:
+                todo.extend(deps[v])
     return need
+
+
+def views_for(sql: str, directory: Path | None = None) -> set[str] | None:
+    """The views a query needs bound: those it names, and the views they read, transitively.
+    None (bind every view) when the query asks about the catalog. A word that merely looks
+    like a view name (a column alias) only costs binding that view."""
+    named = named_views(sql, directory)
+    return None if named is None else closure(named, directory)
 
 
 def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -194,9 +221,13 @@ def load_views(
     variables: Mapping[str, Any] | None = None,
     thresholds: Path | str | None = None,
     only: Iterable[str] | None = None,
+    overrides: Mapping[str, str] | None = None,
 ) -> list[str]:
     """Set the variables and create the views of `sql/*.sql` on `con`, in file-name order:
     every view, or those of `only` (from `views_for`: it must hold the views they read too).
+
+    `overrides`: view name -> the statement that creates it instead of its file (a view
+    bound over a stored rollup, pipeline/rollup.py).
 
     `con` must already have an `events` table or view with the event schema. Returns the
     view names created."""
@@ -210,7 +241,7 @@ def load_views(
             continue
         names.append(name)
         try:
-            con.execute(path.read_text(encoding="utf-8"))
+            con.execute((overrides or {}).get(name) or path.read_text(encoding="utf-8"))
         except duckdb.Error as e:
             raise RuntimeError(f"{path.name}: {e}") from e
     return names

@@ -32,7 +32,9 @@ import pyarrow.parquet as pq
 from servelens.parsers.schema import EVENT_SCHEMA
 
 from .layout import FILE_SCHEMA, read_parquet_sql
-from .metrics import define_view, load_views, views_for
+from . import rollup as rollup_mod
+from .layout import partition_values
+from .metrics import closure, define_view, load_views, named_views
 from .sandbox import REFUSED_HINT, Limits, QueryError, check_statement, clean_message, connection_config, execute, lock_down
 from .store import StoreError, committed_parts, read_manifest, readable_parts
 from .timerange import TimeRange, bind_range_views, parts_in, standing_events_sql
@@ -55,12 +57,18 @@ def connect(
     views: set[str] | None = None,
     time_range: TimeRange | None = None,
     union_by_name: bool | None = None,
+    rollups: bool | None = None,
+    instances: list[tuple[str, str]] | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with `events` over the store and the views of sql/,
     sandboxed (see pipeline/sandbox.py): it reads the committed parts (and `readable`, files a
     trusted caller adds) and nothing else, and its settings are locked.
 
-    `views`: bind only these (with the views they read: metrics.views_for); None binds all.
+    `views`: bind only these and the views they read (metrics.closure); None binds all.
+    `rollups`: bind `window_metrics` over the store's rollup when it is fresh and of these
+    variables (pipeline/rollup.py), so the views over it read no event; False forces the raw
+    SQL; None: yes unless SERVELENS_NO_ROLLUPS is set.
+    `instances`: only the events of these (engine, instance) pairs (a rollup refresh).
     `time_range`: only events in it, and view rows that fall in it (see pipeline/timerange.py).
     `union_by_name`: None decides by reading every part's schema, unless `views` is given
     (one query's connection, `run`): then only the first part's, which `run` backs up.
@@ -77,9 +85,21 @@ def connect(
             f"store {store} does not exist; ingest logs first (servelens ingest PATH --store {store})"
         )
     limits = limits or Limits.from_env()
+    if rollups is None:
+        rollups = not rollup_mod.disabled()
     for attempt in range(READ_RETRIES):
         parts = _settled_parts(store)
         parts = readable_parts(store, parts)  # a missing or damaged part is an error, not fewer rows
+        overrides: dict[str, str] = {}
+        roll = _usable_rollup(store, variables) if rollups and instances is None else None
+        bind = None if views is None else closure(views, leaves={rollup_mod.VIEW} if roll else ())
+        if roll is not None and (bind is None or rollup_mod.VIEW in bind):
+            overrides[rollup_mod.VIEW] = rollup_mod.view_sql(roll)
+        else:
+            roll = None
+        if instances is not None:
+            engines = {e for e, _ in instances}
+            parts = [p for p in parts if partition_values(str(p)).get("engine") in (None, *engines)]
         scan = time_range.widened(variables) if time_range else None
         if scan:
             standing = parts_in(parts, TimeRange(None, scan.until))  # announcements from before the range (and every part read)
@@ -93,6 +113,10 @@ def connect(
                 con.execute("create schema scan")
                 con.execute("use scan")
             where = f" where {scan.predicate('ts')}" if scan else ""
+            if instances is not None:
+                where += (" and " if where else " where ") + _instances_predicate(instances)
+            if roll is not None and scan:
+                overrides[rollup_mod.VIEW] = rollup_mod.view_sql(roll, scan.overlaps("window_start", "window_end") if (scan.since or scan.until) else None)
             if scan and standing:
                 mixed = union_by_name if union_by_name is not None else _mixed_schemas(standing[:1] if views is not None else standing, views is not None)
                 where += " union all " + standing_events_sql(read_parquet_sql([str(p) for p in standing], mixed), scan)
@@ -108,13 +132,13 @@ def connect(
             else:
                 con.register("_events_empty", EVENT_SCHEMA.empty_table())
                 con.execute("create or replace view events as select * from _events_empty")
-            names = load_views(con, variables=variables, only=views)  # binding a view over `events` opens the parts too
+            names = load_views(con, variables=variables, only=bind, overrides=overrides)  # binding a view over `events` opens the parts too
             if scan:
                 con.execute("use memory.main")
                 bind_range_views(con, ["events", *names], time_range, lambda name: define_view(con, name))
             # DuckDB checks the allowed paths each time a file is opened, at query time too:
             # the view keeps working over exactly these parts
-            lock_down(con, [*(standing if scan else parts), *readable])
+            lock_down(con, [*(standing if scan else parts), *([roll] if roll else []), *readable])
             return con
         except (duckdb.IOException, RuntimeError) as e:
             con.close()
@@ -128,6 +152,23 @@ def connect(
             con.close()
             raise
     raise AssertionError("unreachable")
+
+
+def _usable_rollup(store: Path, variables: dict[str, Any] | None) -> Path | None:
+    try:
+        return rollup_mod.current(store, read_manifest(store), variables)
+    except (StoreError, ValueError):
+        return None
+
+
+def _instances_predicate(instances: list[tuple[str, str]]) -> str:
+    """`events` rows of these (engine, instance) pairs (names from the manifest, quoted)."""
+    if not instances:
+        return "false"
+    def lit(v: str | None) -> str:
+        return "null" if v is None else "'" + str(v).replace("'", "''") + "'"
+    pairs = ", ".join(f"({lit(e)}, {lit(i)})" for e, i in instances)
+    return f"(engine, instance) in (select * from (values {pairs}))"
 
 
 def _mixed_schemas(parts: list[Path], current: bool = False) -> bool:
@@ -181,6 +222,7 @@ def run(
     variables: dict[str, Any] | None = None,
     limits: Limits | None = None,
     time_range: TimeRange | None = None,
+    rollups: bool | None = None,
 ) -> pl.DataFrame:
     """Run one read-only query over the store and return its result: the guarded path for SQL
     a user typed. The statement is checked before anything is opened, then runs on a fresh
@@ -188,10 +230,11 @@ def run(
     the views it reads bound, over `time_range` when one is given."""
     check_statement(sql)
     limits = limits or Limits.from_env()
-    views = views_for(sql)
+    views = named_views(sql)  # connect adds the views they read (not those beneath a rollup)
     by_name = None
     for attempt in range(READ_RETRIES):
-        con = connect(store, variables, limits, views=views, time_range=time_range, union_by_name=by_name)
+        con = connect(store, variables, limits, views=views, time_range=time_range, union_by_name=by_name,
+                      rollups=rollups)
         try:
             return execute(con, sql, params, limits)
         except QueryError as e:

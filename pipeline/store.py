@@ -174,6 +174,12 @@ def manifest_shape_problem(data: dict) -> str | None:
         return "`pending` holds something else than path pairs"
     if not isinstance(data.get("part_info", {}), dict):
         return "`part_info` is not an object"
+    dirty = data.get("dirty", [])
+    if not isinstance(dirty, list) or not all(isinstance(d, list) and len(d) == 4 for d in dirty):
+        return "`dirty` is not a list of [engine, instance, first, last]"
+    rollups = data.get("rollups", {})
+    if not isinstance(rollups, dict) or not all(isinstance(r, dict) and isinstance(r.get("path"), str) for r in rollups.values()):
+        return "`rollups` is not an object of entries with a path"
     return None
 
 
@@ -295,6 +301,11 @@ class Store:
     manifest: dict = field(default_factory=empty_manifest)
     _lock_fd: int | None = None
     remote: Any = None  # a remote.Mirror publishing each commit (a --store s3://... URL)
+    # commits made through this handle, and per (engine, instance) ("*": all) the number of
+    # the last one that changed its rows: a refresh computed off the writer's thread keeps
+    # the dirty marks of what changed after it began (pipeline/rollup.py)
+    generation: int = 0
+    touched_at: dict = field(default_factory=dict)
 
     # -- opening -----------------------------------------------------------------------
 
@@ -435,8 +446,20 @@ class Store:
         moves: list[tuple[str, str]],
         files: dict[str, dict] | None = None,
         remove_parts: list[str] | None = None,
+        *,
+        dirty: list[list] | str | tuple | None = None,
+        rollups: dict[str, dict] | None = None,
     ) -> None:
         """Atomically make staged parts visible and record file offsets.
+
+        `dirty`: what the commit changes of the data the rollups were computed from
+        (pipeline/rollup.py): [[engine, instance, first ts, last ts], ...] added to the
+        manifest's dirty marks, "all" (every rollup is stale), or "clean" (a refresh: the
+        marks are cleared). Left None, a commit that adds or removes parts marks everything
+        dirty (commit_events says what its events touch; compaction, which keeps every row,
+        says []). ("clean", generation): clear the marks of what no commit through this
+        handle changed after `generation` (a refresh computed meanwhile). `rollups`: name -> entry of a rollup
+        file this commit makes current (the file it replaces goes to the garbage).
 
         Either the commit happens (the manifest is renamed into place) or nothing changes,
         on disk or in `self.manifest`: a failure before the rename (a full disk) leaves the
@@ -444,6 +467,33 @@ class Store:
         m = self.manifest
         before = {k: (dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v) for k, v in m.items()}
         removed = set(remove_parts or [])
+        if dirty is None:  # a caller that does not say what changed: every rollup is stale
+            dirty = "all" if (removed or moves) else []
+        if isinstance(dirty, tuple) and dirty[0] == "clean":  # ("clean", generation): keep what changed since
+            since = dirty[1]
+            if self.touched_at.get("*", -1) <= since:
+                m.pop("dirty_all", None)
+            kept = [d for d in m.get("dirty", []) if self.touched_at.get((d[0], d[1]), -1) > since]
+            if kept:
+                m["dirty"] = kept
+            else:
+                m.pop("dirty", None)
+        elif dirty == "clean":
+            m.pop("dirty", None)
+            m.pop("dirty_all", None)
+        elif dirty == "all":
+            m["dirty_all"] = True
+        elif dirty:
+            m["dirty"] = merge_dirty(m.get("dirty", []), dirty)
+        retired_rollups = []
+        if rollups:
+            m["rollups"] = dict(m.get("rollups", {}))
+            for name, entry in rollups.items():
+                old = m["rollups"].get(name)
+                if old and old.get("path") and old["path"] != entry.get("path"):
+                    retired_rollups.append(old["path"])
+                m["rollups"][name] = entry
+        removed |= set(retired_rollups)
         info = self._part_info(moves, files or {}, removed)
         for key, state in (files or {}).items():
             m["files"][key] = state
@@ -464,6 +514,12 @@ class Store:
             except OSError:
                 pass
             raise
+        self.generation += 1
+        if dirty == "all":
+            self.touched_at["*"] = self.generation
+        elif isinstance(dirty, list):
+            for d in dirty:
+                self.touched_at[(d[0], d[1])] = self.generation
         # committed: what follows only tidies up, and a failure here (a full disk when the
         # manifest is rewritten) is rolled forward by the next open or commit
         try:
@@ -501,7 +557,7 @@ class Store:
         txid = new_txid()
         try:
             moves = self.stage_events(events, txid) if events.height else []
-            self.commit(moves, files=files)
+            self.commit(moves, files=files, dirty=dirty_marks(events))
         except OSError as e:
             shutil.rmtree(self.root / "_staging" / txid, ignore_errors=True)
             if e.errno in NO_SPACE:
@@ -587,6 +643,31 @@ class Store:
             else:
                 keep.append([rel, t])
         self.manifest["garbage"] = keep
+
+
+def dirty_marks(events: pl.DataFrame) -> list[list]:
+    """Per (engine, instance) of `events`, its first and last time (ISO text; None when it
+    has none): what a commit of them changes (one group-by over the batch)."""
+    if events.height == 0:
+        return []
+    spans = events.group_by("engine", "instance").agg(
+        pl.col("ts").min().dt.to_string("%Y-%m-%dT%H:%M:%S%.f%z").alias("lo"),
+        pl.col("ts").max().dt.to_string("%Y-%m-%dT%H:%M:%S%.f%z").alias("hi"),
+    )
+    return [list(r) for r in spans.iter_rows()]
+
+
+def merge_dirty(marks: list[list], new: list[list]) -> list[list]:
+    """Dirty marks, one per (engine, instance), spanning the times of both."""
+    out: dict[tuple, list] = {}
+    for e, i, lo, hi in [*marks, *new]:
+        cur = out.get((e, i))
+        if cur is None:
+            out[(e, i)] = [e, i, lo, hi]
+        else:
+            cur[2] = min((t for t in (cur[2], lo) if t is not None), default=None)
+            cur[3] = max((t for t in (cur[3], hi) if t is not None), default=None)
+    return sorted(out.values(), key=lambda r: (str(r[0]), str(r[1])))
 
 
 # what a rollback needs of a file entry: where its content was read to and the state to

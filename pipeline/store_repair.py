@@ -27,6 +27,7 @@ import fcntl
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -125,6 +126,8 @@ class RepairResult:
     deleted_unreferenced: list[str] = field(default_factory=list)
     reset: str | None = None  # where the parts of a store without a usable manifest went
     rows_dropped: int = 0
+    rollup: Any = None  # pipeline/rollup.Refreshed when the rollups were rebuilt or refreshed
+    rollup_error: str | None = None  # why they could not be (queries then use the raw path)
 
 
 def repair(root: Path | str, dry_run: bool = False, deep: bool = False) -> RepairResult:
@@ -171,12 +174,20 @@ def repair(root: Path | str, dry_run: bool = False, deep: bool = False) -> Repai
             # garbage grace time
             m["parts"] = [p for p in m["parts"] if p not in lost]
             m["part_info"] = {p: v for p, v in info.items() if p not in lost}
-            store.commit([])
+            store.commit([], dirty="all")  # rows are gone: every rollup is rebuilt below
             for p in lost:
                 _unlink(root / p)
         for rel in result.deleted_unreferenced:
             _unlink(root / rel)
         _prune_empty_dirs(root / "events")
+        # the rollups: rebuilt when rows were dropped, or when the file is lost or damaged
+        from . import rollup
+
+        try:
+            result.rollup = rollup.refresh(store, whole=bool(lost))
+            rollup.remove_orphans(store)
+        except (StoreError, RuntimeError, OSError) as e:
+            result.rollup_error = " ".join(str(e).split())[:200]
     return result
 
 
@@ -225,7 +236,7 @@ def _reset(root: Path, dry_run: bool) -> RepairResult:
         except OSError:
             raise StoreLocked(f"store {root} is in use; stop the process using it, then repair") from None
         dest.mkdir(parents=True, exist_ok=True)
-        for name in ("events", "manifest.json", "_staging"):
+        for name in ("events", "manifest.json", "_staging", "rollups"):
             if (root / name).exists():
                 os.replace(root / name, dest / name)
     finally:

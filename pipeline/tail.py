@@ -67,6 +67,8 @@ COMPACT_MIN_PARTS = 64
 # A file whose reading fails is retried after RETRY_BASE_S, doubling up to RETRY_MAX_S.
 RETRY_BASE_S = 1.0
 RETRY_MAX_S = 60.0
+ROLLUP_EVERY_S = 30.0  # refresh the rollups (pipeline/rollup.py) at most this often ...
+ROLLUP_SHARE = 0.1  # ... and spending at most this share of the time on it
 FULL_RETRY_S = 5.0  # the store's disk is full: try the commit again this often
 # Open files: at most this share of the soft RLIMIT_NOFILE (the rest is for the store,
 # DuckDB, watchdog); drained files are closed to make room and reopened by identity.
@@ -87,6 +89,7 @@ GZ_SETTLE_S = 1.0  # a .gz modified this recently may still be being written
 
 
 _COMPACTOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="servelens-compact")
+_ROLLUPS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="servelens-rollups")
 
 
 class TailError(Exception):
@@ -171,6 +174,10 @@ class Tailer(IdentityMixin):
         self.max_open = max_open or default_max_open()
         self._deferred = 0  # files waiting for a free descriptor at the last rescan
         self._full_since: float | None = None  # the store's disk is full since then
+        self.rollup_every_s = ROLLUP_EVERY_S
+        self._next_rollup = time.monotonic() + ROLLUP_EVERY_S
+        self.rollup_refreshes: list = []  # pipeline/rollup.Refreshed of each refresh, for bench/tests
+        self._rollup_job: Future | None = None
         self._next_full_try = 0.0
 
     # -- the loop ------------------------------------------------------------------------
@@ -215,6 +222,47 @@ class Tailer(IdentityMixin):
             self._compact(now)
         except (StoreError, OSError) as e:  # an optimisation: the next round tries again
             self.say(f"compaction failed ({e}); will try again")
+        if now >= self._next_rollup or (self._rollup_job is not None and self._rollup_job.done()):
+            self._refresh_rollups()
+
+    def _refresh_rollups(self, wait: bool = False) -> None:
+        """Recompute the rollups of the instances committed since the last refresh (the
+        store's dirty marks; pipeline/rollup.py), rate-limited so that tailing barely slows:
+        at most every `rollup_every_s`, and no more than ROLLUP_SHARE of the time. Under
+        `run` the computing happens on a thread of its own (seconds on a big store: commits
+        must not wait for it) and its commit here, at the first poll after it is ready;
+        what was committed meanwhile stays dirty. Queries meanwhile use the raw path."""
+        from . import rollup
+
+        if self._rollup_job is not None:
+            if not (wait or self._rollup_job.done()):
+                return
+            job, self._rollup_job = self._rollup_job, None
+            try:
+                done = rollup.commit(self.store, job.result())
+            except Exception as e:  # noqa: BLE001 - an optimisation: the next round tries again
+                self.say(f"rollup refresh failed ({' '.join(str(e).split())[:200]}); will try again")
+                done = None
+            self._rollup_done(done)
+            return
+        start = time.monotonic()
+        try:
+            plan = rollup.plan(self.store)
+            if plan is not None and self.background_compaction and not wait:
+                self._rollup_job = _ROLLUPS.submit(rollup.compute, plan)
+                self._next_rollup = float("inf")  # until it is committed
+                return
+            done = rollup.commit(self.store, rollup.compute(plan)) if plan is not None else None
+        except Exception as e:  # noqa: BLE001 - an optimisation: the next round tries again
+            self.say(f"rollup refresh failed ({' '.join(str(e).split())[:200]}); will try again")
+            done = None
+        self._rollup_done(done, time.monotonic() - start)
+
+    def _rollup_done(self, done, took: float | None = None) -> None:
+        if done is not None:
+            self.rollup_refreshes.append(done)
+        took = took if took is not None else (done.seconds if done is not None else 0.0)
+        self._next_rollup = time.monotonic() + max(self.rollup_every_s, took / ROLLUP_SHARE)
 
     def _failed(self, fol: Followed, now: float, e: Exception) -> None:
         """Reading or parsing `fol` raised: report it, and retry it later from where its
@@ -314,6 +362,10 @@ class Tailer(IdentityMixin):
         self.flush()
         if self._merging is not None:
             self._commit_merge()  # waits for it: a merge written in full is worth its commit
+        if self._rollup_job is not None:
+            self._refresh_rollups(wait=True)  # commits the one being computed
+        if self._full_since is None:
+            self._refresh_rollups(wait=True)  # a stopped tail leaves its rollups fresh
         for fol in list(self.followed.values()):
             self._close(fol, remember=False)
 

@@ -200,8 +200,10 @@ def test_store_layout_is_hive_partitioned_parquet(tmp_path, fake_engine):
     store = tmp_path / "store"
     ingest([log], store)
     parts = sorted(p.relative_to(store).as_posix() for p in store.rglob("*.parquet"))
-    assert len(parts) == 1
+    # one part of events, and the rollup of window_metrics (pipeline/rollup.py)
+    assert len(parts) == 2
     assert parts[0].startswith("events/engine=fake/day=")
+    assert parts[1].startswith("rollups/window_metrics-")
     assert not (store / "_staging").exists()
 
 
