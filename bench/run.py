@@ -118,7 +118,9 @@ def _warm_up(a, g: gen.Generated, store: Path) -> None:
 
 
 def time_ingest(a, g: gen.Generated, store: Path, runs: int | None = None) -> dict:
-    walls, rss = [], []
+    """Parse and store (what the Python loop baseline does too), then, apart, the rollup
+    refresh that `servelens ingest` runs at its end (pipeline/rollup.py), timed in-process."""
+    walls, rss, rollup_walls, rollup_cpus = [], [], [], []
     if a.in_process:
         _warm_up(a, g, store)
     for _ in range(runs or a.runs):
@@ -127,19 +129,33 @@ def time_ingest(a, g: gen.Generated, store: Path, runs: int | None = None) -> di
             from servelens.pipeline.ingest import ingest
 
             t0 = time.perf_counter()
-            ingest([g.dir], store)
+            ingest([g.dir], store, rollups=False)
             walls.append(time.perf_counter() - t0)
             rss.append(0)
-            continue
-        r = run_cmd([servelens_bin(), "ingest", str(g.dir), "--store", str(store), "-q"])
-        walls.append(r.wall_s)
-        rss.append(r.peak_rss_bytes)
+        else:
+            r = run_cmd([servelens_bin(), "ingest", str(g.dir), "--store", str(store), "-q", "--no-rollups"])
+            walls.append(r.wall_s)
+            rss.append(r.peak_rss_bytes)
+        refreshed = time_rollup_refresh(store)
+        rollup_walls.append(refreshed.seconds if refreshed else 0.0)
+        rollup_cpus.append(refreshed.cpu_s if refreshed else 0.0)
     from servelens.pipeline.query import run as query
 
     counts = query(store, "select count(*) as events, count(*) filter (where event = 'unparsed') as unparsed, "
                           "count(*) filter (where event = 'request') as requests from events")
     return {"wall_s": median(walls), "walls": walls, "peak_rss": max(rss), "rss_runs": rss,
+            "rollup_s": median(rollup_walls), "rollup_walls": rollup_walls, "rollup_cpu_s": median(rollup_cpus),
             **{k: int(v) for k, v in counts.row(0, named=True).items()}}
+
+
+def time_rollup_refresh(store: Path):
+    """What `servelens ingest` adds at its end: the window_metrics rollup of the new
+    instances (pipeline/rollup.refresh)."""
+    from servelens.pipeline import rollup
+    from servelens.pipeline.store import Store
+
+    with Store.open(store, purpose="bench") as st:
+        return rollup.refresh(st)
 
 
 def time_baseline(a, g: gen.Generated, out: Path) -> dict:

@@ -86,6 +86,7 @@ def ingest(
     instance_from: Annotated[Optional[str], typer.Option(help="Name each file's instance from its path: a template over {stem} {name} {parent} {grandparent} {dir} {pod} {namespace} {container}, e.g. '{parent}/{stem}'.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or per-file lines; summary only.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as one JSON object on stdout (for scripts).")] = False,
+    no_rollups: Annotated[bool, typer.Option("--no-rollups", help="Leave the rollups (the stored window_metrics) to a later ingest, tail or compact: a bulk load in many runs pays for them once. Queries compute them from the events meanwhile.")] = False,
 ) -> None:
     """Parse log files into the store. Re-ingesting adds only what is new.
 
@@ -95,6 +96,7 @@ def ingest(
       servelens ingest /var/log/incident-0612/ --store incident.store
       servelens ingest vllm.log.1.gz --engine vllm --instance gpu-node-3 --year 2025
       servelens ingest hosts/ --instance-from '{parent}/{stem}'
+      servelens ingest day1/ --no-rollups && servelens ingest day2/
       kubectl logs vllm-0 | servelens ingest - --instance vllm-0 --json
     """
     import tempfile
@@ -128,6 +130,7 @@ def ingest(
                 instance_from=instance_from,
                 on_progress=advance,
                 on_file=None if quiet or as_json else print_file_line,
+                rollups=not no_rollups,
             )
     except (IngestError, StoreError) as e:
         raise fail(str(e)) from None

@@ -92,6 +92,8 @@ def summary_dict(s: IngestSummary, store: Path) -> dict:
         "events": s.events,
         "unparsed": s.unparsed,
         "events_by_kind": dict(s.events_by_kind.most_common()),
+        "rollup": None if s.rollup is None else {"instances": s.rollup.instances, "rows": s.rollup.rows,
+                                                  "whole": s.rollup.whole, "seconds": round(s.rollup.seconds, 3)},
     }
 
 
@@ -109,6 +111,10 @@ def print_summary(s: IngestSummary, store: Path) -> None:
     if s.invalid:
         cols = ", ".join(f"{k} {v:,}" for k, v in s.invalid.most_common())
         lines.append(f"impossible values nulled (kept in attrs.invalid): {cols}")
+    if s.rollup is not None:
+        r = s.rollup
+        lines.append(f"rollup: window_metrics of {r.instances:,} instance(s) refreshed in {r.seconds:.1f}s "
+                     f"({r.rows:,} rows; signals read it instead of every event)")
     for note in s.notes:
         lines.append(f"note: {note}")
     for f in s.skipped:

@@ -140,8 +140,13 @@ def ingest(
     on_progress: Callable[[int], None] | None = None,
     on_file: Callable[[FileResult], None] | None = None,
     instance_from: str | None = None,
+    rollups: bool = True,
 ) -> IngestSummary:
     """Ingest files and directories (recursively, plain or .gz) into the store.
+
+    `rollups`: bring the store's rollups up to date at the end (pipeline/rollup.py); without
+    it the instances stay marked dirty (queries compute their windows from the events) until
+    the next ingest, tail or compact refreshes them.
 
     Each file's instance is `instance`, else the template `instance_from` over its path
     (see naming.py), else its name (Kubernetes pod for container logs), made distinct
@@ -189,7 +194,8 @@ def ingest(
             if batch.full:
                 batch.flush()
         batch.flush()
-        summary.rollup = refresh_rollups(store, summary.notes)
+        if rollups:
+            summary.rollup = refresh_rollups(store, summary.notes)
     return summary
 
 
