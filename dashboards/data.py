@@ -17,6 +17,7 @@ import math
 import os
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -113,26 +114,30 @@ class _Connection:
             variables = {**variables, "range_margin_s": max(float(variables.get("range_margin_s", RANGE_MARGIN_S)),
                                                             2 * LARGEST_WINDOW_S)}
         try:
-            self.con = connect(store, variables, time_range=time_range, views=views)
+            self.con = connect(store, variables, page_limits(), time_range=time_range, views=views)
         except QueryError as e:
             # `views` makes connect read only the first part's schema: parts of older schemas
             # need union_by_name (what query.run does on the same error)
             if "schema mismatch" not in str(e):
                 raise
-            self.con = connect(store, variables, time_range=time_range, views=views, union_by_name=True)
+            self.con = connect(store, variables, page_limits(), time_range=time_range, views=views, union_by_name=True)
         self.lock = threading.Lock()
         # with a time range the views are bound in schema `scan` over the widened range (and
         # `main` keeps the rows in the range): the tables take the widened rows, as the views
         # reading them would
         self.schema = "main" if time_range is None else "scan"
         self.window_s: float | None = None
-        self.evaluated: list[tuple[str, float]] = []  # (view, window or nan): what was computed, in order
+        # (view, window width or None, seconds): what was computed, in order
+        self.evaluated: list[tuple[str, float | None, float]] = []
         for view in SHARED:
             self._evaluate(view)
 
-    def _evaluate(self, view: str, window_s: float = math.nan) -> None:
-        self.con.execute(f"create or replace temp table {view} as select * from {self.schema}.{view}")
-        self.evaluated.append((view, window_s))
+    def _evaluate(self, view: str, window_s: float | None = None) -> None:
+        # the database's own view, named with its catalog: a bare `main.X` would find the
+        # temp table of the same name (temp tables live in schema `main` of catalog `temp`)
+        t0 = time.perf_counter()
+        self.con.execute(f"create or replace temp table {view} as select * from memory.{self.schema}.{view}")
+        self.evaluated.append((view, window_s, time.perf_counter() - t0))
 
     def use_window(self, window_s: float) -> None:
         """Make the PER_WINDOW tables those of `window_s` (hold the lock)."""
@@ -143,6 +148,17 @@ class _Connection:
         for view in PER_WINDOW:
             self._evaluate(view, window_s)
         self.window_s = window_s
+
+
+# The dashboard's shared connection: DuckDB keeps the evaluated views within this memory and
+# writes what does not fit to its private spill directory (the default of `servelens sql`, 4
+# GB, let a dashboard on a 5M-event store grow past 4 GB). $SERVELENS_DASHBOARD_MEMORY,
+# _THREADS raise or lower it; no time limit (the first evaluation of a big store takes long).
+PAGE_LIMITS = Limits(timeout_s=None, memory_bytes=512 * 2**20, raise_memory="$SERVELENS_DASHBOARD_MEMORY")
+
+
+def page_limits() -> Limits:
+    return Limits.from_env(prefix="SERVELENS_DASHBOARD_", base=PAGE_LIMITS)
 
 
 # One: the store version only moves forward, and each connection holds its own copy of the
@@ -402,8 +418,8 @@ def latency(cfg: Settings, f: Filters) -> pl.DataFrame:
     return query(
         cfg,
         f"""
-        select min(window_start) as ts, engine, instance, model, sum(n) as n,
-               sum(n_e2e) as n_e2e, sum(n_ttft) as n_ttft, sum(n_tpot) as n_tpot, sum(n_queue) as n_queue,
+        select min(window_start) as ts, engine, instance, model, cast(sum(n) as bigint) as n,
+               cast(sum(n_e2e) as bigint) as n_e2e, cast(sum(n_ttft) as bigint) as n_ttft, cast(sum(n_tpot) as bigint) as n_tpot, cast(sum(n_queue) as bigint) as n_queue,
                bool_or(e2e_estimated) as e2e_estimated,
                max(p50_e2e_s) as p50_e2e_s, max(p95_e2e_s) as p95_e2e_s, max(p99_e2e_s) as p99_e2e_s,
                max(p50_ttft_s) as p50_ttft_s, max(p95_ttft_s) as p95_ttft_s, max(p99_ttft_s) as p99_ttft_s,
@@ -425,8 +441,8 @@ def throughput(cfg: Settings, f: Filters) -> pl.DataFrame:
     return query(
         cfg,
         f"""
-        select min(window_start) as ts, engine, instance, sum(arrived) as arrived, sum(finished) as finished,
-               sum(aborted) as aborted, avg(requests_per_s) as requests_per_s,
+        select min(window_start) as ts, engine, instance, cast(sum(arrived) as bigint) as arrived, cast(sum(finished) as bigint) as finished,
+               cast(sum(aborted) as bigint) as aborted, avg(requests_per_s) as requests_per_s,
                avg(output_tokens_per_s) as output_tokens_per_s, avg(prompt_tokens_per_s) as prompt_tokens_per_s,
                avg(gen_tps_logged) as gen_tps_logged, avg(prompt_tps_logged) as prompt_tps_logged,
                avg(http_requests_per_s) as http_requests_per_s
