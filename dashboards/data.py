@@ -43,6 +43,9 @@ SHARED = ("requests", "request_state", "engine_stats", "queue_depth", "batch_fil
 PER_WINDOW = ("windows", "throughput", "errors", "latency_percentiles", "window_metrics", "scaling_signals")
 # The widest window the sidebar offers (sidebar.WINDOWS).
 LARGEST_WINDOW_S = 900.0
+# Window widths whose PER_WINDOW tables the connection keeps (a few MB each on a store of
+# millions of events): going back to one of them costs nothing.
+WIDTHS_KEPT = 5
 # Points per series a chart is bucketed down to.
 MAX_POINTS = 400
 CACHE_TTL_S = 600
@@ -127,27 +130,51 @@ class _Connection:
         # reading them would
         self.schema = "main" if time_range is None else "scan"
         self.window_s: float | None = None
+        self.widths: list[float] = []  # widths whose PER_WINDOW tables are kept, least recent first
         # (view, window width or None, seconds): what was computed, in order
         self.evaluated: list[tuple[str, float | None, float]] = []
         for view in SHARED:
             self._evaluate(view)
 
     def _evaluate(self, view: str, window_s: float | None = None) -> None:
+        """A SHARED view into the temp table of its name; a PER_WINDOW view into a temp table
+        of its width (`w60_throughput`) and a temp view of its name over that table."""
         # the database's own view, named with its catalog: a bare `main.X` would find the
-        # temp table of the same name (temp tables live in schema `main` of catalog `temp`)
+        # temp table of the same name (temp objects live in schema `main` of catalog `temp`)
         t0 = time.perf_counter()
-        self.con.execute(f"create or replace temp table {view} as select * from memory.{self.schema}.{view}")
+        source = f"memory.{self.schema}.{view}"
+        if window_s is None:
+            self.con.execute(f"create or replace temp table {view} as select * from {source}")
+        else:
+            self.con.execute(f"create or replace temp table {_window_table(view, window_s)} as select * from {source}")
+            self.con.execute(f"create or replace temp view {view} as select * from {_window_table(view, window_s)}")
         self.evaluated.append((view, window_s, time.perf_counter() - t0))
 
     def use_window(self, window_s: float) -> None:
-        """Make the PER_WINDOW tables those of `window_s` (hold the lock)."""
+        """Make the PER_WINDOW names read the tables of `window_s` (hold the lock): evaluated
+        the first time a width is asked for, kept for the next time (the sidebar offers five
+        widths; the least recently used beyond WIDTHS_KEPT are dropped)."""
         if self.window_s == window_s:
             return
-        self.window_s = None  # half-replaced tables are no window's
-        self.con.execute("set variable window_s = ?", [window_s])
-        for view in PER_WINDOW:
-            self._evaluate(view, window_s)
+        self.window_s = None  # half-switched names are no window's
+        self.con.execute("set variable window_s = ?", [window_s])  # incident_summary reads it at query time
+        if window_s in self.widths:
+            self.widths.remove(window_s)
+            for view in PER_WINDOW:
+                self.con.execute(f"create or replace temp view {view} as select * from {_window_table(view, window_s)}")
+        else:
+            for view in PER_WINDOW:  # in dependency order: window_metrics reads this width's throughput
+                self._evaluate(view, window_s)
+        self.widths.append(window_s)
+        while len(self.widths) > WIDTHS_KEPT:
+            old = self.widths.pop(0)
+            for view in PER_WINDOW:
+                self.con.execute(f"drop table if exists {_window_table(view, old)}")
         self.window_s = window_s
+
+
+def _window_table(view: str, window_s: float) -> str:
+    return f"w{window_s:g}_{view}".replace(".", "_")
 
 
 # The dashboard's shared connection: DuckDB keeps the evaluated views within this memory and

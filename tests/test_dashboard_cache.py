@@ -55,8 +55,12 @@ def test_a_window_change_evaluates_only_the_views_of_that_width(store):
     conn.use_window(60.0)
     conn.use_window(300.0)
     conn.use_window(300.0)  # the width shown: nothing to do
+    conn.use_window(60.0)  # a width seen before: its tables are kept
     assert [(v, w) for v, w, _ in conn.evaluated] == (
         [(v, None) for v in data.SHARED] + [(v, 60.0) for v in data.PER_WINDOW] + [(v, 300.0) for v in data.PER_WINDOW])
+    assert conn.widths == [300.0, 60.0]
+    tables = {r[0] for r in conn.con.execute("select table_name from duckdb_tables() where temporary").fetchall()}
+    assert {f"w60_{v}" for v in data.PER_WINDOW} | {f"w300_{v}" for v in data.PER_WINDOW} | set(data.SHARED) == tables
     # the same connection serves every width and every query of the store version
     assert _connection(store) is conn
 
@@ -64,7 +68,7 @@ def test_a_window_change_evaluates_only_the_views_of_that_width(store):
 @pytest.mark.parametrize("view", ["latency_percentiles", "throughput", "scaling_signals", "errors", "window_metrics"])
 def test_after_a_window_change_the_tables_are_the_views_at_that_width(store, view):
     conn = _connection(store)
-    for width in (60.0, 300.0, 120.0):
+    for width in (60.0, 300.0, 120.0, 60.0, 300.0):  # new widths, then kept ones
         with conn.lock:
             conn.use_window(width)
             got = data.run_on(conn.con, f"select * from {view}")
@@ -73,6 +77,19 @@ def test_after_a_window_change_the_tables_are_the_views_at_that_width(store, vie
         assert_frame_equal(_sorted(got), _sorted(want))
     rows = {w: run(store, "select count(*) as n from windows", variables={"window_s": w})["n"][0] for w in (60.0, 120.0)}
     assert rows[60.0] > rows[120.0]  # the widths do differ: the comparison above can fail
+
+
+def test_the_widths_kept_are_bounded(store, monkeypatch):
+    monkeypatch.setattr(data, "WIDTHS_KEPT", 2)
+    conn = _connection(store)
+    for width in (30.0, 60.0, 120.0):
+        conn.use_window(width)
+    assert conn.widths == [60.0, 120.0]
+    tables = {r[0] for r in conn.con.execute("select table_name from duckdb_tables() where temporary").fetchall()}
+    assert not [t for t in tables if t.startswith("w30_")]
+    assert len([t for t in tables if t.startswith("w")]) == 2 * len(data.PER_WINDOW)
+    conn.use_window(30.0)  # dropped: evaluated again
+    assert [w for _, w, _ in conn.evaluated].count(30.0) == 2 * len(data.PER_WINDOW)
 
 
 def test_the_shared_tables_are_the_views(store):
@@ -173,7 +190,7 @@ def test_long_ranges_are_bucketed_to_whole_windows_with_the_view_values(store, m
             .agg(pl.col("window_start").min().alias("ts"), pl.col("n").sum(), pl.col("p99_e2e_s").max(),
                  pl.col("p50_ttft_s").max()))
     got = lat.select("ts", "engine", "instance", "model", "n", "p99_e2e_s", "p50_ttft_s")
-    assert_frame_equal(_sorted(got), _sorted(want.drop("b").select(got.columns)), check_dtypes=False)
+    assert_frame_equal(_sorted(got), _sorted(want.drop("b").select(got.columns)))
     assert got["n"].sum() == raw["n"].sum() > 0
     tp = data.throughput(cfg, f)
     traw = _in_range(run(store, "select * from throughput"), start, end)
