@@ -34,6 +34,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import re
 import shutil
 import socket
 import statistics
@@ -176,11 +177,14 @@ class Server:
 
 # --- the browser -------------------------------------------------------------------------
 
-DRAWN_JS = """() => {
+DRAWN_JS = """(expect) => {
     if (document.querySelector('[data-testid="stStatusWidget"]')) return false;
+    // an element of the previous run not yet drawn again by this one
+    if (document.querySelector('[data-stale="true"]')) return false;
     if (document.querySelector('[data-testid="stException"]')) return 'exception';
     const main = document.querySelector('[data-testid="stMain"]');
     if (!main || !main.innerText.includes('Slowest requests')) return false;
+    if (expect && !main.innerText.includes(expect)) return false;
     const charts = main.querySelectorAll('[data-testid="stVegaLiteChart"]');
     if (charts.length === 0) return false;
     let shown = 0;  // charts in a hidden tab are not painted until the tab is opened
@@ -193,18 +197,21 @@ DRAWN_JS = """() => {
 }"""
 
 
-def wait_drawn(pg, since: float, timeout_s: float = 300.0, started: bool = False) -> tuple[float, int]:
-    """Seconds from `since` until the page's script run is over and its charts are drawn.
-    `started`: wait first for the rerun to begin (the status widget appears), so that the
-    previous run's charts are not taken for the new ones."""
+def wait_drawn(pg, since: float, timeout_s: float = 300.0, started: bool = False, expect: str | None = None) -> tuple[float, int]:
+    """Seconds from `since` until the page's script run is over and its charts are drawn:
+    no status widget, no stale element, `expect` in the page (the caption that states the
+    filters: "window 300 s", "1 instance(s)"), every chart shown holding its drawing.
+    `started` (without `expect`): wait first for the rerun to begin (the status widget
+    appears, up to 3 s), so that the previous run's charts are not taken for the new ones;
+    `expect` tells the new run's page apart without that wait."""
     deadline = time.monotonic() + timeout_s
-    if started:
+    if started and expect is None:
         try:
             pg.wait_for_selector('[data-testid="stStatusWidget"]', state="attached", timeout=3_000)
         except Exception:  # a rerun faster than the poll: it may be over already
             pass
     while time.monotonic() < deadline:
-        r = pg.evaluate(DRAWN_JS)
+        r = pg.evaluate(DRAWN_JS, expect)
         if r == "exception":
             raise SystemExit("the page shows an exception: " + pg.locator('[data-testid="stException"]').first.inner_text()[:500])
         if r:
@@ -213,11 +220,14 @@ def wait_drawn(pg, since: float, timeout_s: float = 300.0, started: bool = False
     raise SystemExit(f"the page was not drawn within {timeout_s:.0f} s")
 
 
+WINDOW_S = {"30 s": 30.0, "1 min": 60.0, "2 min": 120.0, "5 min": 300.0, "15 min": 900.0}  # sidebar.WINDOWS
+
+
 def pick_window(pg, label: str) -> float:
     """Move the sidebar's Window select-slider to `label` with the keyboard; returns the time
     of the key press that triggers the rerun."""
     slider = pg.locator('[data-testid="stSidebar"] input[type="range"][aria-label="Window"]')
-    labels = ["30 s", "1 min", "2 min", "5 min", "15 min"]
+    labels = list(WINDOW_S)
     now = slider.get_attribute("aria-valuetext") or "1 min"
     steps = labels.index(label) - labels.index(now)
     slider.focus()
@@ -250,7 +260,8 @@ def pick_instance(pg, name: str | None) -> float:
 
 def first_instances(pg) -> list[str]:
     _instance_box(pg).locator("input").click()
-    names = [o.inner_text().strip() for o in pg.get_by_role("option").all()]
+    # the first option of a Streamlit multiselect is "Select all"
+    names = [t for t in (o.inner_text().strip() for o in pg.get_by_role("option").all()) if t != "Select all"]
     pg.keyboard.press("Escape")
     return names
 
@@ -279,16 +290,23 @@ def one_run(browser, store: Path, n_changes: int) -> dict:
         log(f"first paint {out['first_paint_s']:.2f} s ({out['first_paint_cpu_s']:.2f} server CPU-s), "
             f"{out['charts']} charts, RSS {out['rss_first'] / 1e9:.2f} GB, load {out['first_paint_load']:.2f}")
         names = first_instances(pg)
+        caption = re.search(r"(\d+) instance\(s\) · window (\d+) s", pg.locator('[data-testid="stMain"]').inner_text())
+        every, window = int(caption.group(1)), float(caption.group(2))
+        shown = every
         for k in range(n_changes):
             what = CHANGES[k % len(CHANGES)]
             cpu0 = cpu_s(srv.proc.pid)
             if what.startswith("window"):
-                t0 = pick_window(pg, what.split(" ", 1)[1])
+                label = what.split(" ", 1)[1]
+                t0 = pick_window(pg, label)
+                window = WINDOW_S[label]
             elif what.startswith("instance"):
                 t0 = pick_instance(pg, names[0] if what.endswith("first") else names[-1])
+                shown = 1
             else:
                 t0 = pick_instance(pg, None)
-            s, charts = wait_drawn(pg, t0, started=True)
+                shown = every
+            s, charts = wait_drawn(pg, t0, started=True, expect=f"{shown} instance(s) · window {window:g} s")
             row = {"change": what, "s": s, "cpu_s": cpu_s(srv.proc.pid) - cpu0, "charts": charts,
                    "rss": rss_bytes(srv.proc.pid), "load": loadavg()}
             out["changes"].append(row)
