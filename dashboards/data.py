@@ -17,6 +17,7 @@ import math
 import os
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,14 +27,32 @@ import streamlit as st
 from servelens.pipeline.query import QueryError, connect, one_line, run, run_on
 from servelens.pipeline.sandbox import Limits
 from servelens.pipeline.store import StoreError
-from servelens.pipeline.timerange import TimeRange
+from servelens.pipeline.timerange import RANGE_MARGIN_S, TimeRange
 
-# Views read by several others (requests by six of them) or expensive to compute: evaluated
-# once per store version and kept as temp tables of the dashboard's connection.
-MATERIALIZED = ("requests", "throughput", "window_metrics")
+# The views the dashboard's own pages read (with the views they read, bound at connect): the
+# rest of sql/ (the autoscaler's, calibration, metric_series...) is left unbound.
+PAGE_VIEWS = ("scaling_signals", "windows", "incident_summary", "metric_availability", "queue_depth", "batch_fill",
+              "kv_cache", "latency_percentiles", "throughput", "errors", "requests")
+# Views that several others read (requests by six of them, request_state's per-second
+# reconstruction by three) or that cost seconds, and that do not depend on the window width:
+# evaluated once per store version into temp tables of the dashboard's connection, in this
+# (dependency) order.
+SHARED = ("requests", "request_state", "engine_stats", "queue_depth", "batch_fill", "kv_cache")
+# Views that read the `window_s` variable: evaluated once per window width the page is
+# showing, over the SHARED tables, in dependency order. A window change replaces them.
+PER_WINDOW = ("windows", "throughput", "errors", "latency_percentiles", "window_metrics", "scaling_signals")
+# The widest window the sidebar offers (sidebar.WINDOWS).
+LARGEST_WINDOW_S = 900.0
+# Window widths whose PER_WINDOW tables the connection keeps (a few MB each on a store of
+# millions of events): going back to one of them costs nothing.
+WIDTHS_KEPT = 5
 # Points per series a chart is bucketed down to.
 MAX_POINTS = 400
 CACHE_TTL_S = 600
+# Query results kept (st.cache_data): each is at most a few hundred points per series, so a
+# few kB to a few hundred kB; the bound keeps memory flat however many filter combinations
+# visitors try (the least recently used goes first).
+CACHE_ENTRIES = 128
 UTC = dt.timezone.utc
 
 
@@ -78,43 +97,129 @@ def store_version(store: str) -> str:
 
 
 class _Connection:
-    """One read-only connection with the views loaded and the shared ones materialized (the
-    costly part of a first page load, so it is kept per store version), and a lock: Streamlit
+    """One read-only connection per store version, shared by every visitor and every window
+    width: the page's views bound, the SHARED views evaluated once into temp tables, and the
+    PER_WINDOW views of the window width last asked for (`use_window`). A lock: Streamlit
     serves sessions from several threads and a DuckDB connection must not run two queries at
-    once."""
+    once (nor change the window under another's query).
+
+    A temp table shadows the view of the same name for every query of this connection, the
+    views reading it included (DuckDB looks in `temp` first): the views that read `requests`
+    read the table, not `events` again. Same definitions as `servelens sql`, evaluated once."""
 
     def __init__(self, store: str, variables: dict[str, Any], time_range: TimeRange | None = None) -> None:
-        self.con = connect(store, variables, time_range=time_range)
+        from servelens.pipeline.metrics import views_for
+
+        views = views_for("select * from " + ", ".join(PAGE_VIEWS))
+        if time_range is not None:
+            # the margin read past the range's edges is at least two windows (timerange.py):
+            # wide enough for the widest window the sidebar offers, as one connection serves all
+            variables = {**variables, "range_margin_s": max(float(variables.get("range_margin_s", RANGE_MARGIN_S)),
+                                                            2 * LARGEST_WINDOW_S)}
+        try:
+            self.con = connect(store, variables, page_limits(), time_range=time_range, views=views)
+        except QueryError as e:
+            # `views` makes connect read only the first part's schema: parts of older schemas
+            # need union_by_name (what query.run does on the same error)
+            if "schema mismatch" not in str(e):
+                raise
+            self.con = connect(store, variables, page_limits(), time_range=time_range, views=views, union_by_name=True)
         self.lock = threading.Lock()
-        for view in MATERIALIZED:
-            # a snapshot of the view under the same name, in this in-memory connection only:
-            # the views that read it (and the dashboard's own queries) then find the temp table
-            # first and do not recompute it. Same definition, evaluated once per store version.
-            self.con.execute(f"create temp table {view} as select * from main.{view}")
+        # with a time range the views are bound in schema `scan` over the widened range (and
+        # `main` keeps the rows in the range): the tables take the widened rows, as the views
+        # reading them would
+        self.schema = "main" if time_range is None else "scan"
+        self.window_s: float | None = None
+        self.widths: list[float] = []  # widths whose PER_WINDOW tables are kept, least recent first
+        # (view, window width or None, seconds): what was computed, in order
+        self.evaluated: list[tuple[str, float | None, float]] = []
+        for view in SHARED:
+            self._evaluate(view)
+
+    def _evaluate(self, view: str, window_s: float | None = None) -> None:
+        """A SHARED view into the temp table of its name; a PER_WINDOW view into a temp table
+        of its width (`w60_throughput`) and a temp view of its name over that table."""
+        # the database's own view, named with its catalog: a bare `main.X` would find the
+        # temp table of the same name (temp objects live in schema `main` of catalog `temp`)
+        t0 = time.perf_counter()
+        source = f"memory.{self.schema}.{view}"
+        if window_s is None:
+            self.con.execute(f"create or replace temp table {view} as select * from {source}")
+        else:
+            self.con.execute(f"create or replace temp table {_window_table(view, window_s)} as select * from {source}")
+            self.con.execute(f"create or replace temp view {view} as select * from {_window_table(view, window_s)}")
+        self.evaluated.append((view, window_s, time.perf_counter() - t0))
+
+    def use_window(self, window_s: float) -> None:
+        """Make the PER_WINDOW names read the tables of `window_s` (hold the lock): evaluated
+        the first time a width is asked for, kept for the next time (the sidebar offers five
+        widths; the least recently used beyond WIDTHS_KEPT are dropped)."""
+        if self.window_s == window_s:
+            return
+        self.window_s = None  # half-switched names are no window's
+        self.con.execute("set variable window_s = ?", [window_s])  # incident_summary reads it at query time
+        if window_s in self.widths:
+            self.widths.remove(window_s)
+            for view in PER_WINDOW:
+                self.con.execute(f"create or replace temp view {view} as select * from {_window_table(view, window_s)}")
+        else:
+            for view in PER_WINDOW:  # in dependency order: window_metrics reads this width's throughput
+                self._evaluate(view, window_s)
+        self.widths.append(window_s)
+        while len(self.widths) > WIDTHS_KEPT:
+            old = self.widths.pop(0)
+            for view in PER_WINDOW:
+                self.con.execute(f"drop table if exists {_window_table(view, old)}")
+        self.window_s = window_s
 
 
-# few: each holds its own copy of the materialized views, and a live store makes a new one
-# per ingest
-@st.cache_resource(max_entries=3, ttl=CACHE_TTL_S, show_spinner=False)
+def _window_table(view: str, window_s: float) -> str:
+    return f"w{window_s:g}_{view}".replace(".", "_")
+
+
+# The dashboard's shared connection: DuckDB keeps the evaluated views within this memory and
+# writes what does not fit to its private spill directory (the default of `servelens sql`, 4
+# GB, let a dashboard on a 5M-event store grow past 4 GB). $SERVELENS_DASHBOARD_MEMORY,
+# _THREADS raise or lower it; no time limit (the first evaluation of a big store takes long).
+PAGE_LIMITS = Limits(timeout_s=None, memory_bytes=512 * 2**20, raise_memory="$SERVELENS_DASHBOARD_MEMORY")
+
+
+def page_limits() -> Limits:
+    return Limits.from_env(prefix="SERVELENS_DASHBOARD_", base=PAGE_LIMITS)
+
+
+# One: the store version only moves forward, and each connection holds its own copy of the
+# evaluated views (a new ingest evicts the previous version's). No time limit: an unchanged
+# store is not computed again because nobody looked at it for a while.
+@st.cache_resource(max_entries=1, show_spinner=False)
 def _connection(store: str, version: str, variables: tuple[tuple[str, Any], ...], time_range: TimeRange | None = None) -> _Connection:
     return _Connection(store, dict(variables), time_range)
 
 
-@st.cache_data(ttl=CACHE_TTL_S, max_entries=512, show_spinner=False)
+@st.cache_data(ttl=CACHE_TTL_S, max_entries=CACHE_ENTRIES, show_spinner=False)
 def _cached(store: str, version: str, sql: str, params: dict[str, Any] | None, variables: tuple[tuple[str, Any], ...],
-            time_range: TimeRange | None = None) -> pl.DataFrame:
+            time_range: TimeRange | None = None, window_s: float | None = None) -> pl.DataFrame:
     conn = _connection(store, version, variables, time_range)
     with conn.lock:
+        if window_s is not None:
+            conn.use_window(window_s)
         return run_on(conn.con, sql, params)
 
 
-def query(cfg: Settings, sql: str, params: dict[str, Any] | None = None, window_s: float | None = None) -> pl.DataFrame:
-    """Run one read-only query (cached). Raises QueryError / StoreError."""
+def _variables(cfg: Settings) -> tuple[tuple[str, Any], ...]:
+    """The connection's variables (the thresholds); the window width is set per query."""
     variables = dict(thresholds(cfg.thresholds))
-    # one connection (one set of materialized views) per window width: normalise the type so
-    # that the default 60 and the sidebar's 60.0 share it
-    variables["window_s"] = float(window_s if window_s is not None else variables.get("window_s", 60.0))
-    return _cached(cfg.store, store_version(cfg.store), sql, params, tuple(sorted(variables.items())), cfg.time_range)
+    variables["window_s"] = float(variables.get("window_s", 60.0))
+    return tuple(sorted(variables.items()))
+
+
+def query(cfg: Settings, sql: str, params: dict[str, Any] | None = None, window_s: float | None = None) -> pl.DataFrame:
+    """Run one read-only query (cached). `window_s`: the query reads views of that window
+    width (PER_WINDOW); None: it reads none of them, so a window change does not run it
+    again. Raises QueryError / StoreError."""
+    # normalise the type so that the default 60 and the sidebar's 60.0 share a cache entry
+    window = float(window_s) if window_s is not None else None
+    return _cached(cfg.store, store_version(cfg.store), sql, params, _variables(cfg), cfg.time_range, window)
 
 
 # A visitor's query: less time and memory than on the command line (several visitors share the
@@ -180,6 +285,11 @@ class Filters:
         """Bucket width that keeps a series under MAX_POINTS points."""
         return float(max(minimum, math.ceil(self.span_s / MAX_POINTS)))
 
+    def window_bucket_s(self) -> float:
+        """Bucket width of the per-window series: a whole number of windows keeping a series
+        under MAX_POINTS points (one window while the range holds fewer)."""
+        return float(self.window_s * max(1, math.ceil(self.span_s / (MAX_POINTS * self.window_s))))
+
     def params(self, **extra: Any) -> dict[str, Any]:
         p = {
             "start": self.start,
@@ -240,13 +350,15 @@ def signals(cfg: Settings, f: Filters) -> pl.DataFrame:
     )
 
 
-@st.cache_data(ttl=CACHE_TTL_S, max_entries=64, show_spinner=False)
+@st.cache_data(ttl=CACHE_TTL_S, max_entries=CACHE_ENTRIES, show_spinner=False)
 def _summary_rows(store: str, version: str, start: dt.datetime, end: dt.datetime,
-                  variables: tuple[tuple[str, Any], ...], time_range: TimeRange | None = None) -> list[dict[str, Any]]:
+                  variables: tuple[tuple[str, Any], ...], time_range: TimeRange | None = None,
+                  window_s: float = 60.0) -> list[dict[str, Any]]:
     from servelens.pipeline.report_summary import read_summary
 
     conn = _connection(store, version, variables, time_range)
     with conn.lock:  # the range is set as variables of the shared connection: one reader at a time
+        conn.use_window(window_s)
         try:
             return read_summary(conn.con, start, end, None)
         finally:
@@ -259,9 +371,8 @@ def fleet_story(cfg: Settings, f: Filters, episodes: pl.DataFrame, verdicts: dic
     instances died, how many requests failed, what to do."""
     from servelens.pipeline.report_summary import summarize
 
-    variables = dict(thresholds(cfg.thresholds))
-    variables["window_s"] = float(f.window_s)
-    rows = _summary_rows(cfg.store, store_version(cfg.store), f.start, f.end, tuple(sorted(variables.items())), cfg.time_range)
+    rows = _summary_rows(cfg.store, store_version(cfg.store), f.start, f.end, _variables(cfg), cfg.time_range,
+                         float(f.window_s))
     targets = set(f.targets)
     rows = [r for r in rows if (r["engine"], r["instance"]) in targets]
     by_instance: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -327,34 +438,47 @@ def kv_cache(cfg: Settings, f: Filters) -> pl.DataFrame:
 
 
 def latency(cfg: Settings, f: Filters) -> pl.DataFrame:
+    """Percentiles per window; over a range of more than MAX_POINTS windows, per bucket of
+    whole windows (`Filters.window_bucket_s`), each percentile the worst (highest) window's
+    of the bucket and the counts summed, so that a breach of the SLO in one window stays
+    visible. With one window per bucket the rows are the view's."""
     return query(
         cfg,
         f"""
-        select window_start as ts, engine, instance, model, n,
-               n_e2e, n_ttft, n_tpot, n_queue, e2e_estimated,
-               p50_e2e_s, p95_e2e_s, p99_e2e_s, p50_ttft_s, p95_ttft_s, p99_ttft_s,
-               p50_tpot_s, p95_tpot_s, p99_tpot_s, p50_queue_s, p95_queue_s, p99_queue_s
+        select min(window_start) as ts, engine, instance, model, cast(sum(n) as bigint) as n,
+               cast(sum(n_e2e) as bigint) as n_e2e, cast(sum(n_ttft) as bigint) as n_ttft, cast(sum(n_tpot) as bigint) as n_tpot, cast(sum(n_queue) as bigint) as n_queue,
+               bool_or(e2e_estimated) as e2e_estimated,
+               max(p50_e2e_s) as p50_e2e_s, max(p95_e2e_s) as p95_e2e_s, max(p99_e2e_s) as p99_e2e_s,
+               max(p50_ttft_s) as p50_ttft_s, max(p95_ttft_s) as p95_ttft_s, max(p99_ttft_s) as p99_ttft_s,
+               max(p50_tpot_s) as p50_tpot_s, max(p95_tpot_s) as p95_tpot_s, max(p99_tpot_s) as p99_tpot_s,
+               max(p50_queue_s) as p50_queue_s, max(p95_queue_s) as p95_queue_s, max(p99_queue_s) as p99_queue_s
         from latency_percentiles
         where {_TARGET} and {_MODEL} and window_end > $start and window_start < $end
+        group by engine, instance, model, floor(epoch(window_start) / $bucket)
         order by instance, model, ts
         """,
-        f.params(models=list(f.models)),
+        f.params(models=list(f.models), bucket=f.window_bucket_s()),
         f.window_s,
     )
 
 
 def throughput(cfg: Settings, f: Filters) -> pl.DataFrame:
+    """Per window; over more than MAX_POINTS windows, per bucket of whole windows with the
+    counts summed and the rates averaged over the bucket's windows."""
     return query(
         cfg,
         f"""
-        select window_start as ts, engine, instance, arrived, finished, aborted,
-               requests_per_s, output_tokens_per_s, prompt_tokens_per_s,
-               gen_tps_logged, prompt_tps_logged, http_requests_per_s
+        select min(window_start) as ts, engine, instance, cast(sum(arrived) as bigint) as arrived, cast(sum(finished) as bigint) as finished,
+               cast(sum(aborted) as bigint) as aborted, avg(requests_per_s) as requests_per_s,
+               avg(output_tokens_per_s) as output_tokens_per_s, avg(prompt_tokens_per_s) as prompt_tokens_per_s,
+               avg(gen_tps_logged) as gen_tps_logged, avg(prompt_tps_logged) as prompt_tps_logged,
+               avg(http_requests_per_s) as http_requests_per_s
         from throughput
         where {_TARGET} and window_end > $start and window_start < $end
+        group by engine, instance, floor(epoch(window_start) / $bucket)
         order by instance, ts
         """,
-        f.params(),
+        f.params(bucket=f.window_bucket_s()),
         f.window_s,
     )
 

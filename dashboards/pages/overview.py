@@ -225,6 +225,9 @@ def latency_section(cfg, f, avail, th) -> None:
                              lambda m=metric: charts.latency_chart(df, m, slos.get(m), _dom(f)))
             if drawn and metric == "e2e" and df["e2e_estimated"].any():
                 st.caption("Some end-to-end latencies are estimated from 1 s log timestamps (arrival and finish lines).")
+    if f.window_bucket_s() > f.window_s:
+        st.caption(f"{f.window_bucket_s() / f.window_s:g} windows of {f.window_s:g} s per point (a long range): each "
+                   "point is the highest percentile among its windows, so a breach in one window shows.")
 
 
 def throughput_section(cfg, f, avail, th) -> None:
@@ -247,6 +250,9 @@ def throughput_section(cfg, f, avail, th) -> None:
         if drawn:
             st.caption("Tokens/s: the engine's logged generation throughput where it logs one, else output "
                        "tokens of the requests finished in the window.")
+    if f.window_bucket_s() > f.window_s:
+        st.caption(f"{f.window_bucket_s() / f.window_s:g} windows of {f.window_s:g} s per point (a long range): "
+                   "each point is the mean rate over its windows.")
 
 
 def errors_section(cfg, f, th) -> None:

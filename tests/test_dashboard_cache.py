@@ -1,0 +1,228 @@
+"""What keeps the dashboard fast and its memory flat (issue 20), on the incident sample: one
+connection per store version for every window width, the window-independent views evaluated
+once, a window change evaluating only the views of that width (and giving the same rows as
+`servelens.pipeline.query` at that width), window-independent queries not run again on a
+window change, bounded result caches, a bounded DuckDB memory, and per-window series
+bucketed to MAX_POINTS in SQL with the view's values."""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+import streamlit as st
+from polars.testing import assert_frame_equal
+from streamlit.testing.v1 import AppTest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from dashboard_store import build_store
+from servelens.dashboards import data
+from servelens.pipeline.query import run
+
+APP = Path(__file__).resolve().parent.parent / "dashboards" / "app.py"
+UTC = dt.timezone.utc
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    return build_store(tmp_path_factory.mktemp("dashboard-cache"))
+
+
+@pytest.fixture(autouse=True)
+def fresh_caches():
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    yield
+    st.cache_data.clear()
+    st.cache_resource.clear()
+
+
+def _connection(store: Path) -> data._Connection:
+    cfg = data.Settings(store=str(store))
+    return data._connection(cfg.store, data.store_version(cfg.store), data._variables(cfg), None)
+
+
+def _sorted(df: pl.DataFrame) -> pl.DataFrame:
+    return df.sort(df.columns, nulls_last=True)
+
+
+def test_a_window_change_evaluates_only_the_views_of_that_width(store):
+    conn = _connection(store)
+    assert [(v, w) for v, w, _ in conn.evaluated] == [(v, None) for v in data.SHARED]
+    conn.use_window(60.0)
+    conn.use_window(300.0)
+    conn.use_window(300.0)  # the width shown: nothing to do
+    conn.use_window(60.0)  # a width seen before: its tables are kept
+    assert [(v, w) for v, w, _ in conn.evaluated] == (
+        [(v, None) for v in data.SHARED] + [(v, 60.0) for v in data.PER_WINDOW] + [(v, 300.0) for v in data.PER_WINDOW])
+    assert conn.widths == [300.0, 60.0]
+    tables = {r[0] for r in conn.con.execute("select table_name from duckdb_tables() where temporary").fetchall()}
+    assert {f"w60_{v}" for v in data.PER_WINDOW} | {f"w300_{v}" for v in data.PER_WINDOW} | set(data.SHARED) == tables
+    # the same connection serves every width and every query of the store version
+    assert _connection(store) is conn
+
+
+@pytest.mark.parametrize("view", ["latency_percentiles", "throughput", "scaling_signals", "errors", "window_metrics"])
+def test_after_a_window_change_the_tables_are_the_views_at_that_width(store, view):
+    conn = _connection(store)
+    for width in (60.0, 300.0, 120.0, 60.0, 300.0):  # new widths, then kept ones
+        with conn.lock:
+            conn.use_window(width)
+            got = data.run_on(conn.con, f"select * from {view}")
+        want = run(store, f"select * from {view}", variables={"window_s": width})
+        assert got.height == want.height and got.height > 0 or view in ("errors",) and got.height == want.height
+        assert_frame_equal(_sorted(got), _sorted(want))
+    rows = {w: run(store, "select count(*) as n from windows", variables={"window_s": w})["n"][0] for w in (60.0, 120.0)}
+    assert rows[60.0] > rows[120.0]  # the widths do differ: the comparison above can fail
+
+
+def test_the_widths_kept_are_bounded(store, monkeypatch):
+    monkeypatch.setattr(data, "WIDTHS_KEPT", 2)
+    conn = _connection(store)
+    for width in (30.0, 60.0, 120.0):
+        conn.use_window(width)
+    assert conn.widths == [60.0, 120.0]
+    tables = {r[0] for r in conn.con.execute("select table_name from duckdb_tables() where temporary").fetchall()}
+    assert not [t for t in tables if t.startswith("w30_")]
+    assert len([t for t in tables if t.startswith("w")]) == 2 * len(data.PER_WINDOW)
+    conn.use_window(30.0)  # dropped: evaluated again
+    assert [w for _, w, _ in conn.evaluated].count(30.0) == 2 * len(data.PER_WINDOW)
+
+
+def test_the_shared_tables_are_the_views(store):
+    conn = _connection(store)
+    for view in data.SHARED:
+        with conn.lock:
+            got = data.run_on(conn.con, f"select * from {view}")
+        want = run(store, f"select * from {view}")
+        assert got.height == want.height > 0, view
+        assert_frame_equal(_sorted(got), _sorted(want))
+
+
+def test_a_window_change_runs_only_the_queries_that_read_the_window(store, monkeypatch):
+    monkeypatch.setenv("SERVELENS_STORE", str(store))
+    ran: list[str] = []
+    real = data.run_on
+
+    def spy(con, sql, params=None, limits=None):
+        ran.append(" ".join(sql.split()))
+        return real(con, sql, params, limits)
+
+    monkeypatch.setattr(data, "run_on", spy)
+    at = AppTest.from_file(str(APP), default_timeout=120)
+    at.run()
+    assert not at.exception
+    first = list(ran)
+    assert any("from queue_depth" in q and "bucket" in q for q in first)  # the spy sees the page's queries
+    ran.clear()
+    at.select_slider(key="window").set_value("5 min").run()
+    assert not at.exception
+    assert ran, "a new window width must be queried"
+    per_window = ("latency_percentiles", "throughput", "errors", "scaling_signals")
+    for q in ran:
+        assert any(f"from {v}" in q for v in per_window), q
+    # the charts of point views, the catalog, the availability and the slowest requests are
+    # the cached ones
+    assert not [q for q in ran if "from events" in q or "from metric_availability" in q or "limit $limit" in q]
+    assert at.caption[0].value.endswith("window 300 s")
+    ran.clear()
+    at.select_slider(key="window").set_value("1 min").run()  # back: every result is cached
+    assert ran == []
+
+
+def test_the_result_cache_is_bounded_and_drops_the_least_recently_used(store, monkeypatch):
+    cfg = data.Settings(store=str(store))
+    calls: list[int] = []
+    real = data.run_on
+
+    def spy(con, sql, params=None, limits=None):
+        calls.append(params["k"])
+        return real(con, sql, params, limits)
+
+    monkeypatch.setattr(data, "run_on", spy)
+    n = data.CACHE_ENTRIES + 1
+    for k in range(n):
+        assert data.query(cfg, "select cast($k as bigint) as k", {"k": k})["k"][0] == k
+    assert calls == list(range(n))
+    data.query(cfg, "select cast($k as bigint) as k", {"k": n - 1})  # the newest: still cached
+    assert calls == list(range(n))
+    data.query(cfg, "select cast($k as bigint) as k", {"k": 0})  # the oldest: evicted, run again
+    assert calls == [*range(n), 0]
+    assert 16 <= data.CACHE_ENTRIES <= 256
+
+
+def test_the_shared_connection_has_a_bounded_memory(store, monkeypatch):
+    conn = _connection(store)
+    limit = conn.con.execute("select current_setting('memory_limit')").fetchone()[0]
+    assert limit.replace(" ", "") in ("512.0MiB", "512MiB", "536.8MB"), limit
+    monkeypatch.setenv("SERVELENS_DASHBOARD_MEMORY", "1GB")
+    assert data.page_limits().memory_bytes == 10**9
+
+
+def _in_range(df: pl.DataFrame, start: dt.datetime, end: dt.datetime) -> pl.DataFrame:
+    utc = {c: pl.col(c).dt.convert_time_zone("UTC") for c in ("window_start", "window_end")}
+    return df.filter(utc["window_end"] > pl.lit(start).dt.convert_time_zone("UTC"),
+                     utc["window_start"] < pl.lit(end).dt.convert_time_zone("UTC"))
+
+
+def test_long_ranges_are_bucketed_to_whole_windows_with_the_view_values(store, monkeypatch):
+    cfg = data.Settings(store=str(store))
+    cat = data.catalog(cfg)
+    start = cat["first_ts"].min().astimezone(UTC)
+    end = cat["last_ts"].max().astimezone(UTC)
+    targets = data.resolve_targets(cat, (), (), ())
+    f = data.Filters(start=start, end=end, window_s=60.0, targets=targets)
+    monkeypatch.setattr(data, "MAX_POINTS", 400)
+    lat_all = data.latency(cfg, f)
+    raw = _in_range(run(store, "select * from latency_percentiles"), start, end)
+    assert f.window_bucket_s() == 60.0
+    assert lat_all.height == raw.height  # one window per point: the view's rows
+    monkeypatch.setattr(data, "MAX_POINTS", 5)
+    bucket = f.window_bucket_s()
+    assert bucket > 60.0 and bucket % 60.0 == 0 and f.span_s / bucket <= 5
+    lat = data.latency(cfg, f)
+    assert lat.group_by("engine", "instance", "model").len()["len"].max() <= 6  # 5 points, plus a cut edge
+    want = (raw.with_columns((pl.col("window_start").dt.epoch("s") // int(bucket)).alias("b"))
+            .group_by("engine", "instance", "model", "b")
+            .agg(pl.col("window_start").min().alias("ts"), pl.col("n").sum(), pl.col("p99_e2e_s").max(),
+                 pl.col("p50_ttft_s").max()))
+    got = lat.select("ts", "engine", "instance", "model", "n", "p99_e2e_s", "p50_ttft_s")
+    assert_frame_equal(_sorted(got), _sorted(want.drop("b").select(got.columns)))
+    assert got["n"].sum() == raw["n"].sum() > 0
+    tp = data.throughput(cfg, f)
+    traw = _in_range(run(store, "select * from throughput"), start, end)
+    assert tp["finished"].sum() == traw["finished"].sum() > 0
+    assert tp.group_by("engine", "instance").len()["len"].max() <= 6
+
+
+def test_with_a_time_range_the_page_shows_what_the_range_query_gives(store):
+    """`servelens dashboard --since/--until`: the tables hold the widened range the views read
+    (schema `scan`), and what the page shows is what `servelens sql --since/--until` gives."""
+    from servelens.pipeline.timerange import TimeRange
+
+    first, last = run(store, "select min(ts) as a, max(ts) as b from events").row(0)
+    since = (first + (last - first) / 3).astimezone(UTC).replace(microsecond=0)
+    until = (first + 2 * (last - first) / 3).astimezone(UTC).replace(microsecond=0)
+    cfg = data.Settings(store=str(store), since=since.isoformat(), until=until.isoformat())
+    rng = TimeRange(since, until)
+    cat = data.catalog(cfg)
+    f = data.Filters(start=since, end=until, window_s=60.0, targets=data.resolve_targets(cat, (), (), ()))
+    got = data.signals(cfg, f).select("engine", "instance", "signal", "severity", "window_start", "value")
+    want = run(store, "select engine, instance, signal, severity, window_start, value from scaling_signals "
+                      "where window_end > $s and window_start < $u",
+               {"s": since, "u": until}, time_range=rng)
+    assert got.height == want.height > 0
+    assert_frame_equal(_sorted(got), _sorted(want))
+    lat = data.latency(cfg, f).select("ts", "instance", "model", "n", "p99_e2e_s")
+    want = run(store, "select window_start as ts, instance, model, n, p99_e2e_s from latency_percentiles "
+                      "where window_end > $s and window_start < $u", {"s": since, "u": until}, time_range=rng)
+    assert lat.height == want.height > 0
+    assert_frame_equal(_sorted(lat), _sorted(want))
+    assert _connection_schema(cfg) == "scan"
+
+
+def _connection_schema(cfg: data.Settings) -> str:
+    return data._connection(cfg.store, data.store_version(cfg.store), data._variables(cfg), cfg.time_range).schema
