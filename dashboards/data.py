@@ -116,14 +116,17 @@ class _Connection:
             # wide enough for the widest window the sidebar offers, as one connection serves all
             variables = {**variables, "range_margin_s": max(float(variables.get("range_margin_s", RANGE_MARGIN_S)),
                                                             2 * LARGEST_WINDOW_S)}
+        # rollups=False: the stored window_metrics is of the base width only, and this one
+        # connection evaluates the per-window views at every width the sidebar offers
         try:
-            self.con = connect(store, variables, page_limits(), time_range=time_range, views=views)
+            self.con = connect(store, variables, page_limits(), time_range=time_range, views=views, rollups=False)
         except QueryError as e:
             # `views` makes connect read only the first part's schema: parts of older schemas
             # need union_by_name (what query.run does on the same error)
             if "schema mismatch" not in str(e):
                 raise
-            self.con = connect(store, variables, page_limits(), time_range=time_range, views=views, union_by_name=True)
+            self.con = connect(store, variables, page_limits(), time_range=time_range, views=views, union_by_name=True,
+                               rollups=False)
         self.lock = threading.Lock()
         # with a time range the views are bound in schema `scan` over the widened range (and
         # `main` keeps the rows in the range): the tables take the widened rows, as the views
