@@ -34,7 +34,7 @@ import shutil
 import time
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
 
 import polars as pl
@@ -180,7 +180,22 @@ def manifest_shape_problem(data: dict) -> str | None:
     rollups = data.get("rollups", {})
     if not isinstance(rollups, dict) or not all(isinstance(r, dict) and isinstance(r.get("path"), str) for r in rollups.values()):
         return "`rollups` is not an object of entries with a path"
+    # every file the manifest names is joined to the store root and read (and, for garbage,
+    # deleted): a path that leaves the store would let a hand-edited manifest point the
+    # sandbox's allowed files at any Parquet file, or a collection at any file
+    named = [*data["parts"], *(p for pair in data.get("pending", []) for p in pair),
+             *(rel for rel, _t in data.get("garbage", [])), *(r["path"] for r in rollups.values())]
+    for rel in named:
+        if not isinstance(rel, str) or outside_store(rel):
+            return f"path {rel!r} is not inside the store"
     return None
+
+
+def outside_store(rel: str) -> bool:
+    """True when `rel`, joined to a store root, names a file outside it (absolute, `..`, or
+    another drive)."""
+    pure = PurePosixPath(rel.replace("\\", "/"))
+    return not rel or pure.is_absolute() or ".." in pure.parts or ":" in rel
 
 
 # A Parquet file starts and ends with these four bytes; a part cut short ends otherwise.

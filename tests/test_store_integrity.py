@@ -183,6 +183,30 @@ def test_malformed_manifest_is_one_clear_line(store, text, what):
         assert "Traceback" not in r.output and "KeyError" not in r.output
 
 
+@pytest.mark.parametrize("where", ["parts", "rollups", "garbage"])
+@pytest.mark.parametrize("outside", ["../secret.parquet", "ABSOLUTE", "events/../../secret.parquet"])
+def test_manifest_path_outside_the_store_is_refused(store, tmp_path, where, outside):
+    """A hand-edited manifest cannot make the store's reads (or its garbage collection) reach
+    a file outside the store: the sandbox allows exactly the files the manifest names."""
+    secret = tmp_path / "secret.parquet"
+    pq.write_table(pa.table({"x": [42]}), secret)
+    rel = str(secret) if outside == "ABSOLUTE" else outside
+    m = json.loads((store / "manifest.json").read_text())
+    if where == "parts":
+        m["parts"].append(rel)
+    elif where == "rollups":
+        m["rollups"] = {"window_metrics": {**next(iter(m.get("rollups", {}).values()), {}), "path": rel}}
+    else:
+        m["garbage"] = [[rel, 0]]
+    (store / "manifest.json").write_text(json.dumps(m))
+    for args in (["sql", "select count(*) from events"], ["check"], ["compact"]):
+        r = cli(*args, "--store", str(store))
+        assert r.exit_code == 1, (args, r.output)
+        assert f"path {rel!r} is not inside the store" in r.output, r.output
+        assert "Traceback" not in r.output
+    assert secret.exists()  # a collection did not delete it
+
+
 def test_unreferenced_files_are_listed_and_cleaned(store):
     stray = store / "events" / "engine=vllm" / "day=2020-01-01" / "part-stray-0000.parquet"
     stray.parent.mkdir(parents=True)
