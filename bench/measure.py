@@ -20,6 +20,7 @@ class Run:
     returncode: int
     stdout: str
     stderr: str
+    cpu_s: float = 0.0  # the child's user + system CPU seconds (all its threads; wait4 rusage)
 
 
 class TimedOut(Exception):
@@ -49,7 +50,8 @@ def run_cmd(cmd: list[str], *, cwd: Path | None = None, env: dict | None = None,
         out.seek(0)
         err.seek(0)
         run = Run(wall, usage.ru_maxrss * 1024, proc.returncode,
-                  out.read().decode(errors="replace"), err.read().decode(errors="replace"))
+                  out.read().decode(errors="replace"), err.read().decode(errors="replace"),
+                  usage.ru_utime + usage.ru_stime)
     if check and run.returncode != 0:
         raise RuntimeError(f"{' '.join(map(str, cmd))} failed ({run.returncode}): {run.stderr[-2000:]}")
     return run

@@ -35,7 +35,8 @@ def quick(tmp_path_factory):
 def test_quick_benchmark_runs_end_to_end(quick):
     res, table = quick
     assert "| engine | input | lines | servelens ingest |" in table
-    assert [r["engine"] for r in res["ingest"]] == ["vllm", "tgi", "trtllm"]
+    assert "## Targets of issue 20" in table and "llamacpp: ingest >= 5x the Python loop" in table
+    assert [r["engine"] for r in res["ingest"]] == ["vllm", "tgi", "trtllm", "sglang", "llamacpp"]
     for r in res["ingest"]:
         assert r["lines"] > 1000, r["engine"]
         # every generated line became an event, none unparsed; the baseline wrote rows too
