@@ -25,29 +25,24 @@ SAMPLE = HERE.parent / "sample_logs"
 
 
 def build(store: Path, source: Path, n_parts: int) -> int:
-    """A store of `n_parts` committed parts holding the events of `source`; returns the
-    number of events."""
+    """A store of about `n_parts` committed parts holding the events of `source`; returns the
+    number of events. Written through the store's own staging (`Store.stage_events`, one
+    part per (engine, day) of each slice) and one commit, so the parts have whatever layout
+    and manifest entries the store writes."""
     import polars as pl
-    import pyarrow.parquet as pq
 
-    from servelens.parsers.schema import EVENT_SCHEMA
     from servelens.pipeline.query import run
-    from servelens.pipeline.store import PARQUET_OPTIONS, empty_manifest, write_json_atomic
+    from servelens.pipeline.store import Store, new_txid
 
     events = run(source, "select * from events", limits=None)
-    events = events.with_columns(
-        pl.col("ts").dt.strftime("%Y-%m-%d").fill_null("unknown").alias("_day"),
-    ).sort("engine", "_day", "ts", "line", nulls_last=True)
-    # N contiguous slices, each cut again at (engine, day) boundaries: about N parts
+    events = events.sort("engine", "ts", "line", nulls_last=True)
+    # N contiguous slices in (engine, time) order, each cut again at (engine, day) boundaries
     events = events.with_columns((pl.int_range(pl.len()) * n_parts // pl.len()).alias("_part"))
-    manifest = empty_manifest()
-    for (part, engine, day), rows in events.group_by(["_part", "engine", "_day"]):
-        rel = f"events/engine={engine}/day={day}/part-bench-{part:05d}-{len(manifest['parts']):05d}.parquet"
-        (store / rel).parent.mkdir(parents=True, exist_ok=True)
-        table = rows.drop("_day", "_part", "day").sort("ts", "line", nulls_last=True).to_arrow().cast(EVENT_SCHEMA)
-        pq.write_table(table, store / rel, **PARQUET_OPTIONS)
-        manifest["parts"].append(rel)
-    write_json_atomic(store / "manifest.json", manifest)
+    with Store.open(store, purpose="bench partcount") as st:
+        moves = []
+        for (_,), rows in events.group_by(["_part"], maintain_order=True):
+            moves += st.stage_events(rows.drop("_part"), new_txid())
+        st.commit(moves)
     return events.height
 
 
