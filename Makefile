@@ -34,7 +34,10 @@ test: $(VENV)/.test-deps
 	PYTHON=$(BIN)/python tests/e2e/install_spark.sh
 	$(BIN)/python -m pytest -q
 
-bench: $(BIN)/servelens
+# the whole benchmark, ~30 min on 2 quiet cores (bench/RESULTS.md); its dashboard part drives
+# headless Chromium through Playwright (the test extra), so it installs both first
+bench: $(VENV)/.test-deps
+	@if [ -x tests/e2e/install_browser.sh ]; then tests/e2e/install_browser.sh; fi
 	$(BIN)/python bench/run.py
 
 clean:

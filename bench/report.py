@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 
 MiB = 2**20
+# bench/run.py rewrites its output file above this line and keeps everything from it on
+KEEP_MARKER = "<!-- written by hand below: bench/run.py keeps this part -->"
 GB = 10**9
 
 
@@ -133,6 +135,8 @@ def render(res: dict) -> str:
         f"servelens {m.get('servelens')} at commit {m.get('commit')}. Load average (1/5/15 min) at start "
         f"{res.get('load_start')}, at end {res.get('load_end')}.",
         "",
+        *(["Minutes per part: " + ", ".join(f"{k} {v / 60:.1f}" for k, v in res["part_s"].items()) + ".", ""]
+          if res.get("part_s") else []),
         *(["**In-process timing** (`--in-process`): ingest and baseline are library calls in one process, "
             "without interpreter start-up; no peak RSS.", ""] if a.get("in_process") else []),
         *([f"Taken from an earlier run of bench/run.py (part: {', '.join(res['merged']['parts'])}; {res['merged']['started']}, "
@@ -164,6 +168,10 @@ def render(res: dict) -> str:
         for name, val, base, ok in tg:
             lines.append(f"| {name} | {val} | {base} | {'yes' if ok else ('n/a' if ok is None else '**no**')} |")
         lines.append("")
+        fl = (res.get("query") or {}).get("cli_floor")
+        if fl:
+            lines += [f"The floor of every `servelens sql` figure, `servelens sql \"select 1\"` on the query store "
+                      f"(Python start-up, imports, opening the store): {_cli(fl)}.", ""]
     if res.get("ingest"):
         lines += [
             "## Ingest",

@@ -54,7 +54,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="lines of the real vLLM 0.32 delta-heavy log (default 400,000; 20,000 with --quick)")
     p.add_argument("--parts", type=int, default=None, help="parts of the count(*) store (default 3000; 300 with --quick)")
     p.add_argument("--raw-timeout", type=float, default=None,
-                   help="seconds the raw (--no-rollups) scaling_signals may take (default 300; 60 with --quick)")
+                   help="seconds the raw (--no-rollups) scaling_signals may take (default 240; 60 with --quick)")
     p.add_argument("--raw-memory", default="9GB", help="SERVELENS_QUERY_MEMORY of the raw path (default 9GB)")
     p.add_argument("--raw-spill", default="40GB", help="SERVELENS_SPILL_SIZE of the raw path (default 40GB)")
     p.add_argument("--dash-runs", type=int, default=1, help="fresh dashboard servers (default 1)")
@@ -86,7 +86,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.tail_burst = 10_000 if q else 500_000
     a.delta_lines = a.delta_lines or (20_000 if q else 400_000)
     a.parts = a.parts or (300 if q else 3000)
-    a.raw_timeout = a.raw_timeout or (60.0 if q else 300.0)
+    a.raw_timeout = a.raw_timeout or (60.0 if q else 240.0)
     # --quick: the dashboard part needs Chromium and a minute; it runs only when asked for
     a.only = set(a.only or ([p for p in PARTS if p != "dash"] if q else PARTS))
     a.engines = [e for e in a.engines.split(",") if e]
@@ -389,10 +389,13 @@ def part_query(a, res: dict) -> None:
     log(f"query store: {n_req:,} requests over {n_inst} instances, {parts} parts "
         f"(ingest {built['ingest_s']:.0f} s, {built['copies']} copies in {built['copy_s']:.0f} s)")
     limit = 60.0 if a.quick else 120.0
+    # the floor of every `servelens sql` figure: Python start-up, imports, opening the store
+    row["cli_floor"] = cli_query(store, "select 1 as one", [], limit, runs=max(a.runs, 3))
+    log(f"servelens sql 'select 1': {_said(row['cli_floor'])}")
     for name in QUERY_VIEWS:
         v: dict = {}
         try:
-            r = run_cmd([sys.executable, str(HERE / "querytime.py"), str(store), name, str(max(a.runs, 3))],
+            r = run_cmd([sys.executable, str(HERE / "querytime.py"), str(store), name, str(min(a.runs, 2))],
                         timeout=limit * 3)
             out = json.loads(r.stdout)
             v["shipped"] = {"first_s": out["times"][0], "median_s": median(out["times"]),
@@ -401,7 +404,9 @@ def part_query(a, res: dict) -> None:
         except TimedOut:
             v["shipped"] = {"timeout_s": limit * 3}
             log(f"{name} (in-process): not finished in {limit * 3:.0f} s")
-        v["cli"] = cli_query(store, f"select * from {name}", [], limit, runs=max(a.runs, 3))
+        # the target's view gets the runs; the others one (the budget of a full run)
+        v["cli"] = cli_query(store, f"select * from {name}", [], limit * 3,
+                             runs=a.runs if name == "scaling_signals" else 1)
         log(f"{name} (servelens sql): {_said(v['cli'])}")
         if name == "scaling_signals":
             # the same-run baseline: the raw path, from the events, with room to finish
@@ -410,7 +415,7 @@ def part_query(a, res: dict) -> None:
             v["cli_raw"]["memory"], v["cli_raw"]["spill"] = a.raw_memory, a.raw_spill
             log(f"{name} raw (servelens sql --no-rollups): {_said(v['cli_raw'])}")
         row["views"][name] = v
-    row["range"] = range_query(a, store, limit)
+    row["range"] = range_query(a, store, limit, row["views"]["latency_percentiles"]["cli"])
     res["query"] = row
 
 
@@ -447,9 +452,10 @@ def cli_query(store: Path, sql: str, extra: list[str], timeout: float, runs: int
     return {"wall_s": median(walls), "walls": walls, "cpu_s": median(cpus), "peak_rss": max(rss), "rows": rows}
 
 
-def range_query(a, store: Path, limit: float) -> dict:
+def range_query(a, store: Path, limit: float, whole: dict) -> dict:
     """A 1-hour `latency_percentiles` (`servelens sql --since/--until`) in the middle of the
-    store's span, and the same view without a range as the same-run baseline."""
+    store's span; `whole`, the same view without a range (timed just before), is the
+    same-run baseline."""
     import datetime as dt
 
     from servelens.pipeline.query import run as query
@@ -461,8 +467,8 @@ def range_query(a, store: Path, limit: float) -> dict:
     sql = "select * from latency_percentiles"
     r = {"since": since.strftime(iso), "until": until.strftime(iso),
          "hour": cli_query(store, sql, ["--since", since.strftime(iso), "--until", until.strftime(iso)], limit,
-                           runs=max(a.runs, 3)),
-         "whole": cli_query(store, sql, [], limit * 3, runs=1)}
+                           runs=a.runs),
+         "whole": whole}
     log(f"latency_percentiles {r['since']}..{r['until']}: {_said(r['hour'])}; whole store: {_said(r['whole'])}")
     return r
 
@@ -566,17 +572,15 @@ def main(argv: list[str] | None = None) -> dict:
         "tail_rate": a.tail_rate, "tail_seconds": a.tail_seconds, "only": sorted(a.only)},
         "ingest": [], "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
     t0 = time.perf_counter()
-    if "ingest" in a.only:
-        part_ingest(a, res)
-    if "delta" in a.only:
-        part_delta(a, res)
-    if "query" in a.only:
-        part_query(a, res)
-        part_parts(a, res)
-    if "dash" in a.only:
-        part_dash(a, res)
-    if "tail" in a.only:
-        part_tail(a, res)
+    res["part_s"] = {}
+    for name, fns in (("ingest", (part_ingest,)), ("delta", (part_delta,)), ("query", (part_query, part_parts)),
+                      ("dash", (part_dash,)), ("tail", (part_tail,))):
+        if name in a.only:
+            t_part = time.perf_counter()
+            for fn in fns:
+                fn(a, res)
+            res["part_s"][name] = time.perf_counter() - t_part
+            log(f"part {name}: {res['part_s'][name] / 60:.1f} min")
     res["load_end"] = load_average()
     res["total_s"] = time.perf_counter() - t0
     if a.merge:
@@ -595,7 +599,12 @@ def main(argv: list[str] | None = None) -> dict:
                              "commit": old.get("machine", {}).get("commit")}
     text = report.render(res)
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(text)
+    kept = ""
+    if a.out.exists():  # the hand-written part (causes of the gaps, history) survives a new run
+        old = a.out.read_text()
+        if report.KEEP_MARKER in old:
+            kept = old[old.index(report.KEEP_MARKER):]
+    a.out.write_text(text + ("\n" + kept if kept else ""))
     out_json = a.json or HERE / "out" / ("results-quick.json" if a.quick else "results.json")
     out_json.parent.mkdir(parents=True, exist_ok=True)
     out_json.write_text(json.dumps(res, indent=1, default=str))
