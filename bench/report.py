@@ -96,6 +96,8 @@ def targets(res: dict) -> list[tuple[str, str, str, bool | None]]:
         peak = ing["peak_rss"]
         measured = peak > 0
         fig = f"**{x:.1f}x** ({_f(ing['wall_s'])} s" + (f", {_f(ing['cpu_s'])} CPU-s" if ing.get("cpu_s") else "") + ")"
+        if ing.get("cpu_s") and base.get("cpu_s"):
+            fig += f"; in CPU-s {base['cpu_s'] / ing['cpu_s']:.1f}x"
         fig += f", peak {peak / MiB:,.0f} MiB" if measured else ", peak not measured (in-process)"
         out.append((f"{r['engine']}: ingest >= 5x the Python loop, peak < 1 GB ({_mb(r['bytes'])})", fig,
                     f"Python loop {_f(base['wall_s'])} s" + (f" ({_f(base['cpu_s'])} CPU-s)" if base.get("cpu_s") else "")
