@@ -56,7 +56,9 @@ def targets(res: dict) -> list[tuple[str, str, str, bool | None]]:
         v = q["views"].get("scaling_signals", {})
         c = v.get("cli")
         ok = _ok(c, 1.0)
-        out.append((f"`scaling_signals` < 1 s ({store}; `servelens sql`, stored rollup as shipped)", _cli(c),
+        sh = v.get("shipped", {})
+        inproc = f"; in process (imports done) {_qt(sh, 'median_s')}" if sh else ""
+        out.append((f"`scaling_signals` < 1 s ({store}; `servelens sql`, stored rollup as shipped)", _cli(c) + inproc,
                     f"raw path (`--no-rollups`): {_cli(v.get('cli_raw'))}", ok if big or ok is False else None))
         rg = q.get("range")
         if rg:

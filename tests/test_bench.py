@@ -55,3 +55,43 @@ def test_ingest_beats_the_python_loop(quick):
     res, _ = quick
     ratios = {r["engine"]: r["baseline"]["wall_s"] / r["ingest"]["wall_s"] for r in res["ingest"]}
     assert all(x > 1 for x in ratios.values()), f"ingest not faster than the Python loop: {ratios}"
+
+
+def _res(requests: int, signals_s: float, parts: int, count_s: float) -> dict:
+    cli = lambda s, rows=1: {"wall_s": s, "walls": [s], "cpu_s": s / 2, "peak_rss": 1, "rows": rows}  # noqa: E731
+    return {
+        "machine": {}, "args": {"quick": False, "size_gb": 0.5, "big_gb": 2.0, "requests": requests, "runs": 3,
+                                "only": ["query"], "parts": parts},
+        "started": "now", "total_s": 60.0, "ingest": [],
+        "query": {"requests": requests, "instances": 2, "bytes": 1, "parts": 5, "base_requests": 1, "ingest_s": 1.0,
+                  "peak_rss": 1, "copies": 0, "copy_s": 0.0,
+                  "views": {"scaling_signals": {"shipped": {"first_s": 1.0, "median_s": 1.0, "rows": 0},
+                                                "cli": cli(signals_s), "cli_raw": {"timeout_s": 240.0}}},
+                  "range": {"since": "a", "until": "b", "hour": cli(0.4, 10), "whole": cli(3.0, 20)}},
+        "parts": {"events": 9000, "parts": parts, "count": cli(count_s), "compact_s": 1.0, "compacted_parts": 3,
+                  "compacted": cli(0.3), "count_after": 9000},
+    }
+
+
+def test_issue_20_targets_table():
+    """Each target beside its figure and same-run baseline; met only when the figure is under
+    the target on a store of the target's size, n/a when a smaller store meets it."""
+    import sys as _sys
+
+    _sys.path.insert(0, str(ROOT / "bench"))
+    import report
+
+    rows = {t[0].split(" <")[0]: t for t in report.targets(_res(10_500_000, 0.8, 3000, 1.4))}
+    sig = rows["`scaling_signals`"]
+    assert sig[1].startswith("0.80 s") and "did not finish in 240 s" in sig[2] and sig[3] is True
+    hour = next(t for k, t in rows.items() if "1-hour" in k)
+    assert hour[3] is True and "whole store, no range: 3.00 s" in hour[2]
+    count = next(t for k, t in rows.items() if "count(*)" in k)
+    assert count[3] is False and "3 parts: 0.30 s" in count[2]
+    # on a small store a figure under the target proves nothing; over it, it is missed anyway
+    small = {t[0].split(" <")[0]: t for t in report.targets(_res(200_000, 0.8, 300, 0.5))}
+    assert small["`scaling_signals`"][3] is None
+    assert next(t for k, t in small.items() if "count(*)" in k)[3] is None
+    assert report.targets(_res(200_000, 1.5, 300, 0.5))[0][3] is False
+    text = report.render(_res(10_500_000, 0.8, 3000, 1.4))
+    assert "## Targets of issue 20" in text and "| target | figure | same-run baseline | met |" in text
