@@ -26,7 +26,7 @@ def quick(tmp_path_factory):
         [sys.executable, str(ROOT / "bench" / "run.py"), "--quick", "--only", "ingest", "--no-memory",
          "--in-process", "--size-gb", "0.03", "--runs", "1", "--data-dir", str(tmp_path / "data"),
          "--out", str(out), "--json", str(raw)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True, text=True, timeout=900,  # five engines; minutes on a loaded machine
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(raw.read_text()), out.read_text()
