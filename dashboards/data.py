@@ -225,6 +225,18 @@ def query(cfg: Settings, sql: str, params: dict[str, Any] | None = None, window_
     return _cached(cfg.store, store_version(cfg.store), sql, params, _variables(cfg), cfg.time_range, window)
 
 
+def warm(cfg: Settings) -> _Connection:
+    """The shared connection of the store as it is now, with the default window width's
+    per-window views evaluated: what the first visitor's page would build. `servelens
+    dashboard` calls this while its server starts (dashboards/serve.py), so that the first
+    visitor does not pay it."""
+    variables = _variables(cfg)
+    conn = _connection(cfg.store, store_version(cfg.store), variables, cfg.time_range)
+    with conn.lock:
+        conn.use_window(float(dict(variables)["window_s"]))
+    return conn
+
+
 # A visitor's query: less time and memory than on the command line (several visitors share the
 # machine), two threads; `servelens dashboard --query-timeout/--query-memory` set the env.
 USER_SQL_LIMITS = Limits(
@@ -565,4 +577,5 @@ __all__ = [
     "store_version",
     "thresholds",
     "throughput",
+    "warm",
 ]
