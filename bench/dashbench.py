@@ -274,21 +274,27 @@ CHANGES = ("window 2 min", "instance first", "window 5 min", "all instances", "w
            "all instances", "window 1 min")
 
 
-def one_run(browser, store: Path, n_changes: int) -> dict:
+def one_run(browser, store: Path, n_changes: int, settle_s: float = 0.0) -> dict:
     srv = Server(store)
+    if settle_s:
+        time.sleep(settle_s)  # a visitor arriving a while after the start (the warm-up done)
     out: dict = {"changes": []}
     try:
         out["rss_idle"] = rss_bytes(srv.proc.pid)
         ctx = browser.new_context(viewport={"width": 1440, "height": 2000})
         pg = ctx.new_page()
         cpu0 = cpu_s(srv.proc.pid)
+        # the server's CPU from its start until it answers (its warm-up, dashboards/serve.py,
+        # may still be running then: the rest of it is in the first paint's CPU)
+        out["startup_cpu_s"] = cpu0
         t0 = time.perf_counter()
         pg.goto(srv.url + "/")
         out["first_paint_s"], out["charts"] = wait_drawn(pg, t0)
         out["first_paint_cpu_s"] = cpu_s(srv.proc.pid) - cpu0
         out["first_paint_load"] = loadavg()
         out["rss_first"] = rss_bytes(srv.proc.pid)
-        log(f"first paint {out['first_paint_s']:.2f} s ({out['first_paint_cpu_s']:.2f} server CPU-s), "
+        log(f"first paint {out['first_paint_s']:.2f} s ({out['first_paint_cpu_s']:.2f} server CPU-s; "
+            f"{out['startup_cpu_s']:.2f} CPU-s before it, starting), "
             f"{out['charts']} charts, RSS {out['rss_first'] / 1e9:.2f} GB, load {out['first_paint_load']:.2f}")
         names = first_instances(pg)
         caption = re.search(r"(\d+) instance\(s\) · window (\d+) s", pg.locator('[data-testid="stMain"]').inner_text())
@@ -329,6 +335,7 @@ def summarize(name: str, runs: list[dict]) -> dict:
     s = {"store": name, "runs": len(runs),
          "first_paint_s": statistics.median(fp), "first_paint_all": fp,
          "first_paint_cpu_s": statistics.median(r["first_paint_cpu_s"] for r in runs),
+         "startup_cpu_s": statistics.median(r["startup_cpu_s"] for r in runs),
          "change_s_median": statistics.median(ch) if ch else None, "change_s_max": max(ch) if ch else None,
          "change_cpu_s_median": statistics.median(c["cpu_s"] for r in runs for c in r["changes"]) if ch else None,
          "rss_gb_max": max(rss) / 1e9, "rss_growth_gb": statistics.median(growth) / 1e9,
@@ -344,7 +351,7 @@ def print_table(rows: list[dict]) -> None:
         ld = f"{s['load_min']:.1f}-{s['load_max']:.1f}"
         fp = "/".join(f"{x:.1f}" for x in s["first_paint_all"])
         print(f"| {s['store']} | first paint (median of {s['runs']}; runs {fp} s) | {s['first_paint_s']:.2f} s "
-              f"({s['first_paint_cpu_s']:.1f} server CPU-s) | < {TARGETS['first_paint_s']:g} s | {ld} |")
+              f"({s['first_paint_cpu_s']:.1f} server CPU-s; {s['startup_cpu_s']:.1f} before it) | < {TARGETS['first_paint_s']:g} s | {ld} |")
         if s["change_s_median"] is not None:
             print(f"| {s['store']} | filter / window change (median; max) | {s['change_s_median']:.2f} s; "
                   f"{s['change_s_max']:.2f} s ({s['change_cpu_s_median']:.2f} CPU-s) | < {TARGETS['change_s']:g} s | {ld} |")
@@ -361,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=3, help="fresh servers per store, median reported")
     p.add_argument("--changes", type=int, default=8, help="filter / window changes per run")
     p.add_argument("--data-dir", type=Path, default=HERE / "data" / "dashbench")
+    p.add_argument("--settle", type=float, default=0.0,
+                   help="seconds between the server answering and the first visit (default 0: at once)")
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--build-only", action="store_true", help="build the stores and stop")
     a = p.parse_args(argv)
@@ -384,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         for name, store in stores:
             log(f"{name}: {store}")
-            runs = [one_run(browser, store, a.changes) for _ in range(a.runs)]
+            runs = [one_run(browser, store, a.changes, a.settle) for _ in range(a.runs)]
             raw[name] = runs
             rows.append(summarize(name, runs))
         browser.close()
