@@ -153,13 +153,16 @@ def threshold_rule(value: float | None, label: str) -> alt.LayerChart | None:
         return None
     # inline values: the rule travels in the chart spec itself, not as a separate dataset
     base = alt.Chart(alt.Data(values=[{"threshold": float(value), "label": label}]))
-    rule = base.mark_rule(color=THRESHOLD_COLOR, strokeDash=[6, 4], size=1.5).encode(y="threshold:Q")
+    rule = base.mark_rule(color=THRESHOLD_COLOR, strokeDash=[6, 4], size=1.5).encode(y=alt.Y("threshold:Q"))
     text = base.mark_text(color=THRESHOLD_COLOR, align="left", baseline="bottom", dx=4, dy=-2, fontSize=11).encode(
-        y="threshold:Q", text="label:N", x=alt.value(0)
+        y=alt.Y("threshold:Q"), text=alt.Text("label:N"), x=alt.XValue(0)
     )
     return rule + text
 
 
+# Channels are given as Altair objects (alt.Tooltip("x:N"), not "x:N"): Altair turns a bare
+# shorthand or dict into its channel class by hashing every class of the Vega-Lite schema
+# (a third of a chart's build time), the same spec either way.
 def line_chart(
     df: pl.DataFrame,
     y: str,
@@ -178,22 +181,22 @@ def line_chart(
         "x": _x(domain),
         "y": alt.Y(f"{y}:Q", title=y_title, axis=_y_axis(percent)),
         "color": alt.Color(f"{color}:N", legend=_legend(color)),
-        "tooltip": [alt.Tooltip("ts:T", format="%Y-%m-%d %H:%M:%S", formatType="utc", title="time (UTC)"), f"{color}:N",
+        "tooltip": [alt.Tooltip("ts:T", format="%Y-%m-%d %H:%M:%S", formatType="utc", title="time (UTC)"), alt.Tooltip(f"{color}:N"),
                     alt.Tooltip(f"{y}:Q", format=".1%" if percent else ",.3~f")]
-        + [f"{t}" for t in tooltip],
+        + [alt.Tooltip(t) for t in tooltip],
     }
     if dash == "source":
         # logged values solid, derived / reconstructed (estimated) ones dashed
         enc["strokeDash"] = alt.StrokeDash("source:N", legend=_dash_legend("source"), scale=alt.Scale(
             domain=list(SOURCE_DASH), range=list(SOURCE_DASH.values())))
-        enc["detail"] = "source:N"
+        enc["detail"] = alt.Detail("source:N")
     elif dash == "percentile":
         enc["strokeDash"] = alt.StrokeDash("percentile:N", legend=_dash_legend("percentile", color == "percentile"), scale=alt.Scale(
             domain=list(PERCENTILE_DASH), range=list(PERCENTILE_DASH.values())))
-        enc["detail"] = "percentile:N"
+        enc["detail"] = alt.Detail("percentile:N")
     elif dash is not None:
         enc["strokeDash"] = alt.StrokeDash(f"{dash}:N", legend=_dash_legend(dash))
-        enc["detail"] = f"{dash}:N"
+        enc["detail"] = alt.Detail(f"{dash}:N")
     if color == "percentile":
         enc["color"] = alt.Color("percentile:N", legend=_dash_legend("percentile", True), scale=alt.Scale(
             domain=list(PERCENTILE_COLOR), range=list(PERCENTILE_COLOR.values())))
@@ -237,7 +240,8 @@ def bar_chart(df: pl.DataFrame, y: str, y_title: str, *, color: str = "instance"
         x=_x(domain),
         y=alt.Y(f"sum({y}):Q", title=y_title, stack=True, axis=_y_axis(integer=integer)),
         color=alt.Color(f"{color}:N", legend=_legend(color)),
-        tooltip=[alt.Tooltip("ts:T", format="%Y-%m-%d %H:%M:%S", formatType="utc", title="time (UTC)"), "instance:N", f"{color}:N", f"{y}:Q"],
+        tooltip=[alt.Tooltip("ts:T", format="%Y-%m-%d %H:%M:%S", formatType="utc", title="time (UTC)"), alt.Tooltip("instance:N"),
+                 alt.Tooltip(f"{color}:N"), alt.Tooltip(f"{y}:Q")],
     )
     rule = threshold_rule(threshold, f"{threshold_label} {threshold:g}") if threshold is not None else None
     if rule is not None:
