@@ -320,3 +320,26 @@ def test_a_rerun_with_the_same_filters_builds_no_chart(store, monkeypatch):
     assert not at.exception and len(built) == n
     at.select_slider(key="window").set_value("5 min").run()  # new per-window frames: those charts again
     assert n < len(built) < 2 * n
+
+
+def test_only_the_open_latency_tab_draws_its_chart(store, monkeypatch):
+    monkeypatch.setenv("SERVELENS_STORE", str(store))
+    at = AppTest.from_file(str(APP), default_timeout=120)
+    at.run()
+    assert not at.exception
+    tabs = {t.label: t for t in at.tabs}
+
+    def latency_specs(tab) -> list[str]:
+        out, todo = [], [tab]
+        while todo:
+            node = todo.pop()
+            todo.extend(getattr(node, "children", {}).values())
+            if getattr(node, "type", None) == "vega_lite_chart":
+                out.append(node.proto.spec)
+        return out
+
+    e2e = latency_specs(tabs["End-to-end"])
+    assert len(e2e) == 1 and '"e2e latency (s)"' in e2e[0]
+    assert latency_specs(tabs["Queue time"]) == []
+    # the closed tabs still say which instances' logs give no such metric
+    assert any("Time to first token" in i.value for i in at.info)

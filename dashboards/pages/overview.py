@@ -98,11 +98,12 @@ def draw(build, df: pl.DataFrame, *args, **kwargs) -> None:
 def evidence(title: str, metric: str, df: pl.DataFrame, col: str, f: data.Filters, avail: pl.DataFrame, build,
              *args, **kwargs) -> bool:
     """Draw the chart `build(df, *args, **kwargs)` when any selected instance has values, and
-    say in words which instances have none and why. Returns whether a chart was drawn."""
+    say in words which instances have none and why. Returns whether there is a chart (drawn
+    unless `build` is None: a closed tab's)."""
     have = _have(df, col)
     missing = _missing(metric, have, f, avail)
     drawn = bool(have)
-    if drawn:
+    if drawn and build is not None:
         draw(build, df, *args, **kwargs)
     if missing:
         head = f"**{title}: not in the logs**" if not drawn else f"**{title}: not available for every instance**"
@@ -223,13 +224,16 @@ def kv_section(cfg, f, avail, th) -> None:
 def latency_section(cfg, f, avail, th) -> None:
     st.subheader("Latency percentiles")
     df = data.latency(cfg, f)
-    tabs = st.tabs(["End-to-end", "Time to first token", "Time per output token", "Queue time"])
+    # only the open tab's chart is built and sent (opening another reruns the page, from the
+    # cached results); the closed tabs keep their notes on what the logs do not give
+    tabs = st.tabs(["End-to-end", "Time to first token", "Time per output token", "Queue time"], key="latency_tab",
+                   on_change="rerun")
     slos = {"e2e": th.get("slo_p99_e2e_s"), "ttft": th.get("slo_p99_ttft_s")}
     for tab, metric in zip(tabs, ("e2e", "ttft", "tpot", "queue")):
         with tab:
             col = f"p99_{metric}_s"
             drawn = evidence(METRIC_LABEL[f"{metric}_s"], f"{metric}_s", df, col, f, avail,
-                             charts.latency_chart, metric, slos.get(metric), _dom(f))
+                             charts.latency_chart if tab.open is not False else None, metric, slos.get(metric), _dom(f))
             if drawn and metric == "e2e" and df["e2e_estimated"].any():
                 st.caption("Some end-to-end latencies are estimated from 1 s log timestamps (arrival and finish lines).")
     if f.window_bucket_s() > f.window_s:
