@@ -4,7 +4,9 @@ a warm-up thread started first.
 Streamlit runs nothing of the app until the first visitor opens the page, so that visitor
 used to pay every one-time cost: importing Altair and the page's modules, building the
 store's connection and evaluating the views every chart shares (`data._Connection`), and
-Altair's first chart validation (its JSON-schema registry). The warm-up pays them while the
+Altair's first chart validation (its JSON-schema registry); and each first change of the
+window width paid that width's per-window views. The warm-up does these first, then the
+other widths the sidebar offers, one at a time. The warm-up pays them while the
 server starts, in a daemon thread of the same process: the connection lands in the same
 `st.cache_resource` entry the page asks for (a visitor arriving before it is done waits for
 it under Streamlit's per-entry lock instead of building a second one). A failure here is
@@ -27,13 +29,16 @@ def app_args(argv: list[str]) -> list[str]:
 
 def warm(args: list[str]) -> float:
     """Import what the Overview page imports, build the store's shared connection with the
-    default window's views, and validate one chart (Altair's schema registry is built on
-    first use). Returns the seconds it took."""
+    default window's views, validate one chart (Altair's schema registry is built on first
+    use), then evaluate the per-window views of the sidebar's other widths (so that a first
+    change of width finds them). Returns the seconds it took."""
     t0 = time.perf_counter()
     from servelens.dashboards import charts, data, sidebar, verdict  # noqa: F401  (the page's imports)
 
-    data.warm(data.settings(args))
+    cfg = data.settings(args)
+    data.warm(cfg)  # what the first page needs, first
     charts.warm()
+    data.warm(cfg, tuple(sidebar.WINDOWS.values()))  # then every width the sidebar offers
     return time.perf_counter() - t0
 
 

@@ -19,7 +19,7 @@ from streamlit.testing.v1 import AppTest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dashboard_store import build_store
-from servelens.dashboards import data
+from servelens.dashboards import data, sidebar
 from servelens.pipeline.query import run
 
 APP = Path(__file__).resolve().parent.parent / "dashboards" / "app.py"
@@ -241,15 +241,21 @@ def test_the_server_start_evaluates_the_views_the_first_visitor_needs(store, mon
     serve.warm(serve.app_args(cmd))
     conn = _connection(store)  # what the page asks for: the warmed connection, not a new one
     default = float(data.thresholds(None)["window_s"])
+    # the default width first, then every other width the sidebar offers, the default shown
+    others = [w for w in sidebar.WINDOWS.values() if w != default]
     assert [(v, w) for v, w, _ in conn.evaluated] == (
-        [(v, None) for v in data.SHARED] + [(v, default) for v in data.PER_WINDOW])
-    assert conn.window_s == default
-    # the visitor's first page evaluates no view again
+        [(v, None) for v in data.SHARED] + [(v, w) for w in [default, *others] for v in data.PER_WINDOW])
+    assert conn.window_s == default and sorted(conn.widths) == sorted(sidebar.WINDOWS.values())
+    # the visitor's first page and a change of width evaluate no view again
     monkeypatch.setenv("SERVELENS_STORE", str(store))
     at = AppTest.from_file(str(APP), default_timeout=120)
     at.run()
     assert not at.exception
-    assert len(conn.evaluated) == len(data.SHARED) + len(data.PER_WINDOW)
+    n = len(conn.evaluated)
+    assert n == len(data.SHARED) + len(sidebar.WINDOWS) * len(data.PER_WINDOW)
+    at.select_slider(key="window").set_value("15 min").run()
+    assert not at.exception and at.caption[0].value.endswith("window 900 s")
+    assert len(conn.evaluated) == n
 
 
 def test_a_failed_warm_up_is_one_line_and_the_server_still_starts(tmp_path, capsys):
