@@ -8,8 +8,12 @@ signal.
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
-from collections.abc import Sequence
+import hashlib
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 
 import altair as alt
 import polars as pl
@@ -56,6 +60,72 @@ def _prepare(df: pl.DataFrame, y: str | Sequence[str]) -> pl.DataFrame:
     return out.with_columns(pl.col("ts").dt.convert_time_zone("UTC").dt.strftime(ISO))
 
 
+# --- specs, built once per chart content -------------------------------------------------
+#
+# Building an Altair chart and converting it to Vega-Lite (what st.altair_chart does) costs
+# 50-60 ms a chart, about 0.5 CPU-s of every rerun of the Overview page. The same filters give
+# the same frames (the queries are cached), so the spec of a chart is kept, keyed by its
+# builder, the builder's arguments and the content of its frame: going back to filters seen
+# before, a live refresh with no new data and every other visitor of the same range build no
+# chart. The frame travels as a named dataset that Streamlit sends as Arrow, as with
+# st.altair_chart.
+SPECS_KEPT = 256
+_specs: OrderedDict[tuple, dict] = OrderedDict()
+_specs_lock = threading.Lock()
+
+
+def frame_key(df: pl.DataFrame) -> tuple:
+    """The frame's shape, schema and a digest of every row's hash (same content, same key)."""
+    digest = hashlib.blake2b(df.hash_rows(seed=0).to_numpy().tobytes(), digest_size=16)
+    return df.height, tuple((c, str(t)) for c, t in df.schema.items()), digest.hexdigest()
+
+
+def _to_spec(chart: alt.Chart | alt.LayerChart) -> dict:
+    """The chart's Vega-Lite spec with its frames as named datasets (what st.altair_chart
+    sends: Streamlit's theme, not Altair's default one)."""
+    datasets: dict[str, object] = {}
+
+    def named(data: object) -> dict[str, str]:
+        name = f"data-{len(datasets)}"
+        for k, v in datasets.items():  # the same frame in two layers: one dataset
+            if v is data:
+                return {"name": k}
+        datasets[name] = data
+        return {"name": name}
+
+    alt.data_transformers.register("servelens_named", named)
+    theme = alt.theme.enable("none") if alt.theme.active == "default" else None
+    try:
+        with alt.data_transformers.enable("servelens_named"):
+            spec = chart.to_dict()
+    finally:
+        if theme is not None:
+            alt.theme.enable("default")
+    spec["datasets"] = {**spec.get("datasets", {}), **datasets}
+    return spec
+
+
+def vega_spec(build: Callable[..., alt.Chart | alt.LayerChart], df: pl.DataFrame, *args, **kwargs) -> dict:
+    """`build(df, *args, **kwargs)` as a Vega-Lite spec for st.vega_lite_chart, from the kept
+    specs when the same builder drew the same frame with the same arguments before (the least
+    recently used of SPECS_KEPT dropped first). A fresh copy each call: Streamlit takes the
+    datasets out of the spec it is given."""
+    key = (build.__module__, build.__qualname__, frame_key(df), repr(args), repr(sorted(kwargs.items())))
+    with _specs_lock:
+        spec = _specs.get(key)
+        if spec is not None:
+            _specs.move_to_end(key)
+    if spec is None:
+        with _specs_lock:  # Altair's data transformer and theme are process-wide settings
+            spec = _to_spec(build(df, *args, **kwargs))
+            _specs[key] = spec
+            while len(_specs) > SPECS_KEPT:
+                _specs.popitem(last=False)
+    out = copy.deepcopy({k: v for k, v in spec.items() if k != "datasets"})
+    out["datasets"] = dict(spec["datasets"])
+    return out
+
+
 # `domain`: the x range of a chart, [start, end] of the selected time range (`time_domain`),
 # so that the charts line up under each other and a gap shows that the log said nothing then.
 def time_domain(start: dt.datetime, end: dt.datetime) -> list[str]:
@@ -83,13 +153,16 @@ def threshold_rule(value: float | None, label: str) -> alt.LayerChart | None:
         return None
     # inline values: the rule travels in the chart spec itself, not as a separate dataset
     base = alt.Chart(alt.Data(values=[{"threshold": float(value), "label": label}]))
-    rule = base.mark_rule(color=THRESHOLD_COLOR, strokeDash=[6, 4], size=1.5).encode(y="threshold:Q")
+    rule = base.mark_rule(color=THRESHOLD_COLOR, strokeDash=[6, 4], size=1.5).encode(y=alt.Y("threshold:Q"))
     text = base.mark_text(color=THRESHOLD_COLOR, align="left", baseline="bottom", dx=4, dy=-2, fontSize=11).encode(
-        y="threshold:Q", text="label:N", x=alt.value(0)
+        y=alt.Y("threshold:Q"), text=alt.Text("label:N"), x=alt.XValue(0)
     )
     return rule + text
 
 
+# Channels are given as Altair objects (alt.Tooltip("x:N"), not "x:N"): Altair turns a bare
+# shorthand or dict into its channel class by hashing every class of the Vega-Lite schema
+# (a third of a chart's build time), the same spec either way.
 def line_chart(
     df: pl.DataFrame,
     y: str,
@@ -108,22 +181,22 @@ def line_chart(
         "x": _x(domain),
         "y": alt.Y(f"{y}:Q", title=y_title, axis=_y_axis(percent)),
         "color": alt.Color(f"{color}:N", legend=_legend(color)),
-        "tooltip": [alt.Tooltip("ts:T", format="%Y-%m-%d %H:%M:%S", formatType="utc", title="time (UTC)"), f"{color}:N",
+        "tooltip": [alt.Tooltip("ts:T", format="%Y-%m-%d %H:%M:%S", formatType="utc", title="time (UTC)"), alt.Tooltip(f"{color}:N"),
                     alt.Tooltip(f"{y}:Q", format=".1%" if percent else ",.3~f")]
-        + [f"{t}" for t in tooltip],
+        + [alt.Tooltip(t) for t in tooltip],
     }
     if dash == "source":
         # logged values solid, derived / reconstructed (estimated) ones dashed
         enc["strokeDash"] = alt.StrokeDash("source:N", legend=_dash_legend("source"), scale=alt.Scale(
             domain=list(SOURCE_DASH), range=list(SOURCE_DASH.values())))
-        enc["detail"] = "source:N"
+        enc["detail"] = alt.Detail("source:N")
     elif dash == "percentile":
         enc["strokeDash"] = alt.StrokeDash("percentile:N", legend=_dash_legend("percentile", color == "percentile"), scale=alt.Scale(
             domain=list(PERCENTILE_DASH), range=list(PERCENTILE_DASH.values())))
-        enc["detail"] = "percentile:N"
+        enc["detail"] = alt.Detail("percentile:N")
     elif dash is not None:
         enc["strokeDash"] = alt.StrokeDash(f"{dash}:N", legend=_dash_legend(dash))
-        enc["detail"] = f"{dash}:N"
+        enc["detail"] = alt.Detail(f"{dash}:N")
     if color == "percentile":
         enc["color"] = alt.Color("percentile:N", legend=_dash_legend("percentile", True), scale=alt.Scale(
             domain=list(PERCENTILE_COLOR), range=list(PERCENTILE_COLOR.values())))
@@ -167,7 +240,8 @@ def bar_chart(df: pl.DataFrame, y: str, y_title: str, *, color: str = "instance"
         x=_x(domain),
         y=alt.Y(f"sum({y}):Q", title=y_title, stack=True, axis=_y_axis(integer=integer)),
         color=alt.Color(f"{color}:N", legend=_legend(color)),
-        tooltip=[alt.Tooltip("ts:T", format="%Y-%m-%d %H:%M:%S", formatType="utc", title="time (UTC)"), "instance:N", f"{color}:N", f"{y}:Q"],
+        tooltip=[alt.Tooltip("ts:T", format="%Y-%m-%d %H:%M:%S", formatType="utc", title="time (UTC)"), alt.Tooltip("instance:N"),
+                 alt.Tooltip(f"{color}:N"), alt.Tooltip(f"{y}:Q")],
     )
     rule = threshold_rule(threshold, f"{threshold_label} {threshold:g}") if threshold is not None else None
     if rule is not None:
@@ -212,3 +286,13 @@ def latency_chart(df: pl.DataFrame, metric: str, slo: float | None = None, domai
     if slo is not None:
         chart = chart + threshold_rule(slo, f"p99 SLO {slo:g} s")  # type: ignore[operator]
     return chart
+
+
+def warm() -> None:
+    """Build and validate one small chart: Altair builds its JSON-schema validator on the
+    first validation (a few hundred ms), which the first visitor would otherwise wait for
+    (dashboards/serve.py calls this while the server starts)."""
+    t = dt.datetime(2026, 1, 1, tzinfo=UTC)
+    df = pl.DataFrame({"ts": [t, t + dt.timedelta(seconds=1)], "engine": ["vllm"] * 2, "instance": ["warm-up"] * 2,
+                       "source": ["logged"] * 2, "waiting": [0.0, 1.0], "waiting_max": [0.0, 1.0]})
+    queue_chart(df, 1.0, time_domain(t, t + dt.timedelta(seconds=2))).to_dict()

@@ -225,6 +225,28 @@ def query(cfg: Settings, sql: str, params: dict[str, Any] | None = None, window_
     return _cached(cfg.store, store_version(cfg.store), sql, params, _variables(cfg), cfg.time_range, window)
 
 
+def warm(cfg: Settings, widths: tuple[float, ...] = ()) -> _Connection:
+    """The shared connection of the store as it is now, with the default window width's
+    per-window views evaluated: what the first visitor's page would build; then those of
+    `widths` (at most WIDTHS_KEPT), one width per hold of the lock so that a visitor's query
+    waits for one width at most, the default width the one shown at the end. `servelens
+    dashboard` calls this while its server starts (dashboards/serve.py), so that the first
+    visitor and the first change of width do not pay it."""
+    variables = _variables(cfg)
+    default = float(dict(variables)["window_s"])
+    conn = _connection(cfg.store, store_version(cfg.store), variables, cfg.time_range)
+    with conn.lock:
+        conn.use_window(default)
+    others = [float(w) for w in widths if float(w) != default][:WIDTHS_KEPT - 1]
+    for w in others:
+        with conn.lock:
+            conn.use_window(w)
+    if others:
+        with conn.lock:
+            conn.use_window(default)
+    return conn
+
+
 # A visitor's query: less time and memory than on the command line (several visitors share the
 # machine), two threads; `servelens dashboard --query-timeout/--query-memory` set the env.
 USER_SQL_LIMITS = Limits(
@@ -565,4 +587,5 @@ __all__ = [
     "store_version",
     "thresholds",
     "throughput",
+    "warm",
 ]

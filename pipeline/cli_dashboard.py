@@ -1,7 +1,8 @@
 """`servelens dashboard`: start the Streamlit dashboard (dashboards/app.py) over a store.
 
-The command checks its arguments, then replaces itself with `python -m streamlit run` (exec,
-so that signals reach Streamlit directly), bound to localhost unless `--host` says otherwise,
+The command checks its arguments, then replaces itself with `streamlit run` (exec, so that
+signals reach Streamlit directly; through dashboards/serve.py, which first starts a thread
+building the store's connection so that the first visitor does not wait for it), bound to localhost unless `--host` says otherwise,
 with usage statistics off and no browser opened.
 
 Serving beyond this machine is an explicit decision: an address other than loopback needs
@@ -35,7 +36,9 @@ def app_path() -> Path:
 def streamlit_command(store: Path, port: int, host: str, thresholds: Path | None = None,
                       since: str | None = None, until: str | None = None) -> list[str]:
     cmd = [
-        sys.executable, "-m", "streamlit", "run", str(app_path()),
+        # Streamlit's own command line, behind a launcher that warms the store's connection
+        # while the server starts (dashboards/serve.py)
+        sys.executable, "-m", "servelens.dashboards.serve", "run", str(app_path()),
         "--server.port", str(port),
         "--server.address", host,
         "--server.headless", "true",

@@ -19,7 +19,7 @@ from streamlit.testing.v1 import AppTest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dashboard_store import build_store
-from servelens.dashboards import data
+from servelens.dashboards import data, sidebar
 from servelens.pipeline.query import run
 
 APP = Path(__file__).resolve().parent.parent / "dashboards" / "app.py"
@@ -226,3 +226,126 @@ def test_with_a_time_range_the_page_shows_what_the_range_query_gives(store):
 
 def _connection_schema(cfg: data.Settings) -> str:
     return data._connection(cfg.store, data.store_version(cfg.store), data._variables(cfg), cfg.time_range).schema
+
+
+# --- the first visitor and the reruns: work done before, or once -----------------------------
+
+
+def test_the_server_start_evaluates_the_views_the_first_visitor_needs(store, monkeypatch):
+    from servelens.dashboards import serve
+    from servelens.pipeline.cli_dashboard import streamlit_command
+
+    cmd = streamlit_command(store, 8600, "127.0.0.1")
+    assert cmd[1:5] == ["-m", "servelens.dashboards.serve", "run", cmd[4]] and cmd[4].endswith("app.py")
+    assert serve.app_args(cmd) == ["--store", str(store)]
+    serve.warm(serve.app_args(cmd))
+    conn = _connection(store)  # what the page asks for: the warmed connection, not a new one
+    default = float(data.thresholds(None)["window_s"])
+    # the default width first, then every other width the sidebar offers, the default shown
+    others = [w for w in sidebar.WINDOWS.values() if w != default]
+    assert [(v, w) for v, w, _ in conn.evaluated] == (
+        [(v, None) for v in data.SHARED] + [(v, w) for w in [default, *others] for v in data.PER_WINDOW])
+    assert conn.window_s == default and sorted(conn.widths) == sorted(sidebar.WINDOWS.values())
+    # the visitor's first page and a change of width evaluate no view again
+    monkeypatch.setenv("SERVELENS_STORE", str(store))
+    at = AppTest.from_file(str(APP), default_timeout=120)
+    at.run()
+    assert not at.exception
+    n = len(conn.evaluated)
+    assert n == len(data.SHARED) + len(sidebar.WINDOWS) * len(data.PER_WINDOW)
+    at.select_slider(key="window").set_value("15 min").run()
+    assert not at.exception and at.caption[0].value.endswith("window 900 s")
+    assert len(conn.evaluated) == n
+
+
+def test_a_failed_warm_up_is_one_line_and_the_server_still_starts(tmp_path, capsys):
+    from servelens.dashboards import serve
+
+    serve._warm_in_background(["--store", str(tmp_path / "nothing-here")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("servelens dashboard: warm-up failed (") and "Traceback" not in err[0]
+
+
+def _queue_frame(values: list[float | None]) -> pl.DataFrame:
+    t = dt.datetime(2026, 5, 12, 8, tzinfo=UTC)
+    n = len(values)
+    return pl.DataFrame({"ts": [t + dt.timedelta(seconds=5 * k) for k in range(n)], "engine": ["vllm"] * n,
+                         "instance": ["gpu-0"] * n, "source": ["logged"] * n, "waiting": values,
+                         "waiting_max": values})
+
+
+def test_a_chart_spec_is_built_once_per_content_and_the_kept_specs_are_bounded(monkeypatch):
+    from servelens.dashboards import charts
+
+    monkeypatch.setattr(charts, "_specs", type(charts._specs)())
+    monkeypatch.setattr(charts, "SPECS_KEPT", 2)
+    built: list[int] = []
+
+    def queue(df, threshold, domain=None):
+        built.append(df.height)
+        return charts.queue_chart(df, threshold, domain)
+
+    a, b, c = _queue_frame([3.0, None, 12.0]), _queue_frame([1.0, 2.0]), _queue_frame([1.0, 2.0, 3.0, 4.0])
+    spec = charts.vega_spec(queue, a, 10.0)
+    # the frame (nulls dropped: a gap, not a 0) travels as a named dataset, the rule inline
+    (name, frame), = spec["datasets"].items()
+    assert frame["waiting"].to_list() == [3.0, 12.0]
+    assert spec["layer"][0]["data"] == {"name": name}
+    assert [r["data"]["values"] for r in spec["layer"] if "values" in r.get("data", {})] == [
+        [{"threshold": 10.0, "label": "scale-out threshold 10"}]]
+    # everything but the data's name is what Altair gives for the same chart
+    want = charts.queue_chart(a, 10.0).to_dict()
+    want.pop("datasets"), want.pop("$schema", None), want.pop("config", None)
+    got = {k: v for k, v in spec.items() if k not in ("datasets", "$schema", "config")}
+    got["layer"][0]["data"] = want["layer"][0]["data"]
+    assert got == want
+    spec["layer"].clear()  # Streamlit takes the spec apart: the kept one is a copy
+    assert charts.vega_spec(queue, a, 10.0)["layer"] and built == [3]
+    assert charts.vega_spec(queue, _queue_frame([3.0, None, 12.0]), 10.0)["datasets"] and built == [3]  # same content
+    charts.vega_spec(queue, a, 20.0)  # another threshold
+    charts.vega_spec(queue, b, 10.0)  # another frame
+    assert built == [3, 3, 2]
+    charts.vega_spec(queue, c, 10.0)  # a third: the least recently used (a, 10) is dropped
+    charts.vega_spec(queue, a, 10.0)
+    assert built == [3, 3, 2, 4, 3] and len(charts._specs) == 2
+
+
+def test_a_rerun_with_the_same_filters_builds_no_chart(store, monkeypatch):
+    from servelens.dashboards import charts
+
+    monkeypatch.setenv("SERVELENS_STORE", str(store))
+    monkeypatch.setattr(charts, "_specs", type(charts._specs)())
+    built: list[dict] = []
+    real = charts._to_spec
+    monkeypatch.setattr(charts, "_to_spec", lambda chart: built.append(real(chart)) or built[-1])
+    at = AppTest.from_file(str(APP), default_timeout=120)
+    at.run()
+    assert not at.exception and len(built) >= 5
+    n = len(built)
+    at.run()
+    assert not at.exception and len(built) == n
+    at.select_slider(key="window").set_value("5 min").run()  # new per-window frames: those charts again
+    assert n < len(built) < 2 * n
+
+
+def test_only_the_open_latency_tab_draws_its_chart(store, monkeypatch):
+    monkeypatch.setenv("SERVELENS_STORE", str(store))
+    at = AppTest.from_file(str(APP), default_timeout=120)
+    at.run()
+    assert not at.exception
+    tabs = {t.label: t for t in at.tabs}
+
+    def latency_specs(tab) -> list[str]:
+        out, todo = [], [tab]
+        while todo:
+            node = todo.pop()
+            todo.extend(getattr(node, "children", {}).values())
+            if getattr(node, "type", None) == "vega_lite_chart":
+                out.append(node.proto.spec)
+        return out
+
+    e2e = latency_specs(tabs["End-to-end"])
+    assert len(e2e) == 1 and '"e2e latency (s)"' in e2e[0]
+    assert latency_specs(tabs["Queue time"]) == []
+    # the closed tabs still say which instances' logs give no such metric
+    assert any("Time to first token" in i.value for i in at.info)

@@ -89,14 +89,22 @@ def _have(df: pl.DataFrame, col: str) -> set[tuple[str, str]]:
     return set(df.drop_nulls(col).select("engine", "instance").unique().rows())
 
 
-def evidence(title: str, metric: str, df: pl.DataFrame, col: str, f: data.Filters, avail: pl.DataFrame, chart) -> bool:
-    """Draw `chart()` when any selected instance has values, and say in words which instances
-    have none and why. Returns whether a chart was drawn."""
+def draw(build, df: pl.DataFrame, *args, **kwargs) -> None:
+    """The chart `build(df, *args, **kwargs)` (a builder of charts.py), its spec built once per
+    content (charts.vega_spec): a rerun with the same frames builds no chart."""
+    st.vega_lite_chart(spec=charts.vega_spec(build, df, *args, **kwargs), width="stretch")
+
+
+def evidence(title: str, metric: str, df: pl.DataFrame, col: str, f: data.Filters, avail: pl.DataFrame, build,
+             *args, **kwargs) -> bool:
+    """Draw the chart `build(df, *args, **kwargs)` when any selected instance has values, and
+    say in words which instances have none and why. Returns whether there is a chart (drawn
+    unless `build` is None: a closed tab's)."""
     have = _have(df, col)
     missing = _missing(metric, have, f, avail)
     drawn = bool(have)
-    if drawn:
-        st.altair_chart(chart(), width="stretch")
+    if drawn and build is not None:
+        draw(build, df, *args, **kwargs)
     if missing:
         head = f"**{title}: not in the logs**" if not drawn else f"**{title}: not available for every instance**"
         st.info("\n".join([head, *missing]), icon=":material/info:")
@@ -187,7 +195,7 @@ def headline(cfg: data.Settings, f: data.Filters) -> None:
 def queue_section(cfg, f, avail, th) -> None:
     st.subheader("Queue depth")
     df = data.queue_depth(cfg, f)
-    evidence("Queue depth", "waiting", df, "waiting", f, avail, lambda: charts.queue_chart(df, th.get("queue_waiting"), _dom(f)))
+    evidence("Queue depth", "waiting", df, "waiting", f, avail, charts.queue_chart, th.get("queue_waiting"), _dom(f))
     if not df.is_empty():
         sources = df.group_by("instance").agg(pl.col("source").unique().sort().str.join("+")).sort("instance")
         st.caption("queue_depth.source: " + "; ".join(
@@ -197,17 +205,17 @@ def queue_section(cfg, f, avail, th) -> None:
 def batch_section(cfg, f, avail, th) -> None:
     st.subheader("Batch fill")
     df = data.batch_fill(cfg, f)
-    drawn = evidence("Batch fill", "fill", df, "fill", f, avail, lambda: charts.fill_chart(df, th.get("scheduler_fill"), _dom(f)))
+    drawn = evidence("Batch fill", "fill", df, "fill", f, avail, charts.fill_chart, th.get("scheduler_fill"), _dom(f))
     if not drawn:
         # without a sequence limit the fill cannot be computed, but the batch size can be shown
-        evidence("Running requests", "running", df, "running", f, avail, lambda: charts.running_chart(df, _dom(f)))
+        evidence("Running requests", "running", df, "running", f, avail, charts.running_chart, _dom(f))
 
 
 def kv_section(cfg, f, avail, th) -> None:
     st.subheader("KV cache and preemptions")
     df = data.kv_cache(cfg, f)
-    evidence("KV-cache usage", "kv_usage", df, "kv_usage", f, avail, lambda: charts.kv_chart(df, th.get("kv_usage"), _dom(f)))
-    drawn = evidence("Preemptions", "preemptions", df, "preemptions", f, avail, lambda: charts.preemption_chart(df, _dom(f)))
+    evidence("KV-cache usage", "kv_usage", df, "kv_usage", f, avail, charts.kv_chart, th.get("kv_usage"), _dom(f))
+    drawn = evidence("Preemptions", "preemptions", df, "preemptions", f, avail, charts.preemption_chart, _dom(f))
     if drawn and "vllm" in {e for e, _ in f.targets}:
         st.caption("Preemptions: logged counts plus preemption warning lines. vLLM V0 logs a warning for "
                    "every 50th preemption only, so one warning stands for up to 50 preemptions.")
@@ -216,13 +224,16 @@ def kv_section(cfg, f, avail, th) -> None:
 def latency_section(cfg, f, avail, th) -> None:
     st.subheader("Latency percentiles")
     df = data.latency(cfg, f)
-    tabs = st.tabs(["End-to-end", "Time to first token", "Time per output token", "Queue time"])
+    # only the open tab's chart is built and sent (opening another reruns the page, from the
+    # cached results); the closed tabs keep their notes on what the logs do not give
+    tabs = st.tabs(["End-to-end", "Time to first token", "Time per output token", "Queue time"], key="latency_tab",
+                   on_change="rerun")
     slos = {"e2e": th.get("slo_p99_e2e_s"), "ttft": th.get("slo_p99_ttft_s")}
     for tab, metric in zip(tabs, ("e2e", "ttft", "tpot", "queue")):
         with tab:
             col = f"p99_{metric}_s"
             drawn = evidence(METRIC_LABEL[f"{metric}_s"], f"{metric}_s", df, col, f, avail,
-                             lambda m=metric: charts.latency_chart(df, m, slos.get(m), _dom(f)))
+                             charts.latency_chart if tab.open is not False else None, metric, slos.get(metric), _dom(f))
             if drawn and metric == "e2e" and df["e2e_estimated"].any():
                 st.caption("Some end-to-end latencies are estimated from 1 s log timestamps (arrival and finish lines).")
     if f.window_bucket_s() > f.window_s:
@@ -238,7 +249,7 @@ def throughput_section(cfg, f, avail, th) -> None:
     with left:
         have = _have(df, "requests_per_s")
         if have:
-            st.altair_chart(charts.line_chart(df, "requests_per_s", "finished requests/s", domain=_dom(f)), width="stretch")
+            draw(charts.line_chart, df, "requests_per_s", "finished requests/s", domain=_dom(f))
         missing = [f"- **{i}** ({e}): no finished requests in its log (no per-request lines)"
                    for e, i in f.targets if (e, i) not in have and e != "unknown"]
         if missing:
@@ -246,7 +257,7 @@ def throughput_section(cfg, f, avail, th) -> None:
             st.info("\n".join([head, *missing]), icon=":material/info:")
     with right:
         drawn = evidence("Tokens/s", "gen_tps", tok, "tokens_per_s", f, avail,
-                         lambda: charts.line_chart(tok, "tokens_per_s", "generated tokens/s", domain=_dom(f)))
+                         charts.line_chart, "tokens_per_s", "generated tokens/s", domain=_dom(f))
         if drawn:
             st.caption("Tokens/s: the engine's logged generation throughput where it logs one, else output "
                        "tokens of the requests finished in the window.")
@@ -261,7 +272,7 @@ def errors_section(cfg, f, th) -> None:
     if df.is_empty():
         st.success("No errors logged in the selected range.")
         return
-    st.altair_chart(charts.errors_chart(df, th.get("errors_count"), _dom(f)), width="stretch")
+    draw(charts.errors_chart, df, th.get("errors_count"), _dom(f))
     first = (df.sort("first_ts").group_by("instance", "kind", maintain_order=True)
              .agg(pl.col("n_errors").sum(), pl.col("first_ts").first(), pl.col("first_message").first(),
                   pl.col("first_source").first(), pl.col("first_line").first()))

@@ -1,0 +1,64 @@
+"""What `servelens dashboard` execs: Streamlit's own command line (`streamlit run ...`), with
+a warm-up thread started first.
+
+Streamlit runs nothing of the app until the first visitor opens the page, so that visitor
+used to pay every one-time cost: importing Altair and the page's modules, building the
+store's connection and evaluating the views every chart shares (`data._Connection`), and
+Altair's first chart validation (its JSON-schema registry); and each first change of the
+window width paid that width's per-window views. The warm-up does these first, then the
+other widths the sidebar offers, one at a time. The warm-up pays them while the
+server starts, in a daemon thread of the same process: the connection lands in the same
+`st.cache_resource` entry the page asks for (a visitor arriving before it is done waits for
+it under Streamlit's per-entry lock instead of building a second one). A failure here is
+only one line on stderr: the page then meets the same error and shows it in one line.
+
+    python -m servelens.dashboards.serve run APP [streamlit options] -- --store DIR ...
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+
+def app_args(argv: list[str]) -> list[str]:
+    """The app's own arguments: what follows `--` on Streamlit's command line."""
+    return argv[argv.index("--") + 1:] if "--" in argv else []
+
+
+def warm(args: list[str]) -> float:
+    """Import what the Overview page imports, build the store's shared connection with the
+    default window's views, validate one chart (Altair's schema registry is built on first
+    use), then evaluate the per-window views of the sidebar's other widths (so that a first
+    change of width finds them). Returns the seconds it took."""
+    t0 = time.perf_counter()
+    from servelens.dashboards import charts, data, sidebar, verdict  # noqa: F401  (the page's imports)
+
+    cfg = data.settings(args)
+    data.warm(cfg)  # what the first page needs, first
+    charts.warm()
+    data.warm(cfg, tuple(sidebar.WINDOWS.values()))  # then every width the sidebar offers
+    return time.perf_counter() - t0
+
+
+def _warm_in_background(args: list[str]) -> None:
+    try:
+        took = warm(args)
+        print(f"servelens dashboard: store views ready in {took:.1f} s", file=sys.stderr, flush=True)
+    except Exception as e:  # noqa: BLE001 - the page reports the same error to the visitor
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        print(f"servelens dashboard: warm-up failed ({why}); the page will say why", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    threading.Thread(target=_warm_in_background, args=(app_args(argv),), name="servelens-warmup", daemon=True).start()
+    from streamlit.web.cli import main as streamlit_main
+
+    sys.argv = ["streamlit", *argv]
+    streamlit_main(prog_name="streamlit")
+
+
+if __name__ == "__main__":
+    main()
