@@ -46,8 +46,9 @@ def reads(named: Iterable[str], bound: Iterable[str], leaves: Iterable[str] = ()
 def share(con: duckdb.DuckDBPyConnection, named: Iterable[str], bound: Iterable[str],
           leaves: Iterable[str], schema: str, limits: Limits) -> list[str]:
     """Materialise each view of SHARED that the query reads more than once (in `schema`, where
-    the views are bound); returns those views. Runs under `limits` (sandbox.execute: a time
-    limit, one-line QueryError on running out of memory)."""
+    the views are bound); returns those views. Each table is computed under `limits`
+    (sandbox.execute: the time limit, one-line QueryError on running out of memory or spill),
+    as the query then is: a query over shared views can take up to three times its limit."""
     count = reads(named, bound, leaves)
     done = []
     for name in SHARED:
