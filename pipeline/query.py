@@ -71,9 +71,9 @@ def connect(
     variables (pipeline/rollup.py), so the views over it read no event; False forces the raw
     SQL; None: yes unless SERVELENS_NO_ROLLUPS is set.
     `instances`: only the events of these (engine, instance) pairs (a rollup refresh).
-    `shared`: compute the views the query reads several times (`requests`, ...) once, into
-    temporary tables (pipeline/shared.py); None: yes when `views` is given (one query's
-    connection).
+    `shared`: with `views` (one query's connection), compute the views that query reads
+    through several others (`requests`, `engine_stats`) once, into temporary tables
+    (pipeline/shared.py); None or True: yes, False: each reference derives them anew.
     `time_range`: only events in it, and view rows that fall in it (see pipeline/timerange.py).
     `union_by_name`: None decides by reading every part's schema, unless `views` is given
     (one query's connection, `run`): then only the first part's, which `run` backs up.
