@@ -35,6 +35,7 @@ from .layout import FILE_SCHEMA, read_parquet_sql
 from . import rollup as rollup_mod
 from .layout import partition_values
 from .metrics import closure, define_view, load_views, named_views
+from .shared import share
 from .sandbox import REFUSED_HINT, Limits, QueryError, check_statement, clean_message, connection_config, execute, lock_down
 from .store import StoreError, committed_parts, read_manifest, readable_parts
 from .timerange import TimeRange, bind_range_views, parts_in, standing_events_sql
@@ -59,6 +60,7 @@ def connect(
     union_by_name: bool | None = None,
     rollups: bool | None = None,
     instances: list[tuple[str, str]] | None = None,
+    shared: bool | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with `events` over the store and the views of sql/,
     sandboxed (see pipeline/sandbox.py): it reads the committed parts (and `readable`, files a
@@ -69,6 +71,9 @@ def connect(
     variables (pipeline/rollup.py), so the views over it read no event; False forces the raw
     SQL; None: yes unless SERVELENS_NO_ROLLUPS is set.
     `instances`: only the events of these (engine, instance) pairs (a rollup refresh).
+    `shared`: with `views` (one query's connection), compute the views that query reads
+    through several others (`requests`, `engine_stats`) once, into temporary tables
+    (pipeline/shared.py); None or True: yes, False: each reference derives them anew.
     `time_range`: only events in it, and view rows that fall in it (see pipeline/timerange.py).
     `union_by_name`: None decides by reading every part's schema, unless `views` is given
     (one query's connection, `run`): then only the first part's, which `run` backs up.
@@ -133,6 +138,8 @@ def connect(
                 con.register("_events_empty", EVENT_SCHEMA.empty_table())
                 con.execute("create or replace view events as select * from _events_empty")
             names = load_views(con, variables=variables, only=bind, overrides=overrides)  # binding a view over `events` opens the parts too
+            if views is not None and (shared is None or shared):
+                share(con, views, names, [rollup_mod.VIEW] if roll else [], "scan" if scan else "main", limits)
             if scan:
                 con.execute("use memory.main")
                 bind_range_views(con, ["events", *names], time_range, lambda name: define_view(con, name))
@@ -140,6 +147,10 @@ def connect(
             # the view keeps working over exactly these parts
             lock_down(con, [*(standing if scan else parts), *([roll] if roll else []), *readable])
             return con
+        except QueryError as e:  # computing a shared view (pipeline/shared.py)
+            con.close()
+            if attempt + 1 == READ_RETRIES or not _vanished(e):
+                raise
         except (duckdb.IOException, RuntimeError) as e:
             con.close()
             # a writer (tail, compaction) moved a part between our reading the manifest and

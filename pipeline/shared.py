@@ -1,0 +1,61 @@
+"""Views one query reads through several others, computed once per connection.
+
+DuckDB inlines a view at each place a query reads it: `window_metrics` reads `requests`
+through throughput, request_state (itself read three times: by queue_depth, batch_fill and
+window_metrics) and directly, so the raw plan derived `requests` from the events four to
+six times, each derivation scanning the events several times (bench/RESULTS.md, "The raw
+path"). A connection made for one query (`query.run`: it knows the views the query names)
+instead computes each view of `SHARED` that the query reaches by two paths or more into a
+temporary table once, and rebinds the view over that table; every view above it reads the
+table. The answers are those of the views: the table holds the view's rows.
+
+A temporary table lives in DuckDB's buffer pool: beyond the connection's memory limit it is
+spilled to the connection's private spill directory (pipeline/sandbox.py), within its limit.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import duckdb
+
+from .metrics import sql_files, view_dependencies, view_name
+from .sandbox import Limits, execute
+
+# Derived from the events, read by several views, costly to derive: in load order (a later
+# one reads the earlier ones' tables)
+SHARED = ("requests", "engine_stats")
+
+
+def reads(named: Iterable[str], bound: Iterable[str], leaves: Iterable[str] = ()) -> dict[str, int]:
+    """How many times a query naming the views `named` reads each bound view: the number of
+    paths from the named views down to it through the bound views (a view of `leaves`, bound
+    over a stored rollup, reads no other view)."""
+    deps = view_dependencies()
+    bound, stop = set(bound), set(leaves)
+    order = [v for v in (view_name(p) for p in sql_files()) if v in bound]
+    count = {v: (1 if v in set(named) else 0) for v in order}
+    for v in reversed(order):  # a view reads only views of files before it
+        if v in stop or not count[v]:
+            continue
+        for d in deps[v] & bound:
+            count[d] += count[v]
+    return count
+
+
+def share(con: duckdb.DuckDBPyConnection, named: Iterable[str], bound: Iterable[str],
+          leaves: Iterable[str], schema: str, limits: Limits) -> list[str]:
+    """Materialise each view of SHARED that the query reads more than once (in `schema`, where
+    the views are bound); returns those views. Each table is computed under `limits`
+    (sandbox.execute: the time limit, one-line QueryError on running out of memory or spill),
+    as the query then is: a query over shared views can take up to three times its limit."""
+    count = reads(named, bound, leaves)
+    done = []
+    for name in SHARED:
+        if count.get(name, 0) < 2:
+            continue
+        table = f"shared_{name}"
+        execute(con, f"create temp table {table} as select * from {schema}.{name}", None, limits)
+        con.execute(f"create or replace view {schema}.{name} as select * from temp.{table}")
+        done.append(name)
+    return done
