@@ -142,8 +142,13 @@ def ingest(
     on_file: Callable[[FileResult], None] | None = None,
     instance_from: str | None = None,
     rollups: bool = True,
+    keep_lines: bool = False,
 ) -> IngestSummary:
     """Ingest files and directories (recursively, plain or .gz) into the store.
+
+    `keep_lines`: keep the text (`message`) of every event, in this ingest and every later
+    one into the store (and its tailer); by default the bulk events whose columns say what
+    their line said keep none (pipeline/lines.py `trim_messages`).
 
     `rollups`: bring the store's rollups up to date at the end (pipeline/rollup.py); without
     it the instances stay marked dirty (queries compute their windows from the events) until
@@ -182,12 +187,18 @@ def ingest(
         namer = InstanceNamer([f.path for f in found], template=instance_from, stored=stored)
         summary.notes.extend(namer.notes)
         found = sorted(found, key=lambda f: lineage_order(f.path, namer.name(f.path)))
+        if keep_lines and not store.manifest.get("keep_lines"):
+            store.manifest["keep_lines"] = True  # written with the next commit
+        keep_lines = bool(store.manifest.get("keep_lines"))
         batch = _Batch(store)
 
         def open_file(item, reserved: set[str] | frozenset[str] = frozenset()) -> _Opened | FileResult:
-            return _open_file(item.path, store, batch, engine, instance or namer.name(item.path), year,
-                              block_bytes, on_progress, explicit=instance is not None,
-                              labels=namer.labels(item.path), reserved=reserved)
+            opened = _open_file(item.path, store, batch, engine, instance or namer.name(item.path), year,
+                                block_bytes, on_progress, explicit=instance is not None,
+                                labels=namer.labels(item.path), reserved=reserved)
+            if isinstance(opened, _Opened):
+                opened.ctx.keep_lines = keep_lines
+            return opened
 
         for result in _files_in_order(found, open_file, batch, block_bytes, on_progress,
                                       lambda item: instance or namer.name(item.path)):
