@@ -114,11 +114,15 @@ class _Batch:
         self.bytes = 0
         self.files: dict[str, dict] = {}
 
-    def add(self, events: pl.DataFrame, key: str, state: dict) -> None:
+    def add(self, events: pl.DataFrame, key: str, state: dict, read: int = 0) -> None:
+        """`read`: the bytes of text the events were parsed from, counted as held too: their
+        string columns may still hold those bytes (views into the lines' buffers) when the
+        events' own size, without the text of the lines that keep none
+        (lines.trim_messages), is far less."""
         if events.height:
             self.frames.append(events)
             self.rows += events.height
-            self.bytes += events.estimated_size()
+            self.bytes += events.estimated_size() + read
         self.files[key] = state
 
     @property
@@ -342,6 +346,7 @@ def _read_file(
             # progress follows the bytes on disk (the compressed ones for .gz)
             raw = getattr(f, "fileobj", None)
             done = 0
+            read_to = offset
             if parsed is None:
                 chunks = ((c, None) for c in parse_stream(
                     f, parser, ctx, offset=offset, next_line=next_line,
@@ -365,7 +370,8 @@ def _read_file(
                 result.invalid_utf8 |= chunk.invalid_utf8
                 result.nul_bytes += chunk.nul_bytes
                 state = state or _state(opened, chunk)
-                batch.add(chunk.events, key, state)
+                batch.add(chunk.events, key, state, read=chunk.offset - read_to)
+                read_to = chunk.offset
                 if batch.full:
                     batch.flush()
                 pos = raw.tell() if raw is not None else chunk.offset

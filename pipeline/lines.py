@@ -186,7 +186,10 @@ def trim_messages(events: pl.DataFrame) -> pl.DataFrame:
         & ~pl.col("level").is_in(("WARNING", "ERROR", "CRITICAL")).fill_null(False)
         & ~((status == 429) | (status >= 500)).fill_null(False)
     )
-    return events.with_columns(pl.when(drop).then(None).otherwise(pl.col("message")).alias("message"))
+    # the kept texts copied out (concat_str makes new strings): nulling rows of the column
+    # itself would keep every dropped text's bytes alive in its buffers
+    kept = pl.concat_str([pl.col("message"), pl.lit("")])
+    return events.with_columns(pl.when(drop).then(None).otherwise(kept).alias("message"))
 
 
 def _finish(item: tuple, ctx: ParseContext, carry: tuple[str, ...]) -> ParsedChunk:
