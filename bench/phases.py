@@ -54,6 +54,7 @@ def profile(engine: str, files: list[Path]) -> tuple[dict[str, float], int, int,
                 raw = clock.run("parse", parser.parse, lines, ctx)
                 ev = clock.run("finalize", finalize, raw, ctx, getattr(parser, "CARRY_FORWARD", ()))
                 nevents += ev.height
+                ev = clock.run("finalize", L.trim_messages, ev)
                 clock.run("staging", _stage, ev)
     return clock.cpu, nbytes, nlines, nevents
 

@@ -83,6 +83,9 @@ class ParseContext:
     # what a parser's `scan_file` learnt from the whole file before its chunks are parsed
     # (not saved in checkpoints: it describes this read of the file)
     file: dict[str, Any] = field(default_factory=dict)
+    # keep the text (`message`) of every event; by default the bulk kinds whose columns say
+    # what the line said drop it (pipeline/lines.py `trim_messages`)
+    keep_lines: bool = False
 
 
 # ---------------------------------------------------------------------------------------

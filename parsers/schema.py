@@ -58,7 +58,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("max_batch_tokens", pa.int64(), "tokens", "announced token budget of one batch (max_num_batched_tokens / max batch total tokens / maxNumTokens)"),
     Column("kv_capacity_tokens", pa.int64(), "tokens", "announced KV cache capacity"),
     Column("http_status", pa.int32(), "", "HTTP status code of an access-log line"),
-    Column("message", pa.string(), "", "the message text; for `unparsed`, the whole raw line (all lines of a multi-line record)"),
+    Column("message", pa.string(), "", "the message text; for `unparsed`, the whole raw line (all lines of a multi-line record); null on the bulk events whose columns say what the line said (`request`, `request_arrived`, `request_finished`, `engine_stats`, `batch`, `http_access` below WARNING and not a failed HTTP request) unless the store was ingested with `--keep-lines`"),
     Column("attrs", pa.string(), "JSON object", "every other field the line carried, so nothing a line says is thrown away"),
     Column("wrapper_ts", WRAPPER_TS_TYPE, "ns, UTC", "the time the log's wrapper gave the line (CRI, docker json-file, journald, `docker logs --timestamps`...); `ts` takes it when the engine's own time is coarser (the engine's then in attrs `engine_ts`); null for a plain log"),
     Column("stream", pa.string(), "", "`stdout` or `stderr`, when the wrapper says which (CRI, docker json-file)"),

@@ -14,7 +14,8 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable, Iterator
 
 import polars as pl
 
@@ -113,11 +114,15 @@ class _Batch:
         self.bytes = 0
         self.files: dict[str, dict] = {}
 
-    def add(self, events: pl.DataFrame, key: str, state: dict) -> None:
+    def add(self, events: pl.DataFrame, key: str, state: dict, read: int = 0) -> None:
+        """`read`: the bytes of text the events were parsed from, counted as held too: their
+        string columns may still hold those bytes (views into the lines' buffers) when the
+        events' own size, without the text of the lines that keep none
+        (lines.trim_messages), is far less."""
         if events.height:
             self.frames.append(events)
             self.rows += events.height
-            self.bytes += events.estimated_size()
+            self.bytes += events.estimated_size() + read
         self.files[key] = state
 
     @property
@@ -141,8 +146,13 @@ def ingest(
     on_file: Callable[[FileResult], None] | None = None,
     instance_from: str | None = None,
     rollups: bool = True,
+    keep_lines: bool = False,
 ) -> IngestSummary:
     """Ingest files and directories (recursively, plain or .gz) into the store.
+
+    `keep_lines`: keep the text (`message`) of every event, in this ingest and every later
+    one into the store (and its tailer); by default the bulk events whose columns say what
+    their line said keep none (pipeline/lines.py `trim_messages`).
 
     `rollups`: bring the store's rollups up to date at the end (pipeline/rollup.py); without
     it the instances stay marked dirty (queries compute their windows from the events) until
@@ -181,11 +191,21 @@ def ingest(
         namer = InstanceNamer([f.path for f in found], template=instance_from, stored=stored)
         summary.notes.extend(namer.notes)
         found = sorted(found, key=lambda f: lineage_order(f.path, namer.name(f.path)))
+        if keep_lines and not store.manifest.get("keep_lines"):
+            store.manifest["keep_lines"] = True  # written with the next commit
+        keep_lines = bool(store.manifest.get("keep_lines"))
         batch = _Batch(store)
-        for item in found:
-            inst = instance or namer.name(item.path)
-            result = _ingest_file(item.path, store, batch, engine, inst, year, block_bytes, on_progress,
-                                  explicit=instance is not None, labels=namer.labels(item.path))
+
+        def open_file(item, reserved: set[str] | frozenset[str] = frozenset()) -> _Opened | FileResult:
+            opened = _open_file(item.path, store, batch, engine, instance or namer.name(item.path), year,
+                                block_bytes, on_progress, explicit=instance is not None,
+                                labels=namer.labels(item.path), reserved=reserved)
+            if isinstance(opened, _Opened):
+                opened.ctx.keep_lines = keep_lines
+            return opened
+
+        for result in _files_in_order(found, open_file, batch, block_bytes, on_progress,
+                                      lambda item: instance or namer.name(item.path)):
             summary.files.append(result)
             summary.lines += result.lines
             summary.events_by_kind.update(result.counts)
@@ -213,7 +233,25 @@ def refresh_rollups(store: Store, notes: list[str] | None = None) -> Any:
         return None
 
 
-def _ingest_file(
+@dataclass
+class _Opened:
+    """A file ready to be read: what `_open_file` found out before parsing it."""
+
+    path: Path
+    result: FileResult
+    parser: Any
+    ctx: ParseContext
+    head: bytes
+    key: str
+    known: dict | None
+    offset: int
+    next_line: int
+    live: bool
+    size: int
+    source: str
+
+
+def _open_file(
     path: Path,
     store: Store,
     batch: _Batch,
@@ -225,7 +263,11 @@ def _ingest_file(
     *,
     explicit: bool = False,
     labels: dict[str, str] | None = None,
-) -> FileResult:
+    reserved: set[str] | frozenset[str] = frozenset(),
+) -> _Opened | FileResult:
+    """Detect, find in the manifest and set up the parse of one file; a FileResult when there
+    is nothing to parse (empty, binary, unreadable). `reserved`: manifest keys taken by files
+    opened but not yet added to the batch."""
     source = display_path(path)
     result = FileResult(source=source, engine=engine, instance=instance)
     try:
@@ -277,19 +319,42 @@ def _ingest_file(
     if key is None:
         key = fp.sha(head[: fp.HEAD_BYTES])
         # two different files may share their first bytes: keep both entries
-        while key in store.manifest["files"] or key in batch.files:
+        while key in store.manifest["files"] or key in batch.files or key in reserved:
             key = fp.sha((key + source).encode())
+    return _Opened(path, result, parser, ctx, head, key, known, offset, next_line, live, size, source)
 
+
+def _read_file(
+    opened: _Opened,
+    batch: _Batch,
+    block_bytes: int,
+    on_progress: Callable[[int], None] | None,
+    parsed: Future | None = None,
+) -> FileResult:
+    """Parse an opened file and add its chunks to the batch, in order. `parsed`: the file
+    already parsed on another thread (`_parse_whole`), its chunks to add instead."""
+    path, result, parser, ctx, head, key = opened.path, opened.result, opened.parser, opened.ctx, opened.head, opened.key
+    known, offset, next_line, live, size, source = (
+        opened.known, opened.offset, opened.next_line, opened.live, opened.size, opened.source
+    )
     try:
-        _scan_file(path, result, ctx, offset, next_line, block_bytes)
+        if parsed is None:
+            _scan_file(path, result, ctx, offset, next_line, block_bytes)
         with fp.open_stream(path) as f:
             if offset:
                 f.seek(offset)
             # progress follows the bytes on disk (the compressed ones for .gz)
             raw = getattr(f, "fileobj", None)
             done = 0
-            for chunk in parse_stream(f, parser, ctx, offset=offset, next_line=next_line,
-                                      block_bytes=block_bytes, hold_partial_line=live):
+            read_to = offset
+            if parsed is None:
+                chunks = ((c, None) for c in parse_stream(
+                    f, parser, ctx, offset=offset, next_line=next_line,
+                    block_bytes=block_bytes, hold_partial_line=live,
+                ))
+            else:
+                chunks = _replay(parsed)
+            for chunk, state in chunks:
                 if raw is None and not _same_content(f, chunk):
                     # truncated (copytruncate) or rewritten under us: these bytes may be
                     # the new content's; keep what was committed, the rotated copy resumes it
@@ -304,12 +369,9 @@ def _ingest_file(
                 result.events += chunk.events.height
                 result.invalid_utf8 |= chunk.invalid_utf8
                 result.nul_bytes += chunk.nul_bytes
-                state = file_state(
-                    path, head, chunk.offset, chunk.next_line - 1,
-                    source=source, engine=result.engine, instance=result.instance, ctx=ctx,
-                    tail=chunk.tail, decode=result.decode,
-                )
-                batch.add(chunk.events, key, state)
+                state = state or _state(opened, chunk)
+                batch.add(chunk.events, key, state, read=chunk.offset - read_to)
+                read_to = chunk.offset
                 if batch.full:
                     batch.flush()
                 pos = raw.tell() if raw is not None else chunk.offset
@@ -337,6 +399,101 @@ def _ingest_file(
     if result.lines == 0 and known is not None:
         result.status, result.reason = "unchanged", result.reason or "already ingested"
     return result
+
+
+def _state(opened: _Opened, chunk) -> dict:
+    """The manifest entry for the file read up to the end of `chunk` (its context as it is
+    right after that chunk)."""
+    r = opened.result
+    return file_state(
+        opened.path, opened.head, chunk.offset, chunk.next_line - 1,
+        source=opened.source, engine=r.engine, instance=r.instance, ctx=opened.ctx,
+        tail=chunk.tail, decode=r.decode,
+    )
+
+
+# Many small files: each is one read block, so parsing one file at a time leaves one core
+# idle. While one file is parsed (and its events added), the next one, when it is small and
+# independent of it (another instance: nothing of the first carries to it), is parsed on a
+# second thread. Its chunks and their manifest entries are added after the first's, so the
+# store, the manifest and the order of results are those of reading the files one by one.
+_FILE_EXECUTOR = ThreadPoolExecutor(max_workers=2, thread_name_prefix="servelens-file")
+
+
+def _parse_whole(opened: _Opened, block_bytes: int) -> tuple[list, BaseException | None]:
+    """Every chunk of a (small) file with its manifest entry, taken as the file is read
+    (as `_read_file` takes it); a failure is kept to be raised where the chunks are added,
+    after those before it, as reading the file one chunk at a time would raise it."""
+    items: list = []
+    try:
+        with fp.open_stream(opened.path) as f:
+            if opened.offset:
+                f.seek(opened.offset)
+            for chunk in parse_stream(f, opened.parser, opened.ctx, offset=opened.offset,
+                                      next_line=opened.next_line, block_bytes=block_bytes,
+                                      hold_partial_line=opened.live):
+                items.append((chunk, _state(opened, chunk)))
+    except BaseException as e:  # noqa: BLE001 - raised again by _replay, in order
+        return items, e
+    return items, None
+
+
+def _replay(parsed: Future) -> Iterator[tuple]:
+    items, error = parsed.result()
+    yield from items
+    if error is not None:
+        raise error
+
+
+def _small(opened: _Opened, block_bytes: int) -> bool:
+    """Is what is left of the file one read block (in memory whole without harm)?"""
+    return opened.size - opened.offset <= block_bytes and not fp.is_gzip(opened.path)
+
+
+def _independent(a: _Opened, b: _Opened) -> bool:
+    """Can `b` be opened and parsed before `a` is added to the batch? Not when it continues
+    `a`'s instance (its lineage: model, year) or could be a copy of `a` (same first bytes:
+    the manifest would know it once `a` is committed)."""
+    n = min(len(a.head), len(b.head), fp.HEAD_BYTES)
+    return a.result.instance != b.result.instance and a.key != b.key and a.head[:n] != b.head[:n]
+
+
+def _files_in_order(
+    found: list,
+    open_file: Callable[..., _Opened | FileResult],
+    batch: _Batch,
+    block_bytes: int,
+    on_progress: Callable[[int], None] | None,
+    name_of: Callable[[Any], str | None],
+) -> Iterator[FileResult]:
+    """Each file's result, in `found`'s order, small independent files two at a time."""
+    i, n = 0, len(found)
+    ahead: tuple[_Opened, Future | None] | FileResult | None = None
+    while i < n:
+        if isinstance(ahead, FileResult):
+            yield ahead
+            ahead, i = None, i + 1
+            continue
+        if ahead is not None:
+            opened, parsed = ahead
+            ahead = None
+        else:
+            first = open_file(found[i])
+            if isinstance(first, FileResult):
+                yield first
+                i += 1
+                continue
+            opened = first
+            parsed = _FILE_EXECUTOR.submit(_parse_whole, opened, block_bytes) if _small(opened, block_bytes) else None
+        if parsed is not None and i + 1 < n and name_of(found[i + 1]) not in (name_of(found[i]), opened.result.instance):
+            nxt = open_file(found[i + 1], reserved={opened.key})
+            if isinstance(nxt, FileResult):
+                ahead = nxt
+            elif _small(nxt, block_bytes) and _independent(opened, nxt):
+                ahead = (nxt, _FILE_EXECUTOR.submit(_parse_whole, nxt, block_bytes))
+            # else: opened again, after this one is in the batch (opening has no side effect)
+        yield _read_file(opened, batch, block_bytes, on_progress, parsed)
+        i += 1
 
 
 def _scan_file(path: Path, result: FileResult, ctx: ParseContext, offset: int, next_line: int, block_bytes: int) -> None:

@@ -167,9 +167,36 @@ PARSE_THREADS = 2
 _EXECUTOR = ThreadPoolExecutor(max_workers=PARSE_THREADS, thread_name_prefix="servelens-parse")
 
 
+# The bulk of a busy server's log: events whose typed columns say what the line said. Their
+# raw text (a vLLM `Received request` line's prompt, a TensorRT-LLM iteration's JSON) would be
+# most of the stored bytes, so it is not kept unless the store keeps every line
+# (`servelens ingest --keep-lines`). Never dropped: unparsed lines, errors, logs, capacity,
+# preemption and shutdown lines, any line at WARNING or above, and failed HTTP requests
+# (the error views read their text).
+TRIMMED_KINDS = ("request", "request_arrived", "request_finished", "engine_stats", "batch", "http_access")
+
+
+def trim_messages(events: pl.DataFrame) -> pl.DataFrame:
+    """`message` nulled on the bulk events (TRIMMED_KINDS) that need no text."""
+    if events.height == 0:
+        return events
+    status = pl.col("http_status")
+    drop = (
+        pl.col("event").is_in(TRIMMED_KINDS)
+        & ~pl.col("level").is_in(("WARNING", "ERROR", "CRITICAL")).fill_null(False)
+        & ~((status == 429) | (status >= 500)).fill_null(False)
+    )
+    # the kept texts copied out (concat_str makes new strings): nulling rows of the column
+    # itself would keep every dropped text's bytes alive in its buffers
+    kept = pl.concat_str([pl.col("message"), pl.lit("")])
+    return events.with_columns(pl.when(drop).then(None).otherwise(kept).alias("message"))
+
+
 def _finish(item: tuple, ctx: ParseContext, carry: tuple[str, ...]) -> ParsedChunk:
     future, end_offset, end_line, n, bad, tail, nul = item
     events = finalize(future.result(), ctx, carry=carry)
+    if not ctx.keep_lines:
+        events = trim_messages(events)
     return ParsedChunk(events, end_offset, end_line, n, bad, tail, nul)
 
 

@@ -299,6 +299,8 @@ class IdentityMixin:
 
         fol.parser = wrappers.wrap(get_parser(fol.engine), fol.decode, kube_identity(fol.path))
         fol.ctx = ParseContext(engine=fol.engine, source=fol.source, instance=fol.instance, year=self.year)
+        # a store ingested with --keep-lines keeps every line's text when tailed too
+        fol.ctx.keep_lines = bool(self.store.manifest.get("keep_lines"))
         try:
             fol.ctx.mtime = dt.datetime.fromtimestamp(os.fstat(fol.fd).st_mtime, dt.timezone.utc)
         except OSError:

@@ -19,6 +19,8 @@ def test_split_line_spans_two_polls(tmp_path, name):
     data = (FIXTURES / name).read_bytes()
     cut = sum(len(x) + 1 for x in data.split(b"\n")[:11])  # ten lines and the first piece of the 11th
     h = Harness(tmp_path, engine="vllm", quiet_s=3600.0)
+    # a store that keeps every line's text (ingest --keep-lines): the prompt shows the pieces joined
+    h.store.manifest["keep_lines"] = True
     log = h.logs / "pod.log"
     log.write_bytes(data[:cut])
     h.poll()

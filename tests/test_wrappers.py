@@ -109,7 +109,8 @@ def test_long_line_is_joined_from_the_runtimes_pieces():
 
 def _stream(data: bytes, layers, engine="vllm", ctx=None, offset=0, next_line=1, **kw):
     parser = W.wrap(get_parser(engine), layers)
-    ctx = ctx or ParseContext(engine=engine, source="t", instance="t", year=2026)
+    # keep_lines: the whole-file parse these are compared with keeps every line's text
+    ctx = ctx or ParseContext(engine=engine, source="t", instance="t", year=2026, keep_lines=True)
     return list(parse_stream(io.BytesIO(data), parser, ctx, offset=offset, next_line=next_line, **kw))
 
 
@@ -118,7 +119,7 @@ def test_a_partial_line_at_the_end_of_a_poll_waits_for_its_last_piece(fixture, l
     data = (ROOT / "tests/fixtures/wrapped" / fixture).read_bytes()
     phys = data.split(b"\n")
     cut = len(b"\n".join(phys[:11])) + 1  # after line 11, the first piece of the long line
-    ctx = ParseContext(engine="vllm", source="t", instance="t", year=2026)
+    ctx = ParseContext(engine="vllm", source="t", instance="t", year=2026, keep_lines=True)
     first = _stream(data[:cut], layers, ctx=ctx, hold_partial_line=True, hold_last_record=True)
     used = first[-1].offset
     assert used == len(b"\n".join(phys[:10])) + 1  # the unfinished line is held back
