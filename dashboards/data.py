@@ -116,17 +116,18 @@ class _Connection:
             # wide enough for the widest window the sidebar offers, as one connection serves all
             variables = {**variables, "range_margin_s": max(float(variables.get("range_margin_s", RANGE_MARGIN_S)),
                                                             2 * LARGEST_WINDOW_S)}
-        # rollups=False: the stored window_metrics is of the base width only, and this one
-        # connection evaluates the per-window views at every width the sidebar offers
+        # only the width-independent rollups (requests, request_state: pipeline/rollup.py):
+        # the stored window_metrics is of the base width only, and this one connection
+        # evaluates the per-window views at every width the sidebar offers
         try:
-            self.con = connect(store, variables, page_limits(), time_range=time_range, views=views, rollups=False)
+            self.con = connect(store, variables, page_limits(), time_range=time_range, views=views, rollups=WIDTH_FREE_ROLLUPS)
         except QueryError as e:
             # `views` makes connect read only the first part's schema: parts of older schemas
             # need union_by_name (what query.run does on the same error)
             if "schema mismatch" not in str(e):
                 raise
             self.con = connect(store, variables, page_limits(), time_range=time_range, views=views, union_by_name=True,
-                               rollups=False)
+                               rollups=WIDTH_FREE_ROLLUPS)
         self.lock = threading.Lock()
         # with a time range the views are bound in schema `scan` over the widened range (and
         # `main` keeps the rows in the range): the tables take the widened rows, as the views
@@ -174,6 +175,9 @@ class _Connection:
             for view in PER_WINDOW:
                 self.con.execute(f"drop table if exists {_window_table(view, old)}")
         self.window_s = window_s
+
+
+WIDTH_FREE_ROLLUPS = ("requests", "request_state")
 
 
 def _window_table(view: str, window_s: float) -> str:

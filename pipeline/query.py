@@ -178,9 +178,14 @@ def _rollup_where(path: Path, scan: TimeRange | None, instances: list[tuple[str,
     if instances is not None:
         conds.append(_instances_predicate(instances))
     if scan is not None and (scan.since or scan.until):
-        where = row_filter(pq.read_schema(path).names, scan)
+        cols = pq.read_schema(path).names
+        where = row_filter(cols, scan)
         if where:
             conds.append(where)
+        if where and "coalesce(finish_ts, arrival_ts)" in where:
+            # implied by it, and a filter DuckDB checks against the row groups' statistics
+            # (the requests rollup is sorted by finish time within each instance)
+            conds.append(scan.predicate("finish_ts"))
     return " and ".join(conds) or None
 
 

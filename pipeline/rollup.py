@@ -67,6 +67,7 @@ SORT = {
     "window_metrics": ("engine", "instance", "window_index"),
 }
 ROW_GROUP_ROWS = 65_536
+WRITE_MEMORY = "1GB"  # the sort before writing spills past this (millions of requests)
 ROLLUP_DIR = "rollups"
 FORMAT = 2  # bump when what is stored changes meaning
 NO_ROLLUPS_ENV = "SERVELENS_NO_ROLLUPS"
@@ -309,7 +310,8 @@ def _write(path: Path, reader: Any, view: str, old: Path | None, dirty: list[tup
     `path` (fsynced); returns the row count. A plain DuckDB connection of our own (trusted
     paths only) streams, sorts and spills, so a rollup of millions of requests is never a
     Python object."""
-    con = duckdb.connect(":memory:", config={"temp_directory": tempfile.gettempdir() + f"/servelens-rollup-{os.getpid()}"})
+    con = duckdb.connect(":memory:", config={"temp_directory": tempfile.gettempdir() + f"/servelens-rollup-{os.getpid()}",
+                                             "memory_limit": WRITE_MEMORY, "preserve_insertion_order": False})
     try:
         con.register("new_rows", reader)
         body = "select * from new_rows"
