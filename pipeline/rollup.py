@@ -209,9 +209,10 @@ class Computed:
 
 
 def plan(store: Store, *, whole: bool = False, view: str | None = None) -> Plan | None:
-    """None when the rollups are fresh (or the store is published to object storage, whose
-    readers use the raw path). `view`: only it and the stored views beneath it."""
-    if store.remote is not None or not stale(store):
+    """None when the rollups are fresh and not `whole` (a rebuild of every view whatever
+    their state), or the store is published to object storage, whose readers use the raw
+    path. `view`: only it and the stored views beneath it."""
+    if store.remote is not None or not (whole or stale(store)):
         return None
     started = (time.perf_counter(), time.process_time())
     m = store.manifest
@@ -223,7 +224,7 @@ def plan(store: Store, *, whole: bool = False, view: str | None = None) -> Plan 
     for v in wanted:
         entry = rollups.get(v)
         ok = _entry_usable(store.root, entry, v)
-        if ok and not dirty and not m.get("dirty_all"):
+        if ok and not dirty and not m.get("dirty_all") and not whole:
             inputs[v] = entry["path"]  # fresh: read as it is
             continue
         views.append(v)
@@ -306,25 +307,28 @@ def _has_engine(path: Path, engines: tuple[str, ...]) -> bool:
 
 
 def _write(path: Path, reader: Any, view: str, old: Path | None, dirty: list[tuple[str, str]] | None) -> int:
-    """The new rows (and the old file's rows of the other instances), sorted by SORT[view], to
-    `path` (fsynced); returns the row count. A plain DuckDB connection of our own (trusted
+    """The old file's rows of the other instances as they are, then the new rows sorted by
+    SORT[view], to `path` (fsynced); returns the row count. A plain DuckDB connection of our own (trusted
     paths only) streams, sorts and spills, so a rollup of millions of requests is never a
     Python object."""
     con = duckdb.connect(":memory:", config={"temp_directory": tempfile.gettempdir() + f"/servelens-rollup-{os.getpid()}",
-                                             "memory_limit": WRITE_MEMORY, "preserve_insertion_order": False})
+                                             "memory_limit": WRITE_MEMORY})
     try:
         con.register("new_rows", reader)
-        body = "select * from new_rows"
-        if old is not None:
-            src = str(old).replace("'", "''")
-            keys = _instances_values(dirty or [])
-            body = (f"select * from read_parquet('{src}') where (engine, instance) not in (select * from (values {keys}))"
-                    f" union all by name {body}") if dirty else f"select * from read_parquet('{src}') union all by name {body}"
         cols = {c for c, in con.execute("select column_name from (describe select * from new_rows)").fetchall()}
         order = ", ".join(f'"{c}" nulls last' for c in SORT.get(view, ()) if c in cols)
+        body = f"select * from new_rows{' order by ' + order if order else ''}"
+        if old is not None:
+            # the other instances' rows as they are (already sorted in the old file): only the
+            # new rows are sorted, so a refresh of one instance does not re-sort the store's
+            src = str(old).replace("'", "''")
+            kept = f"select * from read_parquet('{src}')"
+            if dirty:  # (an instance may be null: `not in` would drop every row)
+                kept = (f"select o.* from read_parquet('{src}') as o anti join (values {_instances_values(dirty)}) as d(e, i)"
+                        " on o.engine is not distinct from d.e and o.instance is not distinct from d.i")
+            body = f"{kept} union all by name ({body})"
         dst = str(path).replace("'", "''")
-        con.execute(f"copy ({body}{' order by ' + order if order else ''}) to '{dst}' "
-                    f"(format parquet, compression zstd, row_group_size {ROW_GROUP_ROWS})")
+        con.execute(f"copy ({body}) to '{dst}' (format parquet, compression zstd, row_group_size {ROW_GROUP_ROWS})")
         n = int(con.execute(f"select count(*) from read_parquet('{dst}')").fetchone()[0])
     finally:
         con.close()
