@@ -137,7 +137,12 @@ class _Connection:
         self.widths: list[float] = []  # widths whose PER_WINDOW tables are kept, least recent first
         # (view, window width or None, seconds): what was computed, in order
         self.evaluated: list[tuple[str, float | None, float]] = []
-        for view in SHARED:
+        # a view bound over a stored rollup is read as it is: copying it into a table would
+        # cost what reading it costs (and the memory)
+        rolled = {name for name, sql in self.con.execute(
+            "select view_name, sql from duckdb_views() where not internal").fetchall() if "/rollups/" in sql}
+        self.shared = [view for view in SHARED if view not in rolled]
+        for view in self.shared:
             self._evaluate(view)
 
     def _evaluate(self, view: str, window_s: float | None = None) -> None:
