@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> None:
     res["requests"] = int(query(store, "select count(*) as n from events where event = 'request'", rollups=False)["n"][0])
     with Store.open(store, purpose="rollup bench") as st:
         whole = rollup.refresh(st, whole=True)
-        res["whole_refresh"] = {"wall_s": whole.seconds, "cpu_s": whole.cpu_s, "rows": whole.rows, "instances": whole.instances}
+        res["whole_refresh"] = {"wall_s": whole.seconds, "cpu_s": whole.cpu_s, "rows": whole.rows, "instances": whole.instances, "views": whole.views}
         print(f"whole rebuild: {whole.seconds:.2f} s wall, {whole.cpu_s:.2f} CPU-s, {whole.rows:,} rows", file=sys.stderr)
         # a tail commit: the last 1,000 events of one instance again, a minute later
         ev = query(store, "select * from events where instance = (select min(instance) from events) "

@@ -116,17 +116,20 @@ class _Connection:
             # wide enough for the widest window the sidebar offers, as one connection serves all
             variables = {**variables, "range_margin_s": max(float(variables.get("range_margin_s", RANGE_MARGIN_S)),
                                                             2 * LARGEST_WINDOW_S)}
-        # rollups=False: the stored window_metrics is of the base width only, and this one
-        # connection evaluates the per-window views at every width the sidebar offers
+        # only the width-independent rollups (requests, request_state: pipeline/rollup.py):
+        # the stored window_metrics is of the base width only, and this one connection
+        # evaluates the per-window views at every width the sidebar offers; shared=False: this
+        # class copies the views every chart reads into tables itself (SHARED, below)
         try:
-            self.con = connect(store, variables, page_limits(), time_range=time_range, views=views, rollups=False)
+            self.con = connect(store, variables, page_limits(), time_range=time_range, views=views, rollups=WIDTH_FREE_ROLLUPS,
+                               shared=False)
         except QueryError as e:
             # `views` makes connect read only the first part's schema: parts of older schemas
             # need union_by_name (what query.run does on the same error)
             if "schema mismatch" not in str(e):
                 raise
             self.con = connect(store, variables, page_limits(), time_range=time_range, views=views, union_by_name=True,
-                               rollups=False)
+                               rollups=WIDTH_FREE_ROLLUPS, shared=False)
         self.lock = threading.Lock()
         # with a time range the views are bound in schema `scan` over the widened range (and
         # `main` keeps the rows in the range): the tables take the widened rows, as the views
@@ -136,7 +139,12 @@ class _Connection:
         self.widths: list[float] = []  # widths whose PER_WINDOW tables are kept, least recent first
         # (view, window width or None, seconds): what was computed, in order
         self.evaluated: list[tuple[str, float | None, float]] = []
-        for view in SHARED:
+        # a view bound over a stored rollup is read as it is: copying it into a table would
+        # cost what reading it costs (and the memory)
+        rolled = {name for name, sql in self.con.execute(
+            "select view_name, sql from duckdb_views() where not internal").fetchall() if "/rollups/" in sql}
+        self.shared = [view for view in SHARED if view not in rolled]
+        for view in self.shared:
             self._evaluate(view)
 
     def _evaluate(self, view: str, window_s: float | None = None) -> None:
@@ -174,6 +182,9 @@ class _Connection:
             for view in PER_WINDOW:
                 self.con.execute(f"drop table if exists {_window_table(view, old)}")
         self.window_s = window_s
+
+
+WIDTH_FREE_ROLLUPS = ("requests", "request_state")
 
 
 def _window_table(view: str, window_s: float) -> str:

@@ -89,7 +89,8 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"warning: {rel} predates the record of what it holds: its events cannot be restored by re-ingesting")
         if result.rollup is not None:
             r = result.rollup
-            typer.echo(f"{'rebuilt' if r.whole else 'refreshed'} the rollup window_metrics ({r.rows:,} rows, {r.seconds:.1f}s)")
+            views = ", ".join(f"{v} {n:,} rows" for v, n in (r.views or {"window_metrics": r.rows}).items())
+            typer.echo(f"{'rebuilt' if r.whole else 'refreshed'} the rollups ({views}; {r.seconds:.1f}s)")
         if result.rollup_error:
             typer.echo(f"warning: the rollup could not be rebuilt ({result.rollup_error}); queries compute it from the events")
         if not (result.dropped or result.dropped_overlap or result.deleted_unreferenced):

@@ -93,7 +93,8 @@ def summary_dict(s: IngestSummary, store: Path) -> dict:
         "unparsed": s.unparsed,
         "events_by_kind": dict(s.events_by_kind.most_common()),
         "rollup": None if s.rollup is None else {"instances": s.rollup.instances, "rows": s.rollup.rows,
-                                                  "whole": s.rollup.whole, "seconds": round(s.rollup.seconds, 3)},
+                                                  "whole": s.rollup.whole, "seconds": round(s.rollup.seconds, 3),
+                                                  "views": s.rollup.views},
     }
 
 
@@ -113,8 +114,9 @@ def print_summary(s: IngestSummary, store: Path) -> None:
         lines.append(f"impossible values nulled (kept in attrs.invalid): {cols}")
     if s.rollup is not None:
         r = s.rollup
-        lines.append(f"rollup: window_metrics of {r.instances:,} instance(s) refreshed in {r.seconds:.1f}s "
-                     f"({r.rows:,} rows; signals read it instead of every event)")
+        views = ", ".join(f"{v} {n:,} rows" for v, n in (r.views or {"window_metrics": r.rows}).items())
+        lines.append(f"rollups of {r.instances:,} instance(s) refreshed in {r.seconds:.1f}s ({views}; "
+                     f"the views over them read these instead of every event)")
     for note in s.notes:
         lines.append(f"note: {note}")
     for f in s.skipped:

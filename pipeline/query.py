@@ -38,7 +38,7 @@ from .metrics import closure, define_view, load_views, named_views
 from .shared import share
 from .sandbox import REFUSED_HINT, Limits, QueryError, check_statement, clean_message, connection_config, execute, lock_down
 from .store import StoreError, committed_parts, read_manifest, readable_parts
-from .timerange import TimeRange, bind_range_views, parts_in, standing_events_sql
+from .timerange import TimeRange, bind_range_views, parts_in, row_filter, standing_events_sql
 
 # Reading races a writer: a part listed in the manifest can move (staging -> events/) or be
 # garbage-collected after compaction just before DuckDB opens it. Retry with a fresh manifest.
@@ -58,22 +58,28 @@ def connect(
     views: set[str] | None = None,
     time_range: TimeRange | None = None,
     union_by_name: bool | None = None,
-    rollups: bool | None = None,
+    rollups: bool | tuple[str, ...] | None = None,
     instances: list[tuple[str, str]] | None = None,
     shared: bool | None = None,
+    stored: dict[str, Path] | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with `events` over the store and the views of sql/,
     sandboxed (see pipeline/sandbox.py): it reads the committed parts (and `readable`, files a
     trusted caller adds) and nothing else, and its settings are locked.
 
     `views`: bind only these and the views they read (metrics.closure); None binds all.
-    `rollups`: bind `window_metrics` over the store's rollup when it is fresh and of these
-    variables (pipeline/rollup.py), so the views over it read no event; False forces the raw
+    `rollups`: bind each stored view (rollup.VIEWS: requests, request_state, window_metrics)
+    over the store's rollup when it is fresh and of these variables (pipeline/rollup.py), so
+    the views over it read no event; a tuple of view names: only those; False forces the raw
     SQL; None: yes unless SERVELENS_NO_ROLLUPS is set.
-    `instances`: only the events of these (engine, instance) pairs (a rollup refresh).
+    `instances`: only the events (and `stored` rows) of these (engine, instance) pairs (a
+    rollup refresh).
+    `stored`: view -> a rollup file to bind it over, whatever the manifest says (a refresh
+    binds the views beneath the one it computes over the files it has just written).
     `shared`: with `views` (one query's connection), compute the views that query reads
     through several others (`requests`, `engine_stats`) once, into temporary tables
-    (pipeline/shared.py); None or True: yes, False: each reference derives them anew.
+    (pipeline/shared.py), unless bound over a rollup; None or True: yes, False: each
+    reference derives them anew.
     `time_range`: only events in it, and view rows that fall in it (see pipeline/timerange.py).
     `union_by_name`: None decides by reading every part's schema, unless `views` is given
     (one query's connection, `run`): then only the first part's, which `run` backs up.
@@ -92,16 +98,20 @@ def connect(
     limits = limits or Limits.from_env()
     if rollups is None:
         rollups = not rollup_mod.disabled()
+    elif rollups is not True and rollups is not False and rollup_mod.disabled():
+        rollups = False
     for attempt in range(READ_RETRIES):
         parts = _settled_parts(store)
         parts = readable_parts(store, parts)  # a missing or damaged part is an error, not fewer rows
         overrides: dict[str, str] = {}
-        roll = _usable_rollup(store, variables) if rollups and instances is None else None
-        bind = None if views is None else closure(views, leaves={rollup_mod.VIEW} if roll else ())
-        if roll is not None and (bind is None or rollup_mod.VIEW in bind):
-            overrides[rollup_mod.VIEW] = rollup_mod.view_sql(roll)
+        if stored is not None:
+            rolls = dict(stored)
+        elif rollups and instances is None:
+            rolls = _usable_rollups(store, variables, None if rollups is True else tuple(rollups))
         else:
-            roll = None
+            rolls = {}
+        bind = None if views is None else closure(views, leaves=set(rolls))
+        rolls = {v: p for v, p in rolls.items() if bind is None or v in bind}
         if instances is not None:
             engines = {e for e, _ in instances}
             parts = [p for p in parts if partition_values(str(p)).get("engine") in (None, *engines)]
@@ -120,8 +130,8 @@ def connect(
             where = f" where {scan.predicate('ts')}" if scan else ""
             if instances is not None:
                 where += (" and " if where else " where ") + _instances_predicate(instances)
-            if roll is not None and scan:
-                overrides[rollup_mod.VIEW] = rollup_mod.view_sql(roll, scan.overlaps("window_start", "window_end") if (scan.since or scan.until) else None)
+            for view, path in rolls.items():
+                overrides[view] = rollup_mod.view_sql(path, _rollup_where(path, scan, instances), view)
             if scan and standing:
                 mixed = union_by_name if union_by_name is not None else _mixed_schemas(standing[:1] if views is not None else standing, views is not None)
                 where += " union all " + standing_events_sql(read_parquet_sql([str(p) for p in standing], mixed), scan)
@@ -139,13 +149,13 @@ def connect(
                 con.execute("create or replace view events as select * from _events_empty")
             names = load_views(con, variables=variables, only=bind, overrides=overrides)  # binding a view over `events` opens the parts too
             if views is not None and (shared is None or shared):
-                share(con, views, names, [rollup_mod.VIEW] if roll else [], "scan" if scan else "main", limits)
+                share(con, views, names, list(rolls), "scan" if scan else "main", limits)
             if scan:
                 con.execute("use memory.main")
                 bind_range_views(con, ["events", *names], time_range, lambda name: define_view(con, name))
             # DuckDB checks the allowed paths each time a file is opened, at query time too:
             # the view keeps working over exactly these parts
-            lock_down(con, [*(standing if scan else parts), *([roll] if roll else []), *readable])
+            lock_down(con, [*(standing if scan else parts), *rolls.values(), *readable])
             return con
         except QueryError as e:  # computing a shared view (pipeline/shared.py)
             con.close()
@@ -165,11 +175,30 @@ def connect(
     raise AssertionError("unreachable")
 
 
-def _usable_rollup(store: Path, variables: dict[str, Any] | None) -> Path | None:
+def _usable_rollups(store: Path, variables: dict[str, Any] | None, views: tuple[str, ...] | None) -> dict[str, Path]:
     try:
-        return rollup_mod.current(store, read_manifest(store), variables)
+        return rollup_mod.usable(store, read_manifest(store), variables, views)
     except (StoreError, ValueError):
-        return None
+        return {}
+
+
+def _rollup_where(path: Path, scan: TimeRange | None, instances: list[tuple[str, str]] | None) -> str | None:
+    """The rows of a rollup a connection reads: those of `instances`, and under a time range
+    those of the widened range by the view's own time columns (timerange.row_filter), as the
+    raw view computed over the widened events keeps."""
+    conds = []
+    if instances is not None:
+        conds.append(_instances_predicate(instances))
+    if scan is not None and (scan.since or scan.until):
+        cols = pq.read_schema(path).names
+        where = row_filter(cols, scan)
+        if where:
+            conds.append(where)
+        if where and "coalesce(finish_ts, arrival_ts)" in where:
+            # implied by it, and a filter DuckDB checks against the row groups' statistics
+            # (the requests rollup is sorted by finish time within each instance)
+            conds.append(scan.predicate("finish_ts"))
+    return " and ".join(conds) or None
 
 
 def _instances_predicate(instances: list[tuple[str, str]]) -> str:

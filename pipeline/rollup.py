@@ -1,30 +1,40 @@
-"""Rollups: the `window_metrics` view's rows stored beside the events, so that the views over
-it (scaling_signals, autoscaler_*, incident_summary, metric_series, the dashboard) need not
-rebuild it from every event on each query.
+"""Rollups: views' rows stored beside the events, so that the views over them need not
+rebuild them from every event on each query. Stored, in dependency order (VIEWS):
+
+- `requests` (sql/00_requests.sql): one row per request, independent of the window width.
+  Every view over requests (latency_percentiles, ttft_queueing, throughput, ad-hoc SQL, the
+  dashboard) then reads one small file instead of the ~70 Parquet scans of its derivation;
+- `request_state` (sql/07): the per-second reconstructed queue and running counts (at
+  `queue_sample_s`), also independent of the window width (queue_depth, batch_fill and the
+  dashboard's charts read it);
+- `window_metrics` (sql/80) at the base window (the variables it reads at their default
+  values): scaling_signals, autoscaler_*, incident_summary, metric_series read it.
 
 What is stored is exactly what the raw view gives, because it IS the raw view: a refresh runs
-`sql/80_window_metrics.sql` (through query.connect, with the raw path forced) and writes its
-rows to `<store>/rollups/window_metrics-<txid>.parquet` at the base window (the variables
-window_metrics reads at their default values). No SQL is copied, so every engine is covered.
+each view's SQL file (through query.connect, with the views beneath it bound over the rollups
+this same refresh has just computed) and writes its rows to
+`<store>/rollups/<view>-<txid>.parquet`. No SQL is copied, so every engine is covered.
 
-Commit protocol (pipeline/store.py): the rollup file is written and fsynced under a new name,
-then named in the manifest (`rollups`) by one atomic manifest write, which also clears the
-dirty marks; the file it replaces goes to the garbage like a compacted part. A reader takes
-the rollup from the manifest, so a half-written rollup is never read.
+Commit protocol (pipeline/store.py): the rollup files are written and fsynced under new
+names, then named in the manifest (`rollups`) by one atomic manifest write, which also clears
+the dirty marks; the files they replace go to the garbage like a compacted part. A reader
+takes the rollups from the manifest, so a half-written rollup is never read.
 
 Freshness: every data commit (ingest and tail: Store.commit_events) records in the same
 manifest write which (engine, instance) it touched and over which times (`dirty`); a commit
 that removes rows (prune, repair) marks everything dirty (`dirty_all`); compaction keeps
 every row and marks nothing. A refresh recomputes the dirty instances WHOLE (an instance's
-windows depend on all of its events: whether it ever logged preemptions, HTTP lines, a fatal
-error after which no request finished...) and replaces their rows. Instances are
-independent, except benchmark-client results (engine `client`), which are matched to every
-server's requests: a store holding those is rebuilt whole.
+rows depend on all of its events: whether it ever logged preemptions, HTTP lines, a fatal
+error after which no request finished...) and replaces their rows in every stored view.
+Instances are independent, except benchmark-client results (engine `client`), which are
+matched to every server's requests: a store holding those is rebuilt whole.
 
-Reads (query.connect): `window_metrics` is bound over the rollup file when the rollup is
+Reads (query.connect): each stored view is bound over its rollup file when the rollup is
 fresh (no dirty marks), was computed from today's SQL (`key`: a hash of the view files it
-reads) and with the connection's values of the variables it reads; else the raw SQL is bound
-(always right). `servelens sql --no-rollups` (or SERVELENS_NO_ROLLUPS=1) forces the raw path.
+reads) and with the connection's values of the variables it reads; else its raw SQL is bound
+(always right). Under a time range the rollup scan keeps the rows of the widened range by the
+view's own time columns (timerange.row_filter), as the raw view computed over the widened
+events would. `servelens sql --no-rollups` (or SERVELENS_NO_ROLLUPS=1) forces the raw path.
 """
 
 from __future__ import annotations
@@ -33,20 +43,33 @@ import functools
 import hashlib
 import os
 import re
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-import polars as pl
+import duckdb
 import pyarrow.parquet as pq
 
 from .metrics import closure, resolve_variables, sql_files, view_name
 from .store import PARQUET_MAGIC, Store, _fsync_dir, new_txid, read_manifest
 
 VIEW = "window_metrics"
+# the stored views, in dependency order: a later one is computed reading the earlier ones'
+# new rollups
+VIEWS = ("requests", "request_state", "window_metrics")
+# how each is sorted in its file: by instance, then time, so that the row groups' statistics
+# on the time columns let a ranged read skip most of them
+SORT = {
+    "requests": ("engine", "instance", "finish_ts", "arrival_ts", "request_key"),
+    "request_state": ("engine", "instance", "ts"),
+    "window_metrics": ("engine", "instance", "window_index"),
+}
+ROW_GROUP_ROWS = 65_536
+WRITE_MEMORY = "1GB"  # the sort before writing spills past this (millions of requests)
 ROLLUP_DIR = "rollups"
-FORMAT = 1  # bump when what is stored changes meaning
+FORMAT = 2  # bump when what is stored changes meaning
 NO_ROLLUPS_ENV = "SERVELENS_NO_ROLLUPS"
 # engines whose rows depend on other instances' events (a client's requests are matched to
 # the servers' logs): a store holding one is refreshed whole
@@ -54,14 +77,14 @@ CROSS_INSTANCE_ENGINES = ("client",)
 _GETVAR = re.compile(r"getvariable\(\s*'(\w+)'\s*\)", re.I)
 
 
-@functools.lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=16)
 def _texts(view: str = VIEW) -> tuple[tuple[str, str], ...]:
     """(view, text) of `view` and every view it reads, in load order."""
     need = closure({view})
     return tuple((view_name(p), p.read_text(encoding="utf-8")) for p in sql_files() if view_name(p) in need)
 
 
-@functools.lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=16)
 def sql_key(view: str = VIEW) -> str:
     """What the rollup was computed from: the text of the view and of the views it reads."""
     h = hashlib.sha256(f"servelens-rollup-{FORMAT}".encode())
@@ -70,7 +93,7 @@ def sql_key(view: str = VIEW) -> str:
     return h.hexdigest()[:20]
 
 
-@functools.lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=16)
 def variable_names(view: str = VIEW) -> tuple[str, ...]:
     """The variables `view` reads, directly or through the views beneath it."""
     return tuple(sorted({v.lower() for _, text in _texts(view) for v in _GETVAR.findall(text)}))
@@ -122,6 +145,17 @@ def current(root: Path, manifest: dict, variables: Mapping[str, Any] | None = No
     return path if _intact(path) else None
 
 
+def usable(root: Path, manifest: dict, variables: Mapping[str, Any] | None = None,
+           views: tuple[str, ...] | None = None) -> dict[str, Path]:
+    """view -> rollup file, for each stored view (of `views`) a reader may use instead of its SQL."""
+    out = {}
+    for view in views if views is not None else VIEWS:
+        path = current(root, manifest, variables, view) if view in VIEWS else None
+        if path is not None:
+            out[view] = path
+    return out
+
+
 def view_sql(path: Path, where: str | None = None, view: str = VIEW) -> str:
     """The statement binding `view` over a rollup file (a path of the store: no quote in it)."""
     src = str(path).replace("'", "''")
@@ -130,20 +164,26 @@ def view_sql(path: Path, where: str | None = None, view: str = VIEW) -> str:
 
 @dataclass
 class Refreshed:
-    whole: bool  # recomputed over every instance (else only the dirty ones)
+    whole: bool  # every view recomputed over every instance (else only the dirty ones)
     instances: int  # instances recomputed
-    rows: int  # rows of the rollup now
+    rows: int  # rows of the window_metrics rollup now (of the last view computed when not that)
     seconds: float  # wall time of the refresh
     cpu_s: float  # CPU time of this process during it
+    views: dict[str, int] | None = None  # rows of each rollup refreshed
 
 
-def stale(store: Store, view: str = VIEW) -> bool:
-    """Whether a refresh has anything to do."""
+def _entry_usable(root: Path, entry: dict | None, view: str) -> bool:
+    return (entry is not None and entry.get("key") == sql_key(view)
+            and entry.get("variables") == key_variables(None, view) and _intact(root / entry["path"]))
+
+
+def stale(store: Store, view: str | None = None) -> bool:
+    """Whether a refresh has anything to do (for `view`, or for any stored view)."""
     m = store.manifest
-    entry = (m.get("rollups") or {}).get(view)
-    return (entry is None or bool(m.get("dirty")) or bool(m.get("dirty_all"))
-            or entry.get("key") != sql_key(view) or entry.get("variables") != key_variables(None, view)
-            or not _intact(store.root / entry["path"]))
+    if m.get("dirty") or m.get("dirty_all"):
+        return True
+    rollups = m.get("rollups") or {}
+    return any(not _entry_usable(store.root, rollups.get(v), v) for v in ((view,) if view else VIEWS))
 
 
 @dataclass
@@ -151,10 +191,11 @@ class Plan:
     """What a refresh will do, taken on the writer's thread (the manifest as it is now)."""
 
     root: Path
-    view: str
-    whole: bool
+    views: list[str]  # the stored views recomputed, in dependency order
+    whole: dict[str, bool]  # per view: over every instance (else the dirty ones)
     dirty: list[tuple[str, str]]  # the instances recomputed (when not whole)
-    old_path: str | None  # the rollup whose other instances' rows are carried over
+    old_paths: dict[str, str | None]  # per view: the rollup whose other instances' rows are carried over
+    inputs: dict[str, str]  # fresh rollups not recomputed, read by the views computed
     generation: int  # Store.generation at the plan: marks of later commits are kept
     started: tuple[float, float]  # perf_counter, process_time
 
@@ -162,89 +203,171 @@ class Plan:
 @dataclass
 class Computed:
     plan: Plan
-    rel: str  # the new rollup file, written and fsynced, not yet committed
-    rows: int
+    rels: dict[str, str]  # view -> the new rollup file, written and fsynced, not yet committed
+    rows: dict[str, int]
     instances: int
 
 
-def plan(store: Store, *, whole: bool = False, view: str = VIEW) -> Plan | None:
-    """None when the rollup is fresh (or the store is published to object storage, whose
-    readers use the raw path)."""
-    if store.remote is not None or not stale(store, view):
+def plan(store: Store, *, whole: bool = False, view: str | None = None) -> Plan | None:
+    """None when the rollups are fresh and not `whole` (a rebuild of every view whatever
+    their state), or the store is published to object storage, whose readers use the raw
+    path. `view`: only it and the stored views beneath it."""
+    if store.remote is not None or not (whole or stale(store)):
         return None
     started = (time.perf_counter(), time.process_time())
     m = store.manifest
-    entry = (m.get("rollups") or {}).get(view)
+    rollups = m.get("rollups") or {}
     dirty = [(e, i) for e, i, _lo, _hi in m.get("dirty", [])]
-    usable = (entry is not None and entry.get("key") == sql_key(view)
-              and entry.get("variables") == key_variables(None, view) and _intact(store.root / entry["path"]))
-    whole = (whole or not usable or bool(m.get("dirty_all"))
-             or any(e in CROSS_INSTANCE_ENGINES for e, _ in dirty))
-    return Plan(store.root, view, whole, dirty, None if whole else entry["path"], store.generation, started)
+    whole_all = whole or bool(m.get("dirty_all")) or any(e in CROSS_INSTANCE_ENGINES for e, _ in dirty)
+    wanted = VIEWS if view is None else tuple(v for v in VIEWS if v in closure({view}))
+    views, wholes, olds, inputs = [], {}, {}, {}
+    for v in wanted:
+        entry = rollups.get(v)
+        ok = _entry_usable(store.root, entry, v)
+        if ok and not dirty and not m.get("dirty_all") and not whole:
+            inputs[v] = entry["path"]  # fresh: read as it is
+            continue
+        views.append(v)
+        # a view beneath recomputed whole changes every instance's rows of those above it
+        wholes[v] = whole_all or not ok or any(wholes.values())
+        olds[v] = entry["path"] if entry else None
+    return Plan(store.root, views, wholes, dirty, olds, inputs, store.generation, started)
 
 
 def compute(p: Plan) -> Computed:
-    """Run the raw SQL over the planned instances and write the new rollup file (not yet
-    committed). Touches no manifest: it may run on another thread than the writer's."""
-    from . import query
-
-    whole = p.whole
-    old = pl.DataFrame()
-    if not whole:
-        try:
-            old = pl.read_parquet(p.root / p.old_path)
-        except Exception:  # noqa: BLE001 - unreadable now: rebuilt whole
-            whole = True
-        if old.height and old["engine"].is_in(list(CROSS_INSTANCE_ENGINES)).any():
-            whole = True
-    con = query.connect(p.root, views={p.view}, rollups=False, instances=None if whole else p.dirty)
+    """Run each planned view's raw SQL over the planned instances (the views beneath it bound
+    over the rollups just computed) and write the new rollup files (not yet committed).
+    Touches no manifest: it may run on another thread than the writer's."""
+    rels: dict[str, str] = {}
+    rows: dict[str, int] = {}
     try:
-        new = con.sql(f"select * from {p.view}").to_arrow_table()
+        for view in p.views:
+            rels[view], rows[view] = _compute_view(p, view, {**p.inputs, **rels})
+    except BaseException:
+        for rel in rels.values():
+            discard_file(p.root, rel)
+        raise
+    n = len(p.dirty)
+    if any(p.whole.values()):
+        n = max(n, _instances(p.root / rels[p.views[-1]])) if p.views else n
+    return Computed(p, rels, rows, n)
+
+
+def _instances(path: Path) -> int:
+    con = duckdb.connect(":memory:")
+    try:
+        src = str(path).replace("'", "''")
+        return int(con.execute(f"select count(*) from (select distinct engine, instance from read_parquet('{src}'))").fetchone()[0])
     finally:
         con.close()
-    frame = pl.from_arrow(new)
-    assert isinstance(frame, pl.DataFrame)
-    if not whole:
-        keys = pl.DataFrame({"engine": [e for e, _ in p.dirty], "instance": [i for _, i in p.dirty]},
-                            schema={"engine": pl.String, "instance": pl.String})
-        kept = old.join(keys, on=["engine", "instance"], how="anti", nulls_equal=True)
-        frame = pl.concat([kept, frame], how="vertical_relaxed") if kept.height else frame
-    table = frame.sort("engine", "instance", "window_index", nulls_last=True).to_arrow().cast(new.schema)
-    rel = f"{ROLLUP_DIR}/{p.view}-{new_txid()}.parquet"
+
+
+def _compute_view(p: Plan, view: str, stored_rels: dict[str, str]) -> tuple[str, int]:
+    from . import query
+
+    whole = p.whole[view]
+    old = p.root / p.old_paths[view] if p.old_paths.get(view) else None
+    if not whole and old is not None:
+        try:
+            names = pq.read_schema(old).names
+            has_client = "engine" in names and _has_engine(old, CROSS_INSTANCE_ENGINES)
+        except Exception:  # noqa: BLE001 - unreadable now: rebuilt whole
+            has_client = True
+        if has_client:
+            whole = True
+    if not whole and old is None:
+        whole = True
+    if whole:  # and so every view above it
+        for v in p.views[p.views.index(view):]:
+            p.whole[v] = True
+    stored = {v: p.root / rel for v, rel in stored_rels.items()}
+    con = query.connect(p.root, views={view}, rollups=False, instances=None if whole else p.dirty, stored=stored)
+    rel = f"{ROLLUP_DIR}/{view}-{new_txid()}.parquet"
     path = p.root / rel
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with open(path, "wb") as f:
-            pq.write_table(table, f, compression="zstd")
-            f.flush()
-            os.fsync(f.fileno())
-        _fsync_dir(path.parent)
+        reader = con.sql(f"select * from {view}").to_arrow_reader(ROW_GROUP_ROWS)
+        n = _write(path, reader, view, None if whole else old, None if whole else p.dirty)
     except BaseException:
         discard_file(p.root, rel)
         raise
-    n = frame.select("engine", "instance").n_unique() if whole else len(p.dirty)
-    p.whole = whole
-    return Computed(p, rel, table.num_rows, n)
+    finally:
+        con.close()
+    return rel, n
+
+
+def _has_engine(path: Path, engines: tuple[str, ...]) -> bool:
+    con = duckdb.connect(":memory:")
+    try:
+        src = str(path).replace("'", "''")
+        kinds = ", ".join(f"'{e}'" for e in engines)
+        return bool(con.execute(f"select count(*) from read_parquet('{src}') where engine in ({kinds})").fetchone()[0])
+    finally:
+        con.close()
+
+
+def _write(path: Path, reader: Any, view: str, old: Path | None, dirty: list[tuple[str, str]] | None) -> int:
+    """The old file's rows of the other instances as they are, then the new rows sorted by
+    SORT[view], to `path` (fsynced); returns the row count. A plain DuckDB connection of our own (trusted
+    paths only) streams, sorts and spills, so a rollup of millions of requests is never a
+    Python object."""
+    con = duckdb.connect(":memory:", config={"temp_directory": tempfile.gettempdir() + f"/servelens-rollup-{os.getpid()}",
+                                             "memory_limit": WRITE_MEMORY})
+    try:
+        con.register("new_rows", reader)
+        cols = {c for c, in con.execute("select column_name from (describe select * from new_rows)").fetchall()}
+        order = ", ".join(f'"{c}" nulls last' for c in SORT.get(view, ()) if c in cols)
+        body = f"select * from new_rows{' order by ' + order if order else ''}"
+        if old is not None:
+            # the other instances' rows as they are (already sorted in the old file): only the
+            # new rows are sorted, so a refresh of one instance does not re-sort the store's
+            src = str(old).replace("'", "''")
+            kept = f"select * from read_parquet('{src}')"
+            if dirty:  # (an instance may be null: `not in` would drop every row)
+                kept = (f"select o.* from read_parquet('{src}') as o anti join (values {_instances_values(dirty)}) as d(e, i)"
+                        " on o.engine is not distinct from d.e and o.instance is not distinct from d.i")
+            body = f"{kept} union all by name ({body})"
+        dst = str(path).replace("'", "''")
+        con.execute(f"copy ({body}) to '{dst}' (format parquet, compression zstd, row_group_size {ROW_GROUP_ROWS})")
+        n = int(con.execute(f"select count(*) from read_parquet('{dst}')").fetchone()[0])
+    finally:
+        con.close()
+    with open(path, "rb+") as f:
+        os.fsync(f.fileno())
+    _fsync_dir(path.parent)
+    return n
+
+
+def _instances_values(pairs: list[tuple[str, str]]) -> str:
+    def lit(v: str | None) -> str:
+        return "null" if v is None else "'" + str(v).replace("'", "''") + "'"
+    return ", ".join(f"({lit(e)}, {lit(i)})" for e, i in pairs)
 
 
 def commit(store: Store, c: Computed) -> Refreshed | None:
-    """Make a computed rollup current (on the writer's thread), clearing the dirty marks of
-    what no commit changed since its plan; None (and the file deleted) when another refresh
-    replaced the rollup meanwhile."""
+    """Make computed rollups current (on the writer's thread) in one manifest write, clearing
+    the dirty marks of what no commit changed since their plan; None (and the files deleted)
+    when another refresh replaced a rollup meanwhile."""
     p = c.plan
-    entry = (store.manifest.get("rollups") or {}).get(p.view)
-    if (entry or {}).get("path") != p.old_path and not p.whole:
-        discard_file(store.root, c.rel)
+    rollups = store.manifest.get("rollups") or {}
+    moved = any((rollups.get(v) or {}).get("path") != p.old_paths[v] for v in p.views if not p.whole[v])
+    moved |= any((rollups.get(v) or {}).get("path") != rel for v, rel in p.inputs.items())
+    if moved:
+        for rel in c.rels.values():
+            discard_file(store.root, rel)
         return None
     try:
-        store.commit([], dirty=("clean", p.generation), rollups={p.view: {
-            "path": c.rel, "key": sql_key(p.view), "variables": key_variables(None, p.view), "rows": c.rows,
-        }})
+        store.commit([], dirty=("clean", p.generation), rollups={v: {
+            "path": c.rels[v], "key": sql_key(v), "variables": key_variables(None, v), "rows": c.rows[v],
+        } for v in p.views})
     except BaseException:
-        discard_file(store.root, c.rel)
+        for rel in c.rels.values():
+            discard_file(store.root, rel)
         raise
     remove_orphans(store)
-    return Refreshed(p.whole, c.instances, c.rows, time.perf_counter() - p.started[0], time.process_time() - p.started[1])
+    last = VIEW if VIEW in c.rows else (p.views[-1] if p.views else VIEW)
+    return Refreshed(all(p.whole.values()), c.instances, c.rows.get(last, 0),
+                     time.perf_counter() - p.started[0], time.process_time() - p.started[1], dict(c.rows))
 
 
 def discard_file(root: Path, rel: str) -> None:
@@ -254,14 +377,14 @@ def discard_file(root: Path, rel: str) -> None:
         pass
 
 
-def refresh(store: Store, *, whole: bool = False, view: str = VIEW) -> Refreshed | None:
-    """Bring the rollup up to date under the writer's lock (ingest's end, compact, repair,
+def refresh(store: Store, *, whole: bool = False, view: str | None = None) -> Refreshed | None:
+    """Bring the rollups up to date under the writer's lock (ingest's end, compact, repair,
     prune, a stopping tailer): recompute the dirty instances (all of them when `whole`, when
     there is no usable rollup, when rows were removed, or when benchmark-client results are
-    involved) with the raw SQL, write the new rollup file, and commit it with the dirty
-    marks cleared in one manifest write. None when it was fresh already, or for a store
-    published to object storage (its readers use the raw path). The tailer runs the same
-    three steps with `compute` on a thread of its own."""
+    involved) with the raw SQL, view after view, write the new rollup files, and commit them
+    with the dirty marks cleared in one manifest write. None when they were fresh already, or
+    for a store published to object storage (its readers use the raw path). The tailer runs
+    the same three steps with `compute` on a thread of its own."""
     p = plan(store, whole=whole, view=view)
     if p is None:
         return None
@@ -284,18 +407,18 @@ def remove_orphans(store: Store) -> None:
                 pass
 
 
-def status(root: Path | str, variables: Mapping[str, Any] | None = None) -> str:
-    """One line on the rollup's state, for `servelens info` and the tests."""
+def status(root: Path | str, variables: Mapping[str, Any] | None = None, view: str = VIEW) -> str:
+    """One word on a stored view's rollup, for `servelens info` and the tests."""
     root = Path(root)
     m = read_manifest(root)
-    entry = (m.get("rollups") or {}).get(VIEW)
+    entry = (m.get("rollups") or {}).get(view)
     if entry is None:
         return "none"
-    if current(root, m, variables) is not None:
+    if current(root, m, variables, view) is not None:
         return "fresh"
     if m.get("dirty") or m.get("dirty_all"):
         return "dirty"
     return "unusable"
 
 
-__all__ = ["VIEW", "ROLLUP_DIR", "current", "refresh", "stale", "status", "view_sql", "key_variables", "sql_key", "disabled", "Refreshed"]
+__all__ = ["VIEW", "VIEWS", "usable", "ROLLUP_DIR", "current", "refresh", "stale", "status", "view_sql", "key_variables", "sql_key", "disabled", "Refreshed"]

@@ -49,10 +49,11 @@ def share(con: duckdb.DuckDBPyConnection, named: Iterable[str], bound: Iterable[
     the views are bound); returns those views. Each table is computed under `limits`
     (sandbox.execute: the time limit, one-line QueryError on running out of memory or spill),
     as the query then is: a query over shared views can take up to three times its limit."""
+    leaves = list(leaves)
     count = reads(named, bound, leaves)
     done = []
     for name in SHARED:
-        if count.get(name, 0) < 2:
+        if count.get(name, 0) < 2 or name in set(leaves):  # a rollup is already a table
             continue
         table = f"shared_{name}"
         execute(con, f"create temp table {table} as select * from {schema}.{name}", None, limits)

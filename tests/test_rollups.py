@@ -1,5 +1,5 @@
-"""Rollups (pipeline/rollup.py): the stored `window_metrics` must answer exactly what the raw
-view answers, on every sample set, on simulated stores, and after every way a store changes
+"""Rollups (pipeline/rollup.py): the stored views (requests, request_state, window_metrics)
+must answer exactly what the raw views answer, on every sample set, on simulated stores, and after every way a store changes
 (a tail of many small commits, re-ingest, compaction, a lost rollup file and repair); when it
 cannot (dirty marks, other variables) the raw path answers."""
 
@@ -30,7 +30,8 @@ from servelens.pipeline.timerange import TimeRange
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "sample_logs"
 UTC = dt.timezone.utc
-VIEWS = ("window_metrics", "scaling_signals")
+# the stored views, and views over them (compared through the rollups and raw)
+VIEWS = ("requests", "request_state", "window_metrics", "scaling_signals", "latency_percentiles", "queue_depth")
 
 _register_commands()
 runner = CliRunner()
@@ -54,13 +55,27 @@ def bound_views(store: Path, view: str, **kw) -> set[str]:
         con.close()
 
 
+def over_rollups(store: Path, view: str, **kw) -> set[str]:
+    """The views a connection for `view` binds over a rollup file (not over their SQL)."""
+    con = connect(store, views={view}, **kw)
+    try:
+        rows = con.execute("select view_name, sql from duckdb_views() where not internal").fetchall()
+    finally:
+        con.close()
+    return {name for name, sql in rows if f"/{rollup.ROLLUP_DIR}/" in sql}
+
+
 def assert_same(store: Path, views=VIEWS, **kw) -> dict[str, int]:
     """The rollup's answer equals the raw answer, row for row (floats to 1e-9: DuckDB may sum
     in another order); the rows compared, per view."""
-    assert rollup.status(store, kw.get("variables")) == "fresh"
-    # the rollup path really is taken: no raw view beneath window_metrics is bound
+    for view in rollup.VIEWS:
+        assert rollup.status(store, kw.get("variables"), view) == "fresh", view
+    # the rollup path really is taken: no raw view beneath a stored view is bound
     assert "requests" not in bound_views(store, "scaling_signals", **kw)
     assert "requests" in bound_views(store, "scaling_signals", rollups=False, **kw)
+    assert bound_views(store, "latency_percentiles", **kw) - {"events"} == {"latency_percentiles", "requests"}
+    assert bound_views(store, "queue_depth", **kw) >= {"queue_depth", "request_state"}
+    assert "requests" not in bound_views(store, "queue_depth", **kw)
     counts = {}
     for view in views:
         raw, rolled = answer(store, view, True, **kw), answer(store, view, False, **kw)
@@ -93,10 +108,13 @@ def test_rollup_equals_raw_on_every_sample_set(tmp_path, name):
     cli("ingest", *SAMPLE_SETS[name], "--store", store)
     m = manifest(store)
     assert "dirty" not in m and "dirty_all" not in m
-    entry = m["rollups"]["window_metrics"]
-    assert (store / entry["path"]).is_file()
+    assert sorted(m["rollups"]) == sorted(rollup.VIEWS)
+    for view, entry in m["rollups"].items():
+        assert (store / entry["path"]).is_file()
     counts = assert_same(store)
-    assert counts["window_metrics"] == entry["rows"] > 0
+    assert counts["window_metrics"] == m["rollups"]["window_metrics"]["rows"] > 0
+    assert counts["requests"] == m["rollups"]["requests"]["rows"] > 0
+    assert counts["request_state"] == m["rollups"]["request_state"]["rows"]
     if name.startswith("incident"):
         assert counts["scaling_signals"] > 0  # the incident fires signals: compared for real
 
@@ -189,16 +207,19 @@ def test_an_incremental_refresh_recomputes_only_the_dirty_instance(tmp_path):
     (logs / b.name).write_text("".join(lines[: len(lines) // 2]))
     store = tmp_path / "store"
     ingest([logs], store)
-    before = pl.read_parquet(store / manifest(store)["rollups"]["window_metrics"]["path"])
+    before = {v: pl.read_parquet(store / e["path"]) for v, e in manifest(store)["rollups"].items()}
     with open(logs / b.name, "a") as f:
         f.writelines(lines[len(lines) // 2:])
     summary = ingest([logs], store)
     r = summary.rollup
     assert r is not None and not r.whole and r.instances == 1
-    after = pl.read_parquet(store / manifest(store)["rollups"]["window_metrics"]["path"])
-    # the untouched instance's rows are carried over as they were
-    assert_frame_equal(after.filter(pl.col("instance") == "vllm-a"), before.filter(pl.col("instance") == "vllm-a"))
-    assert after.filter(pl.col("instance") == "vllm-b").height > before.filter(pl.col("instance") == "vllm-b").height
+    assert set(r.views) == set(rollup.VIEWS)
+    for view in ("requests", "window_metrics"):
+        after = pl.read_parquet(store / manifest(store)["rollups"][view]["path"])
+        old = before[view]
+        # the untouched instance's rows are carried over as they were
+        assert_frame_equal(after.filter(pl.col("instance") == "vllm-a"), old.filter(pl.col("instance") == "vllm-a"))
+        assert after.filter(pl.col("instance") == "vllm-b").height > old.filter(pl.col("instance") == "vllm-b").height
     assert_same(store)
 
 
@@ -241,8 +262,14 @@ def test_lost_or_damaged_rollup_falls_back_and_repair_or_compact_rebuild_it(inci
     path = store / manifest(store)["rollups"]["window_metrics"]["path"]
     path.unlink()
     assert rollup.status(store) == "unusable"
-    assert "requests" in bound_views(store, "scaling_signals")  # the raw path
+    # window_metrics from its SQL, over the (intact) requests and request_state rollups
+    assert over_rollups(store, "scaling_signals") == {"requests", "request_state"}
     assert_frame_equal(answer(store, "scaling_signals", raw=False), raw)
+    # a lost requests rollup: everything above it from its SQL too
+    (store / manifest(store)["rollups"]["requests"]["path"]).unlink()
+    assert rollup.status(store, None, "requests") == "unusable"
+    assert over_rollups(store, "latency_percentiles") == set()
+    assert_frame_equal(answer(store, "latency_percentiles", raw=False), answer(store, "latency_percentiles", raw=True))
     out = cli("repair", "--store", store)
     assert "rollup" in out.lower()
     assert_same(store)
@@ -277,7 +304,7 @@ def test_a_dirty_store_falls_back_to_raw(incident_store, tmp_path):
         st.commit_events([frame], {})
     m = manifest(store)
     assert m["dirty"] and rollup.status(store) == "dirty"
-    assert "requests" in bound_views(store, "scaling_signals")
+    assert over_rollups(store, "scaling_signals") == set()
     for view in VIEWS:
         assert_frame_equal(answer(store, view, raw=False), answer(store, view, raw=True))
     with Store.open(store) as st:
@@ -303,7 +330,8 @@ def test_other_variables_fall_back_to_raw(incident_store):
     store = incident_store
     thirty = {"window_s": 30}
     assert rollup.status(store, thirty) == "unusable"
-    assert "requests" in bound_views(store, "scaling_signals", variables=thirty)
+    # window_metrics from its SQL at 30 s, over the width-independent rollups
+    assert over_rollups(store, "scaling_signals", variables=thirty) == {"requests", "request_state"}
     got = answer(store, "window_metrics", raw=False, variables=thirty)
     assert_frame_equal(got, answer(store, "window_metrics", raw=True, variables=thirty))
     assert got["window_s"].unique().to_list() == [30.0]
@@ -327,11 +355,48 @@ def test_a_time_range_reads_the_rollup_rows_of_the_range(incident_store):
     assert_frame_equal(got, expected)
 
 
+RANGES = [(dt.datetime(2026, 5, 12, 8, 1, 30, tzinfo=UTC), dt.datetime(2026, 5, 12, 8, 3, 10, tzinfo=UTC)),
+          (dt.datetime(2026, 5, 12, 8, 2, tzinfo=UTC), None),
+          (None, dt.datetime(2026, 5, 12, 8, 1, 45, tzinfo=UTC))]
+
+
+@pytest.mark.parametrize("since,until", RANGES)
+def test_ranged_answers_through_the_rollups_equal_the_raw_ranged_answers(incident_store, since, until):
+    store = incident_store
+    rng = TimeRange(since, until)
+    assert over_rollups(store, "latency_percentiles", time_range=rng) == {"requests"}
+    whole = answer(store, "requests", raw=False)
+    for view in ("requests", "request_state", "latency_percentiles", "queue_depth", "throughput", "scaling_signals"):
+        got = answer(store, view, raw=False, time_range=rng)
+        assert_frame_equal(got, answer(store, view, raw=True, time_range=rng),
+                           check_exact=False, rel_tol=1e-9, abs_tol=1e-9)
+        if view == "requests":  # really a part of the store
+            assert 0 < got.height < whole.height
+
+
+def test_the_dashboard_connection_reads_the_width_independent_rollups(incident_store):
+    """One connection serves every width (the dashboard's): requests and request_state over
+    their rollups, window_metrics from its SQL, right at any width set on it."""
+    store = incident_store
+    con = connect(store, rollups=("requests", "request_state"))
+    try:
+        views = dict(con.execute("select view_name, sql from duckdb_views() where not internal").fetchall())
+        assert f"/{rollup.ROLLUP_DIR}/" in views["requests"] and f"/{rollup.ROLLUP_DIR}/" in views["request_state"]
+        assert f"/{rollup.ROLLUP_DIR}/" not in views["window_metrics"]
+        con.execute("set variable window_s = 30")
+        got = con.sql("select * from window_metrics order by all").pl()
+    finally:
+        con.close()
+    assert got["window_s"].unique().to_list() == [30.0]
+    assert_frame_equal(got, answer(store, "window_metrics", raw=True, variables={"window_s": 30}),
+                       check_exact=False, rel_tol=1e-9, abs_tol=1e-9)
+
+
 def test_rollup_of_other_sql_is_not_used(incident_store, monkeypatch):
     store = incident_store
     monkeypatch.setattr(rollup, "sql_key", lambda view=rollup.VIEW: "another-servelens")
     assert rollup.status(store) == "unusable"
-    assert "requests" in bound_views(store, "scaling_signals")
+    assert over_rollups(store, "scaling_signals") == set()
     with Store.open(store) as st:
         assert rollup.refresh(st).whole  # rebuilt from today's SQL
     assert manifest(store)["rollups"]["window_metrics"]["key"] == "another-servelens"
@@ -340,8 +405,11 @@ def test_rollup_of_other_sql_is_not_used(incident_store, monkeypatch):
 def test_no_rollups_environment_forces_raw(incident_store, monkeypatch):
     monkeypatch.setenv(rollup.NO_ROLLUPS_ENV, "1")
     assert "requests" in bound_views(incident_store, "scaling_signals")
+    assert over_rollups(incident_store, "scaling_signals") == set()
+    assert over_rollups(incident_store, "latency_percentiles", rollups=("requests",)) == set()
     monkeypatch.delenv(rollup.NO_ROLLUPS_ENV)
     assert "requests" not in bound_views(incident_store, "scaling_signals")
+    assert over_rollups(incident_store, "latency_percentiles") == {"requests"}
     assert os.environ.get(rollup.NO_ROLLUPS_ENV) is None
 
 
@@ -356,7 +424,7 @@ def test_a_commit_during_a_background_refresh_stays_dirty(incident_store, tmp_pa
     with Store.open(store) as st:
         st.commit_events([first], {})
         p = rollup.plan(st)
-        assert p is not None and not p.whole
+        assert p is not None and not any(p.whole.values())
         st.commit_events([second], {})  # while the refresh computes
         c = rollup.compute(p)
         done = rollup.commit(st, c)
