@@ -246,7 +246,8 @@ def test_the_server_start_evaluates_the_views_the_first_visitor_needs(store, mon
     # the default width first, then every other width the sidebar offers, the default shown
     others = [w for w in sidebar.WINDOWS.values() if w != default]
     assert [(v, w) for v, w, _ in conn.evaluated] == (
-        [(v, None) for v in data.SHARED] + [(v, w) for w in [default, *others] for v in data.PER_WINDOW])
+        [(v, None) for v in conn.shared] + [(v, w) for w in [default, *others] for v in data.PER_WINDOW])
+    assert "requests" not in conn.shared  # read from its rollup, not copied
     assert conn.window_s == default and sorted(conn.widths) == sorted(sidebar.WINDOWS.values())
     # the visitor's first page and a change of width evaluate no view again
     monkeypatch.setenv("SERVELENS_STORE", str(store))
@@ -254,7 +255,7 @@ def test_the_server_start_evaluates_the_views_the_first_visitor_needs(store, mon
     at.run()
     assert not at.exception
     n = len(conn.evaluated)
-    assert n == len(data.SHARED) + len(sidebar.WINDOWS) * len(data.PER_WINDOW)
+    assert n == len(conn.shared) + len(sidebar.WINDOWS) * len(data.PER_WINDOW)
     at.select_slider(key="window").set_value("15 min").run()
     assert not at.exception and at.caption[0].value.endswith("window 900 s")
     assert len(conn.evaluated) == n
