@@ -192,11 +192,12 @@ def render(res: dict) -> str:
                 f"{_f(r['bytes'] / 1e6 / ing['wall_s'], 1)} | {r['lines'] / ing['wall_s']:,.0f} | "
                 f"{ing['peak_rss'] / MiB:,.0f} MiB | {_f(base['wall_s'])} s | {_f(r['bytes'] / 1e6 / base['wall_s'], 1)} | "
                 f"**{base['wall_s'] / ing['wall_s']:.1f}x** | {_f(fl['wc_s'], 3)} s | {_f(fl['py_s'], 3)} s | "
-                f"{ing['wall_s'] / floor_s:.0f}x | {_f(ing.get('rollup_s', 0.0))} s |"
+                f"{ing['wall_s'] / floor_s:.0f}x | {_f(ing.get('rollup_s', 0.0))} s"
+                + (f", peak {ing['rollup_peak_rss'] / MiB:,.0f} MiB |" if ing.get("rollup_peak_rss") else " |")
             )
-        lines += ["", "`servelens ingest` parses and stores, then refreshes the rollup (the stored "
+        lines += ["", "`servelens ingest` parses and stores, then refreshes the rollups (the stored "
                   "`window_metrics`, pipeline/rollup.py) of the instances it touched: timed apart in the "
-                  "last column (`ingest --no-rollups`, then `rollup.refresh`), since the Python loop "
+                  "last column (`ingest --no-rollups`, then `rollup.refresh` in a process of its own), since the Python loop "
                   "computes no metric; a user running `servelens ingest` waits for both."]
         lines += ["", "Events stored per engine (last run): " + "; ".join(
             f"{r['engine']} {r['ingest']['events']:,} events, {r['ingest']['unparsed']:,} unparsed"

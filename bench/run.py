@@ -143,7 +143,7 @@ def _warm_up(a, g: gen.Generated, store: Path) -> None:
 def time_ingest(a, g: gen.Generated, store: Path, runs: int | None = None) -> dict:
     """Parse and store (what the Python loop baseline does too), then, apart, the rollup
     refresh that `servelens ingest` runs at its end (pipeline/rollup.py), timed in-process."""
-    walls, rss, cpus, rollup_walls, rollup_cpus = [], [], [], [], []
+    walls, rss, cpus, rollup_walls, rollup_cpus, rollup_rss = [], [], [], [], [], []
     if a.in_process:
         _warm_up(a, g, store)
     for _ in range(runs or a.runs):
@@ -160,9 +160,10 @@ def time_ingest(a, g: gen.Generated, store: Path, runs: int | None = None) -> di
             walls.append(r.wall_s)
             rss.append(r.peak_rss_bytes)
             cpus.append(r.cpu_s)
-        refreshed = time_rollup_refresh(store)
-        rollup_walls.append(refreshed.seconds if refreshed else 0.0)
-        rollup_cpus.append(refreshed.cpu_s if refreshed else 0.0)
+        refreshed = time_rollup_refresh(store, a.in_process)
+        rollup_walls.append(refreshed["seconds"] if refreshed else 0.0)
+        rollup_cpus.append(refreshed["cpu_s"] if refreshed else 0.0)
+        rollup_rss.append(refreshed["peak_rss"] if refreshed else 0)
     from servelens.pipeline.query import run as query
 
     counts = query(store, "select count(*) as events, count(*) filter (where event = 'unparsed') as unparsed, "
@@ -170,17 +171,38 @@ def time_ingest(a, g: gen.Generated, store: Path, runs: int | None = None) -> di
     return {"wall_s": median(walls), "walls": walls, "peak_rss": max(rss), "rss_runs": rss,
             "cpu_s": median(cpus) if cpus else None,
             "rollup_s": median(rollup_walls), "rollup_walls": rollup_walls, "rollup_cpu_s": median(rollup_cpus),
+            "rollup_peak_rss": max(rollup_rss),
             **{k: int(v) for k, v in counts.row(0, named=True).items()}}
 
 
-def time_rollup_refresh(store: Path):
-    """What `servelens ingest` adds at its end: the window_metrics rollup of the new
-    instances (pipeline/rollup.refresh)."""
-    from servelens.pipeline import rollup
-    from servelens.pipeline.store import Store
+_REFRESH = """
+import json, sys
+from servelens.pipeline import rollup
+from servelens.pipeline.store import Store
+with Store.open(sys.argv[1], purpose="bench") as st:
+    r = rollup.refresh(st)
+print(json.dumps({"seconds": r.seconds, "cpu_s": r.cpu_s} if r else None))
+"""
 
-    with Store.open(store, purpose="bench") as st:
-        return rollup.refresh(st)
+
+def time_rollup_refresh(store: Path, in_process: bool = False):
+    """What `servelens ingest` adds at its end: the rollups of the new instances
+    (pipeline/rollup.refresh). In a child process, like the ingest it follows: a refresh in
+    this process would grow it, and a child forked from a big parent reports the parent's
+    peak RSS as its own (Linux keeps ru_maxrss across fork and exec), which inflated the
+    ingest's peak RSS of the runs after the first."""
+    if in_process:
+        from servelens.pipeline import rollup
+        from servelens.pipeline.store import Store
+
+        with Store.open(store, purpose="bench") as st:
+            r = rollup.refresh(st)
+        return {"seconds": r.seconds, "cpu_s": r.cpu_s, "peak_rss": 0} if r else None
+    r = run_cmd([sys.executable, "-c", _REFRESH, str(store)])
+    if r.returncode != 0:
+        raise SystemExit(f"rollup refresh failed: {r.stderr.strip()[-500:]}")
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    return {**out, "peak_rss": r.peak_rss_bytes} if out else None
 
 
 def time_baseline(a, g: gen.Generated, out: Path) -> dict:
