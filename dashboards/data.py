@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import polars as pl
 import streamlit as st
 from servelens.pipeline.query import QueryError, connect, one_line, run, run_on
@@ -174,8 +175,17 @@ class _Connection:
             for view in PER_WINDOW:
                 self.con.execute(f"create or replace temp view {view} as select * from {_window_table(view, window_s)}")
         else:
-            for view in PER_WINDOW:  # in dependency order: window_metrics reads this width's throughput
-                self._evaluate(view, window_s)
+            try:
+                for view in PER_WINDOW:  # in dependency order: window_metrics reads this width's throughput
+                    self._evaluate(view, window_s)
+            except duckdb.OutOfMemoryException:
+                # the widths kept fill the page's memory on a big store: keep only this one
+                self.forget_widths()
+                try:
+                    for view in PER_WINDOW:
+                        self._evaluate(view, window_s)
+                except duckdb.OutOfMemoryException:
+                    raise QueryError(MEMORY_HINT) from None
         self.widths.append(window_s)
         while len(self.widths) > WIDTHS_KEPT:
             old = self.widths.pop(0)
@@ -184,7 +194,19 @@ class _Connection:
         self.window_s = window_s
 
 
+    def forget_widths(self) -> None:
+        """Drop the tables of every width kept (hold the lock): what to give up first when
+        the page's memory runs out."""
+        for old in self.widths:
+            for view in PER_WINDOW:
+                self.con.execute(f"drop table if exists {_window_table(view, old)}")
+        self.widths.clear()
+        self.window_s = None
+
+
 WIDTH_FREE_ROLLUPS = ("requests", "request_state")
+MEMORY_HINT = ("the dashboard's views do not fit in its memory (512 MB by default): restart it with "
+               "SERVELENS_DASHBOARD_MEMORY=2GB, or choose a shorter time range (--since/--until)")
 
 
 def _window_table(view: str, window_s: float) -> str:
@@ -217,7 +239,17 @@ def _cached(store: str, version: str, sql: str, params: dict[str, Any] | None, v
     with conn.lock:
         if window_s is not None:
             conn.use_window(window_s)
-        return run_on(conn.con, sql, params)
+        try:
+            return run_on(conn.con, sql, params)
+        except QueryError as e:
+            if "memory limit" not in str(e) or not conn.widths:
+                raise
+            # give the other widths' tables back, then once more
+            current = conn.window_s
+            conn.forget_widths()
+            if current is not None:
+                conn.use_window(current)
+            return run_on(conn.con, sql, params)
 
 
 def _variables(cfg: Settings) -> tuple[tuple[str, Any], ...]:

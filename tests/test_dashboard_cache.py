@@ -352,3 +352,39 @@ def test_only_the_open_latency_tab_draws_its_chart(store, monkeypatch):
     assert latency_specs(tabs["Queue time"]) == []
     # the closed tabs still say which instances' logs give no such metric
     assert any("Time to first token" in i.value for i in at.info)
+
+
+def test_a_width_that_does_not_fit_gives_back_the_widths_kept(store, monkeypatch):
+    """On a big store the widths kept fill the page's memory: the next width drops them and is
+    computed alone (its rows those of a fresh connection); when even that does not fit, the
+    page gets one line saying what to do, not DuckDB's exception."""
+    import duckdb
+
+    conn = _connection(store)
+    with conn.lock:
+        conn.use_window(60.0)
+        conn.use_window(300.0)
+    want = conn.con.execute("select count(*), sum(epoch(window_start)) from window_metrics").fetchone()
+    with conn.lock:
+        conn.use_window(60.0)
+    evaluate, failed = conn._evaluate, []
+
+    def short_of_memory_once(view, window_s=None):
+        if not failed:
+            failed.append(view)
+            raise duckdb.OutOfMemoryException("Out of Memory Error: could not allocate block")
+        evaluate(view, window_s)
+
+    monkeypatch.setattr(conn, "_evaluate", short_of_memory_once)
+    with conn.lock:
+        conn.use_window(900.0)
+        assert conn.widths == [900.0] and failed
+        conn.use_window(300.0)
+    assert conn.con.execute("select count(*), sum(epoch(window_start)) from window_metrics").fetchone() == want
+
+    def never_fits(view, window_s=None):
+        raise duckdb.OutOfMemoryException("Out of Memory Error: could not allocate block")
+
+    monkeypatch.setattr(conn, "_evaluate", never_fits)
+    with conn.lock, pytest.raises(data.QueryError, match="SERVELENS_DASHBOARD_MEMORY"):
+        conn.use_window(120.0)
