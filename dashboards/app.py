@@ -14,6 +14,8 @@ from pathlib import Path
 
 import streamlit as st
 from servelens.dashboards import access
+from servelens.pipeline.sandbox import QueryError
+from servelens.pipeline.store import StoreError
 
 HERE = Path(__file__).resolve().parent
 
@@ -32,4 +34,7 @@ pages = [
 if access.sql_enabled():
     pages.append(st.Page(HERE / "pages" / "sql.py", title="SQL", url_path="sql"))
 page = st.navigation(pages)
-page.run()
+try:
+    page.run()
+except (QueryError, StoreError) as e:  # one line on the page, never a traceback
+    st.error(f"Cannot compute this page: {e}")
