@@ -232,6 +232,25 @@ def incident_store(tmp_path) -> Path:
     return store
 
 
+def test_a_refresh_short_of_its_memory_bound_is_computed_again_without_it(tmp_path, monkeypatch):
+    """The refresh runs under a memory bound (ingest and the tailer stay under 1 GB); a plan
+    that cannot stay within it costs time, never the rollup."""
+    calls = []
+    within = rollup._compute_view_within
+
+    def recording(p, view, stored_rels, limits):
+        calls.append((view, limits.memory_bytes))
+        return within(p, view, stored_rels, limits)
+
+    monkeypatch.setattr(rollup, "_compute_view_within", recording)
+    monkeypatch.setattr(rollup, "REFRESH_MEMORY", "2MB")  # nothing fits
+    store = tmp_path / "store"
+    cli("ingest", SAMPLES / "incident", "--store", store)
+    assert [v for v, _ in calls] == [v for view in rollup.VIEWS for v in (view, view)]
+    assert {m for _, m in calls[::2]} == {2_000_000} and min(m for _, m in calls[1::2]) > 2_000_000
+    assert_same(store)
+
+
 def test_reingest_doubles_nothing_and_leaves_the_rollup(incident_store):
     store = incident_store
     before = manifest(store)
