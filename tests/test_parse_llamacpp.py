@@ -301,7 +301,7 @@ def test_ingest_with_tiny_blocks_keeps_each_timing_block_whole():
     data = ("\n".join(texts) + "\n").encode()
     whole = parse(data.decode())
     for block in (200, 333, 512, 1000):
-        ctx = ParseContext(engine="llamacpp", source="t.log", instance="t")
+        ctx = ParseContext(engine="llamacpp", source="t.log", instance="t", keep_lines=True)  # every line's text, as parse() gives
         chunks = list(L.parse_stream(io.BytesIO(data), llamacpp, ctx, offset=0, next_line=1, block_bytes=block))
         assert len(chunks) > 3
         got = pl.concat([c.events for c in chunks])
