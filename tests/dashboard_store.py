@@ -16,3 +16,14 @@ def build_store(tmp: Path, paths: list[Path] | None = None) -> Path:
     store = tmp / "store"
     ingest(paths or [INCIDENT], store)
     return store
+
+
+def chart_specs(node) -> list[str]:
+    """The Vega-Lite specs (JSON text) of the charts under an AppTest node (`at.main`, a tab)."""
+    out, todo = [], [node]
+    while todo:
+        node = todo.pop()
+        todo.extend(getattr(node, "children", {}).values())
+        if getattr(node, "type", None) == "vega_lite_chart":
+            out.append(node.proto.spec)
+    return out

@@ -16,7 +16,7 @@ from streamlit.testing.v1 import AppTest
 from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dashboard_store import build_store
+from dashboard_store import build_store, chart_specs
 from servelens.dashboards import charts
 from servelens.dashboards import verdict as vd
 from servelens.pipeline.query import QueryError, run
@@ -57,17 +57,6 @@ def _signals(store: Path) -> pl.DataFrame:
 
 def _instances(store: Path) -> list[tuple[str, str]]:
     return run(store, "select distinct engine, instance from events where ts is not null order by all").rows()
-
-
-def _chart_specs(at: AppTest) -> list[str]:
-    """The Vega-Lite specs (JSON text) of the charts on the page."""
-    out, todo = [], [at.main]
-    while todo:
-        node = todo.pop()
-        todo.extend(getattr(node, "children", {}).values())
-        if getattr(node, "type", None) == "vega_lite_chart":
-            out.append(node.proto.spec)
-    return out
 
 
 def _markdown(at: AppTest) -> list[str]:
@@ -342,7 +331,7 @@ def test_a_thresholds_file_changes_the_signals_shown(tmp_path, store, monkeypatc
         changed += was != vd.verdict(mine)
     assert strict.height > default.height and changed >= 1
     # the latency chart draws the stricter SLO
-    assert any('"p99 SLO 5 s"' in spec for spec in _chart_specs(at))
+    assert any('"p99 SLO 5 s"' in spec for spec in chart_specs(at.main))
 
 
 # --- the story first ------------------------------------------------------------------------
@@ -377,7 +366,7 @@ def test_cards_and_chart_agree_on_the_errors_threshold(overview):
     count = resolve_variables()["errors_count"]
     lines = [m for m in _markdown(overview) if "`errors` → investigate" in m]
     assert lines and all(f"threshold {count:g} errors/window, or 1 crash/OOM (critical)" in m for m in lines)
-    assert any(f"errors signal: {count:g} per window (warning); any crash or OOM: critical" in s for s in _chart_specs(overview))
+    assert any(f"errors signal: {count:g} per window (warning); any crash or OOM: critical" in s for s in chart_specs(overview.main))
 
 
 def test_instances_without_data_in_the_range_say_no_data_not_hold(app, store):

@@ -18,7 +18,7 @@ from polars.testing import assert_frame_equal
 from streamlit.testing.v1 import AppTest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dashboard_store import build_store
+from dashboard_store import build_store, chart_specs
 from servelens.dashboards import data, sidebar
 from servelens.pipeline.query import run
 
@@ -338,18 +338,9 @@ def test_only_the_open_latency_tab_draws_its_chart(store, monkeypatch):
     assert not at.exception
     tabs = {t.label: t for t in at.tabs}
 
-    def latency_specs(tab) -> list[str]:
-        out, todo = [], [tab]
-        while todo:
-            node = todo.pop()
-            todo.extend(getattr(node, "children", {}).values())
-            if getattr(node, "type", None) == "vega_lite_chart":
-                out.append(node.proto.spec)
-        return out
-
-    e2e = latency_specs(tabs["End-to-end"])
+    e2e = chart_specs(tabs["End-to-end"])
     assert len(e2e) == 1 and '"e2e latency (s)"' in e2e[0]
-    assert latency_specs(tabs["Queue time"]) == []
+    assert chart_specs(tabs["Queue time"]) == []
     # the closed tabs still say which instances' logs give no such metric
     assert any("Time to first token" in i.value for i in at.info)
 
