@@ -160,10 +160,23 @@ def usable(root: Path, manifest: dict, variables: Mapping[str, Any] | None = Non
     return out
 
 
+def _literal(value: Any) -> str:
+    """A SQL string literal (or null)."""
+    return "null" if value is None else "'" + str(value).replace("'", "''") + "'"
+
+
+def _scalar(sql: str) -> Any:
+    """The one value of `sql` on a plain connection of our own (trusted paths only)."""
+    con = duckdb.connect(":memory:")
+    try:
+        return con.execute(sql).fetchone()[0]
+    finally:
+        con.close()
+
+
 def view_sql(path: Path, where: str | None = None, view: str = VIEW) -> str:
-    """The statement binding `view` over a rollup file (a path of the store: no quote in it)."""
-    src = str(path).replace("'", "''")
-    return f"create or replace view {view} as select * from read_parquet('{src}')" + (f" where {where}" if where else "")
+    """The statement binding `view` over a rollup file."""
+    return f"create or replace view {view} as select * from read_parquet({_literal(path)})" + (f" where {where}" if where else "")
 
 
 @dataclass
@@ -258,12 +271,7 @@ def compute(p: Plan) -> Computed:
 
 
 def _instances(path: Path) -> int:
-    con = duckdb.connect(":memory:")
-    try:
-        src = str(path).replace("'", "''")
-        return int(con.execute(f"select count(*) from (select distinct engine, instance from read_parquet('{src}'))").fetchone()[0])
-    finally:
-        con.close()
+    return int(_scalar(f"select count(*) from (select distinct engine, instance from read_parquet({_literal(path)}))"))
 
 
 def refresh_limits() -> Limits:
@@ -327,13 +335,8 @@ def _compute_view_within(p: Plan, view: str, stored_rels: dict[str, str], limits
 
 
 def _has_engine(path: Path, engines: tuple[str, ...]) -> bool:
-    con = duckdb.connect(":memory:")
-    try:
-        src = str(path).replace("'", "''")
-        kinds = ", ".join(f"'{e}'" for e in engines)
-        return bool(con.execute(f"select count(*) from read_parquet('{src}') where engine in ({kinds})").fetchone()[0])
-    finally:
-        con.close()
+    kinds = ", ".join(_literal(e) for e in engines)
+    return bool(_scalar(f"select count(*) from read_parquet({_literal(path)}) where engine in ({kinds})"))
 
 
 def _write(path: Path, reader: Any, view: str, old: Path | None, dirty: list[tuple[str, str]] | None) -> int:
@@ -351,15 +354,15 @@ def _write(path: Path, reader: Any, view: str, old: Path | None, dirty: list[tup
         if old is not None:
             # the other instances' rows as they are (already sorted in the old file): only the
             # new rows are sorted, so a refresh of one instance does not re-sort the store's
-            src = str(old).replace("'", "''")
-            kept = f"select * from read_parquet('{src}')"
+            src = f"read_parquet({_literal(old)})"
+            kept = f"select * from {src}"
             if dirty:  # (an instance may be null: `not in` would drop every row)
-                kept = (f"select o.* from read_parquet('{src}') as o anti join (values {_instances_values(dirty)}) as d(e, i)"
+                kept = (f"select o.* from {src} as o anti join (values {_instances_values(dirty)}) as d(e, i)"
                         " on o.engine is not distinct from d.e and o.instance is not distinct from d.i")
             body = f"{kept} union all by name ({body})"
-        dst = str(path).replace("'", "''")
-        con.execute(f"copy ({body}) to '{dst}' (format parquet, compression zstd, row_group_size {ROW_GROUP_ROWS})")
-        n = int(con.execute(f"select count(*) from read_parquet('{dst}')").fetchone()[0])
+        dst = _literal(path)
+        con.execute(f"copy ({body}) to {dst} (format parquet, compression zstd, row_group_size {ROW_GROUP_ROWS})")
+        n = int(con.execute(f"select count(*) from read_parquet({dst})").fetchone()[0])
     finally:
         con.close()
     with open(path, "rb+") as f:
@@ -369,9 +372,7 @@ def _write(path: Path, reader: Any, view: str, old: Path | None, dirty: list[tup
 
 
 def _instances_values(pairs: list[tuple[str, str]]) -> str:
-    def lit(v: str | None) -> str:
-        return "null" if v is None else "'" + str(v).replace("'", "''") + "'"
-    return ", ".join(f"({lit(e)}, {lit(i)})" for e, i in pairs)
+    return ", ".join(f"({_literal(e)}, {_literal(i)})" for e, i in pairs)
 
 
 def commit(store: Store, c: Computed) -> Refreshed | None:
