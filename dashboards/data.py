@@ -176,30 +176,32 @@ class _Connection:
                 self.con.execute(f"create or replace temp view {view} as select * from {_window_table(view, window_s)}")
         else:
             try:
-                for view in PER_WINDOW:  # in dependency order: window_metrics reads this width's throughput
-                    self._evaluate(view, window_s)
+                self._evaluate_width(window_s)
             except duckdb.OutOfMemoryException:
                 # the widths kept fill the page's memory on a big store: keep only this one
                 self.forget_widths()
                 try:
-                    for view in PER_WINDOW:
-                        self._evaluate(view, window_s)
+                    self._evaluate_width(window_s)
                 except duckdb.OutOfMemoryException:
                     raise QueryError(MEMORY_HINT) from None
         self.widths.append(window_s)
         while len(self.widths) > WIDTHS_KEPT:
-            old = self.widths.pop(0)
-            for view in PER_WINDOW:
-                self.con.execute(f"drop table if exists {_window_table(view, old)}")
+            self._drop_width(self.widths.pop(0))
         self.window_s = window_s
 
+    def _evaluate_width(self, window_s: float) -> None:
+        for view in PER_WINDOW:  # in dependency order: window_metrics reads this width's throughput
+            self._evaluate(view, window_s)
+
+    def _drop_width(self, window_s: float) -> None:
+        for view in PER_WINDOW:
+            self.con.execute(f"drop table if exists {_window_table(view, window_s)}")
 
     def forget_widths(self) -> None:
         """Drop the tables of every width kept (hold the lock): what to give up first when
         the page's memory runs out."""
         for old in self.widths:
-            for view in PER_WINDOW:
-                self.con.execute(f"drop table if exists {_window_table(view, old)}")
+            self._drop_width(old)
         self.widths.clear()
         self.window_s = None
 
