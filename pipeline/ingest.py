@@ -333,10 +333,8 @@ def _read_file(
 ) -> FileResult:
     """Parse an opened file and add its chunks to the batch, in order. `parsed`: the file
     already parsed on another thread (`_parse_whole`), its chunks to add instead."""
-    path, result, parser, ctx, head, key = opened.path, opened.result, opened.parser, opened.ctx, opened.head, opened.key
-    known, offset, next_line, live, size, source = (
-        opened.known, opened.offset, opened.next_line, opened.live, opened.size, opened.source
-    )
+    path, result, ctx, key = opened.path, opened.result, opened.ctx, opened.key
+    offset, next_line, size = opened.offset, opened.next_line, opened.size
     try:
         if parsed is None:
             _scan_file(path, result, ctx, offset, next_line, block_bytes)
@@ -348,10 +346,7 @@ def _read_file(
             done = 0
             read_to = offset
             if parsed is None:
-                chunks = ((c, None) for c in parse_stream(
-                    f, parser, ctx, offset=offset, next_line=next_line,
-                    block_bytes=block_bytes, hold_partial_line=live,
-                ))
+                chunks = ((c, None) for c in _parse_opened(opened, f, block_bytes))
             else:
                 chunks = _replay(parsed)
             for chunk, state in chunks:
@@ -396,9 +391,15 @@ def _read_file(
         )
     result.invalid.update(ctx.invalid)
     result.parse_failures = ctx.parse_failures
-    if result.lines == 0 and known is not None:
+    if result.lines == 0 and opened.known is not None:
         result.status, result.reason = "unchanged", result.reason or "already ingested"
     return result
+
+
+def _parse_opened(opened: _Opened, f, block_bytes: int):
+    """The chunks of an opened file, from its offset (`f` positioned there)."""
+    return parse_stream(f, opened.parser, opened.ctx, offset=opened.offset, next_line=opened.next_line,
+                        block_bytes=block_bytes, hold_partial_line=opened.live)
 
 
 def _state(opened: _Opened, chunk) -> dict:
@@ -429,9 +430,7 @@ def _parse_whole(opened: _Opened, block_bytes: int) -> tuple[list, BaseException
         with fp.open_stream(opened.path) as f:
             if opened.offset:
                 f.seek(opened.offset)
-            for chunk in parse_stream(f, opened.parser, opened.ctx, offset=opened.offset,
-                                      next_line=opened.next_line, block_bytes=block_bytes,
-                                      hold_partial_line=opened.live):
+            for chunk in _parse_opened(opened, f, block_bytes):
                 items.append((chunk, _state(opened, chunk)))
     except BaseException as e:  # noqa: BLE001 - raised again by _replay, in order
         return items, e
