@@ -279,7 +279,10 @@ def refresh_limits() -> Limits:
     memory should stay under 1 GB, so DuckDB gets REFRESH_MEMORY (it spills the rest), no time
     limit; $SERVELENS_ROLLUP_MEMORY / _THREADS change it."""
     base = Limits(timeout_s=None, memory_bytes=parse_size(REFRESH_MEMORY), raise_memory="$SERVELENS_ROLLUP_MEMORY")
-    return Limits.from_env(prefix="SERVELENS_ROLLUP_", base=base)
+    try:
+        return Limits.from_env(prefix="SERVELENS_ROLLUP_", base=base)
+    except ValueError as e:  # a bad $SERVELENS_ROLLUP_MEMORY: say which setting
+        raise ValueError(f"$SERVELENS_ROLLUP_MEMORY / _THREADS / $SERVELENS_SPILL_SIZE: {e}") from None
 
 
 def _out_of_memory(e: BaseException) -> bool:
