@@ -92,10 +92,15 @@ def _table_references(sql: str) -> set[str]:
     return {w for prev, w in zip(words, words[1:]) if prev in ("from", "join")}
 
 
-@functools.lru_cache(maxsize=8)
 def view_dependencies(directory: Path | None = None) -> dict[str, frozenset[str]]:
     """Per view of `directory` (default sql/), the other views it reads (after `from` or
-    `join`)."""
+    `join`). Computed once per directory (`view_dependencies()` and `view_dependencies(None)`
+    are one entry: tokenizing the view files costs tens of ms)."""
+    return _view_dependencies(directory)
+
+
+@functools.lru_cache(maxsize=8)
+def _view_dependencies(directory: Path | None) -> dict[str, frozenset[str]]:
     texts = {view_name(p): p.read_text(encoding="utf-8") for p in sql_files(directory)}
     names = set(texts)
     return {v: frozenset((_table_references(t) & names) - {v}) for v, t in texts.items()}

@@ -101,13 +101,16 @@ def connect(
     elif rollups is not True and rollups is not False and rollup_mod.disabled():
         rollups = False
     for attempt in range(READ_RETRIES):
-        parts = _settled_parts(store)
-        parts = readable_parts(store, parts)  # a missing or damaged part is an error, not fewer rows
+        # the manifest is read once per attempt (a store of thousands of parts has a manifest
+        # of megabytes): the parts, their check and the rollups all come from this one
+        manifest = _settled_manifest(store)
+        parts = committed_parts(store, manifest)
+        parts = readable_parts(store, parts, manifest)  # a missing or damaged part is an error, not fewer rows
         overrides: dict[str, str] = {}
         if stored is not None:
             rolls = dict(stored)
-        elif rollups and instances is None:
-            rolls = _usable_rollups(store, variables, None if rollups is True else tuple(rollups))
+        elif rollups and instances is None and (views is None or views):  # a query naming no view reads no rollup
+            rolls = _usable_rollups(store, variables, None if rollups is True else tuple(rollups), manifest)
         else:
             rolls = {}
         bind = None if views is None else closure(views, leaves=set(rolls))
@@ -175,9 +178,10 @@ def connect(
     raise AssertionError("unreachable")
 
 
-def _usable_rollups(store: Path, variables: dict[str, Any] | None, views: tuple[str, ...] | None) -> dict[str, Path]:
+def _usable_rollups(store: Path, variables: dict[str, Any] | None, views: tuple[str, ...] | None,
+                    manifest: dict | None = None) -> dict[str, Path]:
     try:
-        return rollup_mod.usable(store, read_manifest(store), variables, views)
+        return rollup_mod.usable(store, read_manifest(store) if manifest is None else manifest, variables, views)
     except (StoreError, ValueError):
         return {}
 
@@ -232,17 +236,23 @@ def _mixed_schemas(parts: list[Path], current: bool = False) -> bool:
     return False
 
 
-def _settled_parts(store: Path) -> list[Path]:
-    """The committed parts, preferably read when no commit is half-way through its moves
-    (parts still in staging are about to move: a reader given those paths would race)."""
+def _settled_manifest(store: Path) -> dict:
+    """The manifest, preferably read when no commit is half-way through its moves (parts
+    still in staging are about to move: a reader given those paths would race)."""
     for _ in range(50):
         try:
-            if not read_manifest(store).get("pending"):
-                break
+            manifest = read_manifest(store)
         except StoreError:
             break
+        if not manifest.get("pending"):
+            return manifest
         time.sleep(0.01)
-    return committed_parts(store)
+    return read_manifest(store)  # still pending after half a second (or unreadable: say why)
+
+
+def _settled_parts(store: Path) -> list[Path]:
+    """The committed parts of the settled manifest (_settled_manifest)."""
+    return committed_parts(store, _settled_manifest(store))
 
 
 def check_read_only(con: duckdb.DuckDBPyConnection | None, sql: str) -> None:

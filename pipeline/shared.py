@@ -49,7 +49,9 @@ def share(con: duckdb.DuckDBPyConnection, named: Iterable[str], bound: Iterable[
     the views are bound); returns those views. Each table is computed under `limits`
     (sandbox.execute: the time limit, one-line QueryError on running out of memory or spill),
     as the query then is: a query over shared views can take up to three times its limit."""
-    leaves = list(leaves)
+    leaves, bound = list(leaves), list(bound)
+    if not set(SHARED) & set(bound):  # nothing to share (e.g. a query over `events` only)
+        return []
     count = reads(named, bound, leaves)
     done = []
     for name in SHARED:

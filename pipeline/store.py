@@ -34,7 +34,7 @@ import shutil
 import time
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, Iterator
 
 import polars as pl
@@ -194,8 +194,11 @@ def manifest_shape_problem(data: dict) -> str | None:
 def outside_store(rel: str) -> bool:
     """True when `rel`, joined to a store root, names a file outside it (absolute, `..`, or
     another drive)."""
-    pure = PurePosixPath(rel.replace("\\", "/"))
-    return not rel or pure.is_absolute() or ".." in pure.parts or ":" in rel
+    # string operations, not PurePosixPath: the manifest of a big store names thousands of
+    # parts and every read checks them all (the same answer: absolute is a leading `/`, and
+    # `..` is a component of the `/`-split path)
+    posix = rel.replace("\\", "/")
+    return not rel or posix.startswith("/") or ".." in posix.split("/") or ":" in rel
 
 
 # A Parquet file starts and ends with these four bytes; a part cut short ends otherwise.
@@ -204,12 +207,12 @@ PARQUET_MAGIC = b"PAR1"
 
 def part_location(root: Path, manifest: dict, rel: str) -> Path | None:
     """Where a committed part is right now (in events/, or still in staging), or None."""
-    final = root / rel
-    if final.exists():
-        return final
+    final = os.path.join(root, rel)
+    if os.path.exists(final):
+        return Path(final)
     for staged, dest in manifest.get("pending", []):
-        if dest == rel and (root / staged).exists():
-            return root / staged
+        if dest == rel and os.path.exists(os.path.join(root, staged)):
+            return Path(root, staged)
     return None
 
 
@@ -220,18 +223,27 @@ def verify_parts(root: Path | str, manifest: dict | None = None) -> list[str]:
     Costs two 4-byte reads per part."""
     root = Path(root)
     manifest = read_manifest(root) if manifest is None else manifest
+    base = str(root)
     problems = []
     for rel in manifest["parts"]:
-        path = part_location(root, manifest, rel)
-        if path is None:
-            problems.append(f"part {rel} is missing")
-            continue
+        # where the part is (part_location), told by opening it, and read with bare system
+        # calls: no Path and no file object per part (every read checks them all, and a big
+        # store has thousands)
         try:
-            with open(path, "rb") as f:
-                head = f.read(4)
-                size = os.fstat(f.fileno()).st_size
-                f.seek(max(0, size - 4))
-                end = f.read(4)
+            try:
+                fd = os.open(os.path.join(base, rel), os.O_RDONLY)
+            except (FileNotFoundError, NotADirectoryError):  # not in events/: still in staging?
+                path = part_location(root, manifest, rel)
+                if path is None:
+                    problems.append(f"part {rel} is missing")
+                    continue
+                fd = os.open(path, os.O_RDONLY)
+            try:
+                size = os.fstat(fd).st_size
+                head = os.pread(fd, 4, 0)
+                end = os.pread(fd, 4, max(0, size - 4))
+            finally:
+                os.close(fd)
         except OSError as e:
             problems.append(f"part {rel} cannot be read ({e.strerror})")
             continue
@@ -264,16 +276,20 @@ def allowing_partial(allow: bool = True) -> Iterator[None]:
             os.environ[ALLOW_PARTIAL_ENV] = old
 
 
-def readable_parts(root: Path | str, parts: list[Path]) -> list[Path]:
+def readable_parts(root: Path | str, parts: list[Path], manifest: dict | None = None) -> list[Path]:
     """`parts` (from committed_parts) when every part the manifest lists is intact; else a
     StoreError naming the first bad part, unless partial answers were asked for
     (ALLOW_PARTIAL_ENV), then the intact parts only, with a warning on stderr.
 
     A part missing because a concurrent commit just moved or collected it is not damage:
-    the manifest is read again before anything is reported."""
+    the manifest is read again before anything is reported.
+
+    `manifest`: the one `parts` were listed from (committed_parts), checked first instead of
+    reading it again (a big store's manifest is most of a connection's own cost)."""
     root = Path(root)
     for attempt in range(3):
-        manifest = read_manifest(root)
+        if attempt or manifest is None:
+            manifest = read_manifest(root)
         problems = verify_parts(root, manifest)
         if not problems:
             return parts if attempt == 0 else committed_parts(root)
@@ -295,11 +311,12 @@ def readable_parts(root: Path | str, parts: list[Path]) -> list[Path]:
     )
 
 
-def committed_parts(root: Path) -> list[Path]:
+def committed_parts(root: Path, manifest: dict | None = None) -> list[Path]:
     """The part files a reader should read: committed ones, each where it is right now
     (still in staging when a commit's moves are not done yet). A part that is nowhere is
-    left out here; verify_parts / readable_parts say so."""
-    manifest = read_manifest(root)
+    left out here; verify_parts / readable_parts say so. `manifest`: the store's manifest
+    when the caller has just read it (default: read it)."""
+    manifest = read_manifest(root) if manifest is None else manifest
     out = []
     for rel in manifest["parts"]:
         path = part_location(root, manifest, rel)
