@@ -233,6 +233,15 @@ def _register_commands() -> None:
         importlib.import_module(f"servelens.pipeline.{name}").register(app)
 
 
+# The commands defined in this module: running one of them needs no other command registered
+# (importing the other command modules and building their options costs tens of ms at every
+# start, and `servelens sql` is run by scripts once per query).
+OWN_COMMANDS = frozenset({"ingest", "sql"})
+
+
 def main() -> None:
+    if sys.argv[1:2] and sys.argv[1] in OWN_COMMANDS:
+        app()
+        return
     _register_commands()
     app()
