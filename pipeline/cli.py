@@ -16,7 +16,8 @@ import typer
 
 from servelens.parsers import ENGINES
 
-from .store import default_store
+# No polars, pyarrow or duckdb at import: `servelens --help` and the commands that do not
+# read the store import them where they need them (pipeline/store.py imports polars).
 
 app = typer.Typer(
     name="servelens",
@@ -73,6 +74,8 @@ def fail(message: str, code: int = 1) -> "typer.Exit":
 
 
 def store_path(store: Optional[Path]) -> Path:
+    from .store import default_store
+
     return store if store is not None else default_store()
 
 
