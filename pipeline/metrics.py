@@ -95,7 +95,7 @@ def _table_references(sql: str) -> set[str]:
 def view_dependencies(directory: Path | None = None) -> dict[str, frozenset[str]]:
     """Per view of `directory` (default sql/), the other views it reads (after `from` or
     `join`). Computed once per directory (`view_dependencies()` and `view_dependencies(None)`
-    are one entry: tokenizing the view files costs tens of ms)."""
+    are one entry: every query asks, and tokenizing the view files costs a few ms)."""
     return _view_dependencies(directory)
 
 
