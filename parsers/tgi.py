@@ -3,7 +3,7 @@
 relays), and both `--json-output` shapes, possibly mixed in one file. Format reference:
 `shared/formats/tgi.md`. The text records are read in `tgi_text.py`, the JSON records in
 `tgi_json.py` (both into the same columns), field helpers live in `tgi_fields.py` and the
-`attrs` column in `tgi_attrs.py`.
+`attrs` column in `_finish` below.
 
 Speed: most records of a busy server are the router's bare `Success`; they skip the
 error/capacity classification, and each other kind's fields are read on its own rows
@@ -22,7 +22,11 @@ Events:
   output_tokens = round(inference_time / time_per_token). ttft_s stays null (TGI does not
   log it). attrs: `arrival_ts` = ts - total_time as an ISO-8601 UTC string with nanoseconds
   (`2024-02-14T06:49:50.826344252Z`; the line is written when the request ends),
-  `validation_s`, `endpoint` (outermost span), `seed`, and the sampling parameters.
+  `validation_s`, `endpoint` (outermost span), `seed` (the response's), `param_seed` (the
+  requested seed). The other sampling parameters of the `GenerateParameters { ... }` dump go to
+  `sampling_params` (a JSON object encoded once per distinct dump; a dictionary column, so
+  stored once per row group), not to attrs: clients repeat the same few, and in every
+  request's attrs they were most of the bytes of a TGI store.
 - `capacity`: `Setting max batch total tokens to N` / `Inferred max batch total tokens: N`
   (max_batch_tokens), `KV-cache blocks: N, size: S` (kv_blocks_total; kv_capacity_tokens =
   N x S; block_size in attrs), launcher defaults and `Model supports up to X ...` (attrs),
@@ -55,6 +59,7 @@ import polars as pl
 from .base import (
     ParseContext,
     attrs_column,
+    attrs_json,
     record_ids,
     rfc3339_to_ts,
 )
@@ -383,10 +388,20 @@ def _seconds(df: pl.DataFrame, *ns_columns: str) -> Callable[[str], pl.Expr]:
 
 def _parameters(params: pl.Series) -> pl.DataFrame:
     """Sampling parameters per distinct dump: clients repeat the same parameters, so this
-    runs the many small extracts once per distinct value, not once per request."""
+    runs the many small extracts, and encodes `sampling_params`, once per distinct value,
+    not once per request (the join then gives each request a view of its dump's JSON).
+    The requested seed is kept apart (attrs `param_seed`): a client may send one per
+    request, and in the JSON it would make every request's value distinct."""
     uniq = params.unique().to_frame("_params")
     p = pl.col("_params")
-    return uniq.with_columns(max_new_tokens(p).alias("max_tokens"), **generate_parameters(p))
+    fields = generate_parameters(p)
+    seed = fields.pop("param_seed")
+    return uniq.select(
+        "_params",
+        max_new_tokens(p).alias("max_tokens"),
+        seed.alias("param_seed"),
+        attrs_json(**fields, max_new_tokens=max_new_tokens(p)).alias("sampling_params"),
+    )
 
 
 def _others(df: pl.DataFrame) -> pl.DataFrame:
@@ -465,10 +480,7 @@ _KIND_FIELDS = {
 
 _ATTR_KEYS = (
     # request
-    "endpoint", "arrival_ts", "validation_s", "seed",
-    "best_of", "temperature", "top_k", "top_p", "typical_p", "repetition_penalty",
-    "frequency_penalty", "do_sample", "return_full_text", "truncate", "watermark", "details",
-    "decoder_input_details", "top_n_tokens", "param_seed", "adapter_id",
+    "endpoint", "arrival_ts", "validation_s", "seed", "param_seed",
     # capacity
     "block_size", "max_concurrent_requests", "max_batch_prefill_tokens", "max_total_tokens",
     "max_input_tokens", "max_waiting_tokens", "num_shard", "waiting_served_ratio", "quantize",
@@ -483,7 +495,7 @@ _OUT_COLS = (
     "line", "n_lines", "ts", "level", "event", "request_id", "model", "prompt_tokens",
     "output_tokens", "max_tokens", "e2e_s", "queue_s", "tpot_s", "inference_s", "waiting",
     "batch_size", "kv_blocks_total", "kv_capacity_tokens", "max_num_seqs", "max_batch_tokens",
-    "message",
+    "message", "sampling_params",
 )
 
 
