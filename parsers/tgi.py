@@ -371,7 +371,9 @@ def _requests(df: pl.DataFrame) -> pl.DataFrame:
             pl.col("_endpoint"),
         ).alias("span"),
         *design_fields,
-    ).join(_parameters(df["_params"]), on="_params", how="left", nulls_equal=True).with_columns(
+    ).pipe(_seed_apart).pipe(
+        lambda d: d.join(_parameters(d["_params"]), on="_params", how="left", nulls_equal=True)
+    ).with_columns(
         pl.coalesce(pl.col("_gen_tokens"), pl.col("_tokens_from_time")).alias("output_tokens"),
         pl.when(~design).then(pl.col("_full")).otherwise(msg).alias("message"),
     )
@@ -386,20 +388,38 @@ def _seconds(df: pl.DataFrame, *ns_columns: str) -> Callable[[str], pl.Expr]:
     return lambda c: ns_to_s(pl.col(c))
 
 
+# the requested seed in a parameters dump: `seed: Some(42)` (older routers `seed: 42`)
+_PARAM_SEED_RE = r"(?-u:\b)seed: (?:Some\(([0-9]+)\)|([0-9]+))"
+
+
+def _seed_apart(df: pl.DataFrame) -> pl.DataFrame:
+    """`param_seed` per request, and the dumps with their seed made `None`: a client that
+    sends a seed per request would otherwise make nearly every dump distinct, and
+    `_parameters` would run its extracts once per request again."""
+    has = df["_params"].str.contains(_PARAM_SEED_RE).fill_null(False)
+    if not has.any():
+        return df.with_columns(pl.lit(None, _STR).alias("param_seed"))
+    params = pl.col("_params")
+    with_seed = _only(pl.lit(has), params)
+    seed = with_seed.str.extract_groups(_PARAM_SEED_RE)
+    return df.with_columns(
+        pl.coalesce(seed.struct.field("1"), seed.struct.field("2")).alias("param_seed"),
+        pl.coalesce(with_seed.str.replace(_PARAM_SEED_RE, "seed: None"), params).alias("_params"),
+    )
+
+
 def _parameters(params: pl.Series) -> pl.DataFrame:
-    """Sampling parameters per distinct dump: clients repeat the same parameters, so this
-    runs the many small extracts, and encodes `sampling_params`, once per distinct value,
-    not once per request (the join then gives each request a view of its dump's JSON).
-    The requested seed is kept apart (attrs `param_seed`): a client may send one per
-    request, and in the JSON it would make every request's value distinct."""
+    """Sampling parameters per distinct dump (its seed apart, see `_seed_apart`): clients
+    repeat the same parameters, so this runs the many small extracts, and encodes
+    `sampling_params`, once per distinct value, not once per request (the join then gives
+    each request a view of its dump's JSON)."""
     uniq = params.unique().to_frame("_params")
     p = pl.col("_params")
     fields = generate_parameters(p)
-    seed = fields.pop("param_seed")
+    del fields["param_seed"]  # per request: `_seed_apart` read it
     return uniq.select(
         "_params",
         max_new_tokens(p).alias("max_tokens"),
-        seed.alias("param_seed"),
         attrs_json(**fields, max_new_tokens=max_new_tokens(p)).alias("sampling_params"),
     )
 
