@@ -157,7 +157,8 @@ def schema_markdown() -> str:
     """The schema as a Markdown table (docs/schema.md is generated from this)."""
     rows = ["| column | type | unit | meaning |", "|---|---|---|---|"]
     for c in COLUMNS:
-        rows.append(f"| `{c.name}` | {c.arrow} | {c.unit} | {c.doc} |")
+        kind = "string (dictionary-encoded)" if c.arrow == DICT_STRING else c.arrow
+        rows.append(f"| `{c.name}` | {kind} | {c.unit} | {c.doc} |")
     kinds = ["| event | meaning |", "|---|---|"]
     kinds += [f"| `{k}` | {v} |" for k, v in EVENT_KINDS.items()]
     return (
