@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 from servelens.parsers import get_parser
 from servelens.parsers.base import ParseContext, finalize
-from servelens.parsers.schema import EVENT_SCHEMA
+from servelens.parsers.schema import events_to_arrow
 from servelens.pipeline import lines as L
 from servelens.pipeline.store import PARQUET_OPTIONS
 
@@ -82,7 +82,7 @@ def _tail_starts(parser, lines):
 
 
 def _stage(events) -> None:
-    table = events.sort("ts", "line", nulls_last=True).to_arrow().cast(EVENT_SCHEMA)
+    table = events_to_arrow(events.sort("ts", "line", nulls_last=True))
     pq.write_table(table, io.BytesIO(), **PARQUET_OPTIONS)
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,10 @@ class Column:
 
 
 TS_TYPE = pa.timestamp("us", tz="UTC")
+# a text column whose few distinct values repeat over many rows: each distinct value is held
+# once per batch (Arrow dictionary) and once per row group on disk (Parquet dictionary page);
+# DuckDB reads it as VARCHAR, polars as String
+DICT_STRING = pa.dictionary(pa.int32(), pa.string())
 WRAPPER_TS_TYPE = pa.timestamp("ns", tz="UTC")
 
 COLUMNS: tuple[Column, ...] = (
@@ -63,6 +68,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("wrapper_ts", WRAPPER_TS_TYPE, "ns, UTC", "the time the log's wrapper gave the line (CRI, docker json-file, journald, `docker logs --timestamps`...); `ts` takes it when the engine's own time is coarser (the engine's then in attrs `engine_ts`); null for a plain log"),
     Column("stream", pa.string(), "", "`stdout` or `stderr`, when the wrapper says which (CRI, docker json-file)"),
     Column("labels", pa.string(), "JSON object", "labels the wrapper and the file's path gave the line: Kubernetes `namespace`, `pod`, `container`, `restart`; compose `service`; syslog/journald `host`, `app`, `unit`..."),
+    Column("sampling_params", DICT_STRING, "JSON object", "the request's sampling parameters as the engine logged them, typed, keyed by the engine's names; a parameter logged as None is absent. TGI `request`: the `GenerateParameters` dump (`temperature`, `top_k`, `top_p`, `typical_p`, `repetition_penalty`, `frequency_penalty`, `best_of`, `do_sample`, `max_new_tokens`, ...); vLLM `request_arrived`: the `SamplingParams(...)` repr's number and boolean fields (`n`, `temperature`, `top_p`, `top_k`, `min_p`, penalties, `ignore_eos`...; its strings and lists are left out, and `max_tokens`, which the server may compute per request, is in `max_tokens`). Clients repeat the same few, so each distinct value is stored once per row group (a dictionary column; VARCHAR in SQL: `sampling_params->>'temperature'`); the requested seed is per request and stays in attrs `param_seed`; null where the line carries none and in parts written before this column"),
 )
 
 EVENT_SCHEMA = pa.schema([pa.field(c.name, c.arrow) for c in COLUMNS])
@@ -74,6 +80,10 @@ def _polars_type(t: pa.DataType) -> pl.DataType:
         return pl.Datetime("us", "UTC")
     if t == WRAPPER_TS_TYPE:
         return pl.Datetime("ns", "UTC")
+    if t == DICT_STRING:
+        # polars String: a join or gather from the distinct values copies 16-byte views, not
+        # the text (a Categorical would intern every value in a process-wide mapping)
+        return pl.String()
     return {
         pa.bool_(): pl.Boolean(),
         pa.string(): pl.String(),
@@ -84,6 +94,38 @@ def _polars_type(t: pa.DataType) -> pl.DataType:
 
 
 POLARS_SCHEMA: dict[str, pl.DataType] = {c.name: _polars_type(c.arrow) for c in COLUMNS}
+DICTIONARY_COLUMNS: tuple[str, ...] = tuple(c.name for c in COLUMNS if c.arrow == DICT_STRING)
+
+
+def events_to_arrow(df: pl.DataFrame) -> pa.Table:
+    """An `events` frame (POLARS_SCHEMA) as an EVENT_SCHEMA table. The dictionary columns
+    are encoded from polars' string views (`to_arrow` would first copy each row's text into
+    a plain string array: a dump repeated over a million rows, gigabytes)."""
+    dict_cols = [c for c in DICTIONARY_COLUMNS if c in df.columns]
+    table = df.drop(dict_cols).to_arrow()
+    for c in dict_cols:
+        views = df.select(c).to_arrow(compat_level=pl.CompatLevel.newest())[c]
+        table = table.append_column(c, pc.dictionary_encode(views).cast(DICT_STRING))
+    return table.select([n for n in COLUMN_NAMES if n in table.column_names]).cast(
+        pa.schema([f for f in EVENT_SCHEMA if f.name in table.column_names])
+    )
+
+
+def events_from_arrow(table: pa.Table) -> pl.DataFrame:
+    """An `events` table (EVENT_SCHEMA, or part of it) as a polars frame of POLARS_SCHEMA
+    types: a dictionary column becomes String by a gather from its distinct values (views,
+    not copies; `pl.from_arrow` would make it a Categorical)."""
+    dict_cols = [c for c in table.column_names if pa.types.is_dictionary(table.schema.field(c).type)]
+    df = pl.from_arrow(table.drop_columns(dict_cols)) if dict_cols else pl.from_arrow(table)
+    assert isinstance(df, pl.DataFrame)
+    for c in dict_cols:
+        parts = [
+            pl.from_arrow(ch.dictionary).cast(pl.String).gather(pl.from_arrow(ch.indices))
+            for ch in table[c].chunks
+        ]
+        s = pl.concat(parts) if parts else pl.Series(dtype=pl.String)
+        df = df.with_columns(s.alias(c))
+    return df.select(table.column_names)
 
 EVENT_KINDS: dict[str, str] = {
     "request": "a finished request with its timings (one line carries the whole story, e.g. TGI's `Success`)",
@@ -115,7 +157,8 @@ def schema_markdown() -> str:
     """The schema as a Markdown table (docs/schema.md is generated from this)."""
     rows = ["| column | type | unit | meaning |", "|---|---|---|---|"]
     for c in COLUMNS:
-        rows.append(f"| `{c.name}` | {c.arrow} | {c.unit} | {c.doc} |")
+        kind = "string (dictionary-encoded)" if c.arrow == DICT_STRING else c.arrow
+        rows.append(f"| `{c.name}` | {kind} | {c.unit} | {c.doc} |")
     kinds = ["| event | meaning |", "|---|---|"]
     kinds += [f"| `{k}` | {v} |" for k, v in EVENT_KINDS.items()]
     return (

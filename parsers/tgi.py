@@ -3,7 +3,7 @@
 relays), and both `--json-output` shapes, possibly mixed in one file. Format reference:
 `shared/formats/tgi.md`. The text records are read in `tgi_text.py`, the JSON records in
 `tgi_json.py` (both into the same columns), field helpers live in `tgi_fields.py` and the
-`attrs` column in `tgi_attrs.py`.
+`attrs` column in `_finish` below.
 
 Speed: most records of a busy server are the router's bare `Success`; they skip the
 error/capacity classification, and each other kind's fields are read on its own rows
@@ -22,7 +22,11 @@ Events:
   output_tokens = round(inference_time / time_per_token). ttft_s stays null (TGI does not
   log it). attrs: `arrival_ts` = ts - total_time as an ISO-8601 UTC string with nanoseconds
   (`2024-02-14T06:49:50.826344252Z`; the line is written when the request ends),
-  `validation_s`, `endpoint` (outermost span), `seed`, and the sampling parameters.
+  `validation_s`, `endpoint` (outermost span), `seed` (the response's), `param_seed` (the
+  requested seed). The other sampling parameters of the `GenerateParameters { ... }` dump go to
+  `sampling_params` (a JSON object encoded once per distinct dump; a dictionary column, so
+  stored once per row group), not to attrs: clients repeat the same few, and in every
+  request's attrs they were most of the bytes of a TGI store.
 - `capacity`: `Setting max batch total tokens to N` / `Inferred max batch total tokens: N`
   (max_batch_tokens), `KV-cache blocks: N, size: S` (kv_blocks_total; kv_capacity_tokens =
   N x S; block_size in attrs), launcher defaults and `Model supports up to X ...` (attrs),
@@ -55,6 +59,7 @@ import polars as pl
 from .base import (
     ParseContext,
     attrs_column,
+    attrs_json,
     record_ids,
     rfc3339_to_ts,
 )
@@ -366,7 +371,9 @@ def _requests(df: pl.DataFrame) -> pl.DataFrame:
             pl.col("_endpoint"),
         ).alias("span"),
         *design_fields,
-    ).join(_parameters(df["_params"]), on="_params", how="left", nulls_equal=True).with_columns(
+    ).pipe(_seed_apart).pipe(
+        lambda d: d.join(_parameters(d["_params"]), on="_params", how="left", nulls_equal=True)
+    ).with_columns(
         pl.coalesce(pl.col("_gen_tokens"), pl.col("_tokens_from_time")).alias("output_tokens"),
         pl.when(~design).then(pl.col("_full")).otherwise(msg).alias("message"),
     )
@@ -381,12 +388,40 @@ def _seconds(df: pl.DataFrame, *ns_columns: str) -> Callable[[str], pl.Expr]:
     return lambda c: ns_to_s(pl.col(c))
 
 
+# the requested seed in a parameters dump: `seed: Some(42)` (older routers `seed: 42`)
+_PARAM_SEED_RE = r"(?-u:\b)seed: (?:Some\(([0-9]+)\)|([0-9]+))"
+
+
+def _seed_apart(df: pl.DataFrame) -> pl.DataFrame:
+    """`param_seed` per request, and the dumps with their seed made `None`: a client that
+    sends a seed per request would otherwise make nearly every dump distinct, and
+    `_parameters` would run its extracts once per request again."""
+    has = df["_params"].str.contains(_PARAM_SEED_RE).fill_null(False)
+    if not has.any():
+        return df.with_columns(pl.lit(None, _STR).alias("param_seed"))
+    params = pl.col("_params")
+    with_seed = _only(pl.lit(has), params)
+    seed = with_seed.str.extract_groups(_PARAM_SEED_RE)
+    return df.with_columns(
+        pl.coalesce(seed.struct.field("1"), seed.struct.field("2")).alias("param_seed"),
+        pl.coalesce(with_seed.str.replace(_PARAM_SEED_RE, "seed: None"), params).alias("_params"),
+    )
+
+
 def _parameters(params: pl.Series) -> pl.DataFrame:
-    """Sampling parameters per distinct dump: clients repeat the same parameters, so this
-    runs the many small extracts once per distinct value, not once per request."""
+    """Sampling parameters per distinct dump (its seed apart, see `_seed_apart`): clients
+    repeat the same parameters, so this runs the many small extracts, and encodes
+    `sampling_params`, once per distinct value, not once per request (the join then gives
+    each request a view of its dump's JSON)."""
     uniq = params.unique().to_frame("_params")
     p = pl.col("_params")
-    return uniq.with_columns(max_new_tokens(p).alias("max_tokens"), **generate_parameters(p))
+    fields = generate_parameters(p)
+    del fields["param_seed"]  # per request: `_seed_apart` read it
+    return uniq.select(
+        "_params",
+        max_new_tokens(p).alias("max_tokens"),
+        attrs_json(**fields, max_new_tokens=max_new_tokens(p)).alias("sampling_params"),
+    )
 
 
 def _others(df: pl.DataFrame) -> pl.DataFrame:
@@ -465,10 +500,7 @@ _KIND_FIELDS = {
 
 _ATTR_KEYS = (
     # request
-    "endpoint", "arrival_ts", "validation_s", "seed",
-    "best_of", "temperature", "top_k", "top_p", "typical_p", "repetition_penalty",
-    "frequency_penalty", "do_sample", "return_full_text", "truncate", "watermark", "details",
-    "decoder_input_details", "top_n_tokens", "param_seed", "adapter_id",
+    "endpoint", "arrival_ts", "validation_s", "seed", "param_seed",
     # capacity
     "block_size", "max_concurrent_requests", "max_batch_prefill_tokens", "max_total_tokens",
     "max_input_tokens", "max_waiting_tokens", "num_shard", "waiting_served_ratio", "quantize",
@@ -483,7 +515,7 @@ _OUT_COLS = (
     "line", "n_lines", "ts", "level", "event", "request_id", "model", "prompt_tokens",
     "output_tokens", "max_tokens", "e2e_s", "queue_s", "tpot_s", "inference_s", "waiting",
     "batch_size", "kv_blocks_total", "kv_capacity_tokens", "max_num_seqs", "max_batch_tokens",
-    "message",
+    "message", "sampling_params",
 )
 
 

@@ -439,7 +439,7 @@ def _family_frame(fam: str, sub: pl.DataFrame) -> pl.DataFrame:
         cols = {"event": pl.lit("capacity"), "model": F.model_name(), **F.capacity_columns()}
         extra = F.capacity_attrs()
     elif fam == "req":
-        sub = sub.with_columns(**F.request_parts())
+        sub = F.with_sampling_params(sub.with_columns(**F.request_parts()))
         rq = F.request_columns()
         kind = (
             pl.when(F.IS_TOKENIZE).then(pl.lit("log"))
@@ -450,10 +450,10 @@ def _family_frame(fam: str, sub: pl.DataFrame) -> pl.DataFrame:
             .when(F.IS_GEN_END).then(pl.lit("request_finished"))
             .otherwise(pl.lit("log"))  # `Request X details:`, `Generated response X details:`
         )
-        cols = {"event": kind, **rq}
+        cols = {"event": kind, **rq, "sampling_params": pl.col("sampling_params")}
         if sub.select(F.IS_ABORTED.any()).item():
             cols["_aborted"] = pl.when(F.IS_ABORTED).then(F.aborted_ids())
-        extra = F.request_attrs()
+        extra = {**F.request_attrs(), "param_seed": pl.col("param_seed")}
     elif fam == "req_plain":
         # `Added request X.` / `Finished request X.`: the id is all there is to read
         cols = {
@@ -625,5 +625,5 @@ _OUT_COLS = (
     "prompt_tokens", "output_tokens", "max_tokens", "inference_s", "running", "waiting",
     "swapped", "batch_size", "batch_tokens", "kv_usage", "kv_blocks_total", "prompt_tps",
     "gen_tps", "max_num_seqs", "max_batch_tokens", "kv_capacity_tokens", "http_status",
-    "message", "attrs",
+    "message", "attrs", "sampling_params",
 )

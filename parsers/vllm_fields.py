@@ -305,6 +305,56 @@ def aborted_ids() -> pl.Expr:
     )
 
 
+# `SamplingParams(...)` of a `Received request` line: `sampling params:` (0.1-0.2),
+# `sampling_params:` (0.3), `params:` (0.4+), followed by the prompt ids or the LoRA request
+# (all three end in `params: SamplingParams(`)
+_SP_START = "params: SamplingParams("
+_SP_END = r"\)(?:, (?:prompt[_ ]token[_ ]ids|lora_request|prompt_embeds)|\.?$)"
+# the repr's scalar fields (strings, lists and nested objects are left out)
+# (a field starts the repr or follows `, `; quoted strings are blanked first, so a stop
+# string holding `, x=1` is no field)
+_SP_PAIR = r"(?:^|, )[a-z_]+=(?:-?[0-9]+(?:\.[0-9]+)?(?:e[-+]?[0-9]+)?|True|False)(?-u:\b)"
+_SP_QUOTED = r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\""
+# per request, so kept apart: the seed (attrs `param_seed`) and max_tokens (its column; the
+# server computes it from the prompt's length when the client gives none)
+_SP_PER_REQUEST = r"(?-u:\b)(seed|max_tokens)=[0-9]+"
+
+
+def with_sampling_params(sub: pl.DataFrame) -> pl.DataFrame:
+    """`sampling_params` (a JSON object of the SamplingParams repr's scalar fields) and
+    `param_seed` of the `Received request` rows. The JSON is built once per distinct repr
+    (its per-request fields made None first), then joined onto the rows."""
+    # literal and capture-free searches find the repr (a capturing regex over the prompt
+    # before it costs several times more)
+    start = pl.when(IS_RECEIVED).then(M.str.find(_SP_START, literal=True) + len(_SP_START))
+    rest = M.str.slice(start)
+    sub = sub.with_columns(rest.str.slice(0, rest.str.find(_SP_END)).alias("_spb"))
+    if sub["_spb"].null_count() == sub.height:
+        return sub.drop("_spb").with_columns(
+            pl.lit(None, pl.String).alias("sampling_params"), pl.lit(None, pl.String).alias("param_seed")
+        )
+    body = pl.col("_spb")
+    sub = sub.with_columns(
+        body.str.extract(r"(?-u:\b)seed=([0-9]+)", 1).alias("param_seed"),
+        body.str.replace_all(_SP_PER_REQUEST, "${1}=None").alias("_spb"),
+    )
+    uniq = sub["_spb"].drop_nulls().unique().to_frame("_spb")
+    el = pl.element()
+    value = el.str.extract(r"=(.*)$", 1)
+    items = pl.col("_spb").str.replace_all(_SP_QUOTED, "''").str.extract_all(_SP_PAIR).list.eval(
+        pl.concat_str([
+            pl.lit('"'), el.str.extract(r"^(?:, )?([a-z_]+)=", 1), pl.lit('":'),
+            pl.when(value == "True").then(pl.lit("true")).when(value == "False").then(pl.lit("false")).otherwise(value),
+        ])
+    )
+    uniq = uniq.with_columns(
+        pl.when(items.list.len() > 0)
+        .then(pl.concat_str([pl.lit("{"), items.list.join(","), pl.lit("}")]))
+        .alias("sampling_params")
+    )
+    return sub.join(uniq, on="_spb", how="left", maintain_order="left").drop("_spb")
+
+
 def request_attrs() -> dict[str, pl.Expr]:
     return {
         # the last field of `Generated response` (the output text before it may hold anything)

@@ -29,7 +29,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from servelens.parsers.schema import EVENT_SCHEMA, POLARS_SCHEMA
+from servelens.parsers.schema import events_from_arrow, events_to_arrow
 
 from .layout import LEGACY_UNKNOWN_DAY, FILE_SCHEMA, file_table, is_legacy, part_dir, partition_values, with_partition_columns
 from .store import PARQUET_OPTIONS, Store, _fsync_dir, new_txid
@@ -222,7 +222,7 @@ class _Out:
             self.writer.close()
 
     def _write(self, df: pl.DataFrame) -> None:
-        table = file_table(df.to_arrow().cast(EVENT_SCHEMA))  # the partition values are in the path
+        table = file_table(events_to_arrow(df))  # the partition values are in the path
         if self.writer is None:
             options = {k: v for k, v in PARQUET_OPTIONS.items() if k != "row_group_size"}
             self.writer = pq.ParquetWriter(self.f, FILE_SCHEMA, **options)
@@ -293,9 +293,7 @@ def _frame(data: Any, rel: str) -> pl.DataFrame:
     """A part's rows (a table or a batch) as `events` rows: the partition columns from its
     path; a column appended to the schema after the part was written, null."""
     table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
-    df = pl.from_arrow(with_partition_columns(table, rel))
-    assert isinstance(df, pl.DataFrame)
-    return df
+    return events_from_arrow(with_partition_columns(table, rel))
 
 
 def _min_ts(pf: pq.ParquetFile) -> Any:

@@ -39,7 +39,7 @@ from typing import Any, Iterator
 
 import polars as pl
 
-from servelens.parsers.schema import EVENT_SCHEMA
+from servelens.parsers.schema import events_to_arrow
 
 from .layout import FILE_SCHEMA, file_table, part_dir
 
@@ -461,8 +461,8 @@ class Store:
             # takes the partition values from its path
             staged = stage_dir / final
             staged.parent.mkdir(parents=True, exist_ok=True)
-            table = part.drop("_day").sort("ts", "line", nulls_last=True).to_arrow()
-            table = file_table(table.cast(EVENT_SCHEMA))  # the partition values are in the path
+            table = events_to_arrow(part.drop("_day").sort("ts", "line", nulls_last=True))
+            table = file_table(table)  # the partition values are in the path
             import pyarrow.parquet as pq
 
             with open(staged, "wb") as f:

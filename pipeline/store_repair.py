@@ -80,6 +80,12 @@ def check(root: Path | str, deep: bool = False) -> CheckResult:
     return out
 
 
+def _is_text(t: pa.DataType) -> bool:
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
 def _check_part(path: Path, deep: bool) -> tuple[str | None, int]:
     try:
         meta = pq.read_metadata(path)
@@ -90,8 +96,8 @@ def _check_part(path: Path, deep: bool) -> tuple[str | None, int]:
         if EVENT_SCHEMA.get_field_index(f.name) < 0:
             return f"has column {f.name!r}, which the schema does not know", 0
         want = EVENT_SCHEMA.field(f.name).type
-        # string and large_string read the same (DuckDB: VARCHAR)
-        if f.type != want and not (pa.types.is_large_string(f.type) and pa.types.is_string(want)):
+        # string, large_string and a dictionary of strings read the same (DuckDB: VARCHAR)
+        if f.type != want and not (_is_text(f.type) and _is_text(want)):
             return f"column {f.name} is {f.type}, the schema says {want}", 0
     if deep:
         try:

@@ -38,6 +38,7 @@ def row(ev: pl.DataFrame, line: int) -> dict:
     assert len(rows) == 1, rows
     r = rows[0]
     r["attrs"] = json.loads(r["attrs"]) if r["attrs"] else {}
+    r["params"] = json.loads(r["sampling_params"]) if r["sampling_params"] else {}
     return r
 
 
@@ -102,9 +103,11 @@ def test_success_generate_text():
     assert a["validation_s"] == 754_500 / 1e9
     assert a["arrival_ts"] == "2024-02-14T06:49:50.826344252Z"  # ts - 611.286748ms
     assert a["endpoint"] == "generate" and a["span"] == "generate"
-    assert (a["temperature"], a["top_k"], a["top_p"], a["repetition_penalty"]) == (0.69, 67, 0.94, 1.1)
-    assert a["do_sample"] is True and a["watermark"] is False
-    assert "typical_p" not in a and "seed" not in a  # None stays absent
+    p = r["params"]  # the sampling parameters: in their own column, not in attrs
+    assert (p["temperature"], p["top_k"], p["top_p"], p["repetition_penalty"]) == (0.69, 67, 0.94, 1.1)
+    assert p["do_sample"] is True and p["watermark"] is False and p["max_new_tokens"] == 180
+    assert "typical_p" not in p and "seed" not in p  # None stays absent
+    assert "seed" not in a and "temperature" not in a and "do_sample" not in a
     assert a["target"] == "text_generation_router::server"
     assert a["file"] == "router/src/server.rs:299"
     assert r["message"] == "Success"
@@ -122,7 +125,7 @@ def test_success_compat_generate_behind_compose_prefix():
     a = r["attrs"]
     assert a["validation_s"] == 13_678_487 / 1e9
     assert a["endpoint"] == "compat_generate" and a["span"] == "compat_generate:generate"
-    assert a["return_full_text"] is False
+    assert r["params"]["return_full_text"] is False and "return_full_text" not in a
     assert json.loads(r["labels"])["service"] == "chat_inference-text_generation_inference-1"
     assert a["arrival_ts"] == "2023-12-22T00:21:21.744018196Z"
 
@@ -138,7 +141,8 @@ def test_success_generate_stream_seed_and_small_units():
     a = r["attrs"]
     assert a["endpoint"] == "generate_stream"
     assert a["seed"] == "13465365087046561476"  # a u64, kept exact as text
-    assert a["param_seed"] == "42"
+    assert a["param_seed"] == "42"  # the requested seed: per request, so in attrs
+    assert "seed" not in r["params"] and r["params"]["temperature"] == 0.5
 
 
 def test_success_chat_completions_and_completions():
@@ -317,7 +321,7 @@ def test_json_success_lines():
     assert r["inference_s"] == 0.286497811 and r["tpot_s"] == 0.004476528
     assert r["output_tokens"] == 64 and r["max_tokens"] == 64
     assert r["attrs"]["validation_s"] == 0.00356
-    assert r["attrs"]["seed"] == "7" and r["attrs"]["temperature"] == 0.7
+    assert r["attrs"]["seed"] == "7" and r["params"]["temperature"] == 0.7
     assert r["attrs"]["arrival_ts"] == "2024-03-09T05:08:59.833356000Z"
     compat = row(ev, 6)
     assert compat["attrs"]["endpoint"] == "compat_generate"

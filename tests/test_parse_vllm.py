@@ -201,6 +201,34 @@ def test_received_request_variants() -> None:
     assert json.loads(r["labels"])["service"] == "qwen15-fastchat-qwen2-72b-1"
 
 
+def test_received_request_sampling_params() -> None:
+    ev = parse_fixture("requests.log")
+    p = json.loads(row(ev, 1)["sampling_params"])  # the repr's scalar fields, typed
+    assert (p["n"], p["temperature"], p["top_p"], p["top_k"], p["min_p"]) == (1, 1.0, 1.0, -1, 0.0)
+    assert p["use_beam_search"] is False and p["skip_special_tokens"] is True and p["prompt_logprobs"] == 1
+    # None, lists and the per-request fields stay out (max_tokens has its column)
+    assert not {"seed", "stop", "stop_token_ids", "logprobs", "max_tokens"} & p.keys()
+    p = json.loads(row(ev, 2)["sampling_params"])  # v0.3 `,sampling_params:`
+    assert (p["temperature"], p["repetition_penalty"], p["top_k"]) == (0.7, 1.1, -1.0)
+    assert row(ev, 3)["sampling_params"] is None  # `Added request`: no parameters
+
+
+def test_sampling_params_once_per_distinct_repr_with_the_seed_per_request() -> None:
+    head = "INFO 05-31 16:44:58 logger.py:39] Received request r{i}: prompt: 'a=1, b', params: SamplingParams("
+    lines = [
+        head.format(i=i) + f"n=1, temperature={t}, top_p=0.9, seed={s}, stop=['x, z=2', 'y'], max_tokens={100 + i}, "
+        f"logprobs=None, skip_special_tokens=True), prompt_token_ids: [1, 2], lora_request: None."
+        for i, (t, s) in enumerate([(0.5, "None"), (0.5, "7"), (0.7, "8"), (0.5, "9"), (1e-05, "None")])
+    ]
+    ev = parse_text("vllm", "\n".join(lines) + "\n")
+    params = [json.loads(v) for v in ev["sampling_params"].to_list()]
+    assert params[0] == params[1] == params[3] == {"n": 1, "temperature": 0.5, "top_p": 0.9, "skip_special_tokens": True}
+    assert params[2]["temperature"] == 0.7 and params[4]["temperature"] == 1e-05
+    assert ev["sampling_params"].n_unique() == 3
+    assert [json.loads(a).get("param_seed") for a in ev["attrs"].to_list()] == [None, "7", "8", "9", None]
+    assert ev["max_tokens"].to_list() == [100, 101, 102, 103, 104]
+
+
 def test_added_finished_aborted() -> None:
     ev = parse_fixture("requests.log")
     r = row(ev, 3)  # vllm#14226
