@@ -286,9 +286,7 @@ def _timing_roles(df: pl.DataFrame) -> pl.DataFrame:
     journald blob takes the key of the `slot print_timing:` header just before it (same
     router port, with only such lines between)."""
     f, msg = pl.col("_form"), pl.col("_msg")
-    may_be_part = f.is_in(["tag", "json", "text24", "part", "func"]) & (
-        pl.col("_fn").is_null() | pl.col("_fn").is_in(["print_timing", "print_timings"]))
-    kind = T.part_kind(pl.when(may_be_part).then(msg))
+    kind = T.part_kind(msg)
     header = (f == "tag") & (pl.col("_fn") == "print_timing") & (msg.str.strip_chars() == "")
     own_key = pl.concat_str(
         [pl.col("_port").cast(_STR).fill_null(""), pl.col("_slot").cast(_STR), pl.col("_task").cast(_STR)],
@@ -313,7 +311,8 @@ def _timing_roles(df: pl.DataFrame) -> pl.DataFrame:
     part = (
         pl.when(header).then(pl.lit("header"))
         .when((f == "blob") & follows).then(pl.lit("hidden"))
-        .when(may_be_part & kind.is_not_null()).then(kind)
+        .when(f.is_in(["tag", "json", "text24", "part", "func"]) & kind.is_not_null()
+              & (pl.col("_fn").is_null() | pl.col("_fn").is_in(["print_timing", "print_timings"]))).then(kind)
     )
     df = df.with_columns(part.alias("_part"), cont.alias("_cont"))
     return df.with_columns(
