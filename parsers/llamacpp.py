@@ -130,7 +130,9 @@ def _relative(text: pl.Series) -> pl.Series:
     b = pl.col("b")
     if df.select(b.str.contains(ANSI_RE).any()).item():
         df = df.with_columns(b.str.replace_all(ANSI_RE, ""))
-    return df.select(rel_us(b.str.replace(_PORT_RE, "").str.extract_groups(REL_RE))).to_series()
+    if df.select(b.str.contains(_PORT_RE).any()).item():  # a router's children: their prefix first
+        df = df.with_columns(b.str.replace(_PORT_RE, ""))
+    return df.select(rel_us(b.str.extract_groups(REL_RE))).to_series()
 
 
 def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
