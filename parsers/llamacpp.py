@@ -294,8 +294,10 @@ def _timing_roles(df: pl.DataFrame) -> pl.DataFrame:
         [pl.col("_port").cast(_STR).fill_null(""), pl.col("_slot").cast(_STR), pl.col("_task").cast(_STR)],
         separator="|",
     )
-    # (a row number column: `int_range` inside `.over()` would count within each port)
-    df = df.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("_idx"))
+    # (a row number column: `int_range` inside `.over()` would count within each port; the
+    # key a column too: it is read twice)
+    df = df.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("_idx"), own_key.alias("_own_key"))
+    own_key = pl.col("_own_key")
     idx = pl.col("_idx")
     port = pl.col("_port").fill_null(-1)
     candidate = f.is_in(["part", "blob"]).fill_null(False)
@@ -322,7 +324,7 @@ def _timing_roles(df: pl.DataFrame) -> pl.DataFrame:
         pl.when(pl.col("_part").is_not_null()).then(
             pl.when(pl.col("_cont")).then(pl.col("_hdr_key")).otherwise(own_key)
         ).alias("_key"),
-    ).drop("_hdr", "_hdr_at", "_idx", "_last_other")
+    ).drop("_hdr", "_hdr_at", "_idx", "_last_other", "_own_key")
 
 
 # ---------------------------------------------------------------------------------------
