@@ -58,6 +58,9 @@ _LEVEL_RE = r"^([IWEDT]) "
 _TAG_RE = r"^(slot|srv|que|res|cmn) +([^\s:]{1,12}): (?:id +(-?[0-9]+) \| task (-?[0-9]+) \| ?)?"
 _ERA_A_TEXT_RE = r"^\s*(INFO|WARN|ERR|VERB|DEBUG) \[\s*([A-Za-z0-9_:~]+)\] "
 _FUNC_RE = r"^([A-Za-z_][A-Za-z0-9_.-]*(?: [A-Za-z0-9_.-]+)?): "
+# the same with the whole match as group 1 (its length is where the message starts)
+_TAG_WHOLE_RE = "^(" + _TAG_RE[1:] + ")"
+_FUNC_WHOLE_RE = "^(" + _FUNC_RE[1:] + ")"
 _JSON_HINT = r'^\{"(?:tid|timestamp|level)"'
 # the indented `key = value, ...` lines of a multi-line `sampler params:` (or similar) dump
 _KV_DUMP_RE = r"^\s{2,}[a-z_]+ = [^,\s]+(?:, [a-z_]+ = [^,\s]+)+\s*$"
@@ -127,7 +130,9 @@ def _relative(text: pl.Series) -> pl.Series:
     b = pl.col("b")
     if df.select(b.str.contains(ANSI_RE).any()).item():
         df = df.with_columns(b.str.replace_all(ANSI_RE, ""))
-    return df.select(rel_us(b.str.replace(_PORT_RE, "").str.extract_groups(REL_RE))).to_series()
+    if df.select(b.str.contains(_PORT_RE).any()).item():  # a router's children: their prefix first
+        df = df.with_columns(b.str.replace(_PORT_RE, ""))
+    return df.select(rel_us(b.str.extract_groups(REL_RE))).to_series()
 
 
 def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
@@ -156,15 +161,20 @@ def _header(text: pl.Series, wrap: pl.Series | None = None) -> pl.DataFrame:
     df = df.with_columns(c.str.extract(_PORT_RE, 1).cast(pl.Int64, strict=False).alias("_port"))
     if df["_port"].null_count() < df.height:
         df = df.with_columns(c.str.replace(_PORT_RE, ""))
-    rel = c.str.extract_groups(REL_RE)
-    df = df.with_columns(
-        pl.when(c.str.contains(REL_RE)).then(rel_us(rel)).alias("_rel"),
-    ).with_columns(pl.when(pl.col("_rel").is_not_null()).then(c.str.replace(REL_RE, "")).otherwise(c))
-    lvl = c.str.extract(_LEVEL_RE, 1)
+    # each prefix's pattern once; the body is cut after it by the length of what matched
+    # (the rest of the line as a group of its own would cost the pattern several times)
+    g = pl.col("_g")
+    df = df.with_columns(c.str.extract_groups(REL_RE).alias("_g"))
+    rel_len = pl.sum_horizontal(g.struct.field(str(i)).str.len_chars() for i in range(1, 5)) + 4  # 3 dots, a space
+    df = df.with_columns(rel_us(g).alias("_rel")).with_columns(
+        pl.when(pl.col("_rel").is_not_null()).then(c.str.slice(rel_len)).otherwise(c).alias("_body")
+    ).drop("_g")
+    # `^([IWEDT]) `: a level letter and a space, the first two characters
+    lvl = pl.when(c.str.head(2).is_in(["I ", "W ", "E ", "D ", "T "])).then(c.str.head(1))
     # a bare level letter only before a timestamp's body or a server tag
     has_lvl = pl.col("_rel").is_not_null() | c.str.contains(r"^[IWEDT] (?:slot|srv|que|res|cmn) ")
     df = df.with_columns(pl.when(has_lvl).then(lvl).alias("_lvl")).with_columns(
-        pl.when(pl.col("_lvl").is_not_null()).then(c.str.replace(_LEVEL_RE, "")).otherwise(c)
+        pl.when(pl.col("_lvl").is_not_null()).then(c.str.slice(2)).otherwise(c)
     )
     wrap_col = wrap.cast(pl.Datetime("us", "UTC")) if wrap is not None else pl.repeat(
         None, df.height, dtype=pl.Datetime("us", "UTC"), eager=True)
@@ -182,42 +192,56 @@ def _classified(df: pl.DataFrame) -> pl.DataFrame:
     `_task`, `_msg`, level, 2024 extras `_x_*`, and the timing roles `_part` / `_opener` /
     `_key` that pair a block's lines."""
     b = pl.col("_body")
-    is_json = b.str.contains(_JSON_HINT)
-    tag = b.str.extract_groups(_TAG_RE)
-    a_txt = b.str.extract_groups(_ERA_A_TEXT_RE)
+    # each family's pattern once, as a column: its groups, the first the whole match (a
+    # struct field used twice would run the pattern twice); the families after these three
+    # are tried only on the lines none of them took (the forms cannot overlap: a JSON record
+    # opens with `{"`, the 2024 text form with its level word, a tag with its name)
+    tag, a_txt, fnc = pl.col("_tg"), pl.col("_at"), pl.col("_fg")
+    df = df.with_columns(
+        b.str.contains(_JSON_HINT).alias("_is_json"),
+        b.str.extract_groups(_ERA_A_TEXT_RE).alias("_at"),
+        b.str.extract_groups(_TAG_WHOLE_RE).alias("_tg"),
+    )
+    is_json = pl.col("_is_json")
+    is_txt = a_txt.struct.field("1").is_not_null()
+    is_tag = tag.struct.field("1").is_not_null()
+    other = pl.when(~(is_json | is_txt | is_tag)).then(b)
     form = (
         pl.when(is_json).then(pl.lit("json"))
-        .when(b.str.contains(_ERA_A_TEXT_RE)).then(pl.lit("text24"))
-        .when(b.str.contains(_TAG_RE)).then(pl.lit("tag"))
-        .when(b.str.contains(T.PART_RE)).then(pl.lit("part"))
-        .when(b.str.contains(T.BLOB_RE)).then(pl.lit("blob"))
-        .when(b.str.contains(_EARLY_RE)).then(pl.lit("early"))
-        .when(b.str.contains(_KV_DUMP_RE)).then(pl.lit("kv_dump"))
-        .when(b.str.contains(_FUNC_RE)).then(pl.lit("func"))
+        .when(is_txt).then(pl.lit("text24"))
+        .when(is_tag).then(pl.lit("tag"))
+        .when(other.str.contains(T.PART_RE)).then(pl.lit("part"))
+        .when(other.str.contains(T.BLOB_RE)).then(pl.lit("blob"))
+        .when(other.str.contains(_EARLY_RE)).then(pl.lit("early"))
+        .when(other.str.contains(_KV_DUMP_RE)).then(pl.lit("kv_dump"))
+        .when(other.str.contains(_FUNC_RE)).then(pl.lit("func"))
         # any other line behind the relative time and level prefix is still llama.cpp's
         .when(pl.col("_rel").is_not_null() | pl.col("_lvl").is_not_null()).then(pl.lit("prefixed"))
     )
     df = df.with_columns(form.alias("_form"))
     f = pl.col("_form")
-    jmsg = pl.coalesce(b.str.json_path_match("$.msg"), b.str.json_path_match("$.message"))
+    df = df.with_columns(pl.when(f == "func").then(b).str.extract_groups(_FUNC_WHOLE_RE).alias("_fg"))
+    jb = pl.when(f == "json").then(b)
+    jmsg = pl.coalesce(jb.str.json_path_match("$.msg"), jb.str.json_path_match("$.message"))
     # the text form's extras follow ` | tid=` (2024-02 on)
-    txt_msg = b.str.replace(_ERA_A_TEXT_RE, "").str.replace(r" \| tid=.*$", "")
-    txt_extra = b.str.extract(r" \| (tid=.*)$", 1)
+    tb = pl.when(f == "text24").then(b)
+    txt_msg = tb.str.replace(_ERA_A_TEXT_RE, "").str.replace(r" \| tid=.*$", "")
+    txt_extra = tb.str.extract(r" \| (tid=.*)$", 1)
     df = df.with_columns(
         pl.when(f == "json").then(b).when(f == "text24").then(txt_extra).alias("_xsrc"),
-        pl.when(f == "json").then(pl.coalesce(b.str.json_path_match("$.function"), pl.lit("?")))
+        pl.when(f == "json").then(pl.coalesce(jb.str.json_path_match("$.function"), pl.lit("?")))
         .when(f == "text24").then(a_txt.struct.field("2"))
-        .when(f == "tag").then(tag.struct.field("2"))
-        .when(f == "func").then(b.str.extract(_FUNC_RE, 1)).alias("_fn"),
-        pl.when(f == "tag").then(tag.struct.field("1")).alias("_tag"),
+        .when(f == "tag").then(tag.struct.field("3"))
+        .when(f == "func").then(fnc.struct.field("2")).alias("_fn"),
+        pl.when(f == "tag").then(tag.struct.field("2")).alias("_tag"),
         pl.when(f == "json").then(jmsg)
         .when(f == "text24").then(txt_msg)
-        .when(f == "tag").then(b.str.replace(_TAG_RE, ""))
-        .when(f == "func").then(b.str.replace(_FUNC_RE, ""))
+        .when(f == "tag").then(b.str.slice(tag.struct.field("1").str.len_chars()))
+        .when(f == "func").then(b.str.slice(fnc.struct.field("1").str.len_chars()))
         .otherwise(b).alias("_msg"),
         pl.coalesce(
             pl.col("_lvl"),
-            pl.when(f == "json").then(b.str.json_path_match("$.level")),
+            jb.str.json_path_match("$.level"),
             pl.when(f == "text24").then(a_txt.struct.field("1")),
         ).replace_strict(_LEVELS, default=None).alias("level"),
     )
@@ -235,13 +259,13 @@ def _classified(df: pl.DataFrame) -> pl.DataFrame:
     df = df.with_columns(*extras)
     df = df.with_columns(
         pl.coalesce(
-            pl.when(f == "tag").then(tag.struct.field("3").cast(pl.Int64, strict=False)),
+            pl.when(f == "tag").then(tag.struct.field("4").cast(pl.Int64, strict=False)),
             pl.col("_x_id_slot").cast(pl.Int64, strict=False),
             pl.col("_x_slot_id").cast(pl.Int64, strict=False),
             pl.col("_msg").str.extract(r"^slot ([0-9]+) ", 1).cast(pl.Int64, strict=False),
         ).alias("_slot"),
         pl.coalesce(
-            pl.when(f == "tag").then(tag.struct.field("4").cast(pl.Int64, strict=False)),
+            pl.when(f == "tag").then(tag.struct.field("5").cast(pl.Int64, strict=False)),
             pl.col("_x_id_task").cast(pl.Int64, strict=False),
             pl.col("_x_task_id").cast(pl.Int64, strict=False),
             pl.col("_msg").str.extract(r"\[task id: ([0-9]+)\]", 1).cast(pl.Int64, strict=False),
@@ -249,7 +273,7 @@ def _classified(df: pl.DataFrame) -> pl.DataFrame:
         pl.from_epoch(_abs_seconds(pl.col("_x_timestamp")), time_unit="s")
         .dt.replace_time_zone("UTC").cast(pl.Datetime("us", "UTC")).alias("_abs"),
     )
-    return _timing_roles(df)
+    return _timing_roles(df.drop("_is_json", "_at", "_tg", "_fg"))
 
 
 def _abs_seconds(v: pl.Expr) -> pl.Expr:
@@ -270,8 +294,10 @@ def _timing_roles(df: pl.DataFrame) -> pl.DataFrame:
         [pl.col("_port").cast(_STR).fill_null(""), pl.col("_slot").cast(_STR), pl.col("_task").cast(_STR)],
         separator="|",
     )
-    # (a row number column: `int_range` inside `.over()` would count within each port)
-    df = df.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("_idx"))
+    # (a row number column: `int_range` inside `.over()` would count within each port; the
+    # key a column too: it is read twice)
+    df = df.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("_idx"), own_key.alias("_own_key"))
+    own_key = pl.col("_own_key")
     idx = pl.col("_idx")
     port = pl.col("_port").fill_null(-1)
     candidate = f.is_in(["part", "blob"]).fill_null(False)
@@ -298,7 +324,7 @@ def _timing_roles(df: pl.DataFrame) -> pl.DataFrame:
         pl.when(pl.col("_part").is_not_null()).then(
             pl.when(pl.col("_cont")).then(pl.col("_hdr_key")).otherwise(own_key)
         ).alias("_key"),
-    ).drop("_hdr", "_hdr_at", "_idx", "_last_other")
+    ).drop("_hdr", "_hdr_at", "_idx", "_last_other", "_own_key")
 
 
 # ---------------------------------------------------------------------------------------
@@ -340,7 +366,8 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
     )
     model = pl.coalesce(
         msg.str.extract(r"loading model '([^']+)'", 1),
-        msg.str.extract(r"general\.name\s+(?:str\s+)?=\s+(.+?)\s*$", 1),
+        pl.when(msg.str.contains("general.name", literal=True)).then(msg)
+        .str.extract(r"general\.name\s+(?:str\s+)?=\s+(.+?)\s*$", 1),
     )
     df = df.with_columns(
         access.struct.field("1").alias("method"),
@@ -374,7 +401,8 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         .when(pl.col("_tg").is_not_null() | pl.col("_pp").is_not_null()).then(pl.lit("engine_stats"))
         .when(is_cap).then(pl.lit("capacity"))
         .when(headed).then(pl.lit("log"))
-        .when(body.str.contains(r"GGML_ASSERT|terminate called|Segmentation fault|core dumped")).then(pl.lit("error"))
+        .when(pl.when(~headed).then(body).str.contains(r"GGML_ASSERT|terminate called|Segmentation fault|core dumped"))
+        .then(pl.lit("error"))
         .otherwise(pl.lit("unparsed"))
     )
     df = df.with_columns(event.alias("event"))
@@ -393,6 +421,8 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
     df = df.with_columns(run_start.alias("run_start"))
     ev = pl.col("event")
     req = ev == "request"
+    fin_msg = pl.when(ev == "request_finished").then(msg)
+    err_body = pl.when(ev == "error").then(body)
     key_task = pl.col("_key").str.extract(r"\|(-?[0-9]+)$", 1)
     task = pl.when(req).then(key_task).otherwise(pl.col("_task").cast(_STR))
     df = df.with_columns(
@@ -409,18 +439,18 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         pl.when(ev == "capacity").then(pl.coalesce(pl.col("_n_slots"), pl.col("_n_seq"))).alias("max_num_seqs"),
         pl.when(ev == "capacity").then(pl.col("_n_ctx")).alias("kv_capacity_tokens"),
         pl.when(ev == "request_finished").then(pl.coalesce(
-            msg.str.extract(r"n_(?:tokens|past) = ([0-9]+)", 1).cast(pl.Int64, strict=False),
+            fin_msg.str.extract(r"n_(?:tokens|past) = ([0-9]+)", 1).cast(pl.Int64, strict=False),
             pl.col("_x_n_past").cast(pl.Int64, strict=False), pl.col("_x_n_cache_tokens").cast(pl.Int64, strict=False),
         )).alias("n_tokens_used"),
         pl.when(ev == "request_finished").then(pl.coalesce(
-            msg.str.extract(r"truncated = ([0-9]+)", 1).cast(pl.Int64, strict=False).cast(pl.Boolean),
+            fin_msg.str.extract(r"truncated = ([0-9]+)", 1).cast(pl.Int64, strict=False).cast(pl.Boolean),
             pl.col("_x_truncated").replace_strict({"true": True, "false": False}, default=None, return_dtype=pl.Boolean),
         )).alias("truncated"),
         pl.when(part.is_not_null() & ~pl.col("_blk_last")).then(pl.col("_last_line")).alias("request_line"),
         pl.when(part.is_not_null() & ~pl.col("_blk_last")).then(part).alias("timing_part"),
         pl.when(f == "blob").then(pl.lit(True)).alias("hidden"),
-        pl.when(ev == "error").then(pl.when(body.str.contains("GGML_ASSERT")).then(pl.lit("assert"))
-                                    .when(body.str.contains(r"(?i)out of memory")).then(pl.lit("oom"))
+        pl.when(ev == "error").then(pl.when(err_body.str.contains("GGML_ASSERT")).then(pl.lit("assert"))
+                                    .when(err_body.str.contains(r"(?i)out of memory")).then(pl.lit("oom"))
                                     .otherwise(pl.lit("error"))).alias("error_kind"),
         (pl.col("_rel") / 1e6).round(6).alias("rel_s"),
         pl.col("_anchor").alias("ts_anchor"),

@@ -112,7 +112,7 @@ def _lines_anatomy(df: pl.DataFrame) -> pl.DataFrame:
     df = df.with_columns(pl.col("_t").alias("_r"))
     if has["proc"]:
         df = _peel(df, _PROC)
-    df = df.with_columns(pl.col("_r").str.extract_groups(f"^{_HDR_ANY_FILE}").alias("_h")).unnest("_h")
+    df = _header_groups(df)
     src = pl.col("src")
     not_py = src.is_not_null() & ~(src.str.ends_with(".py") & (src.str.len_chars() > 3))
     if _any(df, not_py):
@@ -158,6 +158,22 @@ def _peel(df: pl.DataFrame, pattern: str) -> pl.DataFrame:
     matched off `_r`."""
     df = df.with_columns(pl.col("_r").str.extract_groups(f"^(?P<pre>{pattern})").alias("_p")).unnest("_p")
     return df.with_columns(pl.col("_r").str.slice(pl.col("pre").str.len_chars().fill_null(0))).drop("pre")
+
+
+def _header_groups(df: pl.DataFrame) -> pl.DataFrame:
+    """The named groups of `_HDR_ANY_FILE` at the start of `_r`, as columns. Every match
+    ends at the line's first `]` or one character after it (nothing the pattern reads before
+    its closing bracket can be one), so the line's start up to there decides the match; lines share
+    few such starts (one per second and source line), and the pattern runs once per
+    distinct start, not per line. A line without `]` has no header."""
+    r = pl.col("_r")
+    cut = r.str.splitn("]", 2)
+    rest = cut.struct.field("field_1")
+    start = pl.when(rest.is_not_null()).then(pl.concat_str([cut.struct.field("field_0"), pl.lit("]"), rest.str.head(1)]))
+    df = df.with_columns(start.alias("_start"))
+    starts = df.select(pl.col("_start").unique()).drop_nulls()
+    starts = starts.with_columns(pl.col("_start").str.extract_groups(f"^{_HDR_ANY_FILE}").alias("_h")).unnest("_h")
+    return df.join(starts, on="_start", how="left", maintain_order="left").drop("_start")
 
 
 def _header_behind_prefix(df: pl.DataFrame) -> pl.DataFrame:

@@ -632,7 +632,7 @@ class Store:
                 if sources and not removed:
                     # a commit's parts are split by engine and day: each holds only some of
                     # its files, and losing it should roll back only those
-                    held = set(pq.read_table(self.root / staged, columns=["source"])["source"].unique().to_pylist())
+                    held = set(pq.ParquetFile(self.root / staged).read(columns=["source"])["source"].unique().to_pylist())
                     mine = {k: v for k, v in sources.items() if files[k].get("source", held and next(iter(held))) in held}
             except Exception:  # noqa: BLE001 - unreadable now: check will say so
                 rows = None
