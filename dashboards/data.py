@@ -37,8 +37,10 @@ PAGE_VIEWS = ("scaling_signals", "windows", "incident_summary", "metric_availabi
 # Views that several others read (requests by six of them, request_state's per-second
 # reconstruction by three) or that cost seconds, and that do not depend on the window width:
 # evaluated once per store version into temp tables of the dashboard's connection, in this
-# (dependency) order.
-SHARED = ("requests", "request_state", "engine_stats", "queue_depth", "batch_fill", "kv_cache")
+# (dependency) order. Not queue_depth: a projection of engine_stats and request_state (read
+# in a fraction of a second), whose copy held a quarter of the page's memory on a 10M-request
+# store (5M per-second samples, ~250 MB).
+SHARED = ("requests", "request_state", "engine_stats", "batch_fill", "kv_cache")
 # Views that read the `window_s` variable: evaluated once per window width the page is
 # showing, over the SHARED tables, in dependency order. A window change replaces them.
 PER_WINDOW = ("windows", "throughput", "errors", "latency_percentiles", "window_metrics", "scaling_signals")
@@ -55,6 +57,14 @@ CACHE_TTL_S = 600
 # visitors try (the least recently used goes first).
 CACHE_ENTRIES = 128
 UTC = dt.timezone.utc
+# Set once a page has been drawn in this process (`page_drawn`): the server's warm-up
+# (dashboards/serve.py) leaves the widths the first page does not show until then.
+FIRST_PAGE_DRAWN = threading.Event()
+
+
+def page_drawn() -> None:
+    """The Overview page calls this when it has drawn everything."""
+    FIRST_PAGE_DRAWN.set()
 
 
 @dataclass(frozen=True)
@@ -145,6 +155,15 @@ class _Connection:
         rolled = {name for name, sql in self.con.execute(
             "select view_name, sql from duckdb_views() where not internal").fetchall() if "/rollups/" in sql}
         self.shared = [view for view in SHARED if view not in rolled]
+        # window_metrics as stored at the base width (the variables' window_s), when fresh and
+        # of these variables: the default width's rows read (tens of thousands), not derived
+        # again from the requests and the per-second state (seconds of CPU on a big store)
+        self.stored_width: float | None = None
+        self.stored_window_metrics: Path | None = None
+        if time_range is None:
+            path = _stored_window_metrics(store, variables)
+            if path is not None:
+                self.stored_width, self.stored_window_metrics = float(variables["window_s"]), path
         for view in self.shared:
             self._evaluate(view)
 
@@ -157,6 +176,18 @@ class _Connection:
         source = f"memory.{self.schema}.{view}"
         if window_s is None:
             self.con.execute(f"create or replace temp table {view} as select * from {source}")
+        elif view == "window_metrics" and window_s == self.stored_width and self.stored_window_metrics is not None:
+            # the connection opens no file but the parts and the rollups it was bound over:
+            # the stored rows come in as an Arrow table read here
+            import pyarrow.parquet as pq
+
+            self.con.register("_stored_window_metrics", pq.read_table(self.stored_window_metrics))
+            try:
+                self.con.execute(f"create or replace temp table {_window_table(view, window_s)} as "
+                                 "select * from _stored_window_metrics")
+            finally:
+                self.con.unregister("_stored_window_metrics")
+            self.con.execute(f"create or replace temp view {view} as select * from {_window_table(view, window_s)}")
         else:
             self.con.execute(f"create or replace temp table {_window_table(view, window_s)} as select * from {source}")
             self.con.execute(f"create or replace temp view {view} as select * from {_window_table(view, window_s)}")
@@ -207,6 +238,20 @@ class _Connection:
 
 
 WIDTH_FREE_ROLLUPS = ("requests", "request_state")
+
+
+def _stored_window_metrics(store: str, variables: dict[str, Any]) -> Path | None:
+    """The store's window_metrics rollup when a reader may use it with these variables (fresh,
+    of today's SQL, of the same window width and thresholds: pipeline/rollup.py), else None."""
+    from servelens.pipeline import rollup
+    from servelens.pipeline.store import read_manifest
+
+    if rollup.disabled():
+        return None
+    try:
+        return rollup.usable(Path(store), read_manifest(Path(store)), variables, ("window_metrics",)).get("window_metrics")
+    except (StoreError, ValueError, OSError):
+        return None
 MEMORY_HINT = ("the dashboard's views do not fit in its memory (1 GB by default): restart it with "
                "SERVELENS_DASHBOARD_MEMORY=4GB, or choose a shorter time range (--since/--until)")
 
@@ -347,6 +392,14 @@ class Filters:
     window_s: float = 60.0
     # (engine, instance) pairs the selection resolves to; empty means none matched
     targets: tuple[tuple[str, str], ...] = field(default=())
+    # the targets are every server instance of the store (no engine / instance / model filter
+    # narrows them: the default view): the queries then test no pair per row
+    every: bool = False
+
+    @property
+    def target(self) -> str:
+        """The SQL condition keeping the rows of the selected instances."""
+        return _EVERY if self.every else _TARGET
 
     @property
     def span_s(self) -> float:
@@ -362,11 +415,9 @@ class Filters:
         return float(self.window_s * max(1, math.ceil(self.span_s / (MAX_POINTS * self.window_s))))
 
     def params(self, **extra: Any) -> dict[str, Any]:
-        p = {
-            "start": self.start,
-            "end": self.end,
-            "targets": [f"{e}\x1f{i}" for e, i in self.targets],
-        }
+        p = {"start": self.start, "end": self.end}
+        if not self.every:
+            p["targets"] = [f"{e}\x1f{i}" for e, i in self.targets]
         p.update(extra)
         return p
 
@@ -390,6 +441,9 @@ def resolve_targets(cat: pl.DataFrame, engines: tuple[str, ...], instances: tupl
 # A row belongs to the selection when its (engine, instance) pair is one of the targets; the
 # pairs arrive as one bound list of "engine<US>instance" keys (US = chr(31), never in a name).
 _TARGET = "list_contains(cast($targets as varchar[]), engine || chr(31) || instance)"
+# every instance (Filters.every): the rows of every server, without a string built and looked
+# up per row (a measurable cost over the 10M requests of a big store)
+_EVERY = "(engine <> 'unknown' and instance is not null)"
 # requests that carry no model (TGI's lines name none) are kept by any model filter
 _MODEL = "(len(cast($models as varchar[])) = 0 or model is null or list_contains(cast($models as varchar[]), model))"
 
@@ -413,7 +467,7 @@ def signals(cfg: Settings, f: Filters) -> pl.DataFrame:
         from scaling_signals as s
         join (select engine, instance, max(window_end) as last_end from windows group by all) as last
             using (engine, instance)
-        where {_TARGET} and s.window_end > $start and s.window_start < $end
+        where {f.target} and s.window_end > $start and s.window_start < $end
         order by s.instance, s.window_start, s.signal
         """,
         f.params(),
@@ -467,7 +521,7 @@ def queue_depth(cfg: Settings, f: Filters) -> pl.DataFrame:
         select {_bucket('ts')} as ts, engine, instance, source,
                avg(waiting) as waiting, max(waiting) as waiting_max
         from queue_depth
-        where {_TARGET} and ts >= $start and ts < $end and waiting is not null
+        where {f.target} and ts >= $start and ts < $end and waiting is not null
         group by all order by instance, ts
         """,
         f.params(bucket=f.bucket_s()),
@@ -483,7 +537,7 @@ def batch_fill(cfg: Settings, f: Filters) -> pl.DataFrame:
                avg(fill) as fill, max(fill) as fill_max, avg(token_fill) as token_fill,
                max(max_num_seqs) as max_num_seqs
         from batch_fill
-        where {_TARGET} and ts >= $start and ts < $end
+        where {f.target} and ts >= $start and ts < $end
         group by all order by instance, ts
         """,
         f.params(bucket=f.bucket_s()),
@@ -501,7 +555,7 @@ def kv_cache(cfg: Settings, f: Filters) -> pl.DataFrame:
                case when count(preemptions) > 0 or sum(preemption_lines) > 0
                     then coalesce(sum(preemptions), 0) + sum(preemption_lines) end as preemptions
         from kv_cache
-        where {_TARGET} and ts >= $start and ts < $end
+        where {f.target} and ts >= $start and ts < $end
         group by all order by instance, ts
         """,
         f.params(bucket=f.bucket_s()),
@@ -524,7 +578,7 @@ def latency(cfg: Settings, f: Filters) -> pl.DataFrame:
                max(p50_tpot_s) as p50_tpot_s, max(p95_tpot_s) as p95_tpot_s, max(p99_tpot_s) as p99_tpot_s,
                max(p50_queue_s) as p50_queue_s, max(p95_queue_s) as p95_queue_s, max(p99_queue_s) as p99_queue_s
         from latency_percentiles
-        where {_TARGET} and {_MODEL} and window_end > $start and window_start < $end
+        where {f.target} and {_MODEL} and window_end > $start and window_start < $end
         group by engine, instance, model, floor(epoch(window_start) / $bucket)
         order by instance, model, ts
         """,
@@ -545,7 +599,7 @@ def throughput(cfg: Settings, f: Filters) -> pl.DataFrame:
                avg(gen_tps_logged) as gen_tps_logged, avg(prompt_tps_logged) as prompt_tps_logged,
                avg(http_requests_per_s) as http_requests_per_s
         from throughput
-        where {_TARGET} and window_end > $start and window_start < $end
+        where {f.target} and window_end > $start and window_start < $end
         group by engine, instance, floor(epoch(window_start) / $bucket)
         order by instance, ts
         """,
@@ -561,7 +615,7 @@ def errors(cfg: Settings, f: Filters) -> pl.DataFrame:
         select window_start as ts, engine, instance, kind, n_errors, first_ts, first_message,
                first_source, first_line
         from errors
-        where {_TARGET} and window_end > $start and window_start < $end
+        where {f.target} and window_end > $start and window_start < $end
         order by first_ts
         """,
         f.params(),
@@ -576,7 +630,7 @@ def slowest_requests(cfg: Settings, f: Filters, limit: int = 20) -> pl.DataFrame
         select instance, request_id, e2e_s, e2e_estimated, queue_s, ttft_s, tpot_s, status,
                arrival_ts, finish_ts, prompt_tokens, output_tokens, model, engine, source, line
         from requests
-        where {_TARGET} and {_MODEL} and e2e_s is not null
+        where {f.target} and {_MODEL} and e2e_s is not null
           and finish_ts >= $start and finish_ts < $end
         order by e2e_s desc, finish_ts
         limit $limit
@@ -590,19 +644,22 @@ def peaks(cfg: Settings, f: Filters) -> dict[str, Any]:
     df = query(
         cfg,
         f"""
+        with r as (  -- one pass over the requests for the three counts
+            select count(*) filter (where status = 'finished') as finished,
+                   count(*) filter (where status = 'failed') as failed,
+                   count(*) filter (where status = 'aborted') as aborted
+            from requests
+            where {f.target} and {_MODEL} and finish_ts >= $start and finish_ts < $end
+        )
         select
-            (select max(waiting) from queue_depth where {_TARGET} and ts >= $start and ts < $end) as peak_waiting,
-            (select max(kv_usage) from kv_cache where {_TARGET} and ts >= $start and ts < $end) as peak_kv_usage,
+            (select max(waiting) from queue_depth where {f.target} and ts >= $start and ts < $end) as peak_waiting,
+            (select max(kv_usage) from kv_cache where {f.target} and ts >= $start and ts < $end) as peak_kv_usage,
             (select max(p99_e2e_s) from latency_percentiles
-                where {_TARGET} and {_MODEL} and window_end > $start and window_start < $end) as worst_p99_e2e_s,
-            (select count(*) from requests
-                where {_TARGET} and {_MODEL} and status = 'finished' and finish_ts >= $start and finish_ts < $end) as finished,
-            (select count(*) from requests
-                where {_TARGET} and {_MODEL} and status = 'failed' and finish_ts >= $start and finish_ts < $end) as failed,
-            (select count(*) from requests
-                where {_TARGET} and {_MODEL} and status = 'aborted' and finish_ts >= $start and finish_ts < $end) as aborted,
+                where {f.target} and {_MODEL} and window_end > $start and window_start < $end) as worst_p99_e2e_s,
+            r.finished, r.failed, r.aborted,
             (select coalesce(sum(n_errors), 0) from errors
-                where {_TARGET} and window_end > $start and window_start < $end) as n_errors
+                where {f.target} and window_end > $start and window_start < $end) as n_errors
+        from r
         """,
         f.params(models=list(f.models)),
         f.window_s,

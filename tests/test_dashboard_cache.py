@@ -234,31 +234,65 @@ def _connection_schema(cfg: data.Settings) -> str:
 
 
 def test_the_server_start_evaluates_the_views_the_first_visitor_needs(store, monkeypatch):
+    import threading
+
     from servelens.dashboards import serve
     from servelens.pipeline.cli_dashboard import streamlit_command
 
     cmd = streamlit_command(store, 8600, "127.0.0.1")
     assert cmd[1:5] == ["-m", "servelens.dashboards.serve", "run", cmd[4]] and cmd[4].endswith("app.py")
     assert serve.app_args(cmd) == ["--store", str(store)]
-    serve.warm(serve.app_args(cmd))
-    conn = _connection(store)  # what the page asks for: the warmed connection, not a new one
     default = float(data.thresholds(None)["window_s"])
-    # the default width first, then every other width the sidebar offers, the default shown
     others = [w for w in sidebar.WINDOWS.values() if w != default]
-    assert [(v, w) for v, w, _ in conn.evaluated] == (
-        [(v, None) for v in conn.shared] + [(v, w) for w in [default, *others] for v in data.PER_WINDOW])
+    # the warm-up waits for the first page before the other widths: record what it had done then
+    at_wait: list[tuple[list, float | None]] = []
+
+    class Drawn(threading.Event):
+        def wait(self, timeout=None):
+            conn = _connection(store)
+            at_wait.append(([(v, w) for v, w, _ in conn.evaluated], timeout))
+            return super().wait(timeout)
+
+    monkeypatch.setattr(data, "FIRST_PAGE_DRAWN", Drawn())
+    warm = threading.Thread(target=serve.warm, args=(serve.app_args(cmd),), daemon=True)
+    warm.start()
+    for _ in range(1200):
+        if at_wait or not warm.is_alive():
+            break
+        warm.join(0.1)
+    conn = _connection(store)  # what the page asks for: the warmed connection, not a new one
+    # before the first page: the shared views and the default width only
+    assert at_wait == [([(v, None) for v in conn.shared] + [(v, default) for v in data.PER_WINDOW], serve.OTHERS_AFTER_S)]
+    assert warm.is_alive() and conn.widths == [default]
     assert "requests" not in conn.shared  # read from its rollup, not copied
-    assert conn.window_s == default and sorted(conn.widths) == sorted(sidebar.WINDOWS.values())
-    # the visitor's first page and a change of width evaluate no view again
+    # the visitor's first page evaluates no view again, and lets the warm-up go on
     monkeypatch.setenv("SERVELENS_STORE", str(store))
     at = AppTest.from_file(str(APP), default_timeout=120)
     at.run()
-    assert not at.exception
+    assert not at.exception and data.FIRST_PAGE_DRAWN.is_set()
+    warm.join(120)
+    assert not warm.is_alive()
+    # then every other width the sidebar offers, the default shown
+    assert [(v, w) for v, w, _ in conn.evaluated] == (
+        [(v, None) for v in conn.shared] + [(v, w) for w in [default, *others] for v in data.PER_WINDOW])
+    assert conn.window_s == default and sorted(conn.widths) == sorted(sidebar.WINDOWS.values())
+    # a change of width evaluates no view again
     n = len(conn.evaluated)
-    assert n == len(conn.shared) + len(sidebar.WINDOWS) * len(data.PER_WINDOW)
     at.select_slider(key="window").set_value("15 min").run()
     assert not at.exception and at.caption[0].value.endswith("window 900 s")
     assert len(conn.evaluated) == n
+
+
+def test_without_a_visitor_the_warm_up_evaluates_every_width_after_a_while(store, monkeypatch):
+    import threading
+
+    from servelens.dashboards import serve
+
+    monkeypatch.setattr(data, "FIRST_PAGE_DRAWN", threading.Event())  # nobody draws a page
+    serve.warm(["--store", str(store)], others_after_s=0.05)
+    conn = _connection(store)
+    assert sorted(conn.widths) == sorted(sidebar.WINDOWS.values())
+    assert conn.window_s == float(data.thresholds(None)["window_s"])
 
 
 def test_a_failed_warm_up_is_one_line_and_the_server_still_starts(tmp_path, capsys):
@@ -379,3 +413,76 @@ def test_a_width_that_does_not_fit_gives_back_the_widths_kept(store, monkeypatch
     monkeypatch.setattr(conn, "_evaluate", never_fits)
     with conn.lock, pytest.raises(data.QueryError, match="SERVELENS_DASHBOARD_MEMORY"):
         conn.use_window(120.0)
+
+
+# --- the default view: every instance, without a per-row test of each pair ---------------------
+
+
+def _default_spec(**kw) -> sidebar.Spec:
+    base = dict(live=False, live_span_s=0, refresh_s=0, start=None, end=None, engines=(), instances=(), models=(),
+                window_s=60.0)
+    return sidebar.Spec(**{**base, **kw})
+
+
+def test_every_instance_reads_the_same_rows_as_the_list_of_every_pair(store):
+    import dataclasses
+
+    cfg = data.Settings(store=str(store))
+    cat = data.catalog(cfg)
+    f = sidebar.resolve(_default_spec(), cat)
+    assert f.every and f.target != data._TARGET and "targets" not in f.params()
+    listed = dataclasses.replace(f, every=False)
+    assert listed.target == data._TARGET and len(listed.params()["targets"]) == len(f.targets) >= 2
+    for fn in (data.signals, data.queue_depth, data.batch_fill, data.kv_cache, data.latency, data.throughput,
+               data.errors, data.slowest_requests):
+        got, want = fn(cfg, f), fn(cfg, listed)
+        assert got.height == want.height, fn.__name__
+        assert_frame_equal(_sorted(got), _sorted(want))
+    assert data.peaks(cfg, f) == data.peaks(cfg, listed)
+    assert data.peaks(cfg, f)["finished"] > 0
+    # every server instance of the store: the catalog's, but files no parser recognised
+    assert set(f.targets) == set(cat.filter(pl.col("engine") != "unknown").select("engine", "instance").rows())
+
+
+def test_a_narrowing_filter_tests_each_pair(store):
+    cfg = data.Settings(store=str(store))
+    cat = data.catalog(cfg)
+    every = sidebar.resolve(_default_spec(), cat)
+    first = every.targets[0]
+    one = sidebar.resolve(_default_spec(instances=(first[1],)), cat)
+    assert not one.every and one.target == data._TARGET and one.targets == (first,)
+    assert set(data.queue_depth(cfg, one)["instance"].to_list()) <= {first[1]}
+    # every engine named is still every instance; a model filter is never "every" (it keeps
+    # only the requests of that model)
+    engines = tuple(sorted({e for e, _ in every.targets}))
+    assert sidebar.resolve(_default_spec(engines=engines), cat).every
+    model = cat.drop_nulls("model")["model"][0]
+    assert not sidebar.resolve(_default_spec(models=(model,)), cat).every
+
+
+def test_the_default_width_reads_the_stored_window_metrics(store):
+    conn = _connection(store)
+    default = float(data.thresholds(None)["window_s"])
+    assert conn.stored_width == default and conn.stored_window_metrics is not None
+    assert conn.stored_window_metrics.parent.name == "rollups"
+    with conn.lock:
+        conn.use_window(default)
+        got = data.run_on(conn.con, "select * from window_metrics")
+        conn.use_window(120.0)  # another width: derived by the view
+        other = data.run_on(conn.con, "select * from window_metrics")
+    # the stored rows are those the view computes from the events
+    want = run(store, "select * from window_metrics", variables={"window_s": default}, rollups=False)
+    assert got.height == want.height > 0
+    assert_frame_equal(_sorted(got), _sorted(want))
+    assert other.height > 0 and set(other["window_s"].to_list()) == {120.0}
+
+
+def test_without_a_usable_rollup_the_default_width_is_derived(store, monkeypatch):
+    monkeypatch.setenv("SERVELENS_NO_ROLLUPS", "1")
+    conn = _connection(store)
+    assert conn.stored_window_metrics is None
+    with conn.lock:
+        conn.use_window(60.0)
+        got = data.run_on(conn.con, "select * from window_metrics")
+    want = run(store, "select * from window_metrics", variables={"window_s": 60.0}, rollups=False)
+    assert_frame_equal(_sorted(got), _sorted(want))
