@@ -62,9 +62,22 @@ UTC = dt.timezone.utc
 FIRST_PAGE_DRAWN = threading.Event()
 
 
+# When a visitor last asked for something (time.monotonic()): the warm-up of the widths not
+# shown waits for a pause in the visits, so as not to hold the connection while a visitor
+# changes filters.
+_last_visit = [0.0]
+
+
 def page_drawn() -> None:
     """The Overview page calls this when it has drawn everything."""
+    _last_visit[0] = time.monotonic()
     FIRST_PAGE_DRAWN.set()
+
+
+def _wait_idle(idle_s: float) -> None:
+    """Return once no visitor has asked for anything for `idle_s` seconds."""
+    while (left := idle_s - (time.monotonic() - _last_visit[0])) > 0:
+        time.sleep(left)
 
 
 @dataclass(frozen=True)
@@ -311,16 +324,18 @@ def query(cfg: Settings, sql: str, params: dict[str, Any] | None = None, window_
     """Run one read-only query (cached). `window_s`: the query reads views of that window
     width (PER_WINDOW); None: it reads none of them, so a window change does not run it
     again. Raises QueryError / StoreError."""
+    _last_visit[0] = time.monotonic()
     # normalise the type so that the default 60 and the sidebar's 60.0 share a cache entry
     window = float(window_s) if window_s is not None else None
     return _cached(cfg.store, store_version(cfg.store), sql, params, _variables(cfg), cfg.time_range, window)
 
 
-def warm(cfg: Settings, widths: tuple[float, ...] = ()) -> _Connection:
+def warm(cfg: Settings, widths: tuple[float, ...] = (), idle_s: float = 0.0) -> _Connection:
     """The shared connection of the store as it is now, with the default window width's
     per-window views evaluated: what the first visitor's page would build; then those of
-    `widths` (at most WIDTHS_KEPT), one width per hold of the lock so that a visitor's query
-    waits for one width at most, the default width the one shown at the end. `servelens
+    `widths` (at most WIDTHS_KEPT), in this order, one width per hold of the lock so that a
+    visitor's query waits for one width at most, and each only once no visitor has asked for
+    anything for `idle_s` seconds; the default width the one shown at the end. `servelens
     dashboard` calls this while its server starts (dashboards/serve.py), so that the first
     visitor and the first change of width do not pay it."""
     variables = _variables(cfg)
@@ -330,6 +345,7 @@ def warm(cfg: Settings, widths: tuple[float, ...] = ()) -> _Connection:
         conn.use_window(default)
     others = [float(w) for w in widths if float(w) != default][:WIDTHS_KEPT - 1]
     for w in others:
+        _wait_idle(idle_s)
         with conn.lock:
             conn.use_window(w)
     if others:

@@ -26,6 +26,19 @@ import time
 
 # how long the warm-up waits for a first page to be drawn before it evaluates the other widths
 OTHERS_AFTER_S = 60.0
+# and then, before each of them, for this long a pause in the visits (a visitor changing
+# filters is not made to wait for a width nobody asked for)
+IDLE_S = 3.0
+
+
+def other_widths(default: float) -> list[float]:
+    """The sidebar's widths but the default, the nearest steps of its slider first (the wider
+    of two as near)."""
+    from servelens.dashboards import sidebar
+
+    widths = list(sidebar.WINDOWS.values())
+    at = widths.index(default) if default in widths else 0
+    return [w for _, _, w in sorted((abs(k - at), -k, w) for k, w in enumerate(widths) if w != default)]
 
 
 def app_args(argv: list[str]) -> list[str]:
@@ -33,12 +46,13 @@ def app_args(argv: list[str]) -> list[str]:
     return argv[argv.index("--") + 1:] if "--" in argv else []
 
 
-def warm(args: list[str], others_after_s: float = OTHERS_AFTER_S) -> float:
+def warm(args: list[str], others_after_s: float = OTHERS_AFTER_S, idle_s: float = IDLE_S) -> float:
     """Import what the Overview page imports, build the store's shared connection with the
     default window's views, validate one chart (Altair's schema registry is built on first
     use); then, once a page has been drawn (`data.page_drawn`) or after `others_after_s`,
     evaluate the per-window views of the sidebar's other widths (so that a later change of
-    width finds them). Returns the seconds it took."""
+    width finds them), each after a pause of `idle_s` in the visits. Returns the seconds it
+    took."""
     t0 = time.perf_counter()
     from servelens.dashboards import charts, data, sidebar, verdict  # noqa: F401  (the page's imports)
 
@@ -46,7 +60,8 @@ def warm(args: list[str], others_after_s: float = OTHERS_AFTER_S) -> float:
     data.warm(cfg)  # what the first page needs, first
     charts.warm()
     data.FIRST_PAGE_DRAWN.wait(others_after_s)  # not while the first visitor waits for the page
-    data.warm(cfg, tuple(sidebar.WINDOWS.values()))  # then every width the sidebar offers
+    default = float(data.thresholds(cfg.thresholds)["window_s"])
+    data.warm(cfg, tuple(other_widths(default)), idle_s)  # then every width the sidebar offers
     return time.perf_counter() - t0
 
 

@@ -243,7 +243,8 @@ def test_the_server_start_evaluates_the_views_the_first_visitor_needs(store, mon
     assert cmd[1:5] == ["-m", "servelens.dashboards.serve", "run", cmd[4]] and cmd[4].endswith("app.py")
     assert serve.app_args(cmd) == ["--store", str(store)]
     default = float(data.thresholds(None)["window_s"])
-    others = [w for w in sidebar.WINDOWS.values() if w != default]
+    others = serve.other_widths(default)
+    assert sorted(others) == sorted(w for w in sidebar.WINDOWS.values() if w != default)
     # the warm-up waits for the first page before the other widths: record what it had done then
     at_wait: list[tuple[list, float | None]] = []
 
@@ -486,3 +487,33 @@ def test_without_a_usable_rollup_the_default_width_is_derived(store, monkeypatch
         got = data.run_on(conn.con, "select * from window_metrics")
     want = run(store, "select * from window_metrics", variables={"window_s": 60.0}, rollups=False)
     assert_frame_equal(_sorted(got), _sorted(want))
+
+
+def test_the_other_widths_nearest_slider_steps_first():
+    from servelens.dashboards import serve
+
+    assert list(sidebar.WINDOWS.values()) == [30.0, 60.0, 120.0, 300.0, 900.0]
+    assert serve.other_widths(60.0) == [120.0, 30.0, 300.0, 900.0]
+    assert serve.other_widths(300.0) == [900.0, 120.0, 60.0, 30.0]
+    assert serve.other_widths(30.0) == [60.0, 120.0, 300.0, 900.0]
+
+
+def test_the_warm_up_of_other_widths_waits_for_a_pause_in_the_visits(store, monkeypatch):
+    import time
+
+    cfg = data.Settings(store=str(store))
+    data.catalog(cfg)  # a visitor's query
+    since = time.monotonic() - data._last_visit[0]
+    assert 0 <= since < 1.0
+    t0 = time.monotonic()
+    data._wait_idle(0.4)
+    assert time.monotonic() - t0 >= 0.4 - since - 0.01
+    monkeypatch.setattr(data, "_last_visit", [time.monotonic() - 60.0])  # nobody for a minute
+    t0 = time.monotonic()
+    data._wait_idle(5.0)
+    assert time.monotonic() - t0 < 0.5
+    # warm: the widths after a pause, the default one shown at the end
+    monkeypatch.setattr(data, "_last_visit", [time.monotonic()])
+    t0 = time.monotonic()
+    conn = data.warm(cfg, (120.0,), idle_s=0.5)
+    assert time.monotonic() - t0 >= 0.5 and conn.widths == [120.0, 60.0] and conn.window_s == 60.0
