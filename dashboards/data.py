@@ -12,6 +12,7 @@ series, whatever the size of the store. Nothing here connects at import time.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import math
 import os
@@ -74,10 +75,40 @@ def page_drawn() -> None:
     FIRST_PAGE_DRAWN.set()
 
 
+# visitors' queries waiting for the shared connection's lock (a thread releasing a Python lock
+# may take it again before a waiting thread wakes: the warm-up must not)
+_waiting = [0]
+_waiting_lock = threading.Lock()
+
+
 def _wait_idle(idle_s: float) -> None:
-    """Return once no visitor has asked for anything for `idle_s` seconds."""
-    while (left := idle_s - (time.monotonic() - _last_visit[0])) > 0:
-        time.sleep(left)
+    """Return once no visitor has asked for anything for `idle_s` seconds and none waits."""
+    while True:
+        with _waiting_lock:
+            if _waiting[0]:
+                _last_visit[0] = time.monotonic()
+        left = idle_s - (time.monotonic() - _last_visit[0])
+        if left <= 0:
+            return
+        time.sleep(min(left, 0.25) if _waiting[0] else left)
+
+
+@contextlib.contextmanager
+def _visitor_holds(conn: "_Connection"):
+    """A visitor's hold of the connection's lock, known to the warm-up while it waits."""
+    with _waiting_lock:
+        _waiting[0] += 1
+    try:
+        conn.lock.acquire()
+    finally:
+        with _waiting_lock:
+            _waiting[0] -= 1
+            _last_visit[0] = time.monotonic()
+    try:
+        yield
+    finally:
+        _last_visit[0] = time.monotonic()
+        conn.lock.release()
 
 
 @dataclass(frozen=True)
@@ -297,7 +328,7 @@ def _connection(store: str, version: str, variables: tuple[tuple[str, Any], ...]
 def _cached(store: str, version: str, sql: str, params: dict[str, Any] | None, variables: tuple[tuple[str, Any], ...],
             time_range: TimeRange | None = None, window_s: float | None = None) -> pl.DataFrame:
     conn = _connection(store, version, variables, time_range)
-    with conn.lock:
+    with _visitor_holds(conn):
         if window_s is not None:
             conn.use_window(window_s)
         try:
@@ -498,7 +529,7 @@ def _summary_rows(store: str, version: str, start: dt.datetime, end: dt.datetime
     from servelens.pipeline.report_summary import read_summary
 
     conn = _connection(store, version, variables, time_range)
-    with conn.lock:  # the range is set as variables of the shared connection: one reader at a time
+    with _visitor_holds(conn):  # the range is set as variables of the shared connection: one reader at a time
         conn.use_window(window_s)
         try:
             return read_summary(conn.con, start, end, None)

@@ -512,6 +512,22 @@ def test_the_warm_up_of_other_widths_waits_for_a_pause_in_the_visits(store, monk
     t0 = time.monotonic()
     data._wait_idle(5.0)
     assert time.monotonic() - t0 < 0.5
+    # a visitor waiting for the connection: not idle, however long ago the last visit began
+    import threading
+
+    monkeypatch.setattr(data, "_waiting", [1])
+    done = threading.Timer(0.6, lambda: data._waiting.__setitem__(0, 0))
+    done.start()
+    t0 = time.monotonic()
+    data._wait_idle(0.3)
+    assert time.monotonic() - t0 >= 0.6  # not before the visitor had its turn (and 0.3 s after a poll that saw it)
+    done.join()
+    # a visitor's hold counts as a visit
+    conn = _connection(store)
+    monkeypatch.setattr(data, "_last_visit", [0.0])
+    with data._visitor_holds(conn):
+        assert conn.lock.locked() and data._waiting == [0]
+    assert not conn.lock.locked() and time.monotonic() - data._last_visit[0] < 1.0
     # warm: the widths after a pause, the default one shown at the end
     monkeypatch.setattr(data, "_last_visit", [time.monotonic()])
     t0 = time.monotonic()
