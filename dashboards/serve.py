@@ -29,6 +29,11 @@ OTHERS_AFTER_S = 60.0
 # and then, before each of them, for this long a pause in the visits (a visitor changing
 # filters is not made to wait for a width nobody asked for)
 IDLE_S = 3.0
+# on a store where one width costs seconds (a 10M-request store: ~7 CPU-s), a width nobody
+# asked for must not be what a visitor's next change waits for: there the pause is longer
+# (a visitor reading the page, not one changing filters)
+SLOW_WIDTH_S = 1.0
+IDLE_SLOW_S = 30.0
 
 
 def other_widths(default: float) -> list[float]:
@@ -51,16 +56,18 @@ def warm(args: list[str], others_after_s: float = OTHERS_AFTER_S, idle_s: float 
     default window's views, validate one chart (Altair's schema registry is built on first
     use); then, once a page has been drawn (`data.page_drawn`) or after `others_after_s`,
     evaluate the per-window views of the sidebar's other widths (so that a later change of
-    width finds them), each after a pause of `idle_s` in the visits. Returns the seconds it
-    took."""
+    width finds them), each after a pause of `idle_s` in the visits (IDLE_SLOW_S where the
+    default width took SLOW_WIDTH_S or more). Returns the seconds it took."""
     t0 = time.perf_counter()
     from servelens.dashboards import charts, data, sidebar, verdict  # noqa: F401  (the page's imports)
 
     cfg = data.settings(args)
-    data.warm(cfg)  # what the first page needs, first
+    conn = data.warm(cfg)  # what the first page needs, first
     charts.warm()
-    data.FIRST_PAGE_DRAWN.wait(others_after_s)  # not while the first visitor waits for the page
     default = float(data.thresholds(cfg.thresholds)["window_s"])
+    if sum(s for _, w, s in conn.evaluated if w == default) >= SLOW_WIDTH_S:
+        idle_s = max(idle_s, IDLE_SLOW_S)
+    data.FIRST_PAGE_DRAWN.wait(others_after_s)  # not while the first visitor waits for the page
     data.warm(cfg, tuple(other_widths(default)), idle_s)  # then every width the sidebar offers
     return time.perf_counter() - t0
 

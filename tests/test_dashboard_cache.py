@@ -533,3 +533,22 @@ def test_the_warm_up_of_other_widths_waits_for_a_pause_in_the_visits(store, monk
     t0 = time.monotonic()
     conn = data.warm(cfg, (120.0,), idle_s=0.5)
     assert time.monotonic() - t0 >= 0.5 and conn.widths == [120.0, 60.0] and conn.window_s == 60.0
+
+
+@pytest.mark.parametrize("slow", [False, True])
+def test_where_a_width_is_slow_the_warm_up_waits_for_a_longer_pause(store, monkeypatch, slow):
+    import threading
+
+    from servelens.dashboards import serve
+
+    drawn = threading.Event()
+    drawn.set()
+    monkeypatch.setattr(data, "FIRST_PAGE_DRAWN", drawn)
+    waits: list[float] = []
+    monkeypatch.setattr(data, "_wait_idle", waits.append)
+    # slow: any width counts as slow; else none does
+    monkeypatch.setattr(serve, "SLOW_WIDTH_S", 0.0 if slow else 1e9)
+    monkeypatch.setattr(serve, "IDLE_SLOW_S", 12.5)
+    serve.warm(["--store", str(store)], idle_s=0.1)
+    assert waits == [12.5 if slow else 0.1] * (len(sidebar.WINDOWS) - 1)
+    assert sorted(_connection(store).widths) == sorted(sidebar.WINDOWS.values())
