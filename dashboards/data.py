@@ -38,10 +38,13 @@ PAGE_VIEWS = ("scaling_signals", "windows", "incident_summary", "metric_availabi
 # Views that several others read (requests by six of them, request_state's per-second
 # reconstruction by three) or that cost seconds, and that do not depend on the window width:
 # evaluated once per store version into temp tables of the dashboard's connection, in this
-# (dependency) order. Not queue_depth: a projection of engine_stats and request_state (read
-# in a fraction of a second), whose copy held a quarter of the page's memory on a 10M-request
-# store (5M per-second samples, ~250 MB).
-SHARED = ("requests", "request_state", "engine_stats", "batch_fill", "kv_cache")
+# (dependency) order. The tables are kept compressed (PACKED): on a 10M-request store the 5M
+# per-second samples of queue_depth took 310 MB as a plain temp table, 22 MB compressed (and
+# batch_fill about twice that), and a query over them reads less.
+SHARED = ("requests", "request_state", "engine_stats", "queue_depth", "batch_fill", "kv_cache")
+# The in-memory database of the dashboard's connection that holds the SHARED tables,
+# compressed: DuckDB compresses an in-memory database's tables when it is checkpointed.
+PACKED = "packed"
 # Views that read the `window_s` variable: evaluated once per window width the page is
 # showing, over the SHARED tables, in dependency order. A window change replaces them.
 PER_WINDOW = ("windows", "throughput", "errors", "latency_percentiles", "window_metrics", "scaling_signals")
@@ -158,9 +161,9 @@ class _Connection:
     serves sessions from several threads and a DuckDB connection must not run two queries at
     once (nor change the window under another's query).
 
-    A temp table shadows the view of the same name for every query of this connection, the
-    views reading it included (DuckDB looks in `temp` first): the views that read `requests`
-    read the table, not `events` again. Same definitions as `servelens sql`, evaluated once."""
+    A temp view (over a table of PACKED) shadows the view of the same name for every query
+    of this connection, the views reading it included (DuckDB looks in `temp` first): the views
+    that read `batch_fill` read the table, not `request_state` again. Same definitions as `servelens sql`, evaluated once."""
 
     def __init__(self, store: str, variables: dict[str, Any], time_range: TimeRange | None = None) -> None:
         from servelens.pipeline.metrics import views_for
@@ -199,6 +202,7 @@ class _Connection:
         rolled = {name for name, sql in self.con.execute(
             "select view_name, sql from duckdb_views() where not internal").fetchall() if "/rollups/" in sql}
         self.shared = [view for view in SHARED if view not in rolled]
+        self.con.execute(f"attach ':memory:' as {PACKED} (compress)")
         # window_metrics as stored at the base width (the variables' window_s), when fresh and
         # of these variables: the default width's rows read (tens of thousands), not derived
         # again from the requests and the per-second state (seconds of CPU on a big store)
@@ -219,7 +223,12 @@ class _Connection:
         t0 = time.perf_counter()
         source = f"memory.{self.schema}.{view}"
         if window_s is None:
-            self.con.execute(f"create or replace temp table {view} as select * from {source}")
+            # a table of the compressed database, compressed once written (checkpoint: each
+            # table in turn, so that no two lie uncompressed in memory at once), and a temp
+            # view of the view's name over it (temp objects shadow the views' own names)
+            self.con.execute(f"create or replace table {PACKED}.main.{view} as select * from {source}")
+            self.con.execute(f"checkpoint {PACKED}")
+            self.con.execute(f"create or replace temp view {view} as select * from {PACKED}.main.{view}")
         elif view == "window_metrics" and window_s == self.stored_width and self.stored_window_metrics is not None:
             # the connection opens no file but the parts and the rollups it was bound over:
             # the stored rows come in as an Arrow table read here
