@@ -37,13 +37,14 @@ PAGE_VIEWS = ("scaling_signals", "windows", "incident_summary", "metric_availabi
               "kv_cache", "latency_percentiles", "throughput", "errors", "requests")
 # Views that several others read (requests by six of them, request_state's per-second
 # reconstruction by three) or that cost seconds, and that do not depend on the window width:
-# evaluated once per store version into temp tables of the dashboard's connection, in this
+# evaluated once per store version into tables of the dashboard's connection, in this
 # (dependency) order. The tables are kept compressed (PACKED): on a 10M-request store the 5M
 # per-second samples of queue_depth took 310 MB as a plain temp table, 22 MB compressed (and
 # batch_fill about twice that), and a query over them reads less.
 SHARED = ("requests", "request_state", "engine_stats", "queue_depth", "batch_fill", "kv_cache")
-# The in-memory database of the dashboard's connection that holds the SHARED tables,
-# compressed: DuckDB compresses an in-memory database's tables when it is checkpointed.
+# The in-memory database of the dashboard's connection that holds the SHARED tables and the
+# PER_WINDOW tables of the widths kept, compressed: DuckDB compresses an in-memory
+# database's tables when it is checkpointed.
 PACKED = "packed"
 # Views that read the `window_s` variable: evaluated once per window width the page is
 # showing, over the SHARED tables, in dependency order. A window change replaces them.
@@ -156,7 +157,7 @@ def store_version(store: str) -> str:
 
 class _Connection:
     """One read-only connection per store version, shared by every visitor and every window
-    width: the page's views bound, the SHARED views evaluated once into temp tables, and the
+    width: the page's views bound, the SHARED views evaluated once into tables, and the
     PER_WINDOW views of the window width last asked for (`use_window`). A lock: Streamlit
     serves sessions from several threads and a DuckDB connection must not run two queries at
     once (nor change the window under another's query).
@@ -216,10 +217,10 @@ class _Connection:
             self._evaluate(view)
 
     def _evaluate(self, view: str, window_s: float | None = None) -> None:
-        """A SHARED view into the temp table of its name; a PER_WINDOW view into a temp table
-        of its width (`w60_throughput`) and a temp view of its name over that table."""
+        """A SHARED view into the PACKED table of its name; a PER_WINDOW view into a PACKED
+        table of its width (`w60_throughput`); either under a temp view of its name."""
         # the database's own view, named with its catalog: a bare `main.X` would find the
-        # temp table of the same name (temp objects live in schema `main` of catalog `temp`)
+        # temp view of the same name (temp objects live in schema `main` of catalog `temp`)
         t0 = time.perf_counter()
         source = f"memory.{self.schema}.{view}"
         if window_s is None:
@@ -236,14 +237,16 @@ class _Connection:
 
             self.con.register("_stored_window_metrics", pq.read_table(self.stored_window_metrics))
             try:
-                self.con.execute(f"create or replace temp table {_window_table(view, window_s)} as "
+                self.con.execute(f"create or replace table {_packed(_window_table(view, window_s))} as "
                                  "select * from _stored_window_metrics")
             finally:
                 self.con.unregister("_stored_window_metrics")
-            self.con.execute(f"create or replace temp view {view} as select * from {_window_table(view, window_s)}")
+            self.con.execute(f"checkpoint {PACKED}")
+            self.con.execute(f"create or replace temp view {view} as select * from {_packed(_window_table(view, window_s))}")
         else:
-            self.con.execute(f"create or replace temp table {_window_table(view, window_s)} as select * from {source}")
-            self.con.execute(f"create or replace temp view {view} as select * from {_window_table(view, window_s)}")
+            self.con.execute(f"create or replace table {_packed(_window_table(view, window_s))} as select * from {source}")
+            self.con.execute(f"checkpoint {PACKED}")
+            self.con.execute(f"create or replace temp view {view} as select * from {_packed(_window_table(view, window_s))}")
         self.evaluated.append((view, window_s, time.perf_counter() - t0))
 
     def use_window(self, window_s: float) -> None:
@@ -257,7 +260,7 @@ class _Connection:
         if window_s in self.widths:
             self.widths.remove(window_s)
             for view in PER_WINDOW:
-                self.con.execute(f"create or replace temp view {view} as select * from {_window_table(view, window_s)}")
+                self.con.execute(f"create or replace temp view {view} as select * from {_packed(_window_table(view, window_s))}")
         else:
             try:
                 self._evaluate_width(window_s)
@@ -279,7 +282,8 @@ class _Connection:
 
     def _drop_width(self, window_s: float) -> None:
         for view in PER_WINDOW:
-            self.con.execute(f"drop table if exists {_window_table(view, window_s)}")
+            self.con.execute(f"drop table if exists {_packed(_window_table(view, window_s))}")
+        self.con.execute(f"checkpoint {PACKED}")  # gives the dropped tables' blocks back
 
     def forget_widths(self) -> None:
         """Drop the tables of every width kept (hold the lock): what to give up first when
@@ -307,6 +311,11 @@ def _stored_window_metrics(store: str, variables: dict[str, Any]) -> Path | None
         return None
 MEMORY_HINT = ("the dashboard's views do not fit in its memory (1 GB by default): restart it with "
                "SERVELENS_DASHBOARD_MEMORY=4GB, or choose a shorter time range (--since/--until)")
+
+
+def _packed(table: str) -> str:
+    """A table of the connection's compressed database (PACKED)."""
+    return f"{PACKED}.main.{table}"
 
 
 def _window_table(view: str, window_s: float) -> str:

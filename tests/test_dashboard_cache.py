@@ -61,12 +61,11 @@ def test_a_window_change_evaluates_only_the_views_of_that_width(store):
     assert [(v, w) for v, w, _ in conn.evaluated] == (
         [(v, None) for v in conn.shared] + [(v, 60.0) for v in data.PER_WINDOW] + [(v, 300.0) for v in data.PER_WINDOW])
     assert conn.widths == [300.0, 60.0]
-    tables = {r[0] for r in conn.con.execute("select table_name from duckdb_tables() where temporary").fetchall()}
-    assert {f"w60_{v}" for v in data.PER_WINDOW} | {f"w300_{v}" for v in data.PER_WINDOW} == tables
-    # the shared tables: in the compressed in-memory database, under temp views of their names
-    packed = {r[0] for r in conn.con.execute("select table_name from duckdb_tables() where database_name = ?",
+    # the tables: in the compressed in-memory database, under temp views of the views' names
+    tables = {r[0] for r in conn.con.execute("select table_name from duckdb_tables() where database_name = ?",
                                              [data.PACKED]).fetchall()}
-    assert packed == set(conn.shared) and conn.shared
+    assert {f"w60_{v}" for v in data.PER_WINDOW} | {f"w300_{v}" for v in data.PER_WINDOW} | set(conn.shared) == tables
+    assert conn.shared and not conn.con.execute("select table_name from duckdb_tables() where temporary").fetchall()
     temp_views = {r[0] for r in conn.con.execute("select view_name from duckdb_views() where temporary and not internal").fetchall()}
     assert set(conn.shared) | set(data.PER_WINDOW) == temp_views
     # the same connection serves every width and every query of the store version
@@ -93,7 +92,8 @@ def test_the_widths_kept_are_bounded(store, monkeypatch):
     for width in (30.0, 60.0, 120.0):
         conn.use_window(width)
     assert conn.widths == [60.0, 120.0]
-    tables = {r[0] for r in conn.con.execute("select table_name from duckdb_tables() where temporary").fetchall()}
+    tables = {r[0] for r in conn.con.execute("select table_name from duckdb_tables() where database_name = ?",
+                                             [data.PACKED]).fetchall()}
     assert not [t for t in tables if t.startswith("w30_")]
     assert len([t for t in tables if t.startswith("w")]) == 2 * len(data.PER_WINDOW)
     conn.use_window(30.0)  # dropped: evaluated again
