@@ -12,6 +12,7 @@ series, whatever the size of the store. Nothing here connects at import time.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import math
 import os
@@ -36,9 +37,15 @@ PAGE_VIEWS = ("scaling_signals", "windows", "incident_summary", "metric_availabi
               "kv_cache", "latency_percentiles", "throughput", "errors", "requests")
 # Views that several others read (requests by six of them, request_state's per-second
 # reconstruction by three) or that cost seconds, and that do not depend on the window width:
-# evaluated once per store version into temp tables of the dashboard's connection, in this
-# (dependency) order.
+# evaluated once per store version into tables of the dashboard's connection, in this
+# (dependency) order. The tables are kept compressed (PACKED): on a 10M-request store the 5M
+# per-second samples of queue_depth took 310 MB as a plain temp table, 22 MB compressed (and
+# batch_fill about twice that), and a query over them reads less.
 SHARED = ("requests", "request_state", "engine_stats", "queue_depth", "batch_fill", "kv_cache")
+# The in-memory database of the dashboard's connection that holds the SHARED tables and the
+# PER_WINDOW tables of the widths kept, compressed: DuckDB compresses an in-memory
+# database's tables when it is checkpointed.
+PACKED = "packed"
 # Views that read the `window_s` variable: evaluated once per window width the page is
 # showing, over the SHARED tables, in dependency order. A window change replaces them.
 PER_WINDOW = ("windows", "throughput", "errors", "latency_percentiles", "window_metrics", "scaling_signals")
@@ -55,6 +62,57 @@ CACHE_TTL_S = 600
 # visitors try (the least recently used goes first).
 CACHE_ENTRIES = 128
 UTC = dt.timezone.utc
+# Set once a page has been drawn in this process (`page_drawn`): the server's warm-up
+# (dashboards/serve.py) leaves the widths the first page does not show until then.
+FIRST_PAGE_DRAWN = threading.Event()
+
+
+# When a visitor last asked for something (time.monotonic()): the warm-up of the widths not
+# shown waits for a pause in the visits, so as not to hold the connection while a visitor
+# changes filters.
+_last_visit = [0.0]
+
+
+def page_drawn() -> None:
+    """The Overview page calls this when it has drawn everything."""
+    _last_visit[0] = time.monotonic()
+    FIRST_PAGE_DRAWN.set()
+
+
+# visitors' queries waiting for the shared connection's lock (a thread releasing a Python lock
+# may take it again before a waiting thread wakes: the warm-up must not)
+_waiting = [0]
+_waiting_lock = threading.Lock()
+
+
+def _wait_idle(idle_s: float) -> None:
+    """Return once no visitor has asked for anything for `idle_s` seconds and none waits."""
+    while True:
+        with _waiting_lock:
+            if _waiting[0]:
+                _last_visit[0] = time.monotonic()
+        left = idle_s - (time.monotonic() - _last_visit[0])
+        if left <= 0:
+            return
+        time.sleep(min(left, 0.25) if _waiting[0] else left)
+
+
+@contextlib.contextmanager
+def _visitor_holds(conn: "_Connection"):
+    """A visitor's hold of the connection's lock, known to the warm-up while it waits."""
+    with _waiting_lock:
+        _waiting[0] += 1
+    try:
+        conn.lock.acquire()
+    finally:
+        with _waiting_lock:
+            _waiting[0] -= 1
+            _last_visit[0] = time.monotonic()
+    try:
+        yield
+    finally:
+        _last_visit[0] = time.monotonic()
+        conn.lock.release()
 
 
 @dataclass(frozen=True)
@@ -99,14 +157,14 @@ def store_version(store: str) -> str:
 
 class _Connection:
     """One read-only connection per store version, shared by every visitor and every window
-    width: the page's views bound, the SHARED views evaluated once into temp tables, and the
+    width: the page's views bound, the SHARED views evaluated once into tables, and the
     PER_WINDOW views of the window width last asked for (`use_window`). A lock: Streamlit
     serves sessions from several threads and a DuckDB connection must not run two queries at
     once (nor change the window under another's query).
 
-    A temp table shadows the view of the same name for every query of this connection, the
-    views reading it included (DuckDB looks in `temp` first): the views that read `requests`
-    read the table, not `events` again. Same definitions as `servelens sql`, evaluated once."""
+    A temp view (over a table of PACKED) shadows the view of the same name for every query
+    of this connection, the views reading it included (DuckDB looks in `temp` first): the views
+    that read `batch_fill` read the table, not `request_state` again. Same definitions as `servelens sql`, evaluated once."""
 
     def __init__(self, store: str, variables: dict[str, Any], time_range: TimeRange | None = None) -> None:
         from servelens.pipeline.metrics import views_for
@@ -145,21 +203,50 @@ class _Connection:
         rolled = {name for name, sql in self.con.execute(
             "select view_name, sql from duckdb_views() where not internal").fetchall() if "/rollups/" in sql}
         self.shared = [view for view in SHARED if view not in rolled]
+        self.con.execute(f"attach ':memory:' as {PACKED} (compress)")
+        # window_metrics as stored at the base width (the variables' window_s), when fresh and
+        # of these variables: the default width's rows read (tens of thousands), not derived
+        # again from the requests and the per-second state (seconds of CPU on a big store)
+        self.stored_width: float | None = None
+        self.stored_window_metrics: Path | None = None
+        if time_range is None:
+            path = _stored_window_metrics(store, variables)
+            if path is not None:
+                self.stored_width, self.stored_window_metrics = float(variables["window_s"]), path
         for view in self.shared:
             self._evaluate(view)
 
     def _evaluate(self, view: str, window_s: float | None = None) -> None:
-        """A SHARED view into the temp table of its name; a PER_WINDOW view into a temp table
-        of its width (`w60_throughput`) and a temp view of its name over that table."""
+        """A SHARED view into the PACKED table of its name; a PER_WINDOW view into a PACKED
+        table of its width (`w60_throughput`); either under a temp view of its name."""
         # the database's own view, named with its catalog: a bare `main.X` would find the
-        # temp table of the same name (temp objects live in schema `main` of catalog `temp`)
+        # temp view of the same name (temp objects live in schema `main` of catalog `temp`)
         t0 = time.perf_counter()
         source = f"memory.{self.schema}.{view}"
         if window_s is None:
-            self.con.execute(f"create or replace temp table {view} as select * from {source}")
+            # a table of the compressed database, compressed once written (checkpoint: each
+            # table in turn, so that no two lie uncompressed in memory at once), and a temp
+            # view of the view's name over it (temp objects shadow the views' own names)
+            self.con.execute(f"create or replace table {PACKED}.main.{view} as select * from {source}")
+            self.con.execute(f"checkpoint {PACKED}")
+            self.con.execute(f"create or replace temp view {view} as select * from {PACKED}.main.{view}")
+        elif view == "window_metrics" and window_s == self.stored_width and self.stored_window_metrics is not None:
+            # the connection opens no file but the parts and the rollups it was bound over:
+            # the stored rows come in as an Arrow table read here
+            import pyarrow.parquet as pq
+
+            self.con.register("_stored_window_metrics", pq.read_table(self.stored_window_metrics))
+            try:
+                self.con.execute(f"create or replace table {_packed(_window_table(view, window_s))} as "
+                                 "select * from _stored_window_metrics")
+            finally:
+                self.con.unregister("_stored_window_metrics")
+            self.con.execute(f"checkpoint {PACKED}")
+            self.con.execute(f"create or replace temp view {view} as select * from {_packed(_window_table(view, window_s))}")
         else:
-            self.con.execute(f"create or replace temp table {_window_table(view, window_s)} as select * from {source}")
-            self.con.execute(f"create or replace temp view {view} as select * from {_window_table(view, window_s)}")
+            self.con.execute(f"create or replace table {_packed(_window_table(view, window_s))} as select * from {source}")
+            self.con.execute(f"checkpoint {PACKED}")
+            self.con.execute(f"create or replace temp view {view} as select * from {_packed(_window_table(view, window_s))}")
         self.evaluated.append((view, window_s, time.perf_counter() - t0))
 
     def use_window(self, window_s: float) -> None:
@@ -173,7 +260,7 @@ class _Connection:
         if window_s in self.widths:
             self.widths.remove(window_s)
             for view in PER_WINDOW:
-                self.con.execute(f"create or replace temp view {view} as select * from {_window_table(view, window_s)}")
+                self.con.execute(f"create or replace temp view {view} as select * from {_packed(_window_table(view, window_s))}")
         else:
             try:
                 self._evaluate_width(window_s)
@@ -195,7 +282,8 @@ class _Connection:
 
     def _drop_width(self, window_s: float) -> None:
         for view in PER_WINDOW:
-            self.con.execute(f"drop table if exists {_window_table(view, window_s)}")
+            self.con.execute(f"drop table if exists {_packed(_window_table(view, window_s))}")
+        self.con.execute(f"checkpoint {PACKED}")  # gives the dropped tables' blocks back
 
     def forget_widths(self) -> None:
         """Drop the tables of every width kept (hold the lock): what to give up first when
@@ -207,8 +295,27 @@ class _Connection:
 
 
 WIDTH_FREE_ROLLUPS = ("requests", "request_state")
+
+
+def _stored_window_metrics(store: str, variables: dict[str, Any]) -> Path | None:
+    """The store's window_metrics rollup when a reader may use it with these variables (fresh,
+    of today's SQL, of the same window width and thresholds: pipeline/rollup.py), else None."""
+    from servelens.pipeline import rollup
+    from servelens.pipeline.store import read_manifest
+
+    if rollup.disabled():
+        return None
+    try:
+        return rollup.usable(Path(store), read_manifest(Path(store)), variables, ("window_metrics",)).get("window_metrics")
+    except (StoreError, ValueError, OSError):
+        return None
 MEMORY_HINT = ("the dashboard's views do not fit in its memory (1 GB by default): restart it with "
                "SERVELENS_DASHBOARD_MEMORY=4GB, or choose a shorter time range (--since/--until)")
+
+
+def _packed(table: str) -> str:
+    """A table of the connection's compressed database (PACKED)."""
+    return f"{PACKED}.main.{table}"
 
 
 def _window_table(view: str, window_s: float) -> str:
@@ -239,7 +346,7 @@ def _connection(store: str, version: str, variables: tuple[tuple[str, Any], ...]
 def _cached(store: str, version: str, sql: str, params: dict[str, Any] | None, variables: tuple[tuple[str, Any], ...],
             time_range: TimeRange | None = None, window_s: float | None = None) -> pl.DataFrame:
     conn = _connection(store, version, variables, time_range)
-    with conn.lock:
+    with _visitor_holds(conn):
         if window_s is not None:
             conn.use_window(window_s)
         try:
@@ -266,16 +373,18 @@ def query(cfg: Settings, sql: str, params: dict[str, Any] | None = None, window_
     """Run one read-only query (cached). `window_s`: the query reads views of that window
     width (PER_WINDOW); None: it reads none of them, so a window change does not run it
     again. Raises QueryError / StoreError."""
+    _last_visit[0] = time.monotonic()
     # normalise the type so that the default 60 and the sidebar's 60.0 share a cache entry
     window = float(window_s) if window_s is not None else None
     return _cached(cfg.store, store_version(cfg.store), sql, params, _variables(cfg), cfg.time_range, window)
 
 
-def warm(cfg: Settings, widths: tuple[float, ...] = ()) -> _Connection:
+def warm(cfg: Settings, widths: tuple[float, ...] = (), idle_s: float = 0.0) -> _Connection:
     """The shared connection of the store as it is now, with the default window width's
     per-window views evaluated: what the first visitor's page would build; then those of
-    `widths` (at most WIDTHS_KEPT), one width per hold of the lock so that a visitor's query
-    waits for one width at most, the default width the one shown at the end. `servelens
+    `widths` (at most WIDTHS_KEPT), in this order, one width per hold of the lock so that a
+    visitor's query waits for one width at most, and each only once no visitor has asked for
+    anything for `idle_s` seconds; the default width the one shown at the end. `servelens
     dashboard` calls this while its server starts (dashboards/serve.py), so that the first
     visitor and the first change of width do not pay it."""
     variables = _variables(cfg)
@@ -285,6 +394,7 @@ def warm(cfg: Settings, widths: tuple[float, ...] = ()) -> _Connection:
         conn.use_window(default)
     others = [float(w) for w in widths if float(w) != default][:WIDTHS_KEPT - 1]
     for w in others:
+        _wait_idle(idle_s)
         with conn.lock:
             conn.use_window(w)
     if others:
@@ -347,6 +457,14 @@ class Filters:
     window_s: float = 60.0
     # (engine, instance) pairs the selection resolves to; empty means none matched
     targets: tuple[tuple[str, str], ...] = field(default=())
+    # the targets are every server instance of the store (no engine / instance / model filter
+    # narrows them: the default view): the queries then test no pair per row
+    every: bool = False
+
+    @property
+    def target(self) -> str:
+        """The SQL condition keeping the rows of the selected instances."""
+        return _EVERY if self.every else _TARGET
 
     @property
     def span_s(self) -> float:
@@ -362,11 +480,9 @@ class Filters:
         return float(self.window_s * max(1, math.ceil(self.span_s / (MAX_POINTS * self.window_s))))
 
     def params(self, **extra: Any) -> dict[str, Any]:
-        p = {
-            "start": self.start,
-            "end": self.end,
-            "targets": [f"{e}\x1f{i}" for e, i in self.targets],
-        }
+        p = {"start": self.start, "end": self.end}
+        if not self.every:
+            p["targets"] = [f"{e}\x1f{i}" for e, i in self.targets]
         p.update(extra)
         return p
 
@@ -390,6 +506,9 @@ def resolve_targets(cat: pl.DataFrame, engines: tuple[str, ...], instances: tupl
 # A row belongs to the selection when its (engine, instance) pair is one of the targets; the
 # pairs arrive as one bound list of "engine<US>instance" keys (US = chr(31), never in a name).
 _TARGET = "list_contains(cast($targets as varchar[]), engine || chr(31) || instance)"
+# every instance (Filters.every): the rows of every server, without a string built and looked
+# up per row (a measurable cost over the 10M requests of a big store)
+_EVERY = "(engine <> 'unknown' and instance is not null)"
 # requests that carry no model (TGI's lines name none) are kept by any model filter
 _MODEL = "(len(cast($models as varchar[])) = 0 or model is null or list_contains(cast($models as varchar[]), model))"
 
@@ -413,7 +532,7 @@ def signals(cfg: Settings, f: Filters) -> pl.DataFrame:
         from scaling_signals as s
         join (select engine, instance, max(window_end) as last_end from windows group by all) as last
             using (engine, instance)
-        where {_TARGET} and s.window_end > $start and s.window_start < $end
+        where {f.target} and s.window_end > $start and s.window_start < $end
         order by s.instance, s.window_start, s.signal
         """,
         f.params(),
@@ -428,7 +547,7 @@ def _summary_rows(store: str, version: str, start: dt.datetime, end: dt.datetime
     from servelens.pipeline.report_summary import read_summary
 
     conn = _connection(store, version, variables, time_range)
-    with conn.lock:  # the range is set as variables of the shared connection: one reader at a time
+    with _visitor_holds(conn):  # the range is set as variables of the shared connection: one reader at a time
         conn.use_window(window_s)
         try:
             return read_summary(conn.con, start, end, None)
@@ -467,7 +586,7 @@ def queue_depth(cfg: Settings, f: Filters) -> pl.DataFrame:
         select {_bucket('ts')} as ts, engine, instance, source,
                avg(waiting) as waiting, max(waiting) as waiting_max
         from queue_depth
-        where {_TARGET} and ts >= $start and ts < $end and waiting is not null
+        where {f.target} and ts >= $start and ts < $end and waiting is not null
         group by all order by instance, ts
         """,
         f.params(bucket=f.bucket_s()),
@@ -483,7 +602,7 @@ def batch_fill(cfg: Settings, f: Filters) -> pl.DataFrame:
                avg(fill) as fill, max(fill) as fill_max, avg(token_fill) as token_fill,
                max(max_num_seqs) as max_num_seqs
         from batch_fill
-        where {_TARGET} and ts >= $start and ts < $end
+        where {f.target} and ts >= $start and ts < $end
         group by all order by instance, ts
         """,
         f.params(bucket=f.bucket_s()),
@@ -501,7 +620,7 @@ def kv_cache(cfg: Settings, f: Filters) -> pl.DataFrame:
                case when count(preemptions) > 0 or sum(preemption_lines) > 0
                     then coalesce(sum(preemptions), 0) + sum(preemption_lines) end as preemptions
         from kv_cache
-        where {_TARGET} and ts >= $start and ts < $end
+        where {f.target} and ts >= $start and ts < $end
         group by all order by instance, ts
         """,
         f.params(bucket=f.bucket_s()),
@@ -524,7 +643,7 @@ def latency(cfg: Settings, f: Filters) -> pl.DataFrame:
                max(p50_tpot_s) as p50_tpot_s, max(p95_tpot_s) as p95_tpot_s, max(p99_tpot_s) as p99_tpot_s,
                max(p50_queue_s) as p50_queue_s, max(p95_queue_s) as p95_queue_s, max(p99_queue_s) as p99_queue_s
         from latency_percentiles
-        where {_TARGET} and {_MODEL} and window_end > $start and window_start < $end
+        where {f.target} and {_MODEL} and window_end > $start and window_start < $end
         group by engine, instance, model, floor(epoch(window_start) / $bucket)
         order by instance, model, ts
         """,
@@ -545,7 +664,7 @@ def throughput(cfg: Settings, f: Filters) -> pl.DataFrame:
                avg(gen_tps_logged) as gen_tps_logged, avg(prompt_tps_logged) as prompt_tps_logged,
                avg(http_requests_per_s) as http_requests_per_s
         from throughput
-        where {_TARGET} and window_end > $start and window_start < $end
+        where {f.target} and window_end > $start and window_start < $end
         group by engine, instance, floor(epoch(window_start) / $bucket)
         order by instance, ts
         """,
@@ -561,7 +680,7 @@ def errors(cfg: Settings, f: Filters) -> pl.DataFrame:
         select window_start as ts, engine, instance, kind, n_errors, first_ts, first_message,
                first_source, first_line
         from errors
-        where {_TARGET} and window_end > $start and window_start < $end
+        where {f.target} and window_end > $start and window_start < $end
         order by first_ts
         """,
         f.params(),
@@ -576,7 +695,7 @@ def slowest_requests(cfg: Settings, f: Filters, limit: int = 20) -> pl.DataFrame
         select instance, request_id, e2e_s, e2e_estimated, queue_s, ttft_s, tpot_s, status,
                arrival_ts, finish_ts, prompt_tokens, output_tokens, model, engine, source, line
         from requests
-        where {_TARGET} and {_MODEL} and e2e_s is not null
+        where {f.target} and {_MODEL} and e2e_s is not null
           and finish_ts >= $start and finish_ts < $end
         order by e2e_s desc, finish_ts
         limit $limit
@@ -590,19 +709,22 @@ def peaks(cfg: Settings, f: Filters) -> dict[str, Any]:
     df = query(
         cfg,
         f"""
+        with r as (  -- one pass over the requests for the three counts
+            select count(*) filter (where status = 'finished') as finished,
+                   count(*) filter (where status = 'failed') as failed,
+                   count(*) filter (where status = 'aborted') as aborted
+            from requests
+            where {f.target} and {_MODEL} and finish_ts >= $start and finish_ts < $end
+        )
         select
-            (select max(waiting) from queue_depth where {_TARGET} and ts >= $start and ts < $end) as peak_waiting,
-            (select max(kv_usage) from kv_cache where {_TARGET} and ts >= $start and ts < $end) as peak_kv_usage,
+            (select max(waiting) from queue_depth where {f.target} and ts >= $start and ts < $end) as peak_waiting,
+            (select max(kv_usage) from kv_cache where {f.target} and ts >= $start and ts < $end) as peak_kv_usage,
             (select max(p99_e2e_s) from latency_percentiles
-                where {_TARGET} and {_MODEL} and window_end > $start and window_start < $end) as worst_p99_e2e_s,
-            (select count(*) from requests
-                where {_TARGET} and {_MODEL} and status = 'finished' and finish_ts >= $start and finish_ts < $end) as finished,
-            (select count(*) from requests
-                where {_TARGET} and {_MODEL} and status = 'failed' and finish_ts >= $start and finish_ts < $end) as failed,
-            (select count(*) from requests
-                where {_TARGET} and {_MODEL} and status = 'aborted' and finish_ts >= $start and finish_ts < $end) as aborted,
+                where {f.target} and {_MODEL} and window_end > $start and window_start < $end) as worst_p99_e2e_s,
+            r.finished, r.failed, r.aborted,
             (select coalesce(sum(n_errors), 0) from errors
-                where {_TARGET} and window_end > $start and window_start < $end) as n_errors
+                where {f.target} and window_end > $start and window_start < $end) as n_errors
+        from r
         """,
         f.params(models=list(f.models)),
         f.window_s,

@@ -5,9 +5,12 @@ Streamlit runs nothing of the app until the first visitor opens the page, so tha
 used to pay every one-time cost: importing Altair and the page's modules, building the
 store's connection and evaluating the views every chart shares (`data._Connection`), and
 Altair's first chart validation (its JSON-schema registry); and each first change of the
-window width paid that width's per-window views. The warm-up does these first, then the
-other widths the sidebar offers, one at a time. The warm-up pays them while the
-server starts, in a daemon thread of the same process: the connection lands in the same
+window width paid that width's per-window views. The warm-up does these first; the other
+widths the sidebar offers only once the first page has been drawn (or nobody came within
+OTHERS_AFTER_S), one at a time: evaluated at once they competed with the first visitor for
+the machine's cores (on a 10M-request store, 4 widths of ~7 CPU-s each during a first paint
+on 2 cores). The warm-up pays them while the server starts, in a daemon thread of the same
+process: the connection lands in the same
 `st.cache_resource` entry the page asks for (a visitor arriving before it is done waits for
 it under Streamlit's per-entry lock instead of building a second one). A failure here is
 only one line on stderr: the page then meets the same error and shows it in one line.
@@ -21,24 +24,51 @@ import sys
 import threading
 import time
 
+# how long the warm-up waits for a first page to be drawn before it evaluates the other widths
+OTHERS_AFTER_S = 60.0
+# and then, before each of them, for this long a pause in the visits (a visitor changing
+# filters is not made to wait for a width nobody asked for)
+IDLE_S = 3.0
+# on a store where one width costs seconds (a 10M-request store: ~7 CPU-s), a width nobody
+# asked for must not be what a visitor's next change waits for: there the pause is longer
+# (a visitor reading the page, not one changing filters)
+SLOW_WIDTH_S = 1.0
+IDLE_SLOW_S = 30.0
+
+
+def other_widths(default: float) -> list[float]:
+    """The sidebar's widths but the default, the nearest steps of its slider first (the wider
+    of two as near)."""
+    from servelens.dashboards import sidebar
+
+    widths = list(sidebar.WINDOWS.values())
+    at = widths.index(default) if default in widths else 0
+    return [w for _, _, w in sorted((abs(k - at), -k, w) for k, w in enumerate(widths) if w != default)]
+
 
 def app_args(argv: list[str]) -> list[str]:
     """The app's own arguments: what follows `--` on Streamlit's command line."""
     return argv[argv.index("--") + 1:] if "--" in argv else []
 
 
-def warm(args: list[str]) -> float:
+def warm(args: list[str], others_after_s: float = OTHERS_AFTER_S, idle_s: float = IDLE_S) -> float:
     """Import what the Overview page imports, build the store's shared connection with the
     default window's views, validate one chart (Altair's schema registry is built on first
-    use), then evaluate the per-window views of the sidebar's other widths (so that a first
-    change of width finds them). Returns the seconds it took."""
+    use); then, once a page has been drawn (`data.page_drawn`) or after `others_after_s`,
+    evaluate the per-window views of the sidebar's other widths (so that a later change of
+    width finds them), each after a pause of `idle_s` in the visits (IDLE_SLOW_S where the
+    default width took SLOW_WIDTH_S or more). Returns the seconds it took."""
     t0 = time.perf_counter()
     from servelens.dashboards import charts, data, sidebar, verdict  # noqa: F401  (the page's imports)
 
     cfg = data.settings(args)
-    data.warm(cfg)  # what the first page needs, first
+    conn = data.warm(cfg)  # what the first page needs, first
     charts.warm()
-    data.warm(cfg, tuple(sidebar.WINDOWS.values()))  # then every width the sidebar offers
+    default = float(data.thresholds(cfg.thresholds)["window_s"])
+    if sum(s for _, w, s in conn.evaluated if w == default) >= SLOW_WIDTH_S:
+        idle_s = max(idle_s, IDLE_SLOW_S)
+    data.FIRST_PAGE_DRAWN.wait(others_after_s)  # not while the first visitor waits for the page
+    data.warm(cfg, tuple(other_widths(default)), idle_s)  # then every width the sidebar offers
     return time.perf_counter() - t0
 
 

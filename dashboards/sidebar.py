@@ -139,5 +139,6 @@ def resolve(spec: Spec, cat: pl.DataFrame) -> data.Filters | None:
     else:
         start, end = spec.start, spec.end
     targets = data.resolve_targets(cat, spec.engines, spec.instances, spec.models)
+    every = not spec.models and targets == data.resolve_targets(cat, (), (), ())
     return data.Filters(start=start, end=end, engines=spec.engines, instances=spec.instances,
-                        models=spec.models, window_s=spec.window_s, targets=targets)
+                        models=spec.models, window_s=spec.window_s, targets=targets, every=every)

@@ -61,8 +61,13 @@ def test_a_window_change_evaluates_only_the_views_of_that_width(store):
     assert [(v, w) for v, w, _ in conn.evaluated] == (
         [(v, None) for v in conn.shared] + [(v, 60.0) for v in data.PER_WINDOW] + [(v, 300.0) for v in data.PER_WINDOW])
     assert conn.widths == [300.0, 60.0]
-    tables = {r[0] for r in conn.con.execute("select table_name from duckdb_tables() where temporary").fetchall()}
+    # the tables: in the compressed in-memory database, under temp views of the views' names
+    tables = {r[0] for r in conn.con.execute("select table_name from duckdb_tables() where database_name = ?",
+                                             [data.PACKED]).fetchall()}
     assert {f"w60_{v}" for v in data.PER_WINDOW} | {f"w300_{v}" for v in data.PER_WINDOW} | set(conn.shared) == tables
+    assert conn.shared and not conn.con.execute("select table_name from duckdb_tables() where temporary").fetchall()
+    temp_views = {r[0] for r in conn.con.execute("select view_name from duckdb_views() where temporary and not internal").fetchall()}
+    assert set(conn.shared) | set(data.PER_WINDOW) == temp_views
     # the same connection serves every width and every query of the store version
     assert _connection(store) is conn
 
@@ -87,7 +92,8 @@ def test_the_widths_kept_are_bounded(store, monkeypatch):
     for width in (30.0, 60.0, 120.0):
         conn.use_window(width)
     assert conn.widths == [60.0, 120.0]
-    tables = {r[0] for r in conn.con.execute("select table_name from duckdb_tables() where temporary").fetchall()}
+    tables = {r[0] for r in conn.con.execute("select table_name from duckdb_tables() where database_name = ?",
+                                             [data.PACKED]).fetchall()}
     assert not [t for t in tables if t.startswith("w30_")]
     assert len([t for t in tables if t.startswith("w")]) == 2 * len(data.PER_WINDOW)
     conn.use_window(30.0)  # dropped: evaluated again
@@ -234,31 +240,66 @@ def _connection_schema(cfg: data.Settings) -> str:
 
 
 def test_the_server_start_evaluates_the_views_the_first_visitor_needs(store, monkeypatch):
+    import threading
+
     from servelens.dashboards import serve
     from servelens.pipeline.cli_dashboard import streamlit_command
 
     cmd = streamlit_command(store, 8600, "127.0.0.1")
     assert cmd[1:5] == ["-m", "servelens.dashboards.serve", "run", cmd[4]] and cmd[4].endswith("app.py")
     assert serve.app_args(cmd) == ["--store", str(store)]
-    serve.warm(serve.app_args(cmd))
-    conn = _connection(store)  # what the page asks for: the warmed connection, not a new one
     default = float(data.thresholds(None)["window_s"])
-    # the default width first, then every other width the sidebar offers, the default shown
-    others = [w for w in sidebar.WINDOWS.values() if w != default]
-    assert [(v, w) for v, w, _ in conn.evaluated] == (
-        [(v, None) for v in conn.shared] + [(v, w) for w in [default, *others] for v in data.PER_WINDOW])
+    others = serve.other_widths(default)
+    assert sorted(others) == sorted(w for w in sidebar.WINDOWS.values() if w != default)
+    # the warm-up waits for the first page before the other widths: record what it had done then
+    at_wait: list[tuple[list, float | None]] = []
+
+    class Drawn(threading.Event):
+        def wait(self, timeout=None):
+            conn = _connection(store)
+            at_wait.append(([(v, w) for v, w, _ in conn.evaluated], timeout))
+            return super().wait(timeout)
+
+    monkeypatch.setattr(data, "FIRST_PAGE_DRAWN", Drawn())
+    warm = threading.Thread(target=serve.warm, args=(serve.app_args(cmd),), daemon=True)
+    warm.start()
+    for _ in range(1200):
+        if at_wait or not warm.is_alive():
+            break
+        warm.join(0.1)
+    conn = _connection(store)  # what the page asks for: the warmed connection, not a new one
+    # before the first page: the shared views and the default width only
+    assert at_wait == [([(v, None) for v in conn.shared] + [(v, default) for v in data.PER_WINDOW], serve.OTHERS_AFTER_S)]
+    assert warm.is_alive() and conn.widths == [default]
     assert "requests" not in conn.shared  # read from its rollup, not copied
-    assert conn.window_s == default and sorted(conn.widths) == sorted(sidebar.WINDOWS.values())
-    # the visitor's first page and a change of width evaluate no view again
+    # the visitor's first page evaluates no view again, and lets the warm-up go on
     monkeypatch.setenv("SERVELENS_STORE", str(store))
     at = AppTest.from_file(str(APP), default_timeout=120)
     at.run()
-    assert not at.exception
+    assert not at.exception and data.FIRST_PAGE_DRAWN.is_set()
+    warm.join(120)
+    assert not warm.is_alive()
+    # then every other width the sidebar offers, the default shown
+    assert [(v, w) for v, w, _ in conn.evaluated] == (
+        [(v, None) for v in conn.shared] + [(v, w) for w in [default, *others] for v in data.PER_WINDOW])
+    assert conn.window_s == default and sorted(conn.widths) == sorted(sidebar.WINDOWS.values())
+    # a change of width evaluates no view again
     n = len(conn.evaluated)
-    assert n == len(conn.shared) + len(sidebar.WINDOWS) * len(data.PER_WINDOW)
     at.select_slider(key="window").set_value("15 min").run()
     assert not at.exception and at.caption[0].value.endswith("window 900 s")
     assert len(conn.evaluated) == n
+
+
+def test_without_a_visitor_the_warm_up_evaluates_every_width_after_a_while(store, monkeypatch):
+    import threading
+
+    from servelens.dashboards import serve
+
+    monkeypatch.setattr(data, "FIRST_PAGE_DRAWN", threading.Event())  # nobody draws a page
+    serve.warm(["--store", str(store)], others_after_s=0.05)
+    conn = _connection(store)
+    assert sorted(conn.widths) == sorted(sidebar.WINDOWS.values())
+    assert conn.window_s == float(data.thresholds(None)["window_s"])
 
 
 def test_a_failed_warm_up_is_one_line_and_the_server_still_starts(tmp_path, capsys):
@@ -379,3 +420,141 @@ def test_a_width_that_does_not_fit_gives_back_the_widths_kept(store, monkeypatch
     monkeypatch.setattr(conn, "_evaluate", never_fits)
     with conn.lock, pytest.raises(data.QueryError, match="SERVELENS_DASHBOARD_MEMORY"):
         conn.use_window(120.0)
+
+
+# --- the default view: every instance, without a per-row test of each pair ---------------------
+
+
+def _default_spec(**kw) -> sidebar.Spec:
+    base = dict(live=False, live_span_s=0, refresh_s=0, start=None, end=None, engines=(), instances=(), models=(),
+                window_s=60.0)
+    return sidebar.Spec(**{**base, **kw})
+
+
+def test_every_instance_reads_the_same_rows_as_the_list_of_every_pair(store):
+    import dataclasses
+
+    cfg = data.Settings(store=str(store))
+    cat = data.catalog(cfg)
+    f = sidebar.resolve(_default_spec(), cat)
+    assert f.every and f.target != data._TARGET and "targets" not in f.params()
+    listed = dataclasses.replace(f, every=False)
+    assert listed.target == data._TARGET and len(listed.params()["targets"]) == len(f.targets) >= 2
+    for fn in (data.signals, data.queue_depth, data.batch_fill, data.kv_cache, data.latency, data.throughput,
+               data.errors, data.slowest_requests):
+        got, want = fn(cfg, f), fn(cfg, listed)
+        assert got.height == want.height, fn.__name__
+        assert_frame_equal(_sorted(got), _sorted(want))
+    assert data.peaks(cfg, f) == data.peaks(cfg, listed)
+    assert data.peaks(cfg, f)["finished"] > 0
+    # every server instance of the store: the catalog's, but files no parser recognised
+    assert set(f.targets) == set(cat.filter(pl.col("engine") != "unknown").select("engine", "instance").rows())
+
+
+def test_a_narrowing_filter_tests_each_pair(store):
+    cfg = data.Settings(store=str(store))
+    cat = data.catalog(cfg)
+    every = sidebar.resolve(_default_spec(), cat)
+    first = every.targets[0]
+    one = sidebar.resolve(_default_spec(instances=(first[1],)), cat)
+    assert not one.every and one.target == data._TARGET and one.targets == (first,)
+    assert set(data.queue_depth(cfg, one)["instance"].to_list()) <= {first[1]}
+    # every engine named is still every instance; a model filter is never "every" (it keeps
+    # only the requests of that model)
+    engines = tuple(sorted({e for e, _ in every.targets}))
+    assert sidebar.resolve(_default_spec(engines=engines), cat).every
+    model = cat.drop_nulls("model")["model"][0]
+    assert not sidebar.resolve(_default_spec(models=(model,)), cat).every
+
+
+def test_the_default_width_reads_the_stored_window_metrics(store):
+    conn = _connection(store)
+    default = float(data.thresholds(None)["window_s"])
+    assert conn.stored_width == default and conn.stored_window_metrics is not None
+    assert conn.stored_window_metrics.parent.name == "rollups"
+    with conn.lock:
+        conn.use_window(default)
+        got = data.run_on(conn.con, "select * from window_metrics")
+        conn.use_window(120.0)  # another width: derived by the view
+        other = data.run_on(conn.con, "select * from window_metrics")
+    # the stored rows are those the view computes from the events
+    want = run(store, "select * from window_metrics", variables={"window_s": default}, rollups=False)
+    assert got.height == want.height > 0
+    assert_frame_equal(_sorted(got), _sorted(want))
+    assert other.height > 0 and set(other["window_s"].to_list()) == {120.0}
+
+
+def test_without_a_usable_rollup_the_default_width_is_derived(store, monkeypatch):
+    monkeypatch.setenv("SERVELENS_NO_ROLLUPS", "1")
+    conn = _connection(store)
+    assert conn.stored_window_metrics is None
+    with conn.lock:
+        conn.use_window(60.0)
+        got = data.run_on(conn.con, "select * from window_metrics")
+    want = run(store, "select * from window_metrics", variables={"window_s": 60.0}, rollups=False)
+    assert_frame_equal(_sorted(got), _sorted(want))
+
+
+def test_the_other_widths_nearest_slider_steps_first():
+    from servelens.dashboards import serve
+
+    assert list(sidebar.WINDOWS.values()) == [30.0, 60.0, 120.0, 300.0, 900.0]
+    assert serve.other_widths(60.0) == [120.0, 30.0, 300.0, 900.0]
+    assert serve.other_widths(300.0) == [900.0, 120.0, 60.0, 30.0]
+    assert serve.other_widths(30.0) == [60.0, 120.0, 300.0, 900.0]
+
+
+def test_the_warm_up_of_other_widths_waits_for_a_pause_in_the_visits(store, monkeypatch):
+    import time
+
+    cfg = data.Settings(store=str(store))
+    data.catalog(cfg)  # a visitor's query
+    since = time.monotonic() - data._last_visit[0]
+    assert 0 <= since < 1.0
+    t0 = time.monotonic()
+    data._wait_idle(0.4)
+    assert time.monotonic() - t0 >= 0.4 - since - 0.01
+    monkeypatch.setattr(data, "_last_visit", [time.monotonic() - 60.0])  # nobody for a minute
+    t0 = time.monotonic()
+    data._wait_idle(5.0)
+    assert time.monotonic() - t0 < 0.5
+    # a visitor waiting for the connection: not idle, however long ago the last visit began
+    import threading
+
+    monkeypatch.setattr(data, "_waiting", [1])
+    done = threading.Timer(0.6, lambda: data._waiting.__setitem__(0, 0))
+    done.start()
+    t0 = time.monotonic()
+    data._wait_idle(0.3)
+    assert time.monotonic() - t0 >= 0.6  # not before the visitor had its turn (and 0.3 s after a poll that saw it)
+    done.join()
+    # a visitor's hold counts as a visit
+    conn = _connection(store)
+    monkeypatch.setattr(data, "_last_visit", [0.0])
+    with data._visitor_holds(conn):
+        assert conn.lock.locked() and data._waiting == [0]
+    assert not conn.lock.locked() and time.monotonic() - data._last_visit[0] < 1.0
+    # warm: the widths after a pause, the default one shown at the end
+    monkeypatch.setattr(data, "_last_visit", [time.monotonic()])
+    t0 = time.monotonic()
+    conn = data.warm(cfg, (120.0,), idle_s=0.5)
+    assert time.monotonic() - t0 >= 0.5 and conn.widths == [120.0, 60.0] and conn.window_s == 60.0
+
+
+@pytest.mark.parametrize("slow", [False, True])
+def test_where_a_width_is_slow_the_warm_up_waits_for_a_longer_pause(store, monkeypatch, slow):
+    import threading
+
+    from servelens.dashboards import serve
+
+    drawn = threading.Event()
+    drawn.set()
+    monkeypatch.setattr(data, "FIRST_PAGE_DRAWN", drawn)
+    waits: list[float] = []
+    monkeypatch.setattr(data, "_wait_idle", waits.append)
+    # slow: any width counts as slow; else none does
+    monkeypatch.setattr(serve, "SLOW_WIDTH_S", 0.0 if slow else 1e9)
+    monkeypatch.setattr(serve, "IDLE_SLOW_S", 12.5)
+    serve.warm(["--store", str(store)], idle_s=0.1)
+    assert waits == [12.5 if slow else 0.1] * (len(sidebar.WINDOWS) - 1)
+    assert sorted(_connection(store).widths) == sorted(sidebar.WINDOWS.values())

@@ -321,6 +321,7 @@ def body(cfg: data.Settings, spec: sidebar.Spec) -> None:
     throughput_section(cfg, f, avail, th)
     errors_section(cfg, f, th)
     slowest_section(cfg, f)
+    data.page_drawn()
 
 
 def sidebar_label(spec: sidebar.Spec) -> str:
