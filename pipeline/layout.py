@@ -87,11 +87,34 @@ def events_select(source: str) -> str:
     return f"select {cols} from {source}"
 
 
+def duckdb_type(t: pa.DataType) -> str:
+    """The DuckDB type a Parquet column of this Arrow type is read as."""
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    if pa.types.is_timestamp(t):
+        return "TIMESTAMPTZ_NS" if t.unit == "ns" else "TIMESTAMPTZ"
+    return {pa.string(): "VARCHAR", pa.int64(): "BIGINT", pa.int32(): "INTEGER",
+            pa.float64(): "DOUBLE", pa.bool_(): "BOOLEAN"}[t]
+
+
+def no_events_sql() -> str:
+    """A query of no rows with every `events` column, typed."""
+    cols = ", ".join(f'cast(null as {duckdb_type(f.type)}) as "{f.name}"' for f in EVENT_SCHEMA)
+    return f"select {cols} where false"
+
+
 def read_parquet_sql(files: list[str], union_by_name: bool) -> str:
-    """DuckDB's read_parquet over these part files, partition values from their paths."""
+    """DuckDB's read_parquet over these part files, partition values from their paths.
+
+    With `union_by_name` (parts of a store older than a schema change), a column that no part
+    has (every part written before it existed) reads as NULL: union_by_name makes only the
+    columns some part has."""
     quoted = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
-    return events_select(
+    source = (
         f"read_parquet([{quoted}], hive_partitioning = true, "
         f"hive_types = {{'engine': varchar, 'day': varchar}}, "
         f"union_by_name = {'true' if union_by_name else 'false'})"
     )
+    if union_by_name:
+        source = f"(select * from {source} union all by name {no_events_sql()})"
+    return events_select(source)

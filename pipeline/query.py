@@ -172,6 +172,10 @@ def connect(
                 if isinstance(e, duckdb.IOException):
                     raise QueryError(one_line(e)) from None
                 raise
+        except duckdb.BinderException as e:  # the parts do not bind as `events` (not the user's SQL: that runs later)
+            con.close()
+            raise QueryError(f"the store's parts cannot be read as events: {one_line(e)} "
+                             "(run `servelens check`; `servelens compact` rewrites old parts)") from None
         except BaseException:
             con.close()
             raise

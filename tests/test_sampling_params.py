@@ -198,3 +198,23 @@ def test_arrow_round_trip_keeps_values_and_encodes_once():
     two = pl.concat([df, df], rechunk=False)
     assert events_from_arrow(events_to_arrow(two))["sampling_params"].to_list() == values * 2
     assert isinstance(table, pa.Table)
+
+
+@pytest.mark.parametrize("query", [
+    "select count(*) as n, count(sampling_params) as with_params from events",
+    "select count(*) as n, count(sampling_params) as with_params from events where event = 'request'",
+])
+def test_a_store_written_wholly_before_the_column_reads_it_as_null(tmp_path, query):
+    """Every part older than the column: the column is in none of them, and union_by_name
+    alone would make no such column (the view named it: a Binder Error with a traceback)."""
+    store = tmp_path / "store"
+    log = tmp_path / "old.log"
+    write_log(log, 30, 0)
+    assert cli("ingest", str(log), "--store", str(store), "-q").exit_code == 0
+    for part in committed_parts(store):
+        _drop_column(part)
+    (row,) = sql(store, query)
+    assert row["n"] == 30 and row["with_params"] == 0
+    # and the views over `events` bind too
+    (lat,) = sql(store, "select count(*) as n from requests")
+    assert lat["n"] == 30
