@@ -70,39 +70,31 @@ def header_forms() -> list[str]:
     return forms
 
 
-def _patterns() -> tuple[str, str]:
+def _patterns() -> tuple[str, str, str]:
+    """(a header at the start; the shortest prefix before a later header, captured; where a
+    later header starts, after its non-word character)."""
     forms = "|".join(f"(?:{f})" for f in header_forms())
     # a header further on must follow a character that cannot belong to a word of it
-    return f"^(?:{forms})", f"^(.*?[^A-Za-z0-9_])(?:{forms})"
+    return f"^(?:{forms})", f"^(.*?[^A-Za-z0-9_])(?:{forms})", f"[^A-Za-z0-9_](?:{forms})"
 
 
-def _cut(text: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
-    """(position of the header after a prefix, or null; whether to leave that prefix: an
-    engine's own, or words of the line itself)."""
-    at_start, later = _patterns()
-    head = text.str.slice(0, _REACH)
-    found = pl.when(~head.str.contains(at_start)).then(head.str.extract(later, 1).str.len_chars())
-    before = text.str.slice(0, found)
-    pos = found - before.str.extract(f"({OWN_TAIL})", 1).str.len_chars().fill_null(0)
-    return pos, before.str.contains(OWN_PREFIX) | before.str.contains(NOT_PREFIX) | (pos == 0)
+def _cut(df: pl.DataFrame) -> pl.DataFrame:
+    """The columns `_pos` (position of the header after a prefix in `text`, or null) and
+    `_own` (whether to leave that prefix: an engine's own, or words of the line itself).
 
-
-def _cut_columns(df: pl.DataFrame) -> pl.DataFrame:
-    """`_cut` of the `text` column as the columns `_pos` and `_own`, for a fraction of its
-    cost: each step is a column (computed once), and on a line whose first _REACH
-    characters are ASCII without a newline a byte offset is a character offset and `.`
-    matches every character, so the shortest prefix before a header (`later`'s capture) is
-    where the first header after a non-word character starts (a search with no capture), and
-    the engine's own prefixes at its end start where OWN_TAIL's match does. Other lines take
-    `_cut`'s captures."""
-    at_start, later = _patterns()
-    forms = "|".join(f"(?:{f})" for f in header_forms())
+    Each step is a column (computed once). On a line whose first _REACH characters are ASCII
+    without a newline a byte offset is a character offset and `.` matches every character, so
+    the shortest prefix before a header (`later`'s capture) ends where the first header after
+    a non-word character starts (a search with no capture, several times cheaper), and the
+    engine's own prefixes at its end start where OWN_TAIL's match does. Other lines take the
+    captures."""
+    at_start, later, later_at = _patterns()
     text, head, plain, found, before = (pl.col(c) for c in ("text", "_head", "_plain", "_found", "_before"))
     df = df.with_columns(text.str.slice(0, _REACH).alias("_head")).with_columns(
         ((head.str.len_bytes() == head.str.len_chars()) & ~head.str.contains("\n", literal=True)).alias("_plain"),
         head.str.contains(at_start).alias("_at_start"),
     )
-    fast = pl.when(plain).then(head).str.find(f"[^A-Za-z0-9_](?:{forms})").cast(pl.UInt32) + 1
+    fast = pl.when(plain).then(head).str.find(later_at).cast(pl.UInt32) + 1
     slow = pl.when(~plain).then(head).str.extract(later, 1).str.len_chars()
     df = df.with_columns(pl.when(~pl.col("_at_start")).then(pl.coalesce(fast, slow)).alias("_found"))
     df = df.with_columns(text.str.slice(0, found).alias("_before"))
@@ -114,16 +106,14 @@ def _cut_columns(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def sniff(texts: list[str]) -> float:
-    s = pl.Series("text", texts, dtype=pl.String)
-    df = pl.DataFrame({"text": s})
-    pos, own = _cut(pl.col("text"))
-    n = df.select((pos.is_not_null() & ~own).sum()).item()
+    df = _cut(pl.DataFrame({"text": pl.Series("text", texts, dtype=pl.String)}))
+    n = df.select((pl.col("_pos").is_not_null() & ~pl.col("_own")).sum()).item()
     # one line is enough (a shell prompt glued to the first line is one line)
     return 1.0 if n else 0.0
 
 
 def decode(df: pl.DataFrame) -> pl.DataFrame:
-    df = _cut_columns(df)
+    df = _cut(df)
     df = df.with_columns(pl.when(~pl.col("_own")).then(pl.col("_pos")).alias("_pos")).drop("_own")
     cut = pl.col("_pos").is_not_null()
     return df.with_columns(
