@@ -37,8 +37,7 @@ import duckdb
 import sqlglot
 from sqlglot import exp
 
-from servelens.parsers.schema import EVENT_SCHEMA
-
+from .layout import no_events_sql
 from .metrics import load_views, resolve_variables, sql_files, view_name
 
 DIALECTS = ("spark", "trino", "duckdb")
@@ -57,8 +56,7 @@ class _Probe:
 
     def __init__(self, variables: Mapping[str, Any]):
         self.con = duckdb.connect(":memory:")
-        self.con.register("_events_empty", EVENT_SCHEMA.empty_table())
-        self.con.execute("create view events as select * from _events_empty")
+        self.con.execute(f"create view events as {no_events_sql()}")
         load_views(self.con, variables=dict(variables))
 
     def columns(self, select: exp.Expression, ctes: list[exp.CTE]) -> list[str]:

@@ -16,9 +16,8 @@ from typing import Any
 
 import duckdb
 
-from servelens.parsers.schema import EVENT_SCHEMA
 
-from .layout import events_select, read_parquet_sql
+from .layout import events_select, no_events_sql, read_parquet_sql
 from .metrics import load_views
 from .remote import dataset, expand, store_url
 from .sandbox import Limits, QueryError, connection_config, lock_down
@@ -64,8 +63,7 @@ def connect(
                 con.register("_events_remote", remote_ds)
                 sources.append(events_select("_events_remote"))
             if not sources:
-                con.register("_events_empty", EVENT_SCHEMA.empty_table())
-                sources.append("select * from _events_empty")
+                sources.append(no_events_sql())
             con.execute("create or replace view events as " + " union all ".join(sources))
             load_views(con, variables=variables)
             lock_down(con, [*parts, *readable])

@@ -29,11 +29,8 @@ import duckdb
 import polars as pl
 import pyarrow.parquet as pq
 
-from servelens.parsers.schema import EVENT_SCHEMA
-
-from .layout import FILE_SCHEMA, read_parquet_sql
 from . import rollup as rollup_mod
-from .layout import partition_values
+from .layout import FILE_SCHEMA, no_events_sql, partition_values, read_parquet_sql
 from .metrics import closure, define_view, load_views, named_views
 from .shared import share
 from .sandbox import REFUSED_HINT, Limits, QueryError, check_statement, clean_message, connection_config, execute, lock_down
@@ -148,8 +145,7 @@ def connect(
                 # the partition columns (engine) come from the parts' paths (pipeline/layout.py)
                 con.execute(f"create or replace view events as {read_parquet_sql([str(p) for p in parts], union_by_name)}{where}")
             else:
-                con.register("_events_empty", EVENT_SCHEMA.empty_table())
-                con.execute("create or replace view events as select * from _events_empty")
+                con.execute(f"create or replace view events as {no_events_sql()}")
             names = load_views(con, variables=variables, only=bind, overrides=overrides)  # binding a view over `events` opens the parts too
             if views is not None and (shared is None or shared):
                 share(con, views, names, list(rolls), "scan" if scan else "main", limits)
