@@ -362,11 +362,9 @@ def build_query_store(a, store: Path) -> dict:
     import pyarrow.parquet as pq
 
     from servelens.parsers.schema import events_from_arrow
-    from servelens.pipeline.layout import with_partition_columns
+    from servelens.pipeline.layout import FILE_SCHEMA, with_partition_columns
     from servelens.pipeline.query import run as query
     from servelens.pipeline.store import Store, committed_parts, new_txid
-
-    from servelens.pipeline.layout import FILE_SCHEMA
 
     g = generate(a, "tgi", a.size_gb, f"tgi-{a.size_gb:g}gb")
     stamp = store / "bench-stamp.json"
