@@ -6,7 +6,6 @@ afterwards: on the sample incident and on simulator stores whose truth is known.
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
 import json
 from functools import lru_cache
 from pathlib import Path
@@ -97,8 +96,6 @@ def _simulated(tmp: Path, engine: str) -> Path:
 
 @pytest.mark.parametrize("engine", ["tgi", "vllm"])
 def test_simulated_range_equals_the_whole_store_filtered_and_the_truth(tmp_path, engine):
-    if importlib.util.find_spec(f"servelens.pipeline.simulate.writers_{engine}") is None:
-        pytest.skip(f"simulator has no {engine} writer")
     out = _simulated(tmp_path, engine)
     rng = TimeRange(dt.datetime(2026, 5, 12, 8, 5, 20, tzinfo=UTC), dt.datetime(2026, 5, 12, 8, 9, 40, tzinfo=UTC))
     counts = _restricted_equals_filtered(out / "store", rng, ("events", "requests", "latency_percentiles",
