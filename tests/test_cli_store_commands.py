@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
+import polars as pl
 import pytest
 from typer.testing import CliRunner
 
@@ -38,14 +40,15 @@ def test_info_tells_what_the_store_holds(tmp_path):
     assert res.exit_code == 0, res.output
     got = json.loads(res.output)
     n = run(store, "select count(*) as n from events")["n"][0]
-    assert got["events"] == n == 9099
+    assert got["events"] == n > 0
     assert got["engines"] == ["tgi", "trtllm", "vllm"]
     assert [i["instance"] for i in got["instances"]] == ["tgi-a", "tgi-b", "trtllm-a", "trtllm-b", "vllm-a", "vllm-b"]
     assert got["models"] == ["meta-llama/Llama-3.1-8B-Instruct"]
     assert got["parts"] == len(committed_parts(store)) and got["bytes"] == sum(p.stat().st_size for p in committed_parts(store))
     assert got["first_ts"].startswith("2026-05-12T07:59:12") and got["last_ts"].startswith("2026-05-12T08:04:59")
     text = runner.invoke(app, ["info", "--store", str(store)]).output
-    assert "instances: 6" in text and "vllm-a (vllm): 2,070 events" in text
+    per_instance = run(store, "select instance, count(*) as n from events where instance = 'vllm-a' group by all")["n"][0]
+    assert "instances: 6" in text and f"vllm-a (vllm): {per_instance:,} events" in text
     res = runner.invoke(app, ["info", "--store", str(tmp_path / "nope")])
     assert res.exit_code == 1 and "ingest logs first" in res.output
 
@@ -83,7 +86,11 @@ def test_ingest_reads_standard_input_and_dedupes_a_rerun(tmp_path):
     assert got["ingested"] == 1 and got["files"][0]["instance"] == "gpu-7" and got["files"][0]["engine"] == "vllm"
     n_lines = data.count(b"\n")
     assert got["lines"] == n_lines and got["events"] == run(store, "select count(*) as n from events")["n"][0]
-    assert got["events_by_kind"]["request_arrived"] == 1014
+    # each request of the truth arrives twice in a vLLM V0 log: `Received request` (API server)
+    # and `Added request` (engine)
+    arrivals = len(re.findall(rb"\] (?:Received|Added) request ", data))
+    truth = pl.read_parquet(INCIDENT / "vllm" / "truth_requests.parquet").filter(pl.col("instance") == "vllm-a")
+    assert got["events_by_kind"]["request_arrived"] == arrivals == 2 * truth.height
     again = json.loads(runner.invoke(app, ["ingest", "-", "--store", str(store), "--instance", "gpu-7", "--json"],
                                      input=data).stdout)
     assert again["unchanged"] == 1 and again["events"] == 0

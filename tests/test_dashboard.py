@@ -16,7 +16,7 @@ from streamlit.testing.v1 import AppTest
 from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dashboard_store import build_store, chart_specs
+from dashboard_store import INCIDENT, build_store, chart_specs
 from servelens.dashboards import charts
 from servelens.dashboards import verdict as vd
 from servelens.pipeline.query import QueryError, run
@@ -341,7 +341,10 @@ def test_fleet_summary_says_who_crashed_how_many_failed_and_to_scale_out(overvie
     story = overview.error[0].value  # the first element under the title: the fleet's story
     crashed = run(store, "select instance from incident_summary where died order by 1")["instance"].to_list()
     failed = run(store, "select count(*) as n from requests where status = 'failed'")["n"][0]
-    assert crashed == ["tgi-a", "trtllm-a", "vllm-a"] and failed == 54
+    truth = pl.concat([pl.read_parquet(p).select("instance", "status")
+                       for p in sorted(INCIDENT.glob("*/truth_requests.parquet"))])
+    truth_failed = truth.filter(pl.col("status") == "error")
+    assert crashed == sorted(truth_failed["instance"].unique()) and failed == truth_failed.height
     assert "tgi-a, trtllm-a and vllm-a died of CUDA out-of-memory" in story
     assert f"failing {failed} requests" in story and "scale out the survivors (tgi-b, trtllm-b and vllm-b)" in story
     metrics = {m.label: m.value for m in overview.metric}

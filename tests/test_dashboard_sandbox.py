@@ -100,7 +100,8 @@ def test_attacks_on_the_sql_page_fail_in_one_line_and_change_nothing(world, env)
         submit(at, attack)
         errors = [e.value for e in at.error]
         assert len(errors) == 1 and "\n" not in errors[0], (attack, errors)
-        assert not at.dataframe or at.dataframe[0].value.shape[0] > 0  # only the views list may show
+        # no result table: the only table on the page is the list of views and their columns
+        assert [list(d.value.columns) for d in at.dataframe] in ([], [["view", "columns"]]), attack
         assert all(SECRET not in e for e in errors)
     # the same visitor, a later query: the views are untouched
     submit(at, "select instance, signal, severity, window_start from scaling_signals order by all")

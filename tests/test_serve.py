@@ -83,7 +83,9 @@ def window_metrics_at_last_complete_window(store, instance):
         order by w.window_end desc limit 1""", [instance]).to_dicts()[0]
 
 
-def test_metrics_carry_the_window_metrics_values_with_server_engine_model_labels(http, store):
+def test_metrics_transport_the_window_metrics_row_with_server_engine_model_labels(http, store):
+    """A transport test: what /metrics carries is the stored window_metrics row, unchanged (the
+    values themselves are checked against the log in the next test)."""
     code, ctype, body = get(http + "/metrics")
     assert code == 200 and ctype.startswith("text/plain; version=0.0.4")
     got = samples(body.decode())
@@ -98,6 +100,30 @@ def test_metrics_carry_the_window_metrics_values_with_server_engine_model_labels
     assert got[("servelens_errors_per_second", labels)] == pytest.approx(truth["n_errors"] / 60)
     # no `instance` label: Prometheus sets that one to the scrape target
     assert not any("instance" in dict(lab) for _, lab in got)
+
+
+def test_exported_queue_batch_and_kv_equal_the_stats_lines_of_the_log(http, store):
+    """The values, against the log read here with a plain regex: the mean of the stats lines'
+    Running / Pending / GPU KV cache usage in the window the exporter publishes."""
+    import datetime as dt
+    import re
+
+    got = samples(get(http + "/metrics")[2].decode())
+    window = window_metrics_at_last_complete_window(store, "vllm-b")
+    start, end = window["window_start"], window["window_end"]
+    stats = re.compile(r"^(\S+) .*Running: (\d+) reqs, Swapped: \d+ reqs, Pending: (\d+) reqs, GPU KV cache usage: ([\d.]+)%")
+    rows = []
+    for line in (INCIDENT / "vllm" / "vllm-b.log").read_text().splitlines():
+        m = stats.match(line)
+        if m:
+            ts = dt.datetime.fromisoformat(m.group(1)[:26] + "+00:00")
+            if start <= ts < end:
+                rows.append((int(m.group(2)), int(m.group(3)), float(m.group(4)) / 100))
+    assert len(rows) >= 3
+    labels = (("engine", "vllm"), ("model", "meta-llama/Llama-3.1-8B-Instruct"), ("server", "vllm-b"))
+    assert got[("servelens_requests_running", labels)] == pytest.approx(sum(r[0] for r in rows) / len(rows))
+    assert got[("servelens_requests_waiting", labels)] == pytest.approx(sum(r[1] for r in rows) / len(rows))
+    assert got[("servelens_kv_cache_usage_ratio", labels)] == pytest.approx(sum(r[2] for r in rows) / len(rows))
 
 
 def test_latency_quantiles_follow_the_opentelemetry_names(http, store):
