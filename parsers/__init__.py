@@ -20,6 +20,16 @@ ENGINES: dict[str, str] = {
 }
 FALLBACK = "servelens.parsers.unknown"
 
+# The inference servers among ENGINES, as their projects spell them: the CLI's help, the
+# package description and the README's engine table are checked against this (tests/test_docs.py).
+SERVERS: dict[str, str] = {
+    "vllm": "vLLM",
+    "tgi": "TGI",
+    "trtllm": "TensorRT-LLM",
+    "sglang": "SGLang",
+    "llamacpp": "llama.cpp",
+}
+
 # A file is assigned to the engine with the highest detect() score, if at least this.
 DETECT_THRESHOLD = 0.2
 

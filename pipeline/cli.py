@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from servelens.parsers import ENGINES
+from servelens.parsers import ENGINES, SERVERS
 
 # No polars, pyarrow or duckdb at import: `servelens --help` and the commands that do not
 # read the store import them where they need them (pipeline/store.py imports polars).
@@ -23,7 +23,7 @@ app = typer.Typer(
     name="servelens",
     help=(
         "Log ingestion and observability analytics for LLM inference servers "
-        "(vLLM, TGI, TensorRT-LLM).\n\n"
+        f"({', '.join(SERVERS.values())}).\n\n"
         "Example:\n\n"
         "  servelens ingest sample_logs/ && servelens sql \"select event, count(*) from events group by all\""
     ),

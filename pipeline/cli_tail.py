@@ -11,6 +11,8 @@ from typing import Annotated, Optional
 import typer
 
 # cli imports this module only from main(), after it is complete
+from servelens.parsers import ENGINES
+
 from .cli import StoreOpt, fail, store_path
 
 NON_TTY_STATUS_S = 30.0
@@ -78,7 +80,7 @@ def register(app: typer.Typer) -> None:
         glob: Annotated[Optional[str], typer.Option(help="Follow only files whose name matches, e.g. '*.log*' (default: every file that is not hidden or obviously not a log).")] = None,
         from_beginning: Annotated[bool, typer.Option("--from-beginning", help="Read files already there from their start (the default), or from where the store left off.")] = False,
         from_end: Annotated[bool, typer.Option("--from-end", help="Skip what files already there hold now; follow only new lines (and new files from their start).")] = False,
-        engine: Annotated[str, typer.Option(help="auto (detect per file), vllm, tgi, trtllm or unknown.")] = "auto",
+        engine: Annotated[str, typer.Option(help=f"auto (detect per file), or one of: {', '.join(ENGINES)}.")] = "auto",
         instance: Annotated[Optional[str], typer.Option(help="Instance name for every file (default: from each file's name, with the directory in front where two directories hold the same name).")] = None,
         instance_from: Annotated[Optional[str], typer.Option(help="Name each file's instance from its path: a template over {stem} {name} {parent} {grandparent} {dir} {pod} {namespace} {container}, e.g. '{parent}/{stem}'.")] = None,
         year: Annotated[Optional[int], typer.Option(help="Year of timestamps printed without one (default: from the file's modification time).")] = None,
