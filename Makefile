@@ -22,7 +22,7 @@ demo: $(BIN)/servelens
 	$(BIN)/servelens ingest sample_logs/incident/ --store $(STORE)
 	@echo; echo "Scaling signals of the sample incident:"
 	$(BIN)/servelens sql "select instance, signal, severity, strftime(window_start, '%H:%M') as since_utc, round(value, 2) as value, threshold from scaling_signals order by window_start, instance" --store $(STORE)
-	$(BIN)/servelens report --store $(STORE) --output incident-report.md
+	$(BIN)/servelens report --store $(STORE) --output incident-report.md --force
 	@echo "Post-mortem written to incident-report.md. Explore: $(BIN)/servelens dashboard --store $(STORE)"
 
 test: $(VENV)/.test-deps

@@ -67,6 +67,33 @@ def _main(
     """Log ingestion and observability analytics for LLM inference servers."""
 
 
+ForceOpt = Annotated[bool, typer.Option("--force", help="Overwrite the --output file if it exists.")]
+
+
+def check_output_path(output: Optional[Path], force: bool) -> None:
+    """Refuse an --output inside a store or over an existing file (without --force), before
+    any work is done."""
+    if output is None:
+        return
+    from .outfile import OutputRefused, check_output
+
+    try:
+        check_output(output, force=force)
+    except OutputRefused as e:
+        raise fail(str(e)) from None
+
+
+def write_output_file(output: Path, data: str | bytes, force: bool) -> None:
+    from .outfile import OutputRefused, write_output
+
+    try:
+        write_output(output, data, force=force)
+    except OutputRefused as e:
+        raise fail(str(e)) from None
+    except OSError as e:
+        raise fail(f"cannot write {output}: {e.strerror}") from None
+
+
 def fail(message: str, code: int = 1) -> "typer.Exit":
     """Print one line saying what is wrong and what to do; exit non-zero."""
     typer.echo(f"servelens: error: {message}", err=True)
@@ -159,7 +186,9 @@ def sql(
     query: Annotated[str, typer.Argument(help="A read-only SQL query (DuckDB dialect).", show_default=False)],
     store: StoreOpt = None,  # type: ignore[assignment]
     format: Annotated[str, typer.Option("--format", "-f", help="table, csv or json.")] = "table",
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the result to this file instead of stdout.")] = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the result to this file instead of stdout (never inside a store; an existing file only with --force).")] = None,
+    force: ForceOpt = False,
+    raw_csv: Annotated[bool, typer.Option("--raw-csv", help="Write CSV cells as they are: by default a cell that starts with = + - @ or a tab/CR is prefixed with ' so a spreadsheet shows it as text instead of running it as a formula.")] = False,
     window: Annotated[Optional[str], typer.Option(help="Window of the windowed views, e.g. 30s, 1m, 5m (default 1m).")] = None,
     thresholds: Annotated[Optional[Path], typer.Option(help="TOML file overriding signal thresholds (see sql/thresholds.toml).")] = None,
     allow_partial: Annotated[bool, typer.Option("--allow-partial", help="Answer from the intact parts of a damaged store (with a warning) instead of refusing.")] = False,
@@ -190,6 +219,7 @@ def sql(
 
     if format not in ("table", "csv", "json"):
         raise fail(f"unknown --format {format!r}; use table, csv or json")
+    check_output_path(output, force)
     from .durations import parse_duration
     from .metrics import resolve_variables
 
@@ -216,16 +246,13 @@ def sql(
     except (QueryError, StoreError) as e:
         raise fail(str(e)) from None
     try:
-        text = render(df, format)
+        text = render(df, format, safe_csv=not raw_csv)
     except BaseException as e:  # polars panics are BaseException; a result must never end in a traceback
         if isinstance(e, (KeyboardInterrupt, SystemExit)):
             raise
         raise fail(f"cannot write this result as {format} ({' '.join(str(e).split())[:200]}); try --format table or cast the column to varchar") from None
     if output is not None:
-        try:
-            output.write_text(text)
-        except OSError as e:
-            raise fail(f"cannot write {output}: {e.strerror}") from None
+        write_output_file(output, text, force)
         typer.echo(f"{df.height} rows written to {output}", err=True)
     else:
         typer.echo(text, nl=not text.endswith("\n"))

@@ -10,7 +10,7 @@ import typer
 
 # cli imports this module only from main(), after it is complete; module level so that the
 # string annotations (from __future__) resolve when typer inspects the command
-from .cli import StoreOpt, fail, store_path
+from .cli import ForceOpt, StoreOpt, check_output_path, fail, store_path, write_output_file
 
 
 def parse_time(text: str) -> dt.datetime:
@@ -30,7 +30,8 @@ def register(app: typer.Typer) -> None:
         until: Annotated[Optional[str], typer.Option(help="End of the incident window (exclusive).")] = None,
         instance: Annotated[Optional[str], typer.Option(help="Only this instance.")] = None,
         format: Annotated[str, typer.Option("--format", "-f", help="md, html or json.")] = "md",
-        output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the report to this file instead of stdout.")] = None,
+        output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the report to this file instead of stdout (never inside a store; an existing file only with --force).")] = None,
+        force: ForceOpt = False,
         thresholds: Annotated[Optional[Path], typer.Option(help="TOML file overriding signal thresholds (see sql/thresholds.toml).")] = None,
         window: Annotated[Optional[str], typer.Option(help="Window of the per-window metrics and signals, e.g. 30s, 1m, 5m (default 1m).")] = None,
         top: Annotated[int, typer.Option(help="How many of the slowest requests to list per instance.")] = 5,
@@ -53,6 +54,7 @@ def register(app: typer.Typer) -> None:
 
         if format not in ("md", "html", "json"):
             raise fail(f"unknown --format {format!r}; use md, html or json")
+        check_output_path(output, force)
         try:
             t0 = parse_time(since) if since else None
             t1 = parse_time(until) if until else None
@@ -80,10 +82,7 @@ def register(app: typer.Typer) -> None:
             raise fail(f"no events of instance {instance!r} in this range")
         text = render(data, format)
         if output is not None:
-            try:
-                output.write_text(text, encoding="utf-8")
-            except OSError as e:
-                raise fail(f"cannot write {output}: {e.strerror}") from None
+            write_output_file(output, text, force)
             typer.echo(f"report on {len(data['instances'])} instance(s) written to {output}", err=True)
         else:
             typer.echo(text, nl=not text.endswith("\n"))

@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 # cli imports this module only from main(), after it is complete
-from .cli import StoreOpt, fail, store_path
+from .cli import ForceOpt, StoreOpt, check_output_path, fail, store_path, write_output_file
 
 ThresholdsOpt = Annotated[
     Optional[str],
@@ -73,7 +73,8 @@ def register(app: typer.Typer) -> None:
     def export(
         store: StoreOpt = None,  # type: ignore[assignment]
         format: Annotated[str, typer.Option("--format", "-f", help="openmetrics (the only format: what promtool backfills).")] = "openmetrics",
-        output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to this file instead of stdout.")] = None,
+        output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to this file instead of stdout (never inside a store; an existing file only with --force).")] = None,
+        force: ForceOpt = False,
         since: Annotated[Optional[str], typer.Option(help="First window to export (ISO 8601, UTC unless a zone is given).")] = None,
         until: Annotated[Optional[str], typer.Option(help="End of the range (exclusive).")] = None,
         window: WindowOpt = None,
@@ -104,6 +105,7 @@ def register(app: typer.Typer) -> None:
             raise fail(str(e)) from None
         if t0 and t1 and t1 <= t0:
             raise fail("--until must be after --since")
+        check_output_path(output, force)
         variables = _variables(window, thresholds)
         target = store_path(store)
         try:
@@ -113,10 +115,10 @@ def register(app: typer.Typer) -> None:
             else:
                 buf = io.BytesIO()  # the file is written only once the export succeeded
                 n = export_openmetrics(target, buf, variables=variables, since=t0, until=t1)
-                output.write_bytes(buf.getvalue())
         except (QueryError, StoreError) as e:
             raise fail(str(e)) from None
         except OSError as e:
-            raise fail(f"cannot write {output}: {e.strerror}") from None
+            raise fail(f"cannot write to standard output: {e.strerror}") from None
         if output is not None:
+            write_output_file(output, buf.getvalue(), force)
             typer.echo(f"{n:,} samples written to {output}", err=True)

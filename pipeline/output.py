@@ -53,9 +53,26 @@ def for_json(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(exprs) if exprs else df
 
 
-def render(df: pl.DataFrame, fmt: str) -> str:
+# A spreadsheet runs a cell that starts with one of these as a formula (CSV injection): a log
+# line such as `=HYPERLINK(...)` must arrive as text. OWASP's advice: prefix a single quote.
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def formulas_as_text(df: pl.DataFrame) -> pl.DataFrame:
+    """Text cells that a spreadsheet would run as formulas, prefixed with `'`."""
+    exprs = []
+    for name, dtype in df.schema.items():
+        if dtype == pl.String:
+            col = pl.col(name)
+            risky = pl.any_horizontal([col.str.starts_with(c) for c in FORMULA_START])
+            exprs.append(pl.when(risky).then(pl.lit("'") + col).otherwise(col).alias(name))
+    return df.with_columns(exprs) if exprs else df
+
+
+def render(df: pl.DataFrame, fmt: str, *, safe_csv: bool = True) -> str:
     if fmt == "csv":
-        return for_csv(df).write_csv()
+        out = for_csv(df)
+        return (formulas_as_text(out) if safe_csv else out).write_csv()
     if fmt == "json":
         return for_json(df).write_json() + "\n"
     if df.width == 0:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import streamlit as st
 from servelens.dashboards import access, data, sidebar
-from servelens.pipeline.output import for_csv
+from servelens.pipeline.output import for_csv, formulas_as_text
 
 MAX_ROWS_SHOWN = 10_000
 EXAMPLE = "select instance, signal, severity, window_start, value, threshold\nfrom scaling_signals\norder by window_start"
@@ -62,7 +62,7 @@ if sql.strip():
             st.dataframe(shown, hide_index=True)
         except Exception:  # a type the table widget cannot draw: show it as the CSV text does
             st.dataframe(for_csv(shown), hide_index=True)
-        st.download_button("Download CSV", for_csv(result).write_csv(), file_name="servelens-query.csv", mime="text/csv")
+        st.download_button("Download CSV", formulas_as_text(for_csv(result)).write_csv(), file_name="servelens-query.csv", mime="text/csv")
 
 with st.expander("Views and their columns"):
     try:

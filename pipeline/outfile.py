@@ -1,0 +1,58 @@
+"""Where a command may write its `--output`: never inside a store (a result written over the
+manifest or a part would damage it), and never over an existing file unless asked.
+
+Imports only the standard library: every command that writes a file calls it first.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+MANIFEST = "manifest.json"
+
+
+class OutputRefused(ValueError):
+    """The output path may not be written; the message says why and what to do."""
+
+
+def _is_store(directory: Path) -> bool:
+    manifest = directory / MANIFEST
+    if not manifest.is_file():
+        return False
+    try:
+        with manifest.open("rb") as f:
+            return isinstance(json.loads(f.read(64 << 20)).get("parts"), list)
+    except (OSError, ValueError, AttributeError):
+        # a damaged manifest beside part folders is still a store to protect
+        return (directory / "events").is_dir() or (directory / "staging").is_dir()
+
+
+def store_holding(path: Path) -> Path | None:
+    """The store directory that `path` (resolved through symlinks) lies in, if any."""
+    resolved = Path(path).expanduser().resolve()
+    for directory in (resolved, *resolved.parents):
+        if _is_store(directory):
+            return directory
+    return None
+
+
+def check_output(path: Path, *, force: bool = False) -> None:
+    """Raise OutputRefused when `path` is inside a store, is a directory, or exists (without
+    `force`)."""
+    store = store_holding(path)
+    if store is not None:
+        raise OutputRefused(f"--output {path} is inside the store {store}; write the result somewhere else")
+    if path.is_dir():
+        raise OutputRefused(f"--output {path} is a directory; give a file name")
+    if not force and (path.exists() or path.is_symlink()):
+        raise OutputRefused(f"--output {path} exists; add --force to overwrite it")
+
+
+def write_output(path: Path, data: str | bytes, *, force: bool = False) -> None:
+    """Check `path` (see check_output), then write `data` to it. OSError passes through."""
+    check_output(path, force=force)
+    if isinstance(data, str):
+        path.write_text(data, encoding="utf-8")
+    else:
+        path.write_bytes(data)
