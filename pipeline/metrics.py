@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import importlib.resources
+import math
 import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -165,7 +166,64 @@ def read_thresholds(path: Path | str | None = None) -> dict[str, Any]:
         raise ValueError(f"thresholds file not found: {p}") from None
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"thresholds file {p} is not valid TOML: {e}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else "not UTF-8 text"
+        raise ValueError(f"cannot read thresholds file {p}: {reason}") from None
     return _flatten(data)
+
+
+# Lower bounds a value must meet, beyond having the default's type. The grid steps are bounded
+# so that one setting cannot make millions of windows per instance (a memory and time bomb);
+# durations and counts cannot be negative. Thresholds themselves may be negative: for the
+# autoscaler rule a negative threshold leaves its condition out.
+_AT_LEAST: dict[str, float] = {
+    "window_s": 1.0,
+    "queue_sample_s": 0.1,
+    "autoscaler_step_s": 0.1,
+    "slo_min_requests": 1,
+    "swing_lookback_windows": 1,
+    "errors_count": 1,
+}
+_CHOICES: dict[str, tuple[str, ...]] = {"autoscaler_combine": ("any", "all")}
+_DURATION_SUFFIX = "_s"
+_NON_NEGATIVE_EXCEPT = ("autoscaler_waiting", "autoscaler_running", "autoscaler_kv_usage")
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, (list, tuple)):
+        return "an array"
+    if isinstance(value, dict):
+        return "a table"
+    return f"a {type(value).__name__}"
+
+
+def check_thresholds(values: Mapping[str, Any], defaults: Mapping[str, Any], source: str) -> None:
+    """Each value has its default's type and lies in its range: a ValueError naming the key,
+    what it must be and where it came from, for the first that does not."""
+    for key, value in values.items():
+        default = defaults.get(key)
+        if default is None or value is None:
+            continue
+        want = _kind(default)
+        if _kind(value) != want:
+            shown = repr(value) if isinstance(value, str) else str(value)
+            raise ValueError(f"threshold {key} in {source} must be {want}, not {_kind(value)} ({shown[:80]})")
+        if want == "a number":
+            if not math.isfinite(value):
+                raise ValueError(f"threshold {key} in {source} must be a finite number, not {value!r}")
+            low = _AT_LEAST.get(key)
+            if low is None and key not in _NON_NEGATIVE_EXCEPT and (key.endswith(_DURATION_SUFFIX) or isinstance(default, int)):
+                low = 0
+            if low is not None and value < low:
+                raise ValueError(f"threshold {key} in {source} must be at least {low:g}, not {value!r}")
+        elif key in _CHOICES and value not in _CHOICES[key]:
+            raise ValueError(f"threshold {key} in {source} must be one of {', '.join(_CHOICES[key])}, not {value!r}")
 
 
 def presets() -> list[str]:
@@ -195,7 +253,9 @@ def resolve_variables(
         unknown = sorted(set(user) - set(merged))
         if unknown:
             raise ValueError(f"unknown threshold(s) in {thresholds}: {', '.join(unknown)}")
+        check_thresholds(user, merged, str(thresholds))
         merged.update(user)
+    check_thresholds(variables or {}, merged, "the command line")
     merged.update(variables or {})
     return merged
 
