@@ -14,6 +14,7 @@ from pathlib import Path
 
 import streamlit as st
 from servelens.dashboards import access
+from servelens.pipeline.mdsafe import md_text
 from servelens.pipeline.sandbox import QueryError
 from servelens.pipeline.store import StoreError
 
@@ -37,4 +38,4 @@ page = st.navigation(pages)
 try:
     page.run()
 except (QueryError, StoreError) as e:  # one line on the page, never a traceback
-    st.error(f"Cannot compute this page: {e}")
+    st.error(f"Cannot compute this page: {md_text(e)}")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import polars as pl
 import streamlit as st
 from servelens.dashboards import data
+from servelens.pipeline.mdsafe import md_text
 
 UTC = dt.timezone.utc
 LIVE_SPANS = {"last 5 min": 300, "last 15 min": 900, "last 30 min": 1800, "last hour": 3600,
@@ -119,10 +120,10 @@ def page_setup() -> tuple[data.Settings, pl.DataFrame, Spec]:
         with st.spinner("Reading the store and computing the metric views…"):
             cat = data.catalog(cfg)
     except (StoreError, data.QueryError) as e:
-        st.error(f"Cannot read the store: {e}")
+        st.error(f"Cannot read the store: {md_text(e)}")
         st.stop()
     except (ValueError, RuntimeError) as e:  # a view file of sql/ or the thresholds file is broken
-        st.error(f"Cannot load the metric views: {data.one_line(e)}")
+        st.error(f"Cannot load the metric views: {md_text(data.one_line(e))}")
         st.stop()
     return cfg, cat, render(cfg, cat)
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import duckdb
 
+from .mdsafe import md_text
 from .metrics import preset_path, presets, read_thresholds, set_variables
 
 PREFIX = "autoscaler_"
@@ -86,9 +87,9 @@ INTRO = ("Each autoscaler preset (`--thresholds preset:NAME`, see docs/prometheu
 
 def to_markdown(rows: list[dict[str, Any]]) -> str:
     out = ["## Autoscaler calibration", "", INTRO, ""]
-    out += [f"- {s}" for s in sentences(rows)]
+    out += [f"- {md_text(s)}" for s in sentences(rows)]
     out += ["", "| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
-    out += ["| " + " | ".join(_cells(r)) + " |" for r in rows]
+    out += ["| " + " | ".join(md_text(c) for c in _cells(r)) + " |" for r in rows]
     return "\n".join(out) + "\n"
 
 

@@ -26,6 +26,7 @@ from typing import Any
 import duckdb
 
 from . import report_queueing
+from .mdsafe import md_code, md_text
 from . import calibration
 
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
@@ -369,10 +370,6 @@ def _peak_lines(inst: dict[str, Any]) -> list[tuple[str, str, str]]:
     return out
 
 
-def _md_escape(s: str) -> str:
-    return s.replace("|", "\\|")
-
-
 def _impact_rows(summary: dict[str, Any]) -> list[list[str]]:
     out = []
     for r in summary["impact"]["by_instance"]:
@@ -389,24 +386,24 @@ IMPACT_HEAD = ["instance", "engine", "state", "finished", "failed", "aborted", "
 
 def _summary_markdown(report: dict[str, Any]) -> list[str]:
     sm = report["summary"]
-    out = ["## Summary", "", sm["headline"], ""]
+    out = ["## Summary", "", md_text(sm["headline"]), ""]
     if not report["instances"]:
         return out
     out += ["### What happened, in order", "", "| time (UTC) | what |", "|---|---|"]
-    out += [f"| {_fmt_ts(t['ts'])} | {_md_escape(t['what'])} |" for t in sm["timeline"]] or ["| - | nothing notable |"]
+    out += [f"| {_fmt_ts(t['ts'])} | {md_text(t['what'])} |" for t in sm["timeline"]] or ["| - | nothing notable |"]
     slo = sm["impact"]["slo_p99_e2e_s"]
     out += ["", "### Impact", "",
             f"{sm['impact']['failed']:,} requests failed, {sm['impact']['aborted']:,} were aborted, "
             f"{sm['impact']['slow']:,} took longer than the {slo:g} s SLO; SLO breached for "
             f"{sm['impact']['slo_breach_minutes']:g} min (sum over instances). A `-` means the log cannot tell.", "",
             "| " + " | ".join(IMPACT_HEAD) + " |", "|" + "---|" * len(IMPACT_HEAD)]
-    out += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in _impact_rows(sm)]
+    out += ["| " + " | ".join(md_text(c) for c in row) + " |" for row in _impact_rows(sm)]
     c = sm["likely_cause"]
     out += ["", "### Likely cause", "",
-            (f"The first error: {_fmt_ts(c['ts'])} on {c['instance']} ({c['kind']}): `{_one_line(c['message'], 200)}` "
-             f"at {c['source']}:{c['line']}." if c else "No error was logged in this range."), ""]
+            (f"The first error: {_fmt_ts(c['ts'])} on {md_text(c['instance'])} ({c['kind']}): {md_code(c['message'], 200)} "
+             f"at {md_text(c['source'])}:{c['line']}." if c else "No error was logged in this range."), ""]
     out += ["### What to do", ""]
-    out += [f"- **{a['instance']}**: {a['verdict']}: {a['why']}" for a in sm["actions"]]
+    out += [f"- **{md_text(a['instance'])}**: {md_text(a['verdict'])}: {md_text(a['why'])}" for a in sm["actions"]]
     out.append("")
     for sec in report.get("sections", []):
         out += [f"## {sec['title']}", "", *sec.get("lines", []), ""]
@@ -418,32 +415,32 @@ def to_markdown(report: dict[str, Any]) -> str:
     rng = f"{_fmt_ts(report['since'] or report['first_ts'])} to {_fmt_ts(report['until'] or report['last_ts'])}"
     out = [f"# {report['title']}", "",
            f"- Range: {rng}",
-           f"- Instances: {len(report['instances'])}" + (f" (filter: {report['instance_filter']})" if report["instance_filter"] else ""),
+           f"- Instances: {len(report['instances'])}" + (f" (filter: {md_text(report['instance_filter'])})" if report["instance_filter"] else ""),
            f"- Window for per-window metrics: {report['window_s']:g} s",
            f"- Generated: {_fmt_ts(report['generated_at'])}", ""]
     out += _summary_markdown(report)
     if not report["instances"]:
         out += ["No events in this range.", ""]
     for inst in report["instances"]:
-        out += [f"### {inst['instance']} ({inst['engine']}): {inst['verdict']}", "",
+        out += [f"### {md_text(inst['instance'])} ({md_text(inst['engine'])}): {inst['verdict']}", "",
                 f"{inst['n_events']:,} events from {_fmt_ts(inst['first_ts'])} to {_fmt_ts(inst['last_ts'])}"
                 f" ({inst['n_unparsed']:,} unparsed); {_requests_line(inst['requests'])}", ""]
         fe = inst["first_error"]
-        out += ["**First error:** " + (f"{_fmt_ts(fe['first_ts'])} {fe['kind']}: `{_one_line(fe['first_message'], 200)}` ({fe['source']}:{fe['line']})"
+        out += ["**First error:** " + (f"{_fmt_ts(fe['first_ts'])} {fe['kind']}: {md_code(fe['first_message'], 200)} ({md_text(fe['source'])}:{fe['line']})"
                                        if fe else "none in this range."), ""]
         out += ["#### Timeline", "", "| time (UTC) | what | detail |", "|---|---|---|"]
-        out += [f"| {_fmt_ts(t['ts'])} | {_md_escape(t['what'])} | {_md_escape(t['detail'])} |" for t in inst["timeline"]]
+        out += [f"| {_fmt_ts(t['ts'])} | {md_text(t['what'])} | {md_text(t['detail'])} |" for t in inst["timeline"]]
         out += ["", "#### Peaks", "", "| metric | peak | when (UTC) |", "|---|---|---|"]
-        out += [f"| {m} | {_md_escape(v)} | {w} |" for m, v, w in _peak_lines(inst)]
+        out += [f"| {m} | {md_text(v)} | {w} |" for m, v, w in _peak_lines(inst)]
         out += ["", "#### Slowest requests", ""]
         if inst["slowest_requests"]:
             out += ["| request id | arrival | finish | e2e (s) | queue (s) | ttft (s) | tpot (s) | tokens in/out | logged at |", "|---|---|---|---|---|---|---|---|---|"]
             for r in inst["slowest_requests"]:
                 e2e = _fmt_num(r["e2e_s"], 4) + (" (est.)" if r["e2e_estimated"] else "")
-                rid = f"`{r['request_id']}`" if r["request_id"] else "(none logged)"
+                rid = md_code(r["request_id"]) if r["request_id"] else "(none logged)"
                 out.append(f"| {rid} | {_fmt_ts(r['arrival_ts'])} | {_fmt_ts(r['finish_ts'])} | {e2e} | "
                            f"{_fmt_num(r['queue_s'], 4)} | {_fmt_num(r['ttft_s'], 4)} | {_fmt_num(r['tpot_s'], 4)} | "
-                           f"{_fmt_num(r['prompt_tokens'])}/{_fmt_num(r['output_tokens'])} | {r['source']}:{r['line']} |")
+                           f"{_fmt_num(r['prompt_tokens'])}/{_fmt_num(r['output_tokens'])} | {md_text(r['source'])}:{r['line']} |")
         else:
             out.append(f"No per-request latency in this range: {_reason(inst, 'e2e_s')}")
         out += ["", "#### What the logs could and could not tell", ""]

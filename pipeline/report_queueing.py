@@ -11,6 +11,8 @@ from typing import Any
 
 import duckdb
 
+from .mdsafe import md_text
+
 TAIL_LATENCY_ANCHOR = "tail-latency"
 TAIL_LATENCY_TITLE = "Tail latency: how much of the p99 TTFT is queueing"
 
@@ -56,7 +58,7 @@ def tail_latency_markdown(rows: list[dict[str, Any]] | None) -> list[str]:
     if not rows:
         return []
     out = [f"## {TAIL_LATENCY_TITLE}", ""]
-    out += [f"- **{r['instance']}** ({r['engine']}): {explain(r)}" for r in rows]
+    out += [f"- **{md_text(r['instance'])}** ({md_text(r['engine'])}): {explain(r)}" for r in rows]
     return out + [""]
 
 

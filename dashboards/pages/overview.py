@@ -12,6 +12,7 @@ import polars as pl
 import streamlit as st
 from servelens.dashboards import charts, data, sidebar
 from servelens.dashboards import verdict as vd
+from servelens.pipeline.mdsafe import md_text
 
 UTC = dt.timezone.utc
 
@@ -137,11 +138,11 @@ def fleet_section(cfg: data.Settings, f: data.Filters, results, episodes: pl.Dat
     story = data.fleet_story(cfg, f, episodes, {(e, i): v for e, i, v, _ in results})
     st.header("Fleet summary")
     box = st.error if story["crashed"] else st.warning if any(v in (vd.SCALE_OUT, vd.INVESTIGATE) for _, _, v, _ in results) else st.info
-    box(story["headline"], icon=":material/summarize:")
+    box(md_text(story["headline"]), icon=":material/summarize:")
     died = {c["instance"]: c for c in story["crashed"]}
     lines = []
     for verdict, instances in vd.fleet_lines(results):
-        names = [f"{i} (crashed, {died[i]['failed'] or 0} failed)" if i in died else i for i in instances]
+        names = [f"{md_text(i)} (crashed, {died[i]['failed'] or 0} failed)" if i in died else md_text(i) for i in instances]
         lines.append(f"- {vd.VERDICT_BADGE[verdict]} **{len(instances)}**: {', '.join(names)}")
     st.markdown("\n".join(lines))
     imp = story["impact"]
@@ -171,7 +172,7 @@ def verdict_section(cfg: data.Settings, f: data.Filters, results, th: dict) -> N
         cols = st.columns(per_row)
         for col, (engine, instance, verdict, mine) in zip(cols, results[start:start + per_row]):
             with col.container(border=True, key=f"verdict-{engine}-{instance}"):
-                st.markdown(f"#### {instance} {vd.VERDICT_BADGE[verdict]}")
+                st.markdown(f"#### {md_text(instance)} {vd.VERDICT_BADGE[verdict]}")
                 if verdict == vd.NO_DATA:
                     st.caption(f"engine {engine} · no events in the selected range: its log is silent "
                                "(stopped, crashed earlier or not shipping logs), which is not health")
