@@ -420,8 +420,10 @@ class Exporter:
             return static + live, content_type
         return self.snapshot.rendered.get("text", b"") + live, content_type
 
-    def signals(self, server: str | None = None) -> dict[str, Any]:
-        """The snapshot as JSON-ready data: per server, and totals across servers."""
+    def signals(self, server: str | None = None, max_age_s: float | None = None) -> dict[str, Any]:
+        """The snapshot as JSON-ready data: per server, and totals across servers. With
+        `max_age_s`, a server whose newest event is older (a crashed or silent instance still
+        showing its last window) is listed with `stale: true` and left out of the totals."""
         snap = self.snapshot
         now = time.time()
         listed = []
@@ -433,12 +435,17 @@ class Exporter:
             listed.append(one)
         if server is not None:
             listed = [s for s in listed if s["server"] == server]
-        totals: dict[str, Any] = {"servers": len(listed), "scale_out": sum(1 for s in listed if s["scale_out"])}
+        for one in listed:
+            age = one["newest_event_age_s"]
+            one["stale"] = max_age_s is not None and (age is None or age > max_age_s)
+        fresh = [s for s in listed if not s["stale"]]
+        totals: dict[str, Any] = {"servers": len(fresh), "stale_servers": len(listed) - len(fresh),
+                                  "scale_out": sum(1 for s in fresh if s["scale_out"])}
         for key in ("waiting", "running", "requests_per_second", "tokens_per_second", "errors_per_second"):
-            vals = [s[key] for s in listed if s.get(key) is not None]
+            vals = [s[key] for s in fresh if s.get(key) is not None]
             totals[key] = sum(vals) if vals else None
         for key in ("waiting", "running", "kv_usage", "batch_fill"):
-            vals = [s[key] for s in listed if s.get(key) is not None]
+            vals = [s[key] for s in fresh if s.get(key) is not None]
             totals[f"max_{key}"] = max(vals) if vals else None
         out = {
             "snapshot_at": _iso(snap.built_at) if snap.built_at else None,

@@ -109,6 +109,19 @@ scrape_configs:
         # labels survive; Prometheus adds `instance` (the target) itself
         (one,) = promql(base, 'servelens_signal_active{server="vllm-b", signal="kv_pressure"}')
         assert one["metric"]["instance"] == target and one["metric"]["severity"] == "critical"
+        # the docs' KEDA queries parse and filter on staleness: the sample incident's events are
+        # months old, so every server is stale and the fleet's sum is empty, not its last window
+        import re
+
+        doc = (Path(__file__).resolve().parent.parent / "docs" / "prometheus.md").read_text()
+        keda = [" ".join(q.split()) for q in re.findall(r"query: >-\n((?:\s{10}.*\n)+)", doc)]
+        assert len(keda) == 2 and all("servelens_newest_event_age_seconds < 120" in q for q in keda)
+        for q in keda:
+            assert promql(base, q) == []
+            assert promql(base, q.replace("< 120", "< 1e12"))  # the same query over fresh servers answers
+        # every server, llama.cpp's too, exports the series the Grafana server variable lists
+        servers = {r["metric"]["server"] for r in promql(base, "servelens_newest_event_timestamp_seconds")}
+        assert servers == {r["instance"] for r in truth}
     finally:
         proc.terminate()
         proc.wait(timeout=15)
