@@ -12,9 +12,10 @@ before the offset already ingested (the *tail check*). Together they recognise:
 
 from __future__ import annotations
 
-import gzip
 import hashlib
+import io
 import os
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -29,10 +30,140 @@ def is_gzip(path: Path) -> bool:
         return f.read(2) == GZIP_MAGIC
 
 
-def open_stream(path: Path) -> BinaryIO:
-    """The file's content as a binary stream, decompressed when it is gzip."""
+GZ_CHUNK = 1 << 20
+
+
+class _GzipRaw(io.RawIOBase):
+    """The decompressed bytes of a gzip file, every member in turn, that keeps what it could
+    read when the file is damaged: zero padding after the last member is skipped (as `gzip -t`
+    accepts it), other trailing bytes end the content, and a stream cut short (a copy that
+    stopped mid-write) ends where the data ends. `problem` then says what was lost. Python's
+    gzip module raises in both cases, which lost every line of such a file."""
+
+    def __init__(self, path: Path, cut_ok: bool = True):
+        self.fileobj = open(path, "rb")
+        self.problem: str | None = None
+        # False: a stream cut short raises EOFError as Python's gzip does (the tailer reads a
+        # .gz that may still be being written, and waits for its end)
+        self.cut_ok = cut_ok
+        self._reset()
+
+    def _reset(self) -> None:
+        self.fileobj.seek(0)
+        self._d = zlib.decompressobj(wbits=31)
+        self._pending = b""
+        self._pos = 0
+        self._done = False
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def _more(self) -> bytes:
+        """The next piece of decompressed content (empty at its end)."""
+        while not self._done:
+            data = self._d.unconsumed_tail or self.fileobj.read(GZ_CHUNK)
+            if not data:
+                if not self.cut_ok:
+                    raise EOFError("Compressed file ended before the end-of-stream marker was reached")
+                self._done = True
+                out = self._d.flush()
+                self._lost(f"the gzip stream is cut short after {self._pos + len(self._pending) + len(out):,} "
+                           "decompressed bytes; what was written before the cut is kept")
+                return out
+            try:
+                out = self._d.decompress(data, GZ_CHUNK)
+            except zlib.error as e:
+                self._done = True
+                self._lost(f"the gzip data is damaged after {self._pos + len(self._pending):,} decompressed bytes "
+                           f"({e}); what comes before it is kept")
+                return b""
+            if self._d.eof:
+                out += self._next_member(self._d.unused_data)
+            if out:
+                return out
+        return b""
+
+    def _next_member(self, rest: bytes) -> bytes:
+        """After a member's end: another member (its first output), zero padding, or
+        trailing bytes that are not gzip."""
+        while len(rest) < 2:
+            more = self.fileobj.read(GZ_CHUNK)
+            if not more:
+                break
+            rest += more
+        if rest[:2] == GZIP_MAGIC:
+            self._d = zlib.decompressobj(wbits=31)
+            try:
+                out = self._d.decompress(rest, GZ_CHUNK)
+            except zlib.error as e:
+                self._done = True
+                self._lost(f"the gzip data is damaged after {self._pos + len(self._pending):,} decompressed bytes "
+                           f"({e}); what comes before it is kept")
+                return b""
+            if self._d.eof:
+                out += self._next_member(self._d.unused_data)
+            return out
+        tail = rest + self.fileobj.read()
+        if tail.strip(b"\x00"):
+            self._lost(f"{len(tail):,} bytes after the end of the gzip stream are not gzip data and were ignored")
+        self._done = True
+        return b""
+
+    def _lost(self, what: str) -> None:
+        self.problem = self.problem or what
+
+    def readinto(self, b) -> int:  # type: ignore[override]
+        while not self._pending and not self._done:
+            self._pending = self._more()
+        n = min(len(b), len(self._pending))
+        b[:n] = self._pending[:n]
+        self._pending = self._pending[n:]
+        self._pos += n
+        return n
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_CUR:
+            offset += self._pos
+        elif whence != io.SEEK_SET:
+            raise io.UnsupportedOperation("a gzip stream seeks from its start only")
+        if offset < self._pos:
+            self._reset()
+        buf = bytearray(GZ_CHUNK)
+        while self._pos < offset:
+            n = self.readinto(memoryview(buf)[: min(GZ_CHUNK, offset - self._pos)])
+            if not n:
+                break
+        return self._pos
+
+    def close(self) -> None:
+        self.fileobj.close()
+        super().close()
+
+
+class GzipStream(io.BufferedReader):
+    """A buffered _GzipRaw that shows the compressed file (`fileobj`, for progress in bytes
+    on disk) and what was lost (`problem`)."""
+
+    @property
+    def fileobj(self) -> BinaryIO:
+        return self.raw.fileobj  # type: ignore[attr-defined]
+
+    @property
+    def problem(self) -> str | None:
+        return self.raw.problem  # type: ignore[attr-defined]
+
+
+def open_stream(path: Path, *, cut_ok: bool = True) -> BinaryIO:
+    """The file's content as a binary stream, decompressed when it is gzip (see _GzipRaw for
+    damaged ones; `cut_ok` False: a .gz cut short raises EOFError)."""
     if is_gzip(path):
-        return gzip.open(path, "rb")  # type: ignore[return-value]
+        return GzipStream(_GzipRaw(path, cut_ok), buffer_size=GZ_CHUNK)  # type: ignore[return-value]
     return open(path, "rb")
 
 
@@ -55,17 +186,17 @@ def read_head(path: Path) -> bytes:
         return f.read(HEAD_BYTES)
 
 
-def read_range(path: Path, start: int, end: int) -> bytes:
+def read_range(path: Path, start: int, end: int, *, cut_ok: bool = True) -> bytes:
     """Bytes [start, end) of the (decompressed) content."""
-    with open_stream(path) as f:
+    with open_stream(path, cut_ok=cut_ok) as f:
         if start:
             f.seek(start)
         return f.read(end - start)
 
 
-def tail_check(path: Path, offset: int) -> tuple[str, int]:
+def tail_check(path: Path, offset: int, *, cut_ok: bool = True) -> tuple[str, int]:
     start = max(0, offset - TAIL_BYTES)
-    data = read_range(path, start, offset)
+    data = read_range(path, start, offset, cut_ok=cut_ok)
     if len(data) != offset - start:
         return "", -1  # the content is shorter than the offset: truncated
     return sha(data), len(data)

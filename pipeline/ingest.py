@@ -373,6 +373,9 @@ def _read_file(
                 _progress(on_progress, max(0, min(pos, size) - done))
                 done = max(done, min(pos, size))
             _progress(on_progress, max(0, size - done))
+            lost = getattr(f, "problem", None)  # a damaged .gz: what could not be read
+            if lost and not result.reason:
+                result.reason = lost
     except StoreError:
         raise  # the store, not this file: stop the command (a full disk says so in one line)
     except PermissionError:

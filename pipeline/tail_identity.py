@@ -185,7 +185,7 @@ class IdentityMixin:
         if not fol.is_gz:
             return os.pread(fol.fd, DETECT_BYTES, 0)
         try:
-            with fp.open_stream(fol.path) as f:
+            with fp.open_stream(fol.path, cut_ok=False) as f:
                 return f.read(DETECT_BYTES)
         except GZ_ERRORS:
             return None  # still being written, or gone
@@ -198,7 +198,7 @@ class IdentityMixin:
             return True
         if fol.is_gz:
             # an unreadable .gz (still being written) raises: the caller waits
-            tail_sha, tail_len = fp.tail_check(fol.path, offset)
+            tail_sha, tail_len = fp.tail_check(fol.path, offset, cut_ok=False)
         else:
             n = min(offset, fp.TAIL_BYTES)
             data = os.pread(fol.fd, n, offset - n)
@@ -213,7 +213,7 @@ class IdentityMixin:
         offset = known["offset"]
         if fol.is_gz:
             try:
-                gz = fp.open_stream(fol.path)
+                gz = fp.open_stream(fol.path, cut_ok=False)
                 head, tail = _skip_stream(gz, offset)
             except GZ_ERRORS:
                 return False
@@ -268,7 +268,7 @@ class IdentityMixin:
         else:
             if fol.is_gz:
                 try:
-                    fol.gz = fp.open_stream(fol.path)
+                    fol.gz = fp.open_stream(fol.path, cut_ok=False)
                 except GZ_ERRORS:
                     fol.key = None
                     return False

@@ -228,7 +228,7 @@ def test_checkpoints_hash_the_bytes_as_read_without_reading_the_file_again(tmp_p
     store = tmp_path / "store"
     reads = []
     real_read_range = fp.read_range
-    monkeypatch.setattr(fp, "read_range", lambda *a: reads.append(a) or real_read_range(*a))
+    monkeypatch.setattr(fp, "read_range", lambda *a, **k: reads.append(a) or real_read_range(*a, **k))
     res = ingest([path], store, block_bytes=8192)
     assert res.lines == 3000
     assert reads == []  # 12 chunks, not one re-read
