@@ -67,6 +67,15 @@ def _main(
     """Log ingestion and observability analytics for LLM inference servers."""
 
 
+# What --since / --until / --before accept (pipeline/timerange.parse_time reads it)
+TIME_FORMS = ("ISO 8601 (2026-05-12T08:00Z; UTC unless a zone is given), a time of day today in UTC "
+              "(08:00), a time ago (30m, 2h, 7d) or now / today / yesterday")
+SinceOpt = Annotated[Optional[str], typer.Option(
+    "--since", help=f"Only events from this time on, and the rows that fall after it: {TIME_FORMS}; the scans read only the range.",
+    show_default=False)]
+UntilOpt = Annotated[Optional[str], typer.Option(
+    "--until", help="Only events before this time (exclusive); the same forms as --since.", show_default=False)]
+
 ForceOpt = Annotated[bool, typer.Option("--force", help="Overwrite the --output file if it exists.")]
 
 
@@ -194,8 +203,8 @@ def sql(
     allow_partial: Annotated[bool, typer.Option("--allow-partial", help="Answer from the intact parts of a damaged store (with a warning) instead of refusing.")] = False,
     timeout: Annotated[Optional[str], typer.Option(help="Stop the query after this many seconds; 0 for no limit (default: $SERVELENS_QUERY_TIMEOUT or 60).", show_default=False)] = None,
     memory_limit: Annotated[Optional[str], typer.Option("--memory-limit", help="Memory the query may use, e.g. 512MB, 8GB (default: $SERVELENS_QUERY_MEMORY or 4GB).", show_default=False)] = None,
-    since: Annotated[Optional[str], typer.Option(help="Only events from this time on, and the views' rows in the range (ISO 8601, UTC unless a zone is given); the scans read only this range.", show_default=False)] = None,
-    until: Annotated[Optional[str], typer.Option(help="Only events before this time (exclusive).", show_default=False)] = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
     no_rollups: Annotated[bool, typer.Option("--no-rollups", help="Compute window_metrics (and the views over it) from the events even when the store's rollup is fresh, e.g. to compare the two.")] = False,
 ) -> None:
     """Run SQL over the store: `events` and the metric views (requests, latency_percentiles,

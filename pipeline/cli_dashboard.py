@@ -23,7 +23,7 @@ from typing import Annotated
 
 import typer
 
-from .cli import StoreOpt, fail, store_path
+from .cli import SinceOpt, StoreOpt, UntilOpt, fail, store_path
 
 
 def app_path() -> Path:
@@ -115,8 +115,8 @@ def register(app: typer.Typer) -> None:
         no_sql: Annotated[bool, typer.Option("--no-sql", help="Switch the SQL page off.")] = False,
         query_timeout: Annotated[str | None, typer.Option(help="Seconds a visitor's SQL query may run (default: $SERVELENS_DASHBOARD_QUERY_TIMEOUT or 15).", show_default=False)] = None,
         query_memory: Annotated[str | None, typer.Option(help="Memory a visitor's SQL query may use, e.g. 1GB (default: $SERVELENS_DASHBOARD_QUERY_MEMORY or 2GB).", show_default=False)] = None,
-        since: Annotated[str | None, typer.Option(help="Read only events from this time on (ISO 8601, UTC unless a zone is given): a big store's dashboard then costs only this range.", show_default=False)] = None,
-        until: Annotated[str | None, typer.Option(help="Read only events before this time (exclusive).", show_default=False)] = None,
+        since: SinceOpt = None,
+        until: UntilOpt = None,
     ) -> None:
         """Open the dashboard: scaling verdict per instance, the evidence over time, ad-hoc SQL.
 

@@ -92,7 +92,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def prune(
-        before: Annotated[str, typer.Option("--before", help="Drop events older than this (ISO 8601 date or time, UTC unless a zone is given).", show_default=False)],
+        before: Annotated[str, typer.Option("--before", help="Drop events older than this: ISO 8601 (2026-05-01; UTC unless a zone is given), or a time ago (30d, 2w).", show_default=False)],
         store: StoreOpt = None,  # type: ignore[assignment]
         dry_run: Annotated[bool, typer.Option("--dry-run", help="Only say what would be dropped.")] = False,
     ) -> None:
@@ -104,7 +104,7 @@ def register(app: typer.Typer) -> None:
           servelens prune --before 2026-05-01
           servelens prune --before 2026-05-12T08:00Z --store incident.store --dry-run
         """
-        from .cli_report import parse_time
+        from .timerange import parse_time
         from .prune import prune as run_prune
         from .store import Store, StoreError
 

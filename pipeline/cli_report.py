@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -10,24 +9,16 @@ import typer
 
 # cli imports this module only from main(), after it is complete; module level so that the
 # string annotations (from __future__) resolve when typer inspects the command
-from .cli import ForceOpt, StoreOpt, check_output_path, fail, store_path, write_output_file
-
-
-def parse_time(text: str) -> dt.datetime:
-    """ISO 8601 (`2026-05-12T08:00:00Z`, `2026-05-12 08:00`, a date); no zone means UTC."""
-    try:
-        t = dt.datetime.fromisoformat(text.strip().replace(" ", "T", 1) if "T" not in text else text.strip())
-    except ValueError:
-        raise ValueError(f"cannot read time {text!r}; write it like 2026-05-12T08:00:00Z") from None
-    return t.replace(tzinfo=dt.timezone.utc) if t.tzinfo is None else t.astimezone(dt.timezone.utc)
+from .cli import ForceOpt, SinceOpt, StoreOpt, UntilOpt, check_output_path, fail, store_path, write_output_file
+from .timerange import parse_time
 
 
 def register(app: typer.Typer) -> None:
     @app.command()
     def report(
         store: StoreOpt = None,  # type: ignore[assignment]
-        since: Annotated[Optional[str], typer.Option(help="Start of the incident window (ISO 8601, UTC unless a zone is given).")] = None,
-        until: Annotated[Optional[str], typer.Option(help="End of the incident window (exclusive).")] = None,
+        since: SinceOpt = None,
+        until: UntilOpt = None,
         instance: Annotated[Optional[str], typer.Option(help="Only this instance.")] = None,
         format: Annotated[str, typer.Option("--format", "-f", help="md, html or json.")] = "md",
         output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the report to this file instead of stdout (never inside a store; an existing file only with --force).")] = None,

@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 # cli imports this module only from main(), after it is complete
-from .cli import ForceOpt, StoreOpt, check_output_path, fail, store_path, write_output_file
+from .cli import ForceOpt, SinceOpt, StoreOpt, UntilOpt, check_output_path, fail, store_path, write_output_file
 
 ThresholdsOpt = Annotated[
     Optional[str],
@@ -75,8 +75,8 @@ def register(app: typer.Typer) -> None:
         format: Annotated[str, typer.Option("--format", "-f", help="openmetrics (the only format: what promtool backfills).")] = "openmetrics",
         output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to this file instead of stdout (never inside a store; an existing file only with --force).")] = None,
         force: ForceOpt = False,
-        since: Annotated[Optional[str], typer.Option(help="First window to export (ISO 8601, UTC unless a zone is given).")] = None,
-        until: Annotated[Optional[str], typer.Option(help="End of the range (exclusive).")] = None,
+        since: SinceOpt = None,
+        until: UntilOpt = None,
         window: WindowOpt = None,
         thresholds: ThresholdsOpt = None,
     ) -> None:
@@ -91,7 +91,7 @@ def register(app: typer.Typer) -> None:
           servelens export --since 2026-05-12T08:00Z --until 2026-05-12T09:00Z -o incident.om
           promtool tsdb create-blocks-from openmetrics incident.om /var/lib/prometheus/metrics2
         """
-        from .cli_report import parse_time
+        from .timerange import parse_time
         from .query import QueryError
         from .serve_export import export_openmetrics
         from .store import StoreError

@@ -41,7 +41,12 @@ def connect(
     remote = [s for s in stores if store_url(s) is not None]
     for s in local:
         if not (s / "manifest.json").exists():
-            raise StoreError(f"store {s} (in {store}) is not a servelens store (no manifest.json)")
+            name = str(s) if len(str(s)) <= 80 else str(s)[:79] + "…"
+            if Path(store).is_file():
+                raise StoreError(
+                    f"--store {store} is a file, read as a list of stores, and its line {name!r} is not a store; "
+                    f"to read a log, ingest it first: servelens ingest {store} --store DIR, then --store DIR")
+            raise StoreError(f"store {name} (in {store}) is not a servelens store (no manifest.json)")
     limits = limits or Limits.from_env()
     for attempt in range(READ_RETRIES):
         parts: list[Path] = []

@@ -21,6 +21,7 @@ Two things keep a connection cheap on a big store:
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -92,6 +93,9 @@ def connect(
         raise StoreError(
             f"store {store} does not exist; ingest logs first (servelens ingest PATH --store {store})"
         )
+    problem = not_a_store(store)
+    if problem:
+        raise StoreError(problem)
     limits = limits or Limits.from_env()
     if rollups is None:
         rollups = not rollup_mod.disabled()
@@ -176,6 +180,25 @@ def connect(
             con.close()
             raise
     raise AssertionError("unreachable")
+
+
+def not_a_store(path: Path) -> str | None:
+    """Why an existing `path` is not a store (a log file, a directory of something else), in
+    one line with what to do; None for a store (or a store directory still empty)."""
+    if not path.is_dir():
+        return (f"{path} is a file, not a store directory; to read it, ingest it first: "
+                f"servelens ingest {path} --store DIR, then --store DIR")
+    if (path / "manifest.json").exists() or (path / "events").is_dir():
+        return None
+    try:
+        entries = sorted(p.name for p in path.iterdir())
+    except OSError as e:
+        return f"cannot read {path}: {e.strerror}"
+    if not entries:
+        return None  # made for a store that has had nothing committed yet
+    shown = ", ".join(entries[:3]) + (f" and {len(entries) - 3:,} more" if len(entries) > 3 else "")
+    return (f"{path} is not a servelens store (no manifest.json; it holds {shown}); give --store "
+            f"the directory ingest wrote, or ingest logs into it first (servelens ingest PATH --store {path})")
 
 
 def _usable_rollups(store: Path, variables: dict[str, Any] | None, views: tuple[str, ...] | None,
@@ -294,10 +317,34 @@ def run(
                 continue
             # a part moved by a concurrent commit after the view was made: start again
             if attempt + 1 == READ_RETRIES or not _vanished(e):
+                unknown = _UNKNOWN_TABLE.search(str(e))
+                if unknown:
+                    raise QueryError(_no_such_view(unknown.group(1))) from None
                 raise
         finally:
             con.close()
     raise AssertionError("unreachable")
+
+
+# DuckDB's own suggestion looks among the views bound for this query only, and so names
+# catalog tables ("Did you mean sqlite_temp_master?"): suggest among the store's views instead
+_UNKNOWN_TABLE = re.compile(r"Table with name (\S+) does not exist")
+
+
+def _no_such_view(name: str) -> str:
+    import difflib
+
+    known = sorted({"events", *load_view_names()})
+    close = difflib.get_close_matches(name.lower(), known, n=3, cutoff=0.6)
+    hint = f"did you mean {', '.join(close)}? " if close else ""
+    return (f"no table or view named {name}; {hint}the views are listed by "
+            f"servelens sql \"select view_name from duckdb_views() where not internal\"")
+
+
+def load_view_names() -> list[str]:
+    from .metrics import view_dependencies
+
+    return list(view_dependencies())
 
 
 def _vanished(e: BaseException) -> bool:

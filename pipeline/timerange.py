@@ -26,6 +26,7 @@ requests finishing after it) is bounded by the margin; widen it with the variabl
 from __future__ import annotations
 
 import datetime as dt
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
@@ -38,13 +39,40 @@ UTC = dt.timezone.utc
 RANGE_MARGIN_S = 600.0
 
 
-def parse_time(text: str) -> dt.datetime:
-    """ISO 8601 (`2026-05-12T08:00:00Z`, `2026-05-12 08:00`, a date); no zone means UTC."""
+_AGO = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d|w)(?:\s+ago)?$", re.I)
+_UNIT_S = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_CLOCK = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?$")
+TIME_HELP = ("ISO 8601 (2026-05-12T08:00Z; UTC unless a zone is given), a time of day today in UTC "
+             "(08:00), a time ago (30m, 2h, 7d) or now / today / yesterday")
+
+
+def parse_time(text: str, now: dt.datetime | None = None) -> dt.datetime:
+    """A point in time, aware and in UTC, from what a person types: ISO 8601
+    (`2026-05-12T08:00:00Z`, `2026-05-12 08:00`, a date; no zone means UTC), a time of day
+    today in UTC (`08:00`, `08:00:30`), a time ago (`30m`, `2h`, `7d`, `90s`, `1w`, with or
+    without `ago`), or `now`, `today`, `yesterday` (midnight UTC)."""
+    t = text.strip()
+    now = (now or dt.datetime.now(UTC)).astimezone(UTC)
+    midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    word = t.lower()
+    if word == "now":
+        return now
+    if word in ("today", "yesterday"):
+        return midnight - dt.timedelta(days=1 if word == "yesterday" else 0)
+    ago = _AGO.match(t)
+    if ago:
+        return now - dt.timedelta(seconds=float(ago.group(1)) * _UNIT_S[ago.group(2).lower()])
+    clock = _CLOCK.match(t)
+    if clock:
+        h, m, sec = int(clock.group(1)), int(clock.group(2)), int(clock.group(3) or 0)
+        if h > 23 or m > 59 or sec > 59:
+            raise ValueError(f"cannot read time {text!r}: not a time of day")
+        return midnight.replace(hour=h, minute=m, second=sec)
     try:
-        t = dt.datetime.fromisoformat(text.strip().replace(" ", "T", 1) if "T" not in text else text.strip())
+        parsed = dt.datetime.fromisoformat(t.replace(" ", "T", 1) if "T" not in t else t)
     except ValueError:
-        raise ValueError(f"cannot read time {text!r}; write it like 2026-05-12T08:00:00Z") from None
-    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+        raise ValueError(f"cannot read time {text!r}; write it as {TIME_HELP}") from None
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
 
 
 @dataclass(frozen=True)

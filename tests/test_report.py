@@ -125,14 +125,14 @@ def test_report_says_when_the_log_records_no_request_ends():
 def test_parse_time_defaults_to_utc():
     import datetime as dt
 
-    from servelens.pipeline.cli_report import parse_time
+    from servelens.pipeline.timerange import parse_time
 
     utc = dt.timezone.utc
     assert parse_time("2026-05-12T08:00Z") == dt.datetime(2026, 5, 12, 8, 0, tzinfo=utc)
     assert parse_time("2026-05-12 08:00") == dt.datetime(2026, 5, 12, 8, 0, tzinfo=utc)
     assert parse_time("2026-05-12T10:00:00+02:00") == dt.datetime(2026, 5, 12, 8, 0, tzinfo=utc)
     with pytest.raises(ValueError, match="cannot read time"):
-        parse_time("yesterday")
+        parse_time("the day before yesterday")
 
 
 # --- the executive summary, on the bundled incident ------------------------------------

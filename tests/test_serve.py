@@ -245,7 +245,7 @@ def test_export_range_and_bad_input(store, tmp_path):
     assert stamps == {1778572920.0}  # the one window 08:01-08:02, stamped at its end
     res = runner.invoke(app, ["export", "--store", str(store), "--format", "csv"])
     assert res.exit_code != 0 and "unknown --format 'csv'" in res.output
-    res = runner.invoke(app, ["export", "--store", str(store), "--since", "yesterday"])
+    res = runner.invoke(app, ["export", "--store", str(store), "--since", "the day before"])
     assert res.exit_code != 0 and "cannot read time" in res.output
     res = runner.invoke(app, ["serve", "--store", str(tmp_path / "none")])
     assert res.exit_code != 0 and "does not exist" in res.output
