@@ -67,6 +67,10 @@ def _main(
     """Log ingestion and observability analytics for LLM inference servers."""
 
 
+# Rows `servelens sql` prints as a table before it stops and says how many were left
+# (a `select * from events` would otherwise fill the terminal with every event)
+TABLE_ROWS = 1000
+
 # What --since / --until / --before accept (pipeline/timerange.parse_time reads it)
 TIME_FORMS = ("ISO 8601 (2026-05-12T08:00Z; UTC unless a zone is given), a time of day today in UTC "
               "(08:00), a time ago (30m, 2h, 7d) or now / today / yesterday")
@@ -197,6 +201,7 @@ def sql(
     format: Annotated[str, typer.Option("--format", "-f", help="table, csv or json.")] = "table",
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the result to this file instead of stdout (never inside a store; an existing file only with --force).")] = None,
     force: ForceOpt = False,
+    limit: Annotated[int, typer.Option("--limit", help="Rows a table shows on the terminal; 0 for all (csv, json and --output are never cut).")] = TABLE_ROWS,
     raw_csv: Annotated[bool, typer.Option("--raw-csv", help="Write CSV cells as they are: by default a cell that starts with = + - @ or a tab/CR is prefixed with ' so a spreadsheet shows it as text instead of running it as a formula.")] = False,
     window: Annotated[Optional[str], typer.Option(help="Window of the windowed views, e.g. 30s, 1m, 5m (default 1m).")] = None,
     thresholds: Annotated[Optional[Path], typer.Option(help="TOML file overriding signal thresholds (see sql/thresholds.toml).")] = None,
@@ -254,8 +259,13 @@ def sql(
                      rollups=False if no_rollups else None)
     except (QueryError, StoreError) as e:
         raise fail(str(e)) from None
+    if limit < 0:
+        raise fail(f"--limit {limit} must be 0 (all rows) or more")
+    shown = df
+    if format == "table" and output is None and limit and df.height > limit:
+        shown = df.head(limit)
     try:
-        text = render(df, format, safe_csv=not raw_csv)
+        text = render(shown, format, safe_csv=not raw_csv)
     except BaseException as e:  # polars panics are BaseException; a result must never end in a traceback
         if isinstance(e, (KeyboardInterrupt, SystemExit)):
             raise
@@ -264,6 +274,11 @@ def sql(
         write_output_file(output, text, force)
         typer.echo(f"{df.height} rows written to {output}", err=True)
     else:
+        if shown is not df:
+            # the table's own row count would say `limit`: say what was left out instead
+            text = text.rstrip("\n").rsplit("\n", 1)[0] + (
+                f"\n({df.height:,} rows; the first {limit:,} shown: --limit 0 shows all, "
+                f"--format csv or json writes them all)\n")
         typer.echo(text, nl=not text.endswith("\n"))
 
 

@@ -47,3 +47,21 @@ def test_a_mistyped_view_is_answered_with_the_store_views(tmp_path):
     listed = runner.invoke(app, ["sql", "select view_name from duckdb_views() where not internal", "--store", str(store),
                                  "-f", "csv"])
     assert listed.exit_code == 0 and "latency_percentiles" in listed.stdout.split()
+
+
+def test_a_long_table_stops_at_the_limit_and_says_what_was_left(tmp_path):
+    log = tmp_path / "vllm.log"
+    log.write_text(STATS * 1500)
+    store = tmp_path / "store"
+    assert runner.invoke(app, ["ingest", str(log), "--store", str(store), "-q"]).exit_code == 0
+    n_lines = log.read_text().count("\n")
+    r = runner.invoke(app, ["sql", "select line from events order by line", "--store", str(store)])
+    assert r.exit_code == 0
+    rows = [line for line in r.stdout.splitlines() if line.startswith("| ") and "line" not in line]
+    assert len(rows) == 1000 and rows[-1].split("|")[1].strip() == "1000"
+    assert r.stdout.rstrip().endswith(f"({n_lines:,} rows; the first 1,000 shown: --limit 0 shows all, "
+                                      "--format csv or json writes them all)")
+    every = runner.invoke(app, ["sql", "select line from events", "--store", str(store), "--limit", "0"])
+    assert sum(1 for line in every.stdout.splitlines() if line.startswith("| ")) == n_lines + 1
+    csv = runner.invoke(app, ["sql", "select line from events", "--store", str(store), "-f", "csv"])
+    assert len(csv.stdout.splitlines()) == n_lines + 1
