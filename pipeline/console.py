@@ -87,6 +87,7 @@ def summary_dict(s: IngestSummary, store: Path) -> dict:
         "ingested": sum(1 for f in s.files if f.status == "ingested"),
         "unchanged": sum(1 for f in s.files if f.status == "unchanged"),
         "skipped": len(s.skipped),
+        "passed_over": [{"source": src, "reason": why} for src, why in s.passed_over],
         "incomplete": len(s.failed),
         "lines": s.lines,
         "events": s.events,
@@ -121,6 +122,10 @@ def print_summary(s: IngestSummary, store: Path) -> None:
         lines.append(f"note: {note}")
     for f in s.skipped:
         lines.append(f"skipped {f.source}: {f.reason}")
+    if s.passed_over:
+        shown = ", ".join(src for src, _ in s.passed_over[:5])
+        more = f" and {len(s.passed_over) - 5:,} more (--json lists them all)" if len(s.passed_over) > 5 else ""
+        lines.append(f"passed over {len(s.passed_over):,} file(s) that are not logs: {shown}{more}")
     for f in s.failed:
         lines.append(f"incomplete {f.source}: {f.reason}")
     from .remote import store_url

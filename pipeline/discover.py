@@ -11,8 +11,10 @@ from pathlib import Path
 import numpy as np
 
 from .fingerprint import GZIP_MAGIC
+from .outfile import is_store_dir
 
-# Files that are certainly not logs, skipped quietly when walking a directory.
+# Files that are certainly not logs, passed over when walking a directory (and listed in the
+# ingest summary, so that a log someone named .md is not lost without a word).
 NOT_LOGS = {
     ".parquet", ".png", ".jpg", ".jpeg", ".gif", ".svg", ".zip", ".tar", ".whl", ".pyc", ".so",
     ".db", ".md", ".rst", ".py", ".sh", ".toml", ".yaml", ".yml", ".html", ".ipynb",
@@ -57,11 +59,17 @@ class Found:
     explicit: bool  # named by the user, not found by walking a directory
 
 
-def expand(paths: list[Path], skip_under: Path | None = None) -> list[Found]:
+def expand(paths: list[Path], skip_under: Path | None = None,
+           passed_over: list[tuple[Path, str]] | None = None) -> list[Found]:
     """Files named directly, plus every file under named directories (sorted, so rotated
-    sets are read oldest-last predictably). Missing paths raise PathMissing."""
+    sets are read oldest-last predictably). Missing paths raise PathMissing.
+
+    `passed_over` collects, with the reason, the files of a walked directory that are not
+    read: names that are not logs, and the files of other servelens stores inside it (their
+    manifest and parts are not logs either). Hidden files are left out without a word."""
     out: list[Found] = []
     skip = skip_under.resolve() if skip_under else None
+    noted = passed_over if passed_over is not None else []
     for p in paths:
         if not p.exists():
             raise PathMissing(str(p))
@@ -69,15 +77,24 @@ def expand(paths: list[Path], skip_under: Path | None = None) -> list[Found]:
         if kind is not None:
             raise NotRegularFile(p, kind)
         if p.is_dir():
-            for f in sorted(p.rglob("*")):
+            entries = sorted(p.rglob("*"))
+            stores = [f.parent for f in entries if f.name == "manifest.json" and is_store_dir(f.parent)
+                      and not (skip and is_under(f, skip))]
+            for f in entries:
                 if not f.is_file():
                     continue
                 rel = f.relative_to(p)
                 if any(HIDDEN.match(part) for part in rel.parts):
                     continue
-                if f.suffix.lower() in NOT_LOGS:
-                    continue
                 if skip and is_under(f, skip):
+                    continue
+                inside = next((st for st in stores if f.is_relative_to(st)), None)
+                if inside is not None:
+                    if f.parent == inside and f.name == "manifest.json":
+                        noted.append((inside, "a servelens store, not logs: its files are not read"))
+                    continue
+                if f.suffix.lower() in NOT_LOGS:
+                    noted.append((f, f"not a log by its name ({f.suffix.lower()})"))
                     continue
                 out.append(Found(f, explicit=False))
         else:

@@ -74,6 +74,8 @@ class IngestSummary:
     events_by_kind: Counter = field(default_factory=Counter)
     lines: int = 0
     notes: list[str] = field(default_factory=list)  # e.g. instance names made distinct
+    # files of the named directories that were not read, and why (an image, another store)
+    passed_over: list[tuple[str, str]] = field(default_factory=list)
     rollup: Any = None  # the rollup refresh at the end (pipeline/rollup.Refreshed), if one ran
 
     @property
@@ -168,16 +170,19 @@ def ingest(
             f"unknown engine {engine!r}; choose one of: auto, {', '.join(ENGINES)}"
         )
     store_dir = Path(store_dir)
+    passed_over: list[tuple[Path, str]] = []
     try:
-        found = expand([Path(p) for p in paths], skip_under=store_dir)
+        found = expand([Path(p) for p in paths], skip_under=store_dir, passed_over=passed_over)
     except PathMissing as e:
         raise IngestError(f"path not found: {e}; check the path and try again") from None
     except NotRegularFile as e:
         raise IngestError(str(e)) from None
     if not found:
         raise IngestError(
-            f"no log files found under {', '.join(str(p) for p in paths)}; "
-            "point servelens at log files or directories that contain them"
+            f"no log files found under {', '.join(str(p) for p in paths)}"
+            + (f" ({len(passed_over):,} file(s) passed over as not logs, e.g. {display_path(passed_over[0][0])})"
+               if passed_over else "")
+            + "; point servelens at log files or directories that contain them"
         )
 
     if instance_from is not None:
@@ -186,6 +191,7 @@ def ingest(
         except NamingError as e:
             raise IngestError(str(e)) from None
     summary = IngestSummary()
+    summary.passed_over = [(display_path(f), why) for f, why in passed_over]
     with Store.open(store_dir, purpose="ingest") as store:
         stored = [(Path(e["source"]), e["instance"]) for e in store.manifest["files"].values() if e.get("source")]
         namer = InstanceNamer([f.path for f in found], template=instance_from, stored=stored)

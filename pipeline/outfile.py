@@ -16,7 +16,9 @@ class OutputRefused(ValueError):
     """The output path may not be written; the message says why and what to do."""
 
 
-def _is_store(directory: Path) -> bool:
+def is_store_dir(directory: Path) -> bool:
+    """A servelens store: a directory whose manifest.json is a store's (or, damaged, sits
+    beside the store's part folders)."""
     manifest = directory / MANIFEST
     if not manifest.is_file():
         return False
@@ -32,7 +34,7 @@ def store_holding(path: Path) -> Path | None:
     """The store directory that `path` (resolved through symlinks) lies in, if any."""
     resolved = Path(path).expanduser().resolve()
     for directory in (resolved, *resolved.parents):
-        if _is_store(directory):
+        if is_store_dir(directory):
             return directory
     return None
 
