@@ -24,6 +24,7 @@ from servelens.parsers import wrappers
 from servelens.parsers.base import ParseContext
 
 from . import fingerprint as fp
+from .same_content import set_aside
 from .discover import (
     NotRegularFile,
     PathMissing,
@@ -192,6 +193,15 @@ def ingest(
             raise IngestError(str(e)) from None
     summary = IngestSummary()
     summary.passed_over = [(display_path(f), why) for f, why in passed_over]
+    found, duplicates = set_aside(found)
+    for d in duplicates:
+        # display_path resolves symlinks: name the link itself
+        shown = str(d.found.path) if d.found.path.is_symlink() else display_path(d.found.path)
+        result = FileResult(source=shown, engine="-", instance="-", status="unchanged",
+                            reason=f"{d.how} {display_path(d.same_as)}, which is read instead")
+        summary.files.append(result)
+        if on_file:
+            on_file(result)
     with Store.open(store_dir, purpose="ingest") as store:
         stored = [(Path(e["source"]), e["instance"]) for e in store.manifest["files"].values() if e.get("source")]
         namer = InstanceNamer([f.path for f in found], template=instance_from, stored=stored)
