@@ -76,18 +76,24 @@ class _GzipRaw(io.RawIOBase):
                 self._lost(f"the gzip stream is cut short after {self._pos + len(self._pending) + len(out):,} "
                            "decompressed bytes; what was written before the cut is kept")
                 return out
-            try:
-                out = self._d.decompress(data, GZ_CHUNK)
-            except zlib.error as e:
-                self._done = True
-                self._lost(f"the gzip data is damaged after {self._pos + len(self._pending):,} decompressed bytes "
-                           f"({e}); what comes before it is kept")
-                return b""
-            if self._d.eof:
-                out += self._next_member(self._d.unused_data)
+            out = self._inflate(data)
             if out:
                 return out
         return b""
+
+    def _inflate(self, data: bytes) -> bytes:
+        """Decompress `data` with the current member's decompressor, and go on into the next
+        member when this one ends within it."""
+        try:
+            out = self._d.decompress(data, GZ_CHUNK)
+        except zlib.error as e:
+            self._done = True
+            self._lost(f"the gzip data is damaged after {self._pos + len(self._pending):,} decompressed bytes "
+                       f"({e}); what comes before it is kept")
+            return b""
+        if self._d.eof:
+            out += self._next_member(self._d.unused_data)
+        return out
 
     def _next_member(self, rest: bytes) -> bytes:
         """After a member's end: another member (its first output), zero padding, or
@@ -99,16 +105,7 @@ class _GzipRaw(io.RawIOBase):
             rest += more
         if rest[:2] == GZIP_MAGIC:
             self._d = zlib.decompressobj(wbits=31)
-            try:
-                out = self._d.decompress(rest, GZ_CHUNK)
-            except zlib.error as e:
-                self._done = True
-                self._lost(f"the gzip data is damaged after {self._pos + len(self._pending):,} decompressed bytes "
-                           f"({e}); what comes before it is kept")
-                return b""
-            if self._d.eof:
-                out += self._next_member(self._d.unused_data)
-            return out
+            return self._inflate(rest)
         tail = rest + self.fileobj.read()
         if tail.strip(b"\x00"):
             self._lost(f"{len(tail):,} bytes after the end of the gzip stream are not gzip data and were ignored")

@@ -83,3 +83,16 @@ def events(store: Path) -> pl.DataFrame:
     from servelens.pipeline.query import run
 
     return run(store, "select * from events order by source, line")
+
+
+def ingested(directory: Path, name: str, text: str) -> Path:
+    """A store (directory/store) holding one log `name` with `text`, ingested by the CLI."""
+    from typer.testing import CliRunner
+
+    from servelens.pipeline.cli import _register_commands, app
+
+    _register_commands()
+    (directory / name).write_text(text)
+    r = CliRunner().invoke(app, ["ingest", str(directory / name), "--store", str(directory / "store"), "-q"])
+    assert r.exit_code == 0, r.output
+    return directory / "store"

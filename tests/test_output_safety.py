@@ -10,6 +10,7 @@ import io
 import os
 
 import pytest
+from conftest import ingested
 from typer.testing import CliRunner
 
 from servelens.pipeline.cli import _register_commands, app
@@ -38,11 +39,7 @@ def tree(root):
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    d = tmp_path_factory.mktemp("out")
-    (d / "vllm.log").write_text(LINES)
-    r = runner.invoke(app, ["ingest", str(d / "vllm.log"), "--store", str(d / "store"), "-q"])
-    assert r.exit_code == 0, r.output
-    return d / "store"
+    return ingested(tmp_path_factory.mktemp("out"), "vllm.log", LINES)
 
 
 @pytest.mark.parametrize("command", [["sql", "select 1 as n"], ["report"], ["export"]])

@@ -5,6 +5,7 @@ makes millions of windows."""
 from __future__ import annotations
 
 import pytest
+from conftest import ingested
 from typer.testing import CliRunner
 
 from servelens.pipeline.cli import _register_commands, app
@@ -33,11 +34,7 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    d = tmp_path_factory.mktemp("thr")
-    (d / "a.log").write_text(LOG)
-    r = runner.invoke(app, ["ingest", str(d / "a.log"), "--store", str(d / "store"), "-q"])
-    assert r.exit_code == 0, r.output
-    return d / "store"
+    return ingested(tmp_path_factory.mktemp("thr"), "a.log", LOG)
 
 
 @pytest.mark.parametrize("text,message", CASES)
