@@ -7,6 +7,7 @@ their own module register themselves through `register(app)` (see COMMAND_MODULE
 
 from __future__ import annotations
 
+import errno
 import importlib
 import sys
 from pathlib import Path
@@ -293,9 +294,38 @@ def _register_commands() -> None:
 OWN_COMMANDS = frozenset({"ingest", "sql"})
 
 
+# What a writer cannot get past on its own, and what the person can do about it. Every writer
+# commits by replacing the manifest last, so a command stopped by one of these leaves the
+# store as it was before it (a staged file may be left, and is cleaned by the next writer).
+_WRITE_FAILURES = {
+    errno.ENOSPC: "free some space (or use another --store)",
+    errno.EDQUOT: "raise the disk quota or free some space (or use another --store)",
+    errno.EROFS: "the file system is read-only: remount it read-write or use another --store",
+    errno.EACCES: "check the permissions (and immutable attributes) of the store's directory and files",
+    errno.EPERM: "check the permissions (and immutable attributes) of the store's directory and files",
+}
+
+
+def _write_failure(e: OSError) -> str | None:
+    advice = _WRITE_FAILURES.get(e.errno or 0)
+    if advice is None:
+        return None
+    where = f" ({e.filename})" if e.filename else ""
+    return f"{e.strerror or 'cannot write'}{where}; {advice}; what was committed before is intact"
+
+
 def main() -> None:
-    if sys.argv[1:2] and sys.argv[1] in OWN_COMMANDS:
+    try:
+        if sys.argv[1:2] and sys.argv[1] in OWN_COMMANDS:
+            app()
+            return
+        _register_commands()
         app()
-        return
-    _register_commands()
-    app()
+    except OSError as e:
+        # a full disk, a read-only or immutable store in a writer that has no message of its
+        # own for it (compact, prune, repair, a manifest that cannot be replaced): one line
+        line = _write_failure(e)
+        if line is None:
+            raise
+        typer.echo(f"servelens: error: {line}", err=True)
+        sys.exit(1)
