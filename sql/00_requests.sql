@@ -37,9 +37,11 @@
 --   latency), client_itl_max_s, client_e2e_s, client_tpot_s (s), client_error;
 --   waiting_at_arrival / running_at_arrival (requests; the last engine_stats line before a
 --   client-matched request arrived). A client request no server log accounts for is a row
---   of its own with engine 'client' (status 'finished', or 'aborted' when the client saw it fail; its latencies the client's).
+--   of its own with engine 'client' (status 'finished', or 'failed' when the client saw it fail; its latencies the client's).
+--   A request the client saw fail is 'failed' whatever the server logged of it.
 --   failure_reason (status 'failed' only: the error line's text, first line, at most 200
---   characters, then ` [source:line]` of that line; or `engine died: ...` with the line the engine died on).
+--   characters, then ` [source:line]` of that line; or `engine died: ...` with the line the engine died on;
+--   or `client: <the client's error> [<results file>]`).
 create or replace view requests as
 with
 
@@ -444,8 +446,17 @@ client_cols as (
     from matched_queue
 ),
 
+-- a request the client saw fail (an error, no answer) failed, whatever the server logged of it
+-- (the server may have finished a generation nobody received, or still hold it)
 with_client as (
-    select f.*, c.* exclude (engine, instance, request_key),
+    select
+        f.* replace (
+            case when c.client_error is not null then 'failed' else f.status end as status,
+            case when c.client_error is not null
+                 then coalesce(f.failure_reason, 'client: ' || left(c.client_error, 200) || ' [' || c.client_source || ']')
+                 else f.failure_reason end as failure_reason
+        ),
+        c.* exclude (engine, instance, request_key),
     from final as f
     left join client_cols as c on c.engine = f.engine and c.instance = f.instance and c.request_key = f.request_key
 ),
@@ -457,7 +468,7 @@ client_only as (
         coalesce(c.client_id, c.client_source || ':' || c.client_line || ':' || c.client_index) as request_key,
         c.client_start_ts as arrival_ts,
         make_timestamptz(epoch_us(c.client_start_ts) + cast(round(c.client_e2e_s * 1e6) as bigint)) as finish_ts,
-        case when c.client_error is null then 'finished' else 'aborted' end as status,
+        case when c.client_error is null then 'finished' else 'failed' end as status,
         c.prompt_tokens, c.output_tokens, cast(null as bigint) as max_tokens,
         c.client_e2e_s as e2e_s, false as e2e_estimated, cast(null as double) as queue_s,
         c.client_ttft_s as ttft_s, c.client_tpot_s as tpot_s, cast(null as double) as inference_s,
@@ -465,7 +476,8 @@ client_only as (
         cast(null as timestamptz) as inference_start_ts, c.client_source as source, c.client_line as line,
         cast(null as timestamptz) as first_token_ts, cast(null as timestamptz) as last_token_ts,
         cast(null as bigint) as n_deltas, false as ttft_estimated, cast(null as double) as time_resolution_s,
-        cast(null as varchar) as failure_reason,
+        case when c.client_error is not null
+             then 'client: ' || left(c.client_error, 200) || ' [' || c.client_source || ']' end as failure_reason,
         c.client_source, c.client_index, cast(null as varchar) as client_match, c.client_start_ts, c.client_ttft_s,
         c.client_itl_s, c.client_itl_max_s, c.client_e2e_s, c.client_tpot_s, c.client_error,
         cast(null as bigint) as waiting_at_arrival, cast(null as bigint) as running_at_arrival,

@@ -136,7 +136,7 @@ def _store(kind: str) -> tuple[Path, pl.DataFrame]:
 def test_every_served_request_gets_the_clients_exact_figures(kind, match) -> None:
     store, truth = _store(kind)
     got = run(store, "select request_id, engine, status, ttft_s, client_match, client_ttft_s, client_e2e_s, "
-                     "client_itl_s, waiting_at_arrival from requests")
+                     "client_itl_s, waiting_at_arrival, failure_reason from requests")
     ok = truth.filter(pl.col("status") == "ok").select(
         "request_id", pl.col("ttft_s").alias("true_ttft"), pl.col("e2e_s").alias("true_e2e"),
         pl.col("tpot_s").alias("true_tpot"))
@@ -156,7 +156,9 @@ def test_every_served_request_gets_the_clients_exact_figures(kind, match) -> Non
     assert got["client_match"].count() == n_client and got.filter(pl.col("engine") == "client").height == 0
     if kind == "vllm-bench":
         failed = got.filter(pl.col("client_match").is_not_null() & pl.col("client_ttft_s").is_null())
-        assert failed.height == truth.height - ok.height and failed["status"].unique().to_list() == ["unfinished"]
+        # the client saw them fail (no answer by the end of the run): failed, with its error
+        assert failed.height == truth.height - ok.height and failed["status"].unique().to_list() == ["failed"]
+        assert failed["failure_reason"].str.starts_with("client: ").all()
 
 
 def test_tail_ttft_is_explained_by_queueing() -> None:
@@ -184,7 +186,8 @@ def test_a_results_file_alone_is_a_request_source(tmp_path) -> None:
     got = run(tmp_path / "store", "select engine, status, arrival_ts, ttft_s, e2e_s, tpot_s, client_itl_s, client_error "
                                   "from requests order by arrival_ts").rows()
     t0 = dt.datetime(2026, 5, 12, 8, 0, 0, tzinfo=dt.timezone.utc)  # date - duration
-    assert [r[:2] for r in got] == [("client", "finished"), ("client", "aborted"), ("client", "finished")]
+    # the request the client saw fail (its `errors` entry) is failed, not aborted
+    assert [r[:2] for r in got] == [("client", "finished"), ("client", "failed"), ("client", "finished")]
     assert [r[2] for r in got] == [t0, t0 + dt.timedelta(seconds=1.5), t0 + dt.timedelta(seconds=30)]
     assert [r[3] for r in got] == [0.5, None, 2.25]
     assert got[0][4] == pytest.approx(0.9) and got[0][5] == pytest.approx(0.4 / 3) and got[2][6] == pytest.approx(0.3)
