@@ -224,8 +224,11 @@ def capacity_attrs() -> dict[str, pl.Expr]:
 
 
 def model_name() -> pl.Expr:
-    """The served model, from the engine-config line or the argument dump."""
+    """The served model, from the engine-config line or the argument dump: the name clients
+    and /metrics use (`served_model_name`) where the line gives one, else the model path."""
     return pl.coalesce(
+        M.str.extract(_CONFIG + r".*?\bserved_model_name=['\"]?([^'\",]+)", 2),
+        pl.when(M.str.contains(_ARGS)).then(M.str.extract(r"'served_model_name': \[?'([^']+)'", 1)),
         M.str.extract(_CONFIG + r"model=['\"]?([^'\",]+)", 2),
         pl.when(M.str.contains(_ARGS)).then(
             pl.coalesce(

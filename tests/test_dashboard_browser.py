@@ -237,7 +237,7 @@ def test_sql_page_answers_a_query(page, dashboard):
 
     page.locator("textarea").first.fill("select nonsense from nowhere")
     page.get_by_role("button", name="Run").click()
-    alert = page.locator('[data-testid="stAlert"]').filter(has_text="Catalog Error")
+    alert = page.locator('[data-testid="stAlert"]').filter(has_text="no table or view named nowhere")
     alert.wait_for(timeout=30_000)
     _settle(page)
     assert "nowhere" in alert.inner_text()

@@ -257,3 +257,21 @@ def test_the_html_report_carries_the_tail_latency_section(rec: Recording, tmp_pa
     section = page[page.index("<h2 id='tail-latency'>"):page.index("<h2>Instances</h2>")]
     assert f"<td>{q['p99_ttft_s']:.3g} s</td>" in section
     assert "is queueing" in section and "vllm-cpu" in section
+
+
+def test_the_model_is_the_served_model_name_the_log_gives(tmp_path) -> None:
+    """Clients, /metrics and PromQL name the model by --served-model-name, not its path."""
+    import gzip
+    import re
+
+    from servelens.pipeline.ingest import ingest
+    from servelens.pipeline.query import run
+
+    log = SAMPLE_LOGS / "vllm" / "real-0.32" / "vllm-cpu.log.gz"
+    text = gzip.decompress(log.read_bytes()).decode()
+    served = re.search(r"'served_model_name': \['([^']+)'\]", text).group(1)
+    path = re.search(r"'model': '([^']+)'", text).group(1)
+    assert served != path
+    ingest([log], tmp_path / "store")
+    models = run(tmp_path / "store", "select distinct model from events where model is not null")["model"].to_list()
+    assert models == [served]
