@@ -180,6 +180,8 @@ def ingest(
             )
     except (IngestError, StoreError) as e:
         raise fail(str(e)) from None
+    except KeyboardInterrupt:
+        raise fail(_interrupted(target), code=130) from None
     finally:
         if spool is not None:
             spool.cleanup()
@@ -193,6 +195,19 @@ def ingest(
         raise fail("nothing was ingested (see the reasons above)")
     if summary.failed:
         raise fail(f"{len(summary.failed)} file(s) could not be read to the end (see above)")
+
+
+def _interrupted(target: Path) -> str:
+    """What an ingest stopped by Ctrl-C leaves: the commits made before it, and how to go on."""
+    from .store import StoreError, read_manifest
+
+    try:
+        files = read_manifest(target)["files"].values()
+        held = f"the store holds {len(files):,} file(s), {sum(e.get('lines', 0) for e in files):,} lines committed in all"
+    except (StoreError, OSError):
+        held = "what was committed before the stop is in the store"
+    return (f"interrupted: {held}; run the same command again to go on where it stopped "
+            "(committed lines are not read again)")
 
 
 @app.command()
