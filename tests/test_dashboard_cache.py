@@ -504,41 +504,63 @@ def test_the_other_widths_nearest_slider_steps_first():
     assert serve.other_widths(30.0) == [60.0, 120.0, 300.0, 900.0]
 
 
+class _Clock:
+    """A clock the waits of dashboards/data.py read instead of time: sleeping advances it at
+    once, so a test checks how long the code waited, not how fast the machine was."""
+
+    def __init__(self, t: float = 1000.0):
+        self.t = t
+        self.slept: list[float] = []
+        self.on_sleep = None
+
+    def monotonic(self) -> float:
+        return self.t
+
+    def perf_counter(self) -> float:  # how long a width took to compute: no time passes here
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.slept.append(s)
+        self.t += max(s, 1e-6)  # a real sleep always passes some time (float rounding at t)
+        if self.on_sleep:
+            self.on_sleep(self)
+
+
 def test_the_warm_up_of_other_widths_waits_for_a_pause_in_the_visits(store, monkeypatch):
-    import time
-
+    clock = _Clock()
+    monkeypatch.setattr(data, "time", clock)
     cfg = data.Settings(store=str(store))
-    data.catalog(cfg)  # a visitor's query
-    since = time.monotonic() - data._last_visit[0]
-    assert 0 <= since < 1.0
-    t0 = time.monotonic()
+    data.catalog(cfg)  # a visitor's query, at the clock's now
+    assert data._last_visit[0] == clock.t
+    t0 = clock.t
     data._wait_idle(0.4)
-    assert time.monotonic() - t0 >= 0.4 - since - 0.01
-    monkeypatch.setattr(data, "_last_visit", [time.monotonic() - 60.0])  # nobody for a minute
-    t0 = time.monotonic()
+    assert clock.t - t0 == pytest.approx(0.4, abs=1e-5)  # a pause of 0.4 s after the visit, no more
+    monkeypatch.setattr(data, "_last_visit", [clock.t - 60.0])  # nobody for a minute
+    t0, n = clock.t, len(clock.slept)
     data._wait_idle(5.0)
-    assert time.monotonic() - t0 < 0.5
-    # a visitor waiting for the connection: not idle, however long ago the last visit began
-    import threading
-
+    assert clock.t == t0 and len(clock.slept) == n  # idle already: no wait at all
+    # a visitor waiting for the connection: not idle, however long ago the last visit began;
+    # it gets its turn after 0.6 s, and the warm-up waits a whole pause after the poll that saw it
     monkeypatch.setattr(data, "_waiting", [1])
-    done = threading.Timer(0.6, lambda: data._waiting.__setitem__(0, 0))
-    done.start()
-    t0 = time.monotonic()
+    t0, n = clock.t, len(clock.slept)
+    clock.on_sleep = lambda c: data._waiting.__setitem__(0, 0) if c.t - t0 >= 0.6 else None
     data._wait_idle(0.3)
-    assert time.monotonic() - t0 >= 0.6  # not before the visitor had its turn (and 0.3 s after a poll that saw it)
-    done.join()
+    clock.on_sleep = None
+    # polled every 0.25 s while it waited (0, 0.25, 0.5 saw it; its turn came by 0.75), then
+    # a pause of 0.3 s from the last poll that saw it: 0.8 s in all
+    assert clock.slept[n:n + 3] == [0.25, 0.25, 0.25]
+    assert clock.t - t0 == pytest.approx(0.8, abs=1e-5)
     # a visitor's hold counts as a visit
     conn = _connection(store)
     monkeypatch.setattr(data, "_last_visit", [0.0])
     with data._visitor_holds(conn):
         assert conn.lock.locked() and data._waiting == [0]
-    assert not conn.lock.locked() and time.monotonic() - data._last_visit[0] < 1.0
+    assert not conn.lock.locked() and data._last_visit[0] == clock.t
     # warm: the widths after a pause, the default one shown at the end
-    monkeypatch.setattr(data, "_last_visit", [time.monotonic()])
-    t0 = time.monotonic()
+    monkeypatch.setattr(data, "_last_visit", [clock.t])
+    t0 = clock.t
     conn = data.warm(cfg, (120.0,), idle_s=0.5)
-    assert time.monotonic() - t0 >= 0.5 and conn.widths == [120.0, 60.0] and conn.window_s == 60.0
+    assert clock.t - t0 >= 0.5 and conn.widths == [120.0, 60.0] and conn.window_s == 60.0
 
 
 @pytest.mark.parametrize("slow", [False, True])
