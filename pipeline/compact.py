@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 from servelens.parsers.schema import events_from_arrow, events_to_arrow
 
 from .layout import LEGACY_UNKNOWN_DAY, FILE_SCHEMA, file_table, is_legacy, part_dir, partition_values, with_partition_columns
-from .store import PARQUET_OPTIONS, Store, _fsync_dir, new_txid
+from .store import PARQUET_OPTIONS, Store, StoreError, _fsync_dir, new_txid, require_intact
 
 SMALL_PART_BYTES = 16 * 1024 * 1024  # parts below this are worth merging
 TARGET_BYTES = 128 * 1024 * 1024  # input bytes merged into one part at most
@@ -130,6 +130,7 @@ def compact(store: Store, min_parts: int = 2, small_bytes: int = SMALL_PART_BYTE
     (`servelens compact`), then bring the rollups up to date: refreshed where dirty, rebuilt
     when lost, damaged or computed by other SQL (pipeline/rollup.py)."""
     result = CompactResult(parts_before=len(store.manifest["parts"]))
+    require_intact(store)
     for group in plan(store, min_parts, small_bytes, target_bytes, migrate=migrate):
         commit_merge(store, merge(store.root, group), result)
     result.parts_after = len(store.manifest["parts"])
@@ -141,6 +142,14 @@ def compact(store: Store, min_parts: int = 2, small_bytes: int = SMALL_PART_BYTE
 
 
 def commit_merge(store: Store, merged: Merged, result: CompactResult | None = None) -> None:
+    """Commit a merge, unless one of its inputs is no longer the part its commit wrote
+    (StoreError, the merged part removed): merged, damaged rows would look whole."""
+    try:
+        require_intact(store, merged.group, always=True)
+    except StoreError:
+        for staged, _final in merged.moves:
+            shutil.rmtree(store.root / Path(staged).parts[0] / Path(staged).parts[1], ignore_errors=True)
+        raise
     store.commit(merged.moves, remove_parts=merged.group, dirty=[])  # the same rows: rollups stay fresh
     if result is not None:
         result.merged += len(merged.group)

@@ -36,6 +36,7 @@ from .checkpoint import find_known, file_state, inherit_lineage, restore_ctx
 from .naming import InstanceNamer, NamingError, lineage_order
 from .lines import DEFAULT_BLOCK_BYTES, line_frames, parse_stream
 from .store import Store, StoreError
+from .store_repair import heal, healed_message
 
 FLUSH_ROWS = 500_000
 # Rows alone do not bound memory: a vLLM `Received request` event carries the whole prompt in
@@ -203,6 +204,9 @@ def ingest(
         if on_file:
             on_file(result)
     with Store.open(store_dir, purpose="ingest") as store:
+        healed = heal(store)
+        if healed is not None:
+            summary.notes.append(healed_message(healed))
         stored = [(Path(e["source"]), e["instance"]) for e in store.manifest["files"].values() if e.get("source")]
         namer = InstanceNamer([f.path for f in found], template=instance_from, stored=stored)
         summary.notes.extend(namer.notes)

@@ -17,7 +17,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from .layout import with_partition_columns
-from .store import Store, new_txid
+from .store import Store, new_txid, require_intact
 
 
 @dataclass
@@ -34,6 +34,7 @@ def prune(store: Store, before: dt.datetime, dry_run: bool = False) -> PruneResu
     """Remove the events with ts < `before` (UTC). With `dry_run`, only count them."""
     before = before.astimezone(dt.timezone.utc)
     result = PruneResult(parts_before=len(store.manifest["parts"]), dry_run=dry_run)
+    require_intact(store)
     remove: list[str] = []
     keep_frames: list[pl.DataFrame] = []
     for rel in list(store.manifest["parts"]):

@@ -33,6 +33,7 @@ import os
 import shutil
 import time
 import uuid
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -216,13 +217,51 @@ def part_location(root: Path, manifest: dict, rel: str) -> Path | None:
     return None
 
 
-def verify_parts(root: Path | str, manifest: dict | None = None) -> list[str]:
-    """Cheap integrity check of every part the manifest lists (what every read does): it
-    exists, is readable, and starts and ends with the Parquet magic (a part cut short, or
-    overwritten, does not). One line per problem, naming the part; [] when all is well.
-    Costs two 4-byte reads per part."""
+def part_checksum(fd: int) -> str:
+    """CRC-32 of a whole part file (hex): recorded at commit, compared by reads and check.
+    A checksum for damage, not for tampering: it catches a flipped bit at disk speed."""
+    crc, pos = 0, 0
+    while chunk := os.pread(fd, CHECKSUM_CHUNK, pos):
+        crc = zlib.crc32(chunk, crc)
+        pos += len(chunk)
+    return f"{crc:08x}"
+
+
+CHECKSUM_CHUNK = 1 << 22
+# parts whose checksum this process has already compared: (path, size, mtime_ns) -> checksum
+_checked: dict[tuple[str, int, int], str] = {}
+
+
+def content_problem(fd: int, path: str, st: os.stat_result, recorded: dict | None, always: bool = False) -> str | None:
+    """What is wrong with an open part's bytes against what its commit recorded (size,
+    modification time, checksum), or None. The checksum is read only when the file's size
+    or time differ from the record, or `always` (check): a part written once and never
+    touched costs a read-only fstat; one rewritten in place, bit-flipped by a tool, or
+    copied without its times is read whole once per process."""
+    if not recorded or "crc32" not in recorded:  # a part from before checksums
+        return None
+    if st.st_size != recorded["size"]:
+        return f"is damaged ({st.st_size} bytes; {recorded['size']} when it was committed)"
+    if not always and st.st_mtime_ns == recorded.get("mtime_ns"):
+        return None
+    key = (path, st.st_size, st.st_mtime_ns)
+    crc = None if always else _checked.get(key)
+    if crc is None:
+        crc = part_checksum(fd)
+        _checked[key] = crc
+    if crc != recorded["crc32"]:
+        return f"is damaged (its content changed since it was committed: checksum {crc}, recorded {recorded['crc32']})"
+    return None
+
+
+def verify_parts(root: Path | str, manifest: dict | None = None, always: bool = False) -> list[str]:
+    """Integrity check of every part the manifest lists (what every read does): it exists,
+    is readable, starts and ends with the Parquet magic (a part cut short, or overwritten,
+    does not), and has the size and content its commit recorded (content_problem; `always`:
+    read every part's checksum). One line per problem, naming the part; [] when all is well."""
     root = Path(root)
     manifest = read_manifest(root) if manifest is None else manifest
+    info = manifest.get("part_info") or {}
     base = str(root)
     problems = []
     for rel in manifest["parts"]:
@@ -230,26 +269,44 @@ def verify_parts(root: Path | str, manifest: dict | None = None) -> list[str]:
         # calls: no Path and no file object per part (every read checks them all, and a big
         # store has thousands)
         try:
+            path = os.path.join(base, rel)
             try:
-                fd = os.open(os.path.join(base, rel), os.O_RDONLY)
+                fd = os.open(path, os.O_RDONLY)
             except (FileNotFoundError, NotADirectoryError):  # not in events/: still in staging?
-                path = part_location(root, manifest, rel)
-                if path is None:
+                staged = part_location(root, manifest, rel)
+                if staged is None:
                     problems.append(f"part {rel} is missing")
                     continue
+                path = str(staged)
                 fd = os.open(path, os.O_RDONLY)
             try:
-                size = os.fstat(fd).st_size
+                st = os.fstat(fd)
+                size = st.st_size
                 head = os.pread(fd, 4, 0)
                 end = os.pread(fd, 4, max(0, size - 4))
+                if size < 12 or head != PARQUET_MAGIC or end != PARQUET_MAGIC:
+                    problems.append(f"part {rel} is damaged (not a complete Parquet file: {size} bytes)")
+                    continue
+                problem = content_problem(fd, path, st, info.get(rel), always)
             finally:
                 os.close(fd)
         except OSError as e:
             problems.append(f"part {rel} cannot be read ({e.strerror})")
             continue
-        if size < 12 or head != PARQUET_MAGIC or end != PARQUET_MAGIC:
-            problems.append(f"part {rel} is damaged (not a complete Parquet file: {size} bytes)")
+        if problem:
+            problems.append(f"part {rel} {problem}")
     return problems
+
+
+def require_intact(store: "Store", parts: list[str] | None = None, always: bool = False) -> None:
+    """A StoreError naming the first damaged or missing part among `parts` (default: all),
+    before a writer rewrites them: merging a damaged part would give its wrong rows a new,
+    valid checksum."""
+    m = store.manifest
+    problems = verify_parts(store.root, m if parts is None else {**m, "parts": parts}, always=always)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise StoreError(f"store {store.root}: {problems[0]}{more}; nothing was changed: {REPAIR_HINT}")
 
 
 # Set (to anything) to read what is readable of a damaged store instead of refusing it:
@@ -636,7 +693,7 @@ class Store:
                     mine = {k: v for k, v in sources.items() if files[k].get("source", held and next(iter(held))) in held}
             except Exception:  # noqa: BLE001 - unreadable now: check will say so
                 rows = None
-            out[final] = {"rows": rows, "sources": mine}
+            out[final] = {"rows": rows, "sources": mine, **_content_record(self.root / staged)}
         return out
 
     def _apply_moves(self, moves: list) -> None:
@@ -675,6 +732,20 @@ class Store:
             else:
                 keep.append([rel, t])
         self.manifest["garbage"] = keep
+
+
+def _content_record(path: Path) -> dict:
+    """What a new part is, for content_problem: its size, modification time (a rename into
+    events/ keeps it) and checksum."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return {}
+    try:
+        st = os.fstat(fd)
+        return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "crc32": part_checksum(fd)}
+    finally:
+        os.close(fd)
 
 
 def dirty_marks(events: pl.DataFrame) -> list[list]:

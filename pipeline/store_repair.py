@@ -60,7 +60,7 @@ def check(root: Path | str, deep: bool = False) -> CheckResult:
     if not (root / "manifest.json").exists():
         raise StoreError(f"{root} is not a servelens store (no manifest.json); give --store")
     out = CheckResult(parts=len(manifest["parts"]))
-    cheap = {p.split()[1]: p for p in verify_parts(root, manifest)}
+    cheap = {p.split()[1]: p for p in verify_parts(root, manifest, always=True)}
     info = manifest.get("part_info", {})
     for rel in manifest["parts"]:
         if rel in cheap:
@@ -134,6 +134,7 @@ class RepairResult:
     rows_dropped: int = 0
     rollup: Any = None  # pipeline/rollup.Refreshed when the rollups were rebuilt or refreshed
     rollup_error: str | None = None  # why they could not be (queries then use the raw path)
+    problems: list[str] = field(default_factory=list)  # what a writer found (heal)
 
 
 def repair(root: Path | str, dry_run: bool = False, deep: bool = False) -> RepairResult:
@@ -149,40 +150,10 @@ def repair(root: Path | str, dry_run: bool = False, deep: bool = False) -> Repai
     result = RepairResult()
     with Store.open(root, purpose="repair") as store:
         damaged = check(root, deep=deep).damaged
-        m = store.manifest
-        info = m.get("part_info", {})
-        lost, rollback = _cascade(m, info, set(damaged))
-        result.dropped = sorted(damaged)
-        result.dropped_overlap = sorted(lost - set(damaged))
-        result.unrestorable = sorted(p for p in damaged if (info.get(p) or {}).get("sources") is None)
-        for p in result.dropped_overlap:
-            result.rows_dropped += (info.get(p) or {}).get("rows") or 0
-        for p in result.dropped:
-            result.rows_dropped += (info.get(p) or {}).get("rows") or 0
-        for key, state in rollback.items():
-            entry = m["files"].get(key)
-            if entry is None:
-                continue
-            src = entry.get("source", key)
-            result.rolled_back[src] = (0, 0) if state is None else (state["offset"], state["lines"])
-        result.deleted_unreferenced = unreferenced_files(root, m)
+        result.deleted_unreferenced = unreferenced_files(root, store.manifest)
+        lost = _drop(store, set(damaged), result, dry_run)
         if dry_run:
             return result
-        if lost or rollback:
-            for key, state in rollback.items():
-                if key not in m["files"]:
-                    continue
-                if state is None:
-                    del m["files"][key]
-                else:
-                    m["files"][key] = {**m["files"][key], **state}
-            # what is dropped is wrong or will be read again: gone at once, not after the
-            # garbage grace time
-            m["parts"] = [p for p in m["parts"] if p not in lost]
-            m["part_info"] = {p: v for p, v in info.items() if p not in lost}
-            store.commit([], dirty="all")  # rows are gone: every rollup is rebuilt below
-            for p in lost:
-                _unlink(root / p)
         for rel in result.deleted_unreferenced:
             _unlink(root / rel)
         _prune_empty_dirs(root / "events")
@@ -195,6 +166,69 @@ def repair(root: Path | str, dry_run: bool = False, deep: bool = False) -> Repai
         except (StoreError, RuntimeError, OSError) as e:
             result.rollup_error = " ".join(str(e).split())[:200]
     return result
+
+
+def heal(store: Store) -> RepairResult | None:
+    """What a writer (ingest, tail) does before it writes: a committed part that is missing
+    or whose size or content is not what its commit recorded is dropped, and the files it
+    held events of are rolled back, as `repair` does, so that this very run reads those
+    bytes again instead of building on a hole. None when every part is intact. A remote
+    store's mirror holds only some of its parts locally: not checked here."""
+    if store.remote is not None:
+        return None
+    problems = verify_parts(store.root, store.manifest)
+    if not problems:
+        return None
+    result = RepairResult(problems=problems)
+    _drop(store, {p.split()[1] for p in problems}, result, dry_run=False)
+    return result
+
+
+def healed_message(result: RepairResult) -> str:
+    """One line for what heal did."""
+    n = len(result.problems)
+    files = sorted(result.rolled_back)
+    shown = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+    what = f"{result.problems[0]}" + (f" (and {n - 1} more)" if n > 1 else "")
+    again = f"; {len(files)} file(s) are read again from where that part began: {shown}" if files else ""
+    lost = f"; {len(result.unrestorable)} part(s) predate the record and their events are lost" if result.unrestorable else ""
+    return f"{what}: dropped ({result.rows_dropped:,} events){again}{lost}"
+
+
+def _drop(store: Store, damaged: set[str], result: RepairResult, dry_run: bool) -> set[str]:
+    """Drop the damaged parts and what overlaps them, roll their files back (filling
+    `result`); the parts dropped."""
+    m = store.manifest
+    info = m.get("part_info", {})
+    lost, rollback = _cascade(m, info, damaged)
+    result.dropped = sorted(damaged)
+    result.dropped_overlap = sorted(lost - damaged)
+    result.unrestorable = sorted(p for p in damaged if (info.get(p) or {}).get("sources") is None)
+    for p in (*result.dropped_overlap, *result.dropped):
+        result.rows_dropped += (info.get(p) or {}).get("rows") or 0
+    for key, state in rollback.items():
+        entry = m["files"].get(key)
+        if entry is None:
+            continue
+        src = entry.get("source", key)
+        result.rolled_back[src] = (0, 0) if state is None else (state["offset"], state["lines"])
+    if dry_run or not (lost or rollback):
+        return lost
+    for key, state in rollback.items():
+        if key not in m["files"]:
+            continue
+        if state is None:
+            del m["files"][key]
+        else:
+            m["files"][key] = {**m["files"][key], **state}
+    # what is dropped is wrong or will be read again: gone at once, not after the
+    # garbage grace time
+    m["parts"] = [p for p in m["parts"] if p not in lost]
+    m["part_info"] = {p: v for p, v in info.items() if p not in lost}
+    store.commit([], dirty="all")  # rows are gone: every rollup is rebuilt
+    for p in lost:
+        _unlink(store.root / p)
+    return lost
 
 
 def _cascade(m: dict, info: dict, damaged: set[str]) -> tuple[set[str], dict[str, dict | None]]:

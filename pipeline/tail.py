@@ -46,6 +46,7 @@ from .discover import NotRegularFile, special_kind
 from .lines import PARSE_THREADS, line_frames, parse_stream
 from .naming import InstanceNamer, NamingError
 from .store import Store, StoreError, StoreFull
+from .store_repair import heal, healed_message
 from .tail_identity import GZ_ERRORS, MAX_READ, Followed, IdentityMixin
 from .tail_watch import Targets, Watcher
 
@@ -327,7 +328,12 @@ class Tailer(IdentityMixin):
             self.say(f"compaction failed ({e}); will try again")
             self._merge_queue = []
             return
-        compact_mod.commit_merge(self.store, merged)
+        try:
+            compact_mod.commit_merge(self.store, merged)
+        except StoreError as e:  # a damaged part: reading goes on, merging waits for repair
+            self.say(str(e))
+            self._merge_queue = []
+            self.compact_min_parts = 0
 
     def run(self, stop: threading.Event, on_status: Callable[[Stats], None] | None = None) -> None:
         self.background_compaction = True
@@ -680,6 +686,9 @@ def tail(
         if store is None:  # stopped while the disk was still full: nothing was read
             return Stats()
         with store:
+            healed = heal(store)
+            if healed is not None and say is not None:
+                say(healed_message(healed))
             tailer = Tailer(
                 store, targets, engine=engine, instance=instance, instance_from=instance_from, year=year,
                 from_end=from_end, flush_interval=flush_interval, say=say,

@@ -106,7 +106,8 @@ def _make_legacy(store: Path) -> None:
         path.unlink()
         pq.write_table(table, store / new_rel)
         parts.append(new_rel)
-        info[new_rel] = m["part_info"][rel]
+        # an older store's record: no size, time or checksum
+        info[new_rel] = {k: v for k, v in m["part_info"][rel].items() if k not in ("size", "mtime_ns", "crc32")}
     m["parts"], m["part_info"] = parts, info
     (store / "manifest.json").write_text(json.dumps(m))
 

@@ -140,7 +140,15 @@ def test_row_count_mismatch_and_wrong_schema_found_by_check(store):
     pq.write_table(df.head(1).to_arrow().cast(FILE_SCHEMA), store / a)
     other = pl.read_parquet(store / b).with_columns(pl.col("line").cast(pl.String)).to_arrow()
     pq.write_table(other.cast(FILE_SCHEMA.set(FILE_SCHEMA.get_field_index("line"), pa.field("line", pa.string()))), store / b)
-    assert verify_parts(store) == []  # both are whole Parquet files
+    # both are whole Parquet files, but not the bytes their commits recorded
+    assert [p.split(" ", 3)[1:3] for p in verify_parts(store)] == [[a, "is"], [b, "is"]]
+    assert all("when it was committed" in p or "content changed" in p for p in verify_parts(store))
+    # a store from before content records: the footer's rows and schema still tell
+    for rel in (a, b):
+        for k in ("size", "mtime_ns", "crc32"):
+            m["part_info"][rel].pop(k)
+    (store / "manifest.json").write_text(json.dumps(m))
+    assert verify_parts(store) == []
     r = cli("check", "--store", str(store))
     assert r.exit_code == 1
     assert f"damaged  {a}: holds 1 rows, the manifest recorded {df.height}" in r.output
