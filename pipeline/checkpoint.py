@@ -9,17 +9,64 @@ and tail both read and write these entries, so batch and live data never double.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 from pathlib import Path
+from typing import Any, Iterable
 
 from servelens.parsers.base import ParseContext
 
 from . import fingerprint as fp
 
 
-def find_known(manifest: dict, path: Path, head: bytes) -> tuple[str | None, dict | None]:
-    """The manifest entry whose content this file is (same or grown), if any."""
+class KnownFiles:
+    """The manifest entry whose content a file is (same or grown), if any, for many files
+    against one store: the entries indexed by their first bytes, so that a file costs a few hash lookups instead of a comparison with every entry
+    (20,000 small files would be 400 million). Rebuilt after each commit of the store."""
+
+    def __init__(self, store: Any):
+        self.store = store
+        self._generation: int | None = None
+        self._full: dict[str, list[str]] = {}  # head_sha -> keys (heads of HEAD_BYTES)
+        self._short: dict[int, dict[str, list[str]]] = {}  # head_len -> head_sha -> keys
+        self._instances: dict[str | None, list[dict]] = {}
+
+    def find(self, path: Path, head: bytes) -> tuple[str | None, dict | None]:
+        files = self.store.manifest["files"]
+        if self._generation != self.store.generation:
+            self._build(files)
+        return _best(files, self._candidates(head), path, head)
+
+    def of_instance(self, instance: str | None) -> list[dict]:
+        """The entries of one instance (for inherit_lineage)."""
+        if self._generation != self.store.generation:
+            self._build(self.store.manifest["files"])
+        return self._instances.get(instance, [])
+
+    def _build(self, files: dict) -> None:
+        self._full, self._short, self._instances = {}, {}, {}
+        for key, known in files.items():
+            self._instances.setdefault(known.get("instance"), []).append(known)
+            n = known["head_len"]
+            by_sha = self._full if n == fp.HEAD_BYTES else self._short.setdefault(n, {})
+            by_sha.setdefault(known["head_sha"], []).append(key)
+        self._generation = self.store.generation
+
+    def _candidates(self, head: bytes) -> list[str]:
+        out = list(self._full.get(fp.sha(head[: fp.HEAD_BYTES]), ())) if len(head) >= fp.HEAD_BYTES else []
+        # entries of files shorter than HEAD_BYTES when read: this file may be one grown;
+        # one running hash over the head gives the digest at each such length
+        h, pos = hashlib.sha256(), 0
+        for n in sorted(n for n in self._short if n <= len(head)):
+            h.update(head[pos:n])
+            pos = n
+            out.extend(self._short[n].get(h.copy().hexdigest()[:32], ()))
+        return out
+
+
+def _best(files: dict, keys: Iterable[str], path: Path, head: bytes) -> tuple[str | None, dict | None]:
     best: tuple[str | None, dict | None] = (None, None)
-    for key, known in manifest["files"].items():
+    for key in keys:
+        known = files[key]
         if fp.matches(path, head, known):
             if best[1] is None or known["offset"] > best[1]["offset"]:
                 best = (key, known)

@@ -32,7 +32,7 @@ from .discover import (
     expand,
     looks_binary,
 )
-from .checkpoint import find_known, file_state, inherit_lineage, restore_ctx
+from .checkpoint import KnownFiles, file_state, inherit_lineage, restore_ctx
 from .naming import InstanceNamer, NamingError, lineage_order
 from .lines import DEFAULT_BLOCK_BYTES, line_frames, parse_stream
 from .store import Store, StoreError
@@ -117,6 +117,7 @@ class _Batch:
         self.rows = 0
         self.bytes = 0
         self.files: dict[str, dict] = {}
+        self.of_instance: dict[str | None, dict[str, dict]] = {}  # instance -> key -> state
 
     def add(self, events: pl.DataFrame, key: str, state: dict, read: int = 0) -> None:
         """`read`: the bytes of text the events were parsed from, counted as held too: their
@@ -128,6 +129,7 @@ class _Batch:
             self.rows += events.height
             self.bytes += events.estimated_size() + read
         self.files[key] = state
+        self.of_instance.setdefault(state.get("instance"), {})[key] = state
 
     @property
     def full(self) -> bool:
@@ -135,7 +137,7 @@ class _Batch:
 
     def flush(self) -> None:
         self.store.commit_events(self.frames, self.files)
-        self.frames, self.rows, self.bytes, self.files = [], 0, 0, {}
+        self.frames, self.rows, self.bytes, self.files, self.of_instance = [], 0, 0, {}, {}
 
 
 def ingest(
@@ -215,9 +217,10 @@ def ingest(
             store.manifest["keep_lines"] = True  # written with the next commit
         keep_lines = bool(store.manifest.get("keep_lines"))
         batch = _Batch(store)
+        known_files = KnownFiles(store)
 
         def open_file(item, reserved: set[str] | frozenset[str] = frozenset()) -> _Opened | FileResult:
-            opened = _open_file(item.path, store, batch, engine, instance or namer.name(item.path), year,
+            opened = _open_file(item.path, store, known_files, batch, engine, instance or namer.name(item.path), year,
                                 block_bytes, on_progress, explicit=instance is not None,
                                 labels=namer.labels(item.path), reserved=reserved)
             if isinstance(opened, _Opened):
@@ -274,6 +277,7 @@ class _Opened:
 def _open_file(
     path: Path,
     store: Store,
+    known_files: KnownFiles,
     batch: _Batch,
     engine: str,
     instance: str | None,
@@ -307,7 +311,13 @@ def _open_file(
         _progress(on_progress, size)
         return _skip(result, "binary file, not a text log")
 
-    key, known = find_known(store.manifest, path, head)
+    key, known = known_files.find(path, head)
+    if known is not None and known["offset"] == size and not fp.is_gzip(path):
+        # read to its end before: nothing to detect or parse (a re-ingest of many files)
+        result.engine, result.instance = known["engine"], instance if explicit else known["instance"]
+        result.status, result.reason = "unchanged", "already ingested"
+        _progress(on_progress, size)
+        return result
     sample = _detect_sample(head)
     if known is not None:
         # entries of stores written before the decoding stage hold no layers: found again
@@ -335,7 +345,8 @@ def _open_file(
         restore_ctx(ctx, known.get("ctx", {}))
     else:
         # a new file of a known instance continues its lineage (model, year...)
-        inherit_lineage(ctx, [*store.manifest["files"].values(), *batch.files.values()], result.instance, explicit_year=year is not None)
+        entries = [*known_files.of_instance(result.instance), *batch.of_instance.get(result.instance, {}).values()]
+        inherit_lineage(ctx, entries, result.instance, explicit_year=year is not None)
     if key is None:
         key = fp.sha(head[: fp.HEAD_BYTES])
         # two different files may share their first bytes: keep both entries

@@ -2,7 +2,7 @@
 copy, a symlink) is read once: the files whose content is the same as, or the beginning of,
 another file's in the same run are set aside before anything is parsed.
 
-Across runs the manifest does this (checkpoint.find_known); within one run the manifest does
+Across runs the manifest does this (checkpoint.KnownFiles); within one run the manifest does
 not know the files yet. Only files whose first bytes match another's are compared in full,
 so a directory of different logs costs one small read per file.
 """

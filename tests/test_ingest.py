@@ -238,3 +238,25 @@ def test_checkpoints_hash_the_bytes_as_read_without_reading_the_file_again(tmp_p
     assert (entry["tail_sha"], entry["tail_len"]) == fp.tail_check(path, entry["offset"])
     # and the file is known by it: a second ingest adds nothing
     assert ingest([path], store).lines == 0
+
+
+def test_many_small_files_grown_past_their_first_bytes_add_exactly_the_new_lines(tmp_path, fake_engine):
+    """Files of many different lengths under HEAD_BYTES, each found again by its first
+    bytes once it has grown past them (and a copy of one found as the same content)."""
+    logs = tmp_path / "logs"
+    for n in range(1, 41):
+        write(logs / f"f{n:02d}.log", fake_lines(n, start=n * 1000))
+    store = tmp_path / "store"
+    assert ingest([logs], store).lines == sum(range(1, 41))
+    for n in range(1, 41, 3):  # a third of them grow far past 4 KiB
+        with open(logs / f"f{n:02d}.log", "a") as f:
+            f.write(fake_lines(120, start=n * 1000 + n))
+    shutil.copy(logs / "f07.log", logs / "copy-of-f07.log")
+    again = ingest([logs], store)
+    grown = len(range(1, 41, 3))
+    assert again.lines == 120 * grown
+    assert sorted(r.status for r in again.files).count("unchanged") == 41 - grown
+    df = events(store)
+    assert df.height == sum(range(1, 41)) + 120 * grown
+    per_file = df.group_by("source").agg(pl.col("line").max())
+    assert per_file.height == 40
