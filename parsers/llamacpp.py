@@ -275,6 +275,10 @@ def _classified(df: pl.DataFrame) -> pl.DataFrame:
             pl.when(f == "text24").then(a_txt.struct.field("1")),
         ).replace_strict(_LEVELS, default=None).alias("level"),
     )
+    # a line without a level letter (builds before 2026): the server prints a cancel with
+    # SRV_WRN, so it is a warning in every format
+    df = df.with_columns(pl.when(pl.col("level").is_null() & pl.col("_msg").str.contains(
+        "cancel task, id_task = ", literal=True)).then(pl.lit("WARNING")).otherwise(pl.col("level")).alias("level"))
     xs = pl.col("_xsrc")
     if df["_xsrc"].null_count() < df.height:
         extras = [
