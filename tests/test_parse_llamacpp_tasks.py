@@ -12,9 +12,11 @@ import polars as pl
 from test_parse_llamacpp import attrs, parse
 
 from servelens.pipeline.ingest import ingest
+from servelens.pipeline.query import run as query
 from servelens.pipeline.store import committed_parts
 
 HELDOUT = Path(__file__).parent.parent / "sample_logs" / "llamacpp" / "real" / "heldout"
+FIXTURES = Path(__file__).parent / "fixtures" / "llamacpp"
 
 # ik_llama.cpp, a 2026 build mixing 2024 `INFO [ func ] msg | k=v` records with tagged lines
 # (ikawrakow/ik_llama.cpp pull 1716): the client stopped while the prompt was processed
@@ -56,3 +58,19 @@ def test_compose_task_whole_prompt_progress_and_a_late_cancel(tmp_path):
     # truncated = 1 on the release: the slot's context (4096) ran full
     rel = ev.filter(pl.col("event") == "request_finished").to_dicts()[0]
     assert attrs(rel)["truncated"] is True and attrs(rel)["n_tokens_used"] == 4095
+
+
+def test_server_log_json_with_sorted_keys_is_read_at_ingest(tmp_path):
+    """2024 `server_log` records as ollama's embedded server printed them, keys sorted
+    (`{"function":..,"level":..,"line":..,"msg":..}`; a public walkthrough's paste): JSON
+    records of the engine's own, not a JSON-lines formatter around it. One task: arrives at
+    1714489663, 18 prompt tokens, 22 decoded, `t_total` 4831.581 ms, released."""
+    ingest([FIXTURES / "server_log_sorted_keys.log"], tmp_path / "st", engine="llamacpp")
+    ev = pl.read_parquet(committed_parts(tmp_path / "st")).sort("line")
+    assert ev.height == 8 and ev["level"].to_list() == ["INFO"] * 8
+    assert "unparsed" not in ev["event"].to_list()
+    assert ev["ts"].dt.epoch("s").to_list() == [1714489663] * 3 + [1714489668] * 5
+    req = query(tmp_path / "st", "select request_id, status, prompt_tokens, output_tokens, e2e_s, "
+                "epoch(arrival_ts) as arrived from requests").to_dicts()
+    assert req == [{"request_id": "6", "status": "finished", "prompt_tokens": 18, "output_tokens": 22,
+                    "e2e_s": 4.831581, "arrived": 1714489663.0}]
