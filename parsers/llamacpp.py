@@ -46,6 +46,9 @@ from .base import ANSI_RE, ParseContext, attrs_column
 from .llamacpp_clock import REL_RE, anchor, file_runs, rel_us
 
 NAME = "llamacpp"
+# the decoding stage passes each line's wrapper time (`wrapper_ts`): a 2026 line's relative
+# clock is anchored on it (llamacpp_clock.anchor), not replaced by it
+WANTS_WRAPPER_TS = True
 CARRY_FORWARD = ("model",)
 # whether a line may start a chunk depends on the lines before it up to a timing block's
 # look-back (`llamacpp_timing.open_block`)
@@ -61,7 +64,12 @@ _FUNC_RE = r"^([A-Za-z_][A-Za-z0-9_.-]*(?: [A-Za-z0-9_.-]+)?): "
 # the same with the whole match as group 1 (its length is where the message starts)
 _TAG_WHOLE_RE = "^(" + _TAG_RE[1:] + ")"
 _FUNC_WHOLE_RE = "^(" + _FUNC_RE[1:] + ")"
-_JSON_HINT = r'^\{"(?:tid|timestamp|level)"'
+# `{"tid":..,"timestamp":..,"level":..` in the order server_log wrote them, or with the keys
+# sorted (builds whose json sorted its keys: `{"function":..,"level":..,"line":..`)
+_JSON_HINT = r'^\{"(?:tid|timestamp|level|function)"'
+# a lead the decoding stage did not take off (a syslog tag `llama-Qwen:[1351]: `, a
+# launcher's `name | `) before a 2026 relative time or a server tag: group 1 is the lead
+_LEAD_RE = r"^(.{1,200}?(?::|\s\|)\s+)(?:[0-9]+\.[0-9]{2}\.[0-9]{3}\.[0-9]{3} [IWEDT] |(?:slot|srv|que) +[^\s:]{1,12}: )"
 # the indented `key = value, ...` lines of a multi-line `sampler params:` (or similar) dump
 _KV_DUMP_RE = r"^\s{2,}[a-z_]+ = [^,\s]+(?:, [a-z_]+ = [^,\s]+)+\s*$"
 _EARLY_RE = r"^(?:slot [0-9]+ (?:is processing|released|: )|all slots are idle|Available slots:| -> Slot [0-9]+ - max context|llama server listening at |system prompt updated$|[a-z_]{3,40} : |encoding image slice|image slice encoded in |decoding image batch |image decoded \(batch )"
@@ -111,11 +119,16 @@ def detect(lines: list[str]) -> float:
 
 def record_starts(text: pl.Series) -> pl.Series:
     """False where a line continues a timing block (or lies inside an open one), so that a
-    chunk is never cut inside a request's timing block."""
+    chunk is never cut inside a request's timing block; nor between a task's `new prompt` or
+    `cancel task` line and its end (`stop processing` or `total time`), which the chunk reads
+    together (the whole prompt, an abort), as far as the timing block's look-back reaches."""
     df = _classified(_header(text))
+    msg, part = pl.col("_msg"), pl.col("_part")
+    task_open = msg.str.starts_with("new prompt,") | msg.str.contains("cancel task, id_task = ", literal=True)
+    task_end = msg.str.starts_with("stop processing") | (part == "total")
     return df.select(
-        ~T.open_block(pl.col("_opener"), pl.col("_part") == "total",
-                      pl.col("_part").is_not_null() & ~pl.col("_opener"))
+        ~(T.open_block(pl.col("_opener"), part == "total", part.is_not_null() & ~pl.col("_opener"))
+          | T.open_block(task_open.fill_null(False), task_end.fill_null(False), pl.lit(False)))
     ).to_series().alias("starts")
 
 
@@ -124,12 +137,27 @@ def scan_file(frames, ctx: ParseContext) -> None:
     ctx.file["rel_runs"] = file_runs(((f["line"], _relative(f["text"])) for f in frames), ctx)
 
 
+def _cut_lead(df: pl.DataFrame, col: str) -> pl.DataFrame:
+    """`col` without a lead the decoding stage left (`_LEAD_RE`), the lead in `_lead`. Looked
+    for only where the line does not open with a prefix of llama.cpp's own."""
+    c = pl.col(col)
+    own = c.str.contains(r"^(?:\[\s*[0-9]+\] |[0-9]+\.[0-9]{2}\.|[IWEDT] |(?:slot|srv|que) |\{)")
+    df = df.with_columns(pl.when(~own).then(c).str.extract(_LEAD_RE, 1).alias("_lead"))
+    if df["_lead"].null_count() == df.height:
+        return df
+    return df.with_columns(
+        pl.when(pl.col("_lead").is_not_null()).then(c.str.slice(pl.col("_lead").str.len_chars())).otherwise(c),
+        pl.col("_lead").str.strip_chars_end().str.strip_chars_end(":|").str.strip_chars_end(),
+    )
+
+
 def _relative(text: pl.Series) -> pl.Series:
     """`_header`'s `_rel` alone (µs since start, null for lines without), for the first pass."""
     df = pl.DataFrame({"b": text}, schema={"b": _STR})
     b = pl.col("b")
     if df.select(b.str.contains(ANSI_RE).any()).item():
         df = df.with_columns(b.str.replace_all(ANSI_RE, ""))
+    df = _cut_lead(df, "b")
     if df.select(b.str.contains(_PORT_RE).any()).item():  # a router's children: their prefix first
         df = df.with_columns(b.str.replace(_PORT_RE, ""))
     return df.select(rel_us(b.str.extract_groups(REL_RE))).to_series()
@@ -158,6 +186,7 @@ def _header(text: pl.Series, wrap: pl.Series | None = None) -> pl.DataFrame:
     df = df.with_columns(pl.col("_raw").alias("_body"))
     if df.select(c.str.contains(ANSI_RE).any()).item():
         df = df.with_columns(c.str.replace_all(ANSI_RE, ""))
+    df = _cut_lead(df, "_body")
     df = df.with_columns(c.str.extract(_PORT_RE, 1).cast(pl.Int64, strict=False).alias("_port"))
     if df["_port"].null_count() < df.height:
         df = df.with_columns(c.str.replace(_PORT_RE, ""))
@@ -198,7 +227,8 @@ def _classified(df: pl.DataFrame) -> pl.DataFrame:
     # opens with `{"`, the 2024 text form with its level word, a tag with its name)
     tag, a_txt, fnc = pl.col("_tg"), pl.col("_at"), pl.col("_fg")
     df = df.with_columns(
-        b.str.contains(_JSON_HINT).alias("_is_json"),
+        (b.str.contains(_JSON_HINT) | (b.str.starts_with('{"') & b.str.contains('"function":"', literal=True)
+                                       & b.str.contains('"level":"', literal=True))).alias("_is_json"),
         b.str.extract_groups(_ERA_A_TEXT_RE).alias("_at"),
         b.str.extract_groups(_TAG_WHOLE_RE).alias("_tg"),
     )
@@ -245,6 +275,10 @@ def _classified(df: pl.DataFrame) -> pl.DataFrame:
             pl.when(f == "text24").then(a_txt.struct.field("1")),
         ).replace_strict(_LEVELS, default=None).alias("level"),
     )
+    # a line without a level letter (builds before 2026): the server prints a cancel with
+    # SRV_WRN, so it is a warning in every format
+    df = df.with_columns(pl.when(pl.col("level").is_null() & pl.col("_msg").str.contains(
+        "cancel task, id_task = ", literal=True)).then(pl.lit("WARNING")).otherwise(pl.col("level")).alias("level"))
     xs = pl.col("_xsrc")
     if df["_xsrc"].null_count() < df.height:
         extras = [
@@ -352,8 +386,12 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
     json_access = (fn == "log_server_request") & pl.col("_x_status").is_not_null()
     arrived = msg.str.contains(r"^(?:processing task|slot is processing task)") | msg.str.contains(
         r"^slot [0-9]+ is processing \[task id: [0-9]+\]")
-    finished = msg.str.contains(r"^(?:stop processing|slot released)")
+    finished = msg.str.contains(r"^(?:stop processing|slot released|slot [0-9]+ released)")
     aborted_id = msg.str.extract(r"cancel task, id_task = ([0-9]+)", 1)
+    # `new prompt, n_ctx_slot = N, n_keep = N, n_prompt_tokens = N` (2025: `task.n_tokens = N`):
+    # the task's whole prompt, cached part included
+    new_prompt = pl.when(msg.str.starts_with("new prompt,")).then(msg).str.extract(
+        r"(?:n_prompt_tokens|task\.n_tokens) = ([0-9]+)", 1).cast(pl.Int64, strict=False)
     n_slots = pl.coalesce(msg.str.extract(r"initializing(?: slots)?, n_slots = ([0-9]+)", 1).cast(pl.Int64, strict=False),
                           pl.when(msg == "initializing slots").then(pl.col("_x_n_slots").cast(pl.Int64, strict=False)))
     n_seq = msg.str.extract(r"^(?:n_seq_max|n_parallel)\s*=\s*([0-9]+)", 1).cast(pl.Int64, strict=False)
@@ -385,6 +423,15 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         n_ctx_slot_new.alias("n_ctx_slot"),
         model.alias("model"),
         aborted_id.cast(pl.Int64, strict=False).alias("_abort_task"),
+        new_prompt.alias("_np_tokens"),
+        # kv_unified = 'true': every slot draws on one pool of n_ctx_slot cells
+        msg.str.extract(r"kv_unified = '(\w+)'", 1).alias("_kv_unified"),
+    )
+    # 2023's `slot 0 released (N tokens in cache)` names its slot only: the task that slot
+    # took last
+    slot_task = pl.when(arrived).then(pl.col("_task")).forward_fill().over(pl.col("_port").fill_null(-1), "_slot")
+    df = df.with_columns(
+        pl.coalesce("_task", pl.when(finished & pl.col("_slot").is_not_null()).then(slot_task)).alias("_task")
     )
     is_cap = pl.coalesce(pl.col("_n_slots"), pl.col("_n_seq"), pl.col("_n_ctx"), pl.col("n_ctx_slot")).is_not_null()
     is_access = pl.col("_status").is_not_null() | json_access
@@ -419,17 +466,25 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         | (own_rel < own_rel.forward_fill().shift(1))
     ).fill_null(False)
     df = df.with_columns(run_start.alias("run_start"))
+    df = df.with_columns(
+        (finished & pl.col("_task").is_not_null()).alias("_release"),
+        pl.col("run_start").cast(pl.Int32).cum_sum().alias("_crun"),
+    )
+    df = _cancel_wins(df)
     ev = pl.col("event")
     req = ev == "request"
-    fin_msg = pl.when(ev == "request_finished").then(msg)
+    fin_msg = pl.when(ev.is_in(["request_finished", "request_aborted"])).then(msg)
     err_body = pl.when(ev == "error").then(body)
     key_task = pl.col("_key").str.extract(r"\|(-?[0-9]+)$", 1)
-    task = pl.when(req).then(key_task).otherwise(pl.col("_task").cast(_STR))
+    task = pl.when(part.is_not_null()).then(key_task).otherwise(pl.col("_task").cast(_STR))
     df = df.with_columns(
         *[pl.when(req).then(e).alias(e.meta.output_name()) for e in T.request_columns()],
     ).with_columns(
-        pl.when(ev == "request_aborted").then(pl.col("_abort_task").cast(_STR))
-        .when(ev.is_in(["request", "request_arrived", "request_finished"]) & (task != "-1")).then(task)
+        # every line that names its task is about that request (the 2026 timing lines,
+        # prompt progress, decode speed, `new prompt`), not only the lifecycle lines
+        pl.when(ev == "request_aborted").then(pl.coalesce(pl.col("_abort_task").cast(_STR), task))
+        .when(ev.is_in(["request", "request_arrived", "request_finished", "log", "engine_stats", "error"])
+              & (task != "-1")).then(task)
         .alias("_task_id"),
         pl.when(ev == "http_access").then(pl.coalesce(pl.col("_status"), pl.col("_x_status").cast(pl.Int32, strict=False))).alias("http_status"),
         pl.when(ev == "http_access").then(pl.coalesce(pl.col("method"), pl.col("_x_method"))).alias("method"),
@@ -437,12 +492,17 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         pl.when(ev == "engine_stats").then(pl.col("_tg")).alias("gen_tps"),
         pl.when(ev == "engine_stats").then(pl.col("_pp")).alias("prompt_tps"),
         pl.when(ev == "capacity").then(pl.coalesce(pl.col("_n_slots"), pl.col("_n_seq"))).alias("max_num_seqs"),
-        pl.when(ev == "capacity").then(pl.col("_n_ctx")).alias("kv_capacity_tokens"),
-        pl.when(ev == "request_finished").then(pl.coalesce(
+        pl.when(ev == "capacity").then(pl.coalesce(
+            pl.col("_n_ctx"),
+            pl.when(pl.col("_kv_unified") == "true").then(pl.col("n_ctx_slot")),
+            # each slot its own n_ctx_slot cells (n_ctx split over n_slots)
+            pl.col("_n_slots").forward_fill().over(pl.col("_port").fill_null(-1)) * pl.col("n_ctx_slot"),
+        )).alias("kv_capacity_tokens"),
+        pl.when(ev.is_in(["request_finished", "request_aborted"])).then(pl.coalesce(
             fin_msg.str.extract(r"n_(?:tokens|past) = ([0-9]+)", 1).cast(pl.Int64, strict=False),
             pl.col("_x_n_past").cast(pl.Int64, strict=False), pl.col("_x_n_cache_tokens").cast(pl.Int64, strict=False),
         )).alias("n_tokens_used"),
-        pl.when(ev == "request_finished").then(pl.coalesce(
+        pl.when(ev.is_in(["request_finished", "request_aborted"])).then(pl.coalesce(
             fin_msg.str.extract(r"truncated = ([0-9]+)", 1).cast(pl.Int64, strict=False).cast(pl.Boolean),
             pl.col("_x_truncated").replace_strict({"true": True, "false": False}, default=None, return_dtype=pl.Boolean),
         )).alias("truncated"),
@@ -454,6 +514,7 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
                                     .otherwise(pl.lit("error"))).alias("error_kind"),
         (pl.col("_rel") / 1e6).round(6).alias("rel_s"),
         pl.col("_anchor").alias("ts_anchor"),
+        pl.col("_lead").alias("wrapper"),
         pl.col("_slot").alias("slot"),
         pl.col("_task").alias("task"),
         pl.col("_port").alias("port"),
@@ -469,14 +530,55 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         pl.when(pl.col("_port").is_not_null() & tid.is_not_null())
         .then(pl.concat_str(tid, pl.lit("@"), pl.col("_port").cast(_STR))).otherwise(tid).alias("request_id")
     )
+    df = _whole_prompt(df)
     return _finish(df)
+
+
+def _task_key() -> pl.Expr:
+    return pl.concat_str([pl.col("_port").fill_null(-1).cast(_STR),
+                          pl.coalesce(pl.col("_abort_task"), pl.col("_task")).cast(_STR)], separator="|")
+
+
+def _cancel_wins(df: pl.DataFrame) -> pl.DataFrame:
+    """A client that goes away makes the server cancel its task (`cancel task, id_task = N`)
+    and release the slot (`stop processing`, no timing block): that release ends an aborted
+    request, not a finished one. Paired by (process run, router port, task) within the chunk
+    (record_starts keeps the two in one chunk)."""
+    ev = pl.col("event")
+    if not df.select((ev == "request_aborted").any()).item():
+        return df
+    key = pl.concat_str([pl.col("_port").fill_null(-1).cast(_STR),
+                         pl.coalesce(pl.col("_abort_task"), pl.col("_task")).cast(_STR)], separator="|")
+    cancel = (ev == "request_aborted").cast(pl.Int32)
+    before = (cancel.cum_sum() - cancel).over("_crun", key) > 0
+    return df.with_columns(
+        pl.when((ev == "request_finished") & before).then(pl.lit("request_aborted")).otherwise(ev).alias("event")
+    )
+
+
+def _whole_prompt(df: pl.DataFrame) -> pl.DataFrame:
+    """The task's whole prompt (`new prompt, ... task.n_tokens = N`, cached part included) as
+    prompt_tokens on that line and on the task's later lifecycle and request rows within the
+    chunk (record_starts keeps them together); the timing block's own count is what was
+    evaluated (cache hits excluded: `prompt_evaluated`)."""
+    np_ = pl.col("_np_tokens")
+    if df["_np_tokens"].null_count() == df.height:
+        return df.with_columns(pl.lit(None, pl.Int64).alias("prompt_evaluated"))
+    key = pl.concat_str([pl.col("_port").fill_null(-1).cast(_STR), pl.col("_task_id")], separator="|")
+    whole = pl.when(pl.col("_task_id").is_not_null()).then(np_.forward_fill().over("_crun", key))
+    ev = pl.col("event")
+    on_req = ev.is_in(["request", "request_arrived", "request_finished", "request_aborted"]) | np_.is_not_null()
+    return df.with_columns(whole.alias("_whole")).with_columns(
+        pl.when((ev == "request") & pl.col("_whole").is_not_null()).then(pl.col("prompt_tokens")).alias("prompt_evaluated"),
+        pl.when(on_req & pl.col("_whole").is_not_null()).then(pl.col("_whole")).otherwise(pl.col("prompt_tokens")).alias("prompt_tokens"),
+    ).drop("_whole")
 
 
 _ATTR_KEYS = (
     *T.REQUEST_ATTRS,
     "n_decoded", "tg_3s", "n_tokens", "progress", "elapsed_s", "n_ctx_slot", "n_tokens_used", "truncated",
     "method", "path", "client", "error_kind", "request_line", "timing_part", "hidden",
-    "slot", "task", "port", "func", "tid", "rel_s", "ts_anchor",
+    "slot", "task", "port", "func", "tid", "rel_s", "ts_anchor", "prompt_evaluated", "wrapper",
 )
 
 _OUT_COLS = (

@@ -59,8 +59,11 @@ def anchor(df: pl.DataFrame) -> pl.DataFrame:
     df = df.with_columns(((rel < prev).fill_null(False)).cast(pl.Int32).cum_sum().alias("_run"))
     wrap_off = pl.col("_wrap").dt.epoch("us") - rel
     abs_off = pl.col("_abs").dt.epoch("us") - rel
+    # a wrapper stamps a line when its reader takes it, never before it was written: a reader
+    # starved of CPU stamps a batch of lines with one late time. The line stamped closest to
+    # its writing (the smallest stamp - relative time) anchors the run.
     df = df.with_columns(
-        wrap_off.drop_nulls().first().over("_run").alias("_wrap_off"),
+        wrap_off.min().over("_run").alias("_wrap_off"),
         abs_off.drop_nulls().first().over("_run").alias("_abs_off"),
     )
     off = pl.coalesce(pl.col("_wrap_off"), pl.col("_abs_off"))

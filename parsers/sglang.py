@@ -48,7 +48,8 @@ CARRY_FORWARD = ("model", "instance")
 # whether a line starts a record depends on it and the line before only
 RECORD_LOOKBACK = 1
 
-_RANK = r"[A-Z][A-Z_]*\d+"
+# (mid-2024's `[gpu_id=0] ` prefix names the GPU of the TP worker, with no time)
+_RANK = r"(?:[A-Z][A-Z_]*\d+|gpu_id=\d+)"
 # `[2025-02-27 04:46:39 DP1 TP1] `, `[16:43:29 TP0] `, `[2026-04-05 20:02:51] `, `[TP0] `
 _PREFIX = (
     r"^\[(?:(?P<date>\d{4}-\d{2}-\d{2}) )?(?P<hms>\d{2}:\d{2}:\d{2})?(?:[.,](?P<frac>\d{1,6}))?"
@@ -68,7 +69,7 @@ _LATE_HINT = r"\[(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}[ \]]"
 _CHAINED = r"^(?:The above exception was the direct cause|During handling of the above exception)"
 _TRACEBACK = "Traceback (most recent call last)"
 _RANK_NAMES = {"DP": "dp_rank", "TP": "tp_rank", "PP": "pp_rank", "EP": "ep_rank",
-               "ATTN_CP": "attn_cp_rank", "MOE_DP": "moe_dp_rank"}
+               "ATTN_CP": "attn_cp_rank", "MOE_DP": "moe_dp_rank", "gpu_id=": "gpu_id"}
 # the instance a metrics file's path gives (discover strips the `-YYYYMMDD_HH` suffix or not)
 _METRICS_FILE = re.compile(r"^sglang-request-metrics(?:-\d{8}_\d{2})?$")
 
@@ -240,7 +241,8 @@ def _family() -> pl.Expr:
     return (
         pl.when(F.STATS_HINT & F.IS_STATS).then(pl.lit("stats"))
         .when(hdr & F.CAPACITY_HINT & (F.IS_SERVER_ARGS | F.IS_POOL | F.IS_KV_ALLOC)).then(pl.lit("cap"))
-        .when(hdr & F.IS_RETRACT).then(pl.lit("retract"))
+        .when((hdr & F.IS_RETRACT) | (bare & F.IS_BARE_RETRACT)).then(pl.lit("retract"))
+        .when(hdr & F.IS_XFER_FAIL).then(pl.lit("xfer_fail"))
         .when(F.REQUEST_HINT & ((bare & F.IS_METRICS_JSON) | (hdr & F.IS_FINISH))).then(pl.lit("request"))
         .when(hdr & F.REQUEST_HINT & F.IS_RECEIVE).then(pl.lit("arrive"))
         .when(hdr & F.IS_REQ_TIME).then(pl.lit("reqtime"))
@@ -341,17 +343,19 @@ def _family_frame(fam: str, sub: pl.DataFrame, ctx: ParseContext) -> pl.DataFram
         extra = F.capacity_attrs()
     elif fam == "retract":
         extra = F.retraction_attrs()
-        # every TP rank of a group logs the same retraction within the same second: the
-        # first line of each (second, DP rank, message) counts, the others are its copies
-        # (a node of a multi-node TP group may never see TP0's line)
-        # (a rank logging the same message twice in a second is two retractions: the
-        # k-th line of each rank pairs with the k-th of the others)
-        dp = pl.col("ranks").str.extract(r"(?:^|\s)DP(\d+)\b", 1).fill_null("")
-        tp = pl.col("ranks").str.extract(r"(?:^|\s)TP(\d+)\b", 1).fill_null("")
-        key = pl.concat_str([pl.col("ts").cast(pl.String).fill_null(""), dp, pl.col("m")], separator="|")
-        nth = pl.int_range(pl.len()).over(key, tp)
-        copy = ~pl.struct(key, nth).is_first_distinct()
+        copy = _rank_copy(pl.col("m"))
         cols = {"event": pl.when(copy).then(pl.lit("log")).otherwise(pl.lit("preemption"))}
+        extra["rank_copy"] = pl.when(copy).then(True)
+    elif fam == "xfer_fail":
+        # the scheduler aborts the request with this error: a failed request (an abort at
+        # ERROR), once per request (each TP rank names its own `rank=N`)
+        extra = F.xfer_fail_attrs()
+        # (the exception text may name each rank's own session: the request is the key)
+        g = pl.col("m").str.extract_groups(r"^(\w+ \w+) failed for request .*?\brid='([^']+)'")
+        copy = _rank_copy(pl.concat_str([g.struct.field("1"), g.struct.field("2")], separator=" "))
+        cols = {"event": pl.when(copy).then(pl.lit("log")).otherwise(pl.lit("request_aborted")),
+                # (SGLang prints no level: ERROR is ours, on the line that counts)
+                "level": pl.when(~copy).then(pl.lit("ERROR")), **F.xfer_fail_columns()}
         extra["rank_copy"] = pl.when(copy).then(True)
     elif fam == "request":
         sub = sub.with_columns(**F.request_columns())
@@ -406,6 +410,18 @@ def _family_frame(fam: str, sub: pl.DataFrame, ctx: ParseContext) -> pl.DataFram
     return out
 
 
+def _rank_copy(message: pl.Expr) -> pl.Expr:
+    """True on the other ranks' copies of a line every TP rank logs within the same second:
+    the first line of each (second, DP rank, message) counts (a node of a multi-node TP group
+    may never see TP0's line); a rank logging the same message twice in a second is two
+    events: the k-th line of each rank pairs with the k-th of the others."""
+    dp = pl.col("ranks").str.extract(r"(?:^|\s)DP(\d+)\b", 1).fill_null("")
+    tp = pl.col("ranks").str.extract(r"(?:^|\s)TP(\d+)\b", 1).fill_null("")
+    key = pl.concat_str([pl.col("ts").cast(pl.String).fill_null(""), dp, message], separator="|")
+    nth = pl.int_range(pl.len()).over(key, tp)
+    return ~pl.struct(key, nth).is_first_distinct()
+
+
 def _merge_json(a: pl.Expr, b: pl.Expr) -> pl.Expr:
     """Two JSON objects (either may be null) as one: `{..a..,..b..}`."""
     a, b = a.cast(pl.String), b.cast(pl.String)
@@ -437,6 +453,8 @@ def _stats_frame(sub: pl.DataFrame, ctx: ParseContext):
         # a prefill line is one batch the scheduler ran; a decode line a periodic snapshot
         "event": pl.when(is_prefill).then(pl.lit("batch")).otherwise(pl.lit("engine_stats")),
         **{c: pl.col(c) for c in F.STATS_COLUMNS},
+        # the requests this prefill batch took in (`#new-seq`, v0.1's `#seq`)
+        "batch_size": pl.when(is_prefill).then(pl.col("new_seq")),
         "instance": _role_instance(role, ctx),
     }
     extra = {
@@ -457,7 +475,8 @@ def _other_columns(sub: pl.DataFrame) -> tuple[dict[str, pl.Expr], dict[str, pl.
     sub_exc = m.str.extract_groups(F.EXCEPTION)
     exc_type = pl.coalesce(pl.col("_xt"), sub_exc.struct.field("exc"))
     exc_msg = pl.coalesce(pl.col("_xm"), sub_exc.struct.field("excmsg"))
-    is_uv = ~hdr & m.str.contains(F.UVICORN_OTHER)
+    # (behind SGLang's `[date time] ` prefix too: the tokenizer process's uvicorn warnings)
+    is_uv = m.str.contains(F.UVICORN_OTHER)
     progress = ~hdr & m.str.contains(F.PROGRESS)
     error = (
         F.IS_FATAL

@@ -233,6 +233,8 @@ def capacity_attrs() -> dict[str, pl.Expr]:
 # `KV cache pool is full. Retract requests. #retracted_reqs: N, [#new_tokens_gained: N, ]
 # #new_token_ratio: a -> b` (newer)
 IS_RETRACT = M.str.contains(r"^(?:Decode out of memory happened|KV cache pool is full\. Retract requests)")
+# v0.1 printed it without the prefix, like its stats lines; a bare line must carry the counts
+IS_BARE_RETRACT = M.str.contains(r"^Decode out of memory happened\. #retracted_reqs: \d+")
 
 
 def retraction_attrs() -> dict[str, pl.Expr]:
@@ -241,6 +243,32 @@ def retraction_attrs() -> dict[str, pl.Expr]:
         "new_tokens_gained": M.str.extract(r"#new_tokens_gained: (\d+)", 1).cast(pl.Int64, strict=False),
         "new_token_ratio_before": M.str.extract(r"#new_token_ratio: ([\d.]+) ->", 1).cast(pl.Float64, strict=False),
         "new_token_ratio_after": M.str.extract(r"#new_token_ratio: [\d.]+ -> ([\d.]+)", 1).cast(pl.Float64, strict=False),
+    }
+
+
+# ---------------------------------------------------------------------------------------
+# prefill/decode disaggregation: a request whose KV hand-off failed
+
+# `Prefill transfer failed for request rank=4 req.rid='...' req.bootstrap_room=N with
+# exception KVTransferError(...): ...`, its decode-side twin `Decode transfer failed for
+# request rank=8 decode_req.req.rid='...' ...`, and the bootstrap / handshake failures before
+# it (disaggregation/prefill.py, decode.py): the scheduler aborts the request with that error
+IS_XFER_FAIL = M.str.contains(
+    r"^(?:Prefill|Decode|Encode|MultimodalEmbedding) (?:transfer|bootstrap|handshake) failed for request\b"
+)
+
+
+def xfer_fail_columns() -> dict[str, pl.Expr]:
+    return {"request_id": M.str.extract(r"\brid='([^']+)'", 1)}
+
+
+def xfer_fail_attrs() -> dict[str, pl.Expr]:
+    return {
+        "stage": M.str.extract(r"^(\w+) (?:transfer|bootstrap|handshake) failed", 1).str.to_lowercase(),
+        "failed_step": M.str.extract(r"^\w+ (transfer|bootstrap|handshake) failed", 1),
+        "bootstrap_room": M.str.extract(r"\bbootstrap_room=(\d+)", 1).cast(pl.Int64, strict=False),
+        "exc_type": M.str.extract(r" with exception (\w+)", 1),
+        "exc_message": M.str.extract(r" with exception (.*)$", 1),
     }
 
 

@@ -230,6 +230,10 @@ merged as (
         max(ts) filter (where event = 'request_finished') as finished_ts,
         max(ts) filter (where event = 'request_aborted') as aborted_ts,
         max(ts) filter (where event = 'request_failed' or (event = 'request_aborted' and error_message is not null)) as failed_ts,
+        -- how each request ended, also in a log without a clock (no ts on any line)
+        bool_or(event in ('request', 'request_finished')) as ended_finished,
+        bool_or(event = 'request_failed' or (event = 'request_aborted' and error_message is not null)) as ended_failed,
+        bool_or(event = 'request_aborted') as ended_aborted,
         arg_min(
             left(split_part(error_message, chr(10), 1), 200) || ' [' || source || ':' || line || ']',
             (ts, line)
@@ -262,16 +266,16 @@ merged_timed as (
         coalesce(m.arrived_ts, make_timestamptz(epoch_us(m.completed_ts) - cast(round(m.logged_e2e_s * 1e6) as bigint))) as arrival_ts,
         coalesce(m.completed_ts, m.finished_ts, m.failed_ts, m.aborted_ts, died.died_ts) as finish_ts,
         case
-            when m.completed_ts is not null or m.finished_ts is not null then 'finished'
-            when m.failed_ts is not null then 'failed'
-            when m.aborted_ts is not null then 'aborted'
+            when m.ended_finished then 'finished'
+            when m.ended_failed then 'failed'
+            when m.ended_aborted then 'aborted'
             when died.died_ts is not null then 'failed'
             else 'unfinished'
         end as status,
         case
-            when m.completed_ts is not null or m.finished_ts is not null then null
-            when m.failed_ts is not null then m.error_reason
-            when m.aborted_ts is not null then null
+            when m.ended_finished then null
+            when m.ended_failed then m.error_reason
+            when m.ended_aborted then null
             when died.died_ts is not null then 'engine died: ' || died.died_reason
         end as failure_reason,
         make_timestamptz(epoch_us(m.completed_ts) - cast(round(m.inference_s * 1e6) as bigint)) as inference_start_ts,

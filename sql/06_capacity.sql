@@ -20,19 +20,25 @@ limits as (
         kv_blocks_total,
         kv_capacity_tokens,
         event = 'capacity' as announced,
+        line,
     from events
     where event = 'capacity'
        or (event = 'engine_stats' and (kv_blocks_total is not null or max_num_seqs is not null))
 ),
 
+-- (a log without a clock has no ts on any line: its last announcement by line)
 final as (
     select
         engine,
         instance,
-        arg_max(max_num_seqs, ts) filter (where max_num_seqs is not null) as max_num_seqs,
-        arg_max(max_batch_tokens, ts) filter (where max_batch_tokens is not null) as max_batch_tokens,
-        arg_max(kv_blocks_total, ts) filter (where kv_blocks_total is not null) as kv_blocks_total,
-        arg_max(kv_capacity_tokens, ts) filter (where kv_capacity_tokens is not null) as kv_capacity_tokens,
+        coalesce(arg_max(max_num_seqs, ts) filter (where max_num_seqs is not null),
+                 arg_max(max_num_seqs, line) filter (where max_num_seqs is not null)) as max_num_seqs,
+        coalesce(arg_max(max_batch_tokens, ts) filter (where max_batch_tokens is not null),
+                 arg_max(max_batch_tokens, line) filter (where max_batch_tokens is not null)) as max_batch_tokens,
+        coalesce(arg_max(kv_blocks_total, ts) filter (where kv_blocks_total is not null),
+                 arg_max(kv_blocks_total, line) filter (where kv_blocks_total is not null)) as kv_blocks_total,
+        coalesce(arg_max(kv_capacity_tokens, ts) filter (where kv_capacity_tokens is not null),
+                 arg_max(kv_capacity_tokens, line) filter (where kv_capacity_tokens is not null)) as kv_capacity_tokens,
         max(ts) filter (where announced) as announced_ts,
     from limits
     group by engine, instance

@@ -48,7 +48,8 @@ def test_llamacpp_held_out_lines_and_timing_blocks(tmp_path):
         if path.name == "c_startup_27638.log":
             assert caps["max_num_seqs"].to_list() == [4] and '"n_ctx_slot":131072' in caps["attrs"][0]
         if path.name == "b_startup_12968.log":
-            assert caps["max_num_seqs"].drop_nulls().to_list() == [1, 1] and caps["kv_capacity_tokens"].drop_nulls().to_list() == [512]
+            # libllama's `n_ctx = 512`, and the one slot's `new slot n_ctx_slot = 512` (1 x 512)
+            assert caps["max_num_seqs"].drop_nulls().to_list() == [1, 1] and caps["kv_capacity_tokens"].drop_nulls().to_list() == [512, 512]
         if path.name == "c_console_two_runs.log":  # the server was started twice: task 0 twice
             assert ev.filter(pl.col("event") == "request")["request_id"].to_list() == [
                 "0", "0@run2", "4@run2", "13@run2", "20@run2", "34@run2", "45@run2"]

@@ -302,3 +302,64 @@ def test_a_prefix_behind_a_wrapper_the_decoding_stage_left_is_still_read():
     assert json.loads(a["attrs"])["wrapper"] == "(SGLangEngine pid=41820)"
     assert (b["event"], b["http_status"]) == ("http_access", 200)
     assert json.loads(b["attrs"])["wrapper"] == "2025-06-01T10:00:01.123456789Z"
+
+
+# --- families read from real pastes (pd_failures_and_v0_2.log), values from the lines --------
+
+
+def test_prefill_batch_size_is_new_seq_and_gpu_id_prefix():
+    ev = parse_file("pd_failures_and_v0_2.log")
+    r = row(ev, 2)  # `[gpu_id=0] Prefill batch. #new-seq: 1, #new-token: 2, ...`
+    assert (r["event"], r["batch_size"], r["batch_tokens"], r["running"], r["waiting"]) == ("batch", 1, 2, 0, 0)
+    assert r["a"]["gpu_id"] == 0 and r["a"]["cached_tokens"] == 42 and r["a"]["cache_hit_rate"] == 0.4526
+    # v0.1's `#seq` is the same count; a decode line is no batch of new requests
+    v01 = parse_file("v0_1_2024.log")
+    fills = v01.filter(pl.col("event") == "batch")
+    assert fills["batch_size"].null_count() == 0 and set(fills["batch_size"].to_list()) <= {1, 2, 3, 4}
+    assert v01.filter(pl.col("event") == "engine_stats")["batch_size"].null_count() == v01.filter(pl.col("event") == "engine_stats").height
+
+
+def test_uvicorn_warning_behind_the_prefix_keeps_its_level():
+    ev = parse_file("pd_failures_and_v0_2.log")
+    for line in (5, 7):  # `[2026-02-19 16:31:49] WARNING:  Invalid HTTP request received.`
+        r = row(ev, line)
+        assert (r["event"], r["level"], r["ts"]) == ("log", "WARNING", utc(2026, 2, 19, 16, 31, 49))
+    assert row(ev, 4)["http_status"] == 404 and row(ev, 14)["http_status"] == 500
+
+
+def test_pd_transfer_failures_fail_their_request_once():
+    ev = parse_file("pd_failures_and_v0_2.log")
+    fails = ev.filter(pl.col("event") == "request_aborted")
+    # one per request: the decode side's rid and the prefill side's, each printed by 3 TP ranks
+    assert fails["request_id"].to_list() == ["63b1b22dad53465b92560ebdda56d075", "ca271fb6eab2421f98ac61976e6f0f34"]
+    assert fails["level"].to_list() == ["ERROR", "ERROR"] and fails["line"].to_list() == [8, 11]
+    a = row(ev, 8)["a"]
+    assert (a["stage"], a["failed_step"], a["bootstrap_room"], a["exc_type"]) == ("decode", "transfer", 6593551520068383758, "KVTransferError")
+    assert row(ev, 11)["a"]["exc_message"].endswith("remote mooncake session 10.99.91.49:15295 is not alive")
+    copies = ev.filter(pl.col("line").is_in([9, 10, 12, 13]))
+    assert copies["event"].to_list() == ["log"] * 4 and copies["level"].null_count() == 4
+    assert all(json.loads(a)["rank_copy"] for a in copies["attrs"])
+
+
+def test_pd_transfer_failure_is_a_failed_request_in_the_requests_view(tmp_path):
+    from servelens.pipeline.ingest import ingest
+    from servelens.pipeline.query import connect
+
+    log = tmp_path / "pd.log"
+    log.write_text((REAL / "pd_failures_and_v0_2.log").read_text())
+    ingest([log], tmp_path / "store", engine="sglang")
+    con = connect(tmp_path / "store")
+    rows = con.execute("select request_id, status, failure_reason from requests order by request_id").fetchall()
+    assert [(r[0], r[1]) for r in rows] == [("63b1b22dad53465b92560ebdda56d075", "failed"), ("ca271fb6eab2421f98ac61976e6f0f34", "failed")]
+    assert rows[0][2].startswith("Decode transfer failed for request rank=3")
+
+
+def test_v0_2_decode_out_of_memory_is_a_retraction():
+    # v0.1/v0.2 printed it with no time: bare, or behind `[gpu_id=N] ` (scheduler.py of the era)
+    ctx = ParseContext(engine="sglang", source="t.log", instance="t")
+    texts = ["Decode out of memory happened. #retracted_reqs: 2, #new_token_ratio: 0.4000 -> 0.5000",
+             "[gpu_id=0] Decode out of memory happened. #retracted_reqs: 1, #new_token_ratio: 0.3142 -> 0.4142"]
+    ev = parse_lines(sglang, lines_frame(texts), ctx)
+    assert ev["event"].to_list() == ["preemption", "preemption"]
+    a = [json.loads(x) for x in ev["attrs"]]
+    assert [x["retracted_reqs"] for x in a] == [2, 1] and a[1]["new_token_ratio_after"] == 0.4142

@@ -143,7 +143,9 @@ class DecodedParser:
         first = int(lines["line"][0])
         joined = dec.height != lines.height
         # the engine parser numbers logical lines consecutively; spans are mapped back below
-        view = dec.select(pl.int_range(first, first + dec.height, dtype=pl.Int64).alias("line"), "text")
+        # a parser that anchors the engine's own relative clock on the wrapper's times reads them
+        wts = [pl.col("_wts").alias("wrapper_ts")] if getattr(self.parser, "WANTS_WRAPPER_TS", False) else []
+        view = dec.select(pl.int_range(first, first + dec.height, dtype=pl.Int64).alias("line"), "text", *wts)
         events = self.parser.parse(view, ctx)
         if events.height == 0:
             return events

@@ -31,8 +31,9 @@ DOC = "JSON-lines formatters (NIM, python-json-logger, vLLM `--logging-config`):
 JOINS = False
 
 _HINT = r'^\s*\{.*"(?:message|msg)"\s*:'
-# an engine's own JSON format, or a wrapper handled by another decoder
-_NOT_OURS = r'^\s*\{.*"(?:target|fields|span|spans|log|MESSAGE|__REALTIME_TIMESTAMP)"\s*:'
+# an engine's own JSON format (llama.cpp's 2024 server_log records name their thread `tid`,
+# keys sorted or not), or a wrapper handled by another decoder
+_NOT_OURS = r'^\s*\{.*"(?:target|fields|span|spans|tid|log|MESSAGE|__REALTIME_TIMESTAMP)"\s*:'
 _KEYS = (
     "message", "msg", "level", "levelname", "severity", "time", "timestamp", "asctime", "ts",
     "file_path", "filename", "pathname", "line_number", "lineno", "name",
