@@ -171,7 +171,16 @@ def schema_markdown() -> str:
         "file's modification time (with Dec 31 -> Jan 1 rollover inside a file); times without a zone\n"
         "are taken as UTC.\n\n"
         + "\n".join(rows)
-        + "\n\n## Event kinds\n\n"
+        + "\n\n## Reading a line back\n\n"
+        "The bulk events keep no text (`message` above), yet every event says where it came from:\n"
+        "`source`, `line`, `n_lines` and `byte_offset`, where its first line starts in the file's\n"
+        "content. `servelens show` reads the raw lines back from there, once the file still holds the\n"
+        "content ingested (the manifest's fingerprint of it: the hash of its first bytes and of the\n"
+        "bytes before the offset read); a file renamed, rotated or gzipped since is found by the same\n"
+        "fingerprint. `byte_offset` was added to the schema later: parts written before it read it as\n"
+        "null (their lines are shown as parsed columns; re-ingesting into a new store gives offsets).\n"
+        "A column is only ever appended, so every older part stays readable.\n"
+        + "\n## Event kinds\n\n"
         + "\n".join(kinds)
         + "\n"
     )

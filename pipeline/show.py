@@ -237,11 +237,11 @@ def story(
     """The story of `request_id` (its events, requests row, client row, state around it), or
     with `around` and no id, every event within `span_s` of that time."""
     from .query import connect
-    from .store import read_manifest
+    from .store import StoreError, read_manifest
 
     if request_id is None and around is None:
         raise ShowError("give a request id, or --around TIME for the lines around a time")
-    con = connect(store, views={"requests", "queue_depth", "batch_fill", "kv_cache"})
+    con = connect(store, views={"requests"})
     try:
         out = Story(request_id, around)
         if request_id is not None:
@@ -255,7 +255,7 @@ def story(
                                       "order by arrival_ts", [matched, matched])
             out.clients = _client_rows(con, out.requests)
             out.events = _merge_clients(events, out.clients)
-            out.state = _state_around(con, out.requests)
+            out.state = _state_around(store, out.requests)
         else:
             span = 5.0 if span_s is None else span_s
             where = "ts between ? and ?"
@@ -273,7 +273,10 @@ def story(
                 from .timerange import TimeRange, range_note
 
                 raise ShowError(range_note(store, TimeRange(params[0], params[1])))
-        manifest = read_manifest(Path(store))
+        try:
+            manifest = read_manifest(Path(store))
+        except (StoreError, OSError):  # a remote store or a fleet: no local files to read back
+            manifest = {"files": {}}
         _attach_text(out, manifest, list(search), full)
         return out
     finally:
@@ -313,10 +316,31 @@ def _merge_clients(events: list[dict], clients: list[dict]) -> list[dict]:
                                          e["source"] or "", e["line"] or 0))
 
 
-def _state_around(con, requests: list[dict]) -> list[dict]:
+# How far before a request's arrival and after its finish the state views are computed: the
+# stats lines around it are seconds apart (a reconstructed queue needs the requests in flight).
+STATE_MARGIN = dt.timedelta(minutes=5)
+
+
+def _state_around(store: Path | str, requests: list[dict]) -> list[dict]:
     """Per request, at its arrival and at its finish: the queue, batch and KV state (the
     views' nearest values at or before the moment, logged or reconstructed), and the stats
-    lines just before and after it."""
+    lines just before and after it. The views are computed over the request's time only (a
+    big store's whole history is not needed to know its queue at one moment)."""
+    from .query import connect
+    from .timerange import TimeRange
+
+    times = [t for r in requests for t in (r.get("arrival_ts"), r.get("finish_ts")) if t is not None]
+    if not times:
+        return []
+    con = connect(store, views={"queue_depth", "batch_fill", "kv_cache"},
+                  time_range=TimeRange(min(times) - STATE_MARGIN, max(times) + STATE_MARGIN))
+    try:
+        return _state_rows(con, requests)
+    finally:
+        con.close()
+
+
+def _state_rows(con, requests: list[dict]) -> list[dict]:
     out = []
     for r in requests:
         for moment in ("arrival_ts", "finish_ts"):
