@@ -217,8 +217,11 @@ def request_events(con, request_id: str, around: dt.datetime | None, span_s: flo
     like = request_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     ids = _rows(con, "select distinct request_id from events where request_id like ? escape '\\' order by 1 limit 6",
                 [f"%{like}%"])
-    if len(ids) == 1:
-        return request_events(con, ids[0]["request_id"], around, span_s)
+    # an id and the engine's suffixed form of it (`x` and `x-8b0c88d0`) are one request
+    names = [r["request_id"] for r in ids]
+    base = [i for i in names if not any(i != j and i.startswith(j + "-") for j in names)]
+    if len(base) == 1 and len(ids) < 6:
+        return request_events(con, base[0], around, span_s)
     if ids:
         names = ", ".join(r["request_id"] for r in ids[:5]) + (", ..." if len(ids) > 5 else "")
         raise ShowError(f"{request_id!r} is part of several request ids ({names}); give the whole id")
@@ -251,8 +254,10 @@ def story(
             out.request_id = matched
             if instance is not None:
                 events = [e for e in events if e["instance"] == instance]
-            out.requests = _rows(con, "select * from requests where request_id = ? or (request_id is null and request_key = ?) "
-                                      "order by arrival_ts", [matched, matched])
+            out.requests = [r for r in _rows(con, "select * from requests where request_id = ? or "
+                                                  "(request_id is null and request_key = ?) order by arrival_ts",
+                                             [matched, matched])
+                            if instance is None or r["instance"] == instance]
             out.clients = _client_rows(con, out.requests)
             out.events = _merge_clients(events, out.clients)
             out.state = _state_around(store, out.requests)

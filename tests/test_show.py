@@ -196,3 +196,13 @@ def test_an_unknown_request_is_one_line(incident):
     assert line.startswith("servelens: error: no request 'no-such-request' among the ")
     r = invoke("show", "--store", store)
     assert r.exit_code == 1 and "give a request id, or --around TIME" in r.stderr
+
+
+def test_a_unique_part_of_the_id_is_enough(incident):
+    logs, store = incident
+    rid = mid_request()["request_id"]
+    whole = json.loads(invoke("show", rid, "--store", store, "--format", "json").stdout)
+    part = json.loads(invoke("show", rid[-12:], "--store", store, "--format", "json").stdout)
+    assert part["request_id"] == rid and part["events"] == whole["events"]
+    r = invoke("show", "chatcmpl-", "--store", store)
+    assert r.exit_code == 1 and "is part of several request ids" in r.stderr
