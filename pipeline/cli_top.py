@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 # cli imports this module only from main(), after it is complete (see cli_report)
 from .cli import StoreOpt, fail, store_path
+from .cli_serve import ThresholdsOpt, WindowOpt, _variables
 
 
 def register(app: typer.Typer) -> None:
@@ -18,8 +18,8 @@ def register(app: typer.Typer) -> None:
         store: StoreOpt = None,  # type: ignore[assignment]
         interval: Annotated[float, typer.Option(help="Seconds between redraws (the store is read again when it has committed).")] = 1.0,
         sort: Annotated[str, typer.Option(help="Initial sort key: w queue, r running, k KV, t throughput, f TTFT, e e2e, n name.")] = "w",
-        window: Annotated[Optional[str], typer.Option(help="Window of the values, e.g. 30s, 1m (default 1m).")] = None,
-        thresholds: Annotated[Optional[Path], typer.Option(help="TOML file overriding signal thresholds (see sql/thresholds.toml).")] = None,
+        window: WindowOpt = None,
+        thresholds: ThresholdsOpt = None,
         once: Annotated[bool, typer.Option("--once", help="Print one frame and exit (what it does anyway without a terminal).")] = False,
     ) -> None:
         """Watch a store live in the terminal, like htop: per instance the queue, running
@@ -35,9 +35,8 @@ def register(app: typer.Typer) -> None:
           servelens top --store incident.store --sort k
           servelens top --once | head -20
         """
-        from .durations import parse_duration
-        from .metrics import resolve_variables
         from .query import QueryError
+        from .serve import store_key
         from .store import StoreError
         from .top import SORT_KEYS, View, frame, read, run
 
@@ -46,12 +45,10 @@ def register(app: typer.Typer) -> None:
             raise fail(f"unknown --sort {sort!r}; use one of {', '.join(SORT_KEYS)}")
         if interval <= 0:
             raise fail("--interval must be more than 0 seconds")
-        try:
-            variables = resolve_variables({"window_s": parse_duration(window)} if window else {}, thresholds)
-        except ValueError as e:
-            raise fail(str(e)) from None
+        variables = _variables(window, thresholds)
         try:
             # read once before the screen is taken, so that a wrong --store is one plain line
+            key = store_key(target)
             snap = read(target, variables, 900.0)
         except (QueryError, StoreError) as e:
             raise fail(str(e)) from None
@@ -60,6 +57,6 @@ def register(app: typer.Typer) -> None:
             typer.echo(frame(target, snap, view, 200, color=False), nl=False)
             return
         try:
-            run(target, variables, interval_s=interval, initial_sort=sort)
+            run(target, variables, interval_s=interval, initial_sort=sort, first=(key, snap))
         except KeyboardInterrupt:
             pass

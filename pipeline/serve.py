@@ -298,7 +298,7 @@ def read_snapshot(store: Path | str, variables: Mapping[str, Any] | None = None,
         con.close()
 
 
-def _store_key(store: Path) -> tuple | None:
+def store_key(store: Path) -> tuple | None:
     """What changes when a commit lands: the manifest's identity and modification time."""
     try:
         st = os.stat(store / "manifest.json")
@@ -335,7 +335,7 @@ class Exporter:
 
     def refresh(self) -> Snapshot:
         """Evaluate the views now; on failure keep serving the previous rows."""
-        self._seen_key = _store_key(self.store)
+        self._seen_key = store_key(self.store)
         t0 = time.perf_counter()
         try:
             if self._pool is not None:
@@ -392,7 +392,7 @@ class Exporter:
         self.refresh()
         last = time.monotonic()
         while not self._stop.wait(WATCH_S):
-            if _store_key(self.store) != self._seen_key or time.monotonic() - last >= self.refresh_s:
+            if store_key(self.store) != self._seen_key or time.monotonic() - last >= self.refresh_s:
                 self.refresh()
                 last = time.monotonic()
 

@@ -172,28 +172,23 @@ def frame(store: Path, snap: Snapshot, view: View, width: int, now: float | None
     return out.getvalue()
 
 
-def _store_key(store: Path) -> tuple | None:
-    try:
-        st = os.stat(store / "manifest.json")
-    except OSError:
-        return None
-    return (st.st_ino, st.st_mtime_ns, st.st_size)
-
-
 def run(store: Path, variables: dict[str, Any], *, interval_s: float = 1.0, lookback_s: float | None = 900.0,
-        initial_sort: str = "w", stdin=None, stdout=None, reader: Callable[..., Snapshot] = read) -> int:
+        initial_sort: str = "w", stdin=None, stdout=None, reader: Callable[..., Snapshot] = read,
+        first: tuple[Any, Snapshot] | None = None) -> int:
     """The live loop on a terminal: redraw every `interval_s`, read the store again when it
-    has committed, act on keys. Returns the exit code."""
+    has committed, act on keys. Returns the exit code. `first`: the store's key and a snapshot
+    already read at it (not read again until the store commits)."""
     import termios
     import tty
+
+    from .serve import store_key
 
     stdin = stdin or sys.stdin
     stdout = stdout or sys.stdout
     fd = stdin.fileno()
     old = termios.tcgetattr(fd)
     view = View(sort=initial_sort, descending=SORT_KEYS[initial_sort][2])
-    snap = Snapshot()
-    key = None
+    key, snap = first if first is not None else (None, Snapshot())
     try:
         tty.setcbreak(fd)
         stdout.write(ALT_ON)
@@ -201,7 +196,7 @@ def run(store: Path, variables: dict[str, Any], *, interval_s: float = 1.0, look
         while not view.quit:
             now = time.monotonic()
             if now >= next_draw:
-                k = _store_key(store)
+                k = store_key(store)
                 if k != key:
                     try:
                         snap = reader(store, variables, lookback_s)
