@@ -226,8 +226,17 @@ def running_chart(df: pl.DataFrame, domain: list[str] | None = None) -> alt.Char
                       domain=domain)
 
 
-def kv_chart(df: pl.DataFrame, threshold: float | None, domain: list[str] | None = None) -> alt.Chart | alt.LayerChart:
-    return line_chart(df, "kv_usage", "GPU KV-cache usage", percent=True, threshold=threshold,
+def kv_title(devices: Sequence[str] = ()) -> str:
+    """The KV chart's axis title in the log's words: `CPU KV-cache usage` for a CPU backend,
+    `GPU ...` for a GPU, both named when the selection mixes them; no device when no log
+    of the selection names one (TensorRT-LLM's block counts)."""
+    named = sorted({d for d in devices if d})
+    return f"{' / '.join(named)} KV-cache usage" if named else "KV-cache usage"
+
+
+def kv_chart(df: pl.DataFrame, threshold: float | None, domain: list[str] | None = None,
+             devices: Sequence[str] = ()) -> alt.Chart | alt.LayerChart:
+    return line_chart(df, "kv_usage", kv_title(devices), percent=True, threshold=threshold,
                       threshold_label="KV-pressure threshold", tooltip=["kv_usage_max:Q"], domain=domain)
 
 

@@ -627,6 +627,22 @@ def kv_cache(cfg: Settings, f: Filters) -> pl.DataFrame:
     )
 
 
+def kv_devices(cfg: Settings, f: Filters) -> list[str]:
+    """The devices the selected instances' logs name for their KV cache (`GPU`, `CPU`,
+    `XPU`, `TPU`: vLLM's `<device> KV cache size` / `# <device> blocks` at start-up, and a
+    stats line whose label is not GPU), from the few capacity events."""
+    df = query(
+        cfg,
+        f"""
+        select distinct upper(attrs->>'kv_device') as device
+        from events
+        where {f.target} and event = 'capacity' and attrs like '%kv_device%'
+        """,
+        {k: v for k, v in f.params().items() if k == "targets"} or None,
+    )
+    return sorted(d for d in df["device"].to_list() if d) if df.height else []
+
+
 def latency(cfg: Settings, f: Filters) -> pl.DataFrame:
     """Percentiles per window; over a range of more than MAX_POINTS windows, per bucket of
     whole windows (`Filters.window_bucket_s`), each percentile the worst (highest) window's

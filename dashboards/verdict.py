@@ -3,6 +3,9 @@
 Pure functions (no querying, no Streamlit), so the rule is testable on its own:
 - a critical `errors` episode (crash, OOM) -> investigate: more replicas of a crashing server
   do not help, the first error needs reading first;
+- else `fleet_imbalance` (this replica queues while a sibling serving the same model has
+  room) -> route better: the fleet has the capacity, the load balancer does not use it, and
+  more replicas behind the same routing would idle too;
 - else any load signal (queue backlog, KV pressure, latency above the SLO) -> scale out;
 - else a configuration or stability signal (scheduler limit, throughput swing, errors) ->
   investigate;
@@ -16,13 +19,14 @@ from __future__ import annotations
 import polars as pl
 
 SCALE_OUT = "scale out"
+ROUTE_BETTER = "route better"
 SCALE_IN = "scale in"
 HOLD = "hold"
 INVESTIGATE = "investigate"
 NO_DATA = "no data"
 
 # worst first: the order of the fleet summary and of the cards
-VERDICT_ORDER = {INVESTIGATE: 0, SCALE_OUT: 1, NO_DATA: 2, SCALE_IN: 3, HOLD: 4}
+VERDICT_ORDER = {INVESTIGATE: 0, ROUTE_BETTER: 1, SCALE_OUT: 2, NO_DATA: 3, SCALE_IN: 4, HOLD: 5}
 
 # signals that fire when their value is BELOW the threshold (a batch too empty while requests
 # wait); the others fire above it
@@ -38,6 +42,7 @@ SIGNAL_ACTION: dict[str, str] = {
     "throughput_swing": INVESTIGATE,
     "errors": INVESTIGATE,
     "idle": SCALE_IN,
+    "fleet_imbalance": ROUTE_BETTER,
 }
 
 SIGNAL_TITLE: dict[str, str] = {
@@ -49,12 +54,14 @@ SIGNAL_TITLE: dict[str, str] = {
     "throughput_swing": "Throughput swinging",
     "errors": "Errors",
     "idle": "Idle",
+    "fleet_imbalance": "Replicas out of balance (route better)",
 }
 
 # Streamlit markdown: Material icons and coloured badges (no emoji: they need a font that
 # headless servers often lack)
 VERDICT_BADGE = {
     SCALE_OUT: ":red-badge[:material/trending_up: SCALE OUT]",
+    ROUTE_BETTER: ":violet-badge[:material/alt_route: ROUTE BETTER]",
     SCALE_IN: ":blue-badge[:material/trending_down: SCALE IN]",
     HOLD: ":green-badge[:material/check_circle: HOLD]",
     INVESTIGATE: ":orange-badge[:material/search: INVESTIGATE]",
@@ -75,7 +82,7 @@ def verdict(episodes: pl.DataFrame) -> str:
     if any(sig == "errors" and sev == "critical" for sig, sev in rows):
         return INVESTIGATE
     actions = {action_of(sig) for sig, _ in rows}
-    for a in (SCALE_OUT, INVESTIGATE, SCALE_IN):
+    for a in (ROUTE_BETTER, SCALE_OUT, INVESTIGATE, SCALE_IN):
         if a in actions:
             return a
     return HOLD

@@ -69,6 +69,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("stream", pa.string(), "", "`stdout` or `stderr`, when the wrapper says which (CRI, docker json-file)"),
     Column("labels", pa.string(), "JSON object", "labels the wrapper and the file's path gave the line: Kubernetes `namespace`, `pod`, `container`, `restart`; compose `service`; syslog/journald `host`, `app`, `unit`..."),
     Column("sampling_params", DICT_STRING, "JSON object", "the request's sampling parameters as the engine logged them, typed, keyed by the engine's names; a parameter logged as None is absent. TGI `request`: the `GenerateParameters` dump (`temperature`, `top_k`, `top_p`, `typical_p`, `repetition_penalty`, `frequency_penalty`, `best_of`, `do_sample`, `max_new_tokens`, ...); vLLM `request_arrived`: the `SamplingParams(...)` repr's number and boolean fields (`n`, `temperature`, `top_p`, `top_k`, `min_p`, penalties, `ignore_eos`...; its strings and lists are left out, and `max_tokens`, which the server may compute per request, is in `max_tokens`). Clients repeat the same few, so each distinct value is stored once per row group (a dictionary column; VARCHAR in SQL: `sampling_params->>'temperature'`); the requested seed is per request and stays in attrs `param_seed`; null where the line carries none and in parts written before this column"),
+    Column("byte_offset", pa.int64(), "bytes", "where the event's first line starts in `source`: bytes into the file's content (decompressed for `.gz`), so `servelens show` reads the raw lines back (`n_lines` of them) without a re-ingest; null in parts written before this column"),
 )
 
 EVENT_SCHEMA = pa.schema([pa.field(c.name, c.arrow) for c in COLUMNS])
@@ -170,7 +171,16 @@ def schema_markdown() -> str:
         "file's modification time (with Dec 31 -> Jan 1 rollover inside a file); times without a zone\n"
         "are taken as UTC.\n\n"
         + "\n".join(rows)
-        + "\n\n## Event kinds\n\n"
+        + "\n\n## Reading a line back\n\n"
+        "The bulk events keep no text (`message` above), yet every event says where it came from:\n"
+        "`source`, `line`, `n_lines` and `byte_offset`, where its first line starts in the file's\n"
+        "content. `servelens show` reads the raw lines back from there, once the file still holds the\n"
+        "content ingested (the manifest's fingerprint of it: the hash of its first bytes and of the\n"
+        "bytes before the offset read); a file renamed, rotated or gzipped since is found by the same\n"
+        "fingerprint. `byte_offset` was added to the schema later: parts written before it read it as\n"
+        "null (their lines are shown as parsed columns; re-ingesting into a new store gives offsets).\n"
+        "A column is only ever appended, so every older part stays readable.\n"
+        + "\n## Event kinds\n\n"
         + "\n".join(kinds)
         + "\n"
     )

@@ -35,7 +35,7 @@ app = typer.Typer(
 )
 
 # Modules under servelens.pipeline that define `register(app)`.
-COMMAND_MODULES: tuple[str, ...] = ("cli_report", "cli_dashboard", "cli_tail", "cli_simulate", "cli_store", "cli_serve", "cli_info", "cli_views")
+COMMAND_MODULES: tuple[str, ...] = ("cli_report", "cli_dashboard", "cli_tail", "cli_simulate", "cli_store", "cli_serve", "cli_info", "cli_views", "cli_show", "cli_top")
 
 
 # Options shared by every command that reads or writes the store.
@@ -277,6 +277,10 @@ def sql(
         raise fail(str(e)) from None
     if limit < 0:
         raise fail(f"--limit {limit} must be 0 (all rows) or more")
+    if df.height == 0 and time_range is not None:
+        from .timerange import range_note
+
+        typer.echo(f"servelens: note: {range_note(store_path(store), time_range)}", err=True)
     shown = df
     if format == "table" and output is None and limit and df.height > limit:
         shown = df.head(limit)

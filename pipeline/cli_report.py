@@ -71,6 +71,11 @@ def register(app: typer.Typer) -> None:
             con.close()
         if instance is not None and not data["instances"]:
             raise fail(f"no events of instance {instance!r} in this range")
+        if (t0 or t1) and not data["instances"]:
+            from .timerange import TimeRange, range_note
+
+            data["range_note"] = range_note(store_path(store), TimeRange(t0, t1))
+            typer.echo(f"servelens: note: {data['range_note']}", err=True)
         text = render(data, format)
         if output is not None:
             write_output_file(output, text, force)

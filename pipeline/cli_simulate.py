@@ -18,7 +18,7 @@ def register(app: typer.Typer) -> None:
 def simulate_cmd(
     engine: Annotated[str, typer.Option("--engine", "-e", help="vllm, tgi, trtllm, sglang or llamacpp")],
     out: Annotated[Path, typer.Option("--out", "-o", help="directory for the logs and truth Parquet")],
-    scenario: Annotated[str, typer.Option(help="steady, spike, kv-pressure or incident")] = "steady",
+    scenario: Annotated[str, typer.Option(help="steady, spike, kv-pressure, incident or imbalance")] = "steady",
     duration: Annotated[str, typer.Option(help="simulated time, e.g. 90s, 20m, 1h30m")] = "20m",
     seed: Annotated[int, typer.Option(help="random seed; same seed + options = same bytes")] = 7,
     rate: Annotated[Optional[float], typer.Option(

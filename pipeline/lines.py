@@ -123,8 +123,8 @@ def parse_stream(
         hold_partial_line=hold_partial_line, hold_last_record=hold_last_record,
     )
     carry = getattr(parser, "CARRY_FORWARD", ())
-    for chunk, end_offset, end_line, n, bad, tail, nul in chunks:
-        pending.append((_EXECUTOR.submit(parse_isolated, parser, chunk, ctx), end_offset, end_line, n, bad, tail, nul))
+    for chunk, end_offset, end_line, n, bad, tail, nul, starts in chunks:
+        pending.append((_EXECUTOR.submit(parse_isolated, parser, chunk, ctx), end_offset, end_line, n, bad, tail, nul, starts))
         # one chunk more than threads: both stay busy while the consumer writes a batch
         if len(pending) > PARSE_THREADS:
             yield _finish(pending.popleft(), ctx, carry)
@@ -193,11 +193,26 @@ def trim_messages(events: pl.DataFrame) -> pl.DataFrame:
 
 
 def _finish(item: tuple, ctx: ParseContext, carry: tuple[str, ...]) -> ParsedChunk:
-    future, end_offset, end_line, n, bad, tail, nul = item
-    events = finalize(future.result(), ctx, carry=carry)
+    future, end_offset, end_line, n, bad, tail, nul, starts = item
+    events = with_byte_offsets(finalize(future.result(), ctx, carry=carry), starts, end_line - n)
     if not ctx.keep_lines:
         events = trim_messages(events)
     return ParsedChunk(events, end_offset, end_line, n, bad, tail, nul)
+
+
+def with_byte_offsets(events: pl.DataFrame, starts: np.ndarray, first_line: int) -> pl.DataFrame:
+    """`byte_offset` of each event: where its `line` starts in the file's content (`starts`:
+    the absolute start of each line of the chunk, the first being line `first_line`), so
+    the raw lines can be read back from the source by offset (`servelens show`). A line
+    outside the chunk (none should be) gets null, never another line's offset."""
+    if events.height == 0 or len(starts) == 0:
+        return events
+    idx = (events["line"] - first_line).fill_null(-1).to_numpy()
+    inside = (idx >= 0) & (idx < len(starts))
+    offsets = pl.Series("byte_offset", starts[np.clip(idx, 0, len(starts) - 1)], dtype=pl.Int64)
+    return events.with_columns(
+        pl.when(pl.Series(inside)).then(offsets).otherwise(None).alias("byte_offset")
+    )
 
 
 TAIL_WINDOW_LINES = 256
@@ -241,7 +256,7 @@ def _split_chunks(
 ) -> Iterator[tuple[pl.DataFrame, int, int, int, bool, bytes, int]]:
     """Cut the stream into chunks of complete records: (lines, offset after, next line
     number, lines in the chunk, invalid UTF-8 seen, the content's last TAIL_BYTES, NUL
-    bytes dropped)."""
+    bytes dropped, the absolute byte offset where each of the chunk's lines starts)."""
     held = b""
     tail = b""
     while True:
@@ -272,17 +287,19 @@ def _split_chunks(
             if eof:
                 return
             continue
+        starts = line_start_offsets(complete)[: lines.height]
         if keep < lines.height:
-            cut_at = int(line_start_offsets(complete)[keep])
+            cut_at = int(starts[keep])
             chunk = lines.head(keep)
         else:
             cut_at, chunk = len(complete), lines
+        starts = starts[:keep] + offset
         offset += cut_at
         next_line += keep
         held = complete[cut_at:] + rest
         tail = (tail + complete[max(0, cut_at - TAIL_BYTES):cut_at])[-TAIL_BYTES:]
         nul = complete.count(0, 0, cut_at) if b"\x00" in complete else 0
-        yield chunk, offset, next_line, keep, bad, tail, nul
+        yield chunk, offset, next_line, keep, bad, tail, nul, starts
         if eof and not held:
             return
         if eof:

@@ -411,6 +411,11 @@ def _summary_markdown(report: dict[str, Any]) -> list[str]:
     return out
 
 
+def _span_note(report: dict[str, Any]) -> str:
+    """The store's own range beside an empty one (set by the CLI: `range_note`)."""
+    return f" ({report['range_note']})" if report.get("range_note") else ""
+
+
 def to_markdown(report: dict[str, Any]) -> str:
     rng = f"{_fmt_ts(report['since'] or report['first_ts'])} to {_fmt_ts(report['until'] or report['last_ts'])}"
     out = [f"# {report['title']}", "",
@@ -420,7 +425,7 @@ def to_markdown(report: dict[str, Any]) -> str:
            f"- Generated: {_fmt_ts(report['generated_at'])}", ""]
     out += _summary_markdown(report)
     if not report["instances"]:
-        out += ["No events in this range.", ""]
+        out += [f"No events in this range.{_span_note(report)}", ""]
     for inst in report["instances"]:
         out += [f"### {md_text(inst['instance'])} ({md_text(inst['engine'])}): {inst['verdict']}", "",
                 f"{inst['n_events']:,} events from {_fmt_ts(inst['first_ts'])} to {_fmt_ts(inst['last_ts'])}"
@@ -529,7 +534,7 @@ def to_html(report: dict[str, Any]) -> str:
     parts += report_queueing.tail_latency_html(report.get("tail_latency"))
     parts.append("<h2>Instances</h2>")
     if not report["instances"]:
-        parts.append("<p>No events in this range.</p>")
+        parts.append(f"<p>No events in this range.{e(_span_note(report))}</p>")
     for inst in report["instances"]:
         parts.append(f"<h2 id='{e(_anchor(inst['instance'] + '-' + inst['engine']))}'>{e(inst['instance'])} "
                      f"({e(inst['engine'])}): {e(inst['verdict'])}</h2>")

@@ -129,6 +129,7 @@ def summarize(rows: list[dict[str, Any]], signals: dict[tuple[str, str], list[di
                 why += f" (its own signals say: {v})"
         else:
             why = {"scale out": "load signals fired: add replicas", "investigate": "read its signals before scaling",
+                   "route better": "it queued while a replica of the same model had room: fix the load balancing, not the capacity",
                    "scale in": "idle: fewer replicas would do", "hold": "no signal fired"}.get(v, v)
         actions.append({"engine": r["engine"], "instance": r["instance"], "verdict": v, "why": why})
 
@@ -186,6 +187,6 @@ def _headline(rows, crashed, survivors, surge_ts, impact, cause, verdicts) -> st
         by = {}
         for r in rows:
             by.setdefault(verdicts.get((r["engine"], r["instance"]), "hold"), []).append(r["instance"])
-        todo = [f"{v} {_names(by[v])}" for v in ("scale out", "investigate", "scale in") if v in by]
+        todo = [f"{v} {_names(by[v])}" for v in ("route better", "scale out", "investigate", "scale in") if v in by]
         out.append("What to do: " + ("; ".join(todo) if todo else "nothing; no signal fired") + ".")
     return " ".join(out)

@@ -67,6 +67,9 @@ SERIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "servelens_newest_event_timestamp_seconds": ("Unix time of the instance's newest event in the store.", ()),
 }
 SCALE_OUT_SIGNALS = ("autoscaler_scale_out", "queue_backlog", "latency_slo_e2e", "latency_slo_ttft", "kv_pressure")
+# a replica that queues while a sibling has room: more replicas behind the same routing would
+# idle too, so it does not ask to scale out (docs/metrics.md, fleet_imbalance)
+ROUTE_SIGNALS = ("fleet_imbalance",)
 AGE_HELP = "Seconds since the instance's newest event (staleness of everything it reports)."
 
 # the JSON field of /api/signals each series becomes
@@ -136,7 +139,7 @@ def servers_of(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for row in rows:
         s = servers.setdefault(row["instance"], {
             "server": row["instance"], "engine": row["engine"], "model": row["model"] or "",
-            "window_start": None, "window_end": None, "signals": [], "scale_out": False,
+            "window_start": None, "window_end": None, "signals": [], "scale_out": False, "route_better": False,
             "latency": {}, "newest_ts": None,
         })
         name, value = row["name"], row["value"]
@@ -156,8 +159,12 @@ def servers_of(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             s["signals"].append({"signal": row["signal"], "severity": row["severity"]})
             if row["signal"] in SCALE_OUT_SIGNALS:
                 s["scale_out"] = True
+            if row["signal"] in ROUTE_SIGNALS:
+                s["route_better"] = True
     for s in servers.values():
         s["active_signals"] = len(s["signals"])
+        s["scale_out"] = s["scale_out"] and not s["route_better"]
+        s["action"] = "route better" if s["route_better"] else "scale out" if s["scale_out"] else None
     return sorted(servers.values(), key=lambda s: s["server"])
 
 
@@ -291,7 +298,7 @@ def read_snapshot(store: Path | str, variables: Mapping[str, Any] | None = None,
         con.close()
 
 
-def _store_key(store: Path) -> tuple | None:
+def store_key(store: Path) -> tuple | None:
     """What changes when a commit lands: the manifest's identity and modification time."""
     try:
         st = os.stat(store / "manifest.json")
@@ -328,7 +335,7 @@ class Exporter:
 
     def refresh(self) -> Snapshot:
         """Evaluate the views now; on failure keep serving the previous rows."""
-        self._seen_key = _store_key(self.store)
+        self._seen_key = store_key(self.store)
         t0 = time.perf_counter()
         try:
             if self._pool is not None:
@@ -385,7 +392,7 @@ class Exporter:
         self.refresh()
         last = time.monotonic()
         while not self._stop.wait(WATCH_S):
-            if _store_key(self.store) != self._seen_key or time.monotonic() - last >= self.refresh_s:
+            if store_key(self.store) != self._seen_key or time.monotonic() - last >= self.refresh_s:
                 self.refresh()
                 last = time.monotonic()
 
@@ -440,7 +447,8 @@ class Exporter:
             one["stale"] = max_age_s is not None and (age is None or age > max_age_s)
         fresh = [s for s in listed if not s["stale"]]
         totals: dict[str, Any] = {"servers": len(fresh), "stale_servers": len(listed) - len(fresh),
-                                  "scale_out": sum(1 for s in fresh if s["scale_out"])}
+                                  "scale_out": sum(1 for s in fresh if s["scale_out"]),
+                                  "route_better": sum(1 for s in fresh if s.get("route_better"))}
         for key in ("waiting", "running", "requests_per_second", "tokens_per_second", "errors_per_second"):
             vals = [s[key] for s in fresh if s.get(key) is not None]
             totals[key] = sum(vals) if vals else None

@@ -24,7 +24,7 @@ from .sandbox import Limits, execute
 
 # Derived from the events, read by several views, costly to derive: in load order (a later
 # one reads the earlier ones' tables)
-SHARED = ("requests", "engine_stats")
+SHARED = ("requests", "engine_stats", "window_metrics")
 
 
 def reads(named: Iterable[str], bound: Iterable[str], leaves: Iterable[str] = ()) -> dict[str, int]:

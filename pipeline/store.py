@@ -57,7 +57,7 @@ _WIDE_TEXT = ("message", "attrs", "request_id")
 PARQUET_OPTIONS = dict(
     compression="zstd",
     row_group_size=256_000,
-    use_dictionary=[f.name for f in FILE_SCHEMA if f.name not in _WIDE_TEXT and f.name not in ("ts", "line")],
+    use_dictionary=[f.name for f in FILE_SCHEMA if f.name not in _WIDE_TEXT and f.name not in ("ts", "line", "byte_offset")],
     write_statistics=[f.name for f in FILE_SCHEMA if f.name not in ("message", "attrs")],
 )
 

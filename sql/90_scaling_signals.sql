@@ -21,6 +21,9 @@
 --   errors            >= 1 crash/OOM (critical) or >= [errors_count] errors (warning) in a
 --                     window -> investigate the first error.
 --   idle              nothing arrives, runs or waits for >= [idle_sustain_s] -> scale in.
+--   fleet_imbalance   this replica queues (or carries [fleet_load_ratio] times the load)
+--                     while a sibling serving the same model has room (fleet_imbalance), for
+--                     >= [fleet_sustain_s] -> route better, not scale out.
 -- Columns: engine, instance, signal, severity ('critical' | 'warning' | 'info'),
 --   window_start, window_end (UTC, the episode), duration_s (s), n_windows, value (the worst
 --   value in the episode, unit in `unit`), threshold (same unit), unit, estimated (true when
@@ -44,6 +47,9 @@ params as (
         cast(coalesce(try_cast(getvariable('swing_lookback_windows') as double), 5.0) as bigint) as swing_lookback_windows,
         coalesce(try_cast(getvariable('errors_count') as double), 5.0) as errors_count,
         coalesce(try_cast(getvariable('idle_sustain_s') as double), 600.0) as idle_sustain_s,
+        coalesce(try_cast(getvariable('fleet_waiting') as double), 10.0) as fleet_waiting,
+        coalesce(try_cast(getvariable('fleet_load') as double), 8.0) as fleet_load,
+        coalesce(try_cast(getvariable('fleet_sustain_s') as double), 120.0) as fleet_sustain_s,
 ),
 
 metrics as materialized (
@@ -145,6 +151,17 @@ candidates as (
         0.0, p.idle_sustain_s, 'requests/s', false, p.idle_sustain_s,
     from metrics, params as p
     where idle
+
+    union all
+    select engine, instance, window_start, window_end, window_index, window_s,
+        'fleet_imbalance',
+        case when coalesce(waiting_avg, 0) >= 2 * p.fleet_waiting then 'critical' else 'warning' end,
+        case when condition = 'queue' then waiting_avg else load_avg end,
+        case when condition = 'queue' then p.fleet_waiting else p.fleet_load end,
+        case when condition = 'queue' then 'requests waiting while a sibling had room'
+            else 'requests in flight while a sibling had room' end,
+        false, p.fleet_sustain_s,
+    from fleet_imbalance, params as p
 ),
 
 islands as (
@@ -226,8 +243,16 @@ final as (
             when 'idle' then format(
                 'No request arrived, ran or waited for {:g} min. Candidate for scale in.',
                 duration_s / 60)
+            when 'fleet_imbalance' then format(
+                'Replicas of one deployment were out of balance for {:g} min: this one had up to {:.1f} {} ({}). The fleet has the room: route better (least-outstanding-requests or queue-aware load balancing; check session affinity, sticky routing and health checks) rather than scale out.',
+                duration_s / 60, value, unit,
+                coalesce((select 'least loaded: ' || string_agg(distinct f.sibling, ', ' order by f.sibling)
+                          from fleet_imbalance as f
+                          where f.engine = e.engine and f.instance = e.instance
+                            and f.window_start >= e.window_start and f.window_end <= e.window_end),
+                         'a sibling'))
         end as recommendation,
-    from episodes
+    from episodes as e
     where duration_s >= sustain_s
 )
 

@@ -20,7 +20,8 @@ SHORT = {"steady": 600}  # healthy traffic needs no long run to show it stays qu
 SEED = 7
 T0 = "2026-05-12T08:00:00Z"
 # signals that mean "act": none may fire on healthy traffic
-ACTION_SIGNALS = ("queue_backlog", "kv_pressure", "scheduler_limit", "latency_slo_e2e", "latency_slo_ttft", "errors")
+ACTION_SIGNALS = ("queue_backlog", "kv_pressure", "scheduler_limit", "latency_slo_e2e", "latency_slo_ttft", "errors",
+                  "fleet_imbalance")
 
 
 _ROOT = Path(tempfile.mkdtemp(prefix="servelens-truth-"))

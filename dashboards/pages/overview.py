@@ -137,7 +137,7 @@ def fleet_section(cfg: data.Settings, f: data.Filters, results, episodes: pl.Dat
     verdict (the worst first) and the impact in numbers."""
     story = data.fleet_story(cfg, f, episodes, {(e, i): v for e, i, v, _ in results})
     st.header("Fleet summary")
-    box = st.error if story["crashed"] else st.warning if any(v in (vd.SCALE_OUT, vd.INVESTIGATE) for _, _, v, _ in results) else st.info
+    box = st.error if story["crashed"] else st.warning if any(v in (vd.SCALE_OUT, vd.ROUTE_BETTER, vd.INVESTIGATE) for _, _, v, _ in results) else st.info
     box(md_text(story["headline"]), icon=":material/summarize:")
     died = {c["instance"]: c for c in story["crashed"]}
     lines = []
@@ -215,7 +215,8 @@ def batch_section(cfg, f, avail, th) -> None:
 def kv_section(cfg, f, avail, th) -> None:
     st.subheader("KV cache and preemptions")
     df = data.kv_cache(cfg, f)
-    evidence("KV-cache usage", "kv_usage", df, "kv_usage", f, avail, charts.kv_chart, th.get("kv_usage"), _dom(f))
+    evidence("KV-cache usage", "kv_usage", df, "kv_usage", f, avail, charts.kv_chart, th.get("kv_usage"), _dom(f),
+             data.kv_devices(cfg, f))
     drawn = evidence("Preemptions", "preemptions", df, "preemptions", f, avail, charts.preemption_chart, _dom(f))
     if drawn and "vllm" in {e for e, _ in f.targets}:
         st.caption("Preemptions: logged counts plus preemption warning lines. vLLM V0 logs a warning for "

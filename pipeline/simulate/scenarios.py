@@ -27,6 +27,7 @@ class Scenario:
     default_instances: int = 1
     crash: tuple[int, float] | None = None  # (instance index, fraction of duration)
     kv_scale: float = 1.0  # KV cache size relative to the engine default
+    hot_share: float | None = None  # share of all traffic the load balancer sends to instance 0
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -64,6 +65,14 @@ SCENARIOS: dict[str, Scenario] = {
             base_rate=2.0,
             default_instances=3,
             crash=(0, 0.6),
+        ),
+        Scenario(
+            "imbalance",
+            "a load balancer that sends most of the traffic to one replica: it queues for "
+            "minutes while its siblings serving the same model idle (route better, not scale out)",
+            base_rate=4.0,
+            default_instances=3,
+            hot_share=0.8,
         ),
     )
 }
@@ -130,7 +139,12 @@ def make_traffic(
         times.append(np.sort(rng.uniform(t0, t1, k)))
     arrival = np.concatenate(times) if times else np.zeros(0)
     n = len(arrival)
-    inst = rng.integers(0, n_inst, n)
+    if scen.hot_share is not None and n_inst > 1:
+        share = np.full(n_inst, (1.0 - scen.hot_share) / (n_inst - 1))
+        share[0] = scen.hot_share
+        inst = rng.choice(n_inst, n, p=share)
+    else:
+        inst = rng.integers(0, n_inst, n)
     if crash_at is not None and n_inst > 1:
         # after the crash the load balancer sends its share to the survivors
         late = (arrival >= crash_at) & (inst == crash_inst)
