@@ -92,6 +92,7 @@ def file_state(
         "offset": offset,
         "lines": lines,
         "source": source,
+        "path": str(path.absolute()),  # `source` may be relative to where the command ran
         "engine": engine,
         "instance": instance,
         "dev": dev,

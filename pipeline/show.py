@@ -128,6 +128,9 @@ def locate(manifest: dict, source: str, entry: dict | None, search: Iterable[Pat
     if entry is None:
         return SourceFile(source, "unknown", None, "the manifest does not list this file")
     path = Path(source)
+    if not path.is_absolute() and entry.get("path") and not path.exists():
+        # `source` is relative to where ingest ran; the entry also keeps the absolute path
+        path = Path(entry["path"])
     if _matches(path, entry):
         return SourceFile(source, "ok", path)
     head_sha, head_len = entry["head_sha"], entry["head_len"]

@@ -605,6 +605,7 @@ class Tailer(IdentityMixin):
             "offset": fol.offset,
             "lines": fol.next_line - 1,
             "source": fol.source,
+            "path": str(fol.path.absolute()),
             "engine": fol.engine,
             "instance": fol.instance,
             "dev": fol.dev,

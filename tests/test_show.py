@@ -206,3 +206,21 @@ def test_a_unique_part_of_the_id_is_enough(incident):
     assert part["request_id"] == rid and part["events"] == whole["events"]
     r = invoke("show", "chatcmpl-", "--store", store)
     assert r.exit_code == 1 and "is part of several request ids" in r.stderr
+
+
+def test_lines_are_read_back_from_another_working_directory(tmp_path, monkeypatch):
+    """`source` is relative to where ingest ran; show run elsewhere still finds the file."""
+    logs = tmp_path / "work" / "logs"
+    shutil.copytree(SAMPLE / "incident" / "vllm", logs)
+    monkeypatch.chdir(tmp_path / "work")
+    ingest(Path("logs"), tmp_path / "store")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    rid = mid_request()["request_id"]
+    want = lines_naming(logs / "vllm-b.log", rid)
+    r = invoke("show", rid, "--store", tmp_path / "store", "--full")
+    assert r.exit_code == 0, r.output
+    story = r.stdout.split("queue and batch state around it:")[0]
+    assert shown_lines(story) == [ln for _, ln in want]
+    assert "is gone" not in r.stdout
