@@ -78,26 +78,77 @@ def in_time_order(ev: pl.DataFrame) -> pl.DataFrame:
     return ev.sort("wrapper_ts", maintain_order=True)
 
 
+POD = "vllm-7d9f8-abcde"
+# Fluent Bit's CloudWatch stream for that pod's container: `<pod>_<namespace>_<container>-<id>`
+CW_STREAM = f"{POD}_serving_server-" + "0a1b2c3d" * 8
+
+
+def cw_event(line: str, ns: int, i: int, stream: bool = True) -> dict:
+    e = {"logStreamName": CW_STREAM} if stream else {}
+    return e | {"timestamp": ns // 1_000_000, "message": line, "ingestionTime": ns // 1_000_000 + 230,
+                "eventId": f"{37820000000000000000000000 + i}"}
+
+
+def cw_filter_log_events(lines, times):
+    """`aws logs filter-log-events` (AWS CLI JSON output: indented by 4, oldest first)."""
+    events = [cw_event(ln, t, i) for i, (ln, t) in enumerate(zip(lines, times))]
+    return json.dumps({"events": events, "searchedLogStreams": [{"logStreamName": CW_STREAM, "searchedCompletely": True}]}, indent=4) + "\n"
+
+
+def cw_get_log_events(lines, times):
+    """`aws logs get-log-events`: the events carry no stream name; paging tokens follow."""
+    events = [cw_event(ln, t, i, stream=False) for i, (ln, t) in enumerate(zip(lines, times))]
+    return json.dumps({"events": events, "nextForwardToken": "f/3782", "nextBackwardToken": "b/3782"}, indent=4) + "\n"
+
+
+def cw_insights(lines, times):
+    """Logs Insights results downloaded as JSON: newest first, `@timestamp` in ms, UTC."""
+    rows = []
+    for ln, t in zip(lines, times):
+        sec, frac = divmod(t, 1_000_000_000)
+        stamp = wr.rfc3339_ns(sec * 1_000_000_000).replace("T", " ")[:19] + f".{frac // 1_000_000:03d}"
+        rows.append({"@timestamp": stamp, "@message": ln, "@logStream": CW_STREAM, "@log": "123456789012:/eks/c1/containers"})
+    return json.dumps(rows[::-1], indent=2) + "\n"
+
+
+def gcp_array(lines, times):
+    return gcloud_json([gcp_entry(ln, t, i=i) for i, (ln, t) in enumerate(zip(lines, times))])
+
+
+def gcp_ndjson(lines, times):
+    return ndjson([gcp_entry(ln, t, i=i) for i, (ln, t) in enumerate(zip(lines, times))])
+
+
+# export -> (writer, its layer, its time's precision in ns, whether lines keep their numbers)
+EXPORTS = {
+    "gcloud-newest-first": (gcp_array, "gcp-logging", 1, False),
+    "gcp-ndjson": (gcp_ndjson, "gcp-logging", 1, True),
+    "cw-filter-log-events": (cw_filter_log_events, "cloudwatch", 1_000_000, False),
+    "cw-get-log-events": (cw_get_log_events, "cloudwatch", 1_000_000, False),
+    "cw-insights-newest-first": (cw_insights, "cloudwatch", 1_000_000, False),
+}
+
+
 @pytest.mark.parametrize("engine,rel", SAMPLES, ids=[Path(r).name for _, r in SAMPLES])
-@pytest.mark.parametrize("shape", ["gcloud-newest-first", "ndjson"])
-def test_gcp_export_gives_the_servers_events_with_its_time_and_pod(engine, rel, shape):
+@pytest.mark.parametrize("export", list(EXPORTS))
+def test_export_gives_the_servers_events_with_its_time_and_pod(engine, rel, export):
     lines, times, base = truth(rel, engine)
-    entries = [gcp_entry(ln, t, i=i) for i, (ln, t) in enumerate(zip(lines, times))]
-    text = gcloud_json(entries) if shape.startswith("gcloud") else ndjson(entries)
-    layers, texts, ev = parse(engine, text)
-    assert layers[0] == "gcp-logging"
+    write, layer, precision, same_lines = EXPORTS[export]
+    layers, texts, ev = parse(engine, write(lines, times))
+    assert layers[0] == layer
     ev = in_time_order(ev)
     assert ev.select(SAME).equals(base.select(SAME))
-    # the platform's nanosecond time of the event's first line on the server
-    want = pl.Series([times[k - 1] for k in base["line"]], dtype=pl.Int64)
+    # the platform's time of the event's first line on the server, to its precision
+    want = pl.Series([times[k - 1] // precision * precision for k in base["line"]], dtype=pl.Int64)
     assert ev["wrapper_ts"].cast(pl.Int64).equals(want, check_names=False)
-    labels = ev["labels"].str.json_decode().struct.unnest()
-    assert labels["pod"].unique().to_list() == ["vllm-7d9f8-abcde"]
-    assert labels["namespace"].unique().to_list() == ["serving"]
-    assert labels["container"].unique().to_list() == ["server"]
-    # each event points at the export's own lines (a pretty-printed entry is 28 of them)
+    if export != "cw-get-log-events":  # (its events name no stream)
+        labels = ev["labels"].str.json_decode().struct.unnest()
+        assert labels["pod"].unique().to_list() == [POD]
+        assert labels["namespace"].unique().to_list() == ["serving"]
+        assert labels["container"].unique().to_list() == ["server"]
+    # each event points at the export's own lines
     assert ev["line"].min() >= 1 and (ev["line"] + ev["n_lines"]).max() <= len(texts) + 1
-    if shape == "ndjson":
+    if same_lines:
         assert ev["line"].equals(base["line"])
 
 
@@ -130,18 +181,24 @@ def test_a_two_pod_export_keeps_each_pods_records_apart():
         assert mine.select(SAME).equals(base.select(SAME)), name
 
 
-def test_an_export_cut_short_keeps_the_rest():
+@pytest.mark.parametrize("export", list(EXPORTS))
+def test_an_export_cut_short_keeps_the_rest(export):
+    """A download that stops inside its last entry: every whole entry gives its events, the
+    broken part is one `unparsed` event holding its text."""
     lines, times, base = truth("sample_logs/vllm/real/v1_0_11.log", "vllm")
-    entries = [gcp_entry(ln, t, i=i) for i, (ln, t) in enumerate(zip(lines, times))]
-    text = ndjson(entries)
-    cut = text.rfind('"textPayload"')  # the last entry stops mid-object
+    write, layer, _, _ = EXPORTS[export]
+    text = write(lines, times)
+    cut = max(text.rfind(k) for k in ('"textPayload"', '"message"', '"@message"'))
     layers, texts, ev = parse("vllm", text[:cut] + "\n")
-    assert layers == ("gcp-logging",)
-    whole = base.filter(pl.col("line") < len(lines))
-    assert ev.filter(pl.col("line") < len(lines)).select(SAME).equals(whole.select(SAME))
-    last = ev.filter(pl.col("line") == len(lines))
-    assert last["event"].to_list() == ["unparsed"]
-    assert last["message"][0].startswith('{"insertId"') or '"insertId"' in (last["attrs"][0] or "")
+    assert layers[0] == layer
+    # the entry cut is the file's last written (oldest first) or its first (newest first)
+    lost = 1 if "newest-first" in export else len(lines)
+    assert base.filter(pl.col("line") == lost).height == 1
+    broken = ev.filter(pl.col("message").str.starts_with("{"))
+    assert broken["event"].to_list() == ["unparsed"]
+    assert len(texts) - broken["line"][0] <= 30  # it is the tail of the download
+    rest = in_time_order(ev.filter(~pl.col("message").str.starts_with("{")))
+    assert rest.select(SAME).equals(base.filter(pl.col("line") != lost).select(SAME))
 
 
 def test_detection_is_from_content_only():
@@ -151,3 +208,33 @@ def test_detection_is_from_content_only():
     # a plain log and a docker json-file log are not taken for an export
     assert "gcp-logging" not in W.detect(lines[:300])
     assert W.detect(wr.split_lines(wr.to_docker_json(lines))[:300])[0] == "docker-json"
+
+
+def test_ingest_of_a_directory_of_exports_needs_no_flag(tmp_path):
+    """`servelens ingest DIR`: each export's format and engine are found from its content
+    (file names say nothing), and its events are those of the server's own file."""
+    from typer.testing import CliRunner
+
+    from conftest import events, write
+    from servelens.pipeline.cli import _register_commands, app
+
+    _register_commands()
+    cases = {
+        "a.json": ("vllm", "sample_logs/vllm/real/v1_0_11.log", gcp_array),
+        "b.json": ("tgi", "sample_logs/tgi/real/launcher_traceback.log", cw_insights),
+        "c.json": ("sglang", "sample_logs/sglang/real/v0_4_2025.log", cw_filter_log_events),
+    }
+    bases = {}
+    for name, (engine, rel, writer) in cases.items():
+        lines, times, bases[name] = truth(rel, engine)
+        write(tmp_path / "exports" / name, writer(lines, times))
+    r = CliRunner().invoke(app, ["ingest", str(tmp_path / "exports"), "--store", str(tmp_path / "store"), "-q"])
+    assert r.exit_code == 0, r.output
+    got = events(tmp_path / "store")
+    for name, (engine, _, _) in cases.items():
+        mine = got.filter(pl.col("source").str.ends_with(name))
+        assert mine["engine"].unique().to_list() == [engine]
+        # (the store keeps events in line order: a newest-first export's lines run backwards)
+        # (the store keeps a message only where it says more than the event's fields)
+        key = [c for c in SAME if c != "message"]
+        assert mine.select(key).sort(key, nulls_last=True).equals(bases[name].select(key).sort(key, nulls_last=True))

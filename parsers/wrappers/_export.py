@@ -13,6 +13,8 @@ are put back in time order per stream (the platform's instance labels) before it
 
 from __future__ import annotations
 
+import json
+
 import polars as pl
 
 from ._frame import join_fragments
@@ -45,8 +47,47 @@ def join_objects(df: pl.DataFrame) -> pl.DataFrame:
     envelope = t.str.contains(_PUNCT) | t.str.contains(r'^"[^"]*"\s*:\s*(?:[\[{]|\[\]|"[^"]*"|[0-9]+),?$')
     # the envelope is the platform's, not the server's: its lines give no line to the parser
     # (an unfinished last line stays, so the reader still holds it back)
-    keep = t.str.starts_with("{") | ~envelope | pl.col("_open")
+    keep = ~envelope | pl.col("_open")
     return df.filter(keep).with_columns(pl.when(t.str.starts_with("{")).then(t).otherwise(pl.col("text")).alias("text"))
+
+
+def sniff_export(texts: list[str], entry: str, marks: str) -> float:
+    """Share of the sample in an export whose entries carry the member `entry` (the line)
+    and some member of `marks` (what only that platform writes). An indented export has
+    one member a line: any entry with a mark makes the sample one; otherwise (one object a
+    line) the share of lines that are such entries."""
+    s = pl.Series(texts, dtype=pl.String)
+    s = s.filter(s.str.strip_chars().str.len_bytes() > 0)
+    if len(s) == 0:
+        return 0.0
+    has_entry = s.str.contains(f'"(?:{entry})"\\s*:')
+    has_mark = s.str.contains(f'"(?:{marks})"\\s*:')
+    if not has_entry.any() or not has_mark.any():
+        return 0.0
+    one_line = s.str.contains(r"^\s*\{.*\}\s*,?$")
+    return float((one_line & has_entry & has_mark).mean()) if one_line.mean() > 0.5 else 1.0
+
+
+def decode_objects(df: pl.DataFrame, dtype: pl.Struct) -> pl.DataFrame:
+    """`join_objects`, then each object decoded into the struct column `_j` (null where a
+    line is not a whole object: an export cut short leaves its text to the engine parser,
+    which keeps it as `unparsed`)."""
+    df = join_objects(df)
+    obj = pl.col("text").str.starts_with("{")
+    try:
+        return df.with_columns(pl.when(obj).then(pl.col("text")).str.json_decode(dtype).alias("_j"))
+    except pl.exceptions.PolarsError:
+        # some object is broken: only then one object at a time
+        return df.with_columns(pl.col("text").map_elements(_decode_one, return_dtype=dtype).alias("_j"))
+
+
+def _decode_one(text: str | None):
+    if not text or not text.startswith("{"):
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
 
 
 def time_order(df: pl.DataFrame, keys: list[str]) -> pl.DataFrame:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ._export import join_objects, time_order
+from ._export import decode_objects, sniff_export, time_order
 from ._frame import rfc3339_ns_of, set_time
 
 NAME = "gcp-logging"
@@ -24,7 +24,6 @@ DOC = "Google Cloud Logging JSON (`gcloud logging read --format=json`, Logs Expl
 JOINS = True
 
 # the members only a LogEntry has, on a line of its own (pretty-printed) or in one object
-_HINT = r'"(?:textPayload|jsonPayload|logName|receiveTimestamp|insertId)"\s*:'
 _RES = {"pod_name": "pod", "container_name": "container", "namespace_name": "namespace", "node_name": "node", "cluster_name": "cluster"}
 _DTYPE = pl.Struct({
     "textPayload": pl.String,
@@ -37,27 +36,11 @@ _KEYS = ["_lab_namespace", "_lab_pod", "_lab_container"]
 
 
 def sniff(texts: list[str]) -> float:
-    s = pl.Series(texts, dtype=pl.String)
-    s = s.filter(s.str.strip_chars().str.len_bytes() > 0)
-    if len(s) == 0:
-        return 0.0
-    # a LogEntry has a payload and a time; pretty-printed, one member a line
-    entries = s.str.contains(r'"(?:textPayload|jsonPayload)"\s*:').sum()
-    marks = s.str.contains(r'"(?:logName|insertId|receiveTimestamp)"\s*:').sum()
-    if entries == 0 or marks == 0:
-        return 0.0
-    one_line = s.str.contains(r"^\s*\{.*\}\s*,?$")
-    return float((one_line & s.str.contains(_HINT)).mean()) if one_line.mean() > 0.5 else 1.0
+    return sniff_export(texts, "textPayload|jsonPayload", "logName|insertId|receiveTimestamp")
 
 
 def decode(df: pl.DataFrame) -> pl.DataFrame:
-    df = join_objects(df)
-    obj = pl.col("text").str.starts_with("{")
-    try:
-        df = df.with_columns(pl.when(obj).then(pl.col("text")).str.json_decode(_DTYPE).alias("_j"))
-    except pl.exceptions.PolarsError:
-        # an object cut short (a truncated download) leaves its text to the engine parser
-        df = df.with_columns(pl.col("text").map_elements(_decode_one, return_dtype=_DTYPE).alias("_j"))
+    df = decode_objects(df, _DTYPE)
     f = pl.col("_j").struct.field
     msg = pl.coalesce(f("textPayload"), f("jsonPayload").struct.field("message"))
     res = f("resource").struct.field("labels").struct.field
@@ -69,13 +52,3 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
     ).drop("_j")
     return time_order(df, _KEYS)
 
-
-def _decode_one(text: str | None):
-    import json
-
-    if not text or not text.startswith("{"):
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return None
