@@ -15,6 +15,9 @@ from servelens.parsers import wrappers as W
 from servelens.parsers.base import ParseContext, lines_frame, parse_lines, parse_text
 
 import wrapping as wr
+from wrapping_exports import (
+    CW_STREAM, POD, cw_filter_log_events, cw_get_log_events, cw_insights, gcloud_json, gcp_array, gcp_entry, gcp_ndjson, ndjson,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = [
@@ -29,32 +32,6 @@ SAMPLES = [
 # what an event says apart from its time and where it sits in the file
 SAME = ["event", "level", "request_id", "model", "prompt_tokens", "output_tokens",
         "e2e_s", "running", "waiting", "kv_usage", "max_num_seqs", "http_status", "message"]
-
-
-def gcp_entry(line: str, ns: int, pod: str = "vllm-7d9f8-abcde", i: int = 0) -> dict:
-    """A LogEntry as Cloud Logging returns a GKE container's stdout line (keys sorted, as
-    gcloud prints them)."""
-    return {
-        "insertId": f"{i:08x}abcdef",
-        "labels": {"compute.googleapis.com/resource_name": "gke-c1-pool-1-node", "k8s-pod/app": "llm"},
-        "logName": "projects/proj/logs/stdout",
-        "receiveTimestamp": wr.rfc3339_ns(ns + 412_000_000),
-        "resource": {"labels": {"cluster_name": "c1", "container_name": "server", "location": "us-central1",
-                                "namespace_name": "serving", "pod_name": pod, "project_id": "proj"},
-                     "type": "k8s_container"},
-        "severity": "ERROR" if "ERROR" in line else "INFO",
-        "textPayload": line + "\n",
-        "timestamp": wr.rfc3339_ns(ns),
-    }
-
-
-def gcloud_json(entries: list[dict]) -> str:
-    """`gcloud logging read --format=json`: newest first, an indented array."""
-    return json.dumps(entries[::-1], indent=2, sort_keys=True) + "\n"
-
-
-def ndjson(entries: list[dict]) -> str:
-    return "".join(json.dumps(e) + "\n" for e in entries)
 
 
 def parse(engine: str, text: str):
@@ -76,47 +53,6 @@ def truth(rel: str, engine: str):
 
 def in_time_order(ev: pl.DataFrame) -> pl.DataFrame:
     return ev.sort("wrapper_ts", maintain_order=True)
-
-
-POD = "vllm-7d9f8-abcde"
-# Fluent Bit's CloudWatch stream for that pod's container: `<pod>_<namespace>_<container>-<id>`
-CW_STREAM = f"{POD}_serving_server-" + "0a1b2c3d" * 8
-
-
-def cw_event(line: str, ns: int, i: int, stream: bool = True) -> dict:
-    e = {"logStreamName": CW_STREAM} if stream else {}
-    return e | {"timestamp": ns // 1_000_000, "message": line, "ingestionTime": ns // 1_000_000 + 230,
-                "eventId": f"{37820000000000000000000000 + i}"}
-
-
-def cw_filter_log_events(lines, times):
-    """`aws logs filter-log-events` (AWS CLI JSON output: indented by 4, oldest first)."""
-    events = [cw_event(ln, t, i) for i, (ln, t) in enumerate(zip(lines, times))]
-    return json.dumps({"events": events, "searchedLogStreams": [{"logStreamName": CW_STREAM, "searchedCompletely": True}]}, indent=4) + "\n"
-
-
-def cw_get_log_events(lines, times):
-    """`aws logs get-log-events`: the events carry no stream name; paging tokens follow."""
-    events = [cw_event(ln, t, i, stream=False) for i, (ln, t) in enumerate(zip(lines, times))]
-    return json.dumps({"events": events, "nextForwardToken": "f/3782", "nextBackwardToken": "b/3782"}, indent=4) + "\n"
-
-
-def cw_insights(lines, times):
-    """Logs Insights results downloaded as JSON: newest first, `@timestamp` in ms, UTC."""
-    rows = []
-    for ln, t in zip(lines, times):
-        sec, frac = divmod(t, 1_000_000_000)
-        stamp = wr.rfc3339_ns(sec * 1_000_000_000).replace("T", " ")[:19] + f".{frac // 1_000_000:03d}"
-        rows.append({"@timestamp": stamp, "@message": ln, "@logStream": CW_STREAM, "@log": "123456789012:/eks/c1/containers"})
-    return json.dumps(rows[::-1], indent=2) + "\n"
-
-
-def gcp_array(lines, times):
-    return gcloud_json([gcp_entry(ln, t, i=i) for i, (ln, t) in enumerate(zip(lines, times))])
-
-
-def gcp_ndjson(lines, times):
-    return ndjson([gcp_entry(ln, t, i=i) for i, (ln, t) in enumerate(zip(lines, times))])
 
 
 # export -> (writer, its layer, its time's precision in ns, whether lines keep their numbers)
@@ -238,3 +174,25 @@ def test_ingest_of_a_directory_of_exports_needs_no_flag(tmp_path):
         # (the store keeps a message only where it says more than the event's fields)
         key = [c for c in SAME if c != "message"]
         assert mine.select(key).sort(key, nulls_last=True).equals(bases[name].select(key).sort(key, nulls_last=True))
+
+
+@pytest.mark.parametrize("export", list(EXPORTS))
+@pytest.mark.parametrize("block", [4096, 20_000])
+def test_read_blocks_never_split_an_entry(export, block):
+    """The reader's blocks (and the windows it asks about record starts) begin and end
+    anywhere in an indented export: every entry still gives its events once."""
+    import io
+
+    from servelens.pipeline.lines import parse_stream
+
+    lines, times, base = truth("sample_logs/vllm/real/v1_0_11.log", "vllm")
+    data = EXPORTS[export][0](lines, times).encode()
+    layers = W.detect(wr.split_lines(data[:65536].decode(errors="replace"))[:300])
+    ctx = ParseContext(engine="vllm", source="t", instance="t", year=2026, keep_lines=True)
+    chunks = parse_stream(io.BytesIO(data), W.wrap(get_parser("vllm"), layers), ctx, offset=0, next_line=1, block_bytes=block)
+    ev = pl.concat([c.events for c in chunks])
+    key = [c for c in SAME if c != "model"]
+    assert ev.height == base.height
+    assert ev["event"].value_counts().sort("event").equals(base["event"].value_counts().sort("event"))
+    if "newest-first" not in export:  # (blocks of a newest-first export are each put in order)
+        assert in_time_order(ev).select(key).equals(base.select(key))

@@ -40,8 +40,10 @@ def join_objects(df: pl.DataFrame) -> pl.DataFrame:
         pad = " " * int(indent)
         opens = text.str.contains(f"^{pad}\\{{\\s*$")
         closes = text.str.contains(f"^{pad}\\}},?\\s*$")
-        depth = opens.cast(pl.Int32).cum_sum() - closes.cast(pl.Int32).cum_sum().shift(1).fill_null(0)
-        inside = depth > 0
+        # inside an element: its opening line was the last brace line at that indentation
+        # (a block that starts inside one, as a reader's window may, has its tail outside)
+        last = pl.when(opens).then(pl.lit(True)).when(closes).then(pl.lit(False)).forward_fill()
+        inside = last.fill_null(False) | closes
     df = join_fragments(df, ~inside | closes)
     t = pl.col("text").str.strip_chars().str.strip_suffix(",")
     envelope = t.str.contains(_PUNCT) | t.str.contains(r'^"[^"]*"\s*:\s*(?:[\[{]|\[\]|"[^"]*"|[0-9]+),?$')

@@ -1,0 +1,81 @@
+"""Engine lines written the way log platforms hand them back (tests and bench/exports.py
+use these), after each platform's documented export shape:
+
+- Google Cloud Logging: `gcloud logging read --format=json` prints the LogEntry objects as an
+  indented array, keys sorted, newest first; a sink or `jq -c '.[]'` gives one per line.
+- AWS CloudWatch Logs: the AWS CLI prints `filter-log-events` / `get-log-events` as an
+  envelope indented by 4 (`events`, then `searchedLogStreams` or the paging tokens), oldest
+  first; Logs Insights results come newest first with `@timestamp` in milliseconds, UTC.
+"""
+
+from __future__ import annotations
+
+import json
+
+import wrapping as wr
+
+POD = "vllm-7d9f8-abcde"
+# Fluent Bit's CloudWatch stream for that pod's container: `<pod>_<namespace>_<container>-<id>`
+CW_STREAM = f"{POD}_serving_server-" + "0a1b2c3d" * 8
+
+
+def gcp_entry(line: str, ns: int, pod: str = POD, i: int = 0) -> dict:
+    """A LogEntry as Cloud Logging returns a GKE container's stdout line (keys sorted, as
+    gcloud prints them)."""
+    return {
+        "insertId": f"{i:08x}abcdef",
+        "labels": {"compute.googleapis.com/resource_name": "gke-c1-pool-1-node", "k8s-pod/app": "llm"},
+        "logName": "projects/proj/logs/stdout",
+        "receiveTimestamp": wr.rfc3339_ns(ns + 412_000_000),
+        "resource": {"labels": {"cluster_name": "c1", "container_name": "server", "location": "us-central1",
+                                "namespace_name": "serving", "pod_name": pod, "project_id": "proj"},
+                     "type": "k8s_container"},
+        "severity": "ERROR" if "ERROR" in line else "INFO",
+        "textPayload": line + "\n",
+        "timestamp": wr.rfc3339_ns(ns),
+    }
+
+
+def gcloud_json(entries: list[dict]) -> str:
+    """`gcloud logging read --format=json`: newest first, an indented array."""
+    return json.dumps(entries[::-1], indent=2, sort_keys=True) + "\n"
+
+
+def ndjson(entries: list[dict]) -> str:
+    return "".join(json.dumps(e) + "\n" for e in entries)
+
+
+def cw_event(line: str, ns: int, i: int, stream: bool = True) -> dict:
+    e = {"logStreamName": CW_STREAM} if stream else {}
+    return e | {"timestamp": ns // 1_000_000, "message": line, "ingestionTime": ns // 1_000_000 + 230,
+                "eventId": f"{37820000000000000000000000 + i}"}
+
+
+def cw_filter_log_events(lines, times):
+    """`aws logs filter-log-events` (AWS CLI JSON output: indented by 4, oldest first)."""
+    events = [cw_event(ln, t, i) for i, (ln, t) in enumerate(zip(lines, times))]
+    return json.dumps({"events": events, "searchedLogStreams": [{"logStreamName": CW_STREAM, "searchedCompletely": True}]}, indent=4) + "\n"
+
+
+def cw_get_log_events(lines, times):
+    """`aws logs get-log-events`: the events carry no stream name; paging tokens follow."""
+    events = [cw_event(ln, t, i, stream=False) for i, (ln, t) in enumerate(zip(lines, times))]
+    return json.dumps({"events": events, "nextForwardToken": "f/3782", "nextBackwardToken": "b/3782"}, indent=4) + "\n"
+
+
+def cw_insights(lines, times):
+    """Logs Insights results downloaded as JSON: newest first, `@timestamp` in ms, UTC."""
+    rows = []
+    for ln, t in zip(lines, times):
+        sec, frac = divmod(t, 1_000_000_000)
+        stamp = wr.rfc3339_ns(sec * 1_000_000_000).replace("T", " ")[:19] + f".{frac // 1_000_000:03d}"
+        rows.append({"@timestamp": stamp, "@message": ln, "@logStream": CW_STREAM, "@log": "123456789012:/eks/c1/containers"})
+    return json.dumps(rows[::-1], indent=2) + "\n"
+
+
+def gcp_array(lines, times):
+    return gcloud_json([gcp_entry(ln, t, i=i) for i, (ln, t) in enumerate(zip(lines, times))])
+
+
+def gcp_ndjson(lines, times):
+    return ndjson([gcp_entry(ln, t, i=i) for i, (ln, t) in enumerate(zip(lines, times))])
