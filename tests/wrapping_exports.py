@@ -6,6 +6,8 @@ use these), after each platform's documented export shape:
 - AWS CloudWatch Logs: the AWS CLI prints `filter-log-events` / `get-log-events` as an
   envelope indented by 4 (`events`, then `searchedLogStreams` or the paging tokens), oldest
   first; Logs Insights results come newest first with `@timestamp` in milliseconds, UTC.
+- Grafana Loki `logcli query`: newest first; `--output jsonl` one `{"labels","line","timestamp"}`
+  a line (nanoseconds), the default output `<RFC 3339 time, seconds> {labels}  <line>`.
 """
 
 from __future__ import annotations
@@ -79,3 +81,18 @@ def gcp_array(lines, times):
 
 def gcp_ndjson(lines, times):
     return ndjson([gcp_entry(ln, t, i=i) for i, (ln, t) in enumerate(zip(lines, times))])
+
+
+LOKI_LABELS = {"container": "server", "namespace": "serving", "pod": POD}
+
+
+def loki_jsonl(lines, times):
+    rows = [{"labels": LOKI_LABELS, "line": ln, "timestamp": wr.rfc3339_ns(t)} for ln, t in zip(lines, times)]
+    return "".join(json.dumps(r) + "\n" for r in rows[::-1])
+
+
+def loki_default(lines, times):
+    """`logcli query --forward`: oldest first."""
+    labels = "{" + ", ".join(f'{k}="{v}"' for k, v in LOKI_LABELS.items()) + "}"
+    # (one stream: its labels are the widest, so no padding before the space)
+    return "".join(f"{wr.rfc3339_ns(t)[:19]}Z {labels} {ln}\n" for ln, t in zip(lines, times))
