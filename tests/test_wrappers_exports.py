@@ -17,7 +17,7 @@ from servelens.parsers.base import ParseContext, lines_frame, parse_lines, parse
 import wrapping as wr
 from wrapping_exports import (
     CW_STREAM, POD, cw_filter_log_events, cw_get_log_events, cw_insights, gcloud_json, gcp_array, gcp_entry, gcp_ndjson, ndjson,
-    loki_default, loki_jsonl,
+    loki_default, loki_jsonl, otlp_file,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,6 +66,7 @@ EXPORTS = {
     "loki-jsonl-newest-first": (loki_jsonl, "loki", 1, False),
     # (`--forward`: whole seconds cannot tell the order of a sample's lines printed in one second)
     "loki-default-forward": (loki_default, "loki", 1_000_000_000, False),
+    "otel-file-exporter": (otlp_file, "otlp", 1, False),
 }
 
 
@@ -121,7 +122,8 @@ def test_a_two_pod_export_keeps_each_pods_records_apart():
         assert mine.select(SAME).equals(base.select(SAME)), name
 
 
-@pytest.mark.parametrize("export", [e for e in EXPORTS if not e.startswith("loki-default")])  # (JSON ones)
+# (the JSON ones of one entry an object; an OTLP batch is below)
+@pytest.mark.parametrize("export", [e for e in EXPORTS if not e.startswith(("loki-default", "otel"))])
 def test_an_export_cut_short_keeps_the_rest(export):
     """A download that stops inside its last entry: every whole entry gives its events, the
     broken part is one `unparsed` event holding its text."""
@@ -139,6 +141,18 @@ def test_an_export_cut_short_keeps_the_rest(export):
     assert len(texts) - broken["line"][0] <= 30  # it is the tail of the download
     rest = in_time_order(ev.filter(~pl.col("message").str.starts_with("{")))
     assert rest.select(SAME).equals(base.filter(pl.col("line") != lost).select(SAME))
+
+
+def test_an_otlp_file_cut_inside_its_last_batch_keeps_the_batches_before():
+    lines, times, base = truth("sample_logs/vllm/real/v1_0_11.log", "vllm")
+    text = otlp_file(lines, times, batch=7)
+    layers, texts, ev = parse("vllm", text[: text.rfind('"body"')] + "\n")
+    assert layers == ("otlp",)
+    whole = (len(lines) - 1) // 7 * 7  # the lines of the batches written whole
+    broken = ev.filter(pl.col("message").str.starts_with('{"resourceLogs"'))
+    assert broken["event"].to_list() == ["unparsed"] and broken["line"].to_list() == [len(texts)]
+    rest = in_time_order(ev.filter(~pl.col("message").str.starts_with("{")))
+    assert rest.select(SAME).equals(base.filter(pl.col("line") <= whole).select(SAME))
 
 
 def test_detection_is_from_content_only():
@@ -163,6 +177,8 @@ def test_ingest_of_a_directory_of_exports_needs_no_flag(tmp_path):
         "a.json": ("vllm", "sample_logs/vllm/real/v1_0_11.log", gcp_array),
         "b.json": ("tgi", "sample_logs/tgi/real/launcher_traceback.log", cw_insights),
         "c.json": ("sglang", "sample_logs/sglang/real/v0_4_2025.log", cw_filter_log_events),
+        "d.json": ("trtllm", "sample_logs/trtllm/real/backtraces.log", otlp_file),
+        "e.log": ("llamacpp", "sample_logs/llamacpp/real/era_b_2024_startup_9928.log", loki_jsonl),
     }
     bases = {}
     for name, (engine, rel, writer) in cases.items():

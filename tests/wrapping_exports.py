@@ -8,6 +8,8 @@ use these), after each platform's documented export shape:
   first; Logs Insights results come newest first with `@timestamp` in milliseconds, UTC.
 - Grafana Loki `logcli query`: newest first; `--output jsonl` one `{"labels","line","timestamp"}`
   a line (nanoseconds), the default output `<RFC 3339 time, seconds> {labels}  <line>`.
+- OpenTelemetry Collector file exporter: one OTLP JSON `{"resourceLogs": [...]}` a line per
+  export batch (attribute values as `{"stringValue": ...}`, times as decimal strings).
 """
 
 from __future__ import annotations
@@ -96,3 +98,18 @@ def loki_default(lines, times):
     labels = "{" + ", ".join(f'{k}="{v}"' for k, v in LOKI_LABELS.items()) + "}"
     # (one stream: its labels are the widest, so no padding before the space)
     return "".join(f"{wr.rfc3339_ns(t)[:19]}Z {labels} {ln}\n" for ln, t in zip(lines, times))
+
+
+def otlp_file(lines, times, batch: int = 7):
+    """The Collector's file exporter: a batch of up to `batch` records a line, oldest first."""
+    attrs = [{"key": k, "value": {"stringValue": v}} for k, v in (
+        ("k8s.pod.name", POD), ("k8s.container.name", "server"), ("k8s.namespace.name", "serving"), ("service.name", "llm"))]
+    out = []
+    for at in range(0, len(lines), batch):
+        recs = [{"timeUnixNano": str(t), "observedTimeUnixNano": str(t + 3_000_000), "severityNumber": 9, "severityText": "INFO",
+                 "body": {"stringValue": ln}, "attributes": [{"key": "log.iostream", "value": {"stringValue": "stdout"}}],
+                 "traceId": "", "spanId": ""}
+                for ln, t in zip(lines[at:at + batch], times[at:at + batch])]
+        res = {"resource": {"attributes": attrs}, "scopeLogs": [{"scope": {}, "logRecords": recs}]}
+        out.append(json.dumps({"resourceLogs": [res]}, separators=(",", ":")) + "\n")
+    return "".join(out)
