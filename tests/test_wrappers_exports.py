@@ -216,3 +216,38 @@ def test_read_blocks_never_split_an_entry(export, block):
     assert ev["event"].value_counts().sort("event").equals(base["event"].value_counts().sort("event"))
     if "newest-first" not in export:  # (blocks of a newest-first export are each put in order)
         assert in_time_order(ev).select(key).equals(base.select(key))
+
+
+def kubectl_prefix(lines, pod=POD, times=None):
+    """`kubectl logs --prefix` (and `--timestamps` when `times` are given)."""
+    stamp = (lambda i: wr.rfc3339_ns(times[i]) + " ") if times else (lambda i: "")
+    return "".join(f"[pod/{pod}/server] {stamp(i)}{ln}\n" for i, ln in enumerate(lines))
+
+
+@pytest.mark.parametrize("engine,rel", [("vllm", "sample_logs/incident/vllm/vllm-a.log"), ("tgi", "sample_logs/tgi/real/router_text.log"),
+                                        ("vllm", "sample_logs/vllm/real/v1_0_11.log")])
+@pytest.mark.parametrize("timestamps", [False, True])
+def test_kubectl_prefix_in_front_of_every_kind_of_line(engine, rel, timestamps):
+    """uvicorn's access and shutdown lines included: the events of the plain file."""
+    lines, times, base = truth(rel, engine)
+    if timestamps and W.detect(lines[:300]):
+        return  # (a log wrapped already: kubectl adds its time to the line as read)
+    layers, texts, ev = parse(engine, kubectl_prefix(lines, times=times if timestamps else None))
+    assert layers[0] == "kubectl-prefix"
+    assert ("docker-ts" in layers) == (timestamps or "docker-ts" in W.detect(lines[:300]))
+    assert ev.select(["line", "n_lines", *SAME]).equals(base.select(["line", "n_lines", *SAME]))
+    assert set(ev["labels"].str.json_decode().struct.field("pod").unique()) == {POD}
+    assert (ev["event"] == "unparsed").sum() == (base["event"] == "unparsed").sum()
+
+
+def test_kubectl_prefix_of_two_pods_interleaved_keeps_them_apart():
+    a_lines, _, a_base = truth("sample_logs/vllm/real/v1_0_11.log", "vllm")
+    b_lines, _, b_base = truth("sample_logs/vllm/real/v0_4.log", "vllm")
+    a = kubectl_prefix(a_lines, pod="vllm-a").splitlines(keepends=True)
+    b = kubectl_prefix(b_lines, pod="vllm-b").splitlines(keepends=True)
+    mixed = [x for pair in zip(a, b) for x in pair] + a[len(b):] + b[len(a):]
+    _, _, ev = parse("vllm", "".join(mixed))
+    pod = ev["labels"].str.json_decode().struct.field("pod")
+    key = [c for c in SAME if c != "model"]  # (a carried model is per file, not per pod)
+    for name, base in (("vllm-a", a_base), ("vllm-b", b_base)):
+        assert ev.filter(pod == name).select(key).equals(base.select(key)), name

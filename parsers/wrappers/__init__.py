@@ -27,13 +27,13 @@ from types import ModuleType
 import numpy as np
 import polars as pl
 
-from . import ansi, cloudwatch, compose, cri, docker_json, docker_ts, gcp, journald, jsonfmt, loki, otlp, prefix, syslog
+from . import ansi, cloudwatch, compose, cri, docker_json, docker_ts, gcp, journald, jsonfmt, kubectl, loki, otlp, prefix, syslog
 from ._frame import start
 
 # tried in this order at each depth; the first whose share of the sample reaches
 # SNIFF_THRESHOLD is the next layer (each format at most once per file)
 DECODERS: dict[str, ModuleType] = {
-    m.NAME: m for m in (gcp, cloudwatch, loki, otlp, docker_json, journald, cri, ansi, syslog, docker_ts, compose, jsonfmt, prefix)
+    m.NAME: m for m in (gcp, cloudwatch, loki, otlp, docker_json, journald, cri, ansi, syslog, kubectl, docker_ts, compose, jsonfmt, prefix)
 }
 SNIFF_THRESHOLD = 0.6
 # the head of a file that ingest and the tailer read to find its layers and its engine

@@ -1,0 +1,34 @@
+"""`kubectl logs --prefix` (with `-l`, `--all-containers`, or a deployment): each line opens
+with its source, `[pod/NAME/CONTAINER] `, before the engine's line or before the time that
+`--timestamps` adds (then read by docker_ts).
+
+    [pod/vllm-7d9f8-abcde/server] INFO:     10.0.0.7:51234 - "POST /v1/completions HTTP/1.1" 200 OK
+
+The pod and container become labels, so the lines of several pods in one file are parsed
+apart, one run per pod (as kubectl interleaves them); lines without the prefix stay as they are."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ._export import time_order
+from ._frame import peel, share
+
+NAME = "kubectl-prefix"
+DOC = "`kubectl logs --prefix`: `[pod/NAME/CONTAINER] <line>` (labels `pod`, `container`); several pods' lines parsed apart"
+JOINS = False
+
+PATTERN = r"\[pod/(?P<_lab_pod>[a-z0-9][-a-z0-9.]*)/(?P<_lab_container>[a-z0-9][-a-z0-9]*)\] "
+
+
+def sniff(texts: list[str]) -> float:
+    # per line, like a compose prefix: one line of the sample is enough
+    return 1.0 if share(texts, f"^{PATTERN}") > 0 else 0.0
+
+
+def decode(df: pl.DataFrame) -> pl.DataFrame:
+    prior = {c: df[c] for c in ("_lab_pod", "_lab_container") if c in df.columns}
+    df = peel(df, PATTERN, {"_lab_pod": "_lab_pod", "_lab_container": "_lab_container"})
+    if prior:
+        df = df.with_columns([pl.coalesce(s, pl.col(c)).alias(c) for c, s in prior.items()])
+    return time_order(df, ["_lab_pod", "_lab_container"])
