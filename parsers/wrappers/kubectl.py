@@ -12,7 +12,7 @@ from __future__ import annotations
 import polars as pl
 
 from ._export import time_order
-from ._frame import peel, share
+from ._frame import any_line, peel_labels
 
 NAME = "kubectl-prefix"
 DOC = "`kubectl logs --prefix`: `[pod/NAME/CONTAINER] <line>` (labels `pod`, `container`); several pods' lines parsed apart"
@@ -22,13 +22,8 @@ PATTERN = r"\[pod/(?P<_lab_pod>[a-z0-9][-a-z0-9.]*)/(?P<_lab_container>[a-z0-9][
 
 
 def sniff(texts: list[str]) -> float:
-    # per line, like a compose prefix: one line of the sample is enough
-    return 1.0 if share(texts, f"^{PATTERN}") > 0 else 0.0
+    return any_line(texts, f"^{PATTERN}")
 
 
 def decode(df: pl.DataFrame) -> pl.DataFrame:
-    prior = {c: df[c] for c in ("_lab_pod", "_lab_container") if c in df.columns}
-    df = peel(df, PATTERN, {"_lab_pod": "_lab_pod", "_lab_container": "_lab_container"})
-    if prior:
-        df = df.with_columns([pl.coalesce(s, pl.col(c)).alias(c) for c, s in prior.items()])
-    return time_order(df, ["_lab_pod", "_lab_container"])
+    return time_order(peel_labels(df, PATTERN, ("_lab_pod", "_lab_container")), ["_lab_pod", "_lab_container"])
