@@ -31,7 +31,8 @@ def finalize(events: pl.DataFrame, ctx: ParseContext, carry: tuple[str, ...] = (
         return pl.DataFrame(schema=POLARS_SCHEMA)
     if "_seq" not in events.columns:
         events = events.with_row_index("_seq")
-    events = events.sort(["line", "_seq"])
+    # a decoded export put back in time order is walked in that order (parsers/wrappers)
+    events = events.sort(["_order" if "_order" in events.columns else "line", "_seq"])
     if "_parse_failed" in events.columns:
         ctx.parse_failures += int(events["_parse_failed"].fill_null(False).sum())
     events = domain.apply(events, ctx.invalid)

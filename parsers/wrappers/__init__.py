@@ -27,13 +27,13 @@ from types import ModuleType
 import numpy as np
 import polars as pl
 
-from . import ansi, compose, cri, docker_json, docker_ts, journald, jsonfmt, prefix, syslog
+from . import ansi, cloudwatch, compose, cri, docker_json, docker_ts, gcp, journald, jsonfmt, kubectl, loki, otlp, prefix, syslog
 from ._frame import start
 
 # tried in this order at each depth; the first whose share of the sample reaches
 # SNIFF_THRESHOLD is the next layer (each format at most once per file)
 DECODERS: dict[str, ModuleType] = {
-    m.NAME: m for m in (docker_json, journald, cri, ansi, syslog, docker_ts, compose, jsonfmt, prefix)
+    m.NAME: m for m in (gcp, cloudwatch, loki, otlp, docker_json, journald, cri, ansi, syslog, kubectl, docker_ts, compose, jsonfmt, prefix)
 }
 SNIFF_THRESHOLD = 0.6
 # the head of a file that ingest and the tailer read to find its layers and its engine
@@ -141,15 +141,39 @@ class DecodedParser:
         if dec.height == 0:
             return self.parser.parse(lines, ctx)
         first = int(lines["line"][0])
-        joined = dec.height != lines.height
+        # (an export's entries put back in time order are no longer in line order)
+        joined = dec.height != lines.height or not dec["line"].is_sorted()
         # the engine parser numbers logical lines consecutively; spans are mapped back below
         # a parser that anchors the engine's own relative clock on the wrapper's times reads them
         wts = [pl.col("_wts").alias("wrapper_ts")] if getattr(self.parser, "WANTS_WRAPPER_TS", False) else []
         view = dec.select(pl.int_range(first, first + dec.height, dtype=pl.Int64).alias("line"), "text", *wts)
-        events = self.parser.parse(view, ctx)
+        events = _parse_streams(self.parser, view, dec, ctx)
         if events.height == 0:
             return events
         return apply_wrapper(events, dec, first, joined, self.labels)
+
+
+# labels that name one server's stream in a file holding several (a platform export of a
+# namespace): each stream's lines go to the engine parser on their own
+STREAM_LABELS = ("_lab_namespace", "_lab_pod", "_lab_container", "_lab_log_group", "_lab_log_stream")
+
+
+def _parse_streams(parser, view: pl.DataFrame, dec: pl.DataFrame, ctx) -> pl.DataFrame:
+    """The engine parser over `view`, once per run of one stream's lines when the decoded
+    lines name several (a record never joins lines of two servers)."""
+    keys = [c for c in STREAM_LABELS if c in dec.columns]
+    if not keys:
+        return parser.parse(view, ctx)
+    name = pl.concat_str([pl.col(k).fill_null("") for k in keys], separator="\x1f")
+    # lines naming no stream (an undecodable part) stay with the run before them
+    runs = dec.select(pl.when(name != "").then(name).forward_fill().fill_null("").alias("_s"))["_s"]
+    change = (runs != runs.shift(1)).fill_null(True)
+    if int(change.sum()) <= 1:
+        return parser.parse(view, ctx)
+    run_id = change.cum_sum()
+    parts = [parser.parse(view.filter(run_id == r), ctx) for r in run_id.unique(maintain_order=True)]
+    parts = [p for p in parts if p.height]
+    return pl.concat(parts, how="diagonal_relaxed") if parts else parser.parse(view.head(0), ctx)
 
 
 def apply_wrapper(events: pl.DataFrame, dec: pl.DataFrame, first: int, joined: bool, labels: dict[str, str]) -> pl.DataFrame:
@@ -173,9 +197,14 @@ def apply_wrapper(events: pl.DataFrame, dec: pl.DataFrame, first: int, joined: b
     if joined:
         phys = dec["line"].cast(pl.Int64)
         ends = (phys + dec["_n"].cast(pl.Int64))
-        start_at = phys.gather(idx)
-        end_at = ends.gather(idx + span - 1)
+        last = idx + span - 1
+        # an event's lines may run backwards on disk (a newest-first export put in order)
+        start_at = pl.Series(np.minimum(phys.gather(idx).to_numpy(), phys.gather(last).to_numpy()))
+        end_at = pl.Series(np.maximum(ends.gather(idx).to_numpy(), ends.gather(last).to_numpy()))
         events = events.with_columns(start_at.alias("line"), (end_at - start_at).cast(pl.Int32).alias("n_lines"))
+        if not dec["line"].is_sorted():
+            # finalize walks the events in this order, not the lines' (carried model, times)
+            events = events.with_columns(idx.alias("_order"))
     return _wrapper_time(events)
 
 

@@ -79,6 +79,20 @@ def peel(df: pl.DataFrame, pattern: str, fields: dict[str, str], hint: str | Non
     return df.drop(["_all"] + [g for g in groups_of(pattern) if g not in fields.values()])
 
 
+def peel_labels(df: pl.DataFrame, pattern: str, labels: tuple[str, ...]) -> pl.DataFrame:
+    """`peel` of a per-line prefix whose named groups are the `_lab_*` columns `labels`; an
+    outer layer's value of a label wins over this one's."""
+    prior = {c: df[c] for c in labels if c in df.columns}
+    df = peel(df, pattern, {c: c for c in labels})
+    return df.with_columns([pl.coalesce(s, pl.col(c)).alias(c) for c, s in prior.items()]) if prior else df
+
+
+def any_line(texts: list[str], pattern: str) -> float:
+    """1 when some sample line matches `pattern`: a per-line prefix is decoded on the lines
+    that carry it only, so a file where only some lines do is read too."""
+    return 1.0 if share(texts, pattern) > 0 else 0.0
+
+
 def groups_of(pattern: str) -> list[str]:
     import re
 

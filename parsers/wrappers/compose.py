@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ._frame import peel, share
+from ._frame import any_line, peel_labels
 
 NAME = "compose"
 DOC = "docker compose service prefix: `svc-1  | <line>`, podman-compose `[svc]  | <line>` (label `service`)"
@@ -21,14 +21,8 @@ PATTERN = r"\[?(?P<_lab_service>[A-Za-z0-9][\w.-]*)\]? +\| ?"
 
 
 def sniff(texts: list[str]) -> float:
-    # decoded line by line (lines without the prefix are left as they are): one line in
-    # the sample is enough, so a file where only some lines carry it is read too
-    return 1.0 if share(texts, f"^{PATTERN}") > 0 else 0.0
+    return any_line(texts, f"^{PATTERN}")
 
 
 def decode(df: pl.DataFrame) -> pl.DataFrame:
-    prior = df["_lab_service"] if "_lab_service" in df.columns else None
-    df = peel(df, PATTERN, {"_lab_service": "_lab_service"})
-    if prior is not None:
-        df = df.with_columns(pl.coalesce(prior, pl.col("_lab_service")).alias("_lab_service"))
-    return df
+    return peel_labels(df, PATTERN, ("_lab_service",))

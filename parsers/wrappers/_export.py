@@ -1,0 +1,127 @@
+"""What the log-platform export decoders share: JSON objects spread over several lines, and
+entries handed back newest first.
+
+Platforms print an export as a pretty-printed JSON array (`gcloud logging read
+--format=json`, `aws logs filter-log-events`) or one object per line. A pretty-printed
+object ends on a line holding only its closing brace at the array's indentation; its lines
+join into one logical line (the engine line is inside it), so the usual fragment joining
+(_frame.join_fragments) applies. Brackets and commas between objects are dropped.
+
+Platforms return the newest entries first unless asked otherwise; the engine parser joins a
+record's lines (a traceback) in the order the server wrote them, so the entries of a block
+are put back in time order per stream (the platform's instance labels) before it runs."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+
+from ._frame import join_fragments
+
+# an element of a pretty-printed array opens with a bare `{` line and closes with a `}` /
+# `},` line at the same indentation (gcloud indents elements by 2, the AWS CLI by 8 inside
+# its `{"events": [` envelope); nested objects open after a key (`"resource": {`)
+_OPEN = r"^( *)\{\s*$"
+# array / envelope punctuation around the objects
+_PUNCT = r"^[\[\]{},\s]*$"
+
+
+def join_objects(df: pl.DataFrame) -> pl.DataFrame:
+    """The physical lines of a JSON export -> one logical line per object (its text the
+    object, without the separating comma). Lines outside the elements (brackets, the
+    envelope's own members such as a paging token) are left out."""
+    text = pl.col("text")
+    indent = df.select(text.str.extract(_OPEN, 1).str.len_bytes().drop_nulls().mode().max()).item()
+    if indent is None:  # one object per line
+        inside = pl.lit(False)
+        closes = pl.lit(True)
+    else:
+        pad = " " * int(indent)
+        opens = text.str.contains(f"^{pad}\\{{\\s*$")
+        closes = text.str.contains(f"^{pad}\\}},?\\s*$")
+        # inside an element: its opening line was the last brace line at that indentation
+        # (a block that starts inside one, as a reader's window may, has its tail outside)
+        last = pl.when(opens).then(pl.lit(True)).when(closes).then(pl.lit(False)).forward_fill()
+        inside = last.fill_null(False) | closes
+    df = join_fragments(df, ~inside | closes)
+    t = pl.col("text").str.strip_chars().str.strip_suffix(",")
+    envelope = t.str.contains(_PUNCT) | t.str.contains(r'^"[^"]*"\s*:\s*(?:[\[{]|\[\]|"[^"]*"|[0-9]+),?$')
+    # the envelope is the platform's, not the server's: its lines give no line to the parser
+    # (an unfinished last line stays, so the reader still holds it back)
+    keep = ~envelope | pl.col("_open")
+    return df.filter(keep).with_columns(pl.when(t.str.starts_with("{")).then(t).otherwise(pl.col("text")).alias("text"))
+
+
+def sniff_export(texts: list[str], entry: str, marks: str) -> float:
+    """Share of the sample in an export whose entries carry the member `entry` (the line)
+    and some member of `marks` (what only that platform writes). An indented export has
+    one member a line: any entry with a mark makes the sample one; otherwise (one object a
+    line) the share of lines that are such entries."""
+    s = pl.Series(texts, dtype=pl.String)
+    s = s.filter(s.str.strip_chars().str.len_bytes() > 0)
+    if len(s) == 0:
+        return 0.0
+    has_entry = s.str.contains(f'"(?:{entry})"\\s*:')
+    has_mark = s.str.contains(f'"(?:{marks})"\\s*:')
+    if not has_entry.any() or not has_mark.any():
+        return 0.0
+    one_line = s.str.contains(r"^\s*\{.*\}\s*,?$")
+    return float((one_line & has_entry & has_mark).mean()) if one_line.mean() > 0.5 else 1.0
+
+
+def decode_objects(df: pl.DataFrame, dtype: pl.Struct) -> pl.DataFrame:
+    """`join_objects`, then each object decoded into the struct column `_j` (null where a
+    line is not a whole object: an export cut short leaves its text to the engine parser,
+    which keeps it as `unparsed`)."""
+    df = join_objects(df)
+    obj = pl.col("text").str.starts_with("{")
+    try:
+        return df.with_columns(pl.when(obj).then(pl.col("text")).str.json_decode(dtype).alias("_j"))
+    except pl.exceptions.PolarsError:
+        # some object is broken: only then one object at a time
+        return df.with_columns(pl.col("text").map_elements(_decode_one, return_dtype=dtype).alias("_j"))
+
+
+def _decode_one(text: str | None):
+    if not text or not text.startswith("{"):
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def time_order(df: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """Entries in time order within each stream (`keys`: label columns naming it), streams
+    kept apart; a block already in order (the usual case for a file) is returned as it is.
+    An unfinished last line stays last: the reader holds it back."""
+    if df.height < 2:
+        return df
+    keys = [k for k in keys if k in df.columns]
+    ts = pl.col("_wts")
+    named = pl.concat_str([pl.col(k).fill_null("") for k in keys], separator="\x1f") if keys else pl.lit("")
+    # lines without a time (punctuation, an undecodable part) go with the entry before them
+    df = df.with_columns(pl.when(ts.is_not_null()).then(named).forward_fill().backward_fill().fill_null("").alias("_key_grp"))
+    grp = pl.col("_key_grp")
+    back, runs, streams = df.select(
+        (ts.diff().over(grp) < pl.duration(nanoseconds=0)).fill_null(False).any().alias("back"),
+        (grp != grp.shift(1)).fill_null(True).sum().alias("runs"),
+        grp.n_unique().alias("streams"),
+    ).row(0)
+    # a stream's entries come back after another's: they are brought together
+    if not back and runs <= streams:
+        return df.drop("_key_grp")
+    last_open = bool(df["_open"][-1])
+    body, tail = (df[:-1], df[-1:]) if last_open else (df, df[:0])
+    # entries of one time keep the order the server wrote them in: a newest-first export
+    # is read backwards before the (stable) sort
+    steps = body.select(ts.diff().over(grp).dt.total_nanoseconds().sign().sum()).item()
+    if steps is not None and steps < 0:
+        body = body.reverse()
+    body = body.with_columns(ts.forward_fill().backward_fill().alias("_key_ts"))
+    # streams in the order they first appear; within one, time order (stable for equal times)
+    order = body.with_row_index("_pos").group_by("_key_grp", maintain_order=True).agg(pl.col("_pos").min().alias("_first"))
+    body = body.join(order, on="_key_grp", how="left").sort(["_first", "_key_ts"], maintain_order=True)
+    body = body.drop("_key_ts", "_first")
+    return pl.concat([body, tail.select(body.columns)]).drop("_key_grp")

@@ -1,0 +1,57 @@
+"""AWS CloudWatch Logs exports: `aws logs filter-log-events` / `get-log-events` output (an
+indented `{"events": [...]}` envelope, or compact), one event per line, and Logs Insights
+results downloaded from the console (`[{"@timestamp": ..., "@message": ..., "@logStream": ...}]`).
+
+    {"logStreamName": "vllm/server/0a1b2c", "timestamp": 1781101425123,
+     "message": "INFO 06-10 14:23:45 ...", "ingestionTime": 1781101425200, "eventId": "3782..."}
+
+`message` / `@message` is the engine line; `timestamp` (milliseconds since the epoch) or
+`@timestamp` (`2026-06-10 14:23:45.123`, UTC) the wrapper time; the log stream (and the log
+group, where Insights names it in `@log`) become labels. Container Insights / Fluent Bit
+stream names (`<pod>_<namespace>_<container>-<container id>`) also give `pod`, `namespace` and
+`container`. Insights returns the newest first: entries are put back in time order per stream."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ._export import decode_objects, sniff_export, time_order
+from ._frame import WTS, set_time
+
+NAME = "cloudwatch"
+DOC = "AWS CloudWatch Logs JSON (`aws logs filter-log-events` / `get-log-events`, Logs Insights results): `message` / `@message`, `timestamp` (ms) / `@timestamp`; labels `log_stream`, `log_group`, and `pod`, `namespace`, `container` from a Kubernetes stream name; put back in time order per stream"
+JOINS = True
+
+_DTYPE = pl.Struct({
+    "message": pl.String, "timestamp": pl.Int64, "logStreamName": pl.String,
+    "@message": pl.String, "@timestamp": pl.String, "@logStream": pl.String, "@log": pl.String,
+})
+# Fluent Bit / Container Insights name a container's stream after its log file
+_K8S_STREAM = r"(?:^|containers\.)(?P<pod>[a-z0-9][-a-z0-9.]*)_(?P<ns>[a-z0-9][-a-z0-9]*)_(?P<ctr>[a-z0-9][-a-z0-9]*)-[0-9a-f]{64}"
+_KEYS = ["_lab_log_group", "_lab_log_stream"]
+
+
+def sniff(texts: list[str]) -> float:
+    return sniff_export(texts, "@?message", "ingestionTime|eventId|logStreamName|@timestamp|@logStream|nextForwardToken|searchedLogStreams")
+
+
+def decode(df: pl.DataFrame) -> pl.DataFrame:
+    df = decode_objects(df, _DTYPE)
+    f = pl.col("_j").struct.field
+    msg = pl.coalesce(f("message"), f("@message"))
+    # an object of the envelope's own (filter-log-events' `searchedLogStreams`) is no event
+    df = df.filter(~(pl.col("_j").is_not_null() & msg.is_null() & f("timestamp").is_null() & f("@timestamp").is_null()) | pl.col("_open"))
+    ms = (f("timestamp") * 1_000_000).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC")
+    insights = f("@timestamp").str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="ns", strict=False).dt.replace_time_zone("UTC")
+    stream = pl.coalesce(f("logStreamName"), f("@logStream"))
+    k8s = stream.str.extract_groups(_K8S_STREAM)
+    df = df.with_columns(
+        pl.when(msg.is_not_null()).then(msg.str.strip_suffix("\n").str.strip_suffix("\r")).otherwise(pl.col("text")).alias("text"),
+        set_time(df, pl.coalesce(ms, insights).cast(WTS)),
+        stream.alias("_lab_log_stream"),
+        f("@log").str.replace(r"^[0-9]+:", "").alias("_lab_log_group"),
+        k8s.struct.field("pod").alias("_lab_pod"),
+        k8s.struct.field("ns").alias("_lab_namespace"),
+        k8s.struct.field("ctr").alias("_lab_container"),
+    ).drop("_j")
+    return time_order(df, _KEYS)

@@ -1,0 +1,115 @@
+"""Engine lines written the way log platforms hand them back (tests and bench/exports.py
+use these), after each platform's documented export shape:
+
+- Google Cloud Logging: `gcloud logging read --format=json` prints the LogEntry objects as an
+  indented array, keys sorted, newest first; a sink or `jq -c '.[]'` gives one per line.
+- AWS CloudWatch Logs: the AWS CLI prints `filter-log-events` / `get-log-events` as an
+  envelope indented by 4 (`events`, then `searchedLogStreams` or the paging tokens), oldest
+  first; Logs Insights results come newest first with `@timestamp` in milliseconds, UTC.
+- Grafana Loki `logcli query`: newest first; `--output jsonl` one `{"labels","line","timestamp"}`
+  a line (nanoseconds), the default output `<RFC 3339 time, seconds> {labels}  <line>`.
+- OpenTelemetry Collector file exporter: one OTLP JSON `{"resourceLogs": [...]}` a line per
+  export batch (attribute values as `{"stringValue": ...}`, times as decimal strings).
+"""
+
+from __future__ import annotations
+
+import json
+
+import wrapping as wr
+
+POD = "vllm-7d9f8-abcde"
+# Fluent Bit's CloudWatch stream for that pod's container: `<pod>_<namespace>_<container>-<id>`
+CW_STREAM = f"{POD}_serving_server-" + "0a1b2c3d" * 8
+
+
+def gcp_entry(line: str, ns: int, pod: str = POD, i: int = 0) -> dict:
+    """A LogEntry as Cloud Logging returns a GKE container's stdout line (keys sorted, as
+    gcloud prints them)."""
+    return {
+        "insertId": f"{i:08x}abcdef",
+        "labels": {"compute.googleapis.com/resource_name": "gke-c1-pool-1-node", "k8s-pod/app": "llm"},
+        "logName": "projects/proj/logs/stdout",
+        "receiveTimestamp": wr.rfc3339_ns(ns + 412_000_000),
+        "resource": {"labels": {"cluster_name": "c1", "container_name": "server", "location": "us-central1",
+                                "namespace_name": "serving", "pod_name": pod, "project_id": "proj"},
+                     "type": "k8s_container"},
+        "severity": "ERROR" if "ERROR" in line else "INFO",
+        "textPayload": line + "\n",
+        "timestamp": wr.rfc3339_ns(ns),
+    }
+
+
+def gcloud_json(entries: list[dict]) -> str:
+    """`gcloud logging read --format=json`: newest first, an indented array."""
+    return json.dumps(entries[::-1], indent=2, sort_keys=True) + "\n"
+
+
+def ndjson(entries: list[dict]) -> str:
+    return "".join(json.dumps(e) + "\n" for e in entries)
+
+
+def cw_event(line: str, ns: int, i: int, stream: bool = True) -> dict:
+    e = {"logStreamName": CW_STREAM} if stream else {}
+    return e | {"timestamp": ns // 1_000_000, "message": line, "ingestionTime": ns // 1_000_000 + 230,
+                "eventId": f"{37820000000000000000000000 + i}"}
+
+
+def cw_filter_log_events(lines, times):
+    """`aws logs filter-log-events` (AWS CLI JSON output: indented by 4, oldest first)."""
+    events = [cw_event(ln, t, i) for i, (ln, t) in enumerate(zip(lines, times))]
+    return json.dumps({"events": events, "searchedLogStreams": [{"logStreamName": CW_STREAM, "searchedCompletely": True}]}, indent=4) + "\n"
+
+
+def cw_get_log_events(lines, times):
+    """`aws logs get-log-events`: the events carry no stream name; paging tokens follow."""
+    events = [cw_event(ln, t, i, stream=False) for i, (ln, t) in enumerate(zip(lines, times))]
+    return json.dumps({"events": events, "nextForwardToken": "f/3782", "nextBackwardToken": "b/3782"}, indent=4) + "\n"
+
+
+def cw_insights(lines, times):
+    """Logs Insights results downloaded as JSON: newest first, `@timestamp` in ms, UTC."""
+    rows = []
+    for ln, t in zip(lines, times):
+        sec, frac = divmod(t, 1_000_000_000)
+        stamp = wr.rfc3339_ns(sec * 1_000_000_000).replace("T", " ")[:19] + f".{frac // 1_000_000:03d}"
+        rows.append({"@timestamp": stamp, "@message": ln, "@logStream": CW_STREAM, "@log": "123456789012:/eks/c1/containers"})
+    return json.dumps(rows[::-1], indent=2) + "\n"
+
+
+def gcp_array(lines, times):
+    return gcloud_json([gcp_entry(ln, t, i=i) for i, (ln, t) in enumerate(zip(lines, times))])
+
+
+def gcp_ndjson(lines, times):
+    return ndjson([gcp_entry(ln, t, i=i) for i, (ln, t) in enumerate(zip(lines, times))])
+
+
+LOKI_LABELS = {"container": "server", "namespace": "serving", "pod": POD}
+
+
+def loki_jsonl(lines, times):
+    rows = [{"labels": LOKI_LABELS, "line": ln, "timestamp": wr.rfc3339_ns(t)} for ln, t in zip(lines, times)]
+    return "".join(json.dumps(r) + "\n" for r in rows[::-1])
+
+
+def loki_default(lines, times):
+    """`logcli query --forward`: oldest first."""
+    labels = "{" + ", ".join(f'{k}="{v}"' for k, v in LOKI_LABELS.items()) + "}"
+    # (one stream: its labels are the widest, so no padding before the space)
+    return "".join(f"{wr.rfc3339_ns(t)[:19]}Z {labels} {ln}\n" for ln, t in zip(lines, times))
+
+
+def otlp_file(lines, times, batch: int = 7):
+    """The Collector's file exporter: a batch of up to `batch` records a line, oldest first."""
+    attrs = [{"key": k, "value": {"stringValue": v}} for k, v in (
+        ("k8s.pod.name", POD), ("k8s.container.name", "server"), ("k8s.namespace.name", "serving"), ("service.name", "llm"))]
+    out = []
+    for at in range(0, len(lines), batch):
+        recs = [{"timeUnixNano": str(t), "observedTimeUnixNano": str(t + 3_000_000), "severityNumber": 9, "severityText": "INFO",
+                 "body": {"stringValue": ln}, "attributes": [{"key": "log.iostream", "value": {"stringValue": "stdout"}}],
+                 "traceId": "", "spanId": ""}
+                for ln, t in zip(lines[at:at + batch], times[at:at + batch])]
+        res = {"resource": {"attributes": attrs}, "scopeLogs": [{"scope": {}, "logRecords": recs}]}
+        out.append(json.dumps({"resourceLogs": [res]}, separators=(",", ":")) + "\n")
+    return "".join(out)
