@@ -13,6 +13,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import forget_content_record
 from typer.testing import CliRunner
 
 from servelens.parsers.schema import DICT_STRING, events_from_arrow, events_to_arrow
@@ -153,6 +154,7 @@ def _drop_column(part: Path) -> None:
     """Rewrite a part as a servelens before `sampling_params` wrote it."""
     table = pq.read_table(part)
     pq.write_table(table.drop_columns(["sampling_params"]), part)
+    forget_content_record(part)
 
 
 @pytest.mark.parametrize("compact", [False, True])

@@ -8,7 +8,7 @@ import gzip
 import json
 
 import polars as pl
-from conftest import SAMPLE_LOGS, events, write
+from conftest import SAMPLE_LOGS, events, forget_content_record, write
 from typer.testing import CliRunner
 
 import wrapping as wr
@@ -139,6 +139,7 @@ def test_parts_written_before_the_wrapper_columns_compact_with_new_ones(tmp_path
     (old,) = committed_parts(tmp_path / "s")
     t = pq.read_table(old)
     pq.write_table(t.drop_columns(["wrapper_ts", "stream", "labels"]), old)
+    forget_content_record(old)
     write(tmp_path / "b/two.log", wr.to_cri(_vllm_lines()[10:]))
     assert invoke("ingest", tmp_path / "b", "--store", tmp_path / "s").exit_code == 0
     with Store.open(tmp_path / "s", purpose="ingest") as store:
