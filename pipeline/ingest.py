@@ -78,6 +78,7 @@ class IngestSummary:
     notes: list[str] = field(default_factory=list)  # e.g. instance names made distinct
     # files of the named directories that were not read, and why (an image, another store)
     passed_over: list[tuple[str, str]] = field(default_factory=list)
+    samples: list[Any] = field(default_factory=list)  # files of /metrics scrapes (sample_ingest.SampleResult)
     rollup: Any = None  # the rollup refresh at the end (pipeline/rollup.Refreshed), if one ran
 
     @property
@@ -189,6 +190,9 @@ def ingest(
             + "; point servelens at log files or directories that contain them"
         )
 
+    from .sample_ingest import ingest_metrics_files, split_metrics_files
+
+    found, metrics_files = split_metrics_files(found)
     if instance_from is not None:
         try:
             InstanceNamer([], template=instance_from)
@@ -237,6 +241,8 @@ def ingest(
             if batch.full:
                 batch.flush()
         batch.flush()
+        if metrics_files:  # after the logs: their instances name the scrapes' (sample_ingest.py)
+            ingest_metrics_files(store, metrics_files, instance, summary)
         if rollups:
             summary.rollup = refresh_rollups(store, summary.notes)
     return summary

@@ -280,6 +280,16 @@ def _tune(con: duckdb.DuckDBPyConnection) -> None:
         pass
 
 
+def _ensure_samples(con: duckdb.DuckDBPyConnection) -> None:
+    """An empty `samples` (pipeline/sample_store.py) where the caller bound none (a fleet, a
+    test's bare connection): the views reading scrapes then find nothing to read."""
+    if not con.execute("select 1 from duckdb_views() where view_name = 'samples' union all "
+                       "select 1 from duckdb_tables() where table_name = 'samples'").fetchall():
+        from .sample_store import no_samples_sql
+
+        con.execute(f"create or replace view samples as {no_samples_sql()}")
+
+
 def load_views(
     con: duckdb.DuckDBPyConnection,
     sql_dir: Path | str | None = None,
@@ -298,6 +308,7 @@ def load_views(
     view names created."""
     set_variables(con, resolve_variables(variables, thresholds))
     _tune(con)
+    _ensure_samples(con)
     names = []
     keep = None if only is None else set(only)
     for path in sql_files(Path(sql_dir) if sql_dir is not None else None):

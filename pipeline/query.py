@@ -35,6 +35,7 @@ from .layout import FILE_SCHEMA, no_events_sql, partition_values, read_parquet_s
 from .metrics import closure, define_view, load_views, named_views
 from .shared import share
 from .sandbox import REFUSED_HINT, Limits, QueryError, check_statement, clean_message, connection_config, execute, lock_down
+from .sample_store import bind_samples
 from .store import StoreError, committed_parts, read_manifest, readable_parts
 from .timerange import TimeRange, bind_range_views, parts_in, row_filter, standing_events_sql
 
@@ -150,15 +151,16 @@ def connect(
                 con.execute(f"create or replace view events as {read_parquet_sql([str(p) for p in parts], union_by_name)}{where}")
             else:
                 con.execute(f"create or replace view events as {no_events_sql()}")
+            sparts = bind_samples(con, store, manifest, scan, instances)
             names = load_views(con, variables=variables, only=bind, overrides=overrides)  # binding a view over `events` opens the parts too
             if views is not None and (shared is None or shared):
                 share(con, views, names, list(rolls), "scan" if scan else "main", limits)
             if scan:
                 con.execute("use memory.main")
-                bind_range_views(con, ["events", *names], time_range, lambda name: define_view(con, name))
+                bind_range_views(con, ["events", "samples", *names], time_range, lambda name: define_view(con, name))
             # DuckDB checks the allowed paths each time a file is opened, at query time too:
             # the view keeps working over exactly these parts
-            lock_down(con, [*(standing if scan else parts), *rolls.values(), *readable])
+            lock_down(con, [*(standing if scan else parts), *sparts, *rolls.values(), *readable])
             return con
         except QueryError as e:  # computing a shared view (pipeline/shared.py)
             con.close()

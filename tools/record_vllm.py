@@ -9,7 +9,8 @@ What a run does, in order:
    the queue builds; stdout and stderr go to `server.log` unchanged;
 3. scrapes `/metrics` once a second into `metrics.csv` (time, waiting, running, KV cache
    usage, finished / aborted counters): what the server itself knew, the truth the log's
-   series are checked against;
+   series are checked against; with `--raw-metrics` also each scrape whole, in
+   `metrics.prom.gz`;
 4. runs `vllm bench serve` (random dataset, `--ignore-eos`, Poisson arrivals,
    `--save-result --save-detailed`, chat endpoint so output logging reaches it) for a
    low-load phase and then an overload phase (`bench-low.json`, `bench-over.json`);
@@ -43,6 +44,7 @@ Examples:
         --over-rate 12 --over-prompts 200 --max-num-seqs 4
     python3 tools/record_vllm.py --out /tmp/rec --no-log-outputs   # a default V1 log
     python3 tools/record_vllm.py --out /tmp/rec --pin 0,1           # engine on CPU 0, API server on CPU 1
+    python3 tools/record_vllm.py --out /tmp/rec --no-log-requests --raw-metrics   # default log, whole scrapes
 """
 
 from __future__ import annotations
@@ -77,10 +79,18 @@ COUNTERS = {
 CSV_FIELDS = ["ts", "waiting", "running", "kv_usage", *dict.fromkeys(COUNTERS.values())]
 
 
-def scrape(port: int) -> dict[str, float]:
-    """One /metrics scrape, the series of GAUGES and COUNTERS summed over their labels."""
+def fetch(port: int) -> str:
+    """One /metrics scrape, as the server wrote it."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        text = r.read().decode()
+        return r.read().decode()
+
+
+def scrape(port: int) -> dict[str, float]:
+    return truth(fetch(port))
+
+
+def truth(text: str) -> dict[str, float]:
+    """The series of GAUGES and COUNTERS of one scrape, summed over their labels."""
     out: dict[str, float] = {}
     for line in text.splitlines():
         if not line or line[0] == "#":
@@ -93,12 +103,19 @@ def scrape(port: int) -> dict[str, float]:
 
 
 class Scraper(threading.Thread):
-    def __init__(self, port: int, path: pathlib.Path, every: float = 1.0):
+    """Scrapes /metrics every `every` seconds into the CSV of truth and, with `raw`, the whole
+    text of each scrape into a gzip file, each scrape after a `# scrape at <epoch s>` line
+    (what a `curl` loop beside a server leaves; `servelens ingest` reads it)."""
+
+    def __init__(self, port: int, path: pathlib.Path, every: float = 1.0, raw: pathlib.Path | None = None):
         super().__init__(daemon=True)
-        self.port, self.path, self.every = port, path, every
+        self.port, self.path, self.every, self.raw = port, path, every, raw
         self.stop = threading.Event()
 
     def run(self) -> None:
+        import gzip
+
+        raw = gzip.open(self.raw, "wt") if self.raw else None
         with self.path.open("w", newline="") as f:
             w = csv.DictWriter(f, CSV_FIELDS)
             w.writeheader()
@@ -106,14 +123,18 @@ class Scraper(threading.Thread):
             while not self.stop.is_set():
                 ts = time.time()
                 try:
-                    row = scrape(self.port)
+                    text = fetch(self.port)
                 except OSError:
-                    row = None  # the server is going away; the gap shows in the file
-                if row is not None:
-                    w.writerow({"ts": f"{ts:.3f}", **row})
+                    text = None  # the server is going away; the gap shows in the file
+                if text is not None:
+                    w.writerow({"ts": f"{ts:.3f}", **truth(text)})
                     f.flush()
+                    if raw is not None:
+                        raw.write(f"# scrape at {ts:.3f}\n{text}")
                 next_at += self.every
                 self.stop.wait(max(0.0, next_at - time.time()))
+        if raw is not None:
+            raw.close()
 
 
 def chat_body(model: str, text: str, max_tokens: int, stream: bool, request_id: str) -> bytes:
@@ -249,6 +270,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--port", type=int, default=8417)
     ap.add_argument("--stats-interval", type=float, default=1.0, help="VLLM_LOG_STATS_INTERVAL (s)")
     ap.add_argument("--no-log-outputs", action="store_true", help="leave --enable-log-outputs off")
+    ap.add_argument("--no-log-requests", action="store_true",
+                    help="leave --enable-log-requests off too: vLLM V1's default log (stats lines only)")
+    ap.add_argument("--raw-metrics", action="store_true",
+                    help="also keep each /metrics scrape whole, in metrics.prom.gz (`# scrape at <epoch>` before each)")
+    ap.add_argument("--scrape-every", type=float, default=1.0, help="seconds between /metrics scrapes")
     ap.add_argument("--compile", action="store_true",
                     help="let vLLM compile the model (off: --enforce-eager; compiling on a CPU takes minutes)")
     ap.add_argument("--max-num-seqs", type=int, default=4)
@@ -294,8 +320,10 @@ def main(argv: list[str] | None = None) -> None:
     serve = [a.python, str(TOOLS / "vllm_shim.py"), "serve", str(a.model), "--host", "127.0.0.1",
              "--port", str(a.port), "--served-model-name", a.served_name,
              "--max-model-len", str(a.max_model_len), "--max-num-seqs", str(a.max_num_seqs),
-             "--enable-log-requests", "--seed", str(a.seed)]
-    if not a.no_log_outputs:
+             "--seed", str(a.seed)]
+    if not a.no_log_requests:
+        serve.append("--enable-log-requests")
+    if not a.no_log_outputs and not a.no_log_requests:
         serve.append("--enable-log-outputs")
     if not a.compile:
         serve.append("--enforce-eager")
@@ -322,7 +350,8 @@ def main(argv: list[str] | None = None) -> None:
     proc = subprocess.Popen(serve, stdout=log, stderr=subprocess.STDOUT, env=env)
     if pin:  # after the server started with every CPU: the scraper and the extra clients
         os.sched_setaffinity(0, {pin[1]})
-    scraper = Scraper(a.port, a.out / "metrics.csv")
+    scraper = Scraper(a.port, a.out / "metrics.csv", a.scrape_every,
+                      a.out / "metrics.prom.gz" if a.raw_metrics else None)
     extra: list[dict] = []
     try:
         wait_healthy(a.port, proc, a.startup_timeout)
