@@ -1,6 +1,6 @@
 -- scraped_gauges: what the engine's own /metrics said of its queue, batch and KV cache.
 -- Grain: one row per (engine, instance, meaning, scrape time) over the scraped samples
---   (`samples`: `servelens scrape`, `tail --scrape`, files of scrapes, `ingest --prometheus`).
+--   (`samples`: files of /metrics scrapes given to `servelens ingest`, read by their content).
 -- Engines: every engine whose metric names servelens maps (pipeline/samples.py METRIC_NAMES):
 --   vLLM num_requests_running / _waiting / kv_cache_usage_perc, SGLang num_running_reqs /
 --   num_queue_reqs / token_usage, llama.cpp requests_processing / requests_deferred (requests
