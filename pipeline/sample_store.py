@@ -175,18 +175,7 @@ def commit_samples(store: Store, samples: pl.DataFrame) -> int:
     store.generation += 1
     for engine, instance, _lo, _hi in spans.iter_rows():
         store.touched_at[(engine, instance)] = store.generation
-    try:  # committed: the moves are rolled forward by the next open if this fails
-        store._apply_moves(moves)
-        m["pending"] = []
-        write_json_atomic(store.root / "manifest.json", m)
-    except OSError:
-        pass
-    if store.remote is not None:
-        try:
-            store.remote.push(m)
-            store.remote.unpublished = None
-        except OSError as e:
-            store.remote.unpublished = " ".join(str(e).split())[:300]
+    store.settle(moves)
     shutil.rmtree(stage, ignore_errors=True)
     return fresh.height
 

@@ -609,30 +609,37 @@ class Store:
         elif isinstance(dirty, list):
             for d in dirty:
                 self.touched_at[(d[0], d[1])] = self.generation
-        # committed: what follows only tidies up, and a failure here (a full disk when the
-        # manifest is rewritten) is rolled forward by the next open or commit
-        try:
-            # replaced parts out of events/ before their replacement moves in: a glob over
-            # events/ may briefly miss those rows, never count them twice
-            self._retire(sorted(removed))
-            self._apply_moves(moves)
-            m["pending"] = []
-            self._collect_garbage(now)
-            write_json_atomic(self.root / "manifest.json", m)
-        except OSError:
-            pass
-        if self.remote is not None:
-            try:
-                self.remote.push(m)
-                self.remote.unpublished = None
-            except OSError as e:  # committed here; published by the next commit, or at close
-                self.remote.unpublished = " ".join(str(e).split())[:300]
+        self.settle(moves, removed, now)
         stage_dirs = {d for staged, _ in moves for d in Path(staged).parents if d.parts and d != Path("_staging")}
         for d in [*sorted(stage_dirs, key=lambda d: -len(d.parts)), Path("_staging")]:
             try:
                 (self.root / d).rmdir()
             except OSError:
                 pass
+
+    def settle(self, moves: list, removed: set[str] | frozenset[str] = frozenset(), now: float | None = None) -> None:
+        """After a commit's manifest is in place: its parts moved into place (the parts it
+        replaces out of events/ first), the manifest rewritten with nothing pending, the
+        garbage collected (at `now`), and a remote store told. The commit has happened: a
+        failure here (a full disk when the manifest is rewritten) is rolled forward by the
+        next open or commit."""
+        try:
+            # replaced parts out of events/ before their replacement moves in: a glob over
+            # events/ may briefly miss those rows, never count them twice
+            self._retire(sorted(removed))
+            self._apply_moves(moves)
+            self.manifest["pending"] = []
+            if now is not None:
+                self._collect_garbage(now)
+            write_json_atomic(self.root / "manifest.json", self.manifest)
+        except OSError:
+            pass
+        if self.remote is not None:
+            try:
+                self.remote.push(self.manifest)
+                self.remote.unpublished = None
+            except OSError as e:  # committed here; published by the next commit, or at close
+                self.remote.unpublished = " ".join(str(e).split())[:300]
 
     def commit_events(self, frames: list[pl.DataFrame], files: dict[str, dict]) -> int:
         """Write these events and commit them together with the file states they bring

@@ -11,25 +11,12 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from typer.testing import CliRunner
+from test_store_integrity import all_events, cli
 
-from servelens.pipeline import cli as cli_mod
 from servelens.pipeline import ingest as ingest_mod
 from servelens.pipeline.store import committed_parts, read_manifest
 
 SAMPLES = Path(__file__).parent.parent / "sample_logs"
-
-runner = CliRunner()
-cli_mod._register_commands()
-
-
-def cli(*args: str):
-    return runner.invoke(cli_mod.app, list(args))
-
-
-def all_events(store: Path) -> pl.DataFrame:
-    cols = ["source", "line", "n_lines", "event", "ts", "message", "attrs", "running", "kv_usage"]
-    return pl.read_parquet(committed_parts(store)).select(cols).sort("source", "line", "event", "message", nulls_last=True)
 
 
 def lines_in(logs: Path) -> int:
