@@ -174,6 +174,7 @@ def ingest(
                 year=year,
                 instance_from=instance_from,
                 on_progress=advance,
+                on_stage=getattr(advance, "stage", None),
                 on_file=None if quiet or as_json else print_file_line,
                 rollups=not no_rollups,
                 keep_lines=keep_lines,

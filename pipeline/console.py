@@ -33,15 +33,26 @@ def progress_bar(paths: list[Path], enabled: bool) -> Iterator[Callable[[int], N
         elif p.exists():
             total += p.stat().st_size
     with Progress(
-        TextColumn("ingesting"),
+        TextColumn("{task.description}"),
         BarColumn(),
         DownloadColumn(),
         TransferSpeedColumn(),
         TimeRemainingColumn(),
         transient=True,
     ) as progress:
-        task = progress.add_task("ingest", total=total or None)
-        yield lambda n: progress.advance(task, n)
+        task = progress.add_task("ingesting", total=total or None)
+
+        class Advance:
+            """The bar's progress (called with bytes read) and its stage after the reading
+            (`stage("refreshing rollups")`): a full bar that says nothing looks hung."""
+
+            def __call__(self, n: int) -> None:
+                progress.advance(task, n)
+
+            def stage(self, what: str) -> None:
+                progress.update(task, description=what, completed=total or None, refresh=True)
+
+        yield Advance()
 
 
 def print_file_line(f: FileResult) -> None:

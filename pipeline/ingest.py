@@ -154,6 +154,7 @@ def ingest(
     instance_from: str | None = None,
     rollups: bool = True,
     keep_lines: bool = False,
+    on_stage: Callable[[str], None] | None = None,
 ) -> IngestSummary:
     """Ingest files and directories (recursively, plain or .gz) into the store.
 
@@ -161,9 +162,10 @@ def ingest(
     one into the store (and its tailer); by default the bulk events whose columns say what
     their line said keep none (pipeline/lines.py `trim_messages`).
 
-    `rollups`: bring the store's rollups up to date at the end (pipeline/rollup.py); without
-    it the instances stay marked dirty (queries compute their windows from the events) until
-    the next ingest, tail or compact refreshes them.
+    `rollups`: bring the store's rollups up to date at the end (pipeline/rollup.py), after
+    `on_stage("refreshing rollups")`; without it the instances stay marked dirty (queries
+    compute their windows from the events) until the next ingest, tail or compact
+    refreshes them.
 
     Each file's instance is `instance`, else the template `instance_from` over its path
     (see naming.py), else its name (Kubernetes pod for container logs), made distinct
@@ -244,6 +246,8 @@ def ingest(
         if metrics_files:  # after the logs: their instances name the scrapes' (sample_ingest.py)
             ingest_metrics_files(store, metrics_files, instance, summary)
         if rollups:
+            if on_stage:
+                on_stage("refreshing rollups")
             summary.rollup = refresh_rollups(store, summary.notes)
     return summary
 
