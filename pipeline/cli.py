@@ -131,6 +131,7 @@ def ingest(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or per-file lines; summary only.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as one JSON object on stdout (for scripts).")] = False,
     no_rollups: Annotated[bool, typer.Option("--no-rollups", help="Leave the rollups (the stored window_metrics) to a later ingest, tail or compact: a bulk load in many runs pays for them once. Queries compute them from the events meanwhile.")] = False,
+    no_follow_symlinks: Annotated[bool, typer.Option("--no-follow-symlinks", help="Pass over the files of a named directory that lead out of it through a symlink (read by default: /var/log/containers is such links). For directories whose writers you trust less than this reader.")] = False,
     keep_lines: Annotated[bool, typer.Option("--keep-lines", help="Keep the text (`message`) of every event, in this and every later ingest or tail into the store. By default the bulk events whose columns say what the line said (requests, engine stats, batches, HTTP access) keep none: a vLLM request's prompt, an iteration's JSON. Unparsed, error, warning and start-up lines always keep theirs.")] = False,
 ) -> None:
     """Parse log files into the store. Re-ingesting adds only what is new.
@@ -175,6 +176,7 @@ def ingest(
                 instance_from=instance_from,
                 on_progress=advance,
                 on_stage=getattr(advance, "stage", None),
+                follow_symlinks=not no_follow_symlinks,
                 on_file=None if quiet or as_json else print_file_line,
                 rollups=not no_rollups,
                 keep_lines=keep_lines,

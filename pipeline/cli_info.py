@@ -115,6 +115,10 @@ def register(app: typer.Typer) -> None:
         root = store_path(store)
         if not (root / "manifest.json").exists():
             raise fail(f"store {root} does not exist; nothing to prune")
+        from .outfile import is_store_dir
+
+        if not is_store_dir(root):
+            raise fail(f"{root} is not a servelens store (its manifest.json is not a store's); nothing was changed: give --store")
         try:
             with Store.open(root, purpose="prune") as st:
                 r = run_prune(st, cutoff, dry_run=dry_run)

@@ -140,10 +140,11 @@ def register(app: typer.Typer) -> None:
         from .store import Store, StoreError, StoreLocked
 
         target = store_path(store)
+        from .outfile import is_store_dir
         from .remote import store_exists, store_url
 
-        if not store_exists(target):
-            raise fail(f"{target} is not a servelens store (no manifest.json); give --store")
+        if not store_exists(target) or (store_url(target) is None and not is_store_dir(Path(target))):
+            raise fail(f"{target} is not a servelens store (no store manifest); nothing was changed: give --store")
         if min_parts < 2:
             raise fail("--min-parts must be at least 2")
         try:

@@ -60,13 +60,16 @@ class Found:
 
 
 def expand(paths: list[Path], skip_under: Path | None = None,
-           passed_over: list[tuple[Path, str]] | None = None) -> list[Found]:
+           passed_over: list[tuple[Path, str]] | None = None, follow_symlinks: bool = True) -> list[Found]:
     """Files named directly, plus every file under named directories (sorted, so rotated
     sets are read oldest-last predictably). Missing paths raise PathMissing.
 
     `passed_over` collects, with the reason, the files of a walked directory that are not
     read: names that are not logs, and the files of other servelens stores inside it (their
-    manifest and parts are not logs either). Hidden files are left out without a word."""
+    manifest and parts are not logs either). Hidden files are left out without a word.
+    `follow_symlinks` False: a file of a walked directory that is, or lies behind, a symlink
+    leading out of that directory is passed over too (where whoever writes the logs is
+    trusted less than whoever reads them)."""
     out: list[Found] = []
     skip = skip_under.resolve() if skip_under else None
     noted = passed_over if passed_over is not None else []
@@ -77,6 +80,7 @@ def expand(paths: list[Path], skip_under: Path | None = None,
         if kind is not None:
             raise NotRegularFile(p, kind)
         if p.is_dir():
+            top = p.resolve()
             entries = sorted(p.rglob("*"))
             stores = [f.parent for f in entries if f.name == "manifest.json" and is_store_dir(f.parent)
                       and not (skip and is_under(f, skip))]
@@ -92,6 +96,9 @@ def expand(paths: list[Path], skip_under: Path | None = None,
                 if inside is not None:
                     if f.parent == inside and f.name == "manifest.json":
                         noted.append((inside, "a servelens store, not logs: its files are not read"))
+                    continue
+                if not follow_symlinks and not is_under(f, top):
+                    noted.append((f, f"a symlink out of {p} (--no-follow-symlinks)"))
                     continue
                 if f.suffix.lower() in NOT_LOGS:
                     noted.append((f, f"not a log by its name ({f.suffix.lower()})"))

@@ -155,6 +155,7 @@ def ingest(
     rollups: bool = True,
     keep_lines: bool = False,
     on_stage: Callable[[str], None] | None = None,
+    follow_symlinks: bool = True,
 ) -> IngestSummary:
     """Ingest files and directories (recursively, plain or .gz) into the store.
 
@@ -166,6 +167,9 @@ def ingest(
     `on_stage("refreshing rollups")`; without it the instances stay marked dirty (queries
     compute their windows from the events) until the next ingest, tail or compact
     refreshes them.
+
+    `follow_symlinks` False: files of the named directories that lead out of them through a
+    symlink are passed over (discover.expand).
 
     Each file's instance is `instance`, else the template `instance_from` over its path
     (see naming.py), else its name (Kubernetes pod for container logs), made distinct
@@ -179,7 +183,8 @@ def ingest(
     store_dir = Path(store_dir)
     passed_over: list[tuple[Path, str]] = []
     try:
-        found = expand([Path(p) for p in paths], skip_under=store_dir, passed_over=passed_over)
+        found = expand([Path(p) for p in paths], skip_under=store_dir, passed_over=passed_over,
+                       follow_symlinks=follow_symlinks)
     except PathMissing as e:
         raise IngestError(f"path not found: {e}; check the path and try again") from None
     except NotRegularFile as e:
@@ -201,7 +206,8 @@ def ingest(
         except NamingError as e:
             raise IngestError(str(e)) from None
     summary = IngestSummary()
-    summary.passed_over = [(display_path(f), why) for f, why in passed_over]
+    # display_path resolves symlinks: a link passed over is named itself
+    summary.passed_over = [(str(f) if f.is_symlink() else display_path(f), why) for f, why in passed_over]
     found, duplicates = set_aside(found)
     for d in duplicates:
         # display_path resolves symlinks: name the link itself

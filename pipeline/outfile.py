@@ -27,7 +27,7 @@ def is_store_dir(directory: Path) -> bool:
             return isinstance(json.loads(f.read(64 << 20)).get("parts"), list)
     except (OSError, ValueError, AttributeError):
         # a damaged manifest beside part folders is still a store to protect
-        return (directory / "events").is_dir() or (directory / "staging").is_dir()
+        return (directory / "events").is_dir() or (directory / "_staging").is_dir()
 
 
 def store_holding(path: Path) -> Path | None:

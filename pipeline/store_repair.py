@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 
 from servelens.parsers.schema import EVENT_SCHEMA
 
+from .outfile import is_store_dir
 from .store import Store, StoreError, StoreLocked, part_location, read_manifest, verify_parts
 
 
@@ -141,6 +142,11 @@ def repair(root: Path | str, dry_run: bool = False, deep: bool = False) -> Repai
     root = Path(root)
     if not root.is_dir():
         raise StoreError(f"store {root} does not exist; give --store")
+    if not is_store_dir(root) and not (root / "events").is_dir():
+        # a directory of something else (followed through a symlink, or mistyped): repair
+        # would write a store's files into it, or set its manifest.json aside
+        raise StoreError(f"{root} is not a servelens store (no store manifest and no events/ folder); "
+                         "nothing was changed: give the store with --store")
     try:
         read_manifest(root)
     except StoreError as e:

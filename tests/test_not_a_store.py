@@ -3,6 +3,8 @@ command that reads one; a view name typed wrong is answered with the store's own
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from typer.testing import CliRunner
 
@@ -65,3 +67,45 @@ def test_a_long_table_stops_at_the_limit_and_says_what_was_left(tmp_path):
     assert sum(1 for line in every.stdout.splitlines() if line.startswith("| ")) == n_lines + 1
     csv = runner.invoke(app, ["sql", "select line from events", "--store", str(store), "-f", "csv"])
     assert len(csv.stdout.splitlines()) == n_lines + 1
+
+
+@pytest.mark.parametrize("command", [["repair"], ["repair", "--dry-run"], ["compact"], ["prune", "--before", "2100-01-01"],
+                                     ["check"]])
+@pytest.mark.parametrize("foreign_manifest", [False, True])
+def test_store_changing_commands_leave_a_directory_of_other_things_alone(tmp_path, command, foreign_manifest):
+    """Through a symlink too: nothing is written into a directory that is not a store, and
+    another program's manifest.json is not set aside as a damaged store's."""
+    other = tmp_path / "webapp"
+    other.mkdir()
+    (other / "notes.txt").write_text("hello\n")
+    if foreign_manifest:
+        (other / "manifest.json").write_text('{"name": "webapp", "icons": []}')
+    link = tmp_path / "link"
+    link.symlink_to(other)
+    before = {p.name: p.read_bytes() for p in other.iterdir()}
+    r = runner.invoke(app, [*command, "--store", str(link)])
+    assert r.exit_code == 1, r.output
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.output
+    assert {p.name: p.read_bytes() for p in other.iterdir()} == before
+
+
+def test_no_follow_symlinks_passes_over_links_out_of_the_directory(tmp_path):
+    import json
+
+    logs, outside = tmp_path / "logs", tmp_path / "outside"
+    logs.mkdir()
+    outside.mkdir()
+    (logs / "a.log").write_text(STATS)
+    (outside / "secret.log").write_text(STATS.replace("Engine 000", "Engine 001"))
+    (logs / "b.log").symlink_to(outside / "secret.log")
+    (logs / "again.log").symlink_to(logs / "a.log")  # inside the directory: read (as a.log's content)
+    r = runner.invoke(app, ["ingest", str(logs), "--store", str(tmp_path / "s1"), "--json"])
+    assert r.exit_code == 0, r.output
+    read = {Path(f["source"]).name for f in json.loads(r.stdout)["files"] if f["status"] == "ingested"}
+    assert read == {"a.log", "b.log"} or read == {"a.log", "secret.log"}
+    r = runner.invoke(app, ["ingest", str(logs), "--store", str(tmp_path / "s2"), "--json", "--no-follow-symlinks"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert {Path(f["source"]).name for f in out["files"] if f["status"] == "ingested"} == {"a.log"}
+    assert [(Path(p["source"]).name, p["reason"]) for p in out["passed_over"]] == [
+        ("b.log", f"a symlink out of {logs} (--no-follow-symlinks)")]
