@@ -174,6 +174,7 @@ class Tailer(IdentityMixin):
         self._merge_queue: list[list[str]] = []
         self.max_open = max_open or default_max_open()
         self._deferred = 0  # files waiting for a free descriptor at the last rescan
+        self._unopenable: dict[tuple[int, int], int] = {}  # file -> errno, said once until it opens
         self._full_since: float | None = None  # the store's disk is full since then
         self.rollup_every_s = ROLLUP_EVERY_S
         self._next_rollup = time.monotonic() + ROLLUP_EVERY_S
@@ -415,7 +416,12 @@ class Tailer(IdentityMixin):
                 self.max_open = max(MIN_OPEN_FILES, len(self.followed) * 3 // 4)
                 self.say(f"too many open files ({e.strerror}); keeping at most {self.max_open} open")
                 self._evict(len(self.followed) - self.max_open)
+            elif self._unopenable.get(k) != e.errno:  # named once, not at every scan
+                self._unopenable[k] = e.errno
+                self.say(f"{path}: cannot open it ({e.strerror}); not followed until it can be "
+                         "(tried again at each scan): check its permissions")
             return
+        self._unopenable.pop(k, None)
         if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or device under a watched name
             os.close(fd)
             return

@@ -296,3 +296,33 @@ def test_full_disk_when_the_tailer_starts_it_waits_for_space(tmp_path, tiny_fs, 
         runner.join(30)
     assert not runner.is_alive()
     assert sorted(stored(tiny_fs / "store")["line"].to_list()) == list(range(1, 51))
+
+
+def test_a_file_that_cannot_be_opened_is_named_once_and_read_when_it_can(tmp_path, monkeypatch):
+    """As root a chmod 000 file still opens: the refusal is simulated at the system call."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "a.log").write_text("".join(f"a {i}\n" for i in range(10)))
+    (logs / "b.log").write_text("".join(f"b {i}\n" for i in range(10)))
+    store, tailer, said = make_tailer(logs, tmp_path / "store", engine="unknown")
+    real_open = os.open
+    locked = {"on": True}
+
+    def refusing(path, flags, *a, **kw):
+        if locked["on"] and Path(path).name == "a.log":
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, flags, *a, **kw)
+
+    monkeypatch.setattr(tail_mod.os, "open", refusing)
+    for _ in range(3):
+        tailer.poll_once(rescan=True)
+    assert sorted(stored(tmp_path / "store")["message"].to_list()) == [f"b {i}" for i in range(10)]
+    named = [m for m in said if "a.log: cannot open it (Permission denied)" in m]
+    assert len(named) == 1 and "check its permissions" in named[0]
+    locked["on"] = False
+    for _ in range(2):
+        tailer.poll_once(rescan=True)
+    tailer.close()
+    store.close()
+    msgs = stored(tmp_path / "store")["message"].to_list()
+    assert sorted(m for m in msgs if m.startswith("a")) == [f"a {i}" for i in range(10)]
