@@ -46,3 +46,30 @@ def granted() -> bool:
             st.rerun()
         st.error("wrong access token")
     return False
+
+
+def guard_cache_clearing() -> None:
+    """Streamlit lets any browser session clear the caches every visitor shares (its menu's
+    "Clear caches", a websocket message): every visitor then waits for a rebuild. With a
+    token set, only a session that gave the token may; the others' requests are ignored.
+    (Without a token the dashboard is open to whoever reaches it, this included.)"""
+    from streamlit.runtime.app_session import AppSession
+
+    original = AppSession._handle_clear_cache_request
+    if getattr(original, "_servelens_guarded", False):
+        return
+
+    def guarded(self) -> None:  # type: ignore[no-untyped-def]
+        if may_clear_caches(self._session_state):
+            original(self)
+
+    guarded._servelens_guarded = True  # type: ignore[attr-defined]
+    AppSession._handle_clear_cache_request = guarded  # type: ignore[method-assign]
+
+
+def may_clear_caches(session_state) -> bool:  # type: ignore[no-untyped-def]
+    token = os.environ.get(TOKEN_ENV, "")
+    if not token:
+        return True
+    given = session_state[_STATE_KEY] if _STATE_KEY in session_state else ""
+    return hmac.compare_digest(str(given), _digest(token))

@@ -86,6 +86,10 @@ def main(argv: list[str] | None = None) -> None:
     threading.Thread(target=_warm_in_background, args=(app_args(argv),), name="servelens-warmup", daemon=True).start()
     from streamlit.web.cli import main as streamlit_main
 
+    from servelens.dashboards.access import guard_cache_clearing
+
+    guard_cache_clearing()
+
     sys.argv = ["streamlit", *argv]
     streamlit_main(prog_name="streamlit")
 

@@ -227,3 +227,39 @@ def test_dashboard_serves_other_machines_only_when_told_and_guarded(world, launc
     assert r.exit_code == 0 and calls[0][0][calls[0][0].index("--server.address") + 1] == "127.0.0.1"
     r, calls = launched("--store", str(store), "--query-memory", "lots")
     assert r.exit_code == 1 and calls == [] and "--query-memory" in r.stderr
+
+
+def test_clearing_the_shared_caches_needs_the_token(monkeypatch):
+    """Streamlit's "Clear caches" (a websocket message any session may send) clears what every
+    visitor shares; with a token set, a session that did not give it is ignored."""
+    import streamlit as st
+    from streamlit.runtime.app_session import AppSession
+
+    from servelens.dashboards import access
+
+    monkeypatch.setattr(AppSession, "_handle_clear_cache_request", AppSession._handle_clear_cache_request)
+    access.guard_cache_clearing()
+    calls: list[int] = []
+
+    @st.cache_data(show_spinner=False)
+    def shared(x: int) -> int:
+        calls.append(x)
+        return x
+
+    class Session:
+        def __init__(self, state: dict):
+            self._session_state = state
+
+    shared(1)
+    monkeypatch.setenv(access.TOKEN_ENV, "s3cret")
+    AppSession._handle_clear_cache_request(Session({}))  # a stranger's websocket
+    AppSession._handle_clear_cache_request(Session({access._STATE_KEY: hashlib.sha256(b"wrong").hexdigest()}))
+    shared(1)
+    assert calls == [1]  # still cached: nothing was cleared
+    AppSession._handle_clear_cache_request(Session({access._STATE_KEY: hashlib.sha256(b"s3cret").hexdigest()}))
+    shared(1)
+    assert calls == [1, 1]  # the session that gave the token cleared it
+    monkeypatch.delenv(access.TOKEN_ENV)
+    AppSession._handle_clear_cache_request(Session({}))  # no token: the dashboard is open to all
+    shared(1)
+    assert calls == [1, 1, 1]
