@@ -272,11 +272,17 @@ def sql(
         time_range = TimeRange.parse(since, until)
     except ValueError as e:
         raise fail(f"{e} (--since, --until)") from None
-    try:
+    from . import bounded
+
+    def answer():  # in a child process this one watches (pipeline/bounded.py)
         with allowing_partial(allow_partial):
-            df = run(store_path(store), query, variables=variables, limits=limits, time_range=time_range,
-                     rollups=False if no_rollups else None)
-    except (QueryError, StoreError) as e:
+            return run(store_path(store), query, variables=variables, limits=limits, time_range=time_range,
+                       rollups=False if no_rollups else None)
+
+    try:
+        df = bounded.call(answer, timeout_s=limits.timeout_s, memory_bytes=limits.memory_bytes,
+                          raise_timeout=limits.raise_timeout, raise_memory=limits.raise_memory)
+    except (QueryError, StoreError, bounded.Exceeded) as e:
         raise fail(str(e)) from None
     if limit < 0:
         raise fail(f"--limit {limit} must be 0 (all rows) or more")
