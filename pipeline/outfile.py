@@ -24,10 +24,12 @@ def is_store_dir(directory: Path) -> bool:
         return False
     try:
         with manifest.open("rb") as f:
-            return isinstance(json.loads(f.read(64 << 20)).get("parts"), list)
+            if isinstance(json.loads(f.read(64 << 20)).get("parts"), list):
+                return True
     except (OSError, ValueError, AttributeError):
-        # a damaged manifest beside part folders is still a store to protect
-        return (directory / "events").is_dir() or (directory / "_staging").is_dir()
+        pass
+    # a damaged manifest beside part folders is still a store (to protect, and to repair)
+    return (directory / "events").is_dir() or (directory / "_staging").is_dir()
 
 
 def store_holding(path: Path) -> Path | None:

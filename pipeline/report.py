@@ -101,8 +101,8 @@ def build_report(
         con,
         f"""select engine, instance, min(ts) as first_ts, max(ts) as last_ts, count(*) as n_events,
                    count(*) filter (where event = 'unparsed') as n_unparsed
-            from events where ts is not null {w}
-            group by engine, instance order by instance, engine""",
+            from events where ts is not null and engine <> 'client' {w}
+            group by engine, instance order by instance, engine""",  # a client's results file is not an instance
         p,
     )
     # a signal episode belongs to the report when it overlaps the range

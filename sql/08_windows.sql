@@ -4,7 +4,7 @@
 --   instance's first event to the one holding its last. Empty windows are included so that
 --   "nothing happened" is visible, up to `window_max_gap_s` (default 1 day) after the last
 --   event before a silence: logs stitched from days or years apart stay a small grid.
--- Engines: all.
+-- Engines: every server engine (a benchmark client's results are not an instance).
 -- Columns: engine, instance, window_index (floor(epoch seconds / window_s): the key other
 --   views join on), window_start, window_end (UTC; [start, end)), window_s (s).
 create or replace view windows as
@@ -26,7 +26,9 @@ active as (
         cast(ceil(p.max_gap_s / p.window_s) as bigint) as max_gap_windows,
     from events
     cross join params as p
-    where ts is not null
+    -- a benchmark client's results file is a view of servers, not a server: no grid of its own
+    -- (no verdict, signal, calibration row or exported series is made for it)
+    where ts is not null and engine <> 'client'
 ),
 
 gaps as (

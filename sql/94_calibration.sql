@@ -21,7 +21,7 @@ params as (
 instances as (
     select engine, instance, min(ts) as first_ts, max(ts) as last_ts,
     from events
-    where ts is not null and engine <> 'unknown'
+    where ts is not null and engine not in ('unknown', 'client')  -- a results file is not a server
     group by all
 ),
 

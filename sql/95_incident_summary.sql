@@ -40,7 +40,7 @@ params as (
 spans as (
     select engine, instance, min(ts) as first_ts, max(ts) as last_ts,
     from events, params as p
-    where ts is not null and ts >= p.since and ts < p.until and engine <> 'unknown'
+    where ts is not null and ts >= p.since and ts < p.until and engine not in ('unknown', 'client')
     group by engine, instance
 ),
 

@@ -5,7 +5,7 @@
 -- Grain: one row per (engine, instance, series) of that window, plus one
 --   servelens_newest_event_timestamp_seconds row per instance (value: Unix seconds; the
 --   exporter derives servelens_newest_event_age_seconds from it at scrape time).
--- Engines: all but `unknown`.
+-- Engines: all but `unknown` and `client` (a benchmark client's results file).
 -- Columns: as metric_series, plus last_ts (UTC, the instance's newest event).
 create or replace view metric_snapshot as
 with
@@ -13,7 +13,7 @@ with
 instances as (
     select engine, instance, max(ts) as last_ts,
     from events
-    where ts is not null and engine <> 'unknown'
+    where ts is not null and engine not in ('unknown', 'client')  -- a results file is not a server
     group by all
 ),
 
