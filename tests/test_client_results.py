@@ -226,3 +226,28 @@ def test_index_match_keeps_to_the_runs_own_id_prefix(tmp_path) -> None:
     assert by_index[1].startswith("chatcmpl-bench-") and by_index[1].endswith("-1")
     assert not any(r.startswith("chatcmpl-disc-") for r in got["request_id"])
     assert got.height == truth.height
+
+
+def test_a_results_file_is_never_an_instance(tmp_path):
+    """A real vLLM 0.32 server's log beside two `vllm bench serve --save-detailed` results
+    files: the files' requests join the server's, but only the server (named after its log
+    file) gets windows, signals, calibration rows, exported series and a report section."""
+    from typer.testing import CliRunner
+
+    from servelens.pipeline.cli import _register_commands, app
+
+    _register_commands()
+    rec = Path(__file__).parent.parent / "sample_logs" / "vllm" / "real-0.32-b"
+    servers = {p.name.split(".")[0] for p in rec.glob("*.log*")}  # the server logs, by name
+    assert servers == {"vllm-cpu"} and len(list(rec.glob("bench-*.json.gz"))) == 2
+    store = tmp_path / "store"
+    ingest([rec], store)
+    assert {r["instance"] for r in run(store, "select distinct instance from events where engine = 'client'").to_dicts()} == {
+        "bench-low", "bench-over"}
+    for view in ("windows", "window_metrics", "scaling_signals", "metric_series", "metric_snapshot", "calibration",
+                 "incident_summary"):
+        got = {r["instance"] for r in run(store, f"select distinct instance from {view}", rollups=False).to_dicts()}
+        assert got <= servers, view
+    report = CliRunner().invoke(app, ["report", "--store", str(store), "--format", "json"])
+    assert report.exit_code == 0, report.output
+    assert "bench-low" not in report.stdout and "bench-over" not in report.stdout
