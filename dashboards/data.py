@@ -439,11 +439,12 @@ def thresholds(path: str | None = None) -> dict[str, Any]:
 
 
 def catalog(cfg: Settings) -> pl.DataFrame:
-    """One row per (engine, instance, model): first and last event time, event count."""
+    """One row per (engine, instance, model): first and last event time, event count. A
+    benchmark client's results file is not an instance (its requests join the servers')."""
     return query(
         cfg,
         "select engine, instance, model, min(ts) as first_ts, max(ts) as last_ts, count(*) as n_events "
-        "from events where ts is not null group by all order by engine, instance, model",
+        "from events where ts is not null and engine <> 'client' group by all order by engine, instance, model",
     )
 
 

@@ -248,6 +248,9 @@ def test_a_results_file_is_never_an_instance(tmp_path):
                  "incident_summary"):
         got = {r["instance"] for r in run(store, f"select distinct instance from {view}", rollups=False).to_dicts()}
         assert got <= servers, view
+    from servelens.dashboards import data
+
+    assert set(data.catalog(data.Settings(store=str(store)))["instance"].to_list()) == servers
     report = CliRunner().invoke(app, ["report", "--store", str(store), "--format", "json"])
     assert report.exit_code == 0, report.output
     assert "bench-low" not in report.stdout and "bench-over" not in report.stdout
