@@ -71,7 +71,11 @@ def test_shared_answers_equal_the_views(stores, name, view):
     assert "shared_requests" in temp_tables(store, view)
     assert "shared_requests" not in temp_tables(store, view, shared=False)
     a, b = answer(store, view, True), answer(store, view, False)
-    assert a.height > 0
+    if name == "client" and view != "metric_availability":
+        # benchmark results files only, no server log: no instance has windows or a summary
+        assert a.height == 0
+    else:
+        assert a.height > 0
     assert_frame_equal(a, b, check_exact=False, rel_tol=1e-9, abs_tol=1e-12)
 
 
