@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from servelens.parsers import get_parser
 from servelens.parsers.base import ParseContext, finalize
 from servelens.parsers.schema import events_to_arrow
-from servelens.pipeline import lines as L
+from servelens.pipeline.sources import lines as L
 from servelens.pipeline.store import PARQUET_OPTIONS
 
 

@@ -84,7 +84,7 @@ class ParseContext:
     # (not saved in checkpoints: it describes this read of the file)
     file: dict[str, Any] = field(default_factory=dict)
     # keep the text (`message`) of every event; by default the bulk kinds whose columns say
-    # what the line said drop it (pipeline/lines.py `trim_messages`)
+    # what the line said drop it (pipeline/sources/lines.py `trim_messages`)
     keep_lines: bool = False
 
 

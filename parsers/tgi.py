@@ -82,7 +82,7 @@ from .tgi_text import text_records
 
 NAME = "tgi"
 # whether a line starts a record depends on that line alone (`record_starts`), so the
-# ingest hold-back may ask about a block's last lines only (pipeline/lines.py)
+# ingest hold-back may ask about a block's last lines only (pipeline/sources/lines.py)
 RECORD_LOOKBACK = 0
 
 # a Rust panic and the launcher's exit error carry no header but are records of their own

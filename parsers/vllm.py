@@ -31,7 +31,7 @@ from .base import (
 NAME = "vllm"
 CARRY_FORWARD = ("model",)
 # whether a line starts a record depends on it and the line before only (`_continues`), so
-# the ingest hold-back may ask about a block's last lines alone (pipeline/lines.py)
+# the ingest hold-back may ask about a block's last lines alone (pipeline/sources/lines.py)
 RECORD_LOOKBACK = 1
 
 _LEVEL = r"DEBUG|INFO|WARNING|ERROR|CRITICAL"

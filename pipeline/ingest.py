@@ -23,18 +23,12 @@ from servelens.parsers import ENGINES, detect_engine, get_parser
 from servelens.parsers import wrappers
 from servelens.parsers.base import ParseContext
 
-from . import fingerprint as fp
-from .same_content import set_aside
-from .discover import (
-    NotRegularFile,
-    PathMissing,
-    display_path,
-    expand,
-    looks_binary,
-)
-from .checkpoint import KnownFiles, file_state, inherit_lineage, restore_ctx
-from .naming import InstanceNamer, NamingError, lineage_order
-from .lines import DEFAULT_BLOCK_BYTES, line_frames, parse_stream
+from .sources import fingerprint as fp
+from .sources.same_content import set_aside
+from .sources.discover import NotRegularFile, PathMissing, display_path, expand, looks_binary
+from .sources.checkpoint import KnownFiles, file_state, inherit_lineage, restore_ctx
+from .sources.naming import InstanceNamer, NamingError, lineage_order
+from .sources.lines import DEFAULT_BLOCK_BYTES, line_frames, parse_stream
 from .store import Store, StoreError
 from .store_repair import heal, healed_message
 
@@ -161,7 +155,7 @@ def ingest(
 
     `keep_lines`: keep the text (`message`) of every event, in this ingest and every later
     one into the store (and its tailer); by default the bulk events whose columns say what
-    their line said keep none (pipeline/lines.py `trim_messages`).
+    their line said keep none (pipeline/sources/lines.py `trim_messages`).
 
     `rollups`: bring the store's rollups up to date at the end (pipeline/rollup.py), after
     `on_stage("refreshing rollups")`; without it the instances stay marked dirty (queries

@@ -24,10 +24,10 @@ from typing import Iterator
 
 import polars as pl
 
-from . import fingerprint as fp
-from .exposition import ParseStats, finish_raw, looks_like_exposition, parse_blocks
+from .sources import fingerprint as fp
+from .sources.exposition import ParseStats, finish_raw, looks_like_exposition, parse_blocks
 from .sample_store import commit_samples, sample_entries, sample_parts
-from .samples import POLARS_SCHEMA
+from .sources.samples import POLARS_SCHEMA
 from .store import Store
 
 SNIFF_BYTES = 64 * 1024
@@ -271,7 +271,7 @@ def split_metrics_files(found: list) -> tuple[list, list]:
 def ingest_metrics_files(store: Store, found: list, instance: str | None, summary) -> None:
     """The files of scrapes of one `servelens ingest`, after its logs: each is a summary
     entry (`summary.samples`) and its notes go to the summary's."""
-    from .discover import display_path
+    from .sources.discover import display_path
 
     for f in found:
         r = ingest_file(store, f.path, instance=instance, source=display_path(f.path))

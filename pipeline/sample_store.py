@@ -1,7 +1,7 @@
 """Samples in the store, beside the events, under the same commit protocol.
 
 Layout:
-    <store>/samples/day=<YYYY-MM-DD>/part-<txid>-<n>.parquet     SAMPLE_SCHEMA (pipeline/samples.py)
+    <store>/samples/day=<YYYY-MM-DD>/part-<txid>-<n>.parquet     SAMPLE_SCHEMA (pipeline/sources/samples.py)
 
 The manifest gains one key, `samples`: {"parts": [relative paths], "info": {path: {"rows",
 "lo", "hi", "instances"}}}. A commit of samples is the store's commit (pipeline/store.py):
@@ -29,7 +29,7 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 
-from .samples import POLARS_SCHEMA, SAMPLE_KEY, SAMPLE_SCHEMA, to_arrow
+from .sources.samples import POLARS_SCHEMA, SAMPLE_KEY, SAMPLE_SCHEMA, to_arrow
 from .store import (
     NO_SPACE,
     PARQUET_OPTIONS,

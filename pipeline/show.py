@@ -2,11 +2,11 @@
 files and engines, with the raw lines read back from the source files, the client's row
 beside the server's, and the queue and batch state around its arrival and its finish.
 
-The store keeps no text of the bulk events (pipeline/lines.py `trim_messages`), but every
+The store keeps no text of the bulk events (pipeline/sources/lines.py `trim_messages`), but every
 event keeps where its line starts (`byte_offset`, bytes into the file's content) and how many
 lines it spans (`n_lines`). The lines are read back from the file the manifest says the
 event came from, once its content is the content ingested (the manifest's fingerprint: the
-hash of its first bytes and of the bytes before the offset read, pipeline/fingerprint.py).
+hash of its first bytes and of the bytes before the offset read, pipeline/sources/fingerprint.py).
 A file moved or rotated since (renamed, gzipped) is found by the same fingerprint among its
 siblings and the directories given with `--logs`. Without the file, a store ingested with
 `--keep-lines` shows the text it kept; else the parsed columns are all there is, and the
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from . import fingerprint as fp
+from .sources import fingerprint as fp
 
 # Longest raw line shown (a vLLM `Received request` line carries the whole prompt); --full
 # shows every byte.

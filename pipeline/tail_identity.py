@@ -21,11 +21,11 @@ from typing import Any
 from servelens.parsers import detect_engine, get_parser, wrappers
 from servelens.parsers.base import ParseContext
 
-from . import fingerprint as fp
-from .checkpoint import inherit_lineage, restore_ctx
-from .discover import display_path, looks_binary
+from .sources import fingerprint as fp
+from .sources.checkpoint import inherit_lineage, restore_ctx
+from .sources.discover import display_path, looks_binary
 from .ingest import DETECT_BYTES, _detect_sample
-from .lines import MAX_LINE_BYTES
+from .sources.lines import MAX_LINE_BYTES
 
 # bytes read from one file at a time (bounds memory; 0.5 s of 50k lines/s fits): one byte
 # more than the longest line, so a line of exactly MAX_LINE_BYTES is seen whole with its
@@ -279,7 +279,7 @@ class IdentityMixin:
         """The instance of a new file, named as ingest names it (naming.py) over every file
         the last scan found: two directories holding files of one name never merge, and
         the names the store already gave each directory are kept."""
-        from .naming import InstanceNamer
+        from .sources.naming import InstanceNamer
 
         paths = tuple(self._scan_paths) if path in self._scan_paths else (*self._scan_paths, path)
         if self._namer is None or self._namer_paths != paths:
@@ -295,7 +295,7 @@ class IdentityMixin:
         return self._namer.name(path)
 
     def _make_ctx(self, fol: Followed) -> None:
-        from .naming import kube_identity
+        from .sources.naming import kube_identity
 
         fol.parser = wrappers.wrap(get_parser(fol.engine), fol.decode, kube_identity(fol.path))
         fol.ctx = ParseContext(engine=fol.engine, source=fol.source, instance=fol.instance, year=self.year)

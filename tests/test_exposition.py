@@ -8,7 +8,7 @@ import json
 
 import polars as pl
 
-from servelens.pipeline import exposition as ex
+from servelens.pipeline.sources import exposition as ex
 
 UTC = dt.timezone.utc
 

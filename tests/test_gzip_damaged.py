@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from servelens.pipeline import fingerprint as fp
+from servelens.pipeline.sources import fingerprint as fp
 from servelens.pipeline.cli import _register_commands, app
 from servelens.pipeline.query import run
 

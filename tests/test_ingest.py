@@ -214,7 +214,7 @@ def test_checkpoints_hash_the_bytes_as_read_without_reading_the_file_again(tmp_p
     """Each chunk's checkpoint hashes the 4 KiB before its offset. They come from the
     stream being parsed: reading them again would decompress a .gz from its start at every
     chunk (quadratic in the file's size). The hashes equal what the file holds there."""
-    from servelens.pipeline import fingerprint as fp
+    from servelens.pipeline.sources import fingerprint as fp
     from servelens.pipeline.store import read_manifest
 
     text = fake_lines(3000)

@@ -1,5 +1,5 @@
 """Which events keep their text (`message`): by default the bulk kinds whose columns say what
-the line said (pipeline/lines.py TRIMMED_KINDS) keep none; unparsed, error, warning and
+the line said (pipeline/sources/lines.py TRIMMED_KINDS) keep none; unparsed, error, warning and
 start-up lines always keep theirs; `--keep-lines` keeps every line's, for the store."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from servelens.pipeline.cli import app
 from servelens.pipeline.ingest import ingest
-from servelens.pipeline.lines import TRIMMED_KINDS
+from servelens.pipeline.sources.lines import TRIMMED_KINDS
 from servelens.pipeline.query import run
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -13,7 +13,7 @@ import pytest
 from conftest import events, write
 
 from servelens.pipeline import ingest as ingest_mod
-from servelens.pipeline import lines as lines_mod
+from servelens.pipeline.sources import lines as lines_mod
 from servelens.pipeline.ingest import ingest
 
 

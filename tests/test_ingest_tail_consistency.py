@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 
 from servelens.pipeline import ingest as ingest_mod
-from servelens.pipeline import lines as lines_mod
+from servelens.pipeline.sources import lines as lines_mod
 from servelens.pipeline import tail as tail_mod
 from servelens.pipeline import tail_identity
 from servelens.pipeline.ingest import ingest

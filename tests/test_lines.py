@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 
 from servelens.parsers import get_parser
-from servelens.pipeline import lines as L
+from servelens.pipeline.sources import lines as L
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

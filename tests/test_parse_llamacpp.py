@@ -21,7 +21,7 @@ from servelens.parsers.base import (
     parse_text,
     uncovered_lines,
 )
-from servelens.pipeline import lines as L
+from servelens.pipeline.sources import lines as L
 
 REAL = Path(__file__).parent.parent / "sample_logs" / "llamacpp" / "real"
 FIXTURES = Path(__file__).parent / "fixtures" / "llamacpp"
@@ -294,7 +294,7 @@ def test_no_cut_point_inside_a_timing_block():
 
 
 def test_ingest_with_tiny_blocks_keeps_each_timing_block_whole():
-    """The real chunking loop (pipeline/lines.py) with blocks of a few hundred bytes: every
+    """The real chunking loop (pipeline/sources/lines.py) with blocks of a few hundred bytes: every
     block is cut somewhere, yet each request comes out once with its values."""
     texts = []
     for name in ("era_bc_transitional_router_23269.log", "era_c_2026_router_hip_26222.log", "era_b_2025_infill_19408.log"):

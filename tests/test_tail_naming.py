@@ -1,4 +1,4 @@
-"""`servelens tail` names instances as `servelens ingest` does (pipeline/naming.py): the same
+"""`servelens tail` names instances as `servelens ingest` does (pipeline/sources/naming.py): the same
 file name in two directories is two instances, said in a note; `--instance-from` templates;
 a later run keeps the names the store gave each directory."""
 

@@ -13,7 +13,7 @@ import pytest
 from servelens.parsers import get_parser
 from servelens.parsers import wrappers as W
 from servelens.parsers.base import ParseContext, lines_frame, parse_lines, parse_text, uncovered_lines
-from servelens.pipeline.lines import parse_stream
+from servelens.pipeline.sources.lines import parse_stream
 
 import wrapping as wr
 

@@ -203,7 +203,7 @@ def test_read_blocks_never_split_an_entry(export, block):
     anywhere in an indented export: every entry still gives its events once."""
     import io
 
-    from servelens.pipeline.lines import parse_stream
+    from servelens.pipeline.sources.lines import parse_stream
 
     lines, times, base = truth("sample_logs/vllm/real/v1_0_11.log", "vllm")
     data = EXPORTS[export][0](lines, times).encode()

@@ -13,7 +13,7 @@ Each format is one small module here with the same seam:
 `detect(sample)` finds a file's layers outside in by sampling its first lines (they nest:
 CRI around a compose prefix around colour codes). `wrap(parser, layers)` gives an object
 with the engine parser's contract (parsers/base.py) that decodes each chunk first, so the
-reading loop (pipeline/lines.py) and the engine parsers stay as they are: the engine parser
+reading loop (pipeline/sources/lines.py) and the engine parsers stay as they are: the engine parser
 sees plain engine lines; its events come back with the wrapper's columns (`wrapper_ts`,
 `stream`, `labels`), the wrapper's time where it is finer than the engine's (the engine's own
 kept in attrs `engine_ts`), and line spans mapped back onto physical lines.
@@ -41,7 +41,7 @@ SAMPLE_BYTES = 64 * 1024
 SAMPLE_LINES = 300
 MAX_DEPTH = 6
 # the docker json-file and CRI runtimes split lines longer than 16 KiB; a record-start
-# question about a window of lines needs this many more lines of look-back (pipeline/lines.py)
+# question about a window of lines needs this many more lines of look-back (pipeline/sources/lines.py)
 FRAGMENT_LOOKBACK = 64
 
 

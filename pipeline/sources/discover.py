@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from .fingerprint import GZIP_MAGIC
-from .outfile import is_store_dir
+from ..outfile import is_store_dir
 
 # Files that are certainly not logs, passed over when walking a directory (and listed in the
 # ingest summary, so that a log someone named .md is not lost without a word).
