@@ -86,8 +86,9 @@ def big_store(data_dir: Path, events: int) -> Path:
     import polars as pl
     import pyarrow.parquet as pq
 
-    from servelens.pipeline.layout import with_partition_columns
-    from servelens.pipeline.store import Store, committed_parts, new_txid
+    from servelens.pipeline.store.layout import with_partition_columns
+    from servelens.pipeline.store.commit import Store, new_txid
+    from servelens.pipeline.store.manifest import committed_parts
 
     store = data_dir / f"big-{events}"
     stamp = store / "bench-stamp.json"

@@ -19,8 +19,9 @@ import duckdb
 import polars as pl
 
 from servelens.parsers.base import parse_text
-from servelens.pipeline.layout import read_parquet_sql
-from servelens.pipeline.store import Store, committed_parts
+from servelens.pipeline.store.layout import read_parquet_sql
+from servelens.pipeline.store.commit import Store
+from servelens.pipeline.store.manifest import committed_parts
 
 
 def frames(commits: int, rows: int) -> list[pl.DataFrame]:

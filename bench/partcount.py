@@ -32,7 +32,7 @@ def build(store: Path, source: Path, n_parts: int) -> int:
     import polars as pl
 
     from servelens.pipeline.query import run
-    from servelens.pipeline.store import Store, new_txid
+    from servelens.pipeline.store.commit import Store, new_txid
 
     events = run(source, "select * from events", limits=None)
     events = events.sort("engine", "ts", "line", nulls_last=True)

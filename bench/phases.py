@@ -21,7 +21,7 @@ from servelens.parsers import get_parser
 from servelens.parsers.base import ParseContext, finalize
 from servelens.parsers.schema import events_to_arrow
 from servelens.pipeline.sources import lines as L
-from servelens.pipeline.store import PARQUET_OPTIONS
+from servelens.pipeline.store.commit import PARQUET_OPTIONS
 
 
 class Clock:

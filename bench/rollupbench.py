@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from servelens.pipeline import rollup
     from servelens.pipeline.query import run as query
-    from servelens.pipeline.store import Store
+    from servelens.pipeline.store.commit import Store
 
     res: dict = {"load_before": Path("/proc/loadavg").read_text().split()[:3]}
     store = b.store or a.data_dir / "stores" / "query"

@@ -179,7 +179,7 @@ def time_ingest(a, g: gen.Generated, store: Path, runs: int | None = None) -> di
 _REFRESH = """
 import json, sys
 from servelens.pipeline import rollup
-from servelens.pipeline.store import Store
+from servelens.pipeline.store.commit import Store
 with Store.open(sys.argv[1], purpose="bench") as st:
     r = rollup.refresh(st)
 print(json.dumps({"seconds": r.seconds, "cpu_s": r.cpu_s} if r else None))
@@ -194,7 +194,7 @@ def time_rollup_refresh(store: Path, in_process: bool = False):
     ingest's peak RSS of the runs after the first."""
     if in_process:
         from servelens.pipeline import rollup
-        from servelens.pipeline.store import Store
+        from servelens.pipeline.store.commit import Store
 
         with Store.open(store, purpose="bench") as st:
             r = rollup.refresh(st)
@@ -362,9 +362,10 @@ def build_query_store(a, store: Path) -> dict:
     import pyarrow.parquet as pq
 
     from servelens.parsers.schema import events_from_arrow
-    from servelens.pipeline.layout import FILE_SCHEMA, with_partition_columns
+    from servelens.pipeline.store.layout import FILE_SCHEMA, with_partition_columns
     from servelens.pipeline.query import run as query
-    from servelens.pipeline.store import Store, committed_parts, new_txid
+    from servelens.pipeline.store.commit import Store, new_txid
+    from servelens.pipeline.store.manifest import committed_parts
 
     g = generate(a, "tgi", a.size_gb, f"tgi-{a.size_gb:g}gb")
     stamp = store / "bench-stamp.json"
@@ -383,7 +384,7 @@ def build_query_store(a, store: Path) -> dict:
     with Store.open(store, purpose="bench copies") as st:
         for k in range(1, copies + 1):
             for part in parts:
-                # a part holds no partition columns (pipeline/layout.py): engine from its path
+                # a part holds no partition columns (pipeline/store/layout.py): engine from its path
                 ev = events_from_arrow(with_partition_columns(pq.read_table(part), part.relative_to(store))).with_columns(
                     pl.col("instance") + f"-r{k}", pl.col("source") + f"#r{k}")
                 st.commit(st.stage_events(ev, new_txid()))
@@ -406,7 +407,7 @@ def part_query(a, res: dict) -> None:
     # the copies were committed without saying what they touched: the rollups are rebuilt
     # (pipeline/rollup.py), as `servelens compact` would
     from servelens.pipeline import rollup
-    from servelens.pipeline.store import Store
+    from servelens.pipeline.store.commit import Store
 
     with Store.open(store, purpose="bench rollups") as st:
         r = rollup.refresh(st)

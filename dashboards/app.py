@@ -16,7 +16,7 @@ import streamlit as st
 from servelens.dashboards import access
 from servelens.pipeline.mdsafe import md_text
 from servelens.pipeline.sandbox import QueryError
-from servelens.pipeline.store import StoreError
+from servelens.pipeline.store.manifest import StoreError
 
 HERE = Path(__file__).resolve().parent
 

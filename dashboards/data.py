@@ -28,7 +28,7 @@ import polars as pl
 import streamlit as st
 from servelens.pipeline.query import QueryError, connect, one_line, run, run_on
 from servelens.pipeline.sandbox import Limits
-from servelens.pipeline.store import StoreError
+from servelens.pipeline.store.manifest import StoreError
 from servelens.pipeline.timerange import RANGE_MARGIN_S, TimeRange
 
 # The views the dashboard's own pages read (with the views they read, bound at connect): the
@@ -139,7 +139,7 @@ def settings(argv: list[str] | None = None) -> Settings:
     args, _ = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
     store = args.store or os.environ.get("SERVELENS_STORE")
     if not store:
-        from servelens.pipeline.store import default_store
+        from servelens.pipeline.store.manifest import default_store
 
         store = str(default_store())
     thresholds = args.thresholds or os.environ.get("SERVELENS_THRESHOLDS") or None
@@ -301,7 +301,7 @@ def _stored_window_metrics(store: str, variables: dict[str, Any]) -> Path | None
     """The store's window_metrics rollup when a reader may use it with these variables (fresh,
     of today's SQL, of the same window width and thresholds: pipeline/rollup.py), else None."""
     from servelens.pipeline import rollup
-    from servelens.pipeline.store import read_manifest
+    from servelens.pipeline.store.manifest import read_manifest
 
     if rollup.disabled():
         return None

@@ -113,7 +113,7 @@ def render(cfg: data.Settings, cat: pl.DataFrame) -> Spec:
 def page_setup() -> tuple[data.Settings, pl.DataFrame, Spec]:
     """Every page starts here: the settings, the store's catalog (or one error line and
     stop), and the sidebar."""
-    from servelens.pipeline.store import StoreError
+    from servelens.pipeline.store.manifest import StoreError
 
     cfg = data.settings()
     try:

@@ -18,7 +18,7 @@ import typer
 from servelens.parsers import ENGINES, SERVERS
 
 # No polars, pyarrow or duckdb at import: `servelens --help` and the commands that do not
-# read the store import them where they need them (pipeline/store.py imports polars).
+# read the store import them where they need them (pipeline/store/commit.py imports polars).
 
 app = typer.Typer(
     name="servelens",
@@ -115,7 +115,7 @@ def fail(message: str, code: int = 1) -> "typer.Exit":
 
 
 def store_path(store: Optional[Path]) -> Path:
-    from .store import default_store
+    from .store.manifest import default_store
 
     return store if store is not None else default_store()
 
@@ -149,7 +149,7 @@ def ingest(
 
     from .ingest import IngestError, ingest as run_ingest
     from .console import print_file_line, print_summary, progress_bar, summary_dict
-    from .store import StoreError
+    from .store.manifest import StoreError
 
     target = store_path(store)
     spool = None
@@ -202,7 +202,7 @@ def ingest(
 
 def _interrupted(target: Path) -> str:
     """What an ingest stopped by Ctrl-C leaves: the commits made before it, and how to go on."""
-    from .store import StoreError, read_manifest
+    from .store.manifest import StoreError, read_manifest
 
     try:
         files = read_manifest(target)["files"].values()
@@ -248,7 +248,7 @@ def sql(
     """
     from .output import render
     from .query import Limits, QueryError, run
-    from .store import StoreError
+    from .store.manifest import StoreError
 
     if format not in ("table", "csv", "json"):
         raise fail(f"unknown --format {format!r}; use table, csv or json")
@@ -265,7 +265,7 @@ def sql(
         limits = Limits.from_env(**overrides)
     except ValueError as e:
         raise fail(f"{e} (--timeout, --memory-limit)") from None
-    from .store import allowing_partial
+    from .store.integrity import allowing_partial
     from .timerange import TimeRange
 
     try:

@@ -14,7 +14,7 @@ from .cli import StoreOpt, fail, store_path
 def store_info(root) -> dict[str, Any]:
     """Instances, engines, models, time range, events, parts and bytes of a store."""
     from .query import run
-    from .store import committed_parts, read_manifest
+    from .store.manifest import committed_parts, read_manifest
 
     manifest = read_manifest(root)
     parts = committed_parts(root)
@@ -66,7 +66,7 @@ def register(app: typer.Typer) -> None:
           servelens info --store incident.store --json
         """
         from .query import QueryError
-        from .store import StoreError
+        from .store.manifest import StoreError
 
         root = store_path(store)
         if not (root / "manifest.json").exists():
@@ -105,8 +105,9 @@ def register(app: typer.Typer) -> None:
           servelens prune --before 2026-05-12T08:00Z --store incident.store --dry-run
         """
         from .timerange import parse_time
-        from .prune import prune as run_prune
-        from .store import Store, StoreError
+        from .store.prune import prune as run_prune
+        from .store.commit import Store
+        from .store.manifest import StoreError
 
         try:
             cutoff = parse_time(before)

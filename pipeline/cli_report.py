@@ -41,7 +41,7 @@ def register(app: typer.Typer) -> None:
         from .durations import parse_duration
         from .metrics import resolve_variables
         from .report import build_report, render
-        from .store import StoreError
+        from .store.manifest import StoreError
 
         if format not in ("md", "html", "json"):
             raise fail(f"unknown --format {format!r}; use md, html or json")

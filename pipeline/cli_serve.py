@@ -94,7 +94,7 @@ def register(app: typer.Typer) -> None:
         from .timerange import parse_time
         from .query import QueryError
         from .serve_export import export_openmetrics
-        from .store import StoreError
+        from .store.manifest import StoreError
 
         if format != "openmetrics":
             raise fail(f"unknown --format {format!r}; use openmetrics")

@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
         from .durations import parse_duration
         from .query import QueryError
         from .show import ShowError, story, to_json, to_text
-        from .store import StoreError
+        from .store.manifest import StoreError
         from .timerange import parse_time
 
         if format not in ("text", "json"):

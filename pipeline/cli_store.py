@@ -27,8 +27,8 @@ def register(app: typer.Typer) -> None:
           servelens check
           servelens check --store live.store --deep
         """
-        from .store import StoreError
-        from .store_repair import check as run_check
+        from .store.manifest import StoreError
+        from .store.repair import check as run_check
 
         target = store_path(store)
         try:
@@ -63,8 +63,8 @@ def register(app: typer.Typer) -> None:
           servelens repair && servelens ingest /var/log/vllm/
           servelens repair --store live.store --dry-run
         """
-        from .store import StoreError
-        from .store_repair import repair as run_repair
+        from .store.manifest import StoreError
+        from .store.repair import repair as run_repair
 
         target = store_path(store)
         try:

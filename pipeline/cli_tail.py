@@ -101,7 +101,7 @@ def register(app: typer.Typer) -> None:
           servelens tail /var/log/vllm/ --store live.store --serve-port 9464
           servelens tail hosts/ --instance-from '{parent}/{stem}'
         """
-        from .store import StoreError
+        from .store.manifest import StoreError
         from .tail import TailError, tail as run_tail
 
         if from_beginning and from_end:
@@ -136,12 +136,13 @@ def register(app: typer.Typer) -> None:
           servelens compact
           servelens compact --store live.store --min-parts 16
         """
-        from .compact import compact as run_compact
-        from .store import Store, StoreError, StoreLocked
+        from .store.compact import compact as run_compact
+        from .store.commit import Store
+        from .store.manifest import StoreError, StoreLocked
 
         target = store_path(store)
         from .outfile import is_store_dir
-        from .remote import store_exists, store_url
+        from .store.remote import store_exists, store_url
 
         if not store_exists(target) or (store_url(target) is None and not is_store_dir(Path(target))):
             raise fail(f"{target} is not a servelens store (no store manifest); nothing was changed: give --store")

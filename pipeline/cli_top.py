@@ -37,7 +37,7 @@ def register(app: typer.Typer) -> None:
         """
         from .query import QueryError
         from .serve import store_key
-        from .store import StoreError
+        from .store.manifest import StoreError
         from .top import SORT_KEYS, View, frame, read, run
 
         target = store_path(store)

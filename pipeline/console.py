@@ -91,7 +91,7 @@ def print_file_line(f: FileResult) -> None:
 def summary_dict(s: IngestSummary, store: Path) -> dict:
     """The ingest summary as plain data (`servelens ingest --json`)."""
     return {
-        "store": str(__import__("servelens.pipeline.remote", fromlist=["store_url"]).store_url(store) or store),
+        "store": str(__import__("servelens.pipeline.store.remote", fromlist=["store_url"]).store_url(store) or store),
         "files": [{"source": f.source, "engine": f.engine, "instance": f.instance, "status": f.status,
                    "lines": f.lines, "events": f.events, "reason": f.reason or None, "incomplete": f.failed,
                    "invalid_utf8": f.invalid_utf8} for f in s.files],
@@ -139,7 +139,7 @@ def print_summary(s: IngestSummary, store: Path) -> None:
         lines.append(f"passed over {len(s.passed_over):,} file(s) that are not logs: {shown}{more}")
     for f in s.failed:
         lines.append(f"incomplete {f.source}: {f.reason}")
-    from .remote import store_url
+    from .store.remote import store_url
 
     store = store_url(store) or store  # s3://bucket/prefix, not pathlib's s3:/bucket/prefix
     lines.append(f"store: {store}   (try: servelens sql \"select event, count(*) from events group by all\" --store {store})")

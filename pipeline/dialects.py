@@ -37,7 +37,7 @@ import duckdb
 import sqlglot
 from sqlglot import exp
 
-from .layout import no_events_sql
+from .store.layout import no_events_sql
 from .metrics import load_views, resolve_variables, sql_files, view_name
 
 DIALECTS = ("spark", "trino", "duckdb")

@@ -3,7 +3,7 @@ local glob such as `'stores/*'`, or a fleet list file with one store per line).
 
 `events` is the union of every store's committed parts: local stores are read by DuckDB's
 read_parquet over exactly their parts (as query.connect does), remote ones through one
-pyarrow dataset registered into the connection (pipeline/remote.py says why). The connection
+pyarrow dataset registered into the connection (pipeline/store/remote.py says why). The connection
 is sandboxed the same way (sandbox.lock_down): user SQL reaches the registered parts and the
 listed local parts, no other file, no network, no extension, no setting. Each node's tailer
 writes its own store with its own `instance` names, so the union holds every row once.
@@ -17,11 +17,12 @@ from typing import Any
 import duckdb
 
 
-from .layout import events_select, no_events_sql, read_parquet_sql
+from .store.layout import events_select, no_events_sql, read_parquet_sql
 from .metrics import load_views
-from .remote import dataset, expand, store_url
+from .store.remote import dataset, expand, store_url
 from .sandbox import Limits, QueryError, connection_config, lock_down
-from .store import StoreError, readable_parts
+from .store.manifest import StoreError
+from .store.integrity import readable_parts
 
 
 def connect(

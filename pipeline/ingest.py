@@ -29,8 +29,9 @@ from .sources.discover import NotRegularFile, PathMissing, display_path, expand,
 from .sources.checkpoint import KnownFiles, file_state, inherit_lineage, restore_ctx
 from .sources.naming import InstanceNamer, NamingError, lineage_order
 from .sources.lines import DEFAULT_BLOCK_BYTES, line_frames, parse_stream
-from .store import Store, StoreError
-from .store_repair import heal, healed_message
+from .store.commit import Store
+from .store.manifest import StoreError
+from .store.repair import heal, healed_message
 
 FLUSH_ROWS = 500_000
 # Rows alone do not bound memory: a vLLM `Received request` event carries the whole prompt in

@@ -281,11 +281,11 @@ def _tune(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def _ensure_samples(con: duckdb.DuckDBPyConnection) -> None:
-    """An empty `samples` (pipeline/sample_store.py) where the caller bound none (a fleet, a
+    """An empty `samples` (pipeline/store/samples.py) where the caller bound none (a fleet, a
     test's bare connection): the views reading scrapes then find nothing to read."""
     if not con.execute("select 1 from duckdb_views() where view_name = 'samples' union all "
                        "select 1 from duckdb_tables() where table_name = 'samples'").fetchall():
-        from .sample_store import no_samples_sql
+        from .store.samples import no_samples_sql
 
         con.execute(f"create or replace view samples as {no_samples_sql()}")
 

@@ -31,17 +31,18 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from . import rollup as rollup_mod
-from .layout import FILE_SCHEMA, no_events_sql, partition_values, read_parquet_sql
+from .store.layout import FILE_SCHEMA, no_events_sql, partition_values, read_parquet_sql
 from .metrics import closure, define_view, load_views, named_views
 from .shared import share
 from .sandbox import REFUSED_HINT, Limits, QueryError, check_statement, clean_message, connection_config, execute, lock_down
-from .sample_store import bind_samples
-from .store import StoreError, committed_parts, read_manifest, readable_parts
+from .store.samples import bind_samples
+from .store.manifest import StoreError, committed_parts, read_manifest
+from .store.integrity import readable_parts
 from .timerange import TimeRange, bind_range_views, parts_in, row_filter, standing_events_sql
 
 # Reading races a writer: a part listed in the manifest can move (staging -> events/) or be
 # garbage-collected after compaction just before DuckDB opens it. Retry with a fresh manifest.
-READ_RETRIES = 10  # a compaction retires parts at once (pipeline/layout.py): a reader may be overtaken by several merges
+READ_RETRIES = 10  # a compaction retires parts at once (pipeline/store/layout.py): a reader may be overtaken by several merges
 VANISHED = ("No files found", "No such file")
 MISMATCH = "schema mismatch"
 
@@ -83,7 +84,7 @@ def connect(
     `union_by_name`: None decides by reading every part's schema, unless `views` is given
     (one query's connection, `run`): then only the first part's, which `run` backs up.
     A store URL (s3://...) or a fleet goes to pipeline/fleet.py."""
-    from . import remote
+    from .store import remote
 
     if remote.store_url(store) is not None or remote.is_fleet(store):  # s3://..., a fleet
         from .fleet import connect as connect_fleet
@@ -147,7 +148,7 @@ def connect(
                 # change)
                 if union_by_name is None:
                     union_by_name = _mixed_schemas(parts[:1] if views is not None else parts, views is not None)
-                # the partition columns (engine) come from the parts' paths (pipeline/layout.py)
+                # the partition columns (engine) come from the parts' paths (pipeline/store/layout.py)
                 con.execute(f"create or replace view events as {read_parquet_sql([str(p) for p in parts], union_by_name)}{where}")
             else:
                 con.execute(f"create or replace view events as {no_events_sql()}")

@@ -15,7 +15,7 @@ each view's SQL file (through query.connect, with the views beneath it bound ove
 this same refresh has just computed) and writes its rows to
 `<store>/rollups/<view>-<txid>.parquet`. No SQL is copied, so every engine is covered.
 
-Commit protocol (pipeline/store.py): the rollup files are written and fsynced under new
+Commit protocol (pipeline/store/commit.py): the rollup files are written and fsynced under new
 names, then named in the manifest (`rollups`) by one atomic manifest write, which also clears
 the dirty marks; the files they replace go to the garbage like a compacted part. A reader
 takes the rollups from the manifest, so a half-written rollup is never read.
@@ -54,7 +54,9 @@ import pyarrow.parquet as pq
 
 from .metrics import closure, resolve_variables, sql_files, view_name
 from .sandbox import Limits, parse_size
-from .store import PARQUET_MAGIC, Store, _fsync_dir, new_txid, read_manifest
+from .store.integrity import PARQUET_MAGIC
+from .store.commit import Store, new_txid
+from .store.manifest import fsync_dir, read_manifest
 
 VIEW = "window_metrics"
 # the stored views, in dependency order: a later one is computed reading the earlier ones'
@@ -370,7 +372,7 @@ def _write(path: Path, reader: Any, view: str, old: Path | None, dirty: list[tup
         con.close()
     with open(path, "rb+") as f:
         os.fsync(f.fileno())
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     return n
 
 

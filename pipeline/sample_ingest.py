@@ -26,9 +26,9 @@ import polars as pl
 
 from .sources import fingerprint as fp
 from .sources.exposition import ParseStats, finish_raw, looks_like_exposition, parse_blocks
-from .sample_store import commit_samples, sample_entries, sample_parts
+from .store.samples import commit_samples, sample_entries, sample_parts
 from .sources.samples import POLARS_SCHEMA
-from .store import Store
+from .store.commit import Store
 
 SNIFF_BYTES = 64 * 1024
 BLOCK_BYTES = 16 * 1024 * 1024
@@ -109,8 +109,8 @@ def known_instances(store: Store) -> Known:
     targets earlier samples were stored under."""
     import duckdb
 
-    from .layout import read_parquet_sql
-    from .store import committed_parts
+    from .store.layout import read_parquet_sql
+    from .store.manifest import committed_parts
 
     k = Known()
     parts = [str(p) for p in committed_parts(store.root, store.manifest)]

@@ -243,7 +243,7 @@ def story(
     """The story of `request_id` (its events, requests row, client row, state around it), or
     with `around` and no id, every event within `span_s` of that time."""
     from .query import connect
-    from .store import StoreError, read_manifest
+    from .store.manifest import StoreError, read_manifest
 
     if request_id is None and around is None:
         raise ShowError("give a request id, or --around TIME for the lines around a time")

@@ -39,14 +39,15 @@ import polars as pl
 
 from servelens.parsers import ENGINES
 
-from . import compact as compact_mod
+from .store import compact as compact_mod
 from .sources import fingerprint as fp
 from .sources.checkpoint import save_ctx
 from .sources.discover import NotRegularFile, special_kind
 from .sources.lines import PARSE_THREADS, line_frames, parse_stream
 from .sources.naming import InstanceNamer, NamingError
-from .store import Store, StoreError, StoreFull
-from .store_repair import heal, healed_message
+from .store.commit import Store
+from .store.manifest import StoreError, StoreFull
+from .store.repair import heal, healed_message
 from .tail_identity import GZ_ERRORS, MAX_READ, Followed, IdentityMixin
 from .tail_watch import Targets, Watcher
 

@@ -157,7 +157,7 @@ def test_unknown_engine(tmp_path, store):
 
 
 def test_locked_store_is_refused(tmp_path, store):
-    from servelens.pipeline.store import Store
+    from servelens.pipeline.store.commit import Store
 
     with Store.open(store, purpose="tail"):
         r = invoke("ingest", write(tmp_path / "b.log", fake_log(1, start=9)), "--store", store)

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dashboard_store import INCIDENT
 from servelens.pipeline.cli import _register_commands, app
 from servelens.pipeline.query import run
-from servelens.pipeline.store import committed_parts, read_manifest
+from servelens.pipeline.store.manifest import committed_parts, read_manifest
 
 _register_commands()
 runner = CliRunner()

@@ -10,7 +10,8 @@ import pytest
 from conftest import write
 
 from servelens.pipeline import query as query_mod
-from servelens.pipeline import store as store_mod
+from servelens.pipeline.store import integrity
+from servelens.pipeline.store import manifest as store_mod
 from servelens.pipeline.ingest import ingest
 
 
@@ -32,7 +33,7 @@ def store(tmp_path, fake_engine):
 
 @pytest.fixture
 def manifest_reads(monkeypatch):
-    """How many times the manifest is read (through either module's name for it)."""
+    """How many times the manifest is read (through every module's name for it)."""
     calls = []
     real = store_mod.read_manifest
 
@@ -41,6 +42,7 @@ def manifest_reads(monkeypatch):
         return real(root)
 
     monkeypatch.setattr(store_mod, "read_manifest", counting)
+    monkeypatch.setattr(integrity, "read_manifest", counting)
     monkeypatch.setattr(query_mod, "read_manifest", counting)
     return calls
 
@@ -84,9 +86,9 @@ def test_a_part_still_in_staging_is_found_and_checked(store):
     (store / staged).parent.mkdir(parents=True, exist_ok=True)
     (store / rel).rename(store / staged)
     manifest["pending"] = [[staged, rel]]
-    assert store_mod.verify_parts(store, manifest) == []
+    assert integrity.verify_parts(store, manifest) == []
     assert store / staged in store_mod.committed_parts(store, manifest)
     (store / staged).write_bytes(b"PAR1 not a whole file")
-    assert store_mod.verify_parts(store, manifest) == [f"part {rel} is damaged (not a complete Parquet file: 21 bytes)"]
+    assert integrity.verify_parts(store, manifest) == [f"part {rel} is damaged (not a complete Parquet file: 21 bytes)"]
     (store / staged).unlink()
-    assert store_mod.verify_parts(store, manifest) == [f"part {rel} is missing"]
+    assert integrity.verify_parts(store, manifest) == [f"part {rel} is missing"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import polars as pl
 
 from servelens.pipeline.ingest import ingest
-from servelens.pipeline.store import committed_parts
+from servelens.pipeline.store.manifest import committed_parts
 
 REAL = Path(__file__).resolve().parent.parent / "sample_logs"
 MTIME = dt.datetime(2026, 9, 1, tzinfo=dt.timezone.utc).timestamp()

@@ -215,7 +215,7 @@ def test_checkpoints_hash_the_bytes_as_read_without_reading_the_file_again(tmp_p
     stream being parsed: reading them again would decompress a .gz from its start at every
     chunk (quadratic in the file's size). The hashes equal what the file holds there."""
     from servelens.pipeline.sources import fingerprint as fp
-    from servelens.pipeline.store import read_manifest
+    from servelens.pipeline.store.manifest import read_manifest
 
     text = fake_lines(3000)
     path = tmp_path / ("a.log.gz" if gz else "a.log")

@@ -17,7 +17,8 @@ from servelens.pipeline.sources import lines as lines_mod
 from servelens.pipeline import tail as tail_mod
 from servelens.pipeline import tail_identity
 from servelens.pipeline.ingest import ingest
-from servelens.pipeline.store import Store, committed_parts
+from servelens.pipeline.store.commit import Store
+from servelens.pipeline.store.manifest import committed_parts
 from servelens.pipeline.tail import Tailer
 from servelens.pipeline.tail_watch import Targets
 

@@ -19,8 +19,8 @@ from typer.testing import CliRunner
 
 from servelens.parsers.schema import EVENT_SCHEMA
 from servelens.pipeline.cli import _register_commands, app
-from servelens.pipeline.layout import DEFAULT_PARTITION
-from servelens.pipeline.store import committed_parts, read_manifest
+from servelens.pipeline.store.layout import DEFAULT_PARTITION
+from servelens.pipeline.store.manifest import committed_parts, read_manifest
 
 if not any((c.callback and c.callback.__name__ == "compact") for c in app.registered_commands):
     _register_commands()

@@ -28,7 +28,7 @@ from wrapping import split_lines, to_cri, to_docker_json
 
 from servelens.pipeline.ingest import ingest
 from servelens.pipeline.query import run as query
-from servelens.pipeline.store import committed_parts
+from servelens.pipeline.store.manifest import committed_parts
 
 REC = Path(__file__).resolve().parent / "fixtures" / "llamacpp" / "recorded"
 RUNS = ("default", "no_timestamps")

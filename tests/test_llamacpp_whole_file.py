@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 
 from servelens.pipeline.ingest import ingest
-from servelens.pipeline.store import committed_parts
+from servelens.pipeline.store.manifest import committed_parts
 from servelens.pipeline.simulate import simulate
 
 UTC = dt.timezone.utc
@@ -168,7 +168,7 @@ def test_a_tailer_started_on_a_long_backlog_anchors_it_from_the_end(tmp_path, mo
     """`servelens tail` started on an existing log longer than its parse block: the backlog's
     times equal ingest's (the tailer makes the same first pass), through the restart."""
     from servelens.pipeline import tail as tail_mod
-    from servelens.pipeline.store import Store
+    from servelens.pipeline.store.commit import Store
     from servelens.pipeline.tail import Tailer
     from servelens.pipeline.tail_watch import Targets
 

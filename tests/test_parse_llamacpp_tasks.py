@@ -13,7 +13,7 @@ from test_parse_llamacpp import attrs, parse
 
 from servelens.pipeline.ingest import ingest
 from servelens.pipeline.query import run as query
-from servelens.pipeline.store import committed_parts
+from servelens.pipeline.store.manifest import committed_parts
 
 HELDOUT = Path(__file__).parent.parent / "sample_logs" / "llamacpp" / "real" / "heldout"
 FIXTURES = Path(__file__).parent / "fixtures" / "llamacpp"

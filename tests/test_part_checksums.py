@@ -14,7 +14,7 @@ import pytest
 from test_store_integrity import all_events, cli
 
 from servelens.pipeline import ingest as ingest_mod
-from servelens.pipeline.store import committed_parts, read_manifest
+from servelens.pipeline.store.manifest import committed_parts, read_manifest
 
 SAMPLES = Path(__file__).parent.parent / "sample_logs"
 

@@ -22,7 +22,8 @@ from servelens.pipeline import tail_identity
 from servelens.pipeline.cli import _register_commands, app
 from servelens.pipeline.ingest import ingest
 from servelens.pipeline.query import connect, run
-from servelens.pipeline.store import Store, read_manifest
+from servelens.pipeline.store.commit import Store
+from servelens.pipeline.store.manifest import read_manifest
 from servelens.pipeline.tail import Tailer
 from servelens.pipeline.tail_watch import Targets
 from servelens.pipeline.timerange import TimeRange
@@ -335,7 +336,7 @@ def test_a_dirty_store_falls_back_to_raw(incident_store, tmp_path):
 
 def test_prune_marks_everything_dirty(incident_store):
     store = incident_store
-    from servelens.pipeline.prune import prune
+    from servelens.pipeline.store.prune import prune
 
     with Store.open(store) as st:
         prune(st, dt.datetime(2026, 5, 12, 8, 2, tzinfo=UTC))

@@ -121,7 +121,7 @@ def test_compaction_on_s3_leaves_no_replaced_part_visible(s3, tmp_path):
 
 
 def test_tail_writes_to_s3_exactly_once(s3, tmp_path):
-    from servelens.pipeline.store import Store
+    from servelens.pipeline.store.commit import Store
     from servelens.pipeline.tail import Tailer
     from servelens.pipeline.tail_watch import Targets
 
@@ -185,7 +185,7 @@ def test_missing_remote_store_is_a_clear_error(s3):
 
 
 def test_an_unreachable_store_keeps_commits_locally_and_publishes_them_later(s3, monkeypatch):
-    from servelens.pipeline import remote
+    from servelens.pipeline.store.commit import remote
 
     url = "s3://fleet/outage/node-1"
     assert cli("ingest", str(TGI), "--store", url, "-q").exit_code == 0  # the store exists
@@ -214,7 +214,7 @@ def test_an_unreachable_store_keeps_commits_locally_and_publishes_them_later(s3,
 
 
 def test_a_crash_after_the_remote_commit_point_rolls_forward(s3, monkeypatch):
-    from servelens.pipeline import remote
+    from servelens.pipeline.store.commit import remote
 
     url = "s3://fleet/crash/node-1"
 

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from servelens.parsers.schema import DICT_STRING, events_from_arrow, events_to_arrow
 from servelens.pipeline.cli import _register_commands, app
-from servelens.pipeline.store import committed_parts
+from servelens.pipeline.store.manifest import committed_parts
 
 if not any((c.callback and c.callback.__name__ == "compact") for c in app.registered_commands):
     _register_commands()

@@ -23,7 +23,7 @@ from dashboard_store import INCIDENT, build_store
 from servelens.pipeline.cli import _register_commands, app
 from servelens.pipeline.query import Limits, QueryError, run
 from servelens.pipeline.sandbox import check_statement, parse_size, parse_timeout
-from servelens.pipeline.store import committed_parts
+from servelens.pipeline.store.manifest import committed_parts
 
 _register_commands()
 runner = CliRunner()

@@ -130,8 +130,9 @@ def test_reingesting_a_wrapped_log_adds_nothing(tmp_path):
 def test_parts_written_before_the_wrapper_columns_compact_with_new_ones(tmp_path):
     import pyarrow.parquet as pq
 
-    from servelens.pipeline.compact import compact
-    from servelens.pipeline.store import Store, committed_parts
+    from servelens.pipeline.store.compact import compact
+    from servelens.pipeline.store.commit import Store
+    from servelens.pipeline.store.manifest import committed_parts
 
     write(tmp_path / "a/one.log", "\n".join(_vllm_lines()[:10]) + "\n")
     assert invoke("ingest", tmp_path / "a", "--store", tmp_path / "s").exit_code == 0

@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from servelens.pipeline.cli import _register_commands, app
 from servelens.pipeline.dialects import views
-from servelens.pipeline.store import committed_parts
+from servelens.pipeline.store.manifest import committed_parts
 
 pyspark = pytest.importorskip("pyspark", reason="the `spark` extra is not installed (tests/e2e/install_spark.sh)")
 if not shutil.which("java") and not os.environ.get("JAVA_HOME"):

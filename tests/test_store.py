@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 from conftest import events, write
 
-from servelens.pipeline import store as store_mod
+from servelens.pipeline.store import commit as store_mod
 from servelens.pipeline.ingest import ingest
 from servelens.pipeline.query import run
-from servelens.pipeline.store import Store, committed_parts, read_manifest
+from servelens.pipeline.store.commit import Store
+from servelens.pipeline.store.manifest import committed_parts, read_manifest
 
 
 def fake_log(n: int, start: int = 0) -> str:

@@ -13,11 +13,13 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from servelens.pipeline.layout import FILE_SCHEMA
+from servelens.pipeline.store.layout import FILE_SCHEMA
 from servelens.pipeline import cli as cli_mod
 from servelens.pipeline import ingest as ingest_mod
-from servelens.pipeline.compact import compact
-from servelens.pipeline.store import Store, committed_parts, read_manifest, verify_parts
+from servelens.pipeline.store.compact import compact
+from servelens.pipeline.store.commit import Store
+from servelens.pipeline.store.manifest import committed_parts, read_manifest
+from servelens.pipeline.store.integrity import verify_parts
 from servelens.pipeline.tail import Tailer
 from servelens.pipeline.tail_watch import Targets
 

@@ -15,7 +15,8 @@ import pytest
 from servelens.pipeline import tail as tail_mod
 from servelens.pipeline import tail_identity
 from servelens.pipeline.query import run
-from servelens.pipeline.store import Store, committed_parts
+from servelens.pipeline.store.commit import Store
+from servelens.pipeline.store.manifest import committed_parts
 from servelens.pipeline.tail import Tailer
 from servelens.pipeline.tail_watch import Targets
 
@@ -413,7 +414,7 @@ def test_live_real_log_gives_the_same_events_as_ingest(tmp_path, name):
     h.poll()
     h.stop()
     ingest([log], tmp_path / "batch", year=2026)
-    # the engine is a partition column: in the parts' paths (pipeline/layout.py), not in the files
+    # the engine is a partition column: in the parts' paths (pipeline/store/layout.py), not in the files
     live = pl.read_parquet(committed_parts(h.store_dir), hive_partitioning=True).sort("line", "event", "request_id", nulls_last=True)
     batch = pl.read_parquet(committed_parts(tmp_path / "batch"), hive_partitioning=True).sort("line", "event", "request_id", nulls_last=True)
     assert live["engine"][0] == batch["engine"][0] != "unknown"

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from servelens.pipeline.cli import _register_commands, app
 from servelens.pipeline.query import run
-from servelens.pipeline.store import committed_parts
+from servelens.pipeline.store.manifest import committed_parts
 
 pytestmark = pytest.mark.slow
 

@@ -19,7 +19,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from servelens.pipeline import tail as tail_mod
 from servelens.pipeline import tail_identity
-from servelens.pipeline.store import Store, committed_parts
+from servelens.pipeline.store.commit import Store
+from servelens.pipeline.store.manifest import committed_parts
 from servelens.pipeline.tail import Tailer
 from servelens.pipeline.tail_watch import Targets
 

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 import wrapping as wr
 from servelens.pipeline.cli import _register_commands, app
-from servelens.pipeline.store import committed_parts
+from servelens.pipeline.store.manifest import committed_parts
 
 if not any((c.callback and c.callback.__name__ == "tail") for c in app.registered_commands):
     _register_commands()

@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 from test_tail import Harness, _no_waits  # noqa: F401 - the fixture applies here too
 
-from servelens.pipeline.store import committed_parts
+from servelens.pipeline.store.manifest import committed_parts
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "wrapped"
 

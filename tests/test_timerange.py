@@ -263,7 +263,7 @@ def test_parts_of_an_older_schema_are_read_by_name(tmp_path, sample_store, old_f
     import pyarrow.parquet as pq
 
     from servelens.parsers.schema import EVENT_SCHEMA
-    from servelens.pipeline.store import empty_manifest, write_json_atomic
+    from servelens.pipeline.store.manifest import empty_manifest, write_json_atomic
 
     events = run(sample_store, "select * from events where engine = 'tgi' order by ts, line limit 200")
     table = events.to_arrow().cast(EVENT_SCHEMA)

@@ -17,7 +17,8 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from .layout import with_partition_columns
-from .store import Store, new_txid, require_intact
+from .commit import Store, new_txid
+from .integrity import require_intact
 
 
 @dataclass

@@ -34,8 +34,10 @@ import pyarrow.parquet as pq
 
 from servelens.parsers.schema import EVENT_SCHEMA
 
-from .outfile import is_store_dir
-from .store import Store, StoreError, StoreLocked, part_location, read_manifest, verify_parts
+from ..outfile import is_store_dir
+from .commit import Store
+from .manifest import StoreError, StoreLocked, part_location, read_manifest
+from .integrity import verify_parts
 
 
 @dataclass
@@ -164,7 +166,7 @@ def repair(root: Path | str, dry_run: bool = False, deep: bool = False) -> Repai
             _unlink(root / rel)
         _prune_empty_dirs(root / "events")
         # the rollups: rebuilt when rows were dropped, or when the file is lost or damaged
-        from . import rollup
+        from .. import rollup
 
         try:
             result.rollup = rollup.refresh(store, whole=bool(lost))

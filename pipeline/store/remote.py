@@ -4,7 +4,7 @@ file naming one store per line).
 
 Writing (ingest, tail, compact) goes through a local mirror of the remote store
 ($SERVELENS_CACHE_DIR/stores/<scheme>/<bucket>/<prefix>): the store's ordinary commit protocol
-(pipeline/store.py, with its lock, offsets and roll-forward) runs there, and after every commit
+(pipeline/store/commit.py, with its lock, offsets and roll-forward) runs there, and after every commit
 `Mirror.push` publishes it. Object storage has no rename, so the manifest is the commit point
 and is written last:
 
@@ -82,7 +82,7 @@ def filesystem(url: str) -> tuple[pafs.FileSystem, str]:
     try:
         return pafs.FileSystem.from_uri(url)
     except (pa.ArrowInvalid, OSError, ValueError) as e:
-        from .store import StoreError
+        from .manifest import StoreError
 
         raise StoreError(f"cannot open store {url}: {' '.join(str(e).split())}") from None
 
@@ -167,7 +167,7 @@ class Mirror:
             except ValueError:
                 mine = None
         if mine is None or str(remote.get("committed_at") or "") > str(mine.get("committed_at") or ""):
-            from .store import write_json_atomic
+            from .manifest import write_json_atomic
 
             self.local.mkdir(parents=True, exist_ok=True)
             # the parts stay remote: compaction merges only parts it has locally
@@ -175,7 +175,7 @@ class Mirror:
 
     def push(self, manifest: dict) -> None:
         """Publish the local manifest and the parts it lists that the remote store lacks."""
-        from .store import part_location
+        from .manifest import part_location
 
         new = [rel for rel in manifest["parts"] if rel not in self.published]
         staged = []
@@ -224,7 +224,7 @@ class Mirror:
 def open_store(store_cls: Any, url: str, purpose: str) -> Any:
     """Store.open for a remote URL: the local mirror, opened (and locked) as a store, with
     its commits published to `url`."""
-    from .store import StoreError
+    from .manifest import StoreError
 
     try:
         mirror = Mirror.attach(url)
@@ -276,7 +276,7 @@ def expand(store: Path | str) -> list[str]:
 
 def remote_part_paths(url: str) -> tuple[pafs.FileSystem, list[str]]:
     """The committed parts of a remote store, each where it is now."""
-    from .store import StoreError, manifest_shape_problem
+    from .manifest import StoreError, manifest_shape_problem
 
     fs, base = filesystem(url)
     doc = _read_json(fs, f"{base}/manifest.json")

@@ -22,7 +22,7 @@ import os
 import shutil
 from collections import defaultdict
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -31,8 +31,18 @@ import pyarrow.parquet as pq
 
 from servelens.parsers.schema import events_from_arrow, events_to_arrow
 
-from .layout import LEGACY_UNKNOWN_DAY, FILE_SCHEMA, file_table, is_legacy, part_dir, partition_values, with_partition_columns
-from .store import PARQUET_OPTIONS, Store, StoreError, _fsync_dir, new_txid, require_intact
+from .layout import (
+    LEGACY_UNKNOWN_DAY,
+    FILE_SCHEMA,
+    file_table,
+    is_legacy,
+    part_dir,
+    partition_values,
+    with_partition_columns,
+)
+from .commit import PARQUET_OPTIONS, Store, new_txid
+from .manifest import StoreError, fsync_dir
+from .integrity import require_intact
 
 SMALL_PART_BYTES = 16 * 1024 * 1024  # parts below this are worth merging
 TARGET_BYTES = 128 * 1024 * 1024  # input bytes merged into one part at most
@@ -65,7 +75,7 @@ class Merged:
 def plan(store: Store, min_parts: int = 2, small_bytes: int = SMALL_PART_BYTES,
          target_bytes: int = TARGET_BYTES, migrate: bool = False) -> list[list[str]]:
     """Groups of small parts, each from one partition, to merge into one part. With
-    `migrate`, also every part written in the layout before pipeline/layout.py's (it repeats
+    `migrate`, also every part written in the layout before pipeline/store/layout.py's (it repeats
     `engine`, or sits under `day=unknown`), whatever its size or its partition's count: each
     is rewritten in today's layout (reads every part's footer: `servelens compact` does it,
     the tailer's periodic compaction does not)."""
@@ -135,7 +145,7 @@ def compact(store: Store, min_parts: int = 2, small_bytes: int = SMALL_PART_BYTE
         commit_merge(store, merge(store.root, group), result)
     result.parts_after = len(store.manifest["parts"])
     if rollups:
-        from . import rollup
+        from .. import rollup
 
         result.rollup = rollup.refresh(store)
     return result
@@ -183,7 +193,7 @@ def merge(root: Path, group: list[str]) -> Merged:
             staged.unlink()
             shutil.rmtree(stage_dir, ignore_errors=True)
             return Merged(group, [], 0)
-        _fsync_dir(staged.parent)
+        fsync_dir(staged.parent)
     except BaseException:
         shutil.rmtree(stage_dir, ignore_errors=True)
         raise

@@ -4,7 +4,7 @@ Layout:
     <store>/samples/day=<YYYY-MM-DD>/part-<txid>-<n>.parquet     SAMPLE_SCHEMA (pipeline/sources/samples.py)
 
 The manifest gains one key, `samples`: {"parts": [relative paths], "info": {path: {"rows",
-"lo", "hi", "instances"}}}. A commit of samples is the store's commit (pipeline/store.py):
+"lo", "hi", "instances"}}}. A commit of samples is the store's commit (pipeline/store/commit.py):
 parts written and fsynced under `_staging/<txid>/`, then one atomic manifest write naming
 them (with the moves in `pending`, which the next open rolls forward after a crash), then
 the moves. Readers take the sample parts from the manifest, never from a glob.
@@ -29,19 +29,9 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 
-from .sources.samples import POLARS_SCHEMA, SAMPLE_KEY, SAMPLE_SCHEMA, to_arrow
-from .store import (
-    NO_SPACE,
-    PARQUET_OPTIONS,
-    Store,
-    StoreError,
-    _fsync_dir,
-    _no_space,
-    merge_dirty,
-    new_txid,
-    outside_store,
-    write_json_atomic,
-)
+from ..sources.samples import POLARS_SCHEMA, SAMPLE_KEY, SAMPLE_SCHEMA, to_arrow
+from .manifest import NO_SPACE, StoreError, fsync_dir, no_space, outside_store, write_json_atomic
+from .commit import Store, merge_dirty, new_txid
 
 SAMPLES_DIR = "samples"
 MANIFEST_KEY = "samples"
@@ -142,7 +132,7 @@ def commit_samples(store: Store, samples: pl.DataFrame) -> int:
                 pq.write_table(to_arrow(part), f, **_PARQUET)
                 f.flush()
                 os.fsync(f.fileno())
-            _fsync_dir(staged.parent)
+            fsync_dir(staged.parent)
             moves.append((str(staged.relative_to(store.root)), final))
             info[final] = {
                 "rows": part.height,
@@ -170,7 +160,7 @@ def commit_samples(store: Store, samples: pl.DataFrame) -> int:
         except OSError:
             pass
         if e.errno in NO_SPACE:
-            raise _no_space(store.root, e) from None
+            raise no_space(store.root, e) from None
         raise
     store.generation += 1
     for engine, instance, _lo, _hi in spans.iter_rows():
@@ -218,7 +208,7 @@ def bind_samples(con, store: Path, manifest: dict, scan=None, instances=None) ->
     if scan is not None and (scan.since or scan.until):
         conds.append(scan.predicate("ts"))
     if instances is not None:
-        from .query import _instances_predicate
+        from ..query import _instances_predicate
 
         conds.append(_instances_predicate(instances))
     where = f" where {' and '.join(conds)}" if conds else ""

@@ -1,6 +1,6 @@
 """The store: a directory of Hive-partitioned Parquet files plus one manifest.
 
-Layout (pipeline/layout.py says how other engines read it):
+Layout (pipeline/store/layout.py says how other engines read it):
     <store>/manifest.json                         the commit point (versioned JSON)
     <store>/events/engine=<e>/day=<YYYY-MM-DD>/part-<txid>-<n>.parquet
     <store>/_staging/<txid>/...                   parts being written
@@ -24,28 +24,35 @@ file or a part whose offsets were not committed.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import errno
 import fcntl
-import json
 import os
 import shutil
 import time
 import uuid
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import polars as pl
 
 from servelens.parsers.schema import events_to_arrow
 
+from .integrity import part_checksum
 from .layout import FILE_SCHEMA, file_table, part_dir
+from .manifest import (
+    NO_SPACE,
+    StoreError,
+    StoreLocked,
+    create_manifest,
+    empty_manifest,
+    fsync_dir,
+    no_space,
+    read_manifest,
+    write_json_atomic,
+)
 
-MANIFEST_VERSION = 1
-DEFAULT_STORE = "servelens-store"
 # Parts removed by compaction leave events/ at once (for engines globbing it) and are kept
 # this long under _garbage/ (a reader that opened one already reads on; a post-mortem can look).
 GARBAGE_GRACE_S = 300.0
@@ -60,326 +67,6 @@ PARQUET_OPTIONS = dict(
     use_dictionary=[f.name for f in FILE_SCHEMA if f.name not in _WIDE_TEXT and f.name not in ("ts", "line", "byte_offset")],
     write_statistics=[f.name for f in FILE_SCHEMA if f.name not in ("message", "attrs")],
 )
-
-
-def default_store() -> Path:
-    return Path(os.environ.get("SERVELENS_STORE", DEFAULT_STORE))
-
-
-class StoreError(Exception):
-    """A problem with the store the user can fix; the message says how."""
-
-
-class StoreLocked(StoreError):
-    pass
-
-
-class StoreFull(StoreError):
-    """The store's file system is full (or over quota): nothing of this commit was written;
-    what was committed before stays, and the same commit can be tried again."""
-
-
-NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
-
-
-def _no_space(root: Path, e: OSError) -> StoreFull:
-    return StoreFull(
-        f"no space left on device for store {root}; free some space (or use another "
-        "--store): what was committed before is intact"
-    )
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_json_atomic(path: Path, data: dict) -> None:
-    _write_json(path, data)
-
-
-def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(path.name + ".new")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True, default=str)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
-def empty_manifest() -> dict:
-    return {"version": MANIFEST_VERSION, "files": {}, "parts": [], "pending": [], "garbage": []}
-
-
-REPAIR_HINT = "run servelens check, then servelens repair"
-
-
-def read_manifest(root: Path) -> dict:
-    """The manifest, checked for shape. A store that holds parts but no manifest, or a
-    manifest that is not valid JSON of the right shape, is a clear StoreError, never an
-    empty store or a KeyError later."""
-    path = root / "manifest.json"
-    if not path.exists():
-        if (root / "events").is_dir() and any((root / "events").rglob("*.parquet")):
-            raise StoreError(
-                f"store {root} holds Parquet parts but no manifest.json (deleted?); "
-                f"{REPAIR_HINT} to set the parts aside and start the store again"
-            )
-        return empty_manifest()
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, ValueError) as e:
-        raise StoreError(f"cannot read {path}: {' '.join(str(e).split())}; {REPAIR_HINT}") from None
-    if not isinstance(data, dict):
-        raise StoreError(f"{path} is not a servelens manifest (not a JSON object); {REPAIR_HINT}")
-    if data.get("version") != MANIFEST_VERSION:
-        raise StoreError(
-            f"{path} has manifest version {data.get('version')}, this servelens reads "
-            f"version {MANIFEST_VERSION}: upgrade servelens or use another --store"
-        )
-    problem = manifest_shape_problem(data)
-    if problem:
-        raise StoreError(f"{path} is malformed ({problem}); {REPAIR_HINT}")
-    return data
-
-
-# every manifest entry of a file carries these (checkpoint.file_state writes them)
-FILE_ENTRY_KEYS = {"head_sha": str, "head_len": int, "offset": int, "lines": int}
-
-
-def manifest_shape_problem(data: dict) -> str | None:
-    """What is wrong with the manifest's shape, or None."""
-    if not isinstance(data.get("files"), dict):
-        return "`files` is not an object"
-    for key, entry in data["files"].items():
-        if not isinstance(entry, dict):
-            return f"files[{key!r}] is not an object"
-        for name, typ in FILE_ENTRY_KEYS.items():
-            if not isinstance(entry.get(name), typ) or isinstance(entry.get(name), bool):
-                return f"files[{key!r}].{name} is missing or not a {typ.__name__}"
-    if not isinstance(data.get("parts"), list) or not all(isinstance(p, str) for p in data["parts"]):
-        return "`parts` is not a list of paths"
-    for name in ("pending", "garbage"):
-        value = data.get(name, [])
-        if not isinstance(value, list) or not all(isinstance(v, list) and len(v) == 2 for v in value):
-            return f"`{name}` is not a list of pairs"
-    if not all(isinstance(a, str) and isinstance(b, str) for a, b in data.get("pending", [])):
-        return "`pending` holds something else than path pairs"
-    if not isinstance(data.get("part_info", {}), dict):
-        return "`part_info` is not an object"
-    dirty = data.get("dirty", [])
-    if not isinstance(dirty, list) or not all(isinstance(d, list) and len(d) == 4 for d in dirty):
-        return "`dirty` is not a list of [engine, instance, first, last]"
-    rollups = data.get("rollups", {})
-    if not isinstance(rollups, dict) or not all(isinstance(r, dict) and isinstance(r.get("path"), str) for r in rollups.values()):
-        return "`rollups` is not an object of entries with a path"
-    # every file the manifest names is joined to the store root and read (and, for garbage,
-    # deleted): a path that leaves the store would let a hand-edited manifest point the
-    # sandbox's allowed files at any Parquet file, or a collection at any file
-    named = [*data["parts"], *(p for pair in data.get("pending", []) for p in pair),
-             *(rel for rel, _t in data.get("garbage", [])), *(r["path"] for r in rollups.values())]
-    for rel in named:
-        if not isinstance(rel, str) or outside_store(rel):
-            return f"path {rel!r} is not inside the store"
-    return None
-
-
-def outside_store(rel: str) -> bool:
-    """True when `rel`, joined to a store root, names a file outside it (absolute, `..`, or
-    another drive)."""
-    # string operations, not PurePosixPath: the manifest of a big store names thousands of
-    # parts and every read checks them all (the same answer: absolute is a leading `/`, and
-    # `..` is a component of the `/`-split path)
-    posix = rel.replace("\\", "/")
-    return not rel or posix.startswith("/") or ".." in posix.split("/") or ":" in rel
-
-
-# A Parquet file starts and ends with these four bytes; a part cut short ends otherwise.
-PARQUET_MAGIC = b"PAR1"
-
-
-def part_location(root: Path, manifest: dict, rel: str) -> Path | None:
-    """Where a committed part is right now (in events/, or still in staging), or None."""
-    final = os.path.join(root, rel)
-    if os.path.exists(final):
-        return Path(final)
-    for staged, dest in manifest.get("pending", []):
-        if dest == rel and os.path.exists(os.path.join(root, staged)):
-            return Path(root, staged)
-    return None
-
-
-def part_checksum(fd: int) -> str:
-    """CRC-32 of a whole part file (hex): recorded at commit, compared by reads and check.
-    A checksum for damage, not for tampering: it catches a flipped bit at disk speed."""
-    crc, pos = 0, 0
-    while chunk := os.pread(fd, CHECKSUM_CHUNK, pos):
-        crc = zlib.crc32(chunk, crc)
-        pos += len(chunk)
-    return f"{crc:08x}"
-
-
-CHECKSUM_CHUNK = 1 << 22
-# parts whose checksum this process has already compared: (path, size, mtime_ns) -> checksum
-_checked: dict[tuple[str, int, int], str] = {}
-
-
-def content_problem(fd: int, path: str, st: os.stat_result, recorded: dict | None, always: bool = False) -> str | None:
-    """What is wrong with an open part's bytes against what its commit recorded (size,
-    modification time, checksum), or None. The checksum is read only when the file's size
-    or time differ from the record, or `always` (check): a part written once and never
-    touched costs a read-only fstat; one rewritten in place, bit-flipped by a tool, or
-    copied without its times is read whole once per process."""
-    if not recorded or "crc32" not in recorded:  # a part from before checksums
-        return None
-    if st.st_size != recorded["size"]:
-        return f"is damaged ({st.st_size} bytes; {recorded['size']} when it was committed)"
-    if not always and st.st_mtime_ns == recorded.get("mtime_ns"):
-        return None
-    key = (path, st.st_size, st.st_mtime_ns)
-    crc = None if always else _checked.get(key)
-    if crc is None:
-        crc = part_checksum(fd)
-        _checked[key] = crc
-    if crc != recorded["crc32"]:
-        return f"is damaged (its content changed since it was committed: checksum {crc}, recorded {recorded['crc32']})"
-    return None
-
-
-def verify_parts(root: Path | str, manifest: dict | None = None, always: bool = False) -> list[str]:
-    """Integrity check of every part the manifest lists (what every read does): it exists,
-    is readable, starts and ends with the Parquet magic (a part cut short, or overwritten,
-    does not), and has the size and content its commit recorded (content_problem; `always`:
-    read every part's checksum). One line per problem, naming the part; [] when all is well."""
-    root = Path(root)
-    manifest = read_manifest(root) if manifest is None else manifest
-    info = manifest.get("part_info") or {}
-    base = str(root)
-    problems = []
-    for rel in manifest["parts"]:
-        # where the part is (part_location), told by opening it, and read with bare system
-        # calls: no Path and no file object per part (every read checks them all, and a big
-        # store has thousands)
-        try:
-            path = os.path.join(base, rel)
-            try:
-                fd = os.open(path, os.O_RDONLY)
-            except (FileNotFoundError, NotADirectoryError):  # not in events/: still in staging?
-                staged = part_location(root, manifest, rel)
-                if staged is None:
-                    problems.append(f"part {rel} is missing")
-                    continue
-                path = str(staged)
-                fd = os.open(path, os.O_RDONLY)
-            try:
-                st = os.fstat(fd)
-                size = st.st_size
-                head = os.pread(fd, 4, 0)
-                end = os.pread(fd, 4, max(0, size - 4))
-                if size < 12 or head != PARQUET_MAGIC or end != PARQUET_MAGIC:
-                    problems.append(f"part {rel} is damaged (not a complete Parquet file: {size} bytes)")
-                    continue
-                problem = content_problem(fd, path, st, info.get(rel), always)
-            finally:
-                os.close(fd)
-        except OSError as e:
-            problems.append(f"part {rel} cannot be read ({e.strerror})")
-            continue
-        if problem:
-            problems.append(f"part {rel} {problem}")
-    return problems
-
-
-def require_intact(store: "Store", parts: list[str] | None = None, always: bool = False) -> None:
-    """A StoreError naming the first damaged or missing part among `parts` (default: all),
-    before a writer rewrites them: merging a damaged part would give its wrong rows a new,
-    valid checksum."""
-    m = store.manifest
-    problems = verify_parts(store.root, m if parts is None else {**m, "parts": parts}, always=always)
-    if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise StoreError(f"store {store.root}: {problems[0]}{more}; nothing was changed: {REPAIR_HINT}")
-
-
-# Set (to anything) to read what is readable of a damaged store instead of refusing it:
-# `servelens sql --allow-partial` does.
-ALLOW_PARTIAL_ENV = "SERVELENS_ALLOW_PARTIAL"
-
-
-@contextlib.contextmanager
-def allowing_partial(allow: bool = True) -> Iterator[None]:
-    """Within: reads answer from the intact parts of a damaged store (the CLI's
-    --allow-partial); the setting is an environment variable so that every reader in the
-    process (report, dashboard) sees it."""
-    if not allow:
-        yield
-        return
-    old = os.environ.get(ALLOW_PARTIAL_ENV)
-    os.environ[ALLOW_PARTIAL_ENV] = "1"
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(ALLOW_PARTIAL_ENV, None)
-        else:
-            os.environ[ALLOW_PARTIAL_ENV] = old
-
-
-def readable_parts(root: Path | str, parts: list[Path], manifest: dict | None = None) -> list[Path]:
-    """`parts` (from committed_parts) when every part the manifest lists is intact; else a
-    StoreError naming the first bad part, unless partial answers were asked for
-    (ALLOW_PARTIAL_ENV), then the intact parts only, with a warning on stderr.
-
-    A part missing because a concurrent commit just moved or collected it is not damage:
-    the manifest is read again before anything is reported.
-
-    `manifest`: the one `parts` were listed from (committed_parts), checked first instead of
-    reading it again (a big store's manifest is most of a connection's own cost)."""
-    root = Path(root)
-    for attempt in range(3):
-        if attempt or manifest is None:
-            manifest = read_manifest(root)
-        problems = verify_parts(root, manifest)
-        if not problems:
-            return parts if attempt == 0 else committed_parts(root)
-        time.sleep(0.05)
-        parts = committed_parts(root)
-    n = len(problems)
-    more = f" (and {n - 1} more problem{'s' if n > 2 else ''})" if n > 1 else ""
-    if os.environ.get(ALLOW_PARTIAL_ENV):
-        import sys
-
-        print(f"servelens: warning: store {root}: {problems[0]}{more}; answering from the "
-              "intact parts only", file=sys.stderr)
-        # part names are unique (they carry the commit's id), wherever the part is now
-        bad = {Path(p.split()[1]).name for p in problems}
-        return [p for p in parts if p.name not in bad]
-    raise StoreError(
-        f"store {root}: {problems[0]}{more}; answers would be wrong, so nothing was read: "
-        f"{REPAIR_HINT} (or pass --allow-partial to read the intact parts)"
-    )
-
-
-def committed_parts(root: Path, manifest: dict | None = None) -> list[Path]:
-    """The part files a reader should read: committed ones, each where it is right now
-    (still in staging when a commit's moves are not done yet). A part that is nowhere is
-    left out here; verify_parts / readable_parts say so. `manifest`: the store's manifest
-    when the caller has just read it (default: read it)."""
-    manifest = read_manifest(root) if manifest is None else manifest
-    out = []
-    for rel in manifest["parts"]:
-        path = part_location(root, manifest, rel)
-        if path is not None:
-            out.append(path)
-    return out
 
 
 @dataclass
@@ -449,12 +136,12 @@ class Store:
             if not (root / "manifest.json").exists():
                 # a new store: its manifest exists from the start, so a store without one
                 # is always a damaged store, never an empty one
-                _write_json(root / "manifest.json", store.manifest)  # not a commit
+                create_manifest(root, store.manifest)
             store._recover()
         except OSError as e:
             store.close()
             if e.errno in NO_SPACE:
-                raise _no_space(root, e) from None
+                raise no_space(root, e) from None
             raise StoreError(f"cannot open store {root}: {e.strerror or e}") from None
         except BaseException:
             store.close()
@@ -526,7 +213,7 @@ class Store:
                 pq.write_table(table, f, **PARQUET_OPTIONS)
                 f.flush()
                 os.fsync(f.fileno())
-            _fsync_dir(staged.parent)
+            fsync_dir(staged.parent)
             moves.append((str(staged.relative_to(self.root)), final))
         return moves
 
@@ -657,7 +344,7 @@ class Store:
         except OSError as e:
             shutil.rmtree(self.root / "_staging" / txid, ignore_errors=True)
             if e.errno in NO_SPACE:
-                raise _no_space(self.root, e) from None
+                raise no_space(self.root, e) from None
             raise
         return events.height
 
@@ -712,7 +399,7 @@ class Store:
                 os.replace(src, dst)
                 dirs.add(dst.parent)
         for d in dirs:
-            _fsync_dir(d)
+            fsync_dir(d)
 
     def _retire(self, rels: list[str]) -> None:
         """Move parts the manifest no longer lists out of `events/` (to `_garbage/`, same
