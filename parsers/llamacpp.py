@@ -390,8 +390,16 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
     aborted_id = msg.str.extract(r"cancel task, id_task = ([0-9]+)", 1)
     # `new prompt, n_ctx_slot = N, n_keep = N, n_prompt_tokens = N` (2025: `task.n_tokens = N`):
     # the task's whole prompt, cached part included
-    new_prompt = pl.when(msg.str.starts_with("new prompt,")).then(msg).str.extract(
-        r"(?:n_prompt_tokens|task\.n_tokens) = ([0-9]+)", 1).cast(pl.Int64, strict=False)
+    np_msg = pl.when(msg.str.starts_with("new prompt,")).then(msg)
+    new_prompt = np_msg.str.extract(r"(?:n_prompt_tokens|task\.n_tokens) = ([0-9]+)", 1).cast(pl.Int64, strict=False)
+    # `kv cache rm [N, end)` (2024), `n_tokens = N, memory_seq_rm [N, end)` (2025), `cached
+    # n_tokens = N, memory_seq_rm [N, end)` (2026): the prompt's first N tokens are reused
+    cached = pl.when(msg.str.contains("rm [", literal=True)).then(msg).str.extract(
+        r"^(?:kv cache rm|(?:cached )?n_tokens = [0-9]+, memory_seq_rm) \[([0-9]+), end\)", 1)
+    # `prompt processing progress, n_past = P, n_tokens = B, progress = F` (2024-25: P tokens
+    # done, B in this batch), `... n_tokens = P, batch.n_tokens = B, progress = F` (2025-26)
+    ppp = pl.when(msg.str.starts_with("prompt processing progress,")).then(msg).str.extract_groups(
+        r"^prompt processing progress, (?:n_past = ([0-9]+), n_tokens = ([0-9]+)|n_tokens = ([0-9]+), batch\.n_tokens = ([0-9]+)), progress = ([0-9.]+)")
     n_slots = pl.coalesce(msg.str.extract(r"initializing(?: slots)?, n_slots = ([0-9]+)", 1).cast(pl.Int64, strict=False),
                           pl.when(msg == "initializing slots").then(pl.col("_x_n_slots").cast(pl.Int64, strict=False)))
     n_seq = msg.str.extract(r"^(?:n_seq_max|n_parallel)\s*=\s*([0-9]+)", 1).cast(pl.Int64, strict=False)
@@ -415,8 +423,12 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         _num(tg.struct.field("1")).cast(pl.Int64, strict=False).alias("n_decoded"),
         _num(tg.struct.field("2")).alias("_tg"),
         _num(tg.struct.field("3")).alias("tg_3s"),
-        _num(pp.struct.field("1")).cast(pl.Int64, strict=False).alias("n_tokens"),
-        _num(pp.struct.field("2")).alias("progress"),
+        pl.coalesce(pp.struct.field("1"), ppp.struct.field("1"), ppp.struct.field("3")).cast(pl.Int64, strict=False).alias("n_tokens"),
+        pl.coalesce(_num(pp.struct.field("2")), _num(ppp.struct.field("5"))).alias("progress"),
+        pl.coalesce(ppp.struct.field("2"), ppp.struct.field("4")).cast(pl.Int64, strict=False).alias("batch_n_tokens"),
+        cached.cast(pl.Int64, strict=False).alias("cached_tokens"),
+        np_msg.str.extract(r"n_ctx_slot = ([0-9]+)", 1).cast(pl.Int64, strict=False).alias("_np_ctx"),
+        np_msg.str.extract(r"n_keep = (-?[0-9]+)", 1).cast(pl.Int64, strict=False).alias("n_keep"),
         _num(pp.struct.field("3")).alias("elapsed_s"),
         _num(pp.struct.field("4")).alias("_pp"),
         n_slots.alias("_n_slots"), n_seq.alias("_n_seq"), n_ctx.alias("_n_ctx"),
@@ -517,6 +529,7 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         pl.col("_lead").alias("wrapper"),
         pl.col("_slot").alias("slot"),
         pl.col("_task").alias("task"),
+        pl.coalesce("n_ctx_slot", "_np_ctx").alias("n_ctx_slot"),
         pl.col("_port").alias("port"),
         pl.col("_fn").alias("func"),
         pl.col("_x_tid").alias("tid"),
@@ -577,6 +590,7 @@ def _whole_prompt(df: pl.DataFrame) -> pl.DataFrame:
 _ATTR_KEYS = (
     *T.REQUEST_ATTRS,
     "n_decoded", "tg_3s", "n_tokens", "progress", "elapsed_s", "n_ctx_slot", "n_tokens_used", "truncated",
+    "batch_n_tokens", "cached_tokens", "n_keep",
     "method", "path", "client", "error_kind", "request_line", "timing_part", "hidden",
     "slot", "task", "port", "func", "tid", "rel_s", "ts_anchor", "prompt_evaluated", "wrapper",
 )
@@ -590,8 +604,10 @@ _OUT_COLS = (
 # fields that only mean something on some event kinds
 _ONLY_ON = {
     "method": ("http_access",), "path": ("http_access",), "client": ("http_access",),
-    "n_decoded": ("engine_stats",), "tg_3s": ("engine_stats",), "n_tokens": ("engine_stats",),
-    "progress": ("engine_stats",), "elapsed_s": ("engine_stats",), "n_ctx_slot": ("capacity", "log"),
+    "n_decoded": ("engine_stats",), "tg_3s": ("engine_stats",), "elapsed_s": ("engine_stats",),
+    # (a slot's prompt progress line is a `log`: its own progress, not an engine snapshot)
+    "n_tokens": ("engine_stats", "log"), "progress": ("engine_stats", "log"),
+    "n_ctx_slot": ("capacity", "log"),
 }
 
 
