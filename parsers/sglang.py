@@ -131,14 +131,34 @@ def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     if df.select(t.str.contains("\r", literal=True).any()).item():
         t = t.str.strip_chars_end("\r")
     df = df.with_columns(t.alias("_t"))
+    df = _launcher_lead(df)
     starts = record_starts(df["_t"])
     df = _split_prefix(df)
+    if "_lead0" in df.columns:
+        df = df.with_columns(pl.coalesce("lead", "_lead0").alias("lead")).drop("_lead0")
     rec = _records(df, starts)
     return _events(rec, ctx)
 
 
 # ---------------------------------------------------------------------------------------
 # anatomy
+
+
+# a launcher that re-logs SGLang's output through its own Python logging (`%(asctime)s -
+# %(name)s - %(levelname)s - `): the lead is taken off every line so that SGLang's prefix and
+# a traceback's indented lines read as they were printed; it is kept in attrs `wrapper`
+_LAUNCHER = rf"^\d{{4}}-\d{{2}}-\d{{2}} \d{{2}}:\d{{2}}:\d{{2}},\d{{3}} - [\w.]+ - (?:{_LEVEL}) - "
+
+
+def _launcher_lead(df: pl.DataFrame) -> pl.DataFrame:
+    t = pl.col("_t")
+    if not _any(df, t.str.slice(0, 30).str.contains(r"^\d{4}-\d{2}-\d{2} [\d:]{8},\d{3} - ")):
+        return df
+    lead = t.str.slice(0, 120).str.extract(rf"({_LAUNCHER[1:]})", 1)
+    return df.with_columns(
+        pl.when(lead.is_not_null()).then(t.str.slice(lead.str.len_chars())).otherwise(t).alias("_t"),
+        lead.str.strip_chars_end().str.strip_chars_end("-").str.strip_chars_end().alias("_lead0"),
+    )
 
 
 def _split_prefix(df: pl.DataFrame) -> pl.DataFrame:
@@ -242,11 +262,13 @@ def _family() -> pl.Expr:
         pl.when(F.STATS_HINT & F.IS_STATS).then(pl.lit("stats"))
         .when(hdr & F.CAPACITY_HINT & (F.IS_SERVER_ARGS | F.IS_POOL | F.IS_KV_ALLOC)).then(pl.lit("cap"))
         .when((hdr & F.IS_RETRACT) | (bare & F.IS_BARE_RETRACT)).then(pl.lit("retract"))
-        .when(hdr & F.IS_XFER_FAIL).then(pl.lit("xfer_fail"))
+        # (a paste may keep the message without its prefix)
+        .when(F.IS_XFER_FAIL).then(pl.lit("xfer_fail"))
         .when(F.REQUEST_HINT & ((bare & F.IS_METRICS_JSON) | (hdr & F.IS_FINISH))).then(pl.lit("request"))
         .when(hdr & F.REQUEST_HINT & F.IS_RECEIVE).then(pl.lit("arrive"))
         .when(hdr & F.IS_REQ_TIME).then(pl.lit("reqtime"))
         .when(m.str.contains(F.UVICORN_ACCESS)).then(pl.lit("access"))
+        .when(hdr & m.str.contains(F.AIOHTTP_ACCESS)).then(pl.lit("aiohttp"))
         .otherwise(pl.lit("other"))
     )
 
@@ -383,9 +405,14 @@ def _family_frame(fam: str, sub: pl.DataFrame, ctx: ParseContext) -> pl.DataFram
         cols = {"event": pl.lit("request"), **F.req_time_columns(),
                 "instance": _role_instance(pl.when(stage.is_in(["prefill", "decode"])).then(stage), ctx)}
     elif fam == "arrive":
-        cols = {"event": pl.lit("request_arrived"), "request_id": F.receive_request_id()}
+        cols = {"event": pl.lit("request_arrived"), "request_id": F.receive_request_id(),
+                "sampling_params": F.receive_sampling_params()}
     elif fam == "access":
         sub, cols, extra = uvicorn.access_columns(sub, m)
+    elif fam == "aiohttp":
+        g = m.str.extract_groups(F.AIOHTTP_ACCESS)
+        cols = {"event": pl.lit("http_access"), "http_status": g.struct.field("status").cast(pl.Int32, strict=False)}
+        extra = {k: g.struct.field(k) for k in ("method", "path", "client")} | {"protocol": g.struct.field("proto")}
     else:
         cols, extra = _other_columns(sub)
     message = pl.col("body_all")
@@ -478,30 +505,47 @@ def _other_columns(sub: pl.DataFrame) -> tuple[dict[str, pl.Expr], dict[str, pl.
     # (behind SGLang's `[date time] ` prefix too: the tokenizer process's uvicorn warnings)
     is_uv = m.str.contains(F.UVICORN_OTHER)
     progress = ~hdr & m.str.contains(F.PROGRESS)
+    glog = pl.when(~hdr).then(m.str.extract(F.GLOG, 1)).replace_strict(
+        {"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "CRITICAL"}, default=None, return_dtype=pl.String)
     error = (
         F.IS_FATAL
         | pl.col("has_tb")
         | pl.col("plevel").is_in(["ERROR", "CRITICAL"]).fill_null(False)
+        | glog.is_in(["ERROR", "CRITICAL"]).fill_null(False)
         | (~is_uv & sub_exc.struct.field("exc").is_not_null())
     )
     kind = (
         pl.when(error).then(pl.lit("error"))
-        .when(hdr | is_uv | progress).then(pl.lit("log"))
+        .when(hdr | is_uv | progress | glog.is_not_null()).then(pl.lit("log"))
         .otherwise(pl.lit("unparsed"))
     )
+    # the scheduler refuses a prompt longer than the context (`--allow-auto-truncate` off)
+    too_long = pl.when(hdr).then(m).str.extract_groups(
+        r"^Input length \((\d+) tokens\) exceeds the maximum allowed length \((\d+) tokens\)")
+    start_up = pl.when(hdr)
     cols = {
         "event": kind,
         "level": pl.coalesce(
             pl.col("plevel"),
             pl.when(is_uv).then(m.str.extract(r"^(" + _LEVEL + r"):", 1)),
+            glog,
             pl.when(error).then(pl.lit("ERROR")),
         ),
+        "prompt_tokens": too_long.struct.field("1").cast(pl.Int64, strict=False),
+        # the tokenizer manager: output for a request whose state is gone (its client left)
+        "request_id": pl.when(hdr).then(m.str.extract(r"^Received output for rid='([^']+)'", 1)),
     }
     extra = {
         "exc_type": pl.when(error).then(exc_type),
         "exc_message": pl.when(error).then(exc_msg),
         "uvicorn": pl.when(is_uv).then(True),
         "progress": pl.when(progress).then(True),
+        "max_input_tokens": too_long.struct.field("2").cast(pl.Int64, strict=False),
+        # start-up memory: `Load weight begin. avail mem=77.18 GB`, `Memory pool end. avail
+        # mem=11.87 GB`, `Capture cuda graph end. Time elapsed: 11.35 s. mem usage=1.04 GB. ...`
+        "avail_mem_gb": start_up.then(m.str.extract(r"\bavail mem=([\d.]+) ?GB", 1).cast(pl.Float64, strict=False)),
+        "mem_usage_gb": start_up.then(m.str.extract(r"\bmem usage=([\d.]+) ?GB", 1).cast(pl.Float64, strict=False)),
+        "elapsed_s": start_up.then(m.str.extract(r"\bTime elapsed: ([\d.]+) ?s\b", 1).cast(pl.Float64, strict=False)),
     }
     return cols, extra
 
