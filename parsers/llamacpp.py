@@ -58,7 +58,9 @@ _STR = pl.String
 
 _PORT_RE = r"^\[\s*([0-9]+)\] "
 _LEVEL_RE = r"^([IWEDT]) "
-_TAG_RE = r"^(slot|srv|que|res|cmn) +([^\s:]{1,12}): (?:id +(-?[0-9]+) \| task (-?[0-9]+) \| ?)?"
+# (the function name is cut to 12 characters; forks such as llama-box print it whole and
+# name a task alone: `srv  send_error: task 40 | error = ...`)
+_TAG_RE = r"^(slot|srv|que|res|cmn) +([^\s:]{1,40}): (?:id +(-?[0-9]+) \| task (-?[0-9]+) \| ?|task (-?[0-9]+) \| )?"
 _ERA_A_TEXT_RE = r"^\s*(INFO|WARN|ERR|VERB|DEBUG) \[\s*([A-Za-z0-9_:~]+)\] "
 _FUNC_RE = r"^([A-Za-z_][A-Za-z0-9_.-]*(?: [A-Za-z0-9_.-]+)?): "
 # the same with the whole match as group 1 (its length is where the message starts)
@@ -299,7 +301,7 @@ def _classified(df: pl.DataFrame) -> pl.DataFrame:
             pl.col("_msg").str.extract(r"^slot ([0-9]+) ", 1).cast(pl.Int64, strict=False),
         ).alias("_slot"),
         pl.coalesce(
-            pl.when(f == "tag").then(tag.struct.field("5").cast(pl.Int64, strict=False)),
+            pl.when(f == "tag").then(pl.coalesce(tag.struct.field("5"), tag.struct.field("6")).cast(pl.Int64, strict=False)),
             pl.col("_x_id_task").cast(pl.Int64, strict=False),
             pl.col("_x_task_id").cast(pl.Int64, strict=False),
             pl.col("_msg").str.extract(r"\[task id: ([0-9]+)\]", 1).cast(pl.Int64, strict=False),
@@ -371,6 +373,9 @@ def _num(expr: pl.Expr) -> pl.Expr:
 
 _ERROR_RE = r"GGML_ASSERT|CUDA error|(?i:out of memory)|terminate called|Segmentation fault|core dumped|^error: |failed to decode the batch"
 _ACCESS_RE = r"(?:^|: )(?:done )?request: ([A-Z]+) (\S+) (\S+) ([0-9]{3})\s*$"
+# llama-box: `srv  log_server_request: rid 959706094865 | POST /v1/chat/completions 1.2.3.4:52058`
+# (the request as it arrives; its status is on a later `log_server_response` line)
+_BOX_ACCESS_RE = r"^rid \S+ \| ([A-Z]+) (\S+) (\S+)$"
 _TG_RE = r"^n_(?:decoded|gen) =\s*([0-9]+), tg =\s*([0-9.]+) t/s(?:, tg_3s =\s*([0-9.]+) t/s)?"
 _PP_RE = r"^prompt processing, n_tokens =\s*([0-9]+), progress = ([0-9.]+), t =\s*([0-9.]+) s /\s*([0-9.]+) tokens per second"
 
@@ -381,6 +386,7 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
     headed = f.is_not_null()
     # each pattern only where a literal test says it may match (a search over null is free)
     access = pl.when(body.str.contains("request: ", literal=True)).then(body).str.extract_groups(_ACCESS_RE)
+    box = pl.when(fn == "log_server_request").then(msg).str.extract_groups(_BOX_ACCESS_RE)
     tg = pl.when(msg.str.starts_with("n_")).then(msg).str.extract_groups(_TG_RE)
     pp = pl.when(msg.str.starts_with("prompt processing,")).then(msg).str.extract_groups(_PP_RE)
     json_access = (fn == "log_server_request") & pl.col("_x_status").is_not_null()
@@ -403,8 +409,13 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
     n_slots = pl.coalesce(msg.str.extract(r"initializing(?: slots)?, n_slots = ([0-9]+)", 1).cast(pl.Int64, strict=False),
                           pl.when(msg == "initializing slots").then(pl.col("_x_n_slots").cast(pl.Int64, strict=False)))
     n_seq = msg.str.extract(r"^(?:n_seq_max|n_parallel)\s*=\s*([0-9]+)", 1).cast(pl.Int64, strict=False)
-    n_ctx = pl.when(fn.is_in(["llama_context", "llama_new_context_with_model", "llama_init_from_model"])).then(
-        msg.str.extract(r"^n_ctx\s*=\s*([0-9]+)", 1).cast(pl.Int64, strict=False))
+    n_ctx = pl.coalesce(
+        pl.when(fn.is_in(["llama_context", "llama_new_context_with_model", "llama_init_from_model"])).then(
+            msg.str.extract(r"^n_ctx\s*=\s*([0-9]+)", 1).cast(pl.Int64, strict=False)),
+        # `llama_kv_cache: size = 2048.00 MiB ( 16384 cells,  32 layers,  1/1 seqs), ...`
+        pl.when(fn.is_in(["llama_kv_cache", "llama_kv_cache_unified"])).then(
+            msg.str.extract(r"^size =\s*[0-9.]+ MiB \(\s*([0-9]+) cells", 1).cast(pl.Int64, strict=False)),
+    )
     n_ctx_slot_new = pl.coalesce(
         msg.str.extract(r"(?:new slot,?|^initializing, n_slots = [0-9]+,) n_ctx_slot = ([0-9]+)", 1).cast(pl.Int64, strict=False),
         pl.when(msg == "new slot").then(pl.col("_x_n_ctx_slot").cast(pl.Int64, strict=False)),
@@ -416,9 +427,9 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         .str.extract(r"general\.name\s+(?:str\s+)?=\s+(.+?)\s*$", 1),
     )
     df = df.with_columns(
-        access.struct.field("1").alias("method"),
-        access.struct.field("2").alias("path"),
-        access.struct.field("3").alias("client"),
+        pl.coalesce(access.struct.field("1"), box.struct.field("1")).alias("method"),
+        pl.coalesce(access.struct.field("2"), box.struct.field("2")).alias("path"),
+        pl.coalesce(access.struct.field("3"), box.struct.field("3")).alias("client"),
         access.struct.field("4").cast(pl.Int32, strict=False).alias("_status"),
         _num(tg.struct.field("1")).cast(pl.Int64, strict=False).alias("n_decoded"),
         _num(tg.struct.field("2")).alias("_tg"),
@@ -446,7 +457,7 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         pl.coalesce("_task", pl.when(finished & pl.col("_slot").is_not_null()).then(slot_task)).alias("_task")
     )
     is_cap = pl.coalesce(pl.col("_n_slots"), pl.col("_n_seq"), pl.col("_n_ctx"), pl.col("n_ctx_slot")).is_not_null()
-    is_access = pl.col("_status").is_not_null() | json_access
+    is_access = pl.col("_status").is_not_null() | json_access | ((fn == "log_server_request") & pl.col("method").is_not_null())
     error = (lvl == "ERROR") | body.str.contains(_ERROR_RE)
     part = pl.col("_part")
     event = (

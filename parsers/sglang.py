@@ -118,7 +118,9 @@ def record_starts(text: pl.Series) -> pl.Series:
     blank = t.str.strip_chars() == ""
     tb_ish = (indented & ~blank) | t.str.contains(_TRACEBACK, literal=True)
     exc_close = t.str.contains(F.EXCEPTION) & tb_ish.shift(1).fill_null(False)
-    cont = ~hdr & (indented | blank | t.str.contains(_CHAINED) | exc_close)
+    # v0.1 printed `Exception in ModelRpcClient:` and then the traceback
+    introduced = t.str.starts_with(_TRACEBACK) & t.shift(1).str.contains(r"^\S.*:\s*$").fill_null(False)
+    cont = ~hdr & (indented | blank | t.str.contains(_CHAINED) | exc_close | introduced)
     return df.select((~cont).alias("starts")).to_series()
 
 
