@@ -118,8 +118,10 @@ def record_starts(text: pl.Series) -> pl.Series:
     blank = t.str.strip_chars() == ""
     tb_ish = (indented & ~blank) | t.str.contains(_TRACEBACK, literal=True)
     exc_close = t.str.contains(F.EXCEPTION) & tb_ish.shift(1).fill_null(False)
-    # v0.1 printed `Exception in ModelRpcClient:` and then the traceback
-    introduced = t.str.starts_with(_TRACEBACK) & t.shift(1).str.contains(r"^\S.*:\s*$").fill_null(False)
+    # the message a traceback belongs to: v0.1's `Exception in ModelRpcClient:`, uvicorn's
+    # `ERROR:    Exception in ASGI application` (its traceback follows on the next line)
+    introduced = t.str.starts_with(_TRACEBACK) & t.shift(1).str.contains(
+        r"^\S.*:\s*$|(?:ERROR|CRITICAL):\s+Exception in ASGI application\s*$").fill_null(False)
     cont = ~hdr & (indented | blank | t.str.contains(_CHAINED) | exc_close | introduced)
     return df.select((~cont).alias("starts")).to_series()
 
@@ -507,6 +509,8 @@ def _other_columns(sub: pl.DataFrame) -> tuple[dict[str, pl.Expr], dict[str, pl.
     # (behind SGLang's `[date time] ` prefix too: the tokenizer process's uvicorn warnings)
     is_uv = m.str.contains(F.UVICORN_OTHER)
     progress = ~hdr & m.str.contains(F.PROGRESS)
+    # newer builds: `[time] INFO server_args.py:1565: message` (level and source location)
+    located = pl.when(hdr).then(m.str.extract(r"^(" + _LEVEL + r") [\w.-]+\.py:\d+: ", 1))
     glog = pl.when(~hdr).then(m.str.extract(F.GLOG, 1)).replace_strict(
         {"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "CRITICAL"}, default=None, return_dtype=pl.String)
     error = (
@@ -514,6 +518,7 @@ def _other_columns(sub: pl.DataFrame) -> tuple[dict[str, pl.Expr], dict[str, pl.
         | pl.col("has_tb")
         | pl.col("plevel").is_in(["ERROR", "CRITICAL"]).fill_null(False)
         | glog.is_in(["ERROR", "CRITICAL"]).fill_null(False)
+        | located.is_in(["ERROR", "CRITICAL"]).fill_null(False)
         | (~is_uv & sub_exc.struct.field("exc").is_not_null())
     )
     kind = (
@@ -531,6 +536,7 @@ def _other_columns(sub: pl.DataFrame) -> tuple[dict[str, pl.Expr], dict[str, pl.
             pl.col("plevel"),
             pl.when(is_uv).then(m.str.extract(r"^(" + _LEVEL + r"):", 1)),
             glog,
+            located,
             pl.when(error).then(pl.lit("ERROR")),
         ),
         "prompt_tokens": too_long.struct.field("1").cast(pl.Int64, strict=False),

@@ -81,8 +81,9 @@ def got_field(row: dict, field: str):
     if field.startswith("sampling."):
         return json.loads(row["sampling_params"] or "{}").get(field[9:])
     got = row.get(field)
-    if isinstance(got, dt.datetime):  # written as the line's wall-clock time, UTC
-        return got.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    if isinstance(got, dt.datetime):  # written as the line's wall-clock time, UTC (ms if it has them)
+        got = got.astimezone(dt.timezone.utc)
+        return got.strftime("%Y-%m-%d %H:%M:%S") + (f".{got.microsecond // 1000:03d}" if got.microsecond else "")
     return got
 
 
