@@ -437,7 +437,9 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         pl.coalesce(pp.struct.field("1"), ppp.struct.field("1"), ppp.struct.field("3")).cast(pl.Int64, strict=False).alias("n_tokens"),
         pl.coalesce(_num(pp.struct.field("2")), _num(ppp.struct.field("5"))).alias("progress"),
         pl.coalesce(ppp.struct.field("2"), ppp.struct.field("4")).cast(pl.Int64, strict=False).alias("batch_n_tokens"),
-        cached.cast(pl.Int64, strict=False).alias("cached_tokens"),
+        pl.coalesce(cached.cast(pl.Int64, strict=False),
+                    # 2024's records: `kv cache rm [p0, end)` with the position in `p0`
+                    pl.when(msg.str.starts_with("kv cache rm [p0")).then(pl.col("_x_p0").cast(pl.Int64, strict=False))).alias("cached_tokens"),
         np_msg.str.extract(r"n_ctx_slot = ([0-9]+)", 1).cast(pl.Int64, strict=False).alias("_np_ctx"),
         np_msg.str.extract(r"n_keep = (-?[0-9]+)", 1).cast(pl.Int64, strict=False).alias("n_keep"),
         _num(pp.struct.field("3")).alias("elapsed_s"),
@@ -456,6 +458,8 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
     df = df.with_columns(
         pl.coalesce("_task", pl.when(finished & pl.col("_slot").is_not_null()).then(slot_task)).alias("_task")
     )
+    # 2024's metrics task: `slot data` with n_idle_slots / n_processing_slots (slots busy now)
+    slot_data = (msg == "slot data") & pl.col("_x_n_processing_slots").is_not_null()
     is_cap = pl.coalesce(pl.col("_n_slots"), pl.col("_n_seq"), pl.col("_n_ctx"), pl.col("n_ctx_slot")).is_not_null()
     is_access = pl.col("_status").is_not_null() | json_access | ((fn == "log_server_request") & pl.col("method").is_not_null())
     error = (lvl == "ERROR") | body.str.contains(_ERROR_RE)
@@ -468,7 +472,7 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         .when(finished & pl.col("_task").is_not_null()).then(pl.lit("request_finished"))
         .when(pl.col("_abort_task").is_not_null()).then(pl.lit("request_aborted"))
         .when(is_access).then(pl.lit("http_access"))
-        .when(pl.col("_tg").is_not_null() | pl.col("_pp").is_not_null()).then(pl.lit("engine_stats"))
+        .when(pl.col("_tg").is_not_null() | pl.col("_pp").is_not_null() | slot_data).then(pl.lit("engine_stats"))
         .when(is_cap).then(pl.lit("capacity"))
         .when(headed).then(pl.lit("log"))
         .when(pl.when(~headed).then(body).str.contains(r"GGML_ASSERT|terminate called|Segmentation fault|core dumped"))
@@ -513,6 +517,8 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         pl.when(ev == "http_access").then(pl.coalesce(pl.col("method"), pl.col("_x_method"))).alias("method"),
         pl.when(ev == "http_access").then(pl.coalesce(pl.col("path"), pl.col("_x_path"))).alias("path"),
         pl.when(ev == "engine_stats").then(pl.col("_tg")).alias("gen_tps"),
+        pl.when(ev == "engine_stats").then(pl.col("_x_n_processing_slots").cast(pl.Int64, strict=False)).alias("running"),
+        pl.when(ev == "engine_stats").then(pl.col("_x_n_idle_slots").cast(pl.Int64, strict=False)).alias("n_idle_slots"),
         pl.when(ev == "engine_stats").then(pl.col("_pp")).alias("prompt_tps"),
         pl.when(ev == "capacity").then(pl.coalesce(pl.col("_n_slots"), pl.col("_n_seq"))).alias("max_num_seqs"),
         pl.when(ev == "capacity").then(pl.coalesce(
@@ -601,14 +607,14 @@ def _whole_prompt(df: pl.DataFrame) -> pl.DataFrame:
 _ATTR_KEYS = (
     *T.REQUEST_ATTRS,
     "n_decoded", "tg_3s", "n_tokens", "progress", "elapsed_s", "n_ctx_slot", "n_tokens_used", "truncated",
-    "batch_n_tokens", "cached_tokens", "n_keep",
+    "batch_n_tokens", "cached_tokens", "n_keep", "n_idle_slots",
     "method", "path", "client", "error_kind", "request_line", "timing_part", "hidden",
     "slot", "task", "port", "func", "tid", "rel_s", "ts_anchor", "prompt_evaluated", "wrapper",
 )
 
 _OUT_COLS = (
     "line", "ts", "ts_rel_us", "level", "event", "request_id", "model", "prompt_tokens", "output_tokens",
-    "e2e_s", "tpot_s", "inference_s", "prompt_tps", "gen_tps", "max_num_seqs",
+    "e2e_s", "tpot_s", "inference_s", "prompt_tps", "gen_tps", "running", "max_num_seqs",
     "kv_capacity_tokens", "http_status", "message", "run_start",
 )
 

@@ -509,6 +509,8 @@ def _other_columns(sub: pl.DataFrame) -> tuple[dict[str, pl.Expr], dict[str, pl.
     # (behind SGLang's `[date time] ` prefix too: the tokenizer process's uvicorn warnings)
     is_uv = m.str.contains(F.UVICORN_OTHER)
     progress = ~hdr & m.str.contains(F.PROGRESS)
+    # Python's warnings module: `/path/scheduler.py:1326: UserWarning: message`
+    warning = pl.when(~hdr).then(m.str.extract(r"^\S+\.py:\d+: (\w*Warning): ", 1))
     # newer builds: `[time] INFO server_args.py:1565: message` (level and source location)
     located = pl.when(hdr).then(m.str.extract(r"^(" + _LEVEL + r") [\w.-]+\.py:\d+: ", 1))
     glog = pl.when(~hdr).then(m.str.extract(F.GLOG, 1)).replace_strict(
@@ -523,7 +525,7 @@ def _other_columns(sub: pl.DataFrame) -> tuple[dict[str, pl.Expr], dict[str, pl.
     )
     kind = (
         pl.when(error).then(pl.lit("error"))
-        .when(hdr | is_uv | progress | glog.is_not_null()).then(pl.lit("log"))
+        .when(hdr | is_uv | progress | glog.is_not_null() | warning.is_not_null()).then(pl.lit("log"))
         .otherwise(pl.lit("unparsed"))
     )
     # the scheduler refuses a prompt longer than the context (`--allow-auto-truncate` off)
@@ -537,6 +539,7 @@ def _other_columns(sub: pl.DataFrame) -> tuple[dict[str, pl.Expr], dict[str, pl.
             pl.when(is_uv).then(m.str.extract(r"^(" + _LEVEL + r"):", 1)),
             glog,
             located,
+            pl.when(warning.is_not_null()).then(pl.lit("WARNING")),
             pl.when(error).then(pl.lit("ERROR")),
         ),
         "prompt_tokens": too_long.struct.field("1").cast(pl.Int64, strict=False),
@@ -549,6 +552,7 @@ def _other_columns(sub: pl.DataFrame) -> tuple[dict[str, pl.Expr], dict[str, pl.
         "uvicorn": pl.when(is_uv).then(True),
         "progress": pl.when(progress).then(True),
         "max_input_tokens": too_long.struct.field("2").cast(pl.Int64, strict=False),
+        "warning_category": warning,
         # start-up memory: `Load weight begin. avail mem=77.18 GB`, `Memory pool end. avail
         # mem=11.87 GB`, `Capture cuda graph end. Time elapsed: 11.35 s. mem usage=1.04 GB. ...`
         "avail_mem_gb": start_up.then(m.str.extract(r"\bavail mem=([\d.]+) ?GB", 1).cast(pl.Float64, strict=False)),
