@@ -374,8 +374,9 @@ def _num(expr: pl.Expr) -> pl.Expr:
 _ERROR_RE = r"GGML_ASSERT|CUDA error|(?i:out of memory)|terminate called|Segmentation fault|core dumped|^error: |failed to decode the batch"
 _ACCESS_RE = r"(?:^|: )(?:done )?request: ([A-Z]+) (\S+) (\S+) ([0-9]{3})\s*$"
 # llama-box: `srv  log_server_request: rid 959706094865 | POST /v1/chat/completions 1.2.3.4:52058`
-# (the request as it arrives; its status is on a later `log_server_response` line)
-_BOX_ACCESS_RE = r"^rid \S+ \| ([A-Z]+) (\S+) (\S+)$"
+# as the request arrives (a `log`), `srv  log_server_response: rid ... | GET /v1/models
+# 1.2.3.4:51535 | status 200 | cost 0.00s` as it is answered (the access record)
+_BOX_ACCESS_RE = r"^rid \S+ \| ([A-Z]+) (\S+) (\S+)(?: \| status ([0-9]{3}))?"
 _TG_RE = r"^n_(?:decoded|gen) =\s*([0-9]+), tg =\s*([0-9.]+) t/s(?:, tg_3s =\s*([0-9.]+) t/s)?"
 _PP_RE = r"^prompt processing, n_tokens =\s*([0-9]+), progress = ([0-9.]+), t =\s*([0-9.]+) s /\s*([0-9.]+) tokens per second"
 
@@ -386,7 +387,7 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
     headed = f.is_not_null()
     # each pattern only where a literal test says it may match (a search over null is free)
     access = pl.when(body.str.contains("request: ", literal=True)).then(body).str.extract_groups(_ACCESS_RE)
-    box = pl.when(fn == "log_server_request").then(msg).str.extract_groups(_BOX_ACCESS_RE)
+    box = pl.when(fn.is_in(["log_server_request", "log_server_response"])).then(msg).str.extract_groups(_BOX_ACCESS_RE)
     tg = pl.when(msg.str.starts_with("n_")).then(msg).str.extract_groups(_TG_RE)
     pp = pl.when(msg.str.starts_with("prompt processing,")).then(msg).str.extract_groups(_PP_RE)
     json_access = (fn == "log_server_request") & pl.col("_x_status").is_not_null()
@@ -430,7 +431,7 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         pl.coalesce(access.struct.field("1"), box.struct.field("1")).alias("method"),
         pl.coalesce(access.struct.field("2"), box.struct.field("2")).alias("path"),
         pl.coalesce(access.struct.field("3"), box.struct.field("3")).alias("client"),
-        access.struct.field("4").cast(pl.Int32, strict=False).alias("_status"),
+        pl.coalesce(access.struct.field("4"), box.struct.field("4")).cast(pl.Int32, strict=False).alias("_status"),
         _num(tg.struct.field("1")).cast(pl.Int64, strict=False).alias("n_decoded"),
         _num(tg.struct.field("2")).alias("_tg"),
         _num(tg.struct.field("3")).alias("tg_3s"),
@@ -461,7 +462,7 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
     # 2024's metrics task: `slot data` with n_idle_slots / n_processing_slots (slots busy now)
     slot_data = (msg == "slot data") & pl.col("_x_n_processing_slots").is_not_null()
     is_cap = pl.coalesce(pl.col("_n_slots"), pl.col("_n_seq"), pl.col("_n_ctx"), pl.col("n_ctx_slot")).is_not_null()
-    is_access = pl.col("_status").is_not_null() | json_access | ((fn == "log_server_request") & pl.col("method").is_not_null())
+    is_access = pl.col("_status").is_not_null() | json_access
     error = (lvl == "ERROR") | body.str.contains(_ERROR_RE)
     part = pl.col("_part")
     event = (
@@ -514,8 +515,10 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
               & (task != "-1")).then(task)
         .alias("_task_id"),
         pl.when(ev == "http_access").then(pl.coalesce(pl.col("_status"), pl.col("_x_status").cast(pl.Int32, strict=False))).alias("http_status"),
-        pl.when(ev == "http_access").then(pl.coalesce(pl.col("method"), pl.col("_x_method"))).alias("method"),
-        pl.when(ev == "http_access").then(pl.coalesce(pl.col("path"), pl.col("_x_path"))).alias("path"),
+        pl.when(ev == "http_access").then(pl.coalesce(pl.col("method"), pl.col("_x_method")))
+        .when(ev == "log").then(pl.col("method")).alias("method"),
+        pl.when(ev == "http_access").then(pl.coalesce(pl.col("path"), pl.col("_x_path")))
+        .when(ev == "log").then(pl.col("path")).alias("path"),
         pl.when(ev == "engine_stats").then(pl.col("_tg")).alias("gen_tps"),
         pl.when(ev == "engine_stats").then(pl.col("_x_n_processing_slots").cast(pl.Int64, strict=False)).alias("running"),
         pl.when(ev == "engine_stats").then(pl.col("_x_n_idle_slots").cast(pl.Int64, strict=False)).alias("n_idle_slots"),
@@ -620,7 +623,8 @@ _OUT_COLS = (
 
 # fields that only mean something on some event kinds
 _ONLY_ON = {
-    "method": ("http_access",), "path": ("http_access",), "client": ("http_access",),
+    # (and on a fork's request-arrival `log` line, whose status comes on its response line)
+    "method": ("http_access", "log"), "path": ("http_access", "log"), "client": ("http_access", "log"),
     "n_decoded": ("engine_stats",), "tg_3s": ("engine_stats",), "elapsed_s": ("engine_stats",),
     # (a slot's prompt progress line is a `log`: its own progress, not an engine snapshot)
     "n_tokens": ("engine_stats", "log"), "progress": ("engine_stats", "log"),
