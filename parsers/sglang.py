@@ -207,7 +207,28 @@ def _split_prefix(df: pl.DataFrame) -> pl.DataFrame:
         ).drop("_q", "_late")
     else:
         df = df.with_columns(pl.lit(None, pl.String).alias("lead"))
-    return df.with_columns(pl.col("_t").str.slice(pl.col("_plen").fill_null(0)).alias("m"))
+    df = df.with_columns(pl.col("_t").str.slice(pl.col("_plen").fill_null(0)).alias("m"))
+    return _inner_prefix(df)
+
+
+def _inner_prefix(df: pl.DataFrame) -> pl.DataFrame:
+    """SGLang's prefix right behind another `[date time] ` (a log viewer's or collector's own
+    time, `[2025-03-11 16:44:27] [2025-03-11 01:44:27 TP0] Decode batch. ...`): the inner one
+    is SGLang's, the outer is kept as the lead (attrs `wrapper`)."""
+    m = pl.col("m")
+    nested = pl.col("_hdr") & m.str.contains(r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}")
+    if not _any(df, nested):
+        return df
+    g = pl.col("_i").struct
+    df = df.with_columns(pl.when(nested).then(m.str.slice(0, 120).str.extract_groups(_PREFIX)).alias("_i"),
+                         pl.when(nested).then(m.str.slice(0, 120).str.extract(_PREFIX, 0)).alias("_ipre"))
+    inner = pl.col("_ipre").is_not_null() & g.field("hms").is_not_null()
+    outer = pl.col("_t").str.slice(0, pl.col("_plen")).str.strip_chars_end()
+    return df.with_columns(
+        *(pl.when(inner).then(g.field(c)).otherwise(pl.col(c)).alias(c) for c in ("date", "hms", "frac", "ranks")),
+        pl.when(inner).then(pl.coalesce(pl.col("lead"), outer)).otherwise(pl.col("lead")).alias("lead"),
+        pl.when(inner).then(m.str.slice(pl.col("_ipre").str.len_chars())).otherwise(m).alias("m"),
+    ).drop("_i", "_ipre")
 
 
 def _records(df: pl.DataFrame, starts: pl.Series) -> pl.DataFrame:
