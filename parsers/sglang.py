@@ -63,6 +63,13 @@ _PYLOG = (
     rf"\[(?P<plevel>{_LEVEL})\] (?P<plogger>[\w.]+): "
 )
 _PYLOG_HINT = rf"^\d{{4}}-\d{{2}}-\d{{2}} \d{{2}}:\d{{2}}:\d{{2}}(?:[,.]\d+)? \[(?:{_LEVEL})\] "
+# a logging config of `%(asctime)s %(levelname)s %(process)d [{ranks} %(filename)s:%(lineno)d] `
+# (`2025-10-20 03:02:22 INFO 31223 [DP3 TP3 EP3 scheduler_metrics_mixin.py:222] Decode batch. ...`)
+_CUSTOM = (
+    r"^(?P<cdate>\d{4}-\d{2}-\d{2}) (?P<chms>\d{2}:\d{2}:\d{2})(?:[,.](?P<cfrac>\d{1,6}))? "
+    rf"(?P<clevel>{_LEVEL}) (?P<cpid>\d+) \[(?P<cranks>(?:{_RANK} )*)(?P<csrc>[\w.-]+\.py:\d+)\] "
+)
+_CUSTOM_HINT = rf"^\d{{4}}-\d{{2}}-\d{{2}} \d{{2}}:\d{{2}}:\d{{2}}(?:[,.]\d+)? (?:{_LEVEL}) \d+ \["
 # the prefix behind some other lead (a wrapper the decoding stage did not take off)
 _LATE_PREFIX = rf"^(?P<lead>.{{1,200}}?)\[(?:\d{{4}}-\d{{2}}-\d{{2}} )?\d{{2}}:\d{{2}}:\d{{2}}(?: {_RANK})*\] "
 _LATE_HINT = r"\[(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}[ \]]"
@@ -113,7 +120,7 @@ def record_starts(text: pl.Series) -> pl.Series:
     t = pl.col("t")
     if not _any(df, t.str.contains(r"^(?:[ \t]|$|The above|During handling)|^\s*$")):
         return pl.repeat(True, df.height, dtype=pl.Boolean, eager=True).alias("starts")
-    hdr = t.str.contains(_PREFIX_HINT) | t.str.contains(_PYLOG_HINT)
+    hdr = t.str.contains(_PREFIX_HINT) | t.str.contains(_PYLOG_HINT) | t.str.contains(_CUSTOM_HINT)
     indented = t.str.contains(r"^[ \t]")
     blank = t.str.strip_chars() == ""
     tb_ish = (indented & ~blank) | t.str.contains(_TRACEBACK, literal=True)
@@ -189,6 +196,17 @@ def _split_prefix(df: pl.DataFrame) -> pl.DataFrame:
         )
     else:
         df = df.with_columns(pl.lit(None, pl.String).alias(c) for c in pylog_cols)
+    if _any(df, ~pl.col("_hdr") & t.str.contains(_CUSTOM_HINT)):
+        c = pl.col("_c").struct
+        df = df.with_columns(pl.when(~pl.col("_hdr")).then(head).str.extract_groups(_CUSTOM).alias("_c"))
+        hit = c.field("chms").is_not_null()
+        df = df.with_columns(
+            *(pl.coalesce(pl.col(a), c.field(b)).alias(a) for a, b in (
+                ("pdate", "cdate"), ("phms", "chms"), ("pfrac", "cfrac"), ("plevel", "clevel"), ("plogger", "csrc"))),
+            pl.when(hit).then(c.field("cranks").str.strip_chars_end()).otherwise(pl.col("ranks")).alias("ranks"),
+            (pl.col("_hdr") | hit).alias("_hdr"),
+            pl.coalesce("_plen", pl.when(hit).then(head.str.extract(_CUSTOM, 0).str.len_chars())).alias("_plen"),
+        ).drop("_c")
     if _any(df, ~pl.col("_hdr") & t.str.contains(_LATE_HINT)):
         late = pl.when(~pl.col("_hdr")).then(t.str.slice(0, 320)).str.extract(_LATE_PREFIX, 0)
         df = df.with_columns(late.alias("_late"))
@@ -574,6 +592,10 @@ def _other_columns(sub: pl.DataFrame) -> tuple[dict[str, pl.Expr], dict[str, pl.
         "progress": pl.when(progress).then(True),
         "max_input_tokens": too_long.struct.field("2").cast(pl.Int64, strict=False),
         "warning_category": warning,
+        # a PD decode worker that lost its prefill instance: `Losing connection with prefill
+        # instance (bootstrap_addr: host:8998), affected 581 requests`
+        "affected_reqs": pl.when(hdr).then(m.str.extract(r"\baffected (\d+) requests\b", 1).cast(pl.Int64, strict=False)),
+        "bootstrap_addr": pl.when(hdr).then(m.str.extract(r"\(bootstrap_addr: ([^)\s]+)\)", 1)),
         # start-up memory: `Load weight begin. avail mem=77.18 GB`, `Memory pool end. avail
         # mem=11.87 GB`, `Capture cuda graph end. Time elapsed: 11.35 s. mem usage=1.04 GB. ...`
         "avail_mem_gb": start_up.then(m.str.extract(r"\bavail mem=([\d.]+) ?GB", 1).cast(pl.Float64, strict=False)),
