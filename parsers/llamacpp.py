@@ -305,6 +305,8 @@ def _classified(df: pl.DataFrame) -> pl.DataFrame:
             pl.col("_x_id_task").cast(pl.Int64, strict=False),
             pl.col("_x_task_id").cast(pl.Int64, strict=False),
             pl.col("_msg").str.extract(r"\[task id: ([0-9]+)\]", 1).cast(pl.Int64, strict=False),
+            # `srv  send_error: task id = 289, error: ...`: the request the error is sent to
+            pl.when(pl.col("_fn") == "send_error").then(pl.col("_msg")).str.extract(r"^task id = ([0-9]+)", 1).cast(pl.Int64, strict=False),
         ).alias("_task"),
         pl.from_epoch(_abs_seconds(pl.col("_x_timestamp")), time_unit="s")
         .dt.replace_time_zone("UTC").cast(pl.Datetime("us", "UTC")).alias("_abs"),
@@ -371,7 +373,13 @@ def _num(expr: pl.Expr) -> pl.Expr:
     return expr.cast(pl.Float64, strict=False)
 
 
-_ERROR_RE = r"GGML_ASSERT|CUDA error|(?i:out of memory)|terminate called|Segmentation fault|core dumped|^error: |failed to decode the batch"
+# (libllama's LLAMA_LOG_ERROR and the server's SRV_ERR lines carry no level letter without
+# --log-prefix: the messages themselves say so)
+_ERROR_RE = (
+    r"GGML_ASSERT|CUDA error|(?i:out of memory)|terminate called|Segmentation fault|core dumped|^error: "
+    r"|failed to decode the batch|failed to (?:initialize batch|decode, ret = )|Invalid input batch"
+    r"|inconsistent sequence positions|Assertion `.*' failed|^srv +send_error: "
+)
 _ACCESS_RE = r"(?:^|: )(?:done )?request: ([A-Z]+) (\S+) (\S+) ([0-9]{3})\s*$"
 # llama-box: `srv  log_server_request: rid 959706094865 | POST /v1/chat/completions 1.2.3.4:52058`
 # as the request arrives (a `log`), `srv  log_server_response: rid ... | GET /v1/models
