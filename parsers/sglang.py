@@ -594,6 +594,7 @@ def _other_columns(sub: pl.DataFrame) -> tuple[dict[str, pl.Expr], dict[str, pl.
         "warning_category": warning,
         # a PD decode worker that lost its prefill instance: `Losing connection with prefill
         # instance (bootstrap_addr: host:8998), affected 581 requests`
+        "watchdog_timeout_s": pl.when(hdr).then(m.str.extract(r"^Watchdog timeout \(self\.watchdog_timeout=([\d.]+)\)", 1).cast(pl.Float64, strict=False)),
         "affected_reqs": pl.when(hdr).then(m.str.extract(r"\baffected (\d+) requests\b", 1).cast(pl.Int64, strict=False)),
         "bootstrap_addr": pl.when(hdr).then(m.str.extract(r"\(bootstrap_addr: ([^)\s]+)\)", 1)),
         # start-up memory: `Load weight begin. avail mem=77.18 GB`, `Memory pool end. avail

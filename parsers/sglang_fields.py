@@ -407,8 +407,9 @@ AIOHTTP_ACCESS = (
 GLOG = r"^([IWEF])\d{4} \d{2}:\d{2}:\d{2}\.\d{6}\s+\d+ [\w.-]+:\d+\] "
 UVICORN_OTHER = uvicorn.OTHER
 # `Scheduler hit an exception: Traceback ...`, `DataParallelController hit an exception`,
-# `TokenizerManager hit an exception`, `Received sigquit from a child process...`
-IS_FATAL = M.str.contains(r"^\w+ hit an exception|Received sigquit from a child proces")
+# `TokenizerManager hit an exception`, `Received sigquit from a child process...`, and the
+# scheduler's watchdog (`Watchdog timeout (self.watchdog_timeout=300)`: the process is killed)
+IS_FATAL = M.str.contains(r"^\w+ hit an exception|Received sigquit from a child proces|^Watchdog timeout \(")
 EXCEPTION = (
     r"^(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure|"
     r"Timeout|Fault))(?::\s*(?P<excmsg>.*))?$"
