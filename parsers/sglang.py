@@ -303,7 +303,7 @@ def _family() -> pl.Expr:
     bare = ~hdr
     return (
         pl.when(F.STATS_HINT & F.IS_STATS).then(pl.lit("stats"))
-        .when(hdr & F.CAPACITY_HINT & (F.IS_SERVER_ARGS | F.IS_POOL | F.IS_KV_ALLOC)).then(pl.lit("cap"))
+        .when(hdr & F.CAPACITY_HINT & (F.IS_SERVER_ARGS | F.IS_POOL | F.IS_KV_ALLOC | F.IS_JAX_POOL)).then(pl.lit("cap"))
         .when((hdr & F.IS_RETRACT) | (bare & F.IS_BARE_RETRACT)).then(pl.lit("retract"))
         # (a paste may keep the message without its prefix)
         .when(F.IS_XFER_FAIL).then(pl.lit("xfer_fail"))
@@ -548,6 +548,9 @@ def _other_columns(sub: pl.DataFrame) -> tuple[dict[str, pl.Expr], dict[str, pl.
     # (behind SGLang's `[date time] ` prefix too: the tokenizer process's uvicorn warnings)
     is_uv = m.str.contains(F.UVICORN_OTHER)
     progress = ~hdr & m.str.contains(F.PROGRESS)
+    # a library's own Python logging in the same stream (`%(asctime)s - %(levelname)s -
+    # %(name)s: `, flashinfer's JIT): `2025-03-27 21:33:31,320 - INFO - flashinfer.jit: ...`
+    library = pl.when(~hdr).then(m.str.extract(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2},\d{3} - (" + _LEVEL + r") - [\w.]+: ", 1))
     # Python's warnings module: `/path/scheduler.py:1326: UserWarning: message`
     warning = pl.when(~hdr).then(m.str.extract(r"^\S+\.py:\d+: (\w*Warning): ", 1))
     # newer builds: `[time] INFO server_args.py:1565: message` (level and source location)
@@ -560,11 +563,12 @@ def _other_columns(sub: pl.DataFrame) -> tuple[dict[str, pl.Expr], dict[str, pl.
         | pl.col("plevel").is_in(["ERROR", "CRITICAL"]).fill_null(False)
         | glog.is_in(["ERROR", "CRITICAL"]).fill_null(False)
         | located.is_in(["ERROR", "CRITICAL"]).fill_null(False)
+        | library.is_in(["ERROR", "CRITICAL"]).fill_null(False)
         | (~is_uv & sub_exc.struct.field("exc").is_not_null())
     )
     kind = (
         pl.when(error).then(pl.lit("error"))
-        .when(hdr | is_uv | progress | glog.is_not_null() | warning.is_not_null()).then(pl.lit("log"))
+        .when(hdr | is_uv | progress | glog.is_not_null() | warning.is_not_null() | library.is_not_null()).then(pl.lit("log"))
         .otherwise(pl.lit("unparsed"))
     )
     # the scheduler refuses a prompt longer than the context (`--allow-auto-truncate` off)
@@ -578,6 +582,7 @@ def _other_columns(sub: pl.DataFrame) -> tuple[dict[str, pl.Expr], dict[str, pl.
             pl.when(is_uv).then(m.str.extract(r"^(" + _LEVEL + r"):", 1)),
             glog,
             located,
+            library,
             pl.when(warning.is_not_null()).then(pl.lit("WARNING")),
             pl.when(error).then(pl.lit("ERROR")),
         ),

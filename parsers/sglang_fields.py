@@ -182,7 +182,9 @@ IS_SERVER_ARGS = M.str.contains(r"^server_args=ServerArgs\(|^ServerArgs\(")
 IS_POOL = M.str.contains(r"^max_total_num_tokens=\d+")
 # `KV Cache is allocated. #tokens: N, K size: F GB, V size: F GB` (memory pool)
 IS_KV_ALLOC = M.str.contains(r"^KV Cache is allocated\. #tokens: \d+")
-CAPACITY_HINT = M.str.contains(r"^(?:server_args=|ServerArgs\(|max_total_num_tokens=|KV Cache is allocated)")
+# sglang-jax: `ModelRunner max_total_num_tokens: 315424`
+IS_JAX_POOL = M.str.contains(r"^ModelRunner max_total_num_tokens: \d+")
+CAPACITY_HINT = M.str.contains(r"^(?:server_args=|ServerArgs\(|max_total_num_tokens=|KV Cache is allocated|ModelRunner max_total_num_tokens:)")
 
 
 def _arg_int(name: str) -> pl.Expr:
@@ -196,6 +198,7 @@ def capacity_columns() -> dict[str, pl.Expr]:
         "kv_capacity_tokens": pl.coalesce(
             pl.when(IS_POOL).then(_arg_int("max_total_num_tokens")),
             pl.when(IS_KV_ALLOC).then(M.str.extract(r"#tokens: (\d+)", 1).cast(pl.Int64, strict=False)),
+            pl.when(IS_JAX_POOL).then(M.str.extract(r"max_total_num_tokens: (\d+)", 1).cast(pl.Int64, strict=False)),
         ),
         # -1 disables chunked prefill: no per-batch token budget then
         "max_batch_tokens": pl.when(chunk > 0).then(chunk),
