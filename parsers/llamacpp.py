@@ -58,7 +58,9 @@ _STR = pl.String
 
 _PORT_RE = r"^\[\s*([0-9]+)\] "
 _LEVEL_RE = r"^([IWEDT]) "
-_TAG_RE = r"^(slot|srv|que|res|cmn) +([^\s:]{1,12}): (?:id +(-?[0-9]+) \| task (-?[0-9]+) \| ?)?"
+# (the function name is cut to 12 characters; forks such as llama-box print it whole and
+# name a task alone: `srv  send_error: task 40 | error = ...`)
+_TAG_RE = r"^(slot|srv|que|res|cmn) +([^\s:]{1,40}): (?:id +(-?[0-9]+) \| task (-?[0-9]+) \| ?|task (-?[0-9]+) \| )?"
 _ERA_A_TEXT_RE = r"^\s*(INFO|WARN|ERR|VERB|DEBUG) \[\s*([A-Za-z0-9_:~]+)\] "
 _FUNC_RE = r"^([A-Za-z_][A-Za-z0-9_.-]*(?: [A-Za-z0-9_.-]+)?): "
 # the same with the whole match as group 1 (its length is where the message starts)
@@ -299,10 +301,12 @@ def _classified(df: pl.DataFrame) -> pl.DataFrame:
             pl.col("_msg").str.extract(r"^slot ([0-9]+) ", 1).cast(pl.Int64, strict=False),
         ).alias("_slot"),
         pl.coalesce(
-            pl.when(f == "tag").then(tag.struct.field("5").cast(pl.Int64, strict=False)),
+            pl.when(f == "tag").then(pl.coalesce(tag.struct.field("5"), tag.struct.field("6")).cast(pl.Int64, strict=False)),
             pl.col("_x_id_task").cast(pl.Int64, strict=False),
             pl.col("_x_task_id").cast(pl.Int64, strict=False),
             pl.col("_msg").str.extract(r"\[task id: ([0-9]+)\]", 1).cast(pl.Int64, strict=False),
+            # `srv  send_error: task id = 289, error: ...`: the request the error is sent to
+            pl.when(pl.col("_fn") == "send_error").then(pl.col("_msg")).str.extract(r"^task id = ([0-9]+)", 1).cast(pl.Int64, strict=False),
         ).alias("_task"),
         pl.from_epoch(_abs_seconds(pl.col("_x_timestamp")), time_unit="s")
         .dt.replace_time_zone("UTC").cast(pl.Datetime("us", "UTC")).alias("_abs"),
@@ -369,8 +373,18 @@ def _num(expr: pl.Expr) -> pl.Expr:
     return expr.cast(pl.Float64, strict=False)
 
 
-_ERROR_RE = r"GGML_ASSERT|CUDA error|(?i:out of memory)|terminate called|Segmentation fault|core dumped|^error: |failed to decode the batch"
+# (libllama's LLAMA_LOG_ERROR and the server's SRV_ERR lines carry no level letter without
+# --log-prefix: the messages themselves say so)
+_ERROR_RE = (
+    r"GGML_ASSERT|CUDA error|(?i:out of memory)|terminate called|Segmentation fault|core dumped|^error: "
+    r"|failed to decode the batch|failed to (?:initialize batch|decode, ret = )|Invalid input batch"
+    r"|inconsistent sequence positions|Assertion `.*' failed|^srv +send_error: "
+)
 _ACCESS_RE = r"(?:^|: )(?:done )?request: ([A-Z]+) (\S+) (\S+) ([0-9]{3})\s*$"
+# llama-box: `srv  log_server_request: rid 959706094865 | POST /v1/chat/completions 1.2.3.4:52058`
+# as the request arrives (a `log`), `srv  log_server_response: rid ... | GET /v1/models
+# 1.2.3.4:51535 | status 200 | cost 0.00s` as it is answered (the access record)
+_BOX_ACCESS_RE = r"^rid \S+ \| ([A-Z]+) (\S+) (\S+)(?: \| status ([0-9]{3}))?"
 _TG_RE = r"^n_(?:decoded|gen) =\s*([0-9]+), tg =\s*([0-9.]+) t/s(?:, tg_3s =\s*([0-9.]+) t/s)?"
 _PP_RE = r"^prompt processing, n_tokens =\s*([0-9]+), progress = ([0-9.]+), t =\s*([0-9.]+) s /\s*([0-9.]+) tokens per second"
 
@@ -381,6 +395,7 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
     headed = f.is_not_null()
     # each pattern only where a literal test says it may match (a search over null is free)
     access = pl.when(body.str.contains("request: ", literal=True)).then(body).str.extract_groups(_ACCESS_RE)
+    box = pl.when(fn.is_in(["log_server_request", "log_server_response"])).then(msg).str.extract_groups(_BOX_ACCESS_RE)
     tg = pl.when(msg.str.starts_with("n_")).then(msg).str.extract_groups(_TG_RE)
     pp = pl.when(msg.str.starts_with("prompt processing,")).then(msg).str.extract_groups(_PP_RE)
     json_access = (fn == "log_server_request") & pl.col("_x_status").is_not_null()
@@ -390,13 +405,26 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
     aborted_id = msg.str.extract(r"cancel task, id_task = ([0-9]+)", 1)
     # `new prompt, n_ctx_slot = N, n_keep = N, n_prompt_tokens = N` (2025: `task.n_tokens = N`):
     # the task's whole prompt, cached part included
-    new_prompt = pl.when(msg.str.starts_with("new prompt,")).then(msg).str.extract(
-        r"(?:n_prompt_tokens|task\.n_tokens) = ([0-9]+)", 1).cast(pl.Int64, strict=False)
+    np_msg = pl.when(msg.str.starts_with("new prompt,")).then(msg)
+    new_prompt = np_msg.str.extract(r"(?:n_prompt_tokens|task\.n_tokens) = ([0-9]+)", 1).cast(pl.Int64, strict=False)
+    # `kv cache rm [N, end)` (2024), `n_tokens = N, memory_seq_rm [N, end)` (2025), `cached
+    # n_tokens = N, memory_seq_rm [N, end)` (2026): the prompt's first N tokens are reused
+    cached = pl.when(msg.str.contains("rm [", literal=True)).then(msg).str.extract(
+        r"^(?:kv cache rm|(?:cached )?n_tokens = [0-9]+, memory_seq_rm) \[([0-9]+), end\)", 1)
+    # `prompt processing progress, n_past = P, n_tokens = B, progress = F` (2024-25: P tokens
+    # done, B in this batch), `... n_tokens = P, batch.n_tokens = B, progress = F` (2025-26)
+    ppp = pl.when(msg.str.starts_with("prompt processing progress,")).then(msg).str.extract_groups(
+        r"^prompt processing progress, (?:n_past = ([0-9]+), n_tokens = ([0-9]+)|n_tokens = ([0-9]+), batch\.n_tokens = ([0-9]+)), progress = ([0-9.]+)")
     n_slots = pl.coalesce(msg.str.extract(r"initializing(?: slots)?, n_slots = ([0-9]+)", 1).cast(pl.Int64, strict=False),
                           pl.when(msg == "initializing slots").then(pl.col("_x_n_slots").cast(pl.Int64, strict=False)))
     n_seq = msg.str.extract(r"^(?:n_seq_max|n_parallel)\s*=\s*([0-9]+)", 1).cast(pl.Int64, strict=False)
-    n_ctx = pl.when(fn.is_in(["llama_context", "llama_new_context_with_model", "llama_init_from_model"])).then(
-        msg.str.extract(r"^n_ctx\s*=\s*([0-9]+)", 1).cast(pl.Int64, strict=False))
+    n_ctx = pl.coalesce(
+        pl.when(fn.is_in(["llama_context", "llama_new_context_with_model", "llama_init_from_model"])).then(
+            msg.str.extract(r"^n_ctx\s*=\s*([0-9]+)", 1).cast(pl.Int64, strict=False)),
+        # `llama_kv_cache: size = 2048.00 MiB ( 16384 cells,  32 layers,  1/1 seqs), ...`
+        pl.when(fn.is_in(["llama_kv_cache", "llama_kv_cache_unified"])).then(
+            msg.str.extract(r"^size =\s*[0-9.]+ MiB \(\s*([0-9]+) cells", 1).cast(pl.Int64, strict=False)),
+    )
     n_ctx_slot_new = pl.coalesce(
         msg.str.extract(r"(?:new slot,?|^initializing, n_slots = [0-9]+,) n_ctx_slot = ([0-9]+)", 1).cast(pl.Int64, strict=False),
         pl.when(msg == "new slot").then(pl.col("_x_n_ctx_slot").cast(pl.Int64, strict=False)),
@@ -408,15 +436,21 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         .str.extract(r"general\.name\s+(?:str\s+)?=\s+(.+?)\s*$", 1),
     )
     df = df.with_columns(
-        access.struct.field("1").alias("method"),
-        access.struct.field("2").alias("path"),
-        access.struct.field("3").alias("client"),
-        access.struct.field("4").cast(pl.Int32, strict=False).alias("_status"),
+        pl.coalesce(access.struct.field("1"), box.struct.field("1")).alias("method"),
+        pl.coalesce(access.struct.field("2"), box.struct.field("2")).alias("path"),
+        pl.coalesce(access.struct.field("3"), box.struct.field("3")).alias("client"),
+        pl.coalesce(access.struct.field("4"), box.struct.field("4")).cast(pl.Int32, strict=False).alias("_status"),
         _num(tg.struct.field("1")).cast(pl.Int64, strict=False).alias("n_decoded"),
         _num(tg.struct.field("2")).alias("_tg"),
         _num(tg.struct.field("3")).alias("tg_3s"),
-        _num(pp.struct.field("1")).cast(pl.Int64, strict=False).alias("n_tokens"),
-        _num(pp.struct.field("2")).alias("progress"),
+        pl.coalesce(pp.struct.field("1"), ppp.struct.field("1"), ppp.struct.field("3")).cast(pl.Int64, strict=False).alias("n_tokens"),
+        pl.coalesce(_num(pp.struct.field("2")), _num(ppp.struct.field("5"))).alias("progress"),
+        pl.coalesce(ppp.struct.field("2"), ppp.struct.field("4")).cast(pl.Int64, strict=False).alias("batch_n_tokens"),
+        pl.coalesce(cached.cast(pl.Int64, strict=False),
+                    # 2024's records: `kv cache rm [p0, end)` with the position in `p0`
+                    pl.when(msg.str.starts_with("kv cache rm [p0")).then(pl.col("_x_p0").cast(pl.Int64, strict=False))).alias("cached_tokens"),
+        np_msg.str.extract(r"n_ctx_slot = ([0-9]+)", 1).cast(pl.Int64, strict=False).alias("_np_ctx"),
+        np_msg.str.extract(r"n_keep = (-?[0-9]+)", 1).cast(pl.Int64, strict=False).alias("n_keep"),
         _num(pp.struct.field("3")).alias("elapsed_s"),
         _num(pp.struct.field("4")).alias("_pp"),
         n_slots.alias("_n_slots"), n_seq.alias("_n_seq"), n_ctx.alias("_n_ctx"),
@@ -433,6 +467,8 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
     df = df.with_columns(
         pl.coalesce("_task", pl.when(finished & pl.col("_slot").is_not_null()).then(slot_task)).alias("_task")
     )
+    # 2024's metrics task: `slot data` with n_idle_slots / n_processing_slots (slots busy now)
+    slot_data = (msg == "slot data") & pl.col("_x_n_processing_slots").is_not_null()
     is_cap = pl.coalesce(pl.col("_n_slots"), pl.col("_n_seq"), pl.col("_n_ctx"), pl.col("n_ctx_slot")).is_not_null()
     is_access = pl.col("_status").is_not_null() | json_access
     error = (lvl == "ERROR") | body.str.contains(_ERROR_RE)
@@ -445,7 +481,7 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         .when(finished & pl.col("_task").is_not_null()).then(pl.lit("request_finished"))
         .when(pl.col("_abort_task").is_not_null()).then(pl.lit("request_aborted"))
         .when(is_access).then(pl.lit("http_access"))
-        .when(pl.col("_tg").is_not_null() | pl.col("_pp").is_not_null()).then(pl.lit("engine_stats"))
+        .when(pl.col("_tg").is_not_null() | pl.col("_pp").is_not_null() | slot_data).then(pl.lit("engine_stats"))
         .when(is_cap).then(pl.lit("capacity"))
         .when(headed).then(pl.lit("log"))
         .when(pl.when(~headed).then(body).str.contains(r"GGML_ASSERT|terminate called|Segmentation fault|core dumped"))
@@ -487,9 +523,13 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
               & (task != "-1")).then(task)
         .alias("_task_id"),
         pl.when(ev == "http_access").then(pl.coalesce(pl.col("_status"), pl.col("_x_status").cast(pl.Int32, strict=False))).alias("http_status"),
-        pl.when(ev == "http_access").then(pl.coalesce(pl.col("method"), pl.col("_x_method"))).alias("method"),
-        pl.when(ev == "http_access").then(pl.coalesce(pl.col("path"), pl.col("_x_path"))).alias("path"),
+        pl.when(ev == "http_access").then(pl.coalesce(pl.col("method"), pl.col("_x_method")))
+        .when(ev == "log").then(pl.col("method")).alias("method"),
+        pl.when(ev == "http_access").then(pl.coalesce(pl.col("path"), pl.col("_x_path")))
+        .when(ev == "log").then(pl.col("path")).alias("path"),
         pl.when(ev == "engine_stats").then(pl.col("_tg")).alias("gen_tps"),
+        pl.when(ev == "engine_stats").then(pl.col("_x_n_processing_slots").cast(pl.Int64, strict=False)).alias("running"),
+        pl.when(ev == "engine_stats").then(pl.col("_x_n_idle_slots").cast(pl.Int64, strict=False)).alias("n_idle_slots"),
         pl.when(ev == "engine_stats").then(pl.col("_pp")).alias("prompt_tps"),
         pl.when(ev == "capacity").then(pl.coalesce(pl.col("_n_slots"), pl.col("_n_seq"))).alias("max_num_seqs"),
         pl.when(ev == "capacity").then(pl.coalesce(
@@ -517,6 +557,7 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         pl.col("_lead").alias("wrapper"),
         pl.col("_slot").alias("slot"),
         pl.col("_task").alias("task"),
+        pl.coalesce("n_ctx_slot", "_np_ctx").alias("n_ctx_slot"),
         pl.col("_port").alias("port"),
         pl.col("_fn").alias("func"),
         pl.col("_x_tid").alias("tid"),
@@ -577,21 +618,25 @@ def _whole_prompt(df: pl.DataFrame) -> pl.DataFrame:
 _ATTR_KEYS = (
     *T.REQUEST_ATTRS,
     "n_decoded", "tg_3s", "n_tokens", "progress", "elapsed_s", "n_ctx_slot", "n_tokens_used", "truncated",
+    "batch_n_tokens", "cached_tokens", "n_keep", "n_idle_slots",
     "method", "path", "client", "error_kind", "request_line", "timing_part", "hidden",
     "slot", "task", "port", "func", "tid", "rel_s", "ts_anchor", "prompt_evaluated", "wrapper",
 )
 
 _OUT_COLS = (
     "line", "ts", "ts_rel_us", "level", "event", "request_id", "model", "prompt_tokens", "output_tokens",
-    "e2e_s", "tpot_s", "inference_s", "prompt_tps", "gen_tps", "max_num_seqs",
+    "e2e_s", "tpot_s", "inference_s", "prompt_tps", "gen_tps", "running", "max_num_seqs",
     "kv_capacity_tokens", "http_status", "message", "run_start",
 )
 
 # fields that only mean something on some event kinds
 _ONLY_ON = {
-    "method": ("http_access",), "path": ("http_access",), "client": ("http_access",),
-    "n_decoded": ("engine_stats",), "tg_3s": ("engine_stats",), "n_tokens": ("engine_stats",),
-    "progress": ("engine_stats",), "elapsed_s": ("engine_stats",), "n_ctx_slot": ("capacity", "log"),
+    # (and on a fork's request-arrival `log` line, whose status comes on its response line)
+    "method": ("http_access", "log"), "path": ("http_access", "log"), "client": ("http_access", "log"),
+    "n_decoded": ("engine_stats",), "tg_3s": ("engine_stats",), "elapsed_s": ("engine_stats",),
+    # (a slot's prompt progress line is a `log`: its own progress, not an engine snapshot)
+    "n_tokens": ("engine_stats", "log"), "progress": ("engine_stats", "log"),
+    "n_ctx_slot": ("capacity", "log"),
 }
 
 

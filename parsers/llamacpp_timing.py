@@ -43,7 +43,8 @@ TOTAL_RE = rf"^\s*total time\s*=\s*{NUM} ms(?: /\s*([0-9]+) tokens)?"
 GRAPHS_RE = r"^\s*graphs reused\s*=\s*([0-9]+)"
 DRAFT_RE = (
     r"^\s*draft acceptance(?: rate)?\s*=\s*([0-9.]+) \(\s*([0-9]+) accepted /\s*([0-9]+) generated\)"
-    r"(?:, mean len =\s*([0-9.]+))?"
+    # `mean len` (2026-05), `mean acceptance length` (2026-06 on)
+    r"(?:, mean (?:acceptance )?len(?:gth)? =\s*([0-9.]+))?"
 )
 PART_RE = (
     r"^\s*(?:prompt eval time|(?:generation )?eval time|total time|graphs reused|draft acceptance(?: rate)?)\s*="

@@ -7,7 +7,7 @@ This module owns the anatomy of a line (see /work/shared/formats/sglang.md §1):
 the Python-logging form a `SGLANG_LOGGING_CONFIG_PATH` config prints (`2026-06-07
 10:59:31,659 [INFO] sglang.srt...: `), bare uvicorn lines, the per-request metrics JSON of
 `--export-metrics-to-file`, and multi-line records (a scheduler's `hit an exception:
-Traceback ...` is one error event). What each message means is in `sglang_fields.py`.
+Traceback ...` is one error event). What each message means is in `sglang_fields.py` (`sglang_other.py`: the remaining lines).
 
 Choices worth knowing:
 - SGLang prints no level: lines are INFO-or-WARNING alike, so `level` stays null except for
@@ -41,6 +41,7 @@ import polars as pl
 
 from . import uvicorn
 from . import sglang_fields as F
+from .sglang_other import other_columns
 from .base import ParseContext, attrs_column, record_ids
 
 NAME = "sglang"
@@ -63,6 +64,13 @@ _PYLOG = (
     rf"\[(?P<plevel>{_LEVEL})\] (?P<plogger>[\w.]+): "
 )
 _PYLOG_HINT = rf"^\d{{4}}-\d{{2}}-\d{{2}} \d{{2}}:\d{{2}}:\d{{2}}(?:[,.]\d+)? \[(?:{_LEVEL})\] "
+# a logging config of `%(asctime)s %(levelname)s %(process)d [{ranks} %(filename)s:%(lineno)d] `
+# (`2025-10-20 03:02:22 INFO 31223 [DP3 TP3 EP3 scheduler_metrics_mixin.py:222] Decode batch. ...`)
+_CUSTOM = (
+    r"^(?P<cdate>\d{4}-\d{2}-\d{2}) (?P<chms>\d{2}:\d{2}:\d{2})(?:[,.](?P<cfrac>\d{1,6}))? "
+    rf"(?P<clevel>{_LEVEL}) (?P<cpid>\d+) \[(?P<cranks>(?:{_RANK} )*)(?P<csrc>[\w.-]+\.py:\d+)\] "
+)
+_CUSTOM_HINT = rf"^\d{{4}}-\d{{2}}-\d{{2}} \d{{2}}:\d{{2}}:\d{{2}}(?:[,.]\d+)? (?:{_LEVEL}) \d+ \["
 # the prefix behind some other lead (a wrapper the decoding stage did not take off)
 _LATE_PREFIX = rf"^(?P<lead>.{{1,200}}?)\[(?:\d{{4}}-\d{{2}}-\d{{2}} )?\d{{2}}:\d{{2}}:\d{{2}}(?: {_RANK})*\] "
 _LATE_HINT = r"\[(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}[ \]]"
@@ -113,12 +121,16 @@ def record_starts(text: pl.Series) -> pl.Series:
     t = pl.col("t")
     if not _any(df, t.str.contains(r"^(?:[ \t]|$|The above|During handling)|^\s*$")):
         return pl.repeat(True, df.height, dtype=pl.Boolean, eager=True).alias("starts")
-    hdr = t.str.contains(_PREFIX_HINT) | t.str.contains(_PYLOG_HINT)
+    hdr = t.str.contains(_PREFIX_HINT) | t.str.contains(_PYLOG_HINT) | t.str.contains(_CUSTOM_HINT)
     indented = t.str.contains(r"^[ \t]")
     blank = t.str.strip_chars() == ""
     tb_ish = (indented & ~blank) | t.str.contains(_TRACEBACK, literal=True)
     exc_close = t.str.contains(F.EXCEPTION) & tb_ish.shift(1).fill_null(False)
-    cont = ~hdr & (indented | blank | t.str.contains(_CHAINED) | exc_close)
+    # the message a traceback belongs to: v0.1's `Exception in ModelRpcClient:`, uvicorn's
+    # `ERROR:    Exception in ASGI application` (its traceback follows on the next line)
+    introduced = t.str.starts_with(_TRACEBACK) & t.shift(1).str.contains(
+        r"^\S.*:\s*$|(?:ERROR|CRITICAL):\s+Exception in ASGI application\s*$").fill_null(False)
+    cont = ~hdr & (indented | blank | t.str.contains(_CHAINED) | exc_close | introduced)
     return df.select((~cont).alias("starts")).to_series()
 
 
@@ -131,14 +143,34 @@ def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     if df.select(t.str.contains("\r", literal=True).any()).item():
         t = t.str.strip_chars_end("\r")
     df = df.with_columns(t.alias("_t"))
+    df = _launcher_lead(df)
     starts = record_starts(df["_t"])
     df = _split_prefix(df)
+    if "_lead0" in df.columns:
+        df = df.with_columns(pl.coalesce("lead", "_lead0").alias("lead")).drop("_lead0")
     rec = _records(df, starts)
     return _events(rec, ctx)
 
 
 # ---------------------------------------------------------------------------------------
 # anatomy
+
+
+# a launcher that re-logs SGLang's output through its own Python logging (`%(asctime)s -
+# %(name)s - %(levelname)s - `): the lead is taken off every line so that SGLang's prefix and
+# a traceback's indented lines read as they were printed; it is kept in attrs `wrapper`
+_LAUNCHER = rf"^\d{{4}}-\d{{2}}-\d{{2}} \d{{2}}:\d{{2}}:\d{{2}},\d{{3}} - [\w.]+ - (?:{_LEVEL}) - "
+
+
+def _launcher_lead(df: pl.DataFrame) -> pl.DataFrame:
+    t = pl.col("_t")
+    if not _any(df, t.str.slice(0, 30).str.contains(r"^\d{4}-\d{2}-\d{2} [\d:]{8},\d{3} - ")):
+        return df
+    lead = t.str.slice(0, 120).str.extract(rf"({_LAUNCHER[1:]})", 1)
+    return df.with_columns(
+        pl.when(lead.is_not_null()).then(t.str.slice(lead.str.len_chars())).otherwise(t).alias("_t"),
+        lead.str.strip_chars_end().str.strip_chars_end("-").str.strip_chars_end().alias("_lead0"),
+    )
 
 
 def _split_prefix(df: pl.DataFrame) -> pl.DataFrame:
@@ -165,6 +197,17 @@ def _split_prefix(df: pl.DataFrame) -> pl.DataFrame:
         )
     else:
         df = df.with_columns(pl.lit(None, pl.String).alias(c) for c in pylog_cols)
+    if _any(df, ~pl.col("_hdr") & t.str.contains(_CUSTOM_HINT)):
+        c = pl.col("_c").struct
+        df = df.with_columns(pl.when(~pl.col("_hdr")).then(head).str.extract_groups(_CUSTOM).alias("_c"))
+        hit = c.field("chms").is_not_null()
+        df = df.with_columns(
+            *(pl.coalesce(pl.col(a), c.field(b)).alias(a) for a, b in (
+                ("pdate", "cdate"), ("phms", "chms"), ("pfrac", "cfrac"), ("plevel", "clevel"), ("plogger", "csrc"))),
+            pl.when(hit).then(c.field("cranks").str.strip_chars_end()).otherwise(pl.col("ranks")).alias("ranks"),
+            (pl.col("_hdr") | hit).alias("_hdr"),
+            pl.coalesce("_plen", pl.when(hit).then(head.str.extract(_CUSTOM, 0).str.len_chars())).alias("_plen"),
+        ).drop("_c")
     if _any(df, ~pl.col("_hdr") & t.str.contains(_LATE_HINT)):
         late = pl.when(~pl.col("_hdr")).then(t.str.slice(0, 320)).str.extract(_LATE_PREFIX, 0)
         df = df.with_columns(late.alias("_late"))
@@ -183,7 +226,28 @@ def _split_prefix(df: pl.DataFrame) -> pl.DataFrame:
         ).drop("_q", "_late")
     else:
         df = df.with_columns(pl.lit(None, pl.String).alias("lead"))
-    return df.with_columns(pl.col("_t").str.slice(pl.col("_plen").fill_null(0)).alias("m"))
+    df = df.with_columns(pl.col("_t").str.slice(pl.col("_plen").fill_null(0)).alias("m"))
+    return _inner_prefix(df)
+
+
+def _inner_prefix(df: pl.DataFrame) -> pl.DataFrame:
+    """SGLang's prefix right behind another `[date time] ` (a log viewer's or collector's own
+    time, `[2025-03-11 16:44:27] [2025-03-11 01:44:27 TP0] Decode batch. ...`): the inner one
+    is SGLang's, the outer is kept as the lead (attrs `wrapper`)."""
+    m = pl.col("m")
+    nested = pl.col("_hdr") & m.str.contains(r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}")
+    if not _any(df, nested):
+        return df
+    g = pl.col("_i").struct
+    df = df.with_columns(pl.when(nested).then(m.str.slice(0, 120).str.extract_groups(_PREFIX)).alias("_i"),
+                         pl.when(nested).then(m.str.slice(0, 120).str.extract(_PREFIX, 0)).alias("_ipre"))
+    inner = pl.col("_ipre").is_not_null() & g.field("hms").is_not_null()
+    outer = pl.col("_t").str.slice(0, pl.col("_plen")).str.strip_chars_end()
+    return df.with_columns(
+        *(pl.when(inner).then(g.field(c)).otherwise(pl.col(c)).alias(c) for c in ("date", "hms", "frac", "ranks")),
+        pl.when(inner).then(pl.coalesce(pl.col("lead"), outer)).otherwise(pl.col("lead")).alias("lead"),
+        pl.when(inner).then(m.str.slice(pl.col("_ipre").str.len_chars())).otherwise(m).alias("m"),
+    ).drop("_i", "_ipre")
 
 
 def _records(df: pl.DataFrame, starts: pl.Series) -> pl.DataFrame:
@@ -240,13 +304,15 @@ def _family() -> pl.Expr:
     bare = ~hdr
     return (
         pl.when(F.STATS_HINT & F.IS_STATS).then(pl.lit("stats"))
-        .when(hdr & F.CAPACITY_HINT & (F.IS_SERVER_ARGS | F.IS_POOL | F.IS_KV_ALLOC)).then(pl.lit("cap"))
+        .when(hdr & F.CAPACITY_HINT & (F.IS_SERVER_ARGS | F.IS_POOL | F.IS_KV_ALLOC | F.IS_JAX_POOL)).then(pl.lit("cap"))
         .when((hdr & F.IS_RETRACT) | (bare & F.IS_BARE_RETRACT)).then(pl.lit("retract"))
-        .when(hdr & F.IS_XFER_FAIL).then(pl.lit("xfer_fail"))
+        # (a paste may keep the message without its prefix)
+        .when(F.IS_XFER_FAIL).then(pl.lit("xfer_fail"))
         .when(F.REQUEST_HINT & ((bare & F.IS_METRICS_JSON) | (hdr & F.IS_FINISH))).then(pl.lit("request"))
         .when(hdr & F.REQUEST_HINT & F.IS_RECEIVE).then(pl.lit("arrive"))
         .when(hdr & F.IS_REQ_TIME).then(pl.lit("reqtime"))
         .when(m.str.contains(F.UVICORN_ACCESS)).then(pl.lit("access"))
+        .when(hdr & m.str.contains(F.AIOHTTP_ACCESS)).then(pl.lit("aiohttp"))
         .otherwise(pl.lit("other"))
     )
 
@@ -383,11 +449,16 @@ def _family_frame(fam: str, sub: pl.DataFrame, ctx: ParseContext) -> pl.DataFram
         cols = {"event": pl.lit("request"), **F.req_time_columns(),
                 "instance": _role_instance(pl.when(stage.is_in(["prefill", "decode"])).then(stage), ctx)}
     elif fam == "arrive":
-        cols = {"event": pl.lit("request_arrived"), "request_id": F.receive_request_id()}
+        cols = {"event": pl.lit("request_arrived"), "request_id": F.receive_request_id(),
+                "sampling_params": F.receive_sampling_params()}
     elif fam == "access":
         sub, cols, extra = uvicorn.access_columns(sub, m)
+    elif fam == "aiohttp":
+        g = m.str.extract_groups(F.AIOHTTP_ACCESS)
+        cols = {"event": pl.lit("http_access"), "http_status": g.struct.field("status").cast(pl.Int32, strict=False)}
+        extra = {k: g.struct.field(k) for k in ("method", "path", "client")} | {"protocol": g.struct.field("proto")}
     else:
-        cols, extra = _other_columns(sub)
+        cols, extra = other_columns(sub)
     message = pl.col("body_all")
     if fam == "other":  # an unparsed record keeps its lines as they were
         message = pl.when(cols["event"] == "unparsed").then(pl.col("raw")).otherwise(message)
@@ -466,44 +537,6 @@ def _stats_frame(sub: pl.DataFrame, ctx: ParseContext):
         "unparsed_fields": pl.col("_fragments"),
     }
     return sub, cols, extra, pl.col("_extra")
-
-
-def _other_columns(sub: pl.DataFrame) -> tuple[dict[str, pl.Expr], dict[str, pl.Expr]]:
-    """Every other record: errors (fatal scheduler messages, tracebacks, exception lines),
-    uvicorn's other lines, start-up progress bars, plain log lines, and unparsed lines."""
-    m, hdr = pl.col("m"), pl.col("_hdr")
-    sub_exc = m.str.extract_groups(F.EXCEPTION)
-    exc_type = pl.coalesce(pl.col("_xt"), sub_exc.struct.field("exc"))
-    exc_msg = pl.coalesce(pl.col("_xm"), sub_exc.struct.field("excmsg"))
-    # (behind SGLang's `[date time] ` prefix too: the tokenizer process's uvicorn warnings)
-    is_uv = m.str.contains(F.UVICORN_OTHER)
-    progress = ~hdr & m.str.contains(F.PROGRESS)
-    error = (
-        F.IS_FATAL
-        | pl.col("has_tb")
-        | pl.col("plevel").is_in(["ERROR", "CRITICAL"]).fill_null(False)
-        | (~is_uv & sub_exc.struct.field("exc").is_not_null())
-    )
-    kind = (
-        pl.when(error).then(pl.lit("error"))
-        .when(hdr | is_uv | progress).then(pl.lit("log"))
-        .otherwise(pl.lit("unparsed"))
-    )
-    cols = {
-        "event": kind,
-        "level": pl.coalesce(
-            pl.col("plevel"),
-            pl.when(is_uv).then(m.str.extract(r"^(" + _LEVEL + r"):", 1)),
-            pl.when(error).then(pl.lit("ERROR")),
-        ),
-    }
-    extra = {
-        "exc_type": pl.when(error).then(exc_type),
-        "exc_message": pl.when(error).then(exc_msg),
-        "uvicorn": pl.when(is_uv).then(True),
-        "progress": pl.when(progress).then(True),
-    }
-    return cols, extra
 
 
 def _metrics_instance(ctx: ParseContext) -> str | None:

@@ -182,7 +182,9 @@ IS_SERVER_ARGS = M.str.contains(r"^server_args=ServerArgs\(|^ServerArgs\(")
 IS_POOL = M.str.contains(r"^max_total_num_tokens=\d+")
 # `KV Cache is allocated. #tokens: N, K size: F GB, V size: F GB` (memory pool)
 IS_KV_ALLOC = M.str.contains(r"^KV Cache is allocated\. #tokens: \d+")
-CAPACITY_HINT = M.str.contains(r"^(?:server_args=|ServerArgs\(|max_total_num_tokens=|KV Cache is allocated)")
+# sglang-jax: `ModelRunner max_total_num_tokens: 315424`
+IS_JAX_POOL = M.str.contains(r"^ModelRunner max_total_num_tokens: \d+")
+CAPACITY_HINT = M.str.contains(r"^(?:server_args=|ServerArgs\(|max_total_num_tokens=|KV Cache is allocated|ModelRunner max_total_num_tokens:)")
 
 
 def _arg_int(name: str) -> pl.Expr:
@@ -196,6 +198,7 @@ def capacity_columns() -> dict[str, pl.Expr]:
         "kv_capacity_tokens": pl.coalesce(
             pl.when(IS_POOL).then(_arg_int("max_total_num_tokens")),
             pl.when(IS_KV_ALLOC).then(M.str.extract(r"#tokens: (\d+)", 1).cast(pl.Int64, strict=False)),
+            pl.when(IS_JAX_POOL).then(M.str.extract(r"max_total_num_tokens: (\d+)", 1).cast(pl.Int64, strict=False)),
         ),
         # -1 disables chunked prefill: no per-batch token budget then
         "max_batch_tokens": pl.when(chunk > 0).then(chunk),
@@ -377,15 +380,39 @@ def receive_request_id() -> pl.Expr:
     return M.str.extract(r"\brid='([^']+)'", 1)
 
 
+def receive_sampling_params() -> pl.Expr:
+    """`Receive: obj=GenerateReqInput(..., sampling_params={'temperature': 0.1, 'max_new_tokens':
+    None, 'stop': None, 'top_k': -1, 'ignore_eos': False, ...}, ...)` as a JSON object of its
+    number and boolean entries (a None is absent; strings and lists are left out, as for vLLM)."""
+    d = M.str.extract(r"\bsampling_params=\{([^{}]*)\}", 1)
+    num = r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
+    # (each entry closed by its comma: the last one is given one)
+    pairs = pl.concat_str([d, pl.lit(",")]).str.extract_all(rf"'\w+': (?:{num}|True|False),").list.eval(
+        pl.element().str.strip_suffix(",").str.replace(r"^'(\w+)': ", '"$1":')
+        .str.replace(r":True$", ":true").str.replace(r":False$", ":false")
+    )
+    return pl.when(pairs.list.len() > 0).then(pl.concat_str([pl.lit("{"), pairs.list.join(","), pl.lit("}")]))
+
+
 # ---------------------------------------------------------------------------------------
 # uvicorn and errors
 
 # `INFO:     127.0.0.1:40052 - "POST /v1/chat/completions HTTP/1.1" 200 OK`
 UVICORN_ACCESS = uvicorn.ACCESS
+# aiohttp's access log (the PD bootstrap / Mooncake metadata server run inside SGLang):
+# `10.6.131.6 [14/Apr/2025:03:55:53 +0000] "PUT /metadata?key=... HTTP/1.1" 200 176 "-" "-"`
+AIOHTTP_ACCESS = (
+    r'^(?P<client>\S+) \[\d{2}/\w{3}/\d{4}:[\d:]+ [-+]\d{4}\] '
+    r'"(?P<method>[A-Z]+) (?P<path>\S+) (?P<proto>HTTP/[\d.]+)" (?P<status>\d{3}) (?P<bytes>\d+|-)'
+)
+# glog lines of the C++ libraries in the same stream (Mooncake, NCCL plugins):
+# `E0414 03:56:41.856248 77969 transfer_metadata_plugin.cpp:173] message`
+GLOG = r"^([IWEF])\d{4} \d{2}:\d{2}:\d{2}\.\d{6}\s+\d+ [\w.-]+:\d+\] "
 UVICORN_OTHER = uvicorn.OTHER
 # `Scheduler hit an exception: Traceback ...`, `DataParallelController hit an exception`,
-# `TokenizerManager hit an exception`, `Received sigquit from a child process...`
-IS_FATAL = M.str.contains(r"^\w+ hit an exception|Received sigquit from a child proces")
+# `TokenizerManager hit an exception`, `Received sigquit from a child process...`, and the
+# scheduler's watchdog (`Watchdog timeout (self.watchdog_timeout=300)`: the process is killed)
+IS_FATAL = M.str.contains(r"^\w+ hit an exception|Received sigquit from a child proces|^Watchdog timeout \(")
 EXCEPTION = (
     r"^(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure|"
     r"Timeout|Fault))(?::\s*(?P<excmsg>.*))?$"
