@@ -113,3 +113,72 @@ def otlp_file(lines, times, batch: int = 7):
         res = {"resource": {"attributes": attrs}, "scopeLogs": [{"scope": {}, "logRecords": recs}]}
         out.append(json.dumps({"resourceLogs": [res]}, separators=(",", ":")) + "\n")
     return "".join(out)
+
+
+# CSV downloads (parsers/wrappers/csvexport.py). Each writes the entries with the csv module
+# (fields with a comma, quote or newline quoted, quotes doubled); `entries` groups lines into
+# one entry where a log agent joined them (a traceback), else one line an entry.
+
+def _csv(header, rows) -> str:
+    import csv
+    import io
+
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(header)
+    w.writerows(rows)
+    return buf.getvalue()
+
+
+def entries(lines, times, groups=None):
+    """(message, time ns) per entry: `groups` lists (first index, count) of joined lines."""
+    groups = groups or [(i, 1) for i in range(len(lines))]
+    return [("\n".join(lines[i:i + n]), times[i]) for i, n in groups]
+
+
+def _ms_utc(ns: int, fmt: str) -> str:
+    import datetime as dt
+
+    sec, frac = divmod(ns, 1_000_000_000)
+    return dt.datetime.fromtimestamp(sec, dt.timezone.utc).strftime(fmt) + f".{frac // 1_000_000:03d}"
+
+
+def gcp_csv(lines, times, groups=None):
+    """Logs Explorer "Download" as CSV: the LogEntry flattened to dotted column names."""
+    header = ["insertId", "logName", "receiveTimestamp", "resource.labels.cluster_name", "resource.labels.container_name",
+              "resource.labels.namespace_name", "resource.labels.pod_name", "resource.type", "severity", "textPayload", "timestamp"]
+    rows = [[f"{i:08x}abc", "projects/proj/logs/stdout", wr.rfc3339_ns(t + 412_000_000), "c1", "server", "serving", POD,
+             "k8s_container", "INFO", m, wr.rfc3339_ns(t)] for i, (m, t) in enumerate(entries(lines, times, groups))]
+    return _csv(header, rows[::-1])
+
+
+def cw_console_csv(lines, times, groups=None):
+    """The CloudWatch console's log events downloaded as CSV: epoch ms, oldest first."""
+    return _csv(["timestamp", "message"], [[t // 1_000_000, m] for m, t in entries(lines, times, groups)])
+
+
+def cw_insights_csv(lines, times, groups=None):
+    """Logs Insights results exported as CSV: newest first, `@timestamp` in ms, UTC."""
+    rows = [[_ms_utc(t, "%Y-%m-%d %H:%M:%S"), m, CW_STREAM, "123456789012:/eks/c1/containers"] for m, t in entries(lines, times, groups)]
+    return _csv(["@timestamp", "@message", "@logStream", "@log"], rows[::-1])
+
+
+def datadog_csv(lines, times, groups=None):
+    """Datadog Log Explorer "Download as CSV": the list's columns, newest first, ISO ms."""
+    rows = [[_ms_utc(t, "%Y-%m-%dT%H:%M:%S") + "Z", "gke-c1-pool-1-node", "llm", "serving", POD, "server", m]
+            for m, t in entries(lines, times, groups)]
+    return _csv(["date", "host", "service", "kube_namespace", "pod_name", "kube_container_name", "message"], rows[::-1])
+
+
+def kibana_csv(lines, times, groups=None):
+    """Kibana Discover "Download CSV": the document table's columns, newest first, the
+    default date format (`MMM D, YYYY @ HH:mm:ss.SSS`, UTC)."""
+    import datetime as dt
+
+    def kib(t):
+        sec, frac = divmod(t, 1_000_000_000)
+        d = dt.datetime.fromtimestamp(sec, dt.timezone.utc)
+        return d.strftime("%b ") + str(d.day) + d.strftime(", %Y @ %H:%M:%S") + f".{frac // 1_000_000:03d}"
+
+    rows = [[kib(t), "serving", POD, "server", "gke-c1-pool-1-node", m] for m, t in entries(lines, times, groups)]
+    return _csv(["@timestamp", "kubernetes.namespace", "kubernetes.pod.name", "kubernetes.container.name", "host.name", "message"], rows[::-1])

@@ -10,6 +10,11 @@ Each format is one small module here with the same seam:
     def sniff(texts: list[str]) -> float     # share of the sample lines in this format
     def decode(frame) -> frame               # logical lines in, logical lines out (_frame.py)
 
+A format whose lines cannot be read without something from the file's head (a CSV export's
+header row names its columns) also has `layer(texts) -> str`: the layer name it is stored
+under, `NAME:ARG`, and its decode takes ARG: `decode(frame, arg)`, so a block read far from
+the head (and the tailer, and a later ingest) decodes it the same way.
+
 `detect(sample)` finds a file's layers outside in by sampling its first lines (they nest:
 CRI around a compose prefix around colour codes). `wrap(parser, layers)` gives an object
 with the engine parser's contract (parsers/base.py) that decodes each chunk first, so the
@@ -27,13 +32,13 @@ from types import ModuleType
 import numpy as np
 import polars as pl
 
-from . import ansi, cloudwatch, compose, cri, docker_json, docker_ts, gcp, journald, jsonfmt, kubectl, loki, otlp, prefix, syslog
+from . import ansi, csvexport, cloudwatch, compose, cri, docker_json, docker_ts, gcp, journald, jsonfmt, kubectl, loki, otlp, prefix, syslog
 from ._frame import start
 
 # tried in this order at each depth; the first whose share of the sample reaches
 # SNIFF_THRESHOLD is the next layer (each format at most once per file)
 DECODERS: dict[str, ModuleType] = {
-    m.NAME: m for m in (gcp, cloudwatch, loki, otlp, docker_json, journald, cri, ansi, syslog, kubectl, docker_ts, compose, jsonfmt, prefix)
+    m.NAME: m for m in (gcp, cloudwatch, loki, otlp, csvexport, docker_json, journald, cri, ansi, syslog, kubectl, docker_ts, compose, jsonfmt, prefix)
 }
 SNIFF_THRESHOLD = 0.6
 # the head of a file that ingest and the tailer read to find its layers and its engine
@@ -61,9 +66,10 @@ def detect(sample: list[str]) -> tuple[str, ...]:
     texts = sample
     for _ in range(MAX_DEPTH):
         for name, mod in DECODERS.items():
-            if name in layers:
+            if any(_base(n) == name for n in layers):
                 continue
             if mod.sniff(texts) >= SNIFF_THRESHOLD:
+                name = mod.layer(texts) if hasattr(mod, "layer") else name
                 layers.append(name)
                 texts = decode_texts(texts, (name,))
                 break
@@ -76,8 +82,14 @@ def decode(lines: pl.DataFrame, layers: tuple[str, ...]) -> pl.DataFrame:
     """Physical lines (`line`, `text`) -> logical lines with the wrapper columns (_frame.py)."""
     df = start(lines)
     for name in layers:
-        df = DECODERS[name].decode(df)
+        base, _, arg = name.partition(":")
+        df = DECODERS[base].decode(df, arg) if arg else DECODERS[base].decode(df)
     return df
+
+
+def _base(layer: str) -> str:
+    """The decoder's name of a stored layer (`csv-export:<header>` -> `csv-export`)."""
+    return layer.partition(":")[0]
 
 
 def decode_texts(texts: list[str], layers: tuple[str, ...]) -> list[str]:
@@ -92,7 +104,7 @@ def wrap(parser, layers: tuple[str, ...] | list[str], labels: dict[str, str] | N
     """`parser` behind the decoders `layers` (the parser itself when there is nothing to
     undo). `labels`: constant labels of the file (Kubernetes namespace, container...)."""
     layers = tuple(layers or ())
-    unknown = [n for n in layers if n not in DECODERS]
+    unknown = [n for n in layers if _base(n) not in DECODERS]
     if unknown:
         raise ValueError(f"unknown wrapper format {unknown[0]!r}")
     if not layers and not labels:
@@ -110,7 +122,7 @@ class DecodedParser:
         self.NAME = parser.NAME
         self.CARRY_FORWARD = getattr(parser, "CARRY_FORWARD", ())
         lookback = getattr(parser, "RECORD_LOOKBACK", None)
-        joins = any(DECODERS[n].JOINS for n in layers)
+        joins = any(DECODERS[_base(n)].JOINS for n in layers)
         if lookback is not None:
             self.RECORD_LOOKBACK = lookback + (FRAGMENT_LOOKBACK if joins else 0)
 
