@@ -182,3 +182,58 @@ def kibana_csv(lines, times, groups=None):
 
     rows = [[kib(t), "serving", POD, "server", "gke-c1-pool-1-node", m] for m, t in entries(lines, times, groups)]
     return _csv(["@timestamp", "kubernetes.namespace", "kubernetes.pod.name", "kubernetes.container.name", "host.name", "message"], rows[::-1])
+
+
+def grafana_txt(lines, times):
+    """Grafana Explore "Download logs" as text (Loki): the common labels, two blank lines,
+    then `<ms>\\t<ISO ms>\\t<line>`, newest first as the panel shows them."""
+    meta = 'Common labels: {"container":"server","namespace":"serving","pod":"%s"}\nLine limit: "1000 (%d returned)"\n' % (POD, len(lines))
+    rows = [f"{t // 1_000_000}\t{_ms_utc(t, '%Y-%m-%dT%H:%M:%S')}Z\t{ln}\n" for ln, t in zip(lines, times)]
+    return meta + "\n\n" + "".join(rows[::-1])
+
+
+def grafana_json(lines, times):
+    """Grafana Explore "Download logs" as JSON: one line, the rows newest first."""
+    rows = [{"line": ln, "timestamp": str(t), "date": _ms_utc(t, "%Y-%m-%dT%H:%M:%S") + "Z",
+             "fields": {"container": "server", "namespace": "serving", "pod": POD, "stream": "stdout"}}
+            for ln, t in zip(lines, times)]
+    return json.dumps(rows[::-1])
+
+
+def elastic_doc(line, ns, pod=POD):
+    """A Filebeat / Elastic Agent document of a container's line (ECS, Kubernetes metadata)."""
+    return {"@timestamp": _ms_utc(ns, "%Y-%m-%dT%H:%M:%S") + "Z", "message": line, "stream": "stdout",
+            "kubernetes": {"namespace": "serving", "pod": {"name": pod, "uid": "0a1b"}, "container": {"name": "server"},
+                           "node": {"name": "gke-c1-pool-1-node"}},
+            "host": {"name": "gke-c1-pool-1-node"}, "ecs": {"version": "8.0.0"}, "agent": {"type": "filebeat"}}
+
+
+def elastic_ndjson(lines, times):
+    """`_source` NDJSON, newest first (the default sort of a search)."""
+    return "".join(json.dumps(elastic_doc(ln, t)) + "\n" for ln, t in list(zip(lines, times))[::-1])
+
+
+def elastic_hits(lines, times):
+    """A search response printed indented (`?pretty`): hits newest first."""
+    hits = [{"_index": ".ds-logs-2026.06.10", "_id": f"id{i}", "_score": None, "_source": elastic_doc(ln, t), "sort": [t // 1_000_000]}
+            for i, (ln, t) in enumerate(zip(lines, times))]
+    return json.dumps({"took": 5, "timed_out": False, "hits": {"total": {"value": len(hits), "relation": "eq"}, "hits": hits[::-1]}}, indent=2) + "\n"
+
+
+def datadog_log(line, ns, i=0):
+    return {"attributes": {"attributes": {"logger": {"name": "vllm"}}, "host": "gke-c1-pool-1-node", "message": line, "service": "llm",
+                           "status": "error" if "ERROR" in line else "info",
+                           "tags": ["kube_namespace:serving", f"pod_name:{POD}", "kube_container_name:server", "source:vllm"],
+                           "timestamp": _ms_utc(ns, "%Y-%m-%dT%H:%M:%S") + "Z"},
+            "id": f"AQAAAY{i:010d}", "type": "log"}
+
+
+def datadog_json(lines, times):
+    """The Logs Search API's response, indented as its docs print it: newest first."""
+    data = [datadog_log(ln, t, i) for i, (ln, t) in enumerate(zip(lines, times))]
+    return json.dumps({"data": data[::-1], "links": {"next": "https://api.datadoghq.com/..."}, "meta": {"page": {"after": "eyJ"}}}, indent=4) + "\n"
+
+
+def datadog_ndjson(lines, times):
+    """`jq -c '.data[]'` of the response: one log a line, newest first."""
+    return "".join(json.dumps(datadog_log(ln, t, i)) + "\n" for i, (ln, t) in list(enumerate(zip(lines, times)))[::-1])

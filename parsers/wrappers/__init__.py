@@ -32,13 +32,13 @@ from types import ModuleType
 import numpy as np
 import polars as pl
 
-from . import ansi, csvexport, cloudwatch, compose, cri, docker_json, docker_ts, gcp, journald, jsonfmt, kubectl, loki, otlp, prefix, syslog
+from . import ansi, csvexport, cloudwatch, datadog, elastic, grafana, compose, cri, docker_json, docker_ts, gcp, journald, jsonfmt, kubectl, loki, otlp, prefix, syslog
 from ._frame import start
 
 # tried in this order at each depth; the first whose share of the sample reaches
 # SNIFF_THRESHOLD is the next layer (each format at most once per file)
 DECODERS: dict[str, ModuleType] = {
-    m.NAME: m for m in (gcp, cloudwatch, loki, otlp, csvexport, docker_json, journald, cri, ansi, syslog, kubectl, docker_ts, compose, jsonfmt, prefix)
+    m.NAME: m for m in (gcp, datadog, elastic, cloudwatch, loki, grafana, otlp, csvexport, docker_json, journald, cri, ansi, syslog, kubectl, docker_ts, compose, jsonfmt, prefix)
 }
 SNIFF_THRESHOLD = 0.6
 # the head of a file that ingest and the tailer read to find its layers and its engine
@@ -71,7 +71,7 @@ def detect(sample: list[str]) -> tuple[str, ...]:
             if mod.sniff(texts) >= SNIFF_THRESHOLD:
                 name = mod.layer(texts) if hasattr(mod, "layer") else name
                 layers.append(name)
-                texts = decode_texts(texts, (name,))
+                texts = _decoded_sample(texts, name)
                 break
         else:
             break
@@ -90,6 +90,18 @@ def decode(lines: pl.DataFrame, layers: tuple[str, ...]) -> pl.DataFrame:
 def _base(layer: str) -> str:
     """The decoder's name of a stored layer (`csv-export:<header>` -> `csv-export`)."""
     return layer.partition(":")[0]
+
+
+def _decoded_sample(texts: list[str], layer: str) -> list[str]:
+    """The lines inside one layer of a sample, without an unfinished last one (the sample's
+    end cuts an export's last object short: its raw text would be taken for another format)."""
+    if not texts:
+        return []
+    lines = pl.DataFrame({"line": pl.int_range(1, len(texts) + 1, eager=True), "text": pl.Series(texts, dtype=pl.String)})
+    dec = decode(lines, (layer,))
+    if dec.height and bool(dec["_open"][-1]):
+        dec = dec.head(dec.height - 1)
+    return dec["text"].to_list()
 
 
 def decode_texts(texts: list[str], layers: tuple[str, ...]) -> list[str]:

@@ -46,7 +46,7 @@ def join_objects(df: pl.DataFrame) -> pl.DataFrame:
         inside = last.fill_null(False) | closes
     df = join_fragments(df, ~inside | closes)
     t = pl.col("text").str.strip_chars().str.strip_suffix(",")
-    envelope = t.str.contains(_PUNCT) | t.str.contains(r'^"[^"]*"\s*:\s*(?:[\[{]|\[\]|"[^"]*"|[0-9]+),?$')
+    envelope = t.str.contains(_PUNCT) | t.str.contains(r'^"[^"]*"\s*:\s*(?:[\[{]|\[\]|"[^"]*"|[0-9.]+|true|false|null),?$')
     # the envelope is the platform's, not the server's: its lines give no line to the parser
     # (an unfinished last line stays, so the reader still holds it back)
     keep = ~envelope | pl.col("_open")

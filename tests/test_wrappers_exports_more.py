@@ -1,0 +1,76 @@
+"""Grafana Explore downloads, Elasticsearch / OpenSearch documents and Datadog's Logs Search
+JSON (parsers/wrappers/grafana.py, elastic.py, datadog.py): real engine lines inside each
+give the events of the server's own file, with the platform's time and the pod's labels."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from servelens.parsers import get_parser
+from servelens.parsers import wrappers as W
+from servelens.parsers.base import ParseContext
+
+import wrapping as wr
+from test_wrappers_exports import SAME, SAMPLES, parse, truth
+from test_wrappers_exports_csv import check
+from wrapping_exports import POD, datadog_json, datadog_ndjson, elastic_hits, elastic_ndjson, grafana_json, grafana_txt
+
+K8S = {"pod": POD, "namespace": "serving", "container": "server"}
+# export -> (writer, its layer, its time's precision in ns, labels)
+EXPORTS = {
+    "grafana-txt": (grafana_txt, "grafana-explore", 1_000_000, K8S),
+    "grafana-json": (grafana_json, "grafana-explore", 1, K8S),
+    "elastic-source-ndjson": (elastic_ndjson, "elastic", 1_000_000, K8S | {"host": "gke-c1-pool-1-node", "node": "gke-c1-pool-1-node"}),
+    "elastic-hits-indented": (elastic_hits, "elastic", 1_000_000, K8S),
+    "datadog-api-indented": (datadog_json, "datadog", 1_000_000, K8S | {"service": "llm"}),
+    "datadog-ndjson": (datadog_ndjson, "datadog", 1_000_000, K8S),
+}
+
+
+@pytest.mark.parametrize("engine,rel", SAMPLES, ids=[Path(r).name for _, r in SAMPLES])
+@pytest.mark.parametrize("export", list(EXPORTS))
+def test_export_gives_the_servers_events(engine, rel, export):
+    lines, times, base = truth(rel, engine)
+    write, layer, precision, labels = EXPORTS[export]
+    layers, texts, ev = parse(engine, write(lines, times))
+    assert layers[0].partition(":")[0] == layer
+    check(ev, base, times, precision, labels)
+    assert ev["line"].min() >= 1 and (ev["line"] + ev["n_lines"]).max() <= len(texts) + 1
+
+
+def test_grafana_text_keeps_its_common_labels_with_the_layer():
+    lines, times, _ = truth("sample_logs/vllm/real/v1_0_11.log", "vllm")
+    layers = W.detect(wr.split_lines(grafana_txt(lines, times))[:300])
+    assert layers[0] == 'grafana-explore:{"container":"server","namespace":"serving","pod":"%s"}' % POD
+
+
+@pytest.mark.parametrize("export", ["elastic-source-ndjson", "datadog-ndjson", "elastic-hits-indented", "datadog-api-indented"])
+def test_a_document_cut_short_is_unparsed_and_the_rest_ingests(export):
+    lines, times, base = truth("sample_logs/vllm/real/v1_0_11.log", "vllm")
+    text = EXPORTS[export][0](lines, times)
+    cut = text.rfind('"message"')
+    layers, texts, ev = parse("vllm", text[:cut] + "\n")
+    broken = ev.filter(pl.col("message").str.starts_with("{"))
+    assert broken["event"].to_list() == ["unparsed"]
+    # newest first: the entry cut is the file's last, the server's first line
+    rest = ev.filter(~pl.col("message").str.starts_with("{")).sort("wrapper_ts", maintain_order=True)
+    assert rest.select(SAME).equals(base.filter(pl.col("line") != 1).select(SAME))
+
+
+@pytest.mark.parametrize("export", list(EXPORTS))
+def test_read_blocks_never_split_an_entry(export):
+    import io
+
+    from servelens.pipeline.lines import parse_stream
+
+    lines, times, base = truth("sample_logs/vllm/real/v1_0_11.log", "vllm")
+    data = EXPORTS[export][0](lines, times).encode()
+    layers = W.detect(wr.split_lines(data[:65536].decode(errors="replace"))[:300])
+    ctx = ParseContext(engine="vllm", source="t", instance="t", year=2026, keep_lines=True)
+    chunks = parse_stream(io.BytesIO(data), W.wrap(get_parser("vllm"), layers), ctx, offset=0, next_line=1, block_bytes=4096)
+    ev = pl.concat([c.events for c in chunks])
+    assert ev.height == base.height
+    assert ev["event"].value_counts().sort("event").equals(base["event"].value_counts().sort("event"))
