@@ -74,3 +74,45 @@ def test_read_blocks_never_split_an_entry(export):
     ev = pl.concat([c.events for c in chunks])
     assert ev.height == base.height
     assert ev["event"].value_counts().sort("event").equals(base["event"].value_counts().sort("event"))
+
+
+def two_pod_entries(writer_entry):
+    """Two vLLM servers' lines interleaved in time, one export of their namespace."""
+    a_lines, a_times, a_base = truth("sample_logs/vllm/real/v1_0_11.log", "vllm")
+    b_lines, _, b_base = truth("sample_logs/vllm/real/v0_4.log", "vllm")
+    b_times = [a_times[0] + i * wr.STEP_NS + wr.STEP_NS // 2 for i in range(len(b_lines))]
+    ents = [(t, writer_entry(ln, t, "vllm-a")) for ln, t in zip(a_lines, a_times)]
+    ents += [(t, writer_entry(ln, t, "vllm-b")) for ln, t in zip(b_lines, b_times)]
+    ents.sort(key=lambda p: p[0], reverse=True)  # newest first, as a search returns them
+    return [e for _, e in ents], {"vllm-a": a_base, "vllm-b": b_base}
+
+
+@pytest.mark.parametrize("explicit", [False, True])
+def test_a_namespace_export_gives_one_instance_per_pod(tmp_path, explicit):
+    """`servelens ingest` of one Elastic export holding two pods: an instance per pod, named
+    as Kubernetes names it, each with its own server's events and nothing of the other's;
+    `--instance` still names the whole file."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from conftest import events, write
+    from servelens.pipeline.cli import _register_commands, app
+    from wrapping_exports import elastic_doc
+
+    _register_commands()
+    docs, bases = two_pod_entries(lambda ln, t, pod: elastic_doc(ln, t, pod=pod))
+    write(tmp_path / "exports" / "serving.ndjson", "".join(json.dumps(d) + "\n" for d in docs))
+    args = ["ingest", str(tmp_path / "exports"), "--store", str(tmp_path / "store"), "-q"] + (["--instance", "mine"] if explicit else [])
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    got = events(tmp_path / "store")
+    assert got["engine"].unique().to_list() == ["vllm"]
+    if explicit:
+        assert got["instance"].unique().to_list() == ["mine"]
+        return
+    assert sorted(got["instance"].unique().to_list()) == ["vllm-a", "vllm-b"]
+    key = [c for c in SAME if c not in ("message", "model")]
+    for pod, base in bases.items():
+        mine = got.filter(pl.col("instance") == pod)
+        assert mine.select(key).sort(key, nulls_last=True).equals(base.select(key).sort(key, nulls_last=True)), pod

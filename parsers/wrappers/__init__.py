@@ -48,6 +48,9 @@ MAX_DEPTH = 6
 # the docker json-file and CRI runtimes split lines longer than 16 KiB; a record-start
 # question about a window of lines needs this many more lines of look-back (pipeline/lines.py)
 FRAGMENT_LOOKBACK = 64
+# a newest-first export read in blocks: the oldest entries of a block whose start of record
+# cannot be told from the block, for a parser that says no look-back (pipeline/lines.py)
+OLDEST_UNKNOWN = 256
 
 
 def head_sample(head: bytes) -> list[str]:
@@ -154,10 +157,33 @@ class DecodedParser:
         starts = self.parser.record_starts(dec["text"]).fill_null(True).to_numpy().astype(bool)
         if dec.height and bool(dec["_open"][-1]):
             starts[-1] = True
-        if dec.height == n:
+        phys = dec["line"].to_numpy()
+        if dec.height == n and dec["line"].is_sorted():
             return pl.Series("starts", starts)
+        # an entry's first piece (an export entry may give several lines) speaks for it
+        first = np.ones(len(phys), dtype=bool)
+        if len(phys) > 1:
+            seen = dec.select(pl.col("line").is_first_distinct()).to_series().to_numpy()
+            first = seen
+        phys, starts = phys[first], starts[first]
         out = np.zeros(n, dtype=bool)
-        out[dec["line"].to_numpy() - 1] = starts
+        steps = np.diff(phys)
+        if (steps < 0).sum() <= (steps > 0).sum():
+            out[phys - 1] = starts
+            return pl.Series("starts", out)
+        # newest first on disk: cutting before an entry is safe when the (newer) entry just
+        # before it on disk starts a record; every line of the records before the cut is then
+        # before it too, and those after it end before that record began
+        # (the oldest entries of the window may continue a record begun further on disk,
+        # beyond the window: their starts are not known)
+        lookback = getattr(self.parser, "RECORD_LOOKBACK", None)
+        starts = starts.copy()
+        starts[: OLDEST_UNKNOWN if lookback is None else lookback + 1] = False
+        order = np.argsort(phys, kind="stable")
+        p, st = phys[order], starts[order]
+        out[p[1:] - 1] = st[:-1]
+        if bool(dec["_open"][-1]):
+            out[int(dec["line"][-1]) - 1] = True
         return pl.Series("starts", out)
 
     def parse(self, lines: pl.DataFrame, ctx) -> pl.DataFrame:
@@ -174,8 +200,15 @@ class DecodedParser:
         events = _parse_streams(self.parser, view, dec, ctx)
         if events.height == 0:
             return events
-        return apply_wrapper(events, dec, first, joined, self.labels)
+        # a platform's export names the pod of each entry: one instance per pod, unless the
+        # user named the file's instance (`--instance`)
+        by_pod = "_lab_pod" in dec.columns and not ctx.file.get("instance_explicit") and any(
+            _base(n) in POD_INSTANCE_LAYERS for n in self.layers)
+        return apply_wrapper(events, dec, first, joined, self.labels, by_pod)
 
+
+# the platform exports whose pod label names the instance of each entry
+POD_INSTANCE_LAYERS = frozenset({"gcp-logging", "cloudwatch", "loki", "otlp", "csv-export", "datadog", "elastic", "grafana-explore", "kubectl-prefix"})
 
 # labels that name one server's stream in a file holding several (a platform export of a
 # namespace): each stream's lines go to the engine parser on their own
@@ -200,7 +233,8 @@ def _parse_streams(parser, view: pl.DataFrame, dec: pl.DataFrame, ctx) -> pl.Dat
     return pl.concat(parts, how="diagonal_relaxed") if parts else parser.parse(view.head(0), ctx)
 
 
-def apply_wrapper(events: pl.DataFrame, dec: pl.DataFrame, first: int, joined: bool, labels: dict[str, str]) -> pl.DataFrame:
+def apply_wrapper(events: pl.DataFrame, dec: pl.DataFrame, first: int, joined: bool, labels: dict[str, str],
+                  by_pod: bool = False) -> pl.DataFrame:
     """Give each event its line's wrapper columns, the wrapper's time where it is finer than
     the engine's, and (when fragments were joined) spans over physical lines."""
     idx = (events["line"] - first).cast(pl.Int64)
@@ -218,6 +252,10 @@ def apply_wrapper(events: pl.DataFrame, dec: pl.DataFrame, first: int, joined: b
         cols["_wts"].alias("wrapper_ts"), cols["_stream"].alias("stream"), cols["_labels"].alias("labels"),
         cols["_pre"].alias("_pre"),
     )
+    if by_pod:
+        pod = dec["_lab_pod"].gather(idx)
+        own = events["instance"] if "instance" in events.columns else pl.Series([None] * events.height, dtype=pl.String)
+        events = events.with_columns(pl.coalesce(pod, own).alias("instance"))
     if joined:
         phys = dec["line"].cast(pl.Int64)
         ends = (phys + dec["_n"].cast(pl.Int64))
