@@ -11,7 +11,7 @@ import pytest
 
 from servelens.parsers import get_parser
 from servelens.parsers import wrappers as W
-from servelens.parsers.base import ParseContext
+from servelens.parsers.base import ParseContext, parse_text
 
 import wrapping as wr
 from test_wrappers_exports import SAME, SAMPLES, parse, truth
@@ -116,3 +116,37 @@ def test_a_namespace_export_gives_one_instance_per_pod(tmp_path, explicit):
     for pod, base in bases.items():
         mine = got.filter(pl.col("instance") == pod)
         assert mine.select(key).sort(key, nulls_last=True).equals(base.select(key).sort(key, nulls_last=True)), pod
+
+
+@pytest.mark.parametrize("engine,rel", [("tgi", "sample_logs/tgi/real/launcher_traceback.log"), ("sglang", "sample_logs/sglang/real/startup_and_crash.log"),
+                                        ("trtllm", "sample_logs/trtllm/real/backtraces.log"), ("vllm", "sample_logs/vllm/real/v1_0_11.log")])
+@pytest.mark.parametrize("export", ["gcp_array", "cw_insights", "loki_jsonl", "cw_insights_csv", "datadog_json", "elastic_ndjson", "grafana_txt",
+                                    "kibana_csv"])
+@pytest.mark.parametrize("block", [4096])
+def test_a_newest_first_export_bigger_than_a_block_gives_the_servers_events(engine, rel, export, block):
+    """Read in blocks smaller than the export (every block put in order on its own), a
+    newest-first export gives the events of the server's file: no traceback cut between
+    blocks. (The model a vLLM file names once reaches only the blocks after it on disk.)"""
+    import io
+
+    import wrapping_exports as X
+    from servelens.pipeline.lines import parse_stream
+
+    lines, _, _ = truth(rel, engine)
+    # the sample written several times over, so that its export spans several blocks
+    lines = lines * max(1, -(-3 * block // len("\n".join(lines))))
+    # (the copies' own times go back at each copy: the platform's are its arrival times)
+    times = [1_781_101_425_000_000_000 + i * 1_500_000 for i in range(len(lines))]
+    base = parse_text(engine, "\n".join(lines) + "\n")
+    data = getattr(X, export)(lines, times).encode()
+    assert len(data) > 2 * block
+    layers = W.detect(wr.split_lines(data[:65536].decode(errors="replace"))[:300])
+    ctx = ParseContext(engine=engine, source="t", instance="t", year=2026, keep_lines=True)
+    chunks = list(parse_stream(io.BytesIO(data), W.wrap(get_parser(engine), layers), ctx, offset=0, next_line=1, block_bytes=block))
+    # (a parser with no bounded look-back, TensorRT-LLM's, holds a newest-first export's
+    # blocks back until a record start is certain: at this size, the whole file)
+    assert len(chunks) > 1 or getattr(get_parser(engine), "RECORD_LOOKBACK", None) is None
+    # (events of one time at the export's precision: the older is further down on disk)
+    ev = pl.concat([c.events for c in chunks]).sort(["wrapper_ts", "line"], descending=[False, True])
+    key = [c for c in SAME if c != "model"]
+    assert ev.select(key).equals(base.select(key))

@@ -155,9 +155,12 @@ class DecodedParser:
         lines = pl.DataFrame({"line": pl.int_range(1, n + 1, eager=True), "text": text.cast(pl.String)})
         dec = decode(lines, self.layers)
         starts = self.parser.record_starts(dec["text"]).fill_null(True).to_numpy().astype(bool)
-        if dec.height and bool(dec["_open"][-1]):
-            starts[-1] = True
+        open_last = bool(dec.height and dec["_open"][-1])
         phys = dec["line"].to_numpy()
+        steps = np.diff(phys)
+        backwards = (steps < 0).sum() > (steps > 0).sum()
+        if open_last and not backwards:
+            starts[-1] = True
         if dec.height == n and dec["line"].is_sorted():
             return pl.Series("starts", starts)
         # an entry's first piece (an export entry may give several lines) speaks for it
@@ -167,8 +170,7 @@ class DecodedParser:
             first = seen
         phys, starts = phys[first], starts[first]
         out = np.zeros(n, dtype=bool)
-        steps = np.diff(phys)
-        if (steps < 0).sum() <= (steps > 0).sum():
+        if not backwards:
             out[phys - 1] = starts
             return pl.Series("starts", out)
         # newest first on disk: cutting before an entry is safe when the (newer) entry just
@@ -182,8 +184,8 @@ class DecodedParser:
         order = np.argsort(phys, kind="stable")
         p, st = phys[order], starts[order]
         out[p[1:] - 1] = st[:-1]
-        if bool(dec["_open"][-1]):
-            out[int(dec["line"][-1]) - 1] = True
+        # (an unfinished last entry is older than every other: the cut before it is safe only
+        # when the entry before it starts a record, as for any other)
         return pl.Series("starts", out)
 
     def parse(self, lines: pl.DataFrame, ctx) -> pl.DataFrame:
