@@ -150,3 +150,24 @@ def test_a_newest_first_export_bigger_than_a_block_gives_the_servers_events(engi
     ev = pl.concat([c.events for c in chunks]).sort(["wrapper_ts", "line"], descending=[False, True])
     key = [c for c in SAME if c != "model"]
     assert ev.select(key).equals(base.select(key))
+
+
+def test_a_grafana_json_download_cut_short_keeps_its_whole_entries():
+    """The JSON download is one line: cut inside its oldest entry (the array's last), every
+    whole entry still gives its events, the broken one is `unparsed`; and a download larger
+    than what detection reads of a file's head is still found."""
+    lines, times, base = truth("sample_logs/vllm/real/v1_0_11.log", "vllm")
+    text = grafana_json(lines, times)
+    layers, texts, ev = parse("vllm", text[: text.rfind('"line"') + 20])
+    assert layers[0] == "grafana-explore" and len(texts) == 1
+    broken = ev.filter(pl.col("message").str.starts_with('{"line"'))
+    assert broken["event"].to_list() == ["unparsed"]
+    rest = ev.filter(~pl.col("message").str.starts_with('{"line"')).sort("wrapper_ts", maintain_order=True)
+    assert rest.select(SAME).equals(base.filter(pl.col("line") != 1).select(SAME))
+    big = grafana_json(lines * 40, list(range(times[0], times[0] + 40 * len(lines) * 1_000_000, 1_000_000)))
+    assert len(big) > W.SAMPLE_BYTES
+    head = W.head_sample(big.encode()[: W.SAMPLE_BYTES])
+    assert W.detect(head) == ("grafana-explore",)
+    from servelens.parsers import detect_engine
+
+    assert detect_engine(W.decode_texts(head, ("grafana-explore",)))[0] == "vllm"

@@ -197,7 +197,7 @@ def grafana_json(lines, times):
     rows = [{"line": ln, "timestamp": str(t), "date": _ms_utc(t, "%Y-%m-%dT%H:%M:%S") + "Z",
              "fields": {"container": "server", "namespace": "serving", "pod": POD, "stream": "stdout"}}
             for ln, t in zip(lines, times)]
-    return json.dumps(rows[::-1])
+    return json.dumps(rows[::-1], separators=(",", ":"))  # (as JSON.stringify writes it)
 
 
 def elastic_doc(line, ns, pod=POD):

@@ -74,13 +74,29 @@ def decode(df: pl.DataFrame, common: str = "") -> pl.DataFrame:
     first_block = df.height and int(df["line"][0]) == 1
     if first_block:
         df = df.filter(~(head & (text.str.contains(_META) | (text.str.strip_chars() == ""))) | pl.col("_open"))
-    # JSON: one line holding every entry
+    # JSON: one line holding every entry, cut into its entries (JSON.stringify writes no
+    # spaces; `},{"line":` cannot occur inside a string, whose quotes are escaped), so that
+    # a download cut short (or the head that detection reads) keeps its whole entries
     is_json = text.str.contains(_JSON)
+    df = df.with_columns(pl.when(is_json).then(text.str.strip_prefix("[").str.split('},{"line":'))
+                         .otherwise(pl.concat_list(pl.lit(None, pl.String))).alias("_p"))
+    df = df.with_columns(pl.col("_p").list.len().alias("_np")).explode("_p")
+    k = pl.int_range(pl.len()).over("line")
+    piece = pl.when(k > 0).then(pl.lit('{"line":') + pl.col("_p")).otherwise(pl.col("_p"))
+    piece = pl.when(k < pl.col("_np") - 1).then(piece + "}").otherwise(piece.str.strip_suffix("]"))
+    df = df.with_columns(pl.when(pl.col("_p").is_not_null()).then(piece).alias("_p"))
     try:
-        df = df.with_columns(pl.when(is_json).then(text).str.json_decode(_DTYPE).alias("_j"))
+        df = df.with_columns(pl.col("_p").str.json_decode(_DTYPE.inner).alias("_j"))
     except pl.exceptions.PolarsError:
-        df = df.with_columns(pl.lit(None, _DTYPE).alias("_j"))
-    df = df.explode("_j", empty_as_null=True, keep_nulls=True)
+        from ._export import _decode_one
+
+        df = df.with_columns(pl.col("_p").map_elements(_decode_one, return_dtype=_DTYPE.inner).alias("_j"))
+    # an entry that is no whole object keeps its text (the engine parser keeps it unparsed);
+    # the last one is unfinished (a head read for detection, or a download cut short)
+    broken = pl.col("_p").is_not_null() & pl.col("_j").is_null()
+    last = pl.int_range(pl.len()) == pl.len() - 1
+    df = df.with_columns(pl.when(broken).then(pl.col("_p")).otherwise(text).alias("text"), (pl.col("_open") | (broken & last)).alias("_open"))
+    df = df.drop("_p", "_np")
     j = pl.col("_j").struct.field
     fields = j("fields").struct.field
     row = text.str.extract_groups(_ROW).struct.field
