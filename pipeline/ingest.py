@@ -355,6 +355,7 @@ def _open_file(
     # a file its writer writes whole at once (a client's results) has no such line
     live = (
         not getattr(get_parser(result.engine), "WRITTEN_WHOLE", False)
+        and not wrappers.written_whole(result.decode)
         and time.time() - path.stat().st_mtime < LIVE_WINDOW_S
     )
     if known is not None:

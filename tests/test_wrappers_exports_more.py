@@ -171,3 +171,34 @@ def test_a_grafana_json_download_cut_short_keeps_its_whole_entries():
     from servelens.parsers import detect_engine
 
     assert detect_engine(W.decode_texts(head, ("grafana-explore",)))[0] == "vllm"
+
+
+def test_ingest_of_a_directory_of_new_exports_needs_no_flag(tmp_path):
+    """`servelens ingest DIR` of files just downloaded (a Grafana JSON download ends without a
+    newline, and is still read whole): each format and engine found from content."""
+    from typer.testing import CliRunner
+
+    from conftest import events, write
+    from servelens.pipeline.cli import _register_commands, app
+    from wrapping_exports import cw_console_csv, kibana_csv
+
+    _register_commands()
+    cases = {
+        "a.json": ("vllm", "sample_logs/vllm/real/v1_0_11.log", grafana_json),
+        "b.csv": ("tgi", "sample_logs/tgi/real/launcher_traceback.log", kibana_csv),
+        "c.json": ("sglang", "sample_logs/sglang/real/v0_4_2025.log", datadog_json),
+        "d.csv": ("trtllm", "sample_logs/trtllm/real/backtraces.log", cw_console_csv),
+        "e.json": ("llamacpp", "sample_logs/llamacpp/real/era_b_2024_startup_9928.log", elastic_hits),
+    }
+    bases = {}
+    for name, (engine, rel, writer) in cases.items():
+        lines, times, bases[name] = truth(rel, engine)
+        write(tmp_path / "exports" / name, writer(lines, times), age_s=1)  # (downloaded a second ago)
+    r = CliRunner().invoke(app, ["ingest", str(tmp_path / "exports"), "--store", str(tmp_path / "store"), "-q"])
+    assert r.exit_code == 0, r.output
+    got = events(tmp_path / "store")
+    for name, (engine, _, _) in cases.items():
+        mine = got.filter(pl.col("source").str.ends_with(name))
+        assert mine["engine"].unique().to_list() == [engine], name
+        key = [c for c in SAME if c not in ("message", "model")]
+        assert mine.select(key).sort(key, nulls_last=True).equals(bases[name].select(key).sort(key, nulls_last=True)), name

@@ -212,6 +212,15 @@ class DecodedParser:
 # the platform exports whose pod label names the instance of each entry
 POD_INSTANCE_LAYERS = frozenset({"gcp-logging", "cloudwatch", "loki", "otlp", "csv-export", "datadog", "elastic", "grafana-explore", "kubectl-prefix"})
 
+# downloads a platform writes whole (a JSON download often ends without a newline): never a
+# live file whose last line is still being written
+WRITTEN_WHOLE = frozenset({"gcp-logging", "cloudwatch", "csv-export", "datadog", "elastic", "grafana-explore"})
+
+
+def written_whole(layers: tuple[str, ...] | list[str]) -> bool:
+    return bool(layers) and _base(layers[0]) in WRITTEN_WHOLE
+
+
 # labels that name one server's stream in a file holding several (a platform export of a
 # namespace): each stream's lines go to the engine parser on their own
 STREAM_LABELS = ("_lab_namespace", "_lab_pod", "_lab_container", "_lab_log_group", "_lab_log_stream")
