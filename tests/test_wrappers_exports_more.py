@@ -55,6 +55,7 @@ def test_a_document_cut_short_is_unparsed_and_the_rest_ingests(export):
     layers, texts, ev = parse("vllm", text[:cut] + "\n")
     broken = ev.filter(pl.col("message").str.starts_with("{"))
     assert broken["event"].to_list() == ["unparsed"]
+    assert "not a whole JSON object" in broken["labels"][0]
     # newest first: the entry cut is the file's last, the server's first line
     rest = ev.filter(~pl.col("message").str.starts_with("{")).sort("wrapper_ts", maintain_order=True)
     assert rest.select(SAME).equals(base.filter(pl.col("line") != 1).select(SAME))

@@ -79,8 +79,11 @@ def decode_objects(df: pl.DataFrame, dtype: pl.Struct) -> pl.DataFrame:
     try:
         return df.with_columns(pl.when(obj).then(pl.col("text")).str.json_decode(dtype).alias("_j"))
     except pl.exceptions.PolarsError:
-        # some object is broken: only then one object at a time
-        return df.with_columns(pl.col("text").map_elements(_decode_one, return_dtype=dtype).alias("_j"))
+        # some object is broken: only then one object at a time, the broken one labelled
+        # with why it is left to the engine parser
+        df = df.with_columns(pl.col("text").map_elements(_decode_one, return_dtype=dtype).alias("_j"))
+        broken = obj & pl.col("_j").is_null()
+        return df.with_columns(pl.when(broken).then(pl.lit("not a whole JSON object (the export cut short?)")).alias("_lab_decode_error"))
 
 
 def _decode_one(text: str | None):
