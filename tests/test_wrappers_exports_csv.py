@@ -139,3 +139,19 @@ def test_read_blocks_never_split_a_row(export, block):
     assert ev["event"].value_counts().sort("event").equals(base["event"].value_counts().sort("event"))
     if "newest-first" not in export:
         assert in_time_order(ev).select(SAME).equals(base.select(SAME))
+
+
+def test_a_json_payload_column_gives_its_message():
+    """An OpenSearch Dashboards CSV of structured logs: the whole payload, pretty-printed over
+    several lines, in one `json_payload` column; its `message` is the engine line."""
+    import json
+
+    from wrapping_exports import _csv
+
+    lines, times, base = truth("sample_logs/vllm/real/v1_0_11.log", "vllm")
+    rows = [[f"{t // 1_000_000}", "server", json.dumps({"message": ln, "severity": "INFO", "logger": "vllm"}, indent=2)]
+            for ln, t in zip(lines, times)]
+    text = _csv(["@timestamp", "kubernetes.container_name", "json_payload"], rows[::-1])
+    layers, _, ev = parse("vllm", text)
+    assert layers[0].startswith("csv-export:")
+    check(ev, base, times, 1_000_000, {"container": "server"})

@@ -7,6 +7,7 @@ several physical lines:
     CloudWatch Logs Insights     @timestamp,@message,@logStream,@log    (`2026-06-10 14:23:45.123`, UTC)
     Datadog Log Explorer         date,host,service,...,message          (ISO 8601, ms)
     Kibana Discover "CSV"        @timestamp,kubernetes.pod.name,...,message   (`Jun 10, 2026 @ 14:23:45.123`)
+    OpenSearch Dashboards        @timestamp,kubernetes.container_name,json_payload  (`{"message": ...}` over several lines)
 
 The columns are found by name (any order, any others), so the header is part of the layer
 (`csv-export:<header row>`): a block read far from the file's head is decoded the same way.
@@ -33,7 +34,8 @@ JOINS = True
 
 # column names (lower case) that play each part, the first present wins
 ROLES: dict[str, tuple[str, ...]] = {
-    "message": ("textpayload", "jsonpayload.message", "@message", "message", "content", "log", "line", "body"),
+    "message": ("textpayload", "jsonpayload.message", "@message", "message", "content", "log", "line", "body",
+                "json_payload", "jsonpayload"),
     "time": ("timestamp", "@timestamp", "date", "time", "_time"),
     "pod": ("resource.labels.pod_name", "kubernetes.pod.name", "kubernetes.pod_name", "k8s.pod.name", "pod_name", "@kubernetes.pod_name", "pod"),
     "container": ("resource.labels.container_name", "kubernetes.container.name", "kubernetes.container_name", "k8s.container.name",
@@ -124,6 +126,9 @@ def decode(df: pl.DataFrame, header: str) -> pl.DataFrame:
     df = df.sort("line")
     f = {r: pl.col(f"_c{i}") for r, i in role.items()}
     msg = f["message"]
+    # a whole JSON payload in one column (GCP structured logs moved to OpenSearch): its message
+    payload = msg.str.strip_chars_start().str.starts_with("{")
+    msg = pl.when(payload).then(pl.coalesce(msg.str.json_path_match("$.message"), msg)).otherwise(msg)
     labels = [f[r].alias(f"_lab_{r}") for r in ROLES if r not in ("message", "time") and r in f]
     if "log_stream" in f and "pod" not in f:
         # Fluent Bit / Container Insights name a container's stream after its log file
