@@ -155,3 +155,23 @@ def test_a_json_payload_column_gives_its_message():
     layers, _, ev = parse("vllm", text)
     assert layers[0].startswith("csv-export:")
     check(ev, base, times, 1_000_000, {"container": "server"})
+
+
+def test_a_two_pod_kibana_csv_keeps_each_pods_records_apart():
+    """One Discover CSV of a namespace: two pods' lines interleaved, newest first; each pod's
+    events are its server's, and each pod is its own instance."""
+    from wrapping_exports import _csv
+
+    a_lines, a_times, a_base = truth("sample_logs/incident/vllm/vllm-a.log", "vllm")
+    b_lines, _, b_base = truth("sample_logs/vllm/real/v0_4.log", "vllm")
+    b_times = [a_times[0] + i * wr.STEP_NS + wr.STEP_NS // 2 for i in range(len(b_lines))]
+    rows = [(t, [str(t // 1_000_000), "serving", "vllm-a", ln]) for ln, t in zip(a_lines, a_times)]
+    rows += [(t, [str(t // 1_000_000), "serving", "vllm-b", ln]) for ln, t in zip(b_lines, b_times)]
+    rows.sort(key=lambda r: r[0], reverse=True)
+    text = _csv(["@timestamp", "kubernetes.namespace", "kubernetes.pod.name", "message"], [r for _, r in rows])
+    _, _, ev = parse("vllm", text)
+    key = [c for c in SAME if c != "model"]
+    for pod, base in (("vllm-a", a_base), ("vllm-b", b_base)):
+        mine = in_time_order(ev.filter(pl.col("instance") == pod))
+        assert mine.select(key).equals(base.select(key)), pod
+    assert ev.height == a_base.height + b_base.height
