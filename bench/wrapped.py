@@ -7,8 +7,8 @@ runtimes store it (CRI, docker json-file), each ingested into a fresh store.
 
 Prints wall and CPU seconds (the fastest run) and MB/s per form; the decode stage's cost is
 the difference between a wrapped form and the verbatim one. The wrapped copies are written
-with the runtimes' splitting rules (tests/wrapping.py); with `--exports`, as Cloud Logging and
-CloudWatch hand the lines back (tests/wrapping_exports.py).
+with the runtimes' splitting rules (tests/wrapping.py); with `--exports`, as Cloud Logging,
+CloudWatch, Datadog, Elastic / Kibana and Grafana hand the lines back (tests/wrapping_exports.py).
 """
 
 from __future__ import annotations
@@ -53,7 +53,10 @@ def main(argv: list[str] | None = None) -> None:
             times = [wrapping.wrapper_time_ns(i) for i in range(len(lines))]
             wx = wrapping_exports
             writers = {"gcloud-json": wx.gcp_array, "gcp-ndjson": wx.gcp_ndjson,
-                       "cw-filter": wx.cw_filter_log_events, "cw-insights": wx.cw_insights}
+                       "cw-filter": wx.cw_filter_log_events, "cw-insights": wx.cw_insights,
+                       "cw-ins-csv": wx.cw_insights_csv, "kibana-csv": wx.kibana_csv, "datadog-csv": wx.datadog_csv,
+                       "datadog-json": wx.datadog_json, "elastic": wx.elastic_ndjson, "grafana-txt": wx.grafana_txt,
+                       "grafana-json": wx.grafana_json}
             makers = {k: functools.partial(fn, times=times) for k, fn in writers.items()}
         else:
             makers = {"cri": wrapping.to_cri, "docker-json": wrapping.to_docker_json}

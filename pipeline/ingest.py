@@ -342,6 +342,7 @@ def _open_file(
     parser = wrappers.wrap(get_parser(result.engine), result.decode, labels)
 
     ctx = ParseContext(engine=result.engine, source=source, instance=result.instance, year=year)
+    ctx.file["instance_explicit"] = explicit  # (else an export's pod labels name instances)
     ctx.mtime = dt.datetime.fromtimestamp(path.stat().st_mtime, dt.timezone.utc)
     offset, next_line = 0, 1
     # a file written to in the last minute is live: its unterminated last line is not
@@ -349,6 +350,7 @@ def _open_file(
     # a file its writer writes whole at once (a client's results) has no such line
     live = (
         not getattr(get_parser(result.engine), "WRITTEN_WHOLE", False)
+        and not wrappers.written_whole(result.decode)
         and time.time() - path.stat().st_mtime < LIVE_WINDOW_S
     )
     if known is not None:

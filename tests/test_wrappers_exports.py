@@ -138,6 +138,7 @@ def test_an_export_cut_short_keeps_the_rest(export):
     assert base.filter(pl.col("line") == lost).height == 1
     broken = ev.filter(pl.col("message").str.starts_with("{"))
     assert broken["event"].to_list() == ["unparsed"]
+    assert "not a whole JSON object" in broken["labels"][0]  # (with the reason)
     assert len(texts) - broken["line"][0] <= 30  # it is the tail of the download
     rest = in_time_order(ev.filter(~pl.col("message").str.starts_with("{")))
     assert rest.select(SAME).equals(base.filter(pl.col("line") != lost).select(SAME))
@@ -151,6 +152,7 @@ def test_an_otlp_file_cut_inside_its_last_batch_keeps_the_batches_before():
     whole = (len(lines) - 1) // 7 * 7  # the lines of the batches written whole
     broken = ev.filter(pl.col("message").str.starts_with('{"resourceLogs"'))
     assert broken["event"].to_list() == ["unparsed"] and broken["line"].to_list() == [len(texts)]
+    assert "not a whole JSON object" in broken["labels"][0]
     rest = in_time_order(ev.filter(~pl.col("message").str.starts_with("{")))
     assert rest.select(SAME).equals(base.filter(pl.col("line") <= whole).select(SAME))
 

@@ -10,6 +10,11 @@ Each format is one small module here with the same seam:
     def sniff(texts: list[str]) -> float     # share of the sample lines in this format
     def decode(frame) -> frame               # logical lines in, logical lines out (_frame.py)
 
+A format whose lines cannot be read without something from the file's head (a CSV export's
+header row names its columns) also has `layer(texts) -> str`: the layer name it is stored
+under, `NAME:ARG`, and its decode takes ARG: `decode(frame, arg)`, so a block read far from
+the head (and the tailer, and a later ingest) decodes it the same way.
+
 `detect(sample)` finds a file's layers outside in by sampling its first lines (they nest:
 CRI around a compose prefix around colour codes). `wrap(parser, layers)` gives an object
 with the engine parser's contract (parsers/base.py) that decodes each chunk first, so the
@@ -27,13 +32,13 @@ from types import ModuleType
 import numpy as np
 import polars as pl
 
-from . import ansi, cloudwatch, compose, cri, docker_json, docker_ts, gcp, journald, jsonfmt, kubectl, loki, otlp, prefix, syslog
+from . import ansi, csvexport, cloudwatch, datadog, elastic, grafana, compose, cri, docker_json, docker_ts, gcp, journald, jsonfmt, kubectl, loki, otlp, prefix, syslog
 from ._frame import start
 
 # tried in this order at each depth; the first whose share of the sample reaches
 # SNIFF_THRESHOLD is the next layer (each format at most once per file)
 DECODERS: dict[str, ModuleType] = {
-    m.NAME: m for m in (gcp, cloudwatch, loki, otlp, docker_json, journald, cri, ansi, syslog, kubectl, docker_ts, compose, jsonfmt, prefix)
+    m.NAME: m for m in (gcp, datadog, elastic, cloudwatch, loki, grafana, otlp, csvexport, docker_json, journald, cri, ansi, syslog, kubectl, docker_ts, compose, jsonfmt, prefix)
 }
 SNIFF_THRESHOLD = 0.6
 # the head of a file that ingest and the tailer read to find its layers and its engine
@@ -43,6 +48,9 @@ MAX_DEPTH = 6
 # the docker json-file and CRI runtimes split lines longer than 16 KiB; a record-start
 # question about a window of lines needs this many more lines of look-back (pipeline/sources/lines.py)
 FRAGMENT_LOOKBACK = 64
+# a newest-first export read in blocks: the oldest entries of a block whose start of record
+# cannot be told from the block, for a parser that says no look-back (pipeline/lines.py)
+OLDEST_UNKNOWN = 256
 
 
 def head_sample(head: bytes) -> list[str]:
@@ -61,11 +69,12 @@ def detect(sample: list[str]) -> tuple[str, ...]:
     texts = sample
     for _ in range(MAX_DEPTH):
         for name, mod in DECODERS.items():
-            if name in layers:
+            if any(_base(n) == name for n in layers):
                 continue
             if mod.sniff(texts) >= SNIFF_THRESHOLD:
+                name = mod.layer(texts) if hasattr(mod, "layer") else name
                 layers.append(name)
-                texts = decode_texts(texts, (name,))
+                texts = _decoded_sample(texts, name)
                 break
         else:
             break
@@ -76,8 +85,26 @@ def decode(lines: pl.DataFrame, layers: tuple[str, ...]) -> pl.DataFrame:
     """Physical lines (`line`, `text`) -> logical lines with the wrapper columns (_frame.py)."""
     df = start(lines)
     for name in layers:
-        df = DECODERS[name].decode(df)
+        base, _, arg = name.partition(":")
+        df = DECODERS[base].decode(df, arg) if arg else DECODERS[base].decode(df)
     return df
+
+
+def _base(layer: str) -> str:
+    """The decoder's name of a stored layer (`csv-export:<header>` -> `csv-export`)."""
+    return layer.partition(":")[0]
+
+
+def _decoded_sample(texts: list[str], layer: str) -> list[str]:
+    """The lines inside one layer of a sample, without an unfinished last one (the sample's
+    end cuts an export's last object short: its raw text would be taken for another format)."""
+    if not texts:
+        return []
+    lines = pl.DataFrame({"line": pl.int_range(1, len(texts) + 1, eager=True), "text": pl.Series(texts, dtype=pl.String)})
+    dec = decode(lines, (layer,))
+    if dec.height and bool(dec["_open"][-1]):
+        dec = dec.head(dec.height - 1)
+    return dec["text"].to_list()
 
 
 def decode_texts(texts: list[str], layers: tuple[str, ...]) -> list[str]:
@@ -92,7 +119,7 @@ def wrap(parser, layers: tuple[str, ...] | list[str], labels: dict[str, str] | N
     """`parser` behind the decoders `layers` (the parser itself when there is nothing to
     undo). `labels`: constant labels of the file (Kubernetes namespace, container...)."""
     layers = tuple(layers or ())
-    unknown = [n for n in layers if n not in DECODERS]
+    unknown = [n for n in layers if _base(n) not in DECODERS]
     if unknown:
         raise ValueError(f"unknown wrapper format {unknown[0]!r}")
     if not layers and not labels:
@@ -110,7 +137,7 @@ class DecodedParser:
         self.NAME = parser.NAME
         self.CARRY_FORWARD = getattr(parser, "CARRY_FORWARD", ())
         lookback = getattr(parser, "RECORD_LOOKBACK", None)
-        joins = any(DECODERS[n].JOINS for n in layers)
+        joins = any(DECODERS[_base(n)].JOINS for n in layers)
         if lookback is not None:
             self.RECORD_LOOKBACK = lookback + (FRAGMENT_LOOKBACK if joins else 0)
 
@@ -128,12 +155,37 @@ class DecodedParser:
         lines = pl.DataFrame({"line": pl.int_range(1, n + 1, eager=True), "text": text.cast(pl.String)})
         dec = decode(lines, self.layers)
         starts = self.parser.record_starts(dec["text"]).fill_null(True).to_numpy().astype(bool)
-        if dec.height and bool(dec["_open"][-1]):
+        open_last = bool(dec.height and dec["_open"][-1])
+        phys = dec["line"].to_numpy()
+        steps = np.diff(phys)
+        backwards = (steps < 0).sum() > (steps > 0).sum()
+        if open_last and not backwards:
             starts[-1] = True
-        if dec.height == n:
+        if dec.height == n and dec["line"].is_sorted():
             return pl.Series("starts", starts)
+        # an entry's first piece (an export entry may give several lines) speaks for it
+        first = np.ones(len(phys), dtype=bool)
+        if len(phys) > 1:
+            seen = dec.select(pl.col("line").is_first_distinct()).to_series().to_numpy()
+            first = seen
+        phys, starts = phys[first], starts[first]
         out = np.zeros(n, dtype=bool)
-        out[dec["line"].to_numpy() - 1] = starts
+        if not backwards:
+            out[phys - 1] = starts
+            return pl.Series("starts", out)
+        # newest first on disk: cutting before an entry is safe when the (newer) entry just
+        # before it on disk starts a record; every line of the records before the cut is then
+        # before it too, and those after it end before that record began
+        # (the oldest entries of the window may continue a record begun further on disk,
+        # beyond the window: their starts are not known)
+        lookback = getattr(self.parser, "RECORD_LOOKBACK", None)
+        starts = starts.copy()
+        starts[: OLDEST_UNKNOWN if lookback is None else lookback + 1] = False
+        order = np.argsort(phys, kind="stable")
+        p, st = phys[order], starts[order]
+        out[p[1:] - 1] = st[:-1]
+        # (an unfinished last entry is older than every other: the cut before it is safe only
+        # when the entry before it starts a record, as for any other)
         return pl.Series("starts", out)
 
     def parse(self, lines: pl.DataFrame, ctx) -> pl.DataFrame:
@@ -150,7 +202,23 @@ class DecodedParser:
         events = _parse_streams(self.parser, view, dec, ctx)
         if events.height == 0:
             return events
-        return apply_wrapper(events, dec, first, joined, self.labels)
+        # a platform's export names the pod of each entry: one instance per pod, unless the
+        # user named the file's instance (`--instance`)
+        by_pod = "_lab_pod" in dec.columns and not ctx.file.get("instance_explicit") and any(
+            _base(n) in POD_INSTANCE_LAYERS for n in self.layers)
+        return apply_wrapper(events, dec, first, joined, self.labels, by_pod)
+
+
+# the platform exports whose pod label names the instance of each entry
+POD_INSTANCE_LAYERS = frozenset({"gcp-logging", "cloudwatch", "loki", "otlp", "csv-export", "datadog", "elastic", "grafana-explore", "kubectl-prefix"})
+
+# downloads a platform writes whole (a JSON download often ends without a newline): never a
+# live file whose last line is still being written
+WRITTEN_WHOLE = frozenset({"gcp-logging", "cloudwatch", "csv-export", "datadog", "elastic", "grafana-explore"})
+
+
+def written_whole(layers: tuple[str, ...] | list[str]) -> bool:
+    return bool(layers) and _base(layers[0]) in WRITTEN_WHOLE
 
 
 # labels that name one server's stream in a file holding several (a platform export of a
@@ -176,7 +244,8 @@ def _parse_streams(parser, view: pl.DataFrame, dec: pl.DataFrame, ctx) -> pl.Dat
     return pl.concat(parts, how="diagonal_relaxed") if parts else parser.parse(view.head(0), ctx)
 
 
-def apply_wrapper(events: pl.DataFrame, dec: pl.DataFrame, first: int, joined: bool, labels: dict[str, str]) -> pl.DataFrame:
+def apply_wrapper(events: pl.DataFrame, dec: pl.DataFrame, first: int, joined: bool, labels: dict[str, str],
+                  by_pod: bool = False) -> pl.DataFrame:
     """Give each event its line's wrapper columns, the wrapper's time where it is finer than
     the engine's, and (when fragments were joined) spans over physical lines."""
     idx = (events["line"] - first).cast(pl.Int64)
@@ -194,6 +263,10 @@ def apply_wrapper(events: pl.DataFrame, dec: pl.DataFrame, first: int, joined: b
         cols["_wts"].alias("wrapper_ts"), cols["_stream"].alias("stream"), cols["_labels"].alias("labels"),
         cols["_pre"].alias("_pre"),
     )
+    if by_pod:
+        pod = dec["_lab_pod"].gather(idx)
+        own = events["instance"] if "instance" in events.columns else pl.Series([None] * events.height, dtype=pl.String)
+        events = events.with_columns(pl.coalesce(pod, own).alias("instance"))
     if joined:
         phys = dec["line"].cast(pl.Int64)
         ends = (phys + dec["_n"].cast(pl.Int64))

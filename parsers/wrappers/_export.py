@@ -46,7 +46,7 @@ def join_objects(df: pl.DataFrame) -> pl.DataFrame:
         inside = last.fill_null(False) | closes
     df = join_fragments(df, ~inside | closes)
     t = pl.col("text").str.strip_chars().str.strip_suffix(",")
-    envelope = t.str.contains(_PUNCT) | t.str.contains(r'^"[^"]*"\s*:\s*(?:[\[{]|\[\]|"[^"]*"|[0-9]+),?$')
+    envelope = t.str.contains(_PUNCT) | t.str.contains(r'^"[^"]*"\s*:\s*(?:[\[{]|\[\]|"[^"]*"|[0-9.]+|true|false|null),?$')
     # the envelope is the platform's, not the server's: its lines give no line to the parser
     # (an unfinished last line stays, so the reader still holds it back)
     keep = ~envelope | pl.col("_open")
@@ -79,8 +79,11 @@ def decode_objects(df: pl.DataFrame, dtype: pl.Struct) -> pl.DataFrame:
     try:
         return df.with_columns(pl.when(obj).then(pl.col("text")).str.json_decode(dtype).alias("_j"))
     except pl.exceptions.PolarsError:
-        # some object is broken: only then one object at a time
-        return df.with_columns(pl.col("text").map_elements(_decode_one, return_dtype=dtype).alias("_j"))
+        # some object is broken: only then one object at a time, the broken one labelled
+        # with why it is left to the engine parser
+        df = df.with_columns(pl.col("text").map_elements(_decode_one, return_dtype=dtype).alias("_j"))
+        broken = obj & pl.col("_j").is_null()
+        return df.with_columns(pl.when(broken).then(pl.lit("not a whole JSON object (the export cut short?)")).alias("_lab_decode_error"))
 
 
 def _decode_one(text: str | None):

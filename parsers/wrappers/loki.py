@@ -52,5 +52,7 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
         .when(d("_t").is_not_null()).then(pl.col("text").str.slice(d("_t").str.len_chars() + pl.col("_w") + 2))
         .otherwise(pl.col("text"))
     )
-    df = df.with_columns(text.alias("text"), set_time(df, rfc3339_ns(pl.coalesce(j("timestamp"), d("_t")))), *labels)
+    broken = pl.col("text").str.starts_with("{") & line.is_null()
+    df = df.with_columns(text.alias("text"), set_time(df, rfc3339_ns(pl.coalesce(j("timestamp"), d("_t")))), *labels,
+                         pl.when(broken).then(pl.lit("not a whole JSON object (the export cut short?)")).alias("_lab_decode_error"))
     return time_order(df.drop("_j", "_d", "_w"), _KEYS)

@@ -44,6 +44,8 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
         from ._export import _decode_one
 
         df = df.with_columns(pl.col("text").map_elements(_decode_one, return_dtype=_DTYPE).alias("_j"))
+        df = df.with_columns(pl.when(ours & pl.col("_j").is_null()).then(pl.lit("not a whole JSON object (the export cut short?)"))
+                             .alias("_lab_decode_error"))
     # one row per resource, then per scope, then per record; a line that is no batch stays
     df = df.with_columns(pl.col("_j").struct.field("resourceLogs").alias("_r")).explode("_r", empty_as_null=True, keep_nulls=True)
     attrs = pl.col("_r").struct.field("resource").struct.field("attributes")

@@ -1,0 +1,180 @@
+"""Log-platform CSV downloads: a header row naming the columns, then one row per entry, a
+message holding a newline (a traceback a log agent joined into one entry) quoted over
+several physical lines:
+
+    Google Cloud Logs Explorer   insertId,logName,...,resource.labels.pod_name,...,severity,textPayload,timestamp
+    CloudWatch console           timestamp,message                      (ms since the epoch)
+    CloudWatch Logs Insights     @timestamp,@message,@logStream,@log    (`2026-06-10 14:23:45.123`, UTC)
+    Datadog Log Explorer         date,host,service,...,message          (ISO 8601, ms)
+    Kibana Discover "CSV"        @timestamp,kubernetes.pod.name,...,message   (`Jun 10, 2026 @ 14:23:45.123`)
+    OpenSearch Dashboards        @timestamp,kubernetes.container_name,json_payload  (`{"message": ...}` over several lines)
+
+The columns are found by name (any order, any others), so the header is part of the layer
+(`csv-export:<header row>`): a block read far from the file's head is decoded the same way.
+A row is one record when its quotes balance; a row that opens with the time column starts a
+record whatever came before it, so an unclosed quote spoils its own row only. The rows are
+read by polars' CSV reader; a row that is no whole CSV record keeps its text and a label
+`decode_error` saying why (the engine parser keeps it as `unparsed`). Each line of a message
+is a line for the engine parser; entries are put back in time order per stream."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import polars as pl
+
+from ._export import time_order
+from .cloudwatch import _K8S_STREAM
+from ._frame import WTS, join_fragments, rfc3339_ns, set_time
+
+NAME = "csv-export"
+DOC = "Log-platform CSV downloads with a header row (Cloud Logging Logs Explorer, CloudWatch console and Logs Insights, Datadog, Kibana / OpenSearch Dashboards): message column (`textPayload`, `message`, `@message`, `content`, `log`), time column (RFC 3339, `2026-06-10 14:23:45.123`, `Jun 10, 2026 @ 14:23:45.123`, epoch s/ms/us/ns); labels `pod`, `container`, `namespace`, `node`, `host`, `service`, `log_stream`, `log_group`, `severity`; quoted multi-line messages; newest-first put back in time order per stream"
+JOINS = True
+
+# column names (lower case) that play each part, the first present wins
+ROLES: dict[str, tuple[str, ...]] = {
+    "message": ("textpayload", "jsonpayload.message", "@message", "message", "content", "log", "line", "body",
+                "json_payload", "jsonpayload"),
+    "time": ("timestamp", "@timestamp", "date", "time", "_time"),
+    "pod": ("resource.labels.pod_name", "kubernetes.pod.name", "kubernetes.pod_name", "k8s.pod.name", "pod_name", "@kubernetes.pod_name", "pod"),
+    "container": ("resource.labels.container_name", "kubernetes.container.name", "kubernetes.container_name", "k8s.container.name",
+                  "kube_container_name", "container_name", "container"),
+    "namespace": ("resource.labels.namespace_name", "kubernetes.namespace", "kubernetes.namespace_name", "k8s.namespace.name",
+                  "kube_namespace", "namespace"),
+    "node": ("resource.labels.node_name", "kubernetes.node.name", "kubernetes.host", "k8s.node.name", "node"),
+    "host": ("host.name", "host.hostname", "host", "hostname"),
+    "service": ("service", "service.name"),
+    "log_stream": ("@logstream", "logstreamname", "log_stream"),
+    "log_group": ("@log", "loggroupname", "log_group"),
+    "severity": ("severity", "status", "log.level", "level"),
+}
+_KEYS = ["_lab_namespace", "_lab_pod", "_lab_container", "_lab_log_group", "_lab_log_stream"]
+# a time as the first field of a row (quoted or not), in the forms the platforms print; the
+# space-separated form needs its fraction so that a Python logging line (`... 14:23:45,123`)
+# inside a message is never taken for a row
+_ROW_TIME = (
+    r'^"?(?:[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?(?:Z|[+-][0-9]{2}:?[0-9]{2})?'
+    r"|[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]+"
+    r"|[A-Z][a-z]{2} [0-9]{1,2}, [0-9]{4} @ [0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?"
+    r'|[0-9]{10,19})"?,'
+)
+
+
+def _header(texts: list[str]) -> tuple[str, list[str]] | None:
+    first = next((t for t in texts if t.strip()), None)
+    if first is None:
+        return None
+    raw = first.removeprefix("\ufeff")
+    if raw.lstrip().startswith(("{", "[")) or "," not in raw:
+        return None
+    try:
+        cols = next(csv.reader([raw]))
+    except (csv.Error, StopIteration):
+        return None
+    return raw, [c.strip() for c in cols]
+
+
+def roles(cols: list[str]) -> dict[str, int]:
+    """Column index of each part the header names."""
+    low = [c.lower() for c in cols]
+    out = {}
+    for role, names in ROLES.items():
+        for name in names:
+            if name in low and low.index(name) not in out.values():
+                out[role] = low.index(name)
+                break
+    return out
+
+
+def sniff(texts: list[str]) -> float:
+    head = _header(texts)
+    if head is None:
+        return 0.0
+    r = roles(head[1])
+    return 1.0 if "message" in r and "time" in r and len(head[1]) >= 2 else 0.0
+
+
+def layer(texts: list[str]) -> str:
+    return f"{NAME}:{_header(texts)[0]}"
+
+
+def decode(df: pl.DataFrame, header: str) -> pl.DataFrame:
+    cols = next(csv.reader([header]))
+    role = roles([c.strip() for c in cols])
+    text = pl.col("text").str.strip_prefix("\ufeff")
+    is_header = text == header
+    # a record ends where its quotes balance, counted from the last row that opens with
+    # its time (an unclosed quote cannot swallow the rows after it)
+    starts = (text.str.contains(_ROW_TIME) & ~is_header) if role["time"] == 0 else pl.lit(False)
+    df = df.with_columns(starts.alias("_rs"), text.str.count_matches('"', literal=True).alias("_q"))
+    df = df.with_columns(pl.col("_rs").cum_sum().alias("_seg"))
+    odd = (pl.col("_q").cum_sum().over("_seg") % 2) == 1
+    ends = ~odd | pl.col("_rs").shift(-1).fill_null(False)
+    df = df.with_columns(ends.alias("_e"), odd.alias("_odd"))
+    # the message's own newlines, put back between the physical lines joined
+    df = df.with_columns(pl.when(pl.col("_e")).then(pl.col("text")).otherwise(pl.col("text") + "\n").alias("text"))
+    df = join_fragments(df.drop("_rs", "_q", "_seg", "_odd"), pl.col("_e")).drop("_e", strict=False)
+    df = df.filter(~(pl.col("text").str.strip_prefix("\ufeff") == header) | pl.col("_open"))
+    if df.height == 0:
+        return df.with_columns(pl.lit(None, pl.String).alias("_lab_decode_error"))
+    # a record is whole when its quotes balance (join_fragments kept the first fragment's flag)
+    whole = (pl.col("text").str.count_matches('"', literal=True) % 2 == 0) & ~pl.col("_open")
+    df = df.with_columns(whole.alias("_whole"))
+    fields = _read_rows(df.filter(pl.col("_whole"))["text"], len(cols))
+    df = pl.concat([df.filter(pl.col("_whole")).hstack(fields), df.filter(~pl.col("_whole"))], how="diagonal_relaxed")
+    df = df.sort("line")
+    f = {r: pl.col(f"_c{i}") for r, i in role.items()}
+    msg = f["message"]
+    # a whole JSON payload in one column (GCP structured logs moved to OpenSearch): its message
+    payload = msg.str.strip_chars_start().str.starts_with("{")
+    msg = pl.when(payload).then(pl.coalesce(msg.str.json_path_match("$.message"), msg)).otherwise(msg)
+    labels = [f[r].alias(f"_lab_{r}") for r in ROLES if r not in ("message", "time") and r in f]
+    if "log_stream" in f and "pod" not in f:
+        # Fluent Bit / Container Insights name a container's stream after its log file
+        k8s = f["log_stream"].str.extract_groups(_K8S_STREAM).struct.field
+        labels += [k8s("pod").alias("_lab_pod"), k8s("ns").alias("_lab_namespace"), k8s("ctr").alias("_lab_container")]
+    df = df.with_columns(
+        pl.when(pl.col("_whole")).then(msg.fill_null("").str.strip_suffix("\n").str.strip_suffix("\r")).otherwise(pl.col("text")).alias("text"),
+        set_time(df, any_time(f["time"])),
+        *labels,
+        pl.when(~pl.col("_whole")).then(pl.lit("a CSV row with an unclosed quote (cut short?)")).alias("_lab_decode_error"),
+    ).drop([f"_c{i}" for i in range(len(cols))] + ["_whole"])
+    df = time_order(df, _KEYS)
+    # each line of a message is a line to the engine parser (all at the entry's place)
+    return df.with_columns(pl.col("text").str.split("\n")).explode("text").with_columns(
+        (pl.col("_open") & (pl.int_range(pl.len()) == pl.len() - 1)).alias("_open")
+    )
+
+
+def _read_rows(rows: pl.Series, n: int) -> pl.DataFrame:
+    """The fields of whole CSV records as String columns `_c0`..: one read of them all by
+    polars' CSV reader; the csv module where that disagrees with the row count."""
+    names = [f"_c{i}" for i in range(n)]
+    if len(rows) == 0:
+        return pl.DataFrame(schema={c: pl.String for c in names})
+    blob = rows.str.join("\n").item().encode()
+    try:
+        out = pl.read_csv(io.BytesIO(blob), has_header=False, new_columns=names, schema={c: pl.String for c in names},
+                          quote_char='"', truncate_ragged_lines=True)
+        if out.height == len(rows):
+            return out
+    except pl.exceptions.PolarsError:
+        pass
+    parsed = [next(csv.reader([r]), []) if r else [] for r in rows.to_list()]
+    return pl.DataFrame([(p + [None] * n)[:n] for p in parsed], schema={c: pl.String for c in names}, orient="row")
+
+
+def any_time(expr: pl.Expr) -> pl.Expr:
+    """A platform's time column -> Datetime(ns, UTC): RFC 3339, `YYYY-MM-DD HH:MM:SS.fff`
+    (UTC), Kibana's `Jun 10, 2026 @ 14:23:45.123` (UTC), or an epoch number (s, ms, us or ns
+    by its size)."""
+    s = expr.str.strip_chars()
+    naive = pl.coalesce(
+        s.str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="ns", strict=False),
+        s.str.to_datetime("%b %d, %Y @ %H:%M:%S%.f", time_unit="ns", strict=False),
+    ).dt.replace_time_zone("UTC")
+    num = s.cast(pl.Int64, strict=False)
+    scale = pl.when(num > 10**17).then(1).when(num > 10**14).then(1_000).when(num > 10**11).then(1_000_000).otherwise(1_000_000_000)
+    epoch = (num * scale).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC")
+    return pl.coalesce(pl.when(s.str.contains("T")).then(rfc3339_ns(s)), naive, epoch).cast(WTS)

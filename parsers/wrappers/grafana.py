@@ -1,0 +1,121 @@
+"""Grafana Explore's "Download logs": text and JSON (Loki, Elasticsearch or any logs source).
+
+Text: the query's meta (`Common labels: {"pod":"vllm-0",...}`, `Line limit: ...`), two blank
+lines, then a row per log line, as the panel shows them (newest first by default):
+
+    1781101425123\t2026-06-10T14:23:45.123Z\tINFO 06-10 14:23:45 ...
+
+(older Grafana wrote `2026-06-10 14:23:45.123\t<line>`, the time in the browser's zone, read
+as UTC). JSON: one line holding the array `[{"line": ..., "timestamp": "<ns>", "date": ...,
+"fields": {<labels and parsed fields>}}, ...]`.
+
+The line is the engine line; the time is in ms (text) or ns (JSON); the labels that name the
+instance (`pod`, `container`, `namespace`, `node`, `job`, `app`) come from the JSON's
+`fields` or the text's common labels, kept with the layer (`grafana-explore:<labels>`) so
+that every block of the file gets them. Entries are put back in time order per stream."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+
+from ._export import time_order
+from ._frame import WTS, rfc3339_ns, set_time, share
+
+NAME = "grafana-explore"
+DOC = "Grafana Explore \"Download logs\" text (`<ms>\\t<ISO time>\\t<line>` after the common labels) and JSON (`[{\"line\",\"timestamp\",\"date\",\"fields\"}]`): time (ms text, ns JSON); labels `pod`, `container`, `namespace`, `node`, `job`, `app`; newest first put back in time order per stream"
+JOINS = False
+
+_ROW = r"^(?P<_ms>[0-9]{10,16})\t(?P<_iso>[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z)\t"
+_OLD = r"^(?P<_old>[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3})\t"
+_JSON = r'^\[\{"line"\s*:'
+_META = r'^[A-Z][A-Za-z ]*: (?:\{.*\}|".*"|[0-9.]+)$'
+_LABELS = {"pod": "pod", "container": "container", "namespace": "namespace", "node_name": "node", "job": "job", "app": "app",
+           "k8s_pod_name": "pod", "k8s_container_name": "container", "k8s_namespace_name": "namespace"}
+_DTYPE = pl.List(pl.Struct({"line": pl.String, "timestamp": pl.String, "fields": pl.Struct({k: pl.String for k in _LABELS})}))
+_KEYS = ["_lab_namespace", "_lab_pod", "_lab_container", "_lab_job"]
+
+
+def sniff(texts: list[str]) -> float:
+    if share(texts, _JSON) > 0:
+        return 1.0
+    rows = [t for t in texts if t and not _is_meta(t)]
+    return max(share(rows, _ROW), share(rows, _OLD))
+
+
+def _is_meta(t: str) -> bool:
+    import re
+
+    return re.match(_META, t) is not None
+
+
+def layer(texts: list[str]) -> str:
+    """The common labels of a text download, kept with the layer."""
+    for t in texts:
+        if t.startswith("Common labels: {"):
+            try:
+                labels = json.loads(t.removeprefix("Common labels: "))
+            except ValueError:
+                break
+            keep = {_LABELS[k]: str(v) for k, v in labels.items() if k in _LABELS}
+            if keep:
+                return f"{NAME}:{json.dumps(keep, sort_keys=True, separators=(',', ':'))}"
+        if _is_meta(t) or not t:
+            continue
+        break
+    return NAME
+
+
+def decode(df: pl.DataFrame, common: str = "") -> pl.DataFrame:
+    text = pl.col("text")
+    # the meta lines and blank lines before the rows are Grafana's, not the server's
+    head = pl.int_range(pl.len()) < (text.str.contains(_ROW) | text.str.contains(_OLD) | text.str.contains(_JSON)).arg_true().first().fill_null(0)
+    first_block = df.height and int(df["line"][0]) == 1
+    if first_block:
+        df = df.filter(~(head & (text.str.contains(_META) | (text.str.strip_chars() == ""))) | pl.col("_open"))
+    # JSON: one line holding every entry, cut into its entries (JSON.stringify writes no
+    # spaces; `},{"line":` cannot occur inside a string, whose quotes are escaped), so that
+    # a download cut short (or the head that detection reads) keeps its whole entries
+    is_json = text.str.contains(_JSON)
+    df = df.with_columns(pl.when(is_json).then(text.str.strip_prefix("[").str.split('},{"line":'))
+                         .otherwise(pl.concat_list(pl.lit(None, pl.String))).alias("_p"))
+    df = df.with_columns(pl.col("_p").list.len().alias("_np")).explode("_p")
+    k = pl.int_range(pl.len()).over("line")
+    piece = pl.when(k > 0).then(pl.lit('{"line":') + pl.col("_p")).otherwise(pl.col("_p"))
+    piece = pl.when(k < pl.col("_np") - 1).then(piece + "}").otherwise(piece.str.strip_suffix("]"))
+    df = df.with_columns(pl.when(pl.col("_p").is_not_null()).then(piece).alias("_p"))
+    try:
+        df = df.with_columns(pl.col("_p").str.json_decode(_DTYPE.inner).alias("_j"))
+    except pl.exceptions.PolarsError:
+        from ._export import _decode_one
+
+        df = df.with_columns(pl.col("_p").map_elements(_decode_one, return_dtype=_DTYPE.inner).alias("_j"))
+    # an entry that is no whole object keeps its text (the engine parser keeps it unparsed);
+    # the last one is unfinished (a head read for detection, or a download cut short)
+    broken = pl.col("_p").is_not_null() & pl.col("_j").is_null()
+    last = pl.int_range(pl.len()) == pl.len() - 1
+    df = df.with_columns(pl.when(broken).then(pl.col("_p")).otherwise(text).alias("text"), (pl.col("_open") | (broken & last)).alias("_open"))
+    df = df.drop("_p", "_np")
+    j = pl.col("_j").struct.field
+    fields = j("fields").struct.field
+    row = text.str.extract_groups(_ROW).struct.field
+    old = text.str.extract_groups(_OLD).struct.field
+    ms = (row("_ms").cast(pl.Int64, strict=False) * 1_000_000).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC")
+    oldts = old("_old").str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="ns", strict=False).dt.replace_time_zone("UTC")
+    ns = j("timestamp").cast(pl.Int64, strict=False).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC")
+    const = json.loads(common) if common else {}
+    labels = []
+    for v in dict.fromkeys(_LABELS.values()):
+        srcs = [fields(k) for k, w in _LABELS.items() if w == v]
+        labels.append(pl.coalesce(*srcs, pl.lit(const.get(v), pl.String)).alias(f"_lab_{v}"))
+    out = (
+        pl.when(j("line").is_not_null()).then(j("line").str.strip_suffix("\n"))
+        .when(row("_ms").is_not_null()).then(text.str.slice(row("_ms").str.len_chars() + row("_iso").str.len_chars() + 2))
+        .when(old("_old").is_not_null()).then(text.str.slice(old("_old").str.len_chars() + 1))
+        .otherwise(text)
+    )
+    df = df.with_columns(out.alias("text"), set_time(df, pl.coalesce(ns, ms, rfc3339_ns(row("_iso")), oldts).cast(WTS)), *labels).drop("_j")
+    last = pl.int_range(pl.len()) == pl.len() - 1
+    df = df.with_columns((pl.col("_open") & last).alias("_open"))
+    return time_order(df, _KEYS)
