@@ -12,8 +12,10 @@
 --                     and the KV cache is not full, for >= [scheduler_sustain_s] -> raise the
 --                     sequence / token limits. Needs max_num_seqs in the log.
 --   latency_slo_e2e   p99 e2e latency > [slo_p99_e2e_s] with >= [slo_min_requests] finished
---                     requests in the window -> scale out. TGI (exact), vLLM (estimated).
---   latency_slo_ttft  p99 TTFT > [slo_p99_ttft_s]: engines that log TTFT.
+--                     requests in the window -> scale out. TGI (exact), vLLM (estimated),
+--                     a benchmark client's exact figures wherever its results file names
+--                     the request (requests.latency_source).
+--   latency_slo_ttft  p99 TTFT > [slo_p99_ttft_s]: engines that log TTFT, or client figures.
 --   throughput_swing  coefficient of variation of the window throughput over the last
 --                     [swing_lookback_windows] busy windows > [swing_cv] while the arrivals
 --                     (when logged) varied at most half as much and no backlog above
@@ -118,7 +120,7 @@ candidates as (
     select engine, instance, window_start, window_end, window_index, window_s,
         'latency_slo_ttft',
         case when p99_ttft_s >= 2 * p.slo_p99_ttft_s then 'critical' else 'warning' end,
-        p99_ttft_s, p.slo_p99_ttft_s, 's (p99 time to first token)', false, 0.0,
+        p99_ttft_s, p.slo_p99_ttft_s, 's (p99 time to first token)', ttft_estimated, 0.0,
     from metrics, params as p
     where p99_ttft_s > p.slo_p99_ttft_s and n_latency >= p.slo_min_requests
 
