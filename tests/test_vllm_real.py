@@ -351,3 +351,24 @@ def test_every_headline_figure_is_the_clients(rec: Recording, tmp_path) -> None:
     assert md.exit_code == 0, md.output
     assert (f"{slow:,} took longer than the {slo:g} s SLO (end-to-end as the benchmark client measured it where "
             "its results file names the request, else from the server log)") in md.output
+
+
+def test_a_full_batch_with_memory_to_spare_says_raise_the_limit(rec: Recording) -> None:
+    """The server ran with --max-num-seqs 2 and a near-empty KV cache; under overload its
+    /metrics show both sequences running and a queue: batch_limit fires there, reading
+    upwards (fill at or above its threshold) and naming --max-num-seqs."""
+    argv = rec.meta["server"]
+    limit = int(argv[argv.index("--max-num-seqs") + 1])
+    sig = run(rec.store, "select epoch(window_start) as ws, epoch(window_end) as we, value, threshold, recommendation "
+                         "from scaling_signals where signal = 'batch_limit'",
+              variables={"window_s": 10, "batch_limit_sustain_s": 10})
+    assert sig.height >= 1
+    for r in sig.iter_rows(named=True):
+        assert r["value"] >= r["threshold"] == 0.9 and "Raise --max-num-seqs" in r["recommendation"]
+        inside = rec.truth.filter((pl.col("ts") >= r["ws"]) & (pl.col("ts") < r["we"]))
+        queued = inside.filter(pl.col("waiting") > 0)
+        # the truth: whenever requests waited in the window the batch was at its limit, and
+        # the KV cache far from full
+        assert queued.height >= 3, r
+        assert (queued["running"] == limit).mean() >= 0.9, r
+        assert inside["kv_usage"].max() < 0.5, r
