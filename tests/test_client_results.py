@@ -328,3 +328,22 @@ def test_requests_the_client_saw_fail_are_failures_in_every_count(tmp_path) -> N
                         models=(), window_s=60.0)
     tile = data.peaks(cfg, sidebar.resolve(spec, data.catalog(cfg)))
     assert tile["failed"] == n_failed and tile["aborted"] == 0
+
+
+def test_a_request_the_client_cancelled_is_aborted_not_failed(tmp_path) -> None:
+    """AIPerf marks a request it cancelled itself (`was_cancelled`, a 499
+    RequestCancellationError): an abort, as a client hanging up is, not a failure."""
+    src = Path(__file__).resolve().parent.parent / "sample_logs" / "client" / "profile_export.jsonl"
+    recs = [json.loads(line) for line in src.read_text().splitlines() if line.strip()]
+    n_cancelled = sum(1 for r in recs if r["metadata"]["was_cancelled"])
+    n_failed = sum(1 for r in recs if r["error"] is not None and not r["metadata"]["was_cancelled"])
+    n_ok = sum(1 for r in recs if r["error"] is None)
+    assert n_cancelled >= 1
+    path = tmp_path / "profile_export.jsonl"
+    path.write_text(src.read_text())
+    _old(path)
+    ingest([path], tmp_path / "store")
+    got = dict(run(tmp_path / "store", "select status, count(*) as n from requests group by status").rows())
+    assert got == {k: v for k, v in {"finished": n_ok, "aborted": n_cancelled, "failed": n_failed}.items() if v}
+    reasons = run(tmp_path / "store", "select failure_reason from requests where status = 'aborted'")["failure_reason"]
+    assert reasons.null_count() == reasons.len()
