@@ -347,3 +347,30 @@ def test_a_request_the_client_cancelled_is_aborted_not_failed(tmp_path) -> None:
     assert got == {k: v for k, v in {"finished": n_ok, "aborted": n_cancelled, "failed": n_failed}.items() if v}
     reasons = run(tmp_path / "store", "select failure_reason from requests where status = 'aborted'")["failure_reason"]
     assert reasons.null_count() == reasons.len()
+
+
+def test_a_container_wrappers_times_are_the_wrapper_source(tmp_path) -> None:
+    """The same real vLLM 0.32 log as a CRI container copy: each line carries the runtime's
+    nanosecond time, so a request's latency derived from its lines is the wrapper's, not
+    the header's whole seconds (latency_source 'wrapper'); the truth is the times the copy
+    was given, by line."""
+    import gzip
+
+    from wrapping import STEP_NS, split_lines, to_cri, wrapper_time_ns
+
+    src = Path(__file__).resolve().parent.parent / "sample_logs" / "vllm" / "real-0.32" / "vllm-cpu.log.gz"
+    lines = split_lines(gzip.decompress(src.read_bytes()).decode())
+    # a whole-second base at the log's own day, so the engine's header and the wrapper agree
+    base = dt.datetime(2026, 12, 1, 23, 36, 0, tzinfo=dt.timezone.utc)
+    times = [wrapper_time_ns(i, base) for i in range(len(lines))]
+    log = tmp_path / "vllm-cpu.log"
+    log.write_text(to_cri(lines, times=times))
+    _old(log)
+    ingest([log], tmp_path / "store", year=2026)
+    idx = {k: next(i for i, l in enumerate(lines) if k in l) for k in (
+        "Received request chatcmpl-nostream-0:", "Generated response chatcmpl-nostream-0:")}
+    want = (idx["Generated response chatcmpl-nostream-0:"] - idx["Received request chatcmpl-nostream-0:"]) * STEP_NS / 1e9
+    row = run(tmp_path / "store", "select e2e_s, e2e_log_s, latency_source, latency_resolution_s, e2e_estimated "
+                                  "from requests where request_id = 'chatcmpl-nostream-0'").row(0, named=True)
+    assert row["latency_source"] == "wrapper" and row["e2e_estimated"] and row["latency_resolution_s"] < 1
+    assert row["e2e_s"] == row["e2e_log_s"] == pytest.approx(want, abs=1e-6)
