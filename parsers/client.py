@@ -24,7 +24,8 @@ Each request becomes one `client_request` event: `ts` = when the client sent it,
 `e2e_s`, `tpot_s` (decode time per token after the first), `prompt_tokens`,
 `output_tokens`, `http_status` / `message` for a failure, and attrs `client`, `index`,
 `itl_s` (mean inter-token latency), `itl_max_s`, `success`, `start_estimated` (true when
-`ts` is placed from `date`, to the second). All the events of one JSON record share its
+`ts` is placed from `date`, to the second), `error_type`, `cancelled` (true when the client
+cancelled the request itself: AIPerf `was_cancelled`). All the events of one JSON record share its
 line span. Anything else in such a file is kept as `unparsed`.
 """
 
@@ -94,7 +95,9 @@ def _unparsed(r: dict) -> pl.DataFrame:
     )
 
 
-_ATTRS = ["client", "index", "itl_s", "itl_max_s", "success", "start_estimated", "error_type"]
+# cancelled: the client gave up on the request itself (AIPerf `was_cancelled`), an abort
+# rather than a failure
+_ATTRS = ["client", "index", "itl_s", "itl_max_s", "success", "start_estimated", "error_type", "cancelled"]
 
 
 def _vllm_bench(r: dict) -> pl.DataFrame:
@@ -147,6 +150,7 @@ def _vllm_bench(r: dict) -> pl.DataFrame:
         ok.alias("success"),
         pl.lit(True).alias("start_estimated"),
         pl.lit(None, pl.String).alias("error_type"),
+        pl.lit(None, pl.Boolean).alias("cancelled"),
     )
     return df.select(
         pl.lit(r["line"], pl.Int64).alias("line"),
@@ -239,6 +243,7 @@ def _guidellm(r: dict) -> pl.DataFrame:
         pl.lit("guidellm").alias("client"),
         pl.lit(None, pl.Float64).alias("itl_max_s"),
         pl.lit(False).alias("start_estimated"),
+        pl.lit(None, pl.Boolean).alias("cancelled"),  # its `incomplete` status says it (error_type)
     )
     return df.select(
         pl.lit(r["line"], pl.Int64).alias("line"),
@@ -313,6 +318,7 @@ def _aiperf(rec: pl.DataFrame) -> pl.DataFrame:
         err.struct.field("type").is_null().alias("success"),
         pl.lit(False).alias("start_estimated"),
         err.struct.field("type").alias("error_type"),
+        pl.when(md.struct.field("was_cancelled")).then(True).alias("cancelled"),
     )
     ttft, e2e = metric_s("time_to_first_token"), metric_s("request_latency")
     out_tok = mt.struct.field("output_sequence_length").struct.field("value").cast(pl.Int64)

@@ -26,6 +26,7 @@ from typing import Any
 import duckdb
 
 from . import report_queueing
+from .report_summary import slow_basis
 from .mdsafe import md_code, md_text
 from . import calibration
 
@@ -140,7 +141,7 @@ def build_report(
     }
     lw, lp = clause("window_start")
     peaks["p99_e2e_s"] = _peaks(
-        con, "latency_percentiles", "p99_e2e_s", "window_start", lw, lp, ("n", "e2e_estimated", "model")
+        con, "latency_percentiles", "p99_e2e_s", "window_start", lw, lp, ("n", "e2e_estimated", "latency_source", "model")
     )
     preempt = {k: v[0] for k, v in _by_instance(_rows(
         con,
@@ -165,7 +166,7 @@ def build_report(
         con,
         f"""select * exclude (_k) from (
                 select engine, instance, request_key, request_id, model, arrival_ts, finish_ts, status,
-                       e2e_s, e2e_estimated, queue_s, ttft_s, tpot_s, prompt_tokens, output_tokens,
+                       e2e_s, e2e_estimated, latency_source, queue_s, ttft_s, tpot_s, prompt_tokens, output_tokens,
                        source, line,
                        row_number() over (partition by engine, instance order by e2e_s desc, finish_ts) as _k
                 from requests where e2e_s is not null {rw}
@@ -173,7 +174,7 @@ def build_report(
         rp,
     ))
     availability: dict[str, list[dict[str, Any]]] = {}
-    for r in _rows(con, "select engine, metric, view, available, estimated, reason from metric_availability order by metric"):
+    for r in _rows(con, "select engine, metric, view, available, estimated, reason, sources from metric_availability order by metric"):
         availability.setdefault(r.pop("engine"), []).append(r)
 
     instances = []
@@ -364,10 +365,31 @@ def _peak_lines(inst: dict[str, Any]) -> list[tuple[str, str, str]]:
         out.append(("running requests", f"not available: {_reason(inst, 'running')}", "-"))
     lat = p["p99_e2e_s"]
     out.append(("p99 end-to-end latency (per window)",
-                 f"{lat['value']:.3f} s over {lat['n']} requests" + (" (estimated, 1 s resolution)" if lat["e2e_estimated"] else "")
+                 f"{lat['value']:.3f} s over {lat['n']} requests" + _latency_basis(lat)
                  if lat else f"not available: {_reason(inst, 'e2e_s')}",
                  f"window from {_fmt_ts(lat['ts'])}" if lat else "-"))
     return out
+
+
+def _latency_basis(lat: dict[str, Any]) -> str:
+    """What a per-window latency rests on (latency_percentiles.latency_source)."""
+    src = lat.get("latency_source")
+    if src == "client":
+        return " (measured by the benchmark client)"
+    if src == "mixed":
+        return " (the benchmark client's figures where its results file names the request, else the log's" + (
+            ", estimated to 1 s)" if lat["e2e_estimated"] else ")")
+    return " (estimated, 1 s resolution)" if lat["e2e_estimated"] else ""
+
+
+def _e2e_cell(r: dict[str, Any]) -> str:
+    """A request's e2e in the slowest-requests table, marked with where it comes from."""
+    mark = " (est.)" if r["e2e_estimated"] else " (client)" if r.get("latency_source") == "client" else ""
+    return _fmt_num(r["e2e_s"], 4) + mark
+
+
+def _availability_reason(a: dict[str, Any]) -> str:
+    return a["reason"] + (f"; values by source: {a['sources']}" if a.get("sources") else "")
 
 
 def _impact_rows(summary: dict[str, Any]) -> list[list[str]]:
@@ -394,7 +416,7 @@ def _summary_markdown(report: dict[str, Any]) -> list[str]:
     slo = sm["impact"]["slo_p99_e2e_s"]
     out += ["", "### Impact", "",
             f"{sm['impact']['failed']:,} requests failed, {sm['impact']['aborted']:,} were aborted, "
-            f"{sm['impact']['slow']:,} took longer than the {slo:g} s SLO; SLO breached for "
+            f"{sm['impact']['slow']:,} took longer than the {slo:g} s SLO{slow_basis(sm['impact'])}; SLO breached for "
             f"{sm['impact']['slo_breach_minutes']:g} min (sum over instances). A `-` means the log cannot tell.", "",
             "| " + " | ".join(IMPACT_HEAD) + " |", "|" + "---|" * len(IMPACT_HEAD)]
     out += ["| " + " | ".join(md_text(c) for c in row) + " |" for row in _impact_rows(sm)]
@@ -441,7 +463,7 @@ def to_markdown(report: dict[str, Any]) -> str:
         if inst["slowest_requests"]:
             out += ["| request id | arrival | finish | e2e (s) | queue (s) | ttft (s) | tpot (s) | tokens in/out | logged at |", "|---|---|---|---|---|---|---|---|---|"]
             for r in inst["slowest_requests"]:
-                e2e = _fmt_num(r["e2e_s"], 4) + (" (est.)" if r["e2e_estimated"] else "")
+                e2e = _e2e_cell(r)
                 rid = md_code(r["request_id"]) if r["request_id"] else "(none logged)"
                 out.append(f"| {rid} | {_fmt_ts(r['arrival_ts'])} | {_fmt_ts(r['finish_ts'])} | {e2e} | "
                            f"{_fmt_num(r['queue_s'], 4)} | {_fmt_num(r['ttft_s'], 4)} | {_fmt_num(r['tpot_s'], 4)} | "
@@ -452,7 +474,7 @@ def to_markdown(report: dict[str, Any]) -> str:
         for a in inst["availability"]:
             mark = "yes" if a["available"] else "no"
             est = " (estimated)" if a["available"] and a["estimated"] else ""
-            out.append(f"- `{a['metric']}` ({a['view']}): {mark}{est}: {a['reason']}")
+            out.append(f"- `{a['metric']}` ({a['view']}): {mark}{est}: {_availability_reason(a)}")
         out += ["", "#### Recommendations", ""]
         if inst["recommendations"]:
             out += [f"- **{r['severity']}** `{r['signal']}` (from {_fmt_ts(r['first_seen'])}): {r['recommendation']}" for r in inst["recommendations"]]
@@ -512,7 +534,7 @@ def to_html(report: dict[str, Any]) -> str:
     imp = sm["impact"]
     slo = imp["slo_p99_e2e_s"]
     parts.append(f"<h3 id='impact'>Impact</h3><p>{imp['failed']:,} requests failed, {imp['aborted']:,} were aborted, "
-                 f"{imp['slow']:,} took longer than the {slo if slo is not None else 0:g} s SLO; SLO breached for "
+                 f"{imp['slow']:,} took longer than the {slo if slo is not None else 0:g} s SLO{e(slow_basis(imp))}; SLO breached for "
                  f"{imp['slo_breach_minutes']:g} min (sum over instances). A <code>-</code> means the log cannot tell.</p>"
                  + table(IMPACT_HEAD, _impact_rows(sm)))
     c = sm["likely_cause"]
@@ -552,14 +574,14 @@ def to_html(report: dict[str, Any]) -> str:
             parts.append(table(
                 ["request id", "arrival", "finish", "e2e (s)", "queue (s)", "ttft (s)", "tpot (s)", "logged at"],
                 [[r["request_id"] or "(none logged)", _fmt_ts(r["arrival_ts"]), _fmt_ts(r["finish_ts"]),
-                  _fmt_num(r["e2e_s"], 4) + (" (est.)" if r["e2e_estimated"] else ""),
+                  _e2e_cell(r),
                   _fmt_num(r["queue_s"], 4), _fmt_num(r["ttft_s"], 4), _fmt_num(r["tpot_s"], 4),
                   f"{r['source']}:{r['line']}"] for r in inst["slowest_requests"]]))
         else:
             parts.append(f"<p>No per-request latency in this range: {e(_reason(inst, 'e2e_s'))}</p>")
         parts.append("<h3>What the logs could and could not tell</h3>" + table(
             ["metric", "view", "available", "why"],
-            [[a["metric"], a["view"], ("yes" + (" (estimated)" if a["estimated"] else "")) if a["available"] else "no", a["reason"]]
+            [[a["metric"], a["view"], ("yes" + (" (estimated)" if a["estimated"] else "")) if a["available"] else "no", _availability_reason(a)]
              for a in inst["availability"]]))
         parts.append("<h3>Recommendations</h3><ul>")
         if inst["recommendations"]:

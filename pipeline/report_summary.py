@@ -58,6 +58,24 @@ def _n(v: Any) -> int:
     return int(v or 0)
 
 
+def _one_source(sources: Any) -> str | None:
+    got = {s for s in sources if s is not None}
+    return None if not got else got.pop() if len(got) == 1 else "mixed"
+
+
+SOURCE_WORDS = {"client": "end-to-end as the benchmark client measured it",
+                "wrapper": "end-to-end from the container wrapper's timestamps",
+                "log": "end-to-end from the server log",
+                "mixed": "end-to-end as the benchmark client measured it where its results file names the request, "
+                         "else from the server log"}
+
+
+def slow_basis(impact: dict[str, Any]) -> str:
+    """` (end-to-end as ...)` after the slow count: the source its latencies rest on."""
+    src = impact.get("slow_source")
+    return f" ({SOURCE_WORDS[src]})" if src in SOURCE_WORDS else ""
+
+
 def summarize(rows: list[dict[str, Any]], signals: dict[tuple[str, str], list[dict[str, Any]]],
               verdicts: dict[tuple[str, str], str]) -> dict[str, Any]:
     """The summary from the incident_summary rows, the signal episodes per (engine, instance)
@@ -73,6 +91,8 @@ def summarize(rows: list[dict[str, Any]], signals: dict[tuple[str, str], list[di
         "aborted": sum(_n(r["aborted"]) for r in rows),
         "slow": sum(_n(r["slow"]) for r in rows),
         "slo_p99_e2e_s": slo,
+        # what the slow count rests on: the client's exact e2e, a wrapper's or the log's
+        "slow_source": _one_source(r["slow_source"] for r in rows),
         "slo_breach_minutes": sum(float(r["slo_breach_minutes"] or 0) for r in rows),
         "by_instance": [
             {k: r[k] for k in ("engine", "instance", "finished", "failed", "aborted", "unfinished", "slow",
@@ -168,7 +188,7 @@ def _headline(rows, crashed, survivors, surge_ts, impact, cause, verdicts) -> st
     if impact["slo_breach_minutes"] > 0 or impact["slow"]:
         breach = [r for r in rows if (r["slo_breach_minutes"] or 0) > 0]
         out.append(f"Impact: {impact['failed']:,} requests failed, {impact['aborted']:,} aborted, "
-                   f"{impact['slow']:,} slower than the {impact['slo_p99_e2e_s']:g} s SLO; the p99 latency SLO was breached for "
+                   f"{impact['slow']:,} slower than the {impact['slo_p99_e2e_s']:g} s SLO{slow_basis(impact)}; the p99 latency SLO was breached for "
                    f"{impact['slo_breach_minutes']:g} min" + (f" ({_names([r['instance'] for r in breach])})" if breach else "") + ".")
     else:
         out.append(f"Impact: {impact['failed']:,} requests failed, {impact['aborted']:,} aborted; no SLO breach.")

@@ -56,11 +56,14 @@ SERIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "servelens_errors_per_second": ("Errors per second over the window (errors).", ()),
     "servelens_preemptions": ("Preemptions in the window (kv_cache).", ()),
     "gen_ai_server_time_to_first_token_seconds": (
-        "Time to first token of the requests finished in the window, by quantile (latency_percentiles).", ("quantile",)),
+        "Time to first token of the requests finished in the window, by quantile (latency_percentiles: a benchmark "
+        "client's exact figures where its results file names the request, else the log's).", ("quantile",)),
     "gen_ai_server_time_per_output_token_seconds": (
-        "Time per output token of the requests finished in the window, by quantile (latency_percentiles).", ("quantile",)),
+        "Time per output token of the requests finished in the window, by quantile (latency_percentiles: a benchmark "
+        "client's exact figures where its results file names the request, else the log's).", ("quantile",)),
     "gen_ai_server_request_duration_seconds": (
-        "End-to-end duration of the requests finished in the window, by quantile (latency_percentiles).", ("quantile",)),
+        "End-to-end duration of the requests finished in the window, by quantile (latency_percentiles: a benchmark "
+        "client's exact figures where its results file names the request, else the log's).", ("quantile",)),
     "servelens_signal_active": (
         "1 while a scaling signal's episode covers the window, else 0 (scaling_signals; "
         "autoscaler_scale_out: the preset's rule, autoscaler_decisions).", ("signal", "severity")),

@@ -17,28 +17,47 @@
 --   source:line), arrival_ts (UTC; logged arrival, else TGI finish - e2e_s), finish_ts (UTC;
 --   finish, completion, abort or failure), status ('finished' | 'aborted' (client gone,
 --   cancelled) | 'failed' (see above) | 'unfinished' = arrival seen, no end in the log), prompt_tokens, output_tokens, max_tokens (tokens),
---   e2e_s (s; logged, else finish_ts - arrival_ts for finished requests), e2e_estimated (true
---   when e2e_s was derived from two log timestamps, i.e. 1 s resolution for vLLM),
---   queue_s, ttft_s, tpot_s, inference_s, validation_s (s; only as logged, else null),
+--   e2e_s, ttft_s, tpot_s (s): the request's BEST latency, from the best source it has: the
+--   benchmark client's exact figure where a client results file names the request (client_*
+--   below), else the server's (e2e_log_s / ttft_log_s / tpot_log_s); e2e_estimated /
+--   ttft_estimated (true when that figure was derived from two log timestamps, i.e. 1 s
+--   resolution for vLLM's own header; false for a client's figure),
+--   queue_s, inference_s, validation_s (s; only as logged, else null),
 --   queue_start_ts / inference_start_ts (UTC; when the request entered the batching queue and
 --   when its inference started, derived from exact TGI durations), source, line (first line
 --   logged about the request),
 --   first_token_ts / last_token_ts (UTC; vLLM V1 with `--enable-log-outputs`: the first and
---   last `streaming delta` line), n_deltas (streamed chunks logged), ttft_estimated (true
---   when ttft_s / tpot_s were derived from log timestamps: first delta - arrival, (last delta
---   - first delta) / (output tokens - 1)), time_resolution_s (s; the coarsest resolution of
---   the timestamps a derived latency rests on: 1 for vLLM's own header, finer under a
---   container wrapper or NIM's millisecond header),
+--   last `streaming delta` line), n_deltas (streamed chunks logged), time_resolution_s (s;
+--   the coarsest resolution of the server-log timestamps a derived latency rests on: 1 for
+--   vLLM's own header, finer under a container wrapper or NIM's millisecond header),
 --   client_* (what a benchmark client measured for the request, exact to its clock; null when
 --   no client results file names it): client_source, client_index (its position in the run),
 --   client_match ('id': by request id, the server's `chatcmpl-<id>` / `cmpl-<id>-0`;
 --   'index_time': by the index ending the server's id, `--request-id-prefix` unknown, under
 --   the id prefix most of the run's indices share, and the arrival time), client_start_ts (UTC), client_ttft_s, client_itl_s (mean inter-token
---   latency), client_itl_max_s, client_e2e_s, client_tpot_s (s), client_error;
+--   latency), client_itl_max_s, client_e2e_s, client_tpot_s (s), client_error (the client's
+--   error, one line: the last line of the traceback `vllm bench` saves), client_cancelled
+--   (true when the client itself gave up on the request: GuideLLM `incomplete`, AIPerf
+--   `was_cancelled`);
 --   waiting_at_arrival / running_at_arrival (requests; the last engine_stats line before a
---   client-matched request arrived). A client request no server log accounts for is a row
---   of its own with engine 'client' (status 'finished', or 'failed' when the client saw it fail; its latencies the client's).
---   A request the client saw fail is 'failed' whatever the server logged of it.
+--   client-matched request arrived);
+--   e2e_log_s, ttft_log_s, tpot_log_s (s; the server log's own figures: logged, else derived
+--   from its timestamps as e2e_estimated / ttft_estimated say; null for a request only a
+--   client results file names);
+--   latency_source ('client' | 'wrapper' | 'log'; null when the request has no latency):
+--   where e2e_s / ttft_s / tpot_s come from: the client's results file; the server log timed
+--   by a container wrapper (CRI, docker json-file, journald: finer than the engine's header);
+--   the server log itself (logged durations, or its own timestamps); latency_resolution_s
+--   (s; 0.000001 for a client's figures, time_resolution_s for figures derived from log
+--   timestamps, null for durations the engine logged itself).
+--   A client request no server log accounts for is a row of the server its results file
+--   tested (where most of the file's requests matched, else the only server in the store;
+--   else engine 'client', instance the file's): status 'finished', or 'failed' when the
+--   client saw it fail (it may never have reached the server), 'aborted' when the client
+--   cancelled it; its latencies the client's.
+--   A request the client saw fail (an error, no answer) is 'failed' whatever the server
+--   logged of it (its finish_ts the client's when the server logged no end); one the client
+--   cancelled is 'aborted'.
 --   failure_reason (status 'failed' only: the error line's text, first line, at most 200
 --   characters, then ` [source:line]` of that line; or `engine died: ...` with the line the engine died on;
 --   or `client: <the client's error> [<results file>]`).
@@ -72,6 +91,8 @@ request_events as not materialized (
         end as last_delta_ts,
         -- an abort logged as an error is a failure, its text the reason
         case when level in ('ERROR', 'CRITICAL') then coalesce(message, level) end as error_message,
+        -- timed by a container wrapper (CRI, docker json-file, journald), finer than the engine's own header
+        wrapper_ts is not null as wrapped,
     from events
     where event in ('request', 'request_arrived', 'request_finished', 'request_aborted')
        or (event = 'request_output' and request_id is not null)
@@ -81,6 +102,7 @@ request_events as not materialized (
         engine, instance, model, request_id, coalesce(request_id, source || ':' || line) as request_key,
         'request_failed' as event, ts, source, line, prompt_tokens, output_tokens, max_tokens,
         e2e_s, queue_s, ttft_s, tpot_s, inference_s, null as validation_s, null as deltas, null as last_delta_ts, coalesce(message, 'error') as error_message,
+        wrapper_ts is not null as wrapped,
     from events
     where event = 'error'
       and (try(json_extract_string(attrs, '$.error_kind')) = 'generation'
@@ -181,6 +203,7 @@ single as (
         case when error_message is not null
             then left(split_part(error_message, chr(10), 1), 200) || ' [' || source || ':' || line || ']'
         end as failure_reason,
+        wrapped as wrapper_timed,
     from (
         select
             *,
@@ -256,6 +279,7 @@ merged as (
         min(ts) filter (where event = 'request_output') as first_token_ts,
         max(last_delta_ts) as last_token_ts,
         sum(deltas) as n_deltas,
+        coalesce(bool_or(wrapped), false) as wrapper_timed,
     from keyed_events
     group by engine, instance, request_key
 ),
@@ -332,6 +356,7 @@ merged_final as (
             else 0.000001
         end as time_resolution_s,
         failure_reason,
+        wrapper_timed,
     from (
         select *, epoch(first_token_ts) - epoch(arrival_ts) as derived_ttft_s,
         from merged_timed
@@ -358,7 +383,13 @@ client_events as (
         try_cast(json_extract_string(attrs, '$.itl_max_s') as double) as client_itl_max_s,
         e2e_s as client_e2e_s,
         tpot_s as client_tpot_s,
-        case when json_extract_string(attrs, '$.success') = 'false' then coalesce(message, 'failed') end as client_error,
+        -- the error as one line: the last line of what the client saved (`vllm bench` keeps the
+        -- whole traceback, whose last line names the exception, e.g. `ClientOSError: ...`)
+        case when json_extract_string(attrs, '$.success') = 'false'
+            then coalesce(nullif(trim(regexp_extract(rtrim(message, chr(9) || chr(10) || chr(13) || ' '), '[^\n]*$')), ''), 'failed') end as client_error,
+        -- the client gave up on the request itself (GuideLLM `incomplete`, AIPerf `was_cancelled`)
+        coalesce(json_extract_string(attrs, '$.error_type') = 'incomplete'
+                 or json_extract_string(attrs, '$.cancelled') = 'true', false) as client_cancelled,
         model, prompt_tokens, output_tokens,
     from events
     where event = 'client_request'
@@ -446,33 +477,86 @@ client_cols as (
     select
         engine, instance, request_key,
         client_source, client_index, client_match, client_start_ts, client_ttft_s, client_itl_s,
-        client_itl_max_s, client_e2e_s, client_tpot_s, client_error, waiting_at_arrival, running_at_arrival,
+        client_itl_max_s, client_e2e_s, client_tpot_s, client_error, client_cancelled, waiting_at_arrival, running_at_arrival,
     from matched_queue
 ),
 
--- a request the client saw fail (an error, no answer) failed, whatever the server logged of it
--- (the server may have finished a generation nobody received, or still hold it)
+-- One latency per request, from the best source it has: the client's exact figures where a
+-- results file names the request, else the server's (logged, or derived from a wrapper's fine
+-- timestamps, or from the engine's own header). e2e_s / ttft_s / tpot_s are that best figure;
+-- the server's own stay in e2e_log_s / ttft_log_s / tpot_log_s.
+-- A request the client saw fail (an error, no answer) failed, whatever the server logged of it
+-- (the server may have finished a generation nobody received, or still hold it); one the
+-- client cancelled was aborted.
 with_client as (
     select
-        f.* replace (
-            case when c.client_error is not null then 'failed' else f.status end as status,
-            case when c.client_error is not null
-                 then coalesce(f.failure_reason, 'client: ' || left(c.client_error, 200) || ' [' || c.client_source || ']')
-                 else f.failure_reason end as failure_reason
+        f.* exclude (wrapper_timed) replace (
+            -- a failure the server logged no end of ended when the client saw it
+            case when f.finish_ts is null and c.client_error is not null
+                 then make_timestamptz(epoch_us(c.client_start_ts) + cast(round(coalesce(c.client_e2e_s, 0) * 1e6) as bigint))
+                 else f.finish_ts end as finish_ts,
+            case
+                when c.client_error is not null and c.client_cancelled then 'aborted'
+                when c.client_error is not null then 'failed'
+                else f.status
+            end as status,
+            case when c.client_error is not null and not c.client_cancelled
+                 then 'client: ' || left(c.client_error, 200) || ' [' || c.client_source || ']'
+                 when c.client_error is not null then null
+                 else f.failure_reason end as failure_reason,
+            case when c.client_e2e_s is not null then c.client_e2e_s else f.e2e_s end as e2e_s,
+            case when c.client_e2e_s is not null then false else f.e2e_estimated end as e2e_estimated,
+            case when c.client_ttft_s is not null then c.client_ttft_s else f.ttft_s end as ttft_s,
+            case when c.client_tpot_s is not null then c.client_tpot_s else f.tpot_s end as tpot_s,
+            case when c.client_ttft_s is not null then false else f.ttft_estimated end as ttft_estimated
         ),
         c.* exclude (engine, instance, request_key),
+        f.e2e_s as e2e_log_s,
+        f.ttft_s as ttft_log_s,
+        f.tpot_s as tpot_log_s,
+        case
+            when c.client_e2e_s is not null or c.client_ttft_s is not null then 'client'
+            when f.e2e_s is null and f.ttft_s is null and f.tpot_s is null then null
+            when (f.e2e_estimated or f.ttft_estimated) and f.wrapper_timed then 'wrapper'
+            else 'log'
+        end as latency_source,
+        case
+            when c.client_e2e_s is not null or c.client_ttft_s is not null then 0.000001
+            when f.e2e_s is null and f.ttft_s is null and f.tpot_s is null then null
+            when f.e2e_estimated or f.ttft_estimated then f.time_resolution_s
+        end as latency_resolution_s,
     from final as f
     left join client_cols as c on c.engine = f.engine and c.instance = f.instance and c.request_key = f.request_key
 ),
 
--- a client request no server log accounts for is a request of its own (engine `client`)
+-- the server a results file tested: where most of its matched requests are, else the only
+-- server in the store (one server is unambiguous); else none (engine `client` below)
+client_servers as (
+    select client_source, engine as server_engine, instance as server_instance,
+    from (select client_source, engine, instance, count(*) as n, from matched group by all)
+    qualify row_number() over (partition by client_source order by n desc, engine, instance) = 1
+),
+
+lone_server as (
+    select min(engine) as server_engine, min(instance) as server_instance,
+    from (select distinct engine, instance from final where engine not in ('client', 'unknown'))
+    having count(*) = 1
+),
+
+-- a client request no server log accounts for is a request of the server its results file
+-- tested (a request that failed at the client may never have reached it), else of its own
+-- (engine `client`)
 client_only as (
     select
-        'client' as engine, c.client_instance as instance, c.model, c.client_id as request_id,
+        coalesce(cs.server_engine, ls.server_engine, 'client') as engine,
+        coalesce(cs.server_instance, ls.server_instance, c.client_instance) as instance,
+        c.model, c.client_id as request_id,
         coalesce(c.client_id, c.client_source || ':' || c.client_line || ':' || c.client_index) as request_key,
         c.client_start_ts as arrival_ts,
-        make_timestamptz(epoch_us(c.client_start_ts) + cast(round(c.client_e2e_s * 1e6) as bigint)) as finish_ts,
-        case when c.client_error is null then 'finished' else 'failed' end as status,
+        -- (a failure without a duration: when it was sent, the client's only time for it)
+        make_timestamptz(epoch_us(c.client_start_ts) + cast(round(
+            case when c.client_error is null then c.client_e2e_s else coalesce(c.client_e2e_s, 0) end * 1e6) as bigint)) as finish_ts,
+        case when c.client_error is null then 'finished' when c.client_cancelled then 'aborted' else 'failed' end as status,
         c.prompt_tokens, c.output_tokens, cast(null as bigint) as max_tokens,
         c.client_e2e_s as e2e_s, false as e2e_estimated, cast(null as double) as queue_s,
         c.client_ttft_s as ttft_s, c.client_tpot_s as tpot_s, cast(null as double) as inference_s,
@@ -480,12 +564,17 @@ client_only as (
         cast(null as timestamptz) as inference_start_ts, c.client_source as source, c.client_line as line,
         cast(null as timestamptz) as first_token_ts, cast(null as timestamptz) as last_token_ts,
         cast(null as bigint) as n_deltas, false as ttft_estimated, cast(null as double) as time_resolution_s,
-        case when c.client_error is not null
+        case when c.client_error is not null and not c.client_cancelled
              then 'client: ' || left(c.client_error, 200) || ' [' || c.client_source || ']' end as failure_reason,
         c.client_source, c.client_index, cast(null as varchar) as client_match, c.client_start_ts, c.client_ttft_s,
-        c.client_itl_s, c.client_itl_max_s, c.client_e2e_s, c.client_tpot_s, c.client_error,
+        c.client_itl_s, c.client_itl_max_s, c.client_e2e_s, c.client_tpot_s, c.client_error, c.client_cancelled,
         cast(null as bigint) as waiting_at_arrival, cast(null as bigint) as running_at_arrival,
+        cast(null as double) as e2e_log_s, cast(null as double) as ttft_log_s, cast(null as double) as tpot_log_s,
+        case when c.client_e2e_s is not null or c.client_ttft_s is not null then 'client' end as latency_source,
+        case when c.client_e2e_s is not null or c.client_ttft_s is not null then 0.000001 end as latency_resolution_s,
     from client_events as c
+    left join client_servers as cs on cs.client_source = c.client_source
+    left join lone_server as ls on true
     anti join matched as m on m.client_source = c.client_source and m.client_line = c.client_line
         and m.client_index is not distinct from c.client_index
 )

@@ -13,7 +13,12 @@
 -- Columns: window_start, window_end (UTC), engine, instance, model, n (finished requests),
 --   n_e2e, n_ttft, n_tpot, n_queue (requests carrying each value),
 --   p50_/p90_/p95_/p99_ of ttft_s, tpot_s, e2e_s, queue_s (s), max_e2e_s (s),
---   e2e_estimated (true when any e2e_s in the window was derived from 1 s log timestamps).
+--   e2e_estimated (true when any e2e_s in the window was derived from 1 s log timestamps),
+--   latency_source (what the window's latencies rest on, requests.latency_source: 'client'
+--   (a benchmark client's exact figures), 'wrapper' (a container wrapper's fine timestamps),
+--   'log' (the server log), or 'mixed').
+-- Each request counts with its best latency (requests.e2e_s / ttft_s / tpot_s: the client's
+--   exact figure where a results file names it, else the server log's).
 create or replace view latency_percentiles as
 with
 
@@ -51,6 +56,7 @@ quantiles as (
         max(e2e_s) as max_e2e_s,
         quantile_cont(queue_s, [0.50, 0.90, 0.95, 0.99]) as q_queue,
         coalesce(bool_or(e2e_estimated), false) as e2e_estimated,
+        case when count(distinct latency_source) > 1 then 'mixed' else max(latency_source) end as latency_source,
     from finished
     group by window_start_s, window_s, engine, instance, model
 ),
@@ -85,6 +91,7 @@ final as (
         q_queue[3] as p95_queue_s,
         q_queue[4] as p99_queue_s,
         e2e_estimated,
+        latency_source,
     from quantiles
 )
 

@@ -1,9 +1,10 @@
 -- ttft_queueing: how much of the tail time to first token is queueing, and what the queue was
 --   when the slow requests arrived.
 -- Grain: one row per (engine, instance) with at least one request carrying a TTFT.
--- TTFT per request: the benchmark client's own (client_ttft_s, exact) where a client results
---   file names the request, else the server log's (ttft_s: TGI-like engines log it; vLLM V1
---   with `--enable-log-outputs` gives it estimated to the log's time resolution).
+-- TTFT per request: its best (requests.ttft_s): the benchmark client's own (exact) where a
+--   client results file names the request, else the server log's (TGI-like engines log it;
+--   vLLM V1 with `--enable-log-outputs` gives it estimated to the log's time resolution), of
+--   the requests that finished (as the client's own percentiles are over its successes).
 -- Queue at arrival: the last engine_stats line at or before the request's arrival (vLLM
 --   prints one every 10 s, so this is the queue up to 10 s before the request came in).
 -- Queueing in the tail: a request that waits for nobody gets its first token after its
@@ -11,7 +12,8 @@
 --   (waiting = 0) is the no-queue baseline; what the p99 TTFT has beyond it is time spent
 --   waiting for the batch. Where the engine logs each request's queue time (queue_s, TGI),
 --   the slow requests' mean queue_s is used instead.
--- Columns: engine, instance, ttft_source ('client' | 'server_log' | 'mixed'), n_requests,
+-- Columns: engine, instance, ttft_source ('client' | 'server_log' | 'mixed'; the server
+--   log's figures timed by a container wrapper count as 'server_log'), n_requests,
 --   p50_ttft_s, p90_ttft_s, p99_ttft_s (s), baseline_ttft_s (s; median TTFT of requests that
 --   arrived to an empty queue, null when none did), queueing_at_p99_s (s), queueing_share_p99
 --   (fraction 0..1 of the p99 TTFT), n_slow (requests with TTFT >= p99), slow_waiting_avg,
@@ -24,12 +26,12 @@ with
 served as (
     select
         engine, instance, request_key, arrival_ts, queue_s,
-        coalesce(client_ttft_s, ttft_s) as ttft,
-        case when client_ttft_s is not null then 'client' else 'server_log' end as ttft_from,
-        client_ttft_s is null and ttft_estimated as estimated,
+        ttft_s as ttft,
+        case when latency_source = 'client' then 'client' else 'server_log' end as ttft_from,
+        ttft_estimated as estimated,
         waiting_at_arrival, running_at_arrival,
     from requests
-    where coalesce(client_ttft_s, ttft_s) is not null and arrival_ts is not null and engine <> 'client'
+    where ttft_s is not null and arrival_ts is not null and status = 'finished' and engine <> 'client'
 ),
 
 stats_series as (

@@ -11,7 +11,9 @@
 --   requests_per_s, throughput (the best rate the log gives: logged generation tokens/s,
 --   else output tokens/s of finished requests, else finished requests/s, else HTTP
 --   requests/s), throughput_unit ('tokens/s' | 'requests/s'), n_latency (finished requests
---   with e2e_s), p99_e2e_s, p99_ttft_s (s, all models together), e2e_estimated,
+--   with e2e_s), p99_e2e_s, p99_ttft_s (s, all models together; each request's best latency,
+--   requests.e2e_s / ttft_s), e2e_estimated, ttft_estimated, latency_source (as in
+--   latency_percentiles: 'client' | 'wrapper' | 'log' | 'mixed'),
 --   n_errors, n_severe_errors (engine_dead + cuda_oom), idle (true when nothing shows
 --   activity: no arrivals, finishes or HTTP requests, nothing running or waiting, no
 --   generation throughput; null for engine `unknown`).
@@ -135,6 +137,8 @@ latency as (
         quantile_cont(e2e_s, 0.99) as p99_e2e_s,
         quantile_cont(ttft_s, 0.99) as p99_ttft_s,
         bool_or(e2e_estimated) as e2e_estimated,
+        bool_or(ttft_estimated and ttft_s is not null) as ttft_estimated,
+        case when count(distinct latency_source) > 1 then 'mixed' else max(latency_source) end as latency_source,
     from requests, params as p
     where status = 'finished' and finish_ts is not null
     group by all
@@ -193,6 +197,8 @@ joined as (
         l.p99_e2e_s,
         l.p99_ttft_s,
         coalesce(l.e2e_estimated, false) as e2e_estimated,
+        coalesce(l.ttft_estimated, false) as ttft_estimated,
+        l.latency_source,
         coalesce(e.n_errors, 0) as n_errors,
         coalesce(e.n_severe_errors, 0) as n_severe_errors,
     from grid as w

@@ -5,7 +5,9 @@
 --   has at least one non-null value), n_values (values present), estimated (true when any
 --   value present is reconstructed or derived rather than logged; for a metric with no
 --   values, whether it would be), reason (readable: where the
---   value comes from, or why it is null).
+--   value comes from, or why it is null), sources (the request latencies e2e_s / ttft_s /
+--   tpot_s only: how many values rest on each source, requests.latency_source, most first,
+--   e.g. 'client 220, log 3'; null for other metrics or without values).
 create or replace view metric_availability as
 with
 
@@ -147,6 +149,19 @@ observed as (
     union all select engine, 'gen_tps', count(gen_tps), false, from engine_stats group by engine
 ),
 
+-- which source each request latency rests on (the client's exact figures, a wrapper's fine
+-- timestamps, the server log)
+latency_sources as (
+    select engine, metric, string_agg(latency_source || ' ' || n, ', ' order by n desc, latency_source) as sources,
+    from (
+        select engine, 'e2e_s' as metric, latency_source, count(*) as n, from requests where e2e_s is not null group by all
+        union all select engine, 'ttft_s', latency_source, count(*), from requests where ttft_s is not null group by all
+        union all select engine, 'tpot_s', latency_source, count(*), from requests where tpot_s is not null group by all
+    )
+    where latency_source is not null
+    group by engine, metric
+),
+
 final as (
     select
         e.engine,
@@ -156,9 +171,11 @@ final as (
         coalesce(o.n_values, 0) as n_values,
         coalesce(o.est, c.estimated) as estimated,
         case when coalesce(o.n_values, 0) > 0 then c.provides else c.missing end as reason,
+        ls.sources,
     from engines as e
     join catalogue as c using (engine)
     left join observed as o on o.engine = e.engine and o.metric = c.metric
+    left join latency_sources as ls on ls.engine = e.engine and ls.metric = c.metric
 )
 
 select * from final

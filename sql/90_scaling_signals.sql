@@ -11,9 +11,16 @@
 --   scheduler_limit   batch fill < [scheduler_fill] while >= [scheduler_waiting] requests wait
 --                     and the KV cache is not full, for >= [scheduler_sustain_s] -> raise the
 --                     sequence / token limits. Needs max_num_seqs in the log.
+--   batch_limit       batch fill >= [batch_limit_fill] (running at its sequence limit) while
+--                     >= [batch_limit_waiting] requests wait and the KV cache peaks below
+--                     [batch_limit_kv], for >= [batch_limit_sustain_s] -> raise the limit
+--                     (--max-num-seqs, --max-running-requests, slots): memory has room for
+--                     more sequences. Needs the limit and the KV usage in the log.
 --   latency_slo_e2e   p99 e2e latency > [slo_p99_e2e_s] with >= [slo_min_requests] finished
---                     requests in the window -> scale out. TGI (exact), vLLM (estimated).
---   latency_slo_ttft  p99 TTFT > [slo_p99_ttft_s]: engines that log TTFT.
+--                     requests in the window -> scale out. TGI (exact), vLLM (estimated),
+--                     a benchmark client's exact figures wherever its results file names
+--                     the request (requests.latency_source).
+--   latency_slo_ttft  p99 TTFT > [slo_p99_ttft_s]: engines that log TTFT, or client figures.
 --   throughput_swing  coefficient of variation of the window throughput over the last
 --                     [swing_lookback_windows] busy windows > [swing_cv] while the arrivals
 --                     (when logged) varied at most half as much and no backlog above
@@ -40,6 +47,10 @@ params as (
         coalesce(try_cast(getvariable('scheduler_fill') as double), 0.5) as scheduler_fill,
         coalesce(try_cast(getvariable('scheduler_waiting') as double), 1.0) as scheduler_waiting,
         coalesce(try_cast(getvariable('scheduler_sustain_s') as double), 120.0) as scheduler_sustain_s,
+        coalesce(try_cast(getvariable('batch_limit_fill') as double), 0.9) as batch_limit_fill,
+        coalesce(try_cast(getvariable('batch_limit_waiting') as double), 1.0) as batch_limit_waiting,
+        coalesce(try_cast(getvariable('batch_limit_kv') as double), 0.5) as batch_limit_kv,
+        coalesce(try_cast(getvariable('batch_limit_sustain_s') as double), 120.0) as batch_limit_sustain_s,
         coalesce(try_cast(getvariable('slo_p99_e2e_s') as double), 30.0) as slo_p99_e2e_s,
         coalesce(try_cast(getvariable('slo_p99_ttft_s') as double), 5.0) as slo_p99_ttft_s,
         coalesce(try_cast(getvariable('slo_min_requests') as double), 5.0) as slo_min_requests,
@@ -107,6 +118,18 @@ candidates as (
       and (kv_max is null or kv_max < p.kv_usage)
 
     union all
+    -- the batch full to its sequence limit while requests wait and the KV cache has room for
+    -- more: the limit, not memory, holds the load back (value and threshold read upwards)
+    select engine, instance, window_start, window_end, window_index, window_s,
+        'batch_limit', 'warning',
+        fill_avg, p.batch_limit_fill, 'batch fill (fraction of the sequence limit)',
+        coalesce(waiting_estimated, false), p.batch_limit_sustain_s,
+    from metrics, params as p
+    where fill_avg >= p.batch_limit_fill
+      and waiting_avg >= p.batch_limit_waiting
+      and kv_max is not null and kv_max < p.batch_limit_kv
+
+    union all
     select engine, instance, window_start, window_end, window_index, window_s,
         'latency_slo_e2e',
         case when p99_e2e_s >= 2 * p.slo_p99_e2e_s then 'critical' else 'warning' end,
@@ -118,7 +141,7 @@ candidates as (
     select engine, instance, window_start, window_end, window_index, window_s,
         'latency_slo_ttft',
         case when p99_ttft_s >= 2 * p.slo_p99_ttft_s then 'critical' else 'warning' end,
-        p99_ttft_s, p.slo_p99_ttft_s, 's (p99 time to first token)', false, 0.0,
+        p99_ttft_s, p.slo_p99_ttft_s, 's (p99 time to first token)', ttft_estimated, 0.0,
     from metrics, params as p
     where p99_ttft_s > p.slo_p99_ttft_s and n_latency >= p.slo_min_requests
 
@@ -227,6 +250,17 @@ final as (
                     when 'tgi' then '--max-batch-total-tokens / --max-batch-prefill-tokens / --max-concurrent-requests'
                     when 'trtllm' then 'max_batch_size / max_num_tokens (with GUARANTEED_NO_EVICT the reserved KV can be the real limit even when used KV looks low: consider MAX_UTILIZATION)'
                     else 'the maximum batch size / token budget'
+                end)
+            when 'batch_limit' then format(
+                'The batch ran at {:.0f}% of its sequence limit (threshold {:.0f}%) for {:g} min while requests waited and the KV cache stayed below {:.0f}%: the limit, not memory, holds the load back. Raise {} (then watch kv_pressure); add replicas once the KV cache is what runs out.',
+                100 * value, 100 * threshold, duration_s / 60, 100 * (select batch_limit_kv from params),
+                case engine
+                    when 'vllm' then '--max-num-seqs'
+                    when 'sglang' then '--max-running-requests'
+                    when 'llamacpp' then 'the slot count (--parallel)'
+                    when 'tgi' then '--max-concurrent-requests / --max-batch-size'
+                    when 'trtllm' then 'max_batch_size'
+                    else 'the concurrent-sequence limit'
                 end)
             when 'latency_slo_e2e' then format(
                 'p99 end-to-end latency was {:.1f} s, above the {:g} s SLO{}. Scale out (add replicas) to shorten queues and batches.',

@@ -12,7 +12,10 @@
 --   finished, failed, aborted, unfinished (requests, by requests.status, counted by their
 --     finish time, arrival time for unfinished ones; null when the log has no per-request
 --     lines at all; finished and slow are null when it logs no request end),
---   slow (finished requests whose e2e_s is above slo_p99_e2e_s),
+--   slow (finished requests whose e2e_s is above slo_p99_e2e_s; each request's best e2e_s:
+--     the benchmark client's where a results file names it, else the log's),
+--   slow_source (what `slow` rests on, requests.latency_source of the finished requests:
+--     'client' | 'wrapper' | 'log' | 'mixed'; null without any),
 --   slo_p99_e2e_s (s, the SLO used),
 --   slo_breach_minutes (min: total length of the latency_slo_e2e / latency_slo_ttft signal
 --     episodes overlapping the range),
@@ -53,6 +56,8 @@ request_counts as (
         count(*) filter (where status = 'aborted') as aborted,
         count(*) filter (where status = 'unfinished') as unfinished,
         count(*) filter (where status = 'finished' and e2e_s > p.slo_p99_e2e_s) as slow,
+        case when count(distinct case when status = 'finished' and e2e_s is not null then latency_source end) > 1 then 'mixed'
+             else max(case when status = 'finished' and e2e_s is not null then latency_source end) end as slow_source,
     from requests, params as p
     where coalesce(finish_ts, arrival_ts) >= p.since and coalesce(finish_ts, arrival_ts) < p.until
     group by engine, instance
@@ -163,6 +168,7 @@ final as (
         case when lr.instance is not null then coalesce(rc.aborted, 0) end as aborted,
         case when lr.instance is not null then coalesce(rc.unfinished, 0) end as unfinished,
         case when lr.logs_finishes then coalesce(rc.slow, 0) end as slow,
+        rc.slow_source,
         p.slo_p99_e2e_s,
         coalesce(slo.slo_breach_minutes, 0.0) as slo_breach_minutes,
         q.peak_waiting,

@@ -101,7 +101,7 @@ latency_rows as (
 ),
 
 signal_names(signal) as (
-    values ('queue_backlog'), ('kv_pressure'), ('scheduler_limit'), ('latency_slo_e2e'),
+    values ('queue_backlog'), ('kv_pressure'), ('scheduler_limit'), ('batch_limit'), ('latency_slo_e2e'),
         ('latency_slo_ttft'), ('throughput_swing'), ('errors'), ('idle'), ('fleet_imbalance')
 ),
 

@@ -135,8 +135,8 @@ def _store(kind: str) -> tuple[Path, pl.DataFrame]:
 @pytest.mark.parametrize("kind, match", [("vllm-bench", "index_time"), ("aiperf", "id"), ("guidellm", "id")])
 def test_every_served_request_gets_the_clients_exact_figures(kind, match) -> None:
     store, truth = _store(kind)
-    got = run(store, "select request_id, engine, status, ttft_s, client_match, client_ttft_s, client_e2e_s, "
-                     "client_itl_s, waiting_at_arrival, failure_reason from requests")
+    got = run(store, "select request_id, engine, status, ttft_s, e2e_s, ttft_log_s, latency_source, client_match, "
+                     "client_ttft_s, client_e2e_s, client_itl_s, waiting_at_arrival, failure_reason from requests")
     ok = truth.filter(pl.col("status") == "ok").select(
         "request_id", pl.col("ttft_s").alias("true_ttft"), pl.col("e2e_s").alias("true_e2e"),
         pl.col("tpot_s").alias("true_tpot"))
@@ -145,8 +145,11 @@ def test_every_served_request_gets_the_clients_exact_figures(kind, match) -> Non
     assert (j["client_ttft_s"] - j["true_ttft"]).abs().max() < 1e-6
     assert (j["client_e2e_s"] - j["true_e2e"]).abs().max() < 1e-6
     assert j["waiting_at_arrival"].null_count() < ok.height * 0.05  # before the first stats line: none
-    # the server's own estimate is within its 1 s resolution of the client's exact figure
-    assert (j["ttft_s"] - j["client_ttft_s"]).abs().max() <= 1.0 + truth["validation_s"].max()
+    # the request's latency is the client's exact figure; the server's own estimate stays
+    # beside it, within its 1 s resolution
+    assert (j["ttft_s"] - j["true_ttft"]).abs().max() < 1e-6 and (j["e2e_s"] - j["true_e2e"]).abs().max() < 1e-6
+    assert set(j["latency_source"]) == {"client"}
+    assert (j["ttft_log_s"] - j["true_ttft"]).abs().max() <= 1.0 + truth["validation_s"].max()
     if kind == "vllm-bench":
         both = j.filter(pl.col("true_tpot").is_not_null())
         assert (both["client_itl_s"] - both["true_tpot"]).abs().max() < 1e-6
@@ -254,3 +257,120 @@ def test_a_results_file_is_never_an_instance(tmp_path):
     report = CliRunner().invoke(app, ["report", "--store", str(store), "--format", "json"])
     assert report.exit_code == 0, report.output
     assert "bench-low" not in report.stdout and "bench-over" not in report.stdout
+
+
+CLIENT_OS_ERROR = ("Traceback (most recent call last):\n"
+                   "  File \"/venv/lib/python3.12/site-packages/vllm/benchmarks/lib/endpoint_request_func.py\", "
+                   "line 490, in async_request_openai_chat_completions\n"
+                   "    async with session.post(url=api_url, json=payload, headers=headers) as response:\n"
+                   "aiohttp.client_exceptions.ClientOSError: [Errno 104] Connection reset by peer\n")
+
+
+def test_requests_the_client_saw_fail_are_failures_in_every_count(tmp_path) -> None:
+    """A load beyond what the API server accepts: the bench's last requests fail with
+    `ClientOSError` before the server logs them. They are failed requests of the server
+    the run tested, the client's error the reason, in the requests view, the incident
+    summary, the report's Impact and the dashboard's tile alike; the counts are the bench
+    file's own."""
+    from typer.testing import CliRunner
+
+    from servelens.dashboards import data, sidebar
+    from servelens.pipeline.cli import _register_commands, app
+
+    out, truth = _sim()
+    work = tmp_path / "run"
+    work.mkdir()
+    log = work / "vllm-a.log"
+    log.write_text((out / "vllm-a.log").read_text())
+    _old(log)
+    path = _vllm_bench_file(work, truth)
+    obj = json.loads(path.read_text())
+    # 7 more requests sent after the rest, each reset by the server before it was logged
+    extra = 7
+    last = max(obj["start_times"])
+    obj["num_prompts"] += extra
+    for k in range(extra):
+        obj["input_lens"].append(32)
+        obj["output_lens"].append(0)
+        obj["ttfts"].append(0.0)
+        obj["itls"].append([])
+        obj["start_times"].append(last + 0.05 * (k + 1))
+        obj["generated_texts"].append("")
+        obj["errors"].append(CLIENT_OS_ERROR)
+    path.write_text(json.dumps(obj))
+    store = tmp_path / "store"
+    ingest([log, path], store, year=2026)
+
+    # the truth, from the bench file alone
+    bench = json.loads(path.read_text())
+    n_failed = sum(1 for e in bench["errors"] if e)
+    n_reset = sum(1 for e in bench["errors"] if "ClientOSError" in e)
+    assert n_reset == extra and n_failed > n_reset  # and the ones the run's end cut off
+
+    got = run(store, "select engine, instance, status, failure_reason, client_match from requests where status = 'failed'")
+    assert got.height == n_failed and set(got["engine"]) == {"vllm"} and set(got["instance"]) == {"vllm-a"}
+    reset = got.filter(pl.col("client_match").is_null())
+    assert reset.height == n_reset
+    assert set(reset["failure_reason"]) == {
+        f"client: aiohttp.client_exceptions.ClientOSError: [Errno 104] Connection reset by peer [{path}]"}
+    assert run(store, "select count(*) as n from requests where status = 'aborted'")["n"][0] == 0
+
+    summary = run(store, "select engine, instance, failed, aborted from incident_summary").rows()
+    assert summary == [("vllm", "vllm-a", n_failed, 0)]
+    _register_commands()
+    res = CliRunner().invoke(app, ["report", "--store", str(store), "--format", "json", "-o", str(tmp_path / "r.json")])
+    assert res.exit_code == 0, res.output
+    rep = json.loads((tmp_path / "r.json").read_text())
+    assert rep["summary"]["impact"]["failed"] == n_failed and rep["summary"]["impact"]["aborted"] == 0
+    assert f"Impact: {n_failed:,} requests failed, 0 aborted" in rep["summary"]["headline"]
+    cfg = data.Settings(store=str(store))
+    spec = sidebar.Spec(live=False, live_span_s=0, refresh_s=0, start=None, end=None, engines=(), instances=(),
+                        models=(), window_s=60.0)
+    tile = data.peaks(cfg, sidebar.resolve(spec, data.catalog(cfg)))
+    assert tile["failed"] == n_failed and tile["aborted"] == 0
+
+
+def test_a_request_the_client_cancelled_is_aborted_not_failed(tmp_path) -> None:
+    """AIPerf marks a request it cancelled itself (`was_cancelled`, a 499
+    RequestCancellationError): an abort, as a client hanging up is, not a failure."""
+    src = Path(__file__).resolve().parent.parent / "sample_logs" / "client" / "profile_export.jsonl"
+    recs = [json.loads(line) for line in src.read_text().splitlines() if line.strip()]
+    n_cancelled = sum(1 for r in recs if r["metadata"]["was_cancelled"])
+    n_failed = sum(1 for r in recs if r["error"] is not None and not r["metadata"]["was_cancelled"])
+    n_ok = sum(1 for r in recs if r["error"] is None)
+    assert n_cancelled >= 1
+    path = tmp_path / "profile_export.jsonl"
+    path.write_text(src.read_text())
+    _old(path)
+    ingest([path], tmp_path / "store")
+    got = dict(run(tmp_path / "store", "select status, count(*) as n from requests group by status").rows())
+    assert got == {k: v for k, v in {"finished": n_ok, "aborted": n_cancelled, "failed": n_failed}.items() if v}
+    reasons = run(tmp_path / "store", "select failure_reason from requests where status = 'aborted'")["failure_reason"]
+    assert reasons.null_count() == reasons.len()
+
+
+def test_a_container_wrappers_times_are_the_wrapper_source(tmp_path) -> None:
+    """The same real vLLM 0.32 log as a CRI container copy: each line carries the runtime's
+    nanosecond time, so a request's latency derived from its lines is the wrapper's, not
+    the header's whole seconds (latency_source 'wrapper'); the truth is the times the copy
+    was given, by line."""
+    import gzip
+
+    from wrapping import STEP_NS, split_lines, to_cri, wrapper_time_ns
+
+    src = Path(__file__).resolve().parent.parent / "sample_logs" / "vllm" / "real-0.32" / "vllm-cpu.log.gz"
+    lines = split_lines(gzip.decompress(src.read_bytes()).decode())
+    # a whole-second base at the log's own day, so the engine's header and the wrapper agree
+    base = dt.datetime(2026, 12, 1, 23, 36, 0, tzinfo=dt.timezone.utc)
+    times = [wrapper_time_ns(i, base) for i in range(len(lines))]
+    log = tmp_path / "vllm-cpu.log"
+    log.write_text(to_cri(lines, times=times))
+    _old(log)
+    ingest([log], tmp_path / "store", year=2026)
+    idx = {k: next(i for i, l in enumerate(lines) if k in l) for k in (
+        "Received request chatcmpl-nostream-0:", "Generated response chatcmpl-nostream-0:")}
+    want = (idx["Generated response chatcmpl-nostream-0:"] - idx["Received request chatcmpl-nostream-0:"]) * STEP_NS / 1e9
+    row = run(tmp_path / "store", "select e2e_s, e2e_log_s, latency_source, latency_resolution_s, e2e_estimated "
+                                  "from requests where request_id = 'chatcmpl-nostream-0'").row(0, named=True)
+    assert row["latency_source"] == "wrapper" and row["e2e_estimated"] and row["latency_resolution_s"] < 1
+    assert row["e2e_s"] == row["e2e_log_s"] == pytest.approx(want, abs=1e-6)

@@ -92,6 +92,20 @@ def test_scheduler_limit_when_batch_is_low_and_requests_wait():
     assert "--max-num-seqs" in got[0]["recommendation"]
 
 
+def test_batch_limit_when_the_batch_is_full_with_memory_to_spare_and_requests_wait():
+    """16 of 16 sequences running, the KV cache at 1%, 800 waiting: raise --max-num-seqs,
+    the value (fill 1.0) above its threshold (0.9) as it reads."""
+    evs = [ev("capacity", 0, max_num_seqs=16)] + stats_every_10s(0, 60, running=8, waiting=0, kv_usage=0.01, gen_tps=500.0) \
+        + stats_every_10s(60, 240, running=16, waiting=800, kv_usage=0.01, gen_tps=500.0) \
+        + stats_every_10s(240, 300, running=8, waiting=0, kv_usage=0.01, gen_tps=500.0)
+    got = [s for s in signals(connect_events(events_frame(evs))) if s["signal"] == "batch_limit"]
+    assert [(s["window_start"], s["window_end"], s["value"], s["threshold"]) for s in got] == [(at(60), at(240), 1.0, 0.9)]
+    assert "Raise --max-num-seqs" in got[0]["recommendation"] and "100% of its sequence limit" in got[0]["recommendation"]
+    # the same load with the KV cache nearly full: memory is the limit, not the sequence count
+    full = [ev("capacity", 0, max_num_seqs=16)] + stats_every_10s(60, 240, running=16, waiting=800, kv_usage=0.8, gen_tps=500.0)
+    assert [s for s in signals(connect_events(events_frame(full))) if s["signal"] == "batch_limit"] == []
+
+
 def test_scheduler_limit_needs_a_known_limit():
     evs = healthy(0, 60) + stats_every_10s(60, 240, running=32, waiting=5, kv_usage=0.3, gen_tps=500.0)
     assert [s["signal"] for s in signals(connect_events(events_frame(evs)))] == []

@@ -151,14 +151,16 @@ def fleet_section(cfg: data.Settings, f: data.Filters, results, episodes: pl.Dat
     c[0].metric("Crashed instances", f"{len(story['crashed'])}",
                 help="Instances that died (CUDA out-of-memory or engine crash) and finished no request afterwards.")
     c[1].metric("Failed requests", f"{p['failed']:,}",
-                help="Requests an error line is about, or in the server when its engine died (requests.status = 'failed').")
+                help="Requests an error line is about, in the server when its engine died, or that the "
+                     "benchmark client saw fail (requests.status = 'failed').")
     c[2].metric("Aborted requests", f"{p['aborted']:,}", help="Client aborts and cancellations, apart from failures.")
     c[3].metric("SLO breach (min)", f"{imp['slo_breach_minutes']:g}",
                 help="Total length of the p99 latency-SLO signal episodes, summed over instances.")
     c[4].metric("Peak queue", "n/a" if p["peak_waiting"] is None else f"{p['peak_waiting']:g}",
                 help="Highest queue depth in the range (logged or reconstructed); n/a: the logs give none.")
     c[5].metric("Worst p99 e2e", "n/a" if p["worst_p99_e2e_s"] is None else f"{p['worst_p99_e2e_s']:.2f} s",
-                help="Highest per-window p99 end-to-end latency in the range.")
+                help="Highest per-window p99 end-to-end latency in the range (a benchmark client's exact "
+                     "figures where its results file names the request, else the log's).")
     st.caption("Hover a signal's (?) for what to do about it; the evidence is below the verdicts.")
 
 
