@@ -127,7 +127,7 @@ def test_csv_detection_is_from_content_only():
 def test_read_blocks_never_split_a_row(export, block):
     import io
 
-    from servelens.pipeline.lines import parse_stream
+    from servelens.pipeline.sources.lines import parse_stream
 
     lines, times, base = truth("sample_logs/tgi/real/launcher_traceback.log", "tgi")
     data = CSVS[export][0](lines, times, joined_records(base, lines)).encode()

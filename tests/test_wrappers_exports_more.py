@@ -65,7 +65,7 @@ def test_a_document_cut_short_is_unparsed_and_the_rest_ingests(export):
 def test_read_blocks_never_split_an_entry(export):
     import io
 
-    from servelens.pipeline.lines import parse_stream
+    from servelens.pipeline.sources.lines import parse_stream
 
     lines, times, base = truth("sample_logs/vllm/real/v1_0_11.log", "vllm")
     data = EXPORTS[export][0](lines, times).encode()
@@ -131,7 +131,7 @@ def test_a_newest_first_export_bigger_than_a_block_gives_the_servers_events(engi
     import io
 
     import wrapping_exports as X
-    from servelens.pipeline.lines import parse_stream
+    from servelens.pipeline.sources.lines import parse_stream
 
     lines, _, _ = truth(rel, engine)
     # the sample written several times over, so that its export spans several blocks

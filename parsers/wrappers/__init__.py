@@ -49,7 +49,7 @@ MAX_DEPTH = 6
 # question about a window of lines needs this many more lines of look-back (pipeline/sources/lines.py)
 FRAGMENT_LOOKBACK = 64
 # a newest-first export read in blocks: the oldest entries of a block whose start of record
-# cannot be told from the block, for a parser that says no look-back (pipeline/lines.py)
+# cannot be told from the block, for a parser that says no look-back (pipeline/sources/lines.py)
 OLDEST_UNKNOWN = 256
 
 
