@@ -18,7 +18,7 @@ import polars as pl
 import pytest
 
 from servelens.pipeline.ingest import ingest
-from servelens.pipeline.store import committed_parts
+from servelens.pipeline.store.manifest import committed_parts
 
 HELDOUT = Path(__file__).resolve().parent / "fixtures" / "heldout"
 MTIME = dt.datetime(2026, 9, 1, tzinfo=dt.timezone.utc).timestamp()
