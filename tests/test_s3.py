@@ -185,7 +185,7 @@ def test_missing_remote_store_is_a_clear_error(s3):
 
 
 def test_an_unreachable_store_keeps_commits_locally_and_publishes_them_later(s3, monkeypatch):
-    from servelens.pipeline.store.commit import remote
+    from servelens.pipeline.store import remote
 
     url = "s3://fleet/outage/node-1"
     assert cli("ingest", str(TGI), "--store", url, "-q").exit_code == 0  # the store exists
@@ -214,7 +214,7 @@ def test_an_unreachable_store_keeps_commits_locally_and_publishes_them_later(s3,
 
 
 def test_a_crash_after_the_remote_commit_point_rolls_forward(s3, monkeypatch):
-    from servelens.pipeline.store.commit import remote
+    from servelens.pipeline.store import remote
 
     url = "s3://fleet/crash/node-1"
 
