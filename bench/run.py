@@ -572,7 +572,7 @@ def part_dash(a, res: dict) -> None:
 
 def part_tail(a, res: dict) -> None:
     if not (Path(gen.__file__).resolve().parent.parent / "pipeline" / "tail.py").exists():
-        res["tail"] = {"missing": "pipeline/tail.py is not there: not measured"}
+        res["tail"] = {"missing": "pipeline/tail/tailer.py is not there: not measured"}
         return
     from tailbench import run_tail_bench
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import streamlit as st
 from servelens.dashboards import access
-from servelens.pipeline.mdsafe import md_text
+from servelens.pipeline.report.mdsafe import md_text
 from servelens.pipeline.sandbox import QueryError
 from servelens.pipeline.store.manifest import StoreError
 

@@ -545,7 +545,7 @@ def signals(cfg: Settings, f: Filters) -> pl.DataFrame:
 def _summary_rows(store: str, version: str, start: dt.datetime, end: dt.datetime,
                   variables: tuple[tuple[str, Any], ...], time_range: TimeRange | None = None,
                   window_s: float = 60.0) -> list[dict[str, Any]]:
-    from servelens.pipeline.report_summary import read_summary
+    from servelens.pipeline.report.summary import read_summary
 
     conn = _connection(store, version, variables, time_range)
     with _visitor_holds(conn):  # the range is set as variables of the shared connection: one reader at a time
@@ -558,9 +558,9 @@ def _summary_rows(store: str, version: str, start: dt.datetime, end: dt.datetime
 
 
 def fleet_story(cfg: Settings, f: Filters, episodes: pl.DataFrame, verdicts: dict[tuple[str, str], str]) -> dict[str, Any]:
-    """The report's executive summary (pipeline/report_summary.py) for the selection: which
+    """The report's executive summary (pipeline/report/summary.py) for the selection: which
     instances died, how many requests failed, what to do."""
-    from servelens.pipeline.report_summary import summarize
+    from servelens.pipeline.report.summary import summarize
 
     rows = _summary_rows(cfg.store, store_version(cfg.store), f.start, f.end, _variables(cfg), cfg.time_range,
                          float(f.window_s))

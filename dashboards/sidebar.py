@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import polars as pl
 import streamlit as st
 from servelens.dashboards import data
-from servelens.pipeline.mdsafe import md_text
+from servelens.pipeline.report.mdsafe import md_text
 
 UTC = dt.timezone.utc
 LIVE_SPANS = {"last 5 min": 300, "last 15 min": 900, "last 30 min": 1800, "last hour": 3600,

@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
         """
         from .durations import parse_duration
         from .metrics import resolve_variables
-        from .report import build_report, render
+        from .report.build import build_report, render
         from .store.manifest import StoreError
 
         if format not in ("md", "html", "json"):

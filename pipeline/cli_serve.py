@@ -51,8 +51,8 @@ def register(app: typer.Typer) -> None:
           servelens serve --store live.store --port 9464 --host 0.0.0.0 --thresholds preset:vllm-production-stack
           curl -s localhost:9464/api/signals | jq .totals
         """
-        from .serve import ServeError
-        from .serve_http import serve as run_serve
+        from .serve.snapshot import ServeError
+        from .serve.http import serve as run_serve
 
         target = store_path(store)
         if not target.exists():
@@ -93,7 +93,7 @@ def register(app: typer.Typer) -> None:
         """
         from .timerange import parse_time
         from .query import QueryError
-        from .serve_export import export_openmetrics
+        from .serve.export import export_openmetrics
         from .store.manifest import StoreError
 
         if format != "openmetrics":

@@ -1,4 +1,4 @@
-"""`servelens show`: one request's story, or the lines around a time (pipeline/show.py)."""
+"""`servelens show`: one request's story, or the lines around a time (pipeline/report/story.py)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def register(app: typer.Typer) -> None:
         """
         from .durations import parse_duration
         from .query import QueryError
-        from .show import ShowError, story, to_json, to_text
+        from .report.story import ShowError, story, to_json, to_text
         from .store.manifest import StoreError
         from .timerange import parse_time
 

@@ -61,8 +61,8 @@ class StatusLine:
 def _start_exporter(store: Path, host: str, port: int, line: StatusLine):
     """`--serve-port`: the exporter of `servelens serve` in background threads of the tailer."""
     from .metrics import resolve_variables
-    from .serve import ServeError
-    from .serve_http import start_beside
+    from .serve.snapshot import ServeError
+    from .serve.http import start_beside
 
     try:
         stop = start_beside(store, host=host, port=port, variables=resolve_variables())
@@ -102,7 +102,7 @@ def register(app: typer.Typer) -> None:
           servelens tail hosts/ --instance-from '{parent}/{stem}'
         """
         from .store.manifest import StoreError
-        from .tail import TailError, tail as run_tail
+        from .tail.tailer import TailError, tail as run_tail
 
         if from_beginning and from_end:
             raise fail("--from-beginning and --from-end contradict each other; give one")

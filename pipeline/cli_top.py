@@ -1,4 +1,4 @@
-"""`servelens top`: the live terminal view of a store (pipeline/top.py)."""
+"""`servelens top`: the live terminal view of a store (pipeline/serve/top.py)."""
 
 from __future__ import annotations
 
@@ -36,9 +36,9 @@ def register(app: typer.Typer) -> None:
           servelens top --once | head -20
         """
         from .query import QueryError
-        from .serve import store_key
+        from .serve.snapshot import store_key
         from .store.manifest import StoreError
-        from .top import SORT_KEYS, View, frame, read, run
+        from .serve.top import SORT_KEYS, View, frame, read, run
 
         target = store_path(store)
         if sort not in SORT_KEYS:

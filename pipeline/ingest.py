@@ -101,9 +101,6 @@ class IngestSummary:
         return total
 
 
-_detect_sample = wrappers.head_sample
-
-
 class _Batch:
     """Events waiting to be written, and the file states they bring with them."""
 
@@ -329,7 +326,7 @@ def _open_file(
         result.status, result.reason = "unchanged", "already ingested"
         _progress(on_progress, size)
         return result
-    sample = _detect_sample(head)
+    sample = wrappers.head_sample(head)
     if known is not None:
         # entries of stores written before the decoding stage hold no layers: found again
         # (the engine parsers no longer undo wrappers themselves)

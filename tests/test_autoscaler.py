@@ -126,8 +126,8 @@ def test_report_has_a_calibration_section_on_the_sample_incident(tmp_path):
 def test_calibration_restores_the_reports_own_rule_and_json_carries_the_rows():
     import json
 
-    from servelens.pipeline import calibration
-    from servelens.pipeline.report import build_report, render
+    from servelens.pipeline.report import calibration
+    from servelens.pipeline.report.build import build_report, render
 
     evs = [stats(t, 8 if t >= 100 else 0) for t in range(0, 400, 10)]
     evs.append(ev("error", 340, level="ERROR", message="torch.OutOfMemoryError: CUDA out of memory."))

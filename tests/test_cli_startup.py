@@ -42,7 +42,7 @@ def test_sql_loads_only_what_a_query_needs(tmp_path):
     assert {"duckdb", "polars", "servelens.pipeline.query"} <= modules
     others = {f"servelens.pipeline.{m}" for m in COMMAND_MODULES}
     heavy = {"streamlit", "watchdog", "altair", "vl_convert", "sqlglot", "servelens.pipeline.ingest",
-             "servelens.pipeline.tail", "servelens.dashboards"}
+             "servelens.pipeline.tail.tailer", "servelens.dashboards"}
     assert not (modules & (others | heavy)), sorted(modules & (others | heavy))
 
 

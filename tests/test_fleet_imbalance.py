@@ -109,7 +109,7 @@ def test_the_report_names_it_route_better(sim):
 
 
 def test_api_signals_says_route_better_and_does_not_ask_to_scale_out(sim):
-    from servelens.pipeline.serve import Exporter
+    from servelens.pipeline.serve.snapshot import Exporter
 
     _, store = sim
     from servelens.pipeline.metrics import resolve_variables

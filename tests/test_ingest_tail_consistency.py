@@ -14,13 +14,13 @@ import pytest
 
 from servelens.pipeline import ingest as ingest_mod
 from servelens.pipeline.sources import lines as lines_mod
-from servelens.pipeline import tail as tail_mod
-from servelens.pipeline import tail_identity
+from servelens.pipeline.tail import tailer as tail_mod
+from servelens.pipeline.tail import identity as tail_identity
 from servelens.pipeline.ingest import ingest
 from servelens.pipeline.store.commit import Store
 from servelens.pipeline.store.manifest import committed_parts
-from servelens.pipeline.tail import Tailer
-from servelens.pipeline.tail_watch import Targets
+from servelens.pipeline.tail.tailer import Tailer
+from servelens.pipeline.tail.watch import Targets
 
 MAX = 1000  # a small maximum line size, so the test needs no 32 MiB lines
 

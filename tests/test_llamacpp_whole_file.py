@@ -167,10 +167,10 @@ def test_the_first_pass_reads_the_relative_times_the_parser_reads(sim):
 def test_a_tailer_started_on_a_long_backlog_anchors_it_from_the_end(tmp_path, monkeypatch):
     """`servelens tail` started on an existing log longer than its parse block: the backlog's
     times equal ingest's (the tailer makes the same first pass), through the restart."""
-    from servelens.pipeline import tail as tail_mod
+    from servelens.pipeline.tail import tailer as tail_mod
     from servelens.pipeline.store.commit import Store
-    from servelens.pipeline.tail import Tailer
-    from servelens.pipeline.tail_watch import Targets
+    from servelens.pipeline.tail.tailer import Tailer
+    from servelens.pipeline.tail.watch import Targets
 
     monkeypatch.setattr(tail_mod, "PARSE_BLOCK_MIN", 20_000)  # the 500 kB log is ~25 parse blocks
     logs = tmp_path / "logs"

@@ -12,7 +12,7 @@ from markdown_it import MarkdownIt
 from typer.testing import CliRunner
 
 from servelens.pipeline.cli import _register_commands, app
-from servelens.pipeline.mdsafe import md_code, md_text, one_line
+from servelens.pipeline.report.mdsafe import md_code, md_text, one_line
 
 _register_commands()
 runner = CliRunner()

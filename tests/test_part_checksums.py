@@ -150,7 +150,7 @@ def test_tail_rolls_back_a_missing_part_itself(store, logs):
     import threading
     import time
 
-    from servelens.pipeline.tail import tail
+    from servelens.pipeline.tail.tailer import tail
 
     before = all_events(store)
     victim = biggest_part(store)

@@ -22,8 +22,8 @@ from typer.testing import CliRunner
 from servelens.pipeline import query
 from servelens.pipeline.cli import _register_commands, app
 from servelens.pipeline.metrics import resolve_variables
-from servelens.pipeline.serve import Exporter
-from servelens.pipeline.serve_http import make_server
+from servelens.pipeline.serve.snapshot import Exporter
+from servelens.pipeline.serve.http import make_server
 
 pytestmark = pytest.mark.skipif(
     shutil.which("prometheus") is None or shutil.which("promtool") is None,

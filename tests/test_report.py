@@ -9,7 +9,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from servelens.pipeline.report import build_report, render
+from servelens.pipeline.report.build import build_report, render
 from sql_helpers import at, connect_events, ev, events_frame
 
 
@@ -246,7 +246,7 @@ def test_html_report_is_one_offline_file_with_toc_and_charts(incident_report):
 def test_extra_sections_come_from_section_modules(monkeypatch, con):
     import types
 
-    from servelens.pipeline import report as report_mod
+    from servelens.pipeline.report import build as report_mod
 
     mod = types.ModuleType("servelens.pipeline._test_section")
     mod.report_section = lambda c, rep: {"id": "extra", "title": "Extra facts", "lines": ["**42** things"], "data": {"n": 42}}

@@ -17,15 +17,15 @@ from polars.testing import assert_frame_equal
 from typer.testing import CliRunner
 
 from servelens.pipeline import rollup
-from servelens.pipeline import tail as tail_mod
-from servelens.pipeline import tail_identity
+from servelens.pipeline.tail import tailer as tail_mod
+from servelens.pipeline.tail import identity as tail_identity
 from servelens.pipeline.cli import _register_commands, app
 from servelens.pipeline.ingest import ingest
 from servelens.pipeline.query import connect, run
 from servelens.pipeline.store.commit import Store
 from servelens.pipeline.store.manifest import read_manifest
-from servelens.pipeline.tail import Tailer
-from servelens.pipeline.tail_watch import Targets
+from servelens.pipeline.tail.tailer import Tailer
+from servelens.pipeline.tail.watch import Targets
 from servelens.pipeline.timerange import TimeRange
 
 REPO = Path(__file__).resolve().parent.parent

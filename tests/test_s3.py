@@ -122,8 +122,8 @@ def test_compaction_on_s3_leaves_no_replaced_part_visible(s3, tmp_path):
 
 def test_tail_writes_to_s3_exactly_once(s3, tmp_path):
     from servelens.pipeline.store.commit import Store
-    from servelens.pipeline.tail import Tailer
-    from servelens.pipeline.tail_watch import Targets
+    from servelens.pipeline.tail.tailer import Tailer
+    from servelens.pipeline.tail.watch import Targets
 
     logs = tmp_path / "logs"
     logs.mkdir()

@@ -19,8 +19,8 @@ from typer.testing import CliRunner
 from servelens.pipeline import query
 from servelens.pipeline.cli import _register_commands, app
 from servelens.pipeline.metrics import resolve_variables
-from servelens.pipeline.serve import Exporter
-from servelens.pipeline.serve_http import make_server
+from servelens.pipeline.serve.snapshot import Exporter
+from servelens.pipeline.serve.http import make_server
 
 _register_commands()
 runner = CliRunner()
@@ -203,6 +203,29 @@ def test_scrapes_render_the_snapshot_and_never_evaluate_the_views(store):
     assert b'servelens_requests_waiting{engine="vllm",model="m",server="x"} 3.0' in body
 
 
+def test_a_failed_refresh_is_retried_without_waiting_for_the_refresh_interval(store):
+    calls = []
+
+    def reader(*args):
+        calls.append(args)
+        if len(calls) == 1:
+            raise OSError("a part vanished mid-read")
+        return [{"engine": "vllm", "instance": "x", "model": "m", "name": "servelens_requests_waiting",
+                 "quantile": None, "signal": None, "severity": None, "value": 3.0,
+                 "window_start": None, "window_end": None}]
+
+    e = Exporter(store, {}, refresh_s=3600, reader=reader)  # no commit comes: only the retry can help
+    e.start()
+    try:
+        deadline = time.monotonic() + 30
+        while e.refreshes < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        e.stop()
+    assert e.refresh_errors == 1 and e.refreshes == 1 and len(calls) == 2
+    assert e.snapshot.error is None and e.snapshot.rows[0]["value"] == 3.0
+
+
 def test_a_commit_refreshes_the_snapshot(tmp_path):
     store = tmp_path / "live"
     assert runner.invoke(app, ["ingest", str(INCIDENT / "vllm" / "vllm-a.log"), "--store", str(store), "-q"]).exit_code == 0
@@ -214,9 +237,10 @@ def test_a_commit_refreshes_the_snapshot(tmp_path):
             time.sleep(0.1)
         assert {r["instance"] for r in e.snapshot.rows} == {"vllm-a"}
         assert runner.invoke(app, ["ingest", str(INCIDENT / "vllm" / "vllm-b.log"), "--store", str(store), "-q"]).exit_code == 0
+        deadline = time.monotonic() + 90  # the second refresh gets its own allowance
         while "vllm-b" not in {r["instance"] for r in e.snapshot.rows} and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert "vllm-b" in {r["instance"] for r in e.snapshot.rows}
+        assert "vllm-b" in {r["instance"] for r in e.snapshot.rows}, (e.refreshes, e.refresh_errors, e.snapshot.error)
     finally:
         e.stop()
 
@@ -307,7 +331,7 @@ def test_tail_serves_metrics_with_serve_port(tmp_path):
 def test_every_exported_series_is_documented_and_the_grafana_dashboard_uses_only_them():
     import re
 
-    from servelens.pipeline.serve import SERIES
+    from servelens.pipeline.serve.snapshot import SERIES
 
     root = Path(__file__).resolve().parent.parent
     doc = (root / "docs" / "prometheus.md").read_text()
@@ -323,7 +347,7 @@ def test_every_exported_series_is_documented_and_the_grafana_dashboard_uses_only
 
 
 def test_the_recent_events_a_refresh_reads_give_the_same_snapshot_as_the_whole_store(store):
-    from servelens.pipeline.serve import read_snapshot
+    from servelens.pipeline.serve.snapshot import read_snapshot
 
     def key(rows):
         return {(r["instance"], r["name"], r["quantile"], r["signal"]): r["value"] for r in rows

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from servelens.pipeline import serve_http
+from servelens.pipeline.serve import http as serve_http
 from servelens.pipeline.metrics import resolve_variables
-from servelens.pipeline.serve import Exporter
-from servelens.pipeline.serve_http import make_server
+from servelens.pipeline.serve.snapshot import Exporter
+from servelens.pipeline.serve.http import make_server
 
 INCIDENT = Path(__file__).resolve().parent.parent / "sample_logs" / "incident"
 

@@ -20,8 +20,8 @@ from servelens.pipeline.store.compact import compact
 from servelens.pipeline.store.commit import Store
 from servelens.pipeline.store.manifest import committed_parts, read_manifest
 from servelens.pipeline.store.integrity import verify_parts
-from servelens.pipeline.tail import Tailer
-from servelens.pipeline.tail_watch import Targets
+from servelens.pipeline.tail.tailer import Tailer
+from servelens.pipeline.tail.watch import Targets
 
 SAMPLES = Path(__file__).parent.parent / "sample_logs"
 

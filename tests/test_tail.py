@@ -12,13 +12,13 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from servelens.pipeline import tail as tail_mod
-from servelens.pipeline import tail_identity
+from servelens.pipeline.tail import tailer as tail_mod
+from servelens.pipeline.tail import identity as tail_identity
 from servelens.pipeline.query import run
 from servelens.pipeline.store.commit import Store
 from servelens.pipeline.store.manifest import committed_parts
-from servelens.pipeline.tail import Tailer
-from servelens.pipeline.tail_watch import Targets
+from servelens.pipeline.tail.tailer import Tailer
+from servelens.pipeline.tail.watch import Targets
 
 
 @pytest.fixture(autouse=True)
@@ -470,7 +470,7 @@ def test_stores_inside_watched_directories_are_not_tailed(tmp_path):
 def test_watchdog_reports_new_files(tmp_path):
     import time
 
-    from servelens.pipeline.tail_watch import Watcher
+    from servelens.pipeline.tail.watch import Watcher
 
     (tmp_path / "d").mkdir()
     w = Watcher(Targets([tmp_path / "d"], None))
@@ -486,7 +486,7 @@ def test_watchdog_reports_new_files(tmp_path):
 def test_watchdog_ignores_the_stores_own_writes(tmp_path):
     import time
 
-    from servelens.pipeline.tail_watch import Watcher
+    from servelens.pipeline.tail.watch import Watcher
 
     (tmp_path / "store").mkdir()
     w = Watcher(Targets([tmp_path], None, skip_under=tmp_path / "store"))

@@ -16,12 +16,12 @@ import pytest
 from typer.testing import CliRunner
 
 from servelens.pipeline import cli as cli_mod
-from servelens.pipeline import tail as tail_mod
-from servelens.pipeline import tail_identity
+from servelens.pipeline.tail import tailer as tail_mod
+from servelens.pipeline.tail import identity as tail_identity
 from servelens.pipeline.store.commit import Store
 from servelens.pipeline.store.manifest import committed_parts
-from servelens.pipeline.tail import Tailer
-from servelens.pipeline.tail_watch import Targets
+from servelens.pipeline.tail.tailer import Tailer
+from servelens.pipeline.tail.watch import Targets
 
 BAD_TRT = (
     "[TensorRT-LLM][INFO] Inference batch: 16 requests, total_input_tokens=1024, "

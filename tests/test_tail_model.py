@@ -17,12 +17,12 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from servelens.pipeline import tail as tail_mod
-from servelens.pipeline import tail_identity
+from servelens.pipeline.tail import tailer as tail_mod
+from servelens.pipeline.tail import identity as tail_identity
 from servelens.pipeline.store.commit import Store
 from servelens.pipeline.store.manifest import committed_parts
-from servelens.pipeline.tail import Tailer
-from servelens.pipeline.tail_watch import Targets
+from servelens.pipeline.tail.tailer import Tailer
+from servelens.pipeline.tail.watch import Targets
 
 FILES = ("a", "b")
 WAITS = {(tail_mod, "ROTATE_WAIT_S"): 0.0, (tail_identity, "COPY_WAIT_S"): 0.0, (tail_mod, "GZ_SETTLE_S"): 0.0}

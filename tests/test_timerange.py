@@ -180,7 +180,7 @@ def test_a_bad_time_is_one_line_and_a_non_zero_exit(sample_store, command, args,
 
 @pytest.mark.slow
 def test_report_over_a_range_equals_the_report_over_the_whole_store(sample_store):
-    from servelens.pipeline.report import build_report, to_json
+    from servelens.pipeline.report.build import build_report, to_json
 
     since, until = dt.datetime(2026, 5, 12, 8, 1, tzinfo=UTC), dt.datetime(2026, 5, 12, 8, 3, tzinfo=UTC)
     whole = json.loads(to_json(build_report(connect(sample_store), since=since, until=until)))

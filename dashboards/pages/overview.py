@@ -12,7 +12,7 @@ import polars as pl
 import streamlit as st
 from servelens.dashboards import charts, data, sidebar
 from servelens.dashboards import verdict as vd
-from servelens.pipeline.mdsafe import md_text
+from servelens.pipeline.report.mdsafe import md_text
 
 UTC = dt.timezone.utc
 

@@ -13,7 +13,7 @@ import os
 import threading
 from pathlib import Path
 
-from .sources.discover import HIDDEN, NOT_LOGS, is_under
+from ..sources.discover import HIDDEN, NOT_LOGS, is_under
 
 
 class Targets:

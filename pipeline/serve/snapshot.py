@@ -36,13 +36,14 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.exposition import generate_latest as text_latest
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 
-from . import query
-from .sandbox import Limits
+from .. import query
+from ..sandbox import Limits
 
 DEFAULT_REFRESH_S = 5.0
 DEFAULT_LOOKBACK_S = 900.0  # history a refresh reads: the current window plus long requests' arrivals
 WORKER_THREADS = 0  # DuckDB threads of a refresh in the worker process (0: DuckDB's default)
 WATCH_S = 0.25  # how often the refresher looks at manifest.json for a new commit
+RETRY_S, MAX_RETRY_S = 1.0, 60.0  # a failed refresh is retried after 1 s, doubling to 60 s
 BASE_LABELS = ("server", "engine", "model")
 
 # name -> (help, extra label names); every series also has server, engine, model
@@ -131,8 +132,8 @@ class _Families:
                 continue
             fam = families.get(name)
             if fam is None:
-                fam = families[name] = _family(name)
-            fam.add_sample(name, _labels(row), float(row["value"]))
+                fam = families[name] = metric_family(name)
+            fam.add_sample(name, series_labels(row), float(row["value"]))
         return families.values()
 
 
@@ -150,7 +151,7 @@ def servers_of(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             s["newest_ts"] = value
             continue
         if row.get("window_start") is not None and s["window_start"] is None:
-            s["window_start"], s["window_end"] = _iso(_epoch(row["window_start"])), _iso(_epoch(row["window_end"]))
+            s["window_start"], s["window_end"] = iso_utc(epoch_seconds(row["window_start"])), iso_utc(epoch_seconds(row["window_end"]))
         if name in JSON_FIELDS:
             s[JSON_FIELDS[name]] = value
         elif name in LATENCY_FIELDS:
@@ -178,7 +179,7 @@ def prepare(rows: list[dict[str, Any]]) -> tuple:
 
 
 def newest_of(rows: list[dict[str, Any]]) -> list[tuple[list[str], float]]:
-    return [(list(_labels(r).values()), float(r["value"])) for r in rows
+    return [(list(series_labels(r).values()), float(r["value"])) for r in rows
             if r["name"] == "servelens_newest_event_timestamp_seconds"]
 
 
@@ -247,7 +248,7 @@ def render(rows: list[dict[str, Any]]) -> dict[str, bytes]:
     return {"text": text_latest(registry), "openmetrics": openmetrics_latest(registry)}
 
 
-def _epoch(t: Any) -> float | None:
+def epoch_seconds(t: Any) -> float | None:
     if t is None:
         return None
     if isinstance(t, dt.datetime):
@@ -255,13 +256,13 @@ def _epoch(t: Any) -> float | None:
     return float(t)
 
 
-def _family(name: str) -> Metric:
+def metric_family(name: str) -> Metric:
     # precomputed quantiles are a summary (its quantile samples only: the window's request
     # count and sum are not cumulative counters, so no _count / _sum)
     return Metric(name, SERIES[name][0], "summary" if "quantile" in SERIES[name][1] else "gauge")
 
 
-def _labels(row: Mapping[str, Any]) -> dict[str, str]:
+def series_labels(row: Mapping[str, Any]) -> dict[str, str]:
     labels = {"server": row["instance"], "engine": row["engine"], "model": row["model"] or ""}
     for extra in SERIES.get(row["name"], ("", ()))[1]:
         labels[extra] = str(row[extra] or "")
@@ -392,12 +393,15 @@ class Exporter:
         return self._thread is not None and self._thread.is_alive()
 
     def _run(self) -> None:
-        self.refresh()
-        last = time.monotonic()
-        while not self._stop.wait(WATCH_S):
-            if store_key(self.store) != self._seen_key or time.monotonic() - last >= self.refresh_s:
+        backoff = 0.0  # after a failed refresh: retry soon, then less often, not at refresh_s
+        last = None
+        while last is None or not self._stop.wait(WATCH_S):
+            due = min(self.refresh_s, backoff) if backoff else self.refresh_s
+            if last is None or store_key(self.store) != self._seen_key or time.monotonic() - last >= due:
+                errors = self.refresh_errors
                 self.refresh()
                 last = time.monotonic()
+                backoff = min(max(2 * backoff, RETRY_S), MAX_RETRY_S) if self.refresh_errors > errors else 0.0
 
     # -- rendering ------------------------------------------------------------------------
 
@@ -440,7 +444,7 @@ class Exporter:
         for one in snap.servers:
             one = dict(one)
             ts = one.pop("newest_ts", None)
-            one["newest_event"] = _iso(ts)
+            one["newest_event"] = iso_utc(ts)
             one["newest_event_age_s"] = round(max(0.0, now - ts), 3) if ts is not None else None
             listed.append(one)
         if server is not None:
@@ -459,7 +463,7 @@ class Exporter:
             vals = [s[key] for s in fresh if s.get(key) is not None]
             totals[f"max_{key}"] = max(vals) if vals else None
         out = {
-            "snapshot_at": _iso(snap.built_at) if snap.built_at else None,
+            "snapshot_at": iso_utc(snap.built_at) if snap.built_at else None,
             "snapshot_age_s": round(now - snap.built_at, 3) if snap.built_at else None,
             "window_s": self.variables.get("window_s", 60.0),
             "preset": self.variables.get("autoscaler_preset", "none"),
@@ -473,7 +477,7 @@ class Exporter:
         return out
 
 
-def _iso(epoch_s: float | None) -> str | None:
+def iso_utc(epoch_s: float | None) -> str | None:
     if epoch_s is None:
         return None
     return dt.datetime.fromtimestamp(epoch_s, dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")

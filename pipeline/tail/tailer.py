@@ -39,17 +39,17 @@ import polars as pl
 
 from servelens.parsers import ENGINES
 
-from .store import compact as compact_mod
-from .sources import fingerprint as fp
-from .sources.checkpoint import save_ctx
-from .sources.discover import NotRegularFile, special_kind
-from .sources.lines import PARSE_THREADS, line_frames, parse_stream
-from .sources.naming import InstanceNamer, NamingError
-from .store.commit import Store
-from .store.manifest import StoreError, StoreFull
-from .store.repair import heal, healed_message
-from .tail_identity import GZ_ERRORS, MAX_READ, Followed, IdentityMixin
-from .tail_watch import Targets, Watcher
+from ..store import compact as compact_mod
+from ..sources import fingerprint as fp
+from ..sources.checkpoint import save_ctx
+from ..sources.discover import NotRegularFile, special_kind
+from ..sources.lines import PARSE_THREADS, line_frames, parse_stream
+from ..sources.naming import InstanceNamer, NamingError
+from ..store.commit import Store
+from ..store.manifest import StoreError, StoreFull
+from ..store.repair import heal, healed_message
+from .identity import GZ_ERRORS, MAX_READ, Followed, IdentityMixin
+from .watch import Targets, Watcher
 
 DEFAULT_FLUSH_S = 0.5
 RESCAN_S = 5.0  # safety-net rescan of the directories (watchdog events can be lost)
@@ -235,7 +235,7 @@ class Tailer(IdentityMixin):
         `run` the computing happens on a thread of its own (seconds on a big store: commits
         must not wait for it) and its commit here, at the first poll after it is ready;
         what was committed meanwhile stays dirty. Queries meanwhile use the raw path."""
-        from . import rollup
+        from .. import rollup
 
         if self._rollup_job is not None:
             if not (wait or self._rollup_job.done()):

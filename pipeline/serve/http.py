@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 from urllib.parse import parse_qs, urlsplit
 
-from .serve import DEFAULT_REFRESH_S, Exporter, ServeError, _iso
+from .snapshot import DEFAULT_REFRESH_S, Exporter, ServeError, iso_utc
 
 
 # A connection gets this long in all to send its request and read the answer: the per-read
@@ -96,7 +96,7 @@ class _Handler(BaseHTTPRequestHandler):
             alive = self.exporter.alive()
             snap = self.exporter.snapshot
             status = "refresher stopped" if not alive else "starting: no snapshot yet" if not snap.built_at else "ok"
-            body = {"status": status, "snapshot_at": _iso(snap.built_at) if snap.built_at else None, "error": snap.error}
+            body = {"status": status, "snapshot_at": iso_utc(snap.built_at) if snap.built_at else None, "error": snap.error}
             self._send(200 if status == "ok" else 503, json.dumps(body).encode(), "application/json")
         else:
             self._send(404, b"not found: try /metrics, /api/signals or /healthz\n", "text/plain; charset=utf-8")

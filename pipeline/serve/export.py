@@ -12,9 +12,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 
-from . import query
-from .serve import _epoch, _family, _labels
-from .timerange import TimeRange
+from .. import query
+from .snapshot import epoch_seconds, metric_family, series_labels
+from ..timerange import TimeRange
 
 
 class _Rows:
@@ -30,8 +30,8 @@ class _Rows:
             if fam is None or fam.name != name:
                 if fam is not None:
                     yield fam
-                fam = _family(name)
-            fam.add_sample(name, _labels(row), float(row["value"]), timestamp=_epoch(row["window_end"]))
+                fam = metric_family(name)
+            fam.add_sample(name, series_labels(row), float(row["value"]), timestamp=epoch_seconds(row["window_end"]))
         if fam is not None:
             yield fam
 

@@ -1,8 +1,8 @@
 """The post-mortem report: an executive summary first (what happened across instances, in
-order; the impact; the likely cause; what to do: pipeline/report_summary.py), then per
+order; the impact; the likely cause; what to do: pipeline/report/summary.py), then per
 instance what happened in order (signals, first error), the peaks and when they happened,
 the slowest requests, what the logs could and could not tell, and the recommendations. The
-HTML rendering adds a table of contents and static charts (pipeline/report_charts.py).
+HTML rendering adds a table of contents and static charts (pipeline/report/charts.py).
 
 Extra sections: a module under servelens.pipeline listed in SECTION_MODULES defines
 `report_section(con, report) -> dict | None`; the dict has `id`, `title`, `lines` (Markdown
@@ -25,8 +25,8 @@ from typing import Any
 
 import duckdb
 
-from . import report_queueing
-from .report_summary import slow_basis
+from . import queueing as report_queueing
+from .summary import slow_basis
 from .mdsafe import md_code, md_text
 from . import calibration
 
@@ -192,7 +192,7 @@ def build_report(
         ))
     from servelens.dashboards.verdict import verdict
 
-    from .report_summary import read_summary, summarize
+    from .summary import read_summary, summarize
 
     import polars as pl
 
@@ -223,7 +223,7 @@ def build_report(
         if section:
             report["sections"].append(section)
     if charts:
-        from .report_charts import render_charts
+        from .charts import render_charts
 
         try:
             report["charts"] = render_charts(con, report, thresholds or {})

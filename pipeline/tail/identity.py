@@ -21,11 +21,10 @@ from typing import Any
 from servelens.parsers import detect_engine, get_parser, wrappers
 from servelens.parsers.base import ParseContext
 
-from .sources import fingerprint as fp
-from .sources.checkpoint import inherit_lineage, restore_ctx
-from .sources.discover import display_path, looks_binary
-from .ingest import DETECT_BYTES, _detect_sample
-from .sources.lines import MAX_LINE_BYTES
+from ..sources import fingerprint as fp
+from ..sources.checkpoint import inherit_lineage, restore_ctx
+from ..sources.discover import display_path, looks_binary
+from ..sources.lines import MAX_LINE_BYTES
 
 # bytes read from one file at a time (bounds memory; 0.5 s of 50k lines/s fits): one byte
 # more than the longest line, so a line of exactly MAX_LINE_BYTES is seen whole with its
@@ -141,7 +140,7 @@ class IdentityMixin:
         if self._copy_of_open_file(fol):
             return False
         engine = fol.engine or (self.engine if self.engine != "auto" else None)
-        sample = _detect_sample(head)
+        sample = wrappers.head_sample(head)
         fol.decode = wrappers.detect(sample)
         if engine is None:
             engine, _score = detect_engine(wrappers.decode_texts(sample, fol.decode))
@@ -183,10 +182,10 @@ class IdentityMixin:
 
     def _read_head(self, fol: Followed) -> bytes | None:
         if not fol.is_gz:
-            return os.pread(fol.fd, DETECT_BYTES, 0)
+            return os.pread(fol.fd, wrappers.SAMPLE_BYTES, 0)
         try:
             with fp.open_stream(fol.path, cut_ok=False) as f:
-                return f.read(DETECT_BYTES)
+                return f.read(wrappers.SAMPLE_BYTES)
         except GZ_ERRORS:
             return None  # still being written, or gone
 
@@ -238,7 +237,7 @@ class IdentityMixin:
         if "decode" in known:
             fol.decode = tuple(known["decode"])
         else:  # no layers kept (none, or a store from before the decoding stage): find them again
-            fol.decode = wrappers.detect(_detect_sample(self._read_head(fol) or head))
+            fol.decode = wrappers.detect(wrappers.head_sample(self._read_head(fol) or head))
         fol.instance = self.instance or known["instance"]
         fol.source = known["source"]
         self._make_ctx(fol)
@@ -279,7 +278,7 @@ class IdentityMixin:
         """The instance of a new file, named as ingest names it (naming.py) over every file
         the last scan found: two directories holding files of one name never merge, and
         the names the store already gave each directory are kept."""
-        from .sources.naming import InstanceNamer
+        from ..sources.naming import InstanceNamer
 
         paths = tuple(self._scan_paths) if path in self._scan_paths else (*self._scan_paths, path)
         if self._namer is None or self._namer_paths != paths:
@@ -295,7 +294,7 @@ class IdentityMixin:
         return self._namer.name(path)
 
     def _make_ctx(self, fol: Followed) -> None:
-        from .sources.naming import kube_identity
+        from ..sources.naming import kube_identity
 
         fol.parser = wrappers.wrap(get_parser(fol.engine), fol.decode, kube_identity(fol.path))
         fol.ctx = ParseContext(engine=fol.engine, source=fol.source, instance=fol.instance, year=self.year)

@@ -1,6 +1,6 @@
 """`servelens top`: a live view of a store in a terminal, the way htop shows processes.
 
-One row per instance with what the exporter publishes (pipeline/serve.py): the queue,
+One row per instance with what the exporter publishes (pipeline/serve/snapshot.py): the queue,
 running requests, KV-cache usage, throughput, p50/p99 TTFT and end-to-end latency of its
 latest complete window, the age of its newest event and its active signals. The snapshot is
 read again when the store commits (a tailer's store grows), at most once per interval; the
@@ -82,7 +82,7 @@ class Snapshot:
 
 def read(store: Path, variables: dict[str, Any], lookback_s: float | None) -> Snapshot:
     """Each instance's latest complete window, as /api/signals gives it."""
-    from .serve import read_snapshot, servers_of
+    from .snapshot import read_snapshot, servers_of
 
     t0 = time.monotonic()
     rows = read_snapshot(store, variables, lookback_s)
@@ -181,7 +181,7 @@ def run(store: Path, variables: dict[str, Any], *, interval_s: float = 1.0, look
     import termios
     import tty
 
-    from .serve import store_key
+    from .snapshot import store_key
 
     stdin = stdin or sys.stdin
     stdout = stdout or sys.stdout
