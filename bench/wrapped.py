@@ -41,9 +41,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         from typer.testing import CliRunner
 
-        from servelens.pipeline.cli import _register_commands, app
+        from servelens.pipeline.cli.app import app, build_app
 
-        _register_commands()
+        build_app()
         CliRunner().invoke(app, ["simulate", "--engine", args.engine, "--scenario", "steady", "--duration", args.duration,
                                  "--rate", "6", "--instances", "1", "--seed", "1", "--workers", "0", "--out", str(work / "sim")])
         plain = next((work / "sim").glob("*.log"))

@@ -89,9 +89,9 @@ def ingested(directory: Path, name: str, text: str) -> Path:
     """A store (directory/store) holding one log `name` with `text`, ingested by the CLI."""
     from typer.testing import CliRunner
 
-    from servelens.pipeline.cli import _register_commands, app
+    from servelens.pipeline.cli.app import app, build_app
 
-    _register_commands()
+    build_app()
     (directory / name).write_text(text)
     r = CliRunner().invoke(app, ["ingest", str(directory / name), "--store", str(directory / "store"), "-q"])
     assert r.exit_code == 0, r.output

@@ -106,9 +106,9 @@ def test_no_preset_no_rows():
 
 
 def test_report_has_a_calibration_section_on_the_sample_incident(tmp_path):
-    from servelens.pipeline.cli import _register_commands, app
+    from servelens.pipeline.cli.app import app, build_app
 
-    _register_commands()
+    build_app()
     runner = CliRunner()
     store = tmp_path / "s"
     assert runner.invoke(app, ["ingest", "sample_logs/incident", "--store", str(store), "-q"]).exit_code == 0

@@ -14,9 +14,9 @@ import pytest
 from conftest import events, write
 from typer.testing import CliRunner
 
-from servelens.pipeline.cli import _register_commands, app
+from servelens.pipeline.cli.app import app, build_app
 
-_register_commands()
+build_app()
 runner = CliRunner()
 
 

@@ -9,13 +9,13 @@ import json
 import subprocess
 import sys
 
-from servelens.pipeline.cli import COMMAND_MODULES
+from servelens.pipeline.cli.app import COMMAND_MODULES
 
 CHILD = r"""
 import json, sys
 store, args = sys.argv[1], sys.argv[2:]
 sys.argv = ["servelens", *[store if a == "STORE" else a for a in args]]
-from servelens.pipeline.cli import main
+from servelens.pipeline.cli.app import main
 code = 0
 try:
     main()
@@ -40,7 +40,7 @@ def test_sql_loads_only_what_a_query_needs(tmp_path):
     assert out.strip() == "n\n42"
     # what the query does need is there (the check below is not passing on an empty list)
     assert {"duckdb", "polars", "servelens.pipeline.query"} <= modules
-    others = {f"servelens.pipeline.{m}" for m in COMMAND_MODULES}
+    others = {f"servelens.pipeline.cli.{m}" for m in COMMAND_MODULES}
     heavy = {"streamlit", "watchdog", "altair", "vl_convert", "sqlglot", "servelens.pipeline.ingest",
              "servelens.pipeline.tail.tailer", "servelens.dashboards"}
     assert not (modules & (others | heavy)), sorted(modules & (others | heavy))
@@ -51,7 +51,7 @@ def test_help_through_main_still_lists_every_command(tmp_path):
     assert code == 0
     for name in ("ingest", "sql", "report", "dashboard", "tail", "check", "views"):
         assert f" {name} " in out, f"{name} missing from --help"
-    assert {f"servelens.pipeline.{m}" for m in COMMAND_MODULES} <= modules
+    assert {f"servelens.pipeline.cli.{m}" for m in COMMAND_MODULES} <= modules
 
 
 def test_a_registered_command_still_runs_through_main(tmp_path):

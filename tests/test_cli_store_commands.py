@@ -14,11 +14,11 @@ from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dashboard_store import INCIDENT
-from servelens.pipeline.cli import _register_commands, app
+from servelens.pipeline.cli.app import app, build_app
 from servelens.pipeline.query import run
 from servelens.pipeline.store.manifest import committed_parts, read_manifest
 
-_register_commands()
+build_app()
 runner = CliRunner()
 
 

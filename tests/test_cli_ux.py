@@ -14,9 +14,9 @@ import pytest
 from conftest import write
 from typer.testing import CliRunner
 
-from servelens.pipeline.cli import _register_commands, app
+from servelens.pipeline.cli.app import app, build_app
 
-_register_commands()
+build_app()
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_logs"
@@ -49,12 +49,12 @@ def recent_store(tmp_path):
 
 
 def test_the_time_options_are_one_type_and_one_parser():
-    """--since is declared once (pipeline/cli.py) and parse_time written once."""
-    src = {p.name: p.read_text() for p in (ROOT / "pipeline").glob("*.py")}
+    """--since is declared once (pipeline/cli/options.py) and parse_time written once."""
+    src = {p.relative_to(ROOT / "pipeline").as_posix(): p.read_text() for p in (ROOT / "pipeline").rglob("*.py")}
     assert sum(t.count("def parse_time(") for t in src.values()) == 1
     declared = [n for n, t in src.items() if re.search(r'typer\.Option\(\s*"--since"', t)]
-    assert declared == ["cli.py"]
-    for name in ("cli.py", "cli_report.py", "cli_dashboard.py", "cli_serve.py"):
+    assert declared == ["cli/options.py"]
+    for name in ("cli/app.py", "cli/report.py", "cli/dashboard.py", "cli/serve.py"):
         assert "since: SinceOpt = None" in src[name], name
 
 

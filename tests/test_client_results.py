@@ -237,9 +237,9 @@ def test_a_results_file_is_never_an_instance(tmp_path):
     file) gets windows, signals, calibration rows, exported series and a report section."""
     from typer.testing import CliRunner
 
-    from servelens.pipeline.cli import _register_commands, app
+    from servelens.pipeline.cli.app import app, build_app
 
-    _register_commands()
+    build_app()
     rec = Path(__file__).parent.parent / "sample_logs" / "vllm" / "real-0.32-b"
     servers = {p.name.split(".")[0] for p in rec.glob("*.log*")}  # the server logs, by name
     assert servers == {"vllm-cpu"} and len(list(rec.glob("bench-*.json.gz"))) == 2
@@ -275,7 +275,7 @@ def test_requests_the_client_saw_fail_are_failures_in_every_count(tmp_path) -> N
     from typer.testing import CliRunner
 
     from servelens.dashboards import data, sidebar
-    from servelens.pipeline.cli import _register_commands, app
+    from servelens.pipeline.cli.app import app, build_app
 
     out, truth = _sim()
     work = tmp_path / "run"
@@ -317,7 +317,7 @@ def test_requests_the_client_saw_fail_are_failures_in_every_count(tmp_path) -> N
 
     summary = run(store, "select engine, instance, failed, aborted from incident_summary").rows()
     assert summary == [("vllm", "vllm-a", n_failed, 0)]
-    _register_commands()
+    build_app()
     res = CliRunner().invoke(app, ["report", "--store", str(store), "--format", "json", "-o", str(tmp_path / "r.json")])
     assert res.exit_code == 0, res.output
     rep = json.loads((tmp_path / "r.json").read_text())

@@ -12,14 +12,14 @@ from typer.testing import CliRunner
 
 from servelens.parsers.base import parse_text
 from servelens.pipeline.store import commit as store_mod
-from servelens.pipeline.cli import _register_commands, app
+from servelens.pipeline.cli.app import app, build_app
 from servelens.pipeline.store.compact import compact, plan
 from servelens.pipeline.query import QueryError, connect, run, run_on
 from servelens.pipeline.store.commit import Store, new_txid
 from servelens.pipeline.store.manifest import committed_parts
 
 if not any((c.callback and c.callback.__name__ == "compact") for c in app.registered_commands):
-    _register_commands()
+    build_app()
 
 
 def fill(root, n_commits: int, per_commit: int = 5) -> int:

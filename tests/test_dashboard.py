@@ -217,7 +217,7 @@ def test_charts_drop_nulls_and_draw_the_threshold():
 
 
 def test_dashboard_command_defaults_to_localhost(store):
-    from servelens.pipeline.cli_dashboard import app_path, streamlit_command
+    from servelens.pipeline.cli.dashboard import app_path, streamlit_command
 
     cmd = streamlit_command(store, 8600, "127.0.0.1")
     assert app_path().is_file()
@@ -228,9 +228,9 @@ def test_dashboard_command_defaults_to_localhost(store):
 
 
 def test_dashboard_command_user_errors(tmp_path, store):
-    from servelens.pipeline.cli import _register_commands, app
+    from servelens.pipeline.cli.app import app, build_app
 
-    _register_commands()
+    build_app()
     runner = CliRunner()
     r = runner.invoke(app, ["dashboard", "--store", str(tmp_path / "missing")])
     assert r.exit_code == 1 and "does not exist" in r.output and len(r.output.strip().splitlines()) == 1

@@ -243,7 +243,7 @@ def test_the_server_start_evaluates_the_views_the_first_visitor_needs(store, mon
     import threading
 
     from servelens.dashboards import serve
-    from servelens.pipeline.cli_dashboard import streamlit_command
+    from servelens.pipeline.cli.dashboard import streamlit_command
 
     cmd = streamlit_command(store, 8600, "127.0.0.1")
     assert cmd[1:5] == ["-m", "servelens.dashboards.serve", "run", cmd[4]] and cmd[4].endswith("app.py")

@@ -181,10 +181,10 @@ def test_the_sql_page_can_be_switched_off(world, env):
 @pytest.fixture
 def launched(monkeypatch):
     """`servelens dashboard` with the exec into Streamlit caught: (argv, env) it would run."""
-    from servelens.pipeline import cli_dashboard
-    from servelens.pipeline.cli import _register_commands, app
+    from servelens.pipeline.cli import dashboard as cli_dashboard
+    from servelens.pipeline.cli.app import app, build_app
 
-    _register_commands()
+    build_app()
     calls = []
     monkeypatch.setattr(cli_dashboard.os, "execve", lambda path, argv, env: calls.append((argv, env)))
     monkeypatch.setattr(cli_dashboard, "_port_free", lambda host, port: True)

@@ -9,7 +9,7 @@ import typer.main
 from conftest import REPO
 
 from servelens.parsers.schema import COLUMN_NAMES, schema_markdown
-from servelens.pipeline.cli import _register_commands, app
+from servelens.pipeline.cli.app import app, build_app
 
 
 def test_schema_doc_is_generated_from_the_schema():
@@ -20,7 +20,7 @@ def test_schema_doc_is_generated_from_the_schema():
 
 
 def test_every_command_is_in_the_readme_with_an_example():
-    _register_commands()
+    build_app()
     readme = (REPO / "README.md").read_text()
     for name in typer.main.get_command(app).commands:
         assert re.search(rf"^\s*(\$ )?servelens {name}\b", readme, re.M), f"README has no example of `servelens {name}`"
@@ -79,7 +79,7 @@ def test_engine_lists_come_from_the_registry():
     from servelens.parsers import ENGINES, SERVERS
 
     assert set(SERVERS) <= set(ENGINES)
-    _register_commands()
+    build_app()
     top = typer.main.get_command(app)
     names = ", ".join(SERVERS.values())
     assert names in " ".join((top.help or "").split())

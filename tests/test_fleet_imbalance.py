@@ -15,9 +15,9 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from servelens.pipeline.cli import _register_commands, app
+from servelens.pipeline.cli.app import app, build_app
 
-_register_commands()
+build_app()
 runner = CliRunner()
 THRESHOLDS = Path(__file__).resolve().parent.parent / "sql" / "thresholds.toml"
 

@@ -13,10 +13,10 @@ import pytest
 from typer.testing import CliRunner
 
 from servelens.pipeline.sources import fingerprint as fp
-from servelens.pipeline.cli import _register_commands, app
+from servelens.pipeline.cli.app import app, build_app
 from servelens.pipeline.query import run
 
-_register_commands()
+build_app()
 runner = CliRunner()
 LOG = (Path(__file__).resolve().parent.parent / "sample_logs" / "incident" / "vllm" / "vllm-a.log").read_bytes()
 GZ = gzip.compress(LOG)

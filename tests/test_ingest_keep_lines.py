@@ -10,7 +10,7 @@ from pathlib import Path
 import polars as pl
 from typer.testing import CliRunner
 
-from servelens.pipeline.cli import app
+from servelens.pipeline.cli.app import app
 from servelens.pipeline.ingest import ingest
 from servelens.pipeline.sources.lines import TRIMMED_KINDS
 from servelens.pipeline.query import run

@@ -18,12 +18,12 @@ import pytest
 from typer.testing import CliRunner
 
 from servelens.parsers.schema import EVENT_SCHEMA
-from servelens.pipeline.cli import _register_commands, app
+from servelens.pipeline.cli.app import app, build_app
 from servelens.pipeline.store.layout import DEFAULT_PARTITION
 from servelens.pipeline.store.manifest import committed_parts, read_manifest
 
 if not any((c.callback and c.callback.__name__ == "compact") for c in app.registered_commands):
-    _register_commands()
+    build_app()
 
 INCIDENT = Path(__file__).resolve().parents[1] / "sample_logs" / "incident"
 PER_ENGINE = "select engine, count(*) as n from events group by engine order by engine"

@@ -123,7 +123,7 @@ def _start(t: float) -> list[str]:
 def _sql(store: Path, query: str) -> list[str]:
     from typer.testing import CliRunner
 
-    from servelens.pipeline.cli import app
+    from servelens.pipeline.cli.app import app
 
     res = CliRunner().invoke(app, ["sql", query, "--store", str(store), "--format", "csv"])
     assert res.exit_code == 0, res.output

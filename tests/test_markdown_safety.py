@@ -11,10 +11,10 @@ import pytest
 from markdown_it import MarkdownIt
 from typer.testing import CliRunner
 
-from servelens.pipeline.cli import _register_commands, app
+from servelens.pipeline.cli.app import app, build_app
 from servelens.pipeline.report.mdsafe import md_code, md_text, one_line
 
-_register_commands()
+build_app()
 runner = CliRunner()
 md = MarkdownIt("commonmark").enable("table").enable("strikethrough")
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from servelens.pipeline.cli import _register_commands, app
+from servelens.pipeline.cli.app import app, build_app
 
-_register_commands()
+build_app()
 runner = CliRunner()
 STATS = ("INFO 05-12 08:00:01 [loggers.py:123] Engine 000: Avg prompt throughput: 1.0 tokens/s, Avg generation "
          "throughput: 3.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 3.0%, Prefix cache hit rate: 0.0%\n")

@@ -13,9 +13,9 @@ import pytest
 from conftest import ingested
 from typer.testing import CliRunner
 
-from servelens.pipeline.cli import _register_commands, app
+from servelens.pipeline.cli.app import app, build_app
 
-_register_commands()
+build_app()
 runner = CliRunner()
 
 # a real vLLM V1 header around hostile text: the request id and the error message are log text

@@ -16,10 +16,10 @@ from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dashboard_store import INCIDENT, build_store
-from servelens.pipeline.cli import _register_commands, app
+from servelens.pipeline.cli.app import app, build_app
 from servelens.pipeline.query import run
 
-_register_commands()
+build_app()
 runner = CliRunner()
 
 QUERY = r"""

@@ -405,7 +405,7 @@ def test_damaged_paste_never_crashes():
 def test_parse_text_and_cli_ingest(tmp_path):
     from typer.testing import CliRunner
 
-    from servelens.pipeline.cli import app
+    from servelens.pipeline.cli.app import app
 
     log = tmp_path / "llama-server.log"
     log.write_text(real("era_bc_transitional_router_23269.log") + BLOCK_C)

@@ -20,7 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from servelens.pipeline import query
-from servelens.pipeline.cli import _register_commands, app
+from servelens.pipeline.cli.app import app, build_app
 from servelens.pipeline.metrics import resolve_variables
 from servelens.pipeline.serve.snapshot import Exporter
 from servelens.pipeline.serve.http import make_server
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.skipif(
     shutil.which("prometheus") is None or shutil.which("promtool") is None,
     reason="prometheus/promtool missing: run tests/e2e/install_prometheus.sh (make test does)")
 
-_register_commands()
+build_app()
 runner = CliRunner()
 INCIDENT = Path(__file__).resolve().parent.parent / "sample_logs" / "incident"
 WAIT_S = 120.0  # a refresh over the incident store takes seconds on a loaded 2-core machine

@@ -8,12 +8,12 @@ import datetime as dt
 import pytest
 from typer.testing import CliRunner
 
-from servelens.pipeline.cli import _register_commands, app
+from servelens.pipeline.cli.app import app, build_app
 from servelens.pipeline.timerange import parse_time
 
 UTC = dt.timezone.utc
 NOW = dt.datetime(2026, 12, 5, 14, 30, 15, 500000, tzinfo=UTC)
-_register_commands()
+build_app()
 runner = CliRunner()
 
 

@@ -86,9 +86,9 @@ ERROR 05-12 08:00:21 [core.py:708] EngineCore encountered a fatal error.
 
 
 def test_report_command_over_a_store(tmp_path):
-    from servelens.pipeline.cli import _register_commands, app
+    from servelens.pipeline.cli.app import app, build_app
 
-    _register_commands()
+    build_app()
     log = tmp_path / "gpu-a.log"
     log.write_text(VLLM_LOG)
     store = tmp_path / "st"

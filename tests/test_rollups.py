@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from servelens.pipeline import rollup
 from servelens.pipeline.tail import tailer as tail_mod
 from servelens.pipeline.tail import identity as tail_identity
-from servelens.pipeline.cli import _register_commands, app
+from servelens.pipeline.cli.app import app, build_app
 from servelens.pipeline.ingest import ingest
 from servelens.pipeline.query import connect, run
 from servelens.pipeline.store.commit import Store
@@ -34,7 +34,7 @@ UTC = dt.timezone.utc
 # the stored views, and views over them (compared through the rollups and raw)
 VIEWS = ("requests", "request_state", "window_metrics", "scaling_signals", "latency_percentiles", "queue_depth")
 
-_register_commands()
+build_app()
 runner = CliRunner()
 
 

@@ -14,12 +14,12 @@ import pyarrow.fs as pafs
 import pytest
 from typer.testing import CliRunner
 
-from servelens.pipeline.cli import _register_commands, app
+from servelens.pipeline.cli.app import app, build_app
 
 import moto.server as moto_server  # noqa: E402 - the test extra installs moto[server]
 
 if not any((c.callback and c.callback.__name__ == "compact") for c in app.registered_commands):
-    _register_commands()
+    build_app()
 
 ROOT = Path(__file__).resolve().parents[1]
 INCIDENT = ROOT / "sample_logs" / "incident"

@@ -11,10 +11,10 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from servelens.pipeline.cli import _register_commands, app
+from servelens.pipeline.cli.app import app, build_app
 from servelens.pipeline.query import run
 
-_register_commands()
+build_app()
 runner = CliRunner()
 LOG = Path(__file__).resolve().parent.parent / "sample_logs" / "incident" / "vllm" / "vllm-a.log"
 

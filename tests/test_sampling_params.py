@@ -17,11 +17,11 @@ from conftest import forget_content_record
 from typer.testing import CliRunner
 
 from servelens.parsers.schema import DICT_STRING, events_from_arrow, events_to_arrow
-from servelens.pipeline.cli import _register_commands, app
+from servelens.pipeline.cli.app import app, build_app
 from servelens.pipeline.store.manifest import committed_parts
 
 if not any((c.callback and c.callback.__name__ == "compact") for c in app.registered_commands):
-    _register_commands()
+    build_app()
 
 # K distinct parameter sets; the requested seed differs on every request (a per-request value)
 PARAMS = [

@@ -20,12 +20,12 @@ from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dashboard_store import INCIDENT, build_store
-from servelens.pipeline.cli import _register_commands, app
+from servelens.pipeline.cli.app import app, build_app
 from servelens.pipeline.query import Limits, QueryError, run
 from servelens.pipeline.sandbox import check_statement, parse_size, parse_timeout
 from servelens.pipeline.store.manifest import committed_parts
 
-_register_commands()
+build_app()
 runner = CliRunner()
 SECRET = "TOPSECRET-7f3a9c"
 # a three-way cross join no join algorithm can shortcut: hours over a few thousand events

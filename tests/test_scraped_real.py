@@ -10,10 +10,10 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from servelens.pipeline.cli import _register_commands, app
+from servelens.pipeline.cli.app import app, build_app
 from servelens.pipeline.query import run as run_query
 
-_register_commands()
+build_app()
 REC = Path(__file__).parent / "fixtures" / "llamacpp" / "scraped"
 
 

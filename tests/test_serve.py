@@ -17,12 +17,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 from servelens.pipeline import query
-from servelens.pipeline.cli import _register_commands, app
+from servelens.pipeline.cli.app import app, build_app
 from servelens.pipeline.metrics import resolve_variables
 from servelens.pipeline.serve.snapshot import Exporter
 from servelens.pipeline.serve.http import make_server
 
-_register_commands()
+build_app()
 runner = CliRunner()
 INCIDENT = Path(__file__).resolve().parent.parent / "sample_logs" / "incident"
 

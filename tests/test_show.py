@@ -17,9 +17,9 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from servelens.pipeline.cli import _register_commands, app
+from servelens.pipeline.cli.app import app, build_app
 
-_register_commands()
+build_app()
 runner = CliRunner()
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_logs"
 UTC = dt.timezone.utc

@@ -197,9 +197,9 @@ def test_trtllm_executor_stats_every_iteration(tmp_path):
 
 
 def test_cli_writes_and_reports(tmp_path):
-    from servelens.pipeline.cli import _register_commands, app
+    from servelens.pipeline.cli.app import app, build_app
 
-    _register_commands()
+    build_app()
     runner = CliRunner()
     res = runner.invoke(app, ["simulate", "--engine", "tgi", "--scenario", "steady", "--duration", "30s",
                               "--seed", "3", "--out", str(tmp_path)])

@@ -54,9 +54,9 @@ def test_readme_records_the_exact_commands():
 
 @pytest.mark.parametrize("run", [r for r in runs() if r["engine"] == "trtllm"], ids=lambda r: r["out"])
 def test_the_recorded_cli_command_reproduces_the_sample(tmp_path, run):
-    from servelens.pipeline.cli import _register_commands, app
+    from servelens.pipeline.cli.app import app, build_app
 
-    _register_commands()
+    build_app()
     args = shlex.split(command_line(run, str(tmp_path)))[1:]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output

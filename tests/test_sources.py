@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 
 import wrapping as wr
 from servelens.parsers.base import parse_text
-from servelens.pipeline.cli import _register_commands, app
+from servelens.pipeline.cli.app import app, build_app
 
-_register_commands()
+build_app()
 runner = CliRunner()
 UID = "3f0c7a52-6d1e-4b8a-9a55-0e6c1f2d9b17"
 CID = "4b1d5e9c0a7f" + "0" * 52

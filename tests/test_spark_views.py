@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from servelens.pipeline.cli import _register_commands, app
+from servelens.pipeline.cli.app import app, build_app
 from servelens.pipeline.dialects import views
 from servelens.pipeline.store.manifest import committed_parts
 
@@ -30,7 +30,7 @@ if not shutil.which("java") and not os.environ.get("JAVA_HOME"):
     pytest.skip("no Java runtime for Spark (tests/e2e/install_spark.sh installs one as root)", allow_module_level=True)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-_register_commands()
+build_app()
 
 REPO = Path(__file__).resolve().parent.parent
 COMPARED = ("latency_percentiles", "queue_depth", "scaling_signals")

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from servelens.pipeline.store.layout import FILE_SCHEMA
-from servelens.pipeline import cli as cli_mod
+from servelens.pipeline.cli import app as cli_mod
 from servelens.pipeline import ingest as ingest_mod
 from servelens.pipeline.store.compact import compact
 from servelens.pipeline.store.commit import Store
@@ -26,7 +26,7 @@ from servelens.pipeline.tail.watch import Targets
 SAMPLES = Path(__file__).parent.parent / "sample_logs"
 
 runner = CliRunner()
-cli_mod._register_commands()
+cli_mod.build_app()
 
 
 def cli(*args: str):

@@ -378,7 +378,7 @@ def test_tail_continues_where_ingest_stopped(tmp_path):
 
 
 def test_status_line_counts_files_rate_and_lag(tmp_path, capsys):
-    from servelens.pipeline.cli_tail import StatusLine
+    from servelens.pipeline.cli.tail import StatusLine
 
     h = Harness(tmp_path)
     write(h.logs / "a.log", lines("a", 0, 40))

@@ -19,14 +19,14 @@ import pytest
 
 from typer.testing import CliRunner
 
-from servelens.pipeline.cli import _register_commands, app
+from servelens.pipeline.cli.app import app, build_app
 from servelens.pipeline.query import run
 from servelens.pipeline.store.manifest import committed_parts
 
 pytestmark = pytest.mark.slow
 
 N_FRESH = 4
-SERVELENS = [sys.executable, "-c", "from servelens.pipeline.cli import main; main()"]
+SERVELENS = [sys.executable, "-c", "from servelens.pipeline.cli.app import main; main()"]
 
 WRITER = textwrap.dedent(
     """
@@ -67,7 +67,7 @@ WRITER = textwrap.dedent(
 
 
 if not any((c.callback and c.callback.__name__ == "tail") for c in app.registered_commands):
-    _register_commands()
+    build_app()
 
 
 def cli(*args):

@@ -15,7 +15,7 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from servelens.pipeline import cli as cli_mod
+from servelens.pipeline.cli import app as cli_mod
 from servelens.pipeline.tail import tailer as tail_mod
 from servelens.pipeline.tail import identity as tail_identity
 from servelens.pipeline.store.commit import Store
@@ -163,7 +163,7 @@ def test_fifo_named_explicitly_is_refused_at_once(tmp_path):
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
     runner = CliRunner()
-    cli_mod._register_commands()
+    cli_mod.build_app()
     for cmd in (["ingest", str(fifo)], ["tail", str(fifo)]):
         r = runner.invoke(cli_mod.app, [*cmd, "--store", str(tmp_path / "st")])
         assert r.exit_code == 1, r.output
@@ -234,7 +234,7 @@ def test_full_disk_ingest_is_one_line_and_store_intact(tmp_path, tiny_fs):
     small = tmp_path / "small.log"
     small.write_text("hello\n")
     store_dir = tiny_fs / "store"
-    cli_mod._register_commands()
+    cli_mod.build_app()
     runner = CliRunner()
     r = runner.invoke(cli_mod.app, ["ingest", str(small), "--store", str(store_dir), "-q"])
     assert r.exit_code == 0, r.output
@@ -257,7 +257,7 @@ def test_full_disk_when_creating_a_store_is_one_line(tmp_path, tiny_fs):
     log = tmp_path / "a.log"
     log.write_text("hello\n")
     fill(tiny_fs, 0)
-    cli_mod._register_commands()
+    cli_mod.build_app()
     r = CliRunner().invoke(cli_mod.app, ["ingest", str(log), "--store", str(tiny_fs / "new")])
     assert r.exit_code == 1
     assert "Traceback" not in r.output

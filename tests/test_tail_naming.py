@@ -14,11 +14,11 @@ from conftest import SAMPLE_LOGS, write
 from typer.testing import CliRunner
 
 import wrapping as wr
-from servelens.pipeline.cli import _register_commands, app
+from servelens.pipeline.cli.app import app, build_app
 from servelens.pipeline.store.manifest import committed_parts
 
 if not any((c.callback and c.callback.__name__ == "tail") for c in app.registered_commands):
-    _register_commands()
+    build_app()
 runner = CliRunner()
 LINES = wr.split_lines((SAMPLE_LOGS / "vllm/real/v1_0_11.log").read_text())  # one event per line
 

@@ -8,10 +8,10 @@ import pytest
 from conftest import ingested
 from typer.testing import CliRunner
 
-from servelens.pipeline.cli import _register_commands, app
+from servelens.pipeline.cli.app import app, build_app
 from servelens.pipeline.metrics import resolve_variables
 
-_register_commands()
+build_app()
 runner = CliRunner()
 
 LOG = ("INFO 05-12 08:00:01 [loggers.py:123] Engine 000: Avg prompt throughput: 1.0 tokens/s, "

@@ -15,7 +15,7 @@ import pytest
 from polars.testing import assert_frame_equal
 from typer.testing import CliRunner
 
-from servelens.pipeline.cli import _register_commands, app
+from servelens.pipeline.cli.app import app, build_app
 from servelens.pipeline.ingest import ingest
 from servelens.pipeline.metrics import views_for
 from servelens.pipeline.query import connect, run
@@ -24,7 +24,7 @@ from servelens.pipeline.timerange import TimeRange, part_day, parts_in, row_filt
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_logs"
 UTC = dt.timezone.utc
-_register_commands()
+build_app()
 runner = CliRunner()
 
 # Views whose rows carry their own time, compared row for row.
@@ -205,7 +205,7 @@ def test_report_over_a_range_equals_the_report_over_the_whole_store(sample_store
 def test_dashboard_passes_the_range_to_the_app(tmp_path):
     from servelens.dashboards.data import settings
 
-    from servelens.pipeline.cli_dashboard import streamlit_command
+    from servelens.pipeline.cli.dashboard import streamlit_command
 
     cmd = streamlit_command(tmp_path, 8501, "127.0.0.1", None, "2026-05-12T08:00:00+00:00", None)
     cfg = settings(cmd[cmd.index("--") + 1:])

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from servelens.pipeline.cli import _register_commands, app
+from servelens.pipeline.cli.app import app, build_app
 
-_register_commands()
+build_app()
 INCIDENT = Path(__file__).resolve().parent.parent / "sample_logs" / "incident"
 SERVELENS = Path(sys.executable).parent / "servelens"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

@@ -15,11 +15,11 @@ import pytest
 import sqlglot
 from typer.testing import CliRunner
 
-from servelens.pipeline.cli import _register_commands, app
+from servelens.pipeline.cli.app import app, build_app
 from servelens.pipeline.dialects import portable_duckdb, views
 from servelens.pipeline.metrics import resolve_variables, sql_files, view_name
 
-_register_commands()
+build_app()
 REPO = Path(__file__).resolve().parent.parent
 
 

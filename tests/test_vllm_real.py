@@ -41,9 +41,9 @@ class Recording:
 
 @pytest.fixture(scope="module", params=RECORDINGS, ids=lambda p: p.name)
 def rec(request, tmp_path_factory) -> Recording:
-    from servelens.pipeline.cli import _register_commands, app
+    from servelens.pipeline.cli.app import app, build_app
 
-    _register_commands()
+    build_app()
     d = request.param
     store = tmp_path_factory.mktemp(d.name) / "store"
     res = CliRunner().invoke(app, ["ingest", str(d), "--store", str(store)])
@@ -250,7 +250,7 @@ def test_tail_latency_is_explained_by_queueing(rec: Recording) -> None:
 
 
 def test_the_html_report_carries_the_tail_latency_section(rec: Recording, tmp_path) -> None:
-    from servelens.pipeline.cli import app
+    from servelens.pipeline.cli.app import app
 
     out = tmp_path / "r.html"
     res = CliRunner().invoke(app, ["report", "--store", str(rec.store), "--format", "html", "-o", str(out)])
@@ -298,7 +298,7 @@ def test_every_headline_figure_is_the_clients(rec: Recording, tmp_path) -> None:
     """The p99 TTFT and e2e, the slow / failed / aborted counts that the views, the signals
     and the report give are the bench client's own, computed here from its results files
     (and the extra clients' own record), not the log's 1 s estimates."""
-    from servelens.pipeline.cli import app
+    from servelens.pipeline.cli.app import app
 
     ttfts, lats, failed = [], [], 0
     for phase in ("low", "over"):

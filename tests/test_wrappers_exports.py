@@ -172,9 +172,9 @@ def test_ingest_of_a_directory_of_exports_needs_no_flag(tmp_path):
     from typer.testing import CliRunner
 
     from conftest import events, write
-    from servelens.pipeline.cli import _register_commands, app
+    from servelens.pipeline.cli.app import app, build_app
 
-    _register_commands()
+    build_app()
     cases = {
         "a.json": ("vllm", "sample_logs/vllm/real/v1_0_11.log", gcp_array),
         "b.json": ("tgi", "sample_logs/tgi/real/launcher_traceback.log", cw_insights),

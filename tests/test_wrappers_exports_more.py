@@ -98,10 +98,10 @@ def test_a_namespace_export_gives_one_instance_per_pod(tmp_path, explicit):
     from typer.testing import CliRunner
 
     from conftest import events, write
-    from servelens.pipeline.cli import _register_commands, app
+    from servelens.pipeline.cli.app import app, build_app
     from wrapping_exports import elastic_doc
 
-    _register_commands()
+    build_app()
     docs, bases = two_pod_entries(lambda ln, t, pod: elastic_doc(ln, t, pod=pod))
     write(tmp_path / "exports" / "serving.ndjson", "".join(json.dumps(d) + "\n" for d in docs))
     args = ["ingest", str(tmp_path / "exports"), "--store", str(tmp_path / "store"), "-q"] + (["--instance", "mine"] if explicit else [])
@@ -180,10 +180,10 @@ def test_ingest_of_a_directory_of_new_exports_needs_no_flag(tmp_path):
     from typer.testing import CliRunner
 
     from conftest import events, write
-    from servelens.pipeline.cli import _register_commands, app
+    from servelens.pipeline.cli.app import app, build_app
     from wrapping_exports import cw_console_csv, kibana_csv
 
-    _register_commands()
+    build_app()
     cases = {
         "a.json": ("vllm", "sample_logs/vllm/real/v1_0_11.log", grafana_json),
         "b.csv": ("tgi", "sample_logs/tgi/real/launcher_traceback.log", kibana_csv),

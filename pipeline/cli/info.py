@@ -7,14 +7,13 @@ from typing import Annotated, Any
 
 import typer
 
-# cli imports this module only from main(), after it is complete (see cli_report)
-from .cli import StoreOpt, fail, store_path
+from .options import StoreOpt, fail, store_path
 
 
 def store_info(root) -> dict[str, Any]:
     """Instances, engines, models, time range, events, parts and bytes of a store."""
-    from .query import run
-    from .store.manifest import committed_parts, read_manifest
+    from ..query import run
+    from ..store.manifest import committed_parts, read_manifest
 
     manifest = read_manifest(root)
     parts = committed_parts(root)
@@ -65,8 +64,8 @@ def register(app: typer.Typer) -> None:
           servelens info
           servelens info --store incident.store --json
         """
-        from .query import QueryError
-        from .store.manifest import StoreError
+        from ..query import QueryError
+        from ..store.manifest import StoreError
 
         root = store_path(store)
         if not (root / "manifest.json").exists():
@@ -104,10 +103,10 @@ def register(app: typer.Typer) -> None:
           servelens prune --before 2026-05-01
           servelens prune --before 2026-05-12T08:00Z --store incident.store --dry-run
         """
-        from .timerange import parse_time
-        from .store.prune import prune as run_prune
-        from .store.commit import Store
-        from .store.manifest import StoreError
+        from ..timerange import parse_time
+        from ..store.prune import prune as run_prune
+        from ..store.commit import Store
+        from ..store.manifest import StoreError
 
         try:
             cutoff = parse_time(before)
@@ -116,7 +115,7 @@ def register(app: typer.Typer) -> None:
         root = store_path(store)
         if not (root / "manifest.json").exists():
             raise fail(f"store {root} does not exist; nothing to prune")
-        from .outfile import is_store_dir
+        from ..outfile import is_store_dir
 
         if not is_store_dir(root):
             raise fail(f"{root} is not a servelens store (its manifest.json is not a store's); nothing was changed: give --store")
@@ -124,7 +123,7 @@ def register(app: typer.Typer) -> None:
             with Store.open(root, purpose="prune") as st:
                 r = run_prune(st, cutoff, dry_run=dry_run)
                 if not dry_run:  # rows are gone: the rollups are rebuilt (pipeline/rollup.py)
-                    from .ingest import refresh_rollups
+                    from ..ingest import refresh_rollups
 
                     refresh_rollups(st)
         except StoreError as e:

@@ -10,10 +10,9 @@ from typing import Annotated, Optional
 
 import typer
 
-# cli imports this module only from main(), after it is complete
 from servelens.parsers import ENGINES
 
-from .cli import StoreOpt, fail, store_path
+from .options import StoreOpt, fail, store_path
 
 NON_TTY_STATUS_S = 30.0
 
@@ -60,9 +59,9 @@ class StatusLine:
 
 def _start_exporter(store: Path, host: str, port: int, line: StatusLine):
     """`--serve-port`: the exporter of `servelens serve` in background threads of the tailer."""
-    from .metrics import resolve_variables
-    from .serve.snapshot import ServeError
-    from .serve.http import start_beside
+    from ..metrics import resolve_variables
+    from ..serve.snapshot import ServeError
+    from ..serve.http import start_beside
 
     try:
         stop = start_beside(store, host=host, port=port, variables=resolve_variables())
@@ -101,8 +100,8 @@ def register(app: typer.Typer) -> None:
           servelens tail /var/log/vllm/ --store live.store --serve-port 9464
           servelens tail hosts/ --instance-from '{parent}/{stem}'
         """
-        from .store.manifest import StoreError
-        from .tail.tailer import TailError, tail as run_tail
+        from ..store.manifest import StoreError
+        from ..tail.tailer import TailError, tail as run_tail
 
         if from_beginning and from_end:
             raise fail("--from-beginning and --from-end contradict each other; give one")
@@ -136,13 +135,13 @@ def register(app: typer.Typer) -> None:
           servelens compact
           servelens compact --store live.store --min-parts 16
         """
-        from .store.compact import compact as run_compact
-        from .store.commit import Store
-        from .store.manifest import StoreError, StoreLocked
+        from ..store.compact import compact as run_compact
+        from ..store.commit import Store
+        from ..store.manifest import StoreError, StoreLocked
 
         target = store_path(store)
-        from .outfile import is_store_dir
-        from .store.remote import store_exists, store_url
+        from ..outfile import is_store_dir
+        from ..store.remote import store_exists, store_url
 
         if not store_exists(target) or (store_url(target) is None and not is_store_dir(Path(target))):
             raise fail(f"{target} is not a servelens store (no store manifest); nothing was changed: give --store")

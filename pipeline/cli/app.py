@@ -7,7 +7,6 @@ their own module register themselves through `register(app)` (see COMMAND_MODULE
 
 from __future__ import annotations
 
-import errno
 import importlib
 import sys
 from pathlib import Path
@@ -16,6 +15,10 @@ from typing import Annotated, Optional
 import typer
 
 from servelens.parsers import ENGINES, SERVERS
+
+from .options import (
+    ForceOpt, SinceOpt, StoreOpt, UntilOpt, check_output_path, fail, store_path, write_failure, write_output_file,
+)
 
 # No polars, pyarrow or duckdb at import: `servelens --help` and the commands that do not
 # read the store import them where they need them (pipeline/store/commit.py imports polars).
@@ -34,20 +37,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-# Modules under servelens.pipeline that define `register(app)`.
-COMMAND_MODULES: tuple[str, ...] = ("cli_report", "cli_dashboard", "cli_tail", "cli_simulate", "cli_store", "cli_serve", "cli_info", "cli_views", "cli_show", "cli_top")
-
-
-# Options shared by every command that reads or writes the store.
-StoreOpt = Annotated[
-    Path,
-    typer.Option(
-        "--store",
-        "-s",
-        help="Store directory (default: $SERVELENS_STORE or ./servelens-store).",
-        show_default=False,
-    ),
-]
+# Modules of this package that define `register(app)`.
+COMMAND_MODULES: tuple[str, ...] = ("report", "dashboard", "tail", "simulate", "store", "serve", "info", "views", "show", "top")
 
 
 def _version(value: bool) -> None:
@@ -71,53 +62,6 @@ def _main(
 # Rows `servelens sql` prints as a table before it stops and says how many were left
 # (a `select * from events` would otherwise fill the terminal with every event)
 TABLE_ROWS = 1000
-
-# What --since / --until / --before accept (pipeline/timerange.parse_time reads it)
-TIME_FORMS = ("ISO 8601 (2026-05-12T08:00Z; UTC unless a zone is given), a time of day today in UTC "
-              "(08:00), a time ago (30m, 2h, 7d) or now / today / yesterday")
-SinceOpt = Annotated[Optional[str], typer.Option(
-    "--since", help=f"Only events from this time on, and the rows that fall after it: {TIME_FORMS}; the scans read only the range.",
-    show_default=False)]
-UntilOpt = Annotated[Optional[str], typer.Option(
-    "--until", help="Only events before this time (exclusive); the same forms as --since.", show_default=False)]
-
-ForceOpt = Annotated[bool, typer.Option("--force", help="Overwrite the --output file if it exists.")]
-
-
-def check_output_path(output: Optional[Path], force: bool) -> None:
-    """Refuse an --output inside a store or over an existing file (without --force), before
-    any work is done."""
-    if output is None:
-        return
-    from .outfile import OutputRefused, check_output
-
-    try:
-        check_output(output, force=force)
-    except OutputRefused as e:
-        raise fail(str(e)) from None
-
-
-def write_output_file(output: Path, data: str | bytes, force: bool) -> None:
-    from .outfile import OutputRefused, write_output
-
-    try:
-        write_output(output, data, force=force)
-    except OutputRefused as e:
-        raise fail(str(e)) from None
-    except OSError as e:
-        raise fail(f"cannot write {output}: {e.strerror}") from None
-
-
-def fail(message: str, code: int = 1) -> "typer.Exit":
-    """Print one line saying what is wrong and what to do; exit non-zero."""
-    typer.echo(f"servelens: error: {message}", err=True)
-    return typer.Exit(code)
-
-
-def store_path(store: Optional[Path]) -> Path:
-    from .store.manifest import default_store
-
-    return store if store is not None else default_store()
 
 
 @app.command()
@@ -147,9 +91,9 @@ def ingest(
     """
     import tempfile
 
-    from .ingest import IngestError, ingest as run_ingest
+    from ..ingest import IngestError, ingest as run_ingest
     from .console import print_file_line, print_summary, progress_bar, summary_dict
-    from .store.manifest import StoreError
+    from ..store.manifest import StoreError
 
     target = store_path(store)
     spool = None
@@ -202,7 +146,7 @@ def ingest(
 
 def _interrupted(target: Path) -> str:
     """What an ingest stopped by Ctrl-C leaves: the commits made before it, and how to go on."""
-    from .store.manifest import StoreError, read_manifest
+    from ..store.manifest import StoreError, read_manifest
 
     try:
         files = read_manifest(target)["files"].values()
@@ -246,15 +190,15 @@ def sql(
       servelens sql "select * from requests" --timeout 300 --memory-limit 16GB
       servelens sql "select * from latency_percentiles" --since 2026-05-12T08:00Z --until 2026-05-12T09:00Z
     """
-    from .output import render
-    from .query import Limits, QueryError, run
-    from .store.manifest import StoreError
+    from ..output import render
+    from ..query import Limits, QueryError, run
+    from ..store.manifest import StoreError
 
     if format not in ("table", "csv", "json"):
         raise fail(f"unknown --format {format!r}; use table, csv or json")
     check_output_path(output, force)
     from .durations import parse_duration
-    from .metrics import resolve_variables
+    from ..metrics import resolve_variables
 
     try:
         variables = resolve_variables({"window_s": parse_duration(window)} if window else {}, thresholds)
@@ -265,14 +209,14 @@ def sql(
         limits = Limits.from_env(**overrides)
     except ValueError as e:
         raise fail(f"{e} (--timeout, --memory-limit)") from None
-    from .store.integrity import allowing_partial
-    from .timerange import TimeRange
+    from ..store.integrity import allowing_partial
+    from ..timerange import TimeRange
 
     try:
         time_range = TimeRange.parse(since, until)
     except ValueError as e:
         raise fail(f"{e} (--since, --until)") from None
-    from . import bounded
+    from .. import bounded
 
     def answer():  # in a child process this one watches (pipeline/bounded.py)
         with allowing_partial(allow_partial):
@@ -287,7 +231,7 @@ def sql(
     if limit < 0:
         raise fail(f"--limit {limit} must be 0 (all rows) or more")
     if df.height == 0 and time_range is not None:
-        from .timerange import range_note
+        from ..timerange import range_note
 
         typer.echo(f"servelens: note: {range_note(store_path(store), time_range)}", err=True)
     shown = df
@@ -311,9 +255,17 @@ def sql(
         typer.echo(text, nl=not text.endswith("\n"))
 
 
-def _register_commands() -> None:
-    for name in COMMAND_MODULES:
-        importlib.import_module(f"servelens.pipeline.{name}").register(app)
+_built = False
+
+
+def build_app() -> typer.Typer:
+    """The whole `servelens` app: the commands of this module and of every COMMAND_MODULES."""
+    global _built
+    if not _built:
+        for name in COMMAND_MODULES:
+            importlib.import_module(f"{__package__}.{name}").register(app)
+        _built = True
+    return app
 
 
 # The commands defined in this module: running one of them needs no other command registered
@@ -322,37 +274,16 @@ def _register_commands() -> None:
 OWN_COMMANDS = frozenset({"ingest", "sql"})
 
 
-# What a writer cannot get past on its own, and what the person can do about it. Every writer
-# commits by replacing the manifest last, so a command stopped by one of these leaves the
-# store as it was before it (a staged file may be left, and is cleaned by the next writer).
-_WRITE_FAILURES = {
-    errno.ENOSPC: "free some space (or use another --store)",
-    errno.EDQUOT: "raise the disk quota or free some space (or use another --store)",
-    errno.EROFS: "the file system is read-only: remount it read-write or use another --store",
-    errno.EACCES: "check the permissions (and immutable attributes) of the store's directory and files",
-    errno.EPERM: "check the permissions (and immutable attributes) of the store's directory and files",
-}
-
-
-def _write_failure(e: OSError) -> str | None:
-    advice = _WRITE_FAILURES.get(e.errno or 0)
-    if advice is None:
-        return None
-    where = f" ({e.filename})" if e.filename else ""
-    return f"{e.strerror or 'cannot write'}{where}; {advice}; what was committed before is intact"
-
-
 def main() -> None:
     try:
         if sys.argv[1:2] and sys.argv[1] in OWN_COMMANDS:
             app()
             return
-        _register_commands()
-        app()
+        build_app()()
     except OSError as e:
         # a full disk, a read-only or immutable store in a writer that has no message of its
         # own for it (compact, prune, repair, a manifest that cannot be replaced): one line
-        line = _write_failure(e)
+        line = write_failure(e)
         if line is None:
             raise
         typer.echo(f"servelens: error: {line}", err=True)

@@ -9,7 +9,7 @@ from typing import Callable, Iterator
 
 import typer
 
-from .ingest import FileResult, IngestSummary
+from ..ingest import FileResult, IngestSummary
 
 
 @contextlib.contextmanager
@@ -139,7 +139,7 @@ def print_summary(s: IngestSummary, store: Path) -> None:
         lines.append(f"passed over {len(s.passed_over):,} file(s) that are not logs: {shown}{more}")
     for f in s.failed:
         lines.append(f"incomplete {f.source}: {f.reason}")
-    from .store.remote import store_url
+    from ..store.remote import store_url
 
     store = store_url(store) or store  # s3://bucket/prefix, not pathlib's s3:/bucket/prefix
     lines.append(f"store: {store}   (try: servelens sql \"select event, count(*) from events group by all\" --store {store})")

@@ -7,8 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-# cli imports this module only from main(), after it is complete (see cli_report)
-from .cli import StoreOpt, TIME_FORMS, fail, store_path
+from .options import StoreOpt, TIME_FORMS, fail, store_path
 
 
 def register(app: typer.Typer) -> None:
@@ -38,10 +37,10 @@ def register(app: typer.Typer) -> None:
           servelens show cmpl-42 --logs /var/log/vllm/rotated/
         """
         from .durations import parse_duration
-        from .query import QueryError
-        from .report.story import ShowError, story, to_json, to_text
-        from .store.manifest import StoreError
-        from .timerange import parse_time
+        from ..query import QueryError
+        from ..report.story import ShowError, story, to_json, to_text
+        from ..store.manifest import StoreError
+        from ..timerange import parse_time
 
         if format not in ("text", "json"):
             raise fail(f"unknown --format {format!r}; use text or json")

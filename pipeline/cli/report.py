@@ -7,10 +7,19 @@ from typing import Annotated, Optional
 
 import typer
 
-# cli imports this module only from main(), after it is complete; module level so that the
-# string annotations (from __future__) resolve when typer inspects the command
-from .cli import ForceOpt, SinceOpt, StoreOpt, UntilOpt, check_output_path, fail, store_path, write_output_file
-from .timerange import parse_time
+# module level so that the string annotations (from __future__) resolve when typer
+# inspects the command
+from .options import (
+    ForceOpt,
+    SinceOpt,
+    StoreOpt,
+    UntilOpt,
+    check_output_path,
+    fail,
+    store_path,
+    write_output_file,
+)
+from ..timerange import parse_time
 
 
 def register(app: typer.Typer) -> None:
@@ -39,9 +48,9 @@ def register(app: typer.Typer) -> None:
           servelens report --format json --thresholds my-slo.toml
         """
         from .durations import parse_duration
-        from .metrics import resolve_variables
-        from .report.build import build_report, render
-        from .store.manifest import StoreError
+        from ..metrics import resolve_variables
+        from ..report.build import build_report, render
+        from ..store.manifest import StoreError
 
         if format not in ("md", "html", "json"):
             raise fail(f"unknown --format {format!r}; use md, html or json")
@@ -56,9 +65,9 @@ def register(app: typer.Typer) -> None:
         if t0 and t1 and t1 <= t0:
             raise fail("--until must be after --since")
         try:
-            from .query import connect
+            from ..query import connect
 
-            from .timerange import TimeRange
+            from ..timerange import TimeRange
 
             # the scans read only the range (widened by a margin for requests cut by its edges)
             con = connect(store_path(store), variables, time_range=TimeRange(t0, t1) if t0 or t1 else None)
@@ -72,7 +81,7 @@ def register(app: typer.Typer) -> None:
         if instance is not None and not data["instances"]:
             raise fail(f"no events of instance {instance!r} in this range")
         if (t0 or t1) and not data["instances"]:
-            from .timerange import TimeRange, range_note
+            from ..timerange import TimeRange, range_note
 
             data["range_note"] = range_note(store_path(store), TimeRange(t0, t1))
             typer.echo(f"servelens: note: {data['range_note']}", err=True)

@@ -10,23 +10,10 @@ from typing import Annotated, Optional
 
 import typer
 
-# cli imports this module only from main(), after it is complete
-from .cli import ForceOpt, SinceOpt, StoreOpt, UntilOpt, check_output_path, fail, store_path, write_output_file
-
-ThresholdsOpt = Annotated[
-    Optional[str],
-    typer.Option(help="TOML file overriding signal thresholds, or preset:NAME (vllm-production-stack, kserve, llm-d, aibrix).")]
-WindowOpt = Annotated[Optional[str], typer.Option(help="Window of the gauges and percentiles, e.g. 15s, 30s, 1m (default 1m).")]
-
-
-def _variables(window: str | None, thresholds: str | None) -> dict:
-    from .durations import parse_duration
-    from .metrics import resolve_variables
-
-    try:
-        return resolve_variables({"window_s": parse_duration(window)} if window else {}, thresholds)
-    except ValueError as e:
-        raise fail(str(e)) from None
+from .options import (
+    ForceOpt, SinceOpt, StoreOpt, ThresholdsOpt, UntilOpt, WindowOpt, check_output_path, fail, store_path,
+    thresholds_variables, write_output_file,
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -51,8 +38,8 @@ def register(app: typer.Typer) -> None:
           servelens serve --store live.store --port 9464 --host 0.0.0.0 --thresholds preset:vllm-production-stack
           curl -s localhost:9464/api/signals | jq .totals
         """
-        from .serve.snapshot import ServeError
-        from .serve.http import serve as run_serve
+        from ..serve.snapshot import ServeError
+        from ..serve.http import serve as run_serve
 
         target = store_path(store)
         if not target.exists():
@@ -61,7 +48,7 @@ def register(app: typer.Typer) -> None:
             raise fail(f"--port {port} is not a TCP port (0-65535)")
         if refresh <= 0:
             raise fail("--refresh must be more than 0 seconds")
-        variables = _variables(window, thresholds)
+        variables = thresholds_variables(window, thresholds)
         try:
             run_serve(target, host=host, port=port, variables=variables, refresh_s=refresh,
                       on_ready=lambda url: typer.echo(f"servelens: serving {target} at {url}/metrics (Ctrl-C stops)", err=True))
@@ -91,10 +78,10 @@ def register(app: typer.Typer) -> None:
           servelens export --since 2026-05-12T08:00Z --until 2026-05-12T09:00Z -o incident.om
           promtool tsdb create-blocks-from openmetrics incident.om /var/lib/prometheus/metrics2
         """
-        from .timerange import parse_time
-        from .query import QueryError
-        from .serve.export import export_openmetrics
-        from .store.manifest import StoreError
+        from ..timerange import parse_time
+        from ..query import QueryError
+        from ..serve.export import export_openmetrics
+        from ..store.manifest import StoreError
 
         if format != "openmetrics":
             raise fail(f"unknown --format {format!r}; use openmetrics")
@@ -106,7 +93,7 @@ def register(app: typer.Typer) -> None:
         if t0 and t1 and t1 <= t0:
             raise fail("--until must be after --since")
         check_output_path(output, force)
-        variables = _variables(window, thresholds)
+        variables = thresholds_variables(window, thresholds)
         target = store_path(store)
         try:
             if output is None:

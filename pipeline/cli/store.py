@@ -3,13 +3,11 @@ roll back the offsets it held, so re-ingesting restores it). See docs/failure-mo
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-# cli imports this module only from main(), after it is complete
-from .cli import StoreOpt, fail, store_path
+from .options import StoreOpt, fail, store_path
 
 
 def register(app: typer.Typer) -> None:
@@ -27,8 +25,8 @@ def register(app: typer.Typer) -> None:
           servelens check
           servelens check --store live.store --deep
         """
-        from .store.manifest import StoreError
-        from .store.repair import check as run_check
+        from ..store.manifest import StoreError
+        from ..store.repair import check as run_check
 
         target = store_path(store)
         try:
@@ -63,8 +61,8 @@ def register(app: typer.Typer) -> None:
           servelens repair && servelens ingest /var/log/vllm/
           servelens repair --store live.store --dry-run
         """
-        from .store.manifest import StoreError
-        from .store.repair import repair as run_repair
+        from ..store.manifest import StoreError
+        from ..store.repair import repair as run_repair
 
         target = store_path(store)
         try:

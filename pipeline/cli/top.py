@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-# cli imports this module only from main(), after it is complete (see cli_report)
-from .cli import StoreOpt, fail, store_path
-from .cli_serve import ThresholdsOpt, WindowOpt, _variables
+from .options import StoreOpt, ThresholdsOpt, WindowOpt, fail, store_path, thresholds_variables
 
 
 def register(app: typer.Typer) -> None:
@@ -35,17 +33,17 @@ def register(app: typer.Typer) -> None:
           servelens top --store incident.store --sort k
           servelens top --once | head -20
         """
-        from .query import QueryError
-        from .serve.snapshot import store_key
-        from .store.manifest import StoreError
-        from .serve.top import SORT_KEYS, View, frame, read, run
+        from ..query import QueryError
+        from ..serve.snapshot import store_key
+        from ..store.manifest import StoreError
+        from ..serve.top import SORT_KEYS, View, frame, read, run
 
         target = store_path(store)
         if sort not in SORT_KEYS:
             raise fail(f"unknown --sort {sort!r}; use one of {', '.join(SORT_KEYS)}")
         if interval <= 0:
             raise fail("--interval must be more than 0 seconds")
-        variables = _variables(window, thresholds)
+        variables = thresholds_variables(window, thresholds)
         try:
             # read once before the screen is taken, so that a wrong --store is one plain line
             key = store_key(target)

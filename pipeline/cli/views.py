@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-# cli imports this module only from main(), after it is complete (see cli_report)
-from .cli import fail
+from .options import fail
 
 
 def register(app: typer.Typer) -> None:
@@ -36,7 +34,7 @@ def register(app: typer.Typer) -> None:
           servelens views --list
         """
         from .durations import parse_duration
-        from .dialects import DialectError, views as translate
+        from ..dialects import DialectError, views as translate
 
         try:
             extra = {"window_s": parse_duration(window)} if window else {}

@@ -53,8 +53,8 @@ def simulate_cmd(
     Example:
       servelens simulate --engine vllm --scenario spike --duration 20m --seed 7 --out /tmp/sim
     """
-    from .cli import fail
-    from .simulate import SimulateError, simulate
+    from .options import fail
+    from ..simulate import SimulateError, simulate
 
     try:
         summary = simulate(

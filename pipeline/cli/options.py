@@ -1,0 +1,113 @@
+"""What several commands share: option types declared once, the one-line error, output files."""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+
+# Options shared by every command that reads or writes the store.
+StoreOpt = Annotated[
+    Path,
+    typer.Option(
+        "--store",
+        "-s",
+        help="Store directory (default: $SERVELENS_STORE or ./servelens-store).",
+        show_default=False,
+    ),
+]
+
+
+# What --since / --until / --before accept (pipeline/timerange.parse_time reads it)
+TIME_FORMS = ("ISO 8601 (2026-05-12T08:00Z; UTC unless a zone is given), a time of day today in UTC "
+              "(08:00), a time ago (30m, 2h, 7d) or now / today / yesterday")
+
+
+SinceOpt = Annotated[Optional[str], typer.Option(
+    "--since", help=f"Only events from this time on, and the rows that fall after it: {TIME_FORMS}; the scans read only the range.",
+    show_default=False)]
+
+
+UntilOpt = Annotated[Optional[str], typer.Option(
+    "--until", help="Only events before this time (exclusive); the same forms as --since.", show_default=False)]
+
+
+ForceOpt = Annotated[bool, typer.Option("--force", help="Overwrite the --output file if it exists.")]
+
+
+def check_output_path(output: Optional[Path], force: bool) -> None:
+    """Refuse an --output inside a store or over an existing file (without --force), before
+    any work is done."""
+    if output is None:
+        return
+    from ..outfile import OutputRefused, check_output
+
+    try:
+        check_output(output, force=force)
+    except OutputRefused as e:
+        raise fail(str(e)) from None
+
+
+def write_output_file(output: Path, data: str | bytes, force: bool) -> None:
+    from ..outfile import OutputRefused, write_output
+
+    try:
+        write_output(output, data, force=force)
+    except OutputRefused as e:
+        raise fail(str(e)) from None
+    except OSError as e:
+        raise fail(f"cannot write {output}: {e.strerror}") from None
+
+
+def fail(message: str, code: int = 1) -> "typer.Exit":
+    """Print one line saying what is wrong and what to do; exit non-zero."""
+    typer.echo(f"servelens: error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def store_path(store: Optional[Path]) -> Path:
+    from ..store.manifest import default_store
+
+    return store if store is not None else default_store()
+
+
+# What a writer cannot get past on its own, and what the person can do about it. Every writer
+# commits by replacing the manifest last, so a command stopped by one of these leaves the
+# store as it was before it (a staged file may be left, and is cleaned by the next writer).
+_WRITE_FAILURES = {
+    errno.ENOSPC: "free some space (or use another --store)",
+    errno.EDQUOT: "raise the disk quota or free some space (or use another --store)",
+    errno.EROFS: "the file system is read-only: remount it read-write or use another --store",
+    errno.EACCES: "check the permissions (and immutable attributes) of the store's directory and files",
+    errno.EPERM: "check the permissions (and immutable attributes) of the store's directory and files",
+}
+
+
+def write_failure(e: OSError) -> str | None:
+    advice = _WRITE_FAILURES.get(e.errno or 0)
+    if advice is None:
+        return None
+    where = f" ({e.filename})" if e.filename else ""
+    return f"{e.strerror or 'cannot write'}{where}; {advice}; what was committed before is intact"
+
+
+ThresholdsOpt = Annotated[
+    Optional[str],
+    typer.Option(help="TOML file overriding signal thresholds, or preset:NAME (vllm-production-stack, kserve, llm-d, aibrix).")]
+
+
+WindowOpt = Annotated[Optional[str], typer.Option(help="Window of the gauges and percentiles, e.g. 15s, 30s, 1m (default 1m).")]
+
+
+def thresholds_variables(window: str | None, thresholds: str | None) -> dict:
+    from .durations import parse_duration
+    from ..metrics import resolve_variables
+
+    try:
+        return resolve_variables({"window_s": parse_duration(window)} if window else {}, thresholds)
+    except ValueError as e:
+        raise fail(str(e)) from None
+
