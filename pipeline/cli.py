@@ -35,7 +35,7 @@ app = typer.Typer(
 )
 
 # Modules under servelens.pipeline that define `register(app)`.
-COMMAND_MODULES: tuple[str, ...] = ("cli_report", "cli_dashboard", "cli_tail", "cli_simulate", "cli_store", "cli_serve", "cli_info", "cli_views", "cli_show", "cli_top")
+COMMAND_MODULES: tuple[str, ...] = ("cli_report", "cli_dashboard", "cli_tail", "cli_simulate", "cli_store", "cli_serve", "cli_info", "cli_views", "cli_show", "cli_top", "cli_scrape")
 
 
 # Options shared by every command that reads or writes the store.
