@@ -63,3 +63,50 @@ def register(app: typer.Typer) -> None:
         if stats.fetched == 0:
             raise fail("nothing was scraped: check the URL, that the server runs, and that it publishes "
                        "/metrics (llama-server needs --metrics)")
+
+
+def ingest_prometheus_command(paths, store, prometheus, match, step, since, until, instance, as_json) -> None:
+    """`servelens ingest --prometheus URL --since T [--until T] [--match SEL] [--step S]`
+    (its options are declared with `ingest`'s, in cli.py)."""
+    from .durations import parse_duration
+    from .prom_api import PromError, ingest_prometheus
+    from .scrape import check_store, ScrapeError
+    from .store.manifest import StoreError
+    from .timerange import parse_time
+
+    if prometheus is None:
+        raise fail("--match, --step and --since / --until without PATHs read a Prometheus server: "
+                   "give --prometheus URL (e.g. http://127.0.0.1:9090)")
+    if paths:
+        raise fail("give log PATHs or --prometheus URL, not both (run two ingests into the same --store)")
+    if since is None:
+        raise fail("--prometheus needs --since (and --until, default now): the range to read, e.g. --since 2h")
+    try:
+        t0 = parse_time(since)
+        t1 = parse_time(until or "now")
+    except ValueError as e:
+        raise fail(f"{e} (--since, --until)") from None
+    try:
+        step_s = parse_duration(step) if step is not None else None
+    except ValueError as e:
+        raise fail(f"--step: {e}") from None
+    target = store_path(store)
+    try:
+        check_store(target)
+        result = ingest_prometheus(target, prometheus, t0, t1, matches=match or None, step_s=step_s,
+                                   instance=instance, say=lambda msg: typer.echo(msg, err=True))
+    except (PromError, ScrapeError, StoreError) as e:
+        raise fail(str(e)) from None
+    except KeyboardInterrupt:
+        raise fail("interrupted: the chunks committed before it are in the store; the same command "
+                   "goes on (samples already stored are not added again)", code=130) from None
+    if as_json:
+        import json
+
+        typer.echo(json.dumps({"store": str(target), "source": result.source, "samples": result.samples,
+                               "new": result.new, "series": result.series, "scrapes": result.scrapes,
+                               "instances": result.instances, "notes": result.notes}, indent=2))
+        return
+    typer.echo(result.describe())
+    for note in result.notes:
+        typer.echo(f"note: {note}")
