@@ -14,6 +14,7 @@ import shutil
 import socket
 import subprocess
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -153,6 +154,10 @@ def test_the_default_match_takes_the_engine_metrics_under_the_logs_instance(prom
     view = run_query(store, "select value from scraped_gauges where meaning = 'waiting' order by ts")["value"].to_list()
     assert view == waiting and max(waiting) >= 10
     assert set(run_query(store, "select distinct instance from scraped_gauges")["instance"].to_list()) == {"vllm-a"}
+    # one server, one instance: its log's events and its samples together
+    both = run_query(store, "select count(distinct instance) as n from (select instance from events "
+                            "union all select instance from samples)")["n"][0]
+    assert both == 1
 
 
 def test_step_reads_the_series_every_step(prometheus, tmp_path):
@@ -187,3 +192,47 @@ def test_errors_are_one_line(prometheus, tmp_path):
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("servelens: error: ") and message in lines[0], (args, r.stderr)
     assert not (store / "manifest.json").exists() or json.loads((store / "manifest.json").read_text()).get("samples") is None
+
+
+def promql(base: str, expr: str, at: float) -> list[dict]:
+    q = urllib.parse.urlencode({"query": expr, "time": f"{at:.3f}"})
+    with urllib.request.urlopen(f"{base}/api/v1/query?{q}", timeout=30) as r:
+        data = json.load(r)
+    assert data["status"] == "success", data
+    return data["data"]["result"]
+
+
+def test_scraped_latency_percentiles_match_promql_histogram_quantile(prometheus, tmp_path):
+    """sql/16_scraped_latency.sql against PromQL's own histogram_quantile over the same
+    samples: per 60 s window, `increase` over exactly the samples the view's window sums
+    (from the window's last scrape back to the scrape before the window), so PromQL does not
+    extrapolate; the two must agree within one bucket."""
+    base, _ = prometheus
+    store = tmp_path / "store"
+    assert invoke("ingest", "--prometheus", base, *RANGE, "--store", store, "--instance", "vllm-a").exit_code == 0
+    rows = run_query(store, """
+        select epoch(window_start) as w0, epoch(window_end) as w1, meaning, metric, n, p50_s, p90_s, p95_s, p99_s
+        from scraped_latency order by w0, meaning""").to_dicts()
+    times = sorted(run_query(store, "select distinct epoch_ms(ts) / 1000.0 as t from samples")["t"].to_list())
+    assert {r["meaning"] for r in rows} >= {"ttft", "e2e", "queue", "tpot", "prefill", "decode"}
+    assert len({r["w0"] for r in rows}) == 2
+    checked = 0
+    for r in rows:
+        inside = [t for t in times if r["w0"] <= t < r["w1"]]
+        before = [t for t in times if t < r["w0"]]
+        last, first = inside[-1], (before[-1] if before else inside[0])
+        rng = round((last - first) * 1000)
+        bounds = sorted({float(s["metric"]["le"]) for s in promql(base, f'{r["metric"]}_bucket', last)})
+        for q in (0.5, 0.9, 0.95, 0.99):
+            (res,) = promql(base, f'histogram_quantile({q}, sum by (le) (increase({r["metric"]}_bucket[{rng}ms])))', last)
+            want = float(res["value"][1])
+            got = r[f"p{round(q * 100)}_s"]
+            # the bucket PromQL's answer lies in, and so its width
+            upper = next(b for b in bounds if b >= want)
+            lower = max([b for b in bounds if b < upper], default=0.0)
+            assert abs(got - want) <= upper - lower + 1e-9, (r["meaning"], r["w0"], q, got, want)
+            checked += 1
+        # the observations in the window are the +Inf bucket's increase
+        (inf,) = promql(base, f'sum(increase({r["metric"]}_bucket{{le="+Inf"}}[{rng}ms]))', last)
+        assert float(inf["value"][1]) == pytest.approx(r["n"])
+    assert checked >= 2 * 6 * 4
