@@ -60,6 +60,9 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"servelens: stopped; {stats.describe()}", err=True)
         else:
             typer.echo(f"{target}: {stats.describe()}")
+        if stats.held:
+            raise fail(f"{stats.held:,} samples scraped at the end were not committed: the store stayed in use by "
+                       "another writer (stop it, or scrape into another --store)")
         if stats.fetched == 0:
             raise fail("nothing was scraped: check the URL, that the server runs, and that it publishes "
                        "/metrics (llama-server needs --metrics)")

@@ -56,8 +56,8 @@ class Metrics:
     """A loopback server answering GET /metrics with the next body (the last one again at
     the end)."""
 
-    def __init__(self, answers: list[str]):
-        self.answers, self.served = answers, 0
+    def __init__(self, answers: list[str], on_serve=None):
+        self.answers, self.served, self.on_serve = answers, 0, on_serve
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -67,6 +67,8 @@ class Metrics:
                     return
                 body = outer.answers[min(outer.served, len(outer.answers) - 1)].encode()
                 outer.served += 1
+                if outer.on_serve is not None:
+                    outer.on_serve(outer.served)
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
                 self.send_header("Content-Length", str(len(body)))
@@ -198,6 +200,27 @@ def test_an_unreachable_url_is_named_once_and_the_others_go_on(tmp_path):
                     "trying again every 0.05s"]
     assert "4 failed" in r.stdout
     assert len(stored(store)) == 4
+
+
+def test_a_store_in_use_holds_the_rounds_until_it_is_free(tmp_path):
+    from servelens.pipeline.store.commit import Store
+
+    answers = bodies(LLAMA / "scrapes.prom")
+    store = tmp_path / "store"
+    holder = Store.open(store, purpose="test")  # another writer, such as a tail
+    # it lets go when the server answers the third scrape: rounds 1 and 2 wait for it
+    release = lambda n: holder.close() if n == 3 else None  # noqa: E731
+    with Metrics(answers, on_serve=release) as srv:
+        r = invoke("scrape", srv.url, "--store", store, "--count", 4, "--interval", "50ms")
+    assert r.exit_code == 0, r.output
+    said = r.stderr.splitlines()
+    assert sum("is in use by servelens test" in ln and "holding the samples" in ln for ln in said) == 1
+    assert "servelens: the store is free again; the held samples are committed" in said
+    got = stored(store)
+    assert len(got) == 4
+    for t, body in zip(sorted(got), answers):
+        assert got[t] == truth(body)
+    assert ": 60 new samples committed in 2 commit(s)" in r.stdout
 
 
 def test_user_errors_are_one_line(tmp_path):
