@@ -31,6 +31,7 @@ from typing import Callable
 
 import polars as pl
 
+from .sample_compact import merge_small_parts
 from .sample_ingest import Known, known_instances, name_instances, server_engine
 from .sources.exposition import ParseStats, finish_raw, parse_text
 from .store.commit import Store
@@ -209,6 +210,8 @@ class Scraper:
                     self.stats.notes.append(note)
                     self.say(f"servelens: {note}")
             new = commit_samples(store, samples)
+            if new:
+                merge_small_parts(store)
         self._held.clear()
         self.stats.held = 0
         if self._locked_said:

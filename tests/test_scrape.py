@@ -202,6 +202,29 @@ def test_an_unreachable_url_is_named_once_and_the_others_go_on(tmp_path):
     assert len(stored(store)) == 4
 
 
+def test_a_long_scrape_leaves_few_parts_and_every_sample(tmp_path):
+    """A part per round would leave thousands a day: the small ones are merged as it goes."""
+    from servelens.pipeline.sample_compact import MIN_PARTS
+
+    answers = bodies(LLAMA / "scrapes.prom")
+    rounds = MIN_PARTS + 8
+    store = tmp_path / "store"
+    with Metrics(answers) as srv:
+        r = invoke("scrape", srv.url, "--store", store, "--count", rounds, "--interval", "20ms")
+    assert r.exit_code == 0, r.output
+    manifest = json.loads((store / "manifest.json").read_text())
+    parts = manifest["samples"]["parts"]
+    assert len(parts) == 1 + rounds - MIN_PARTS
+    assert sum(manifest["samples"]["info"][p]["rows"] for p in parts) == 15 * rounds
+    got = stored(store)
+    assert len(got) == rounds
+    for t, body in zip(sorted(got), answers + [answers[-1]] * rounds):
+        assert got[t] == truth(body)
+    # the merged-away parts left the samples folder at once (to the garbage, for readers mid-query)
+    on_disk = sorted(str(p.relative_to(store)) for p in (store / "samples").rglob("*.parquet"))
+    assert on_disk == sorted(parts)
+
+
 def test_a_store_in_use_holds_the_rounds_until_it_is_free(tmp_path):
     from servelens.pipeline.store.commit import Store
 
