@@ -199,6 +199,8 @@ def ingest_prometheus(
     result = SampleResult(source=base)
     series_seen: set = set()
     scrapes_seen: set = set()
+    if step_s is not None:  # whole steps per chunk, so the steps run on evenly across chunks
+        chunk_s = step_s * max(1, math.floor(chunk_s / step_s))
     with Store.open(store_dir, purpose="ingest --prometheus") as store:
         known = known_instances(store)
         for lo, hi in chunks(since, until, chunk_s):

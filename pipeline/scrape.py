@@ -110,6 +110,7 @@ class ScrapeStats:
     commits: int = 0
     held: int = 0  # samples read but not committed (the store stayed in use)
     stopped: bool = False  # ended by SIGINT / SIGTERM
+    dropped: int = 0  # samples let go after MAX_HELD_ROUNDS rounds held
     instances: dict[str, str] = field(default_factory=dict)  # url -> instance
     errors: dict[str, str] = field(default_factory=dict)  # url -> its last error
     notes: list[str] = field(default_factory=list)
@@ -118,6 +119,7 @@ class ScrapeStats:
         where = ", ".join(f"{target_of(u)} -> {i}" for u, i in self.instances.items()) or "nothing stored"
         failed = f", {self.failures:,} failed" if self.failures else ""
         held = f", {self.held:,} not committed (the store was in use)" if self.held else ""
+        held += f", {self.dropped:,} let go (the store was in use too long)" if self.dropped else ""
         return (f"{self.new:,} new samples committed in {self.commits:,} commit(s) "
                 f"({self.samples:,} read in {self.fetched:,} scrape(s) over {self.rounds:,} round(s){failed}{held}; "
                 f"{where})")
@@ -147,6 +149,20 @@ class Scraper:
         self._known: Known | None = None
         self._held: list[pl.DataFrame] = []  # rounds not committed yet (the store was in use)
         self._locked_said = False
+        self._executor = None
+
+    def _pool(self):
+        if self._executor is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._executor = ThreadPoolExecutor(max_workers=min(16, len(self.urls)), thread_name_prefix="scrape")
+        return self._executor
+
+    def close(self) -> None:
+        if self._executor is not None:
+            # a fetch still waiting on a server ends by its own timeout; nothing waits for it
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
 
     def fetch_one(self, url: str) -> pl.DataFrame | None:
         """One URL's samples (instance null unless --instance named it), or None after
@@ -161,7 +177,7 @@ class Scraper:
             raw, _ = parse_text(text, ts, stats)
             if stats.samples:
                 if url in self.stats.errors:
-                    self.say(f"{url}: scraping again")
+                    self.say(f"servelens: {url} answers again")
                     del self.stats.errors[url]
                 return finish_raw(raw, stats, instance=self.instances.get(url), source=url, target=target_of(url))
             error = f"{url} answered with no samples: is it a /metrics endpoint?"
@@ -174,7 +190,11 @@ class Scraper:
     def round(self) -> int:
         """Fetch every URL once and commit what came (with any rounds held before) in one
         commit. Returns the samples stored."""
-        frames = [f for f in (self.fetch_one(u) for u in self.urls) if f is not None]
+        if len(self.urls) == 1:
+            frames = [self.fetch_one(self.urls[0])]
+        else:  # at once: a server that does not answer delays no other's scrape
+            frames = list(self._pool().map(self.fetch_one, self.urls))
+        frames = [f for f in frames if f is not None]
         self.stats.rounds += 1
         self.stats.fetched += len(frames)
         if frames:
@@ -182,7 +202,11 @@ class Scraper:
             self.stats.samples += batch.height
             self._held.append(batch)
             if len(self._held) > MAX_HELD_ROUNDS:
-                self._held.pop(0)
+                dropped = self._held.pop(0)
+                self.stats.dropped += dropped.height
+                if self.stats.dropped == dropped.height:
+                    self.say(f"servelens: the store has been in use for {MAX_HELD_ROUNDS} rounds: the oldest held "
+                             "rounds are let go from now on (the summary counts them)")
         return self.commit_held()
 
     def commit_held(self) -> int:
@@ -270,10 +294,16 @@ def run(
     except StoreLocked:
         pass
     stop = stop or threading.Event()
+
+    def on_signal(*_):
+        if stop.is_set():  # a second Ctrl-C does not wait for the round (commits are atomic)
+            raise KeyboardInterrupt
+        stop.set()
+
     previous = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, lambda *_: stop.set())
+            previous[sig] = signal.signal(sig, on_signal)
     deadline = None if duration_s is None else time.monotonic() + duration_s
     try:
         next_at = time.monotonic()
@@ -289,9 +319,10 @@ def run(
                 break
             stop.wait(next_at - now)
         scraper.stats.stopped = stop.is_set() and (count is None or scraper.stats.rounds < count)
-        if scraper._held and not stop.is_set():
+        if scraper._held:  # rounds held while the store was in use: a last try
             scraper.commit_held()
     finally:
+        scraper.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return scraper.stats
