@@ -136,8 +136,8 @@ def ingest(
     prometheus: Annotated[Optional[str], typer.Option("--prometheus", help="Instead of PATHs, read the samples a Prometheus server holds over --since .. --until (its HTTP API) into the store, as if scraped (docs/sources.md).", show_default=False)] = None,
     match: Annotated[Optional[list[str]], typer.Option("--match", help="With --prometheus: a series selector to read (repeatable; default: every engine's metrics, vllm:*, sglang:*, llamacpp:*, tgi_*, trtllm*).", show_default=False)] = None,
     step: Annotated[Optional[str], typer.Option("--step", help="With --prometheus: read the series evaluated every STEP (query_range) instead of the raw samples at their scrape times.", show_default=False)] = None,
-    since: SinceOpt = None,
-    until: UntilOpt = None,
+    since: Annotated[Optional[str], typer.Option("--since", help=f"With --prometheus: the start of the range to read: {TIME_FORMS}.", show_default=False)] = None,
+    until: Annotated[Optional[str], typer.Option("--until", help="With --prometheus: the end of the range (exclusive; default now); the same forms as --since.", show_default=False)] = None,
 ) -> None:
     """Parse log files into the store. Re-ingesting adds only what is new.
 
@@ -151,7 +151,7 @@ def ingest(
       kubectl logs vllm-0 | servelens ingest - --instance vllm-0 --json
       servelens ingest --prometheus http://prometheus:9090 --since 2026-06-12T02:00Z --until 2026-06-12T04:00Z --match '{job="vllm"}'
     """
-    if prometheus is not None or match or step is not None or ((since or until) and not paths):
+    if prometheus is not None or match or step is not None or since or until:
         from .cli_scrape import ingest_prometheus_command
 
         return ingest_prometheus_command(paths, store, prometheus, match, step, since, until, instance, as_json)

@@ -78,8 +78,8 @@ def ingest_prometheus_command(paths, store, prometheus, match, step, since, unti
     from .timerange import parse_time
 
     if prometheus is None:
-        raise fail("--match, --step and --since / --until without PATHs read a Prometheus server: "
-                   "give --prometheus URL (e.g. http://127.0.0.1:9090)")
+        raise fail("--match, --step, --since and --until of ingest are for reading a Prometheus server: "
+                   "give --prometheus URL (e.g. http://127.0.0.1:9090); a log is ingested whole")
     if paths:
         raise fail("give log PATHs or --prometheus URL, not both (run two ingests into the same --store)")
     if since is None:
