@@ -38,7 +38,7 @@ app = typer.Typer(
 )
 
 # Modules of this package that define `register(app)`.
-COMMAND_MODULES: tuple[str, ...] = ("report", "dashboard", "tail", "simulate", "store", "serve", "info", "views", "show", "top")
+COMMAND_MODULES: tuple[str, ...] = ("report", "dashboard", "tail", "simulate", "store", "serve", "info", "views", "show", "top", "scrape")
 
 
 def _version(value: bool) -> None:
@@ -66,7 +66,7 @@ TABLE_ROWS = 1000
 
 @app.command()
 def ingest(
-    paths: Annotated[list[Path], typer.Argument(help="Log files or directories (searched recursively; .gz is fine); - reads standard input.", show_default=False)],
+    paths: Annotated[Optional[list[Path]], typer.Argument(help="Log files or directories (searched recursively; .gz is fine); - reads standard input.", show_default=False)] = None,
     store: StoreOpt = None,  # type: ignore[assignment]
     engine: Annotated[str, typer.Option(help=f"auto (detect per file), or one of: {', '.join(ENGINES)}.")] = "auto",
     instance: Annotated[Optional[str], typer.Option(help="Instance name for every file (default: from each file's name).")] = None,
@@ -77,6 +77,11 @@ def ingest(
     no_rollups: Annotated[bool, typer.Option("--no-rollups", help="Leave the rollups (the stored window_metrics) to a later ingest, tail or compact: a bulk load in many runs pays for them once. Queries compute them from the events meanwhile.")] = False,
     no_follow_symlinks: Annotated[bool, typer.Option("--no-follow-symlinks", help="Pass over the files of a named directory that lead out of it through a symlink (read by default: /var/log/containers is such links). For directories whose writers you trust less than this reader.")] = False,
     keep_lines: Annotated[bool, typer.Option("--keep-lines", help="Keep the text (`message`) of every event, in this and every later ingest or tail into the store. By default the bulk events whose columns say what the line said (requests, engine stats, batches, HTTP access) keep none: a vLLM request's prompt, an iteration's JSON. Unparsed, error, warning and start-up lines always keep theirs.")] = False,
+    prometheus: Annotated[Optional[str], typer.Option("--prometheus", help="Instead of PATHs, read the samples a Prometheus server holds over --since .. --until (its HTTP API) into the store, as if scraped (docs/sources.md).", show_default=False)] = None,
+    match: Annotated[Optional[list[str]], typer.Option("--match", help="With --prometheus: a series selector to read (repeatable; default: every engine's metrics, vllm:*, sglang:*, llamacpp:*, tgi_*, trtllm*).", show_default=False)] = None,
+    step: Annotated[Optional[str], typer.Option("--step", help="With --prometheus: read the series evaluated every STEP (query_range) instead of the raw samples at their scrape times.", show_default=False)] = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
 ) -> None:
     """Parse log files into the store. Re-ingesting adds only what is new.
 
@@ -88,7 +93,14 @@ def ingest(
       servelens ingest hosts/ --instance-from '{parent}/{stem}'
       servelens ingest day1/ --no-rollups && servelens ingest day2/
       kubectl logs vllm-0 | servelens ingest - --instance vllm-0 --json
+      servelens ingest --prometheus http://prometheus:9090 --since 2026-06-12T02:00Z --until 2026-06-12T04:00Z --match '{job="vllm"}'
     """
+    if prometheus is not None or match or step is not None or since or until:
+        from .scrape import ingest_prometheus_command
+
+        return ingest_prometheus_command(paths, store, prometheus, match, step, since, until, instance, as_json)
+    if not paths:
+        raise fail("give the log files or directories to ingest (or --prometheus URL --since T to read a Prometheus server)")
     import tempfile
 
     from ..ingest import IngestError, ingest as run_ingest
