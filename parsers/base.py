@@ -86,6 +86,9 @@ class ParseContext:
     # keep the text (`message`) of every event; by default the bulk kinds whose columns say
     # what the line said drop it (pipeline/sources/lines.py `trim_messages`)
     keep_lines: bool = False
+    # the instance the file's directory names (the pipeline's naming rule): the instance of
+    # files an engine's exporter names after itself rather than after the server
+    directory_instance: str | None = None
 
 
 # ---------------------------------------------------------------------------------------

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from pathlib import Path
 
 import polars as pl
 
@@ -544,7 +543,4 @@ def _metrics_instance(ctx: ParseContext) -> str | None:
     the one its hourly file name gives (no --instance was given)."""
     if not _METRICS_FILE.match(ctx.instance or ""):
         return None
-    from servelens.pipeline.sources.discover import instance_from_path  # the one naming rule
-
-    parent = Path(ctx.source).parent
-    return instance_from_path(parent) if parent.name else None
+    return ctx.directory_instance

@@ -27,7 +27,7 @@ from .sources import fingerprint as fp
 from .sources.same_content import set_aside
 from .sources.discover import NotRegularFile, PathMissing, display_path, expand, looks_binary
 from .sources.checkpoint import KnownFiles, file_state, inherit_lineage, restore_ctx
-from .sources.naming import InstanceNamer, NamingError, lineage_order
+from .sources.naming import InstanceNamer, NamingError, directory_instance, lineage_order
 from .sources.lines import DEFAULT_BLOCK_BYTES, line_frames, parse_stream
 from .store.commit import Store
 from .store.manifest import StoreError
@@ -338,7 +338,8 @@ def _open_file(
             result.engine, result.detected_score = detect_engine(wrappers.decode_texts(sample, result.decode))
     parser = wrappers.wrap(get_parser(result.engine), result.decode, labels)
 
-    ctx = ParseContext(engine=result.engine, source=source, instance=result.instance, year=year)
+    ctx = ParseContext(engine=result.engine, source=source, instance=result.instance, year=year,
+                       directory_instance=directory_instance(source))
     ctx.file["instance_explicit"] = explicit  # (else an export's pod labels name instances)
     ctx.mtime = dt.datetime.fromtimestamp(path.stat().st_mtime, dt.timezone.utc)
     offset, next_line = 0, 1

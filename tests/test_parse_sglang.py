@@ -12,6 +12,7 @@ from conftest import SAMPLE_LOGS
 
 from servelens.parsers import detect_engine, sglang
 from servelens.parsers.base import ParseContext, check_events, lines_frame, parse_lines, parse_text, uncovered_lines
+from servelens.pipeline.sources.naming import directory_instance
 
 REAL = SAMPLE_LOGS / "sglang" / "real"
 
@@ -238,7 +239,9 @@ def test_exported_request_metrics_are_request_facts_of_the_directory_instance(tm
     f.write_text("".join(json.dumps(m) + "\n" for m in METRICS))
     texts = f.read_text().splitlines()
     assert detect_engine(texts) == ("sglang", pytest.approx(1.0))
-    ctx = ParseContext(engine="sglang", source=str(f), instance="sglang-request-metrics-20260811_14")
+    # the pipeline names the directory's instance; the exporter's file takes it
+    ctx = ParseContext(engine="sglang", source=str(f), instance="sglang-request-metrics-20260811_14",
+                       directory_instance=directory_instance(str(f)))
     ev = parse_lines(sglang, lines_frame(texts), ctx)
     check_events(ev)
     a, b = ev.row(0, named=True), ev.row(1, named=True)

@@ -21,8 +21,6 @@ NOT_LOGS = {
 }
 HIDDEN = re.compile(r"^[._]")
 ROTATION_SUFFIX = re.compile(r"(\.gz|\.\d+|[-_.]\d{8}(?:[-_]\d+)?|[-_.]\d{4}-\d{2}-\d{2}(?:[T_-][\d:.-]+)?)$")
-LOG_EXT = re.compile(r"\.(log|txt|out|err|jsonl|json|stdout|stderr)$", re.IGNORECASE)
-GENERIC_STEMS = {"log", "logs", "stdout", "stderr", "output", "server", "current", "console", "container"}
 
 
 class PathMissing(Exception):
@@ -149,35 +147,6 @@ def looks_binary(head: bytes) -> bool:
 
 def is_gzip_bytes(first: bytes) -> bool:
     return first[:2] == GZIP_MAGIC
-
-
-def instance_from_path(path: Path) -> str:
-    """`logs/vllm-a.log.1.gz` -> `vllm-a`; a Kubernetes container log -> its pod
-    (`pods/ns_web-0_<uid>/vllm/0.log` -> `web-0`, see naming.py)."""
-    from .naming import identity_name, kube_identity
-
-    kube = kube_identity(path)
-    if kube:
-        return identity_name(kube)
-    name = path.name
-    while True:
-        new = ROTATION_SUFFIX.sub("", name)
-        new = LOG_EXT.sub("", new)
-        if new == name:
-            break
-        name = new
-    if not name or name.isdigit() or name.lower() in GENERIC_STEMS:
-        return _instance_from_directory(path.parent) or name or "default"
-    return name
-
-
-def _instance_from_directory(directory: Path) -> str | None:
-    """The nearest directory name that is not generic (`vllm-a/logs/server.log` -> `vllm-a`).
-    Taken as it is: a directory is not rotated, so `real-0.32/` stays `real-0.32`."""
-    for d in (directory, *directory.parents):
-        if d.name and not d.name.isdigit() and d.name.lower() not in GENERIC_STEMS:
-            return d.name
-    return None
 
 
 def display_path(path: Path) -> str:

@@ -7,7 +7,7 @@ server's rotated and restarted files stay one lineage.
   The instance is the pod (stable across container restarts); namespace, container and
   restart become labels. Two pods of one name in two namespaces become `<namespace>/<pod>`.
 - Docker's `/var/lib/docker/containers/<id>/<id>-json.log[.N]`: the container's short id.
-- Otherwise the instance is the file's name without rotation suffixes (discover.py). When
+- Otherwise the instance is the file's name without rotation suffixes (instance_from_path). When
   that name is shared by files in different directories (`gpu-node-1/vllm.log`,
   `gpu-node-2/vllm.log`), the nearest directory names that tell them apart are put in front
   (`gpu-node-1/vllm`), and the ingest summary says so.
@@ -23,6 +23,8 @@ import string
 from collections import defaultdict
 from pathlib import Path
 
+from .discover import ROTATION_SUFFIX
+
 _CONTAINERS = re.compile(
     r"^(?P<pod>[a-z0-9][a-z0-9.-]*)_(?P<namespace>[a-z0-9][a-z0-9-]*)_(?P<container>[a-z0-9][a-z0-9-]*)-(?P<id>[0-9a-f]{64})\.log$"
 )
@@ -30,6 +32,10 @@ _POD_DIR = re.compile(r"^(?P<namespace>[a-z0-9][a-z0-9-]*)_(?P<pod>[a-z0-9][a-z0
 _DOCKER = re.compile(r"^(?P<id>[0-9a-f]{64})-json\.log(?:\.[0-9]+)?(?:\.gz)?$")
 _RESTART = re.compile(r"^(?P<restart>[0-9]+)\.log(?:\.(?P<rotated>[0-9]{8}-[0-9]{6}(?:\.gz)?|gz))?$")
 FIELDS = ("stem", "name", "parent", "grandparent", "dir", "pod", "namespace", "container")
+
+LOG_EXT = re.compile(r"\.(log|txt|out|err|jsonl|json|stdout|stderr)$", re.IGNORECASE)
+# Stems that name no instance, so the directory does
+GENERIC_STEMS = {"log", "logs", "stdout", "stderr", "output", "server", "current", "console", "container"}
 
 
 class NamingError(Exception):
@@ -62,8 +68,6 @@ def identity_name(labels: dict[str, str]) -> str:
 
 
 def base_name(path: Path) -> str:
-    from .discover import instance_from_path
-
     return instance_from_path(path)
 
 
@@ -211,3 +215,37 @@ def _check_template(template: str) -> None:
             f"--instance-from {template!r} has {what}; use some of "
             + ", ".join("{" + f + "}" for f in FIELDS)
         )
+
+
+def instance_from_path(path: Path) -> str:
+    """`logs/vllm-a.log.1.gz` -> `vllm-a`; a Kubernetes container log -> its pod
+    (`pods/ns_web-0_<uid>/vllm/0.log` -> `web-0`)."""
+    kube = kube_identity(path)
+    if kube:
+        return identity_name(kube)
+    name = path.name
+    while True:
+        new = ROTATION_SUFFIX.sub("", name)
+        new = LOG_EXT.sub("", new)
+        if new == name:
+            break
+        name = new
+    if not name or name.isdigit() or name.lower() in GENERIC_STEMS:
+        return _instance_from_directory(path.parent) or name or "default"
+    return name
+
+
+def _instance_from_directory(directory: Path) -> str | None:
+    """The nearest directory name that is not generic (`vllm-a/logs/server.log` -> `vllm-a`).
+    Taken as it is: a directory is not rotated, so `real-0.32/` stays `real-0.32`."""
+    for d in (directory, *directory.parents):
+        if d.name and not d.name.isdigit() and d.name.lower() not in GENERIC_STEMS:
+            return d.name
+    return None
+
+
+def directory_instance(source: str) -> str | None:
+    """The instance a file's directory names (`sglang-a/metrics.log` -> `sglang-a`), for the
+    parsers of files an engine's exporter names after itself."""
+    parent = Path(source).parent
+    return instance_from_path(parent) if parent.name else None

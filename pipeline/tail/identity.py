@@ -25,6 +25,7 @@ from ..sources import fingerprint as fp
 from ..sources.checkpoint import inherit_lineage, restore_ctx
 from ..sources.discover import display_path, looks_binary
 from ..sources.lines import MAX_LINE_BYTES
+from ..sources.naming import directory_instance
 
 # bytes read from one file at a time (bounds memory; 0.5 s of 50k lines/s fits): one byte
 # more than the longest line, so a line of exactly MAX_LINE_BYTES is seen whole with its
@@ -297,7 +298,8 @@ class IdentityMixin:
         from ..sources.naming import kube_identity
 
         fol.parser = wrappers.wrap(get_parser(fol.engine), fol.decode, kube_identity(fol.path))
-        fol.ctx = ParseContext(engine=fol.engine, source=fol.source, instance=fol.instance, year=self.year)
+        fol.ctx = ParseContext(engine=fol.engine, source=fol.source, instance=fol.instance, year=self.year,
+                               directory_instance=directory_instance(fol.source))
         # a store ingested with --keep-lines keeps every line's text when tailed too
         fol.ctx.keep_lines = bool(self.store.manifest.get("keep_lines"))
         try:
