@@ -18,7 +18,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from servelens.parsers.base import parse_text
+from servelens.parsers.text import parse_text
 from servelens.pipeline.store.layout import read_parquet_sql
 from servelens.pipeline.store.commit import Store
 from servelens.pipeline.store.manifest import committed_parts

@@ -347,28 +347,3 @@ def parse_lines(parser: Any, lines: pl.DataFrame, ctx: ParseContext) -> pl.DataF
     return finalize(parse_isolated(parser, lines, ctx), ctx, carry=getattr(parser, "CARRY_FORWARD", ()))
 
 
-def parse_text(
-    engine: str,
-    text: str,
-    *,
-    source: str = "test.log",
-    instance: str = "test",
-    year: int | None = 2026,
-    decode: tuple[str, ...] | None = None,
-) -> pl.DataFrame:
-    """Parse a whole text (one chunk) with the named engine: the quickest way to see what a
-    parser makes of some lines. Trailing line endings (`\\r\\n`, `\\n`) are removed.
-
-    The lines go through the decoding stage first, as in ingest and tail: the wrapper
-    layers (parsers/wrappers) are detected on the text's head, or given as `decode`
-    (`()`: none, the engine parser alone)."""
-    from . import get_parser, wrappers
-
-    texts = text.split("\n")
-    if texts and texts[-1] == "":
-        texts.pop()
-    texts = [t.removesuffix("\r") for t in texts]
-    if decode is None:
-        decode = wrappers.detect(wrappers.head_sample(text.encode()[: wrappers.SAMPLE_BYTES]))
-    ctx = ParseContext(engine=engine, source=source, instance=instance, year=year)
-    return parse_lines(wrappers.wrap(get_parser(engine), decode), lines_frame(texts), ctx)

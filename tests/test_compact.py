@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from servelens.parsers.base import parse_text
+from servelens.parsers.text import parse_text
 from servelens.pipeline.store import commit as store_mod
 from servelens.pipeline.cli.app import app, build_app
 from servelens.pipeline.store.compact import compact, plan

@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 import wrapping as wr
-from servelens.parsers.base import parse_text
+from servelens.parsers.text import parse_text
 from test_wrappers import parse
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "wrapped"

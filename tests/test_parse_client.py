@@ -9,7 +9,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 from servelens.parsers import client, detect_engine
-from servelens.parsers.base import check_events, parse_text, uncovered_lines
+from servelens.parsers.base import check_events, uncovered_lines
+from servelens.parsers.text import parse_text
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_logs" / "client"
 

@@ -11,7 +11,8 @@ import pytest
 from conftest import SAMPLE_LOGS
 
 from servelens.parsers import detect_engine, sglang
-from servelens.parsers.base import ParseContext, check_events, lines_frame, parse_lines, parse_text, uncovered_lines
+from servelens.parsers.base import ParseContext, check_events, lines_frame, parse_lines, uncovered_lines
+from servelens.parsers.text import parse_text
 from servelens.pipeline.sources.naming import directory_instance
 
 REAL = SAMPLE_LOGS / "sglang" / "real"

@@ -12,7 +12,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 from servelens.parsers import detect_engine, tgi, wrappers
-from servelens.parsers.base import check_events, parse_text, uncovered_lines
+from servelens.parsers.base import check_events, uncovered_lines
+from servelens.parsers.text import parse_text
 from servelens.parsers.tgi_fields import duration_ns, ns_to_s
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tgi"

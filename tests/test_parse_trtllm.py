@@ -15,14 +15,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 from servelens.parsers import trtllm
-from servelens.parsers.base import (
-    ParseContext,
-    check_events,
-    finalize,
-    lines_frame,
-    parse_text,
-    uncovered_lines,
-)
+from servelens.parsers.base import ParseContext, check_events, finalize, lines_frame, uncovered_lines
+from servelens.parsers.text import parse_text
 
 FIX = Path(__file__).parent / "fixtures" / "trtllm"
 UTC = dt.timezone.utc

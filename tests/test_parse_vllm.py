@@ -11,14 +11,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 from servelens.parsers import detect_engine, vllm
-from servelens.parsers.base import (
-    ParseContext,
-    check_events,
-    parse_lines,
-    lines_frame,
-    parse_text,
-    uncovered_lines,
-)
+from servelens.parsers.base import ParseContext, check_events, parse_lines, lines_frame, uncovered_lines
+from servelens.parsers.text import parse_text
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm"
 SAMPLES = Path(__file__).parents[1] / "sample_logs" / "vllm" / "real"

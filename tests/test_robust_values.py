@@ -151,7 +151,7 @@ def test_every_field_of_every_line_at_2_pow_63(engine):
 
 def test_trtllm_batch_count_past_int64_is_null_and_noted():
     """The issue's line: the count past 2**63 is null with its text kept; the file goes on."""
-    from servelens.parsers.base import parse_text
+    from servelens.parsers.text import parse_text
 
     ev = parse_text(
         "trtllm",
@@ -168,7 +168,7 @@ def test_trtllm_batch_count_past_int64_is_null_and_noted():
 
 @pytest.mark.parametrize("year", ["-2026", "0000", "+12026"])
 def test_tgi_json_impossible_year_is_null_and_time_inferred(year):
-    from servelens.parsers.base import parse_text
+    from servelens.parsers.text import parse_text
 
     line = '{"timestamp":"%s-05-12T08:01:39.331095Z","level":"INFO","fields":{"message":"Waiting for shard to be ready..."},"target":"text_generation_launcher"}'
     ev = parse_text("tgi", "\n".join([line % "2026", line % year, line % "2026"]) + "\n")

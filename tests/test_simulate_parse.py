@@ -9,7 +9,8 @@ import importlib
 import polars as pl
 import pytest
 
-from servelens.parsers.base import check_events, parse_text, uncovered_lines
+from servelens.parsers.base import check_events, uncovered_lines
+from servelens.parsers.text import parse_text
 from servelens.pipeline.simulate import simulate
 
 

@@ -12,7 +12,7 @@ from conftest import SAMPLE_LOGS, events, forget_content_record, write
 from typer.testing import CliRunner
 
 import wrapping as wr
-from servelens.parsers.base import parse_text
+from servelens.parsers.text import parse_text
 from servelens.pipeline.cli.app import app, build_app
 
 build_app()
@@ -111,7 +111,7 @@ def test_prefixed_file_is_not_one_unparsed_block(tmp_path):
     assert r.exit_code == 0, r.output
     assert "[prefix > tgi, detected]" in r.stderr
     ev = events(tmp_path / "s")
-    from servelens.parsers.base import parse_text
+    from servelens.parsers.text import parse_text
 
     base = parse_text("tgi", "\n".join(tgi) + "\n")
     assert ev["event"].value_counts(sort=True).equals(base["event"].value_counts(sort=True))

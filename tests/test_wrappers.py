@@ -12,7 +12,8 @@ import pytest
 
 from servelens.parsers import get_parser
 from servelens.parsers import wrappers as W
-from servelens.parsers.base import ParseContext, lines_frame, parse_lines, parse_text, uncovered_lines
+from servelens.parsers.base import ParseContext, lines_frame, parse_lines, uncovered_lines
+from servelens.parsers.text import parse_text
 from servelens.pipeline.sources.lines import parse_stream
 
 import wrapping as wr

@@ -12,7 +12,8 @@ import pytest
 
 from servelens.parsers import get_parser
 from servelens.parsers import wrappers as W
-from servelens.parsers.base import ParseContext, lines_frame, parse_lines, parse_text
+from servelens.parsers.base import ParseContext, lines_frame, parse_lines
+from servelens.parsers.text import parse_text
 
 import wrapping as wr
 from wrapping_exports import (

@@ -11,7 +11,8 @@ import pytest
 
 from servelens.parsers import get_parser
 from servelens.parsers import wrappers as W
-from servelens.parsers.base import ParseContext, parse_text
+from servelens.parsers.base import ParseContext
+from servelens.parsers.text import parse_text
 
 import wrapping as wr
 from test_wrappers_exports import SAME, SAMPLES, parse, truth

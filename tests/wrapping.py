@@ -125,7 +125,7 @@ def line_times(lines: list[str], engine: str) -> list[int]:
     engine printed (the verbatim parse's time of the event covering the line), plus a
     sub-second part that grows along the file (whole-second engine times only; a finer
     engine time is taken as it is)."""
-    from servelens.parsers.base import parse_text
+    from servelens.parsers.text import parse_text
 
     ev = parse_text(engine, "\n".join(lines) + "\n")
     per_line: list[int | None] = [None] * len(lines)
