@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from servelens.pipeline.query import run as query
+from servelens.pipeline.query.connect import run as query
 from servelens.pipeline.simulate import simulate
 
 

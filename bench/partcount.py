@@ -31,7 +31,7 @@ def build(store: Path, source: Path, n_parts: int) -> int:
     and manifest entries the store writes."""
     import polars as pl
 
-    from servelens.pipeline.query import run
+    from servelens.pipeline.query.connect import run
     from servelens.pipeline.store.commit import Store, new_txid
 
     events = run(source, "select * from events", limits=None)

@@ -6,7 +6,7 @@ that a slow view cannot stall the benchmark).
 Prints JSON: seconds per run (connect + the whole view fetched as Arrow), the CPU seconds of
 each run (all threads: on a shared machine the steadier figure) and rows.
 `--no-rollups`: window_metrics computed from the events even when the store's rollup is
-fresh (pipeline/rollup.py). `--both`: each run times the rollup path, then the raw path, in
+fresh (pipeline/query/rollups.py). `--both`: each run times the rollup path, then the raw path, in
 the same process; prints {"rollup": {...}, "raw": {...}, "same_rows": bool}.
 """
 
@@ -16,7 +16,7 @@ import json
 import sys
 import time
 
-from servelens.pipeline.query import connect
+from servelens.pipeline.query.connect import connect
 
 
 def once(store: str, view: str, rollups: bool) -> tuple[float, float, int, int]:

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--hours", type=int, default=3)
     p.add_argument("--runs", type=int, default=1)
     a = p.parse_args(argv)
-    from servelens.pipeline.query import run
+    from servelens.pipeline.query.connect import run
 
     span = run(a.store, "select min(ts) as t0, max(ts) as t1 from events").row(0)
     t0 = span[0].replace(minute=0, second=0, microsecond=0) + dt.timedelta(hours=1)

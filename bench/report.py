@@ -196,7 +196,7 @@ def render(res: dict) -> str:
                 + (f", peak {ing['rollup_peak_rss'] / MiB:,.0f} MiB |" if ing.get("rollup_peak_rss") else " |")
             )
         lines += ["", "`servelens ingest` parses and stores, then refreshes the rollups (the stored "
-                  "`window_metrics`, pipeline/rollup.py) of the instances it touched: timed apart in the "
+                  "`window_metrics`, pipeline/query/rollups.py) of the instances it touched: timed apart in the "
                   "last column (`ingest --no-rollups`, then `rollup.refresh` in a process of its own), since the Python loop "
                   "computes no metric; a user running `servelens ingest` waits for both."]
         lines += ["", "Events stored per engine (last run): " + "; ".join(
@@ -243,7 +243,7 @@ def render(res: dict) -> str:
             "`servelens sql \"select * from VIEW\" -o /dev/null`, Python start-up included.",
             "",
             "`shipped` is what servelens does: `window_metrics` (and the views over it) read the store's rollup "
-            "(pipeline/rollup.py, rebuilt after the copies); the raw path computes them from the events "
+            "(pipeline/query/rollups.py, rebuilt after the copies); the raw path computes them from the events "
             "(`servelens sql --no-rollups`, one run, with "
             + (f"`SERVELENS_QUERY_MEMORY={q['views'].get('scaling_signals', {}).get('cli_raw', {}).get('memory')}` "
                f"`SERVELENS_SPILL_SIZE={q['views'].get('scaling_signals', {}).get('cli_raw', {}).get('spill')}`"

@@ -1,4 +1,4 @@
-"""Rollups (pipeline/rollup.py) on the benchmark's query store: what they save and cost.
+"""Rollups (pipeline/query/rollups.py) on the benchmark's query store: what they save and cost.
 
     python bench/rollupbench.py [--requests N] [--size-gb G] [--runs R] [--data-dir DIR]
 
@@ -42,8 +42,8 @@ def main(argv: list[str] | None = None) -> None:
                               "--data-dir", str(b.data_dir)])
     import polars as pl
 
-    from servelens.pipeline import rollup
-    from servelens.pipeline.query import run as query
+    from servelens.pipeline.query import rollups as rollup
+    from servelens.pipeline.query.connect import run as query
     from servelens.pipeline.store.commit import Store
 
     res: dict = {"load_before": Path("/proc/loadavg").read_text().split()[:3]}

@@ -143,7 +143,7 @@ def _warm_up(a, g: gen.Generated, store: Path) -> None:
 
 def time_ingest(a, g: gen.Generated, store: Path, runs: int | None = None) -> dict:
     """Parse and store (what the Python loop baseline does too), then, apart, the rollup
-    refresh that `servelens ingest` runs at its end (pipeline/rollup.py), timed in-process."""
+    refresh that `servelens ingest` runs at its end (pipeline/query/rollups.py), timed in-process."""
     walls, rss, cpus, rollup_walls, rollup_cpus, rollup_rss = [], [], [], [], [], []
     if a.in_process:
         _warm_up(a, g, store)
@@ -165,7 +165,7 @@ def time_ingest(a, g: gen.Generated, store: Path, runs: int | None = None) -> di
         rollup_walls.append(refreshed["seconds"] if refreshed else 0.0)
         rollup_cpus.append(refreshed["cpu_s"] if refreshed else 0.0)
         rollup_rss.append(refreshed["peak_rss"] if refreshed else 0)
-    from servelens.pipeline.query import run as query
+    from servelens.pipeline.query.connect import run as query
 
     counts = query(store, "select count(*) as events, count(*) filter (where event = 'unparsed') as unparsed, "
                           "count(*) filter (where event = 'request') as requests from events")
@@ -193,7 +193,7 @@ def time_rollup_refresh(store: Path, in_process: bool = False):
     peak RSS as its own (Linux keeps ru_maxrss across fork and exec), which inflated the
     ingest's peak RSS of the runs after the first."""
     if in_process:
-        from servelens.pipeline import rollup
+        from servelens.pipeline.query import rollups as rollup
         from servelens.pipeline.store.commit import Store
 
         with Store.open(store, purpose="bench") as st:
@@ -332,7 +332,7 @@ def part_delta(a, res: dict) -> None:
     row = {"engine": "vllm", "bytes": g.bytes, "lines": n_lines, "delta_lines": deltas, "files": 1,
            "floor": time_floor(g.files, a.runs)}
     row["ingest"] = time_ingest(a, g, store)
-    from servelens.pipeline.query import run as query
+    from servelens.pipeline.query.connect import run as query
 
     got = query(store, "select count(*) filter (where event = 'request_output') as outputs, "
                        "(select count(*) from requests where e2e_s is not null) as finished, "
@@ -363,7 +363,7 @@ def build_query_store(a, store: Path) -> dict:
 
     from servelens.parsers.schema import events_from_arrow
     from servelens.pipeline.store.layout import FILE_SCHEMA, with_partition_columns
-    from servelens.pipeline.query import run as query
+    from servelens.pipeline.query.connect import run as query
     from servelens.pipeline.store.commit import Store, new_txid
     from servelens.pipeline.store.manifest import committed_parts
 
@@ -396,7 +396,7 @@ def build_query_store(a, store: Path) -> dict:
 
 def part_query(a, res: dict) -> None:
     """The latency-percentile and scaling-signal views over a store of >= a.requests."""
-    from servelens.pipeline.query import run as query
+    from servelens.pipeline.query.connect import run as query
 
     store = a.data_dir / "stores" / "query"
     built = build_query_store(a, store)
@@ -405,8 +405,8 @@ def part_query(a, res: dict) -> None:
     parts = len(list((store / "events").rglob("*.parquet")))
     row = {"requests": n_req, "instances": n_inst, "bytes": built["bytes"], "parts": parts, **built, "views": {}}
     # the copies were committed without saying what they touched: the rollups are rebuilt
-    # (pipeline/rollup.py), as `servelens compact` would
-    from servelens.pipeline import rollup
+    # (pipeline/query/rollups.py), as `servelens compact` would
+    from servelens.pipeline.query import rollups as rollup
     from servelens.pipeline.store.commit import Store
 
     with Store.open(store, purpose="bench rollups") as st:
@@ -486,7 +486,7 @@ def range_query(a, store: Path, limit: float, whole: dict) -> dict:
     same-run baseline."""
     import datetime as dt
 
-    from servelens.pipeline.query import run as query
+    from servelens.pipeline.query.connect import run as query
 
     t0, t1 = query(store, "select min(ts) as t0, max(ts) as t1 from events").row(0)
     since = (t0 + (t1 - t0) / 2).replace(minute=0, second=0, microsecond=0)
@@ -525,7 +525,7 @@ def part_parts(a, res: dict) -> None:
 
 
 def query_one(store: Path, sql: str):
-    from servelens.pipeline.query import run as query
+    from servelens.pipeline.query.connect import run as query
 
     return query(store, sql).row(0)[0]
 

@@ -218,7 +218,7 @@ def run_tail_bench(servelens: str, source_files: list[Path], work: Path, *, rate
             if err and proc.returncode not in (0, -signal.SIGINT, 130):
                 res.notes.append(f"tail exited {proc.returncode}: " + err.splitlines()[-1][:200])
     try:
-        from servelens.pipeline.query import run as query
+        from servelens.pipeline.query.connect import run as query
 
         res.events = int(query(store, "select count(*) as n from events")["n"][0])
         if res.events != written:

@@ -15,7 +15,7 @@ from pathlib import Path
 import streamlit as st
 from servelens.dashboards import access
 from servelens.pipeline.report.mdsafe import md_text
-from servelens.pipeline.sandbox import QueryError
+from servelens.pipeline.query.sandbox import QueryError
 from servelens.pipeline.store.manifest import StoreError
 
 HERE = Path(__file__).resolve().parent

@@ -1,6 +1,6 @@
 """Everything the dashboard reads, and the only dashboard module that queries the store.
 
-Every read goes through `servelens.pipeline.query` (read-only DuckDB with the views of
+Every read goes through `servelens.pipeline.query.connect` (read-only DuckDB with the views of
 `sql/`), so the dashboard shows the same numbers as `servelens sql` and `servelens report`.
 User choices (time range, engines, instances, models) are bound parameters, never pasted into
 SQL. Results are cached per store version (the manifest's size and mtime), so a live store
@@ -26,10 +26,11 @@ from typing import Any
 import duckdb
 import polars as pl
 import streamlit as st
-from servelens.pipeline.query import QueryError, connect, one_line, run, run_on
-from servelens.pipeline.sandbox import Limits
+from servelens.pipeline.query.connect import QueryError, one_line, run, run_on
+from servelens.pipeline.query.connect import connect
+from servelens.pipeline.query.sandbox import Limits
 from servelens.pipeline.store.manifest import StoreError
-from servelens.pipeline.timerange import RANGE_MARGIN_S, TimeRange
+from servelens.pipeline.query.timerange import RANGE_MARGIN_S, TimeRange
 
 # The views the dashboard's own pages read (with the views they read, bound at connect): the
 # rest of sql/ (the autoscaler's, calibration, metric_series...) is left unbound.
@@ -167,7 +168,7 @@ class _Connection:
     that read `batch_fill` read the table, not `request_state` again. Same definitions as `servelens sql`, evaluated once."""
 
     def __init__(self, store: str, variables: dict[str, Any], time_range: TimeRange | None = None) -> None:
-        from servelens.pipeline.metrics import views_for
+        from servelens.pipeline.query.views import views_for
 
         views = views_for("select * from " + ", ".join(PAGE_VIEWS))
         if time_range is not None:
@@ -175,7 +176,7 @@ class _Connection:
             # wide enough for the widest window the sidebar offers, as one connection serves all
             variables = {**variables, "range_margin_s": max(float(variables.get("range_margin_s", RANGE_MARGIN_S)),
                                                             2 * LARGEST_WINDOW_S)}
-        # only the width-independent rollups (requests, request_state: pipeline/rollup.py):
+        # only the width-independent rollups (requests, request_state: pipeline/query/rollups.py):
         # the stored window_metrics is of the base width only, and this one connection
         # evaluates the per-window views at every width the sidebar offers; shared=False: this
         # class copies the views every chart reads into tables itself (SHARED, below)
@@ -299,14 +300,14 @@ WIDTH_FREE_ROLLUPS = ("requests", "request_state")
 
 def _stored_window_metrics(store: str, variables: dict[str, Any]) -> Path | None:
     """The store's window_metrics rollup when a reader may use it with these variables (fresh,
-    of today's SQL, of the same window width and thresholds: pipeline/rollup.py), else None."""
-    from servelens.pipeline import rollup
+    of today's SQL, of the same window width and thresholds: pipeline/query/rollups.py), else None."""
+    from servelens.pipeline.query import stored
     from servelens.pipeline.store.manifest import read_manifest
 
-    if rollup.disabled():
+    if stored.disabled():
         return None
     try:
-        return rollup.usable(Path(store), read_manifest(Path(store)), variables, ("window_metrics",)).get("window_metrics")
+        return stored.usable(Path(store), read_manifest(Path(store)), variables, ("window_metrics",)).get("window_metrics")
     except (StoreError, ValueError, OSError):
         return None
 MEMORY_HINT = ("the dashboard's views do not fit in its memory (1 GB by default): restart it with "
@@ -430,7 +431,7 @@ def run_user_sql(cfg: Settings, sql: str) -> pl.DataFrame:
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
 def thresholds(path: str | None = None) -> dict[str, Any]:
     """The signal thresholds (packaged defaults, overridden by the user's file)."""
-    from servelens.pipeline.metrics import resolve_variables
+    from servelens.pipeline.query.views import resolve_variables
 
     return resolve_variables(thresholds=path)
 

@@ -155,7 +155,7 @@ def ingest(
     one into the store (and its tailer); by default the bulk events whose columns say what
     their line said keep none (pipeline/sources/lines.py `trim_messages`).
 
-    `rollups`: bring the store's rollups up to date at the end (pipeline/rollup.py), after
+    `rollups`: bring the store's rollups up to date at the end (pipeline/query/rollups.py), after
     `on_stage("refreshing rollups")`; without it the instances stay marked dirty (queries
     compute their windows from the events) until the next ingest, tail or compact
     refreshes them.
@@ -251,10 +251,10 @@ def ingest(
 
 
 def refresh_rollups(store: Store, notes: list[str] | None = None) -> Any:
-    """Bring the store's rollups up to date after a commit (pipeline/rollup.py). A failure
+    """Bring the store's rollups up to date after a commit (pipeline/query/rollups.py). A failure
     costs only speed (readers use the raw path while the marks stay dirty): a note, not an
     error."""
-    from . import rollup
+    from .query import rollups as rollup
 
     try:
         return rollup.refresh(store)

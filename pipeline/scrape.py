@@ -263,7 +263,7 @@ def check_store(store_dir: Path | str) -> None:
         raise ScrapeError(f"--store {path} is a file, not a store directory; give --store a store directory "
                           "(a new one is made)")
     from .outfile import is_store_dir
-    from .query import not_a_store
+    from .query.connect import not_a_store
 
     problem = None if is_store_dir(path) else not_a_store(path)
     if problem:

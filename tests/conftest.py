@@ -80,7 +80,7 @@ def write(path: Path, text: str | bytes, *, age_s: float = 3600.0, mtime: float 
 
 
 def events(store: Path) -> pl.DataFrame:
-    from servelens.pipeline.query import run
+    from servelens.pipeline.query.connect import run
 
     return run(store, "select * from events order by source, line")
 

@@ -10,7 +10,7 @@ import duckdb
 import polars as pl
 
 from servelens.parsers.schema import POLARS_SCHEMA
-from servelens.pipeline.metrics import load_views
+from servelens.pipeline.query.views import load_views
 
 T0 = dt.datetime(2026, 5, 12, 8, 0, 0, tzinfo=dt.timezone.utc)
 

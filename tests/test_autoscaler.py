@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from servelens.pipeline.metrics import preset_path, presets, read_thresholds, resolve_variables
+from servelens.pipeline.query.views import preset_path, presets, read_thresholds, resolve_variables
 from sql_helpers import at, connect_events, ev, events_frame, rows
 
 

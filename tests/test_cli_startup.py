@@ -39,7 +39,7 @@ def test_sql_loads_only_what_a_query_needs(tmp_path):
     assert code == 0
     assert out.strip() == "n\n42"
     # what the query does need is there (the check below is not passing on an empty list)
-    assert {"duckdb", "polars", "servelens.pipeline.query"} <= modules
+    assert {"duckdb", "polars", "servelens.pipeline.query.connect"} <= modules
     others = {f"servelens.pipeline.cli.{m}" for m in COMMAND_MODULES}
     heavy = {"streamlit", "watchdog", "altair", "vl_convert", "sqlglot", "servelens.pipeline.ingest",
              "servelens.pipeline.tail.tailer", "servelens.dashboards"}

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dashboard_store import INCIDENT
 from servelens.pipeline.cli.app import app, build_app
-from servelens.pipeline.query import run
+from servelens.pipeline.query.connect import run
 from servelens.pipeline.store.manifest import committed_parts, read_manifest
 
 build_app()

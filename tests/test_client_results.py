@@ -18,7 +18,7 @@ import polars as pl
 import pytest
 
 from servelens.pipeline.ingest import ingest
-from servelens.pipeline.query import run
+from servelens.pipeline.query.connect import run
 from servelens.pipeline.simulate import simulate
 
 NS = 1_000_000_000

@@ -14,7 +14,8 @@ from servelens.parsers.text import parse_text
 from servelens.pipeline.store import commit as store_mod
 from servelens.pipeline.cli.app import app, build_app
 from servelens.pipeline.store.compact import compact, plan
-from servelens.pipeline.query import QueryError, connect, run, run_on
+from servelens.pipeline.query.connect import QueryError, run, run_on
+from servelens.pipeline.query.connect import connect
 from servelens.pipeline.store.commit import Store, new_txid
 from servelens.pipeline.store.manifest import committed_parts
 

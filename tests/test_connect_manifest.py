@@ -9,7 +9,8 @@ from pathlib import PurePosixPath
 import pytest
 from conftest import write
 
-from servelens.pipeline import query as query_mod
+from servelens.pipeline.query import connect as query_mod
+from servelens.pipeline.query import parts as parts_mod
 from servelens.pipeline.store import integrity
 from servelens.pipeline.store import manifest as store_mod
 from servelens.pipeline.ingest import ingest
@@ -44,6 +45,7 @@ def manifest_reads(monkeypatch):
     monkeypatch.setattr(store_mod, "read_manifest", counting)
     monkeypatch.setattr(integrity, "read_manifest", counting)
     monkeypatch.setattr(query_mod, "read_manifest", counting)
+    monkeypatch.setattr(parts_mod, "read_manifest", counting)
     return calls
 
 

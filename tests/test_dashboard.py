@@ -1,6 +1,6 @@
 """Dashboard tests with Streamlit's AppTest on a store built from the incident sample: the
 verdicts, signals and numbers shown must be the ones the same SQL gives through
-servelens.pipeline.query; the SQL page answers and shows a bad query's error in one line.
+servelens.pipeline.query.connect; the SQL page answers and shows a bad query's error in one line.
 Also the pure parts (verdict rule, charts) and the `servelens dashboard` command line."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dashboard_store import INCIDENT, build_store, chart_specs
 from servelens.dashboards import charts
 from servelens.dashboards import verdict as vd
-from servelens.pipeline.query import QueryError, run
+from servelens.pipeline.query.connect import QueryError, run
 
 APP = Path(__file__).resolve().parent.parent / "dashboards" / "app.py"
 
@@ -312,7 +312,7 @@ def test_empty_store_says_to_ingest_first(tmp_path, monkeypatch):
 
 
 def test_a_thresholds_file_changes_the_signals_shown(tmp_path, store, monkeypatch):
-    from servelens.pipeline.metrics import resolve_variables
+    from servelens.pipeline.query.views import resolve_variables
 
     th = tmp_path / "strict.toml"
     th.write_text("[slo]\np99_e2e_s = 5.0\n\n[queue]\nwaiting = 2\nsustain_s = 60\n")
@@ -364,7 +364,7 @@ def test_a_signal_that_fires_below_its_threshold_says_so(overview, store):
 
 
 def test_cards_and_chart_agree_on_the_errors_threshold(overview):
-    from servelens.pipeline.metrics import resolve_variables
+    from servelens.pipeline.query.views import resolve_variables
 
     count = resolve_variables()["errors_count"]
     lines = [m for m in _markdown(overview) if "`errors` → investigate" in m]

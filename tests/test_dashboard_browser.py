@@ -21,7 +21,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dashboard_store import build_store
-from servelens.pipeline.query import run
+from servelens.pipeline.query.connect import run
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

@@ -1,7 +1,7 @@
 """What keeps the dashboard fast and its memory flat (issue 20), on the incident sample: one
 connection per store version for every window width, the window-independent views evaluated
 once, a window change evaluating only the views of that width (and giving the same rows as
-`servelens.pipeline.query` at that width), window-independent queries not run again on a
+`servelens.pipeline.query.connect` at that width), window-independent queries not run again on a
 window change, bounded result caches, a bounded DuckDB memory, and per-window series
 bucketed to MAX_POINTS in SQL with the view's values."""
 
@@ -20,7 +20,7 @@ from streamlit.testing.v1 import AppTest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dashboard_store import build_store, chart_specs
 from servelens.dashboards import data, sidebar
-from servelens.pipeline.query import run
+from servelens.pipeline.query.connect import run
 
 APP = Path(__file__).resolve().parent.parent / "dashboards" / "app.py"
 UTC = dt.timezone.utc
@@ -209,7 +209,7 @@ def test_long_ranges_are_bucketed_to_whole_windows_with_the_view_values(store, m
 def test_with_a_time_range_the_page_shows_what_the_range_query_gives(store):
     """`servelens dashboard --since/--until`: the tables hold the widened range the views read
     (schema `scan`), and what the page shows is what `servelens sql --since/--until` gives."""
-    from servelens.pipeline.timerange import TimeRange
+    from servelens.pipeline.query.timerange import TimeRange
 
     first, last = run(store, "select min(ts) as a, max(ts) as b from events").row(0)
     since = (first + (last - first) / 3).astimezone(UTC).replace(microsecond=0)

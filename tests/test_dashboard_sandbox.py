@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dashboard_store import INCIDENT, build_store
-from servelens.pipeline.query import run
+from servelens.pipeline.query.connect import run
 
 APP = Path(__file__).resolve().parent.parent / "dashboards" / "app.py"
 SECRET = "DASHSECRET-51c2"

@@ -56,8 +56,8 @@ def _sections(doc: str) -> dict[str, str]:
 
 def test_every_view_is_documented_with_its_columns(tmp_path):
     from servelens.pipeline.ingest import ingest
-    from servelens.pipeline.metrics import view_dependencies
-    from servelens.pipeline.query import connect
+    from servelens.pipeline.query.views import view_dependencies
+    from servelens.pipeline.query.connect import connect
 
     ingest(sorted((REPO / "sample_logs" / "incident" / "vllm").glob("*.log")), tmp_path / "store", year=2026)
     sections = _sections((REPO / "docs" / "metrics.md").read_text())

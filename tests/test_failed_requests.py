@@ -67,7 +67,7 @@ def incident_store(tmp_path_factory):
 
 
 def test_incident_failed_requests_match_the_truth(incident_store):
-    from servelens.pipeline.query import run
+    from servelens.pipeline.query.connect import run
 
     got = run(incident_store, "select instance, status, count(*) as n, count(failure_reason) as with_reason "
                               "from requests where status in ('failed', 'aborted', 'unfinished') group by all")

@@ -112,7 +112,7 @@ def test_api_signals_says_route_better_and_does_not_ask_to_scale_out(sim):
     from servelens.pipeline.serve.snapshot import Exporter
 
     _, store = sim
-    from servelens.pipeline.metrics import resolve_variables
+    from servelens.pipeline.query.views import resolve_variables
 
     exp = Exporter(store, resolve_variables(), refresh_s=3600)
     exp.refresh()

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from servelens.pipeline.sources import fingerprint as fp
 from servelens.pipeline.cli.app import app, build_app
-from servelens.pipeline.query import run
+from servelens.pipeline.query.connect import run
 
 build_app()
 runner = CliRunner()

@@ -201,7 +201,7 @@ def test_store_layout_is_hive_partitioned_parquet(tmp_path, fake_engine):
     ingest([log], store)
     parts = sorted(p.relative_to(store).as_posix() for p in store.rglob("*.parquet"))
     # one part of events, and the rollups of requests, request_state and window_metrics
-    # (pipeline/rollup.py)
+    # (pipeline/query/rollups.py)
     assert len(parts) == 4
     assert parts[0].startswith("events/engine=fake/day=")
     assert [p.split("/")[1].split("-")[0] for p in parts[1:]] == ["request_state", "requests", "window_metrics"]

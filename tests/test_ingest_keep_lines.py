@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from servelens.pipeline.cli.app import app
 from servelens.pipeline.ingest import ingest
 from servelens.pipeline.sources.lines import TRIMMED_KINDS
-from servelens.pipeline.query import run
+from servelens.pipeline.query.connect import run
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -27,7 +27,7 @@ import pytest
 from wrapping import split_lines, to_cri, to_docker_json
 
 from servelens.pipeline.ingest import ingest
-from servelens.pipeline.query import run as query
+from servelens.pipeline.query.connect import run as query
 from servelens.pipeline.store.manifest import committed_parts
 
 REC = Path(__file__).resolve().parent / "fixtures" / "llamacpp" / "recorded"

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dashboard_store import INCIDENT, build_store
 from servelens.pipeline.cli.app import app, build_app
-from servelens.pipeline.query import run
+from servelens.pipeline.query.connect import run
 
 build_app()
 runner = CliRunner()

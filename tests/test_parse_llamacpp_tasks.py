@@ -12,7 +12,7 @@ import polars as pl
 from test_parse_llamacpp import attrs, parse
 
 from servelens.pipeline.ingest import ingest
-from servelens.pipeline.query import run as query
+from servelens.pipeline.query.connect import run as query
 from servelens.pipeline.store.manifest import committed_parts
 
 HELDOUT = Path(__file__).parent.parent / "sample_logs" / "llamacpp" / "real" / "heldout"

@@ -347,7 +347,7 @@ def test_pd_transfer_failures_fail_their_request_once():
 
 def test_pd_transfer_failure_is_a_failed_request_in_the_requests_view(tmp_path):
     from servelens.pipeline.ingest import ingest
-    from servelens.pipeline.query import connect
+    from servelens.pipeline.query.connect import connect
 
     log = tmp_path / "pd.log"
     log.write_text((REAL / "pd_failures_and_v0_2.log").read_text())

@@ -575,7 +575,7 @@ def test_mixed_directory_gives_per_instance_series_with_no_stats_line_lost(tmp_p
     import shutil
 
     from servelens.pipeline.ingest import ingest
-    from servelens.pipeline.query import run
+    from servelens.pipeline.query.connect import run
 
     repo = Path(__file__).resolve().parent.parent
     logs = tmp_path / "logs"

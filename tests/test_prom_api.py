@@ -22,7 +22,7 @@ import pytest
 from typer.testing import CliRunner
 
 from servelens.pipeline.cli.app import app, build_app
-from servelens.pipeline.query import run as run_query
+from servelens.pipeline.query.connect import run as run_query
 
 pytestmark = pytest.mark.skipif(
     shutil.which("prometheus") is None or shutil.which("promtool") is None,

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from servelens.pipeline import query
+from servelens.pipeline.query import connect as query
 from servelens.pipeline.cli.app import app, build_app
-from servelens.pipeline.metrics import resolve_variables
+from servelens.pipeline.query.views import resolve_variables
 from servelens.pipeline.serve.snapshot import Exporter
 from servelens.pipeline.serve.http import make_server
 

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from servelens.pipeline.cli.app import app, build_app
-from servelens.pipeline.timerange import parse_time
+from servelens.pipeline.query.timerange import parse_time
 
 UTC = dt.timezone.utc
 NOW = dt.datetime(2026, 12, 5, 14, 30, 15, 500000, tzinfo=UTC)

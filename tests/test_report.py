@@ -125,7 +125,7 @@ def test_report_says_when_the_log_records_no_request_ends():
 def test_parse_time_defaults_to_utc():
     import datetime as dt
 
-    from servelens.pipeline.timerange import parse_time
+    from servelens.pipeline.query.timerange import parse_time
 
     utc = dt.timezone.utc
     assert parse_time("2026-05-12T08:00Z") == dt.datetime(2026, 5, 12, 8, 0, tzinfo=utc)
@@ -145,7 +145,7 @@ def incident_report(tmp_path_factory):
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from dashboard_store import build_store
-    from servelens.pipeline.query import connect
+    from servelens.pipeline.query.connect import connect
 
     store = build_store(tmp_path_factory.mktemp("incident"))
     con = connect(store)
@@ -201,7 +201,7 @@ def test_summary_first_paragraph_says_who_crashed_how_many_failed_and_what_to_do
     assert [c["instance"] for c in sm["crashed"]] == ["tgi-a", "trtllm-a", "vllm-a"]
     assert sm["impact"]["failed"] == sum(failed.values()) and sm["impact"]["aborted"] == 0
     # slow requests: finished above the 30 s SLO, counted off the requests view
-    from servelens.pipeline.query import run
+    from servelens.pipeline.query.connect import run
 
     slow = run(store, "select count(*) as n from requests where status = 'finished' and e2e_s > 30")["n"][0]
     assert sm["impact"]["slow"] == slow > 0
@@ -213,7 +213,7 @@ def test_summary_first_paragraph_says_who_crashed_how_many_failed_and_what_to_do
 
 def test_summary_follows_the_range(incident_report):
     store, _ = incident_report
-    from servelens.pipeline.query import connect
+    from servelens.pipeline.query.connect import connect
 
     con = connect(store)
     try:

@@ -1,4 +1,4 @@
-"""Rollups (pipeline/rollup.py): the stored views (requests, request_state, window_metrics)
+"""Rollups (pipeline/query/rollups.py): the stored views (requests, request_state, window_metrics)
 must answer exactly what the raw views answer, on every sample set, on simulated stores, and after every way a store changes
 (a tail of many small commits, re-ingest, compaction, a lost rollup file and repair); when it
 cannot (dirty marks, other variables) the raw path answers."""
@@ -16,17 +16,19 @@ import pytest
 from polars.testing import assert_frame_equal
 from typer.testing import CliRunner
 
-from servelens.pipeline import rollup
+from servelens.pipeline.query import rollups as rollup
+from servelens.pipeline.query import stored
 from servelens.pipeline.tail import tailer as tail_mod
 from servelens.pipeline.tail import identity as tail_identity
 from servelens.pipeline.cli.app import app, build_app
 from servelens.pipeline.ingest import ingest
-from servelens.pipeline.query import connect, run
+from servelens.pipeline.query.connect import connect
+from servelens.pipeline.query.connect import run
 from servelens.pipeline.store.commit import Store
 from servelens.pipeline.store.manifest import read_manifest
 from servelens.pipeline.tail.tailer import Tailer
 from servelens.pipeline.tail.watch import Targets
-from servelens.pipeline.timerange import TimeRange
+from servelens.pipeline.query.timerange import TimeRange
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "sample_logs"
@@ -415,7 +417,8 @@ def test_the_dashboard_connection_reads_the_width_independent_rollups(incident_s
 
 def test_rollup_of_other_sql_is_not_used(incident_store, monkeypatch):
     store = incident_store
-    monkeypatch.setattr(rollup, "sql_key", lambda view=rollup.VIEW: "another-servelens")
+    for module in (stored, rollup):  # the readers' check and the refresh's key
+        monkeypatch.setattr(module, "sql_key", lambda view=stored.VIEW: "another-servelens")
     assert rollup.status(store) == "unusable"
     assert over_rollups(store, "scaling_signals") == set()
     with Store.open(store) as st:
@@ -424,14 +427,14 @@ def test_rollup_of_other_sql_is_not_used(incident_store, monkeypatch):
 
 
 def test_no_rollups_environment_forces_raw(incident_store, monkeypatch):
-    monkeypatch.setenv(rollup.NO_ROLLUPS_ENV, "1")
+    monkeypatch.setenv(stored.NO_ROLLUPS_ENV, "1")
     assert "requests" in bound_views(incident_store, "scaling_signals")
     assert over_rollups(incident_store, "scaling_signals") == set()
     assert over_rollups(incident_store, "latency_percentiles", rollups=("requests",)) == set()
-    monkeypatch.delenv(rollup.NO_ROLLUPS_ENV)
+    monkeypatch.delenv(stored.NO_ROLLUPS_ENV)
     assert "requests" not in bound_views(incident_store, "scaling_signals")
     assert over_rollups(incident_store, "latency_percentiles") == {"requests"}
-    assert os.environ.get(rollup.NO_ROLLUPS_ENV) is None
+    assert os.environ.get(stored.NO_ROLLUPS_ENV) is None
 
 
 def test_a_commit_during_a_background_refresh_stays_dirty(incident_store, tmp_path):

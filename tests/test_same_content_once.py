@@ -12,7 +12,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from servelens.pipeline.cli.app import app, build_app
-from servelens.pipeline.query import run
+from servelens.pipeline.query.connect import run
 
 build_app()
 runner = CliRunner()

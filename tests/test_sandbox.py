@@ -21,8 +21,8 @@ from typer.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dashboard_store import INCIDENT, build_store
 from servelens.pipeline.cli.app import app, build_app
-from servelens.pipeline.query import Limits, QueryError, run
-from servelens.pipeline.sandbox import check_statement, parse_size, parse_timeout
+from servelens.pipeline.query.connect import Limits, QueryError, run
+from servelens.pipeline.query.sandbox import check_statement, parse_size, parse_timeout
 from servelens.pipeline.store.manifest import committed_parts
 
 build_app()

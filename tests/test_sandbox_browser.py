@@ -19,7 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dashboard_store import INCIDENT, build_store
-from servelens.pipeline.query import run
+from servelens.pipeline.query.connect import run
 from test_dashboard_browser import ARTIFACTS, _free_port, _servelens, _settle, browser  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]

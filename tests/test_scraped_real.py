@@ -11,7 +11,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from servelens.pipeline.cli.app import app, build_app
-from servelens.pipeline.query import run as run_query
+from servelens.pipeline.query.connect import run as run_query
 
 build_app()
 REC = Path(__file__).parent / "fixtures" / "llamacpp" / "scraped"

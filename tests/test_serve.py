@@ -16,9 +16,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
-from servelens.pipeline import query
+from servelens.pipeline.query import connect as query
 from servelens.pipeline.cli.app import app, build_app
-from servelens.pipeline.metrics import resolve_variables
+from servelens.pipeline.query.views import resolve_variables
 from servelens.pipeline.serve.snapshot import Exporter
 from servelens.pipeline.serve.http import make_server
 

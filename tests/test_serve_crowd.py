@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from servelens.pipeline.serve import http as serve_http
-from servelens.pipeline.metrics import resolve_variables
+from servelens.pipeline.query.views import resolve_variables
 from servelens.pipeline.serve.snapshot import Exporter
 from servelens.pipeline.serve.http import make_server
 

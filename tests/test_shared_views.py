@@ -1,4 +1,4 @@
-"""Shared views (pipeline/shared.py): a one-query connection computes `requests` and
+"""Shared views (pipeline/query/shared.py): a one-query connection computes `requests` and
 `engine_stats` once into temporary tables when the query reads them through several views.
 The answers must be those of the views derived afresh at each reference (shared=False), on
 the sample sets, a simulated store and a time range; a query reading a view once keeps it a
@@ -14,10 +14,11 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from servelens.pipeline.ingest import ingest
-from servelens.pipeline.query import connect, run
-from servelens.pipeline.shared import reads
-from servelens.pipeline.metrics import closure
-from servelens.pipeline.timerange import TimeRange
+from servelens.pipeline.query.connect import connect
+from servelens.pipeline.query.connect import run
+from servelens.pipeline.query.shared import reads
+from servelens.pipeline.query.views import closure
+from servelens.pipeline.query.timerange import TimeRange
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "sample_logs"

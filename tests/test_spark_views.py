@@ -22,7 +22,7 @@ import pytest
 from typer.testing import CliRunner
 
 from servelens.pipeline.cli.app import app, build_app
-from servelens.pipeline.dialects import views
+from servelens.pipeline.query.dialects import views
 from servelens.pipeline.store.manifest import committed_parts
 
 pyspark = pytest.importorskip("pyspark", reason="the `spark` extra is not installed (tests/e2e/install_spark.sh)")
@@ -96,7 +96,7 @@ def test_cli_prints_the_same_script(spark_views) -> None:
 
 
 def _duckdb_rows(store: Path, view: str) -> tuple[list[str], list[tuple]]:
-    from servelens.pipeline.query import connect
+    from servelens.pipeline.query.connect import connect
 
     con = connect(store)
     cur = con.execute(f"select * from {view}")

@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from servelens.pipeline.metrics import read_thresholds, resolve_variables, sql_files
+from servelens.pipeline.query.views import read_thresholds, resolve_variables, sql_files
 from sql_helpers import at, connect_events, ev, events_frame, rows
 
 

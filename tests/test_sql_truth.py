@@ -46,7 +46,7 @@ def connect_truth(engine: str, scenario: str, variant: str | None = None):
 
 @lru_cache(maxsize=None)
 def _connect(engine: str, scenario: str, variant: str | None):
-    from servelens.pipeline.query import connect
+    from servelens.pipeline.query.connect import connect
 
     d = _run(engine, scenario, variant)
     # the truth tables are files the sandboxed connection must be told it may read

@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 
 from servelens.pipeline.ingest import ingest
-from servelens.pipeline.query import run
+from servelens.pipeline.query.connect import run
 from servelens.pipeline.simulate import simulate
 
 RESOLUTION_S = 1.0  # vLLM's header prints whole seconds

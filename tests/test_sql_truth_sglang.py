@@ -29,7 +29,7 @@ def teardown_module(module):
 @lru_cache(maxsize=None)
 def connect(scenario: str, variant: str = "v0_5"):
     from servelens.pipeline.ingest import ingest
-    from servelens.pipeline.query import connect as connect_store
+    from servelens.pipeline.query.connect import connect as connect_store
     from servelens.pipeline.simulate import simulate
 
     out = _ROOT / f"{scenario}-{variant}"

@@ -339,7 +339,7 @@ def test_throughput_finishes_null_when_never_logged():
 
 def test_every_view_answers_on_an_empty_store():
     from servelens.parsers.schema import empty_events
-    from servelens.pipeline.metrics import sql_files, view_name
+    from servelens.pipeline.query.views import sql_files, view_name
 
     con = connect_events(empty_events())
     for path in sql_files():

@@ -7,7 +7,7 @@ from conftest import events, write
 
 from servelens.pipeline.store import commit as store_mod
 from servelens.pipeline.ingest import ingest
-from servelens.pipeline.query import run
+from servelens.pipeline.query.connect import run
 from servelens.pipeline.store.commit import Store
 from servelens.pipeline.store.manifest import committed_parts, read_manifest
 

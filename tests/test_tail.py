@@ -14,7 +14,7 @@ import pytest
 
 from servelens.pipeline.tail import tailer as tail_mod
 from servelens.pipeline.tail import identity as tail_identity
-from servelens.pipeline.query import run
+from servelens.pipeline.query.connect import run
 from servelens.pipeline.store.commit import Store
 from servelens.pipeline.store.manifest import committed_parts
 from servelens.pipeline.tail.tailer import Tailer

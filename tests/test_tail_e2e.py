@@ -20,7 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from servelens.pipeline.cli.app import app, build_app
-from servelens.pipeline.query import run
+from servelens.pipeline.query.connect import run
 from servelens.pipeline.store.manifest import committed_parts
 
 pytestmark = pytest.mark.slow

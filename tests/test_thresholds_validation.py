@@ -9,7 +9,7 @@ from conftest import ingested
 from typer.testing import CliRunner
 
 from servelens.pipeline.cli.app import app, build_app
-from servelens.pipeline.metrics import resolve_variables
+from servelens.pipeline.query.views import resolve_variables
 
 build_app()
 runner = CliRunner()

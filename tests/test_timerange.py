@@ -17,9 +17,10 @@ from typer.testing import CliRunner
 
 from servelens.pipeline.cli.app import app, build_app
 from servelens.pipeline.ingest import ingest
-from servelens.pipeline.metrics import views_for
-from servelens.pipeline.query import connect, run
-from servelens.pipeline.timerange import TimeRange, part_day, parts_in, row_filter
+from servelens.pipeline.query.views import views_for
+from servelens.pipeline.query.connect import connect
+from servelens.pipeline.query.connect import run
+from servelens.pipeline.query.timerange import TimeRange, part_day, parts_in, row_filter
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_logs"
@@ -245,7 +246,7 @@ def test_a_query_binds_only_its_views_and_answers_the_same(sample_store):
 
 
 def test_lazy_binding_keeps_the_sandbox(sample_store):
-    from servelens.pipeline.query import QueryError
+    from servelens.pipeline.query.connect import QueryError
 
     for sql in ("select * from read_text('/etc/passwd')", "select count(*) from events, read_csv('/etc/hosts')"):
         with pytest.raises(QueryError, match="reads only the store"):

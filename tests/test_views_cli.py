@@ -1,4 +1,4 @@
-"""`servelens views`: the views of sql/ printed for Spark, Trino or DuckDB (pipeline/dialects.py).
+"""`servelens views`: the views of sql/ printed for Spark, Trino or DuckDB (pipeline/query/dialects.py).
 
 These run without Spark: the CLI's output and errors, and DuckDB's check that the structural
 rewrites (stars spelled out, ASOF joins as a union and a window) keep each view's answers on
@@ -16,8 +16,8 @@ import sqlglot
 from typer.testing import CliRunner
 
 from servelens.pipeline.cli.app import app, build_app
-from servelens.pipeline.dialects import portable_duckdb, views
-from servelens.pipeline.metrics import resolve_variables, sql_files, view_name
+from servelens.pipeline.query.dialects import portable_duckdb, views
+from servelens.pipeline.query.views import resolve_variables, sql_files, view_name
 
 build_app()
 REPO = Path(__file__).resolve().parent.parent
@@ -93,7 +93,7 @@ def test_trino_percentile_form_equals_quantile_cont() -> None:
     import duckdb
     from sqlglot import exp
 
-    from servelens.pipeline.dialects import _interpolated_quantile
+    from servelens.pipeline.query.dialects import _interpolated_quantile
 
     assert "ARRAY_SORT" in translated("trino")["latency_percentiles"].upper()
     values = [3.0, 1.0, 7.5, 2.25, 10.0, 4.0]
@@ -112,7 +112,7 @@ def test_trino_percentile_form_equals_quantile_cont() -> None:
 
 @pytest.fixture(scope="module")
 def incident_con(tmp_path_factory):
-    from servelens.pipeline.query import connect
+    from servelens.pipeline.query.connect import connect
 
     store = tmp_path_factory.mktemp("views") / "store"
     r = invoke("ingest", str(REPO / "sample_logs" / "incident"), "--store", str(store), "-q")
@@ -140,7 +140,7 @@ def test_asof_and_star_rewrites_keep_the_answers(incident_con, view) -> None:
 def _spark_epoch_in_duckdb(arg: str) -> str:
     """Spark's translation of `epoch(<arg>)` in DuckDB's terms: unix_micros is epoch_us, and
     unix_millis truncates to the millisecond (DuckDB's epoch_ms rounds: floor-divide instead)."""
-    from servelens.pipeline.dialects import _time_function
+    from servelens.pipeline.query.dialects import _time_function
 
     form = _time_function(sqlglot.parse_one(f"epoch({arg})", read="duckdb"), "spark").sql("spark")
     assert f"UNIX_MILLIS({arg})" in form and f"UNIX_MICROS({arg})" in form

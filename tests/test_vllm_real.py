@@ -20,7 +20,7 @@ import pytest
 from conftest import SAMPLE_LOGS
 from typer.testing import CliRunner
 
-from servelens.pipeline.query import run
+from servelens.pipeline.query.connect import run
 
 RECORDINGS = sorted(p for p in (SAMPLE_LOGS / "vllm").glob("real-0.32*") if p.is_dir())
 # vLLM's header prints whole seconds: a logged time is within [t, t + 1) of the truth
@@ -269,7 +269,7 @@ def test_the_model_is_the_served_model_name_the_log_gives(tmp_path) -> None:
     import re
 
     from servelens.pipeline.ingest import ingest
-    from servelens.pipeline.query import run
+    from servelens.pipeline.query.connect import run
 
     log = SAMPLE_LOGS / "vllm" / "real-0.32" / "vllm-cpu.log.gz"
     text = gzip.decompress(log.read_bytes()).decode()

@@ -13,7 +13,7 @@ from servelens.parsers import vllm
 from servelens.parsers.base import ParseContext, check_events, lines_frame, parse_lines, uncovered_lines
 from servelens.parsers.text import parse_text
 from servelens.pipeline.ingest import ingest
-from servelens.pipeline.query import run
+from servelens.pipeline.query.connect import run
 
 API = "(APIServer pid=1) INFO 05-12 08:{mm}:{ss} [{src}] "
 

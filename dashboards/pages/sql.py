@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import streamlit as st
 from servelens.dashboards import access, data, sidebar
-from servelens.pipeline.output import for_csv, formulas_as_text
+from servelens.pipeline.query.output import for_csv, formulas_as_text
 
 MAX_ROWS_SHOWN = 10_000
 EXAMPLE = "select instance, signal, severity, window_start, value, threshold\nfrom scaling_signals\norder by window_start"

@@ -202,15 +202,15 @@ def sql(
       servelens sql "select * from requests" --timeout 300 --memory-limit 16GB
       servelens sql "select * from latency_percentiles" --since 2026-05-12T08:00Z --until 2026-05-12T09:00Z
     """
-    from ..output import render
-    from ..query import Limits, QueryError, run
+    from ..query.output import render
+    from ..query.connect import Limits, QueryError, run
     from ..store.manifest import StoreError
 
     if format not in ("table", "csv", "json"):
         raise fail(f"unknown --format {format!r}; use table, csv or json")
     check_output_path(output, force)
     from .durations import parse_duration
-    from ..metrics import resolve_variables
+    from ..query.views import resolve_variables
 
     try:
         variables = resolve_variables({"window_s": parse_duration(window)} if window else {}, thresholds)
@@ -222,15 +222,15 @@ def sql(
     except ValueError as e:
         raise fail(f"{e} (--timeout, --memory-limit)") from None
     from ..store.integrity import allowing_partial
-    from ..timerange import TimeRange
+    from ..query.timerange import TimeRange
 
     try:
         time_range = TimeRange.parse(since, until)
     except ValueError as e:
         raise fail(f"{e} (--since, --until)") from None
-    from .. import bounded
+    from ..query import bounded
 
-    def answer():  # in a child process this one watches (pipeline/bounded.py)
+    def answer():  # in a child process this one watches (pipeline/query/bounded.py)
         with allowing_partial(allow_partial):
             return run(store_path(store), query, variables=variables, limits=limits, time_range=time_range,
                        rollups=False if no_rollups else None)
@@ -243,7 +243,7 @@ def sql(
     if limit < 0:
         raise fail(f"--limit {limit} must be 0 (all rows) or more")
     if df.height == 0 and time_range is not None:
-        from ..timerange import range_note
+        from ..query.connect import range_note
 
         typer.echo(f"servelens: note: {range_note(store_path(store), time_range)}", err=True)
     shown = df

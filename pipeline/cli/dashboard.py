@@ -136,14 +136,14 @@ def register(app: typer.Typer) -> None:
             raise fail(f"store {target} does not exist; ingest logs first (servelens ingest PATH --store {target})")
         if not 1 <= port <= 65535:
             raise fail(f"--port {port} is not a TCP port (1-65535)")
-        from ..timerange import TimeRange
+        from ..query.timerange import TimeRange
 
         try:
             rng = TimeRange.parse(since, until)
         except ValueError as e:
             raise fail(f"{e} (--since, --until)") from None
         if thresholds is not None:
-            from ..metrics import resolve_variables
+            from ..query.views import resolve_variables
 
             try:
                 resolve_variables(thresholds=thresholds)
@@ -168,7 +168,7 @@ def register(app: typer.Typer) -> None:
                     f"--allow-remote needs an access token (--token or ${TOKEN_ENV}) or --no-sql; "
                     "see docs/security.md"
                 )
-        from ..sandbox import parse_size, parse_timeout
+        from ..query.sandbox import parse_size, parse_timeout
 
         try:
             if query_timeout is not None:

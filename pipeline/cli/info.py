@@ -12,7 +12,7 @@ from .options import StoreOpt, fail, store_path
 
 def store_info(root) -> dict[str, Any]:
     """Instances, engines, models, time range, events, parts and bytes of a store."""
-    from ..query import run
+    from ..query.connect import run
     from ..store.manifest import committed_parts, read_manifest
 
     manifest = read_manifest(root)
@@ -64,7 +64,7 @@ def register(app: typer.Typer) -> None:
           servelens info
           servelens info --store incident.store --json
         """
-        from ..query import QueryError
+        from ..query.connect import QueryError
         from ..store.manifest import StoreError
 
         root = store_path(store)
@@ -103,7 +103,7 @@ def register(app: typer.Typer) -> None:
           servelens prune --before 2026-05-01
           servelens prune --before 2026-05-12T08:00Z --store incident.store --dry-run
         """
-        from ..timerange import parse_time
+        from ..query.timerange import parse_time
         from ..store.prune import prune as run_prune
         from ..store.commit import Store
         from ..store.manifest import StoreError
@@ -122,7 +122,7 @@ def register(app: typer.Typer) -> None:
         try:
             with Store.open(root, purpose="prune") as st:
                 r = run_prune(st, cutoff, dry_run=dry_run)
-                if not dry_run:  # rows are gone: the rollups are rebuilt (pipeline/rollup.py)
+                if not dry_run:  # rows are gone: the rollups are rebuilt (pipeline/query/rollups.py)
                     from ..ingest import refresh_rollups
 
                     refresh_rollups(st)

@@ -104,7 +104,7 @@ WindowOpt = Annotated[Optional[str], typer.Option(help="Window of the gauges and
 
 def thresholds_variables(window: str | None, thresholds: str | None) -> dict:
     from .durations import parse_duration
-    from ..metrics import resolve_variables
+    from ..query.views import resolve_variables
 
     try:
         return resolve_variables({"window_s": parse_duration(window)} if window else {}, thresholds)

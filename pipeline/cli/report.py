@@ -19,7 +19,7 @@ from .options import (
     store_path,
     write_output_file,
 )
-from ..timerange import parse_time
+from ..query.timerange import parse_time
 
 
 def register(app: typer.Typer) -> None:
@@ -48,7 +48,7 @@ def register(app: typer.Typer) -> None:
           servelens report --format json --thresholds my-slo.toml
         """
         from .durations import parse_duration
-        from ..metrics import resolve_variables
+        from ..query.views import resolve_variables
         from ..report.build import build_report, render
         from ..store.manifest import StoreError
 
@@ -65,9 +65,9 @@ def register(app: typer.Typer) -> None:
         if t0 and t1 and t1 <= t0:
             raise fail("--until must be after --since")
         try:
-            from ..query import connect
+            from ..query.connect import connect
 
-            from ..timerange import TimeRange
+            from ..query.timerange import TimeRange
 
             # the scans read only the range (widened by a margin for requests cut by its edges)
             con = connect(store_path(store), variables, time_range=TimeRange(t0, t1) if t0 or t1 else None)
@@ -81,7 +81,8 @@ def register(app: typer.Typer) -> None:
         if instance is not None and not data["instances"]:
             raise fail(f"no events of instance {instance!r} in this range")
         if (t0 or t1) and not data["instances"]:
-            from ..timerange import TimeRange, range_note
+            from ..query.connect import range_note
+            from ..query.timerange import TimeRange
 
             data["range_note"] = range_note(store_path(store), TimeRange(t0, t1))
             typer.echo(f"servelens: note: {data['range_note']}", err=True)

@@ -75,7 +75,7 @@ def ingest_prometheus_command(paths, store, prometheus, match, step, since, unti
     from ..prom_api import PromError, ingest_prometheus
     from ..scrape import check_store, ScrapeError
     from ..store.manifest import StoreError
-    from ..timerange import parse_time
+    from ..query.timerange import parse_time
 
     if prometheus is None:
         raise fail("--match, --step, --since and --until of ingest are for reading a Prometheus server: "

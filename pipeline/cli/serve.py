@@ -78,8 +78,8 @@ def register(app: typer.Typer) -> None:
           servelens export --since 2026-05-12T08:00Z --until 2026-05-12T09:00Z -o incident.om
           promtool tsdb create-blocks-from openmetrics incident.om /var/lib/prometheus/metrics2
         """
-        from ..timerange import parse_time
-        from ..query import QueryError
+        from ..query.timerange import parse_time
+        from ..query.connect import QueryError
         from ..serve.export import export_openmetrics
         from ..store.manifest import StoreError
 

@@ -37,10 +37,10 @@ def register(app: typer.Typer) -> None:
           servelens show cmpl-42 --logs /var/log/vllm/rotated/
         """
         from .durations import parse_duration
-        from ..query import QueryError
+        from ..query.connect import QueryError
         from ..report.story import ShowError, story, to_json, to_text
         from ..store.manifest import StoreError
-        from ..timerange import parse_time
+        from ..query.timerange import parse_time
 
         if format not in ("text", "json"):
             raise fail(f"unknown --format {format!r}; use text or json")

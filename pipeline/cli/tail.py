@@ -59,7 +59,7 @@ class StatusLine:
 
 def _start_exporter(store: Path, host: str, port: int, line: StatusLine):
     """`--serve-port`: the exporter of `servelens serve` in background threads of the tailer."""
-    from ..metrics import resolve_variables
+    from ..query.views import resolve_variables
     from ..serve.snapshot import ServeError
     from ..serve.http import start_beside
 

@@ -33,7 +33,7 @@ def register(app: typer.Typer) -> None:
           servelens top --store incident.store --sort k
           servelens top --once | head -20
         """
-        from ..query import QueryError
+        from ..query.connect import QueryError
         from ..serve.snapshot import store_key
         from ..store.manifest import StoreError
         from ..serve.top import SORT_KEYS, View, frame, read, run

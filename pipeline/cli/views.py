@@ -34,7 +34,7 @@ def register(app: typer.Typer) -> None:
           servelens views --list
         """
         from .durations import parse_duration
-        from ..dialects import DialectError, views as translate
+        from ..query.dialects import DialectError, views as translate
 
         try:
             extra = {"window_s": parse_duration(window)} if window else {}

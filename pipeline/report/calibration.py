@@ -18,7 +18,7 @@ from typing import Any
 import duckdb
 
 from .mdsafe import md_text
-from ..metrics import preset_path, presets, read_thresholds, set_variables
+from ..query.views import preset_path, presets, read_thresholds, set_variables
 
 PREFIX = "autoscaler_"
 

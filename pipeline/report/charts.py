@@ -19,7 +19,7 @@ WIDTH = 760
 
 
 def _frame(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> pl.DataFrame:
-    from ..query import run_on
+    from ..query.connect import run_on
 
     return run_on(con, sql, params)
 

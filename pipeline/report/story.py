@@ -189,7 +189,7 @@ def _cut(text: str, total: int | None = None) -> str:
 
 
 def _rows(con, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
-    from ..query import run_on
+    from ..query.connect import run_on
 
     return run_on(con, sql, params).to_dicts()
 
@@ -242,7 +242,7 @@ def story(
 ) -> Story:
     """The story of `request_id` (its events, requests row, client row, state around it), or
     with `around` and no id, every event within `span_s` of that time."""
-    from ..query import connect
+    from ..query.connect import connect
     from ..store.manifest import StoreError, read_manifest
 
     if request_id is None and around is None:
@@ -278,7 +278,8 @@ def story(
                 out.notes.append(f"more than {AROUND_LIMIT} events in this span: the first {AROUND_LIMIT} shown; "
                                  "narrow it with --span or --instance")
             if not out.events:
-                from ..timerange import TimeRange, range_note
+                from ..query.connect import range_note
+                from ..query.timerange import TimeRange
 
                 raise ShowError(range_note(store, TimeRange(params[0], params[1])))
         try:
@@ -334,8 +335,8 @@ def _state_around(store: Path | str, requests: list[dict]) -> list[dict]:
     views' nearest values at or before the moment, logged or reconstructed), and the stats
     lines just before and after it. The views are computed over the request's time only (a
     big store's whole history is not needed to know its queue at one moment)."""
-    from ..query import connect
-    from ..timerange import TimeRange
+    from ..query.connect import connect
+    from ..query.timerange import TimeRange
 
     times = [t for r in requests for t in (r.get("arrival_ts"), r.get("finish_ts")) if t is not None]
     if not times:

@@ -12,9 +12,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 
-from .. import query
+from ..query import connect as query
 from .snapshot import epoch_seconds, metric_family, series_labels
-from ..timerange import TimeRange
+from ..query.timerange import TimeRange
 
 
 class _Rows:
@@ -40,7 +40,7 @@ def export_openmetrics(store: Path | str, out: IO[bytes], *, variables: Mapping[
                        since: dt.datetime | None = None, until: dt.datetime | None = None) -> int:
     """Write metric_series over [since, until) as OpenMetrics with timestamps (each window's
     value at its end); returns the number of samples. The range reaches the Parquet scans
-    (pipeline/timerange.py), so a one-hour export of a month's store reads about an hour."""
+    (pipeline/query/timerange.py), so a one-hour export of a month's store reads about an hour."""
     sql = "select * from metric_series where true"
     params: list[Any] = []
     if since is not None:

@@ -36,8 +36,8 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.exposition import generate_latest as text_latest
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 
-from .. import query
-from ..sandbox import Limits
+from ..query import connect as query
+from ..query.sandbox import Limits
 
 DEFAULT_REFRESH_S = 5.0
 DEFAULT_LOOKBACK_S = 900.0  # history a refresh reads: the current window plus long requests' arrivals

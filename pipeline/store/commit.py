@@ -79,7 +79,7 @@ class Store:
     remote: Any = None  # a remote.Mirror publishing each commit (a --store s3://... URL)
     # commits made through this handle, and per (engine, instance) ("*": all) the number of
     # the last one that changed its rows: a refresh computed off the writer's thread keeps
-    # the dirty marks of what changed after it began (pipeline/rollup.py)
+    # the dirty marks of what changed after it began (pipeline/query/rollups.py)
     generation: int = 0
     touched_at: dict = field(default_factory=dict)
 
@@ -229,7 +229,7 @@ class Store:
         """Atomically make staged parts visible and record file offsets.
 
         `dirty`: what the commit changes of the data the rollups were computed from
-        (pipeline/rollup.py): [[engine, instance, first ts, last ts], ...] added to the
+        (pipeline/query/rollups.py): [[engine, instance, first ts, last ts], ...] added to the
         manifest's dirty marks, "all" (every rollup is stale), or "clean" (a refresh: the
         marks are cleared). Left None, a commit that adds or removes parts marks everything
         dirty (commit_events says what its events touch; compaction, which keeps every row,

@@ -138,14 +138,14 @@ def compact(store: Store, min_parts: int = 2, small_bytes: int = SMALL_PART_BYTE
     """Merge small parts partition by partition; one atomic commit per merged part (with
     `migrate`, also rewrite every part of the older layout: see plan). With `rollups`
     (`servelens compact`), then bring the rollups up to date: refreshed where dirty, rebuilt
-    when lost, damaged or computed by other SQL (pipeline/rollup.py)."""
+    when lost, damaged or computed by other SQL (pipeline/query/rollups.py)."""
     result = CompactResult(parts_before=len(store.manifest["parts"]))
     require_intact(store)
     for group in plan(store, min_parts, small_bytes, target_bytes, migrate=migrate):
         commit_merge(store, merge(store.root, group), result)
     result.parts_after = len(store.manifest["parts"])
     if rollups:
-        from .. import rollup
+        from ..query import rollups as rollup
 
         result.rollup = rollup.refresh(store)
     return result

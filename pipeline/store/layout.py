@@ -118,3 +118,12 @@ def read_parquet_sql(files: list[str], union_by_name: bool) -> str:
     if union_by_name:
         source = f"(select * from {source} union all by name {no_events_sql()})"
     return events_select(source)
+
+def instances_predicate(instances: list[tuple[str, str]]) -> str:
+    """`events` rows of these (engine, instance) pairs (names from the manifest, quoted)."""
+    if not instances:
+        return "false"
+    def lit(v: str | None) -> str:
+        return "null" if v is None else "'" + str(v).replace("'", "''") + "'"
+    pairs = ", ".join(f"({lit(e)}, {lit(i)})" for e, i in instances)
+    return f"(engine, instance) in (select * from (values {pairs}))"

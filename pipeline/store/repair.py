@@ -166,7 +166,7 @@ def repair(root: Path | str, dry_run: bool = False, deep: bool = False) -> Repai
             _unlink(root / rel)
         _prune_empty_dirs(root / "events")
         # the rollups: rebuilt when rows were dropped, or when the file is lost or damaged
-        from .. import rollup
+        from ..query import rollups as rollup
 
         try:
             result.rollup = rollup.refresh(store, whole=bool(lost))

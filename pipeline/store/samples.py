@@ -16,7 +16,7 @@ and left out, so a scrape read again, a file ingested twice, or the same samples
 Prometheus server and from a live scrape are stored once.
 
 Each commit also marks its (engine, instance, first, last) dirty, as an events commit does:
-the views stored as rollups (pipeline/rollup.py) read scraped gauges where the log has none.
+the views stored as rollups (pipeline/query/rollups.py) read scraped gauges where the log has none.
 """
 
 from __future__ import annotations
@@ -208,9 +208,9 @@ def bind_samples(con, store: Path, manifest: dict, scan=None, instances=None) ->
     if scan is not None and (scan.since or scan.until):
         conds.append(scan.predicate("ts"))
     if instances is not None:
-        from ..query import _instances_predicate
+        from .layout import instances_predicate
 
-        conds.append(_instances_predicate(instances))
+        conds.append(instances_predicate(instances))
     where = f" where {' and '.join(conds)}" if conds else ""
     con.execute(f"create or replace view samples as select * from ({samples_select([str(p) for p in parts])}){where}")
     return parts

@@ -69,7 +69,7 @@ COMPACT_MIN_PARTS = 64
 # A file whose reading fails is retried after RETRY_BASE_S, doubling up to RETRY_MAX_S.
 RETRY_BASE_S = 1.0
 RETRY_MAX_S = 60.0
-ROLLUP_EVERY_S = 30.0  # refresh the rollups (pipeline/rollup.py) at most this often ...
+ROLLUP_EVERY_S = 30.0  # refresh the rollups (pipeline/query/rollups.py) at most this often ...
 ROLLUP_SHARE = 0.1  # ... and spending at most this share of the time on it
 FULL_RETRY_S = 5.0  # the store's disk is full: try the commit again this often
 # Open files: at most this share of the soft RLIMIT_NOFILE (the rest is for the store,
@@ -230,12 +230,12 @@ class Tailer(IdentityMixin):
 
     def _refresh_rollups(self, wait: bool = False) -> None:
         """Recompute the rollups of the instances committed since the last refresh (the
-        store's dirty marks; pipeline/rollup.py), rate-limited so that tailing barely slows:
+        store's dirty marks; pipeline/query/rollups.py), rate-limited so that tailing barely slows:
         at most every `rollup_every_s`, and no more than ROLLUP_SHARE of the time. Under
         `run` the computing happens on a thread of its own (seconds on a big store: commits
         must not wait for it) and its commit here, at the first poll after it is ready;
         what was committed meanwhile stays dirty. Queries meanwhile use the raw path."""
-        from .. import rollup
+        from ..query import rollups as rollup
 
         if self._rollup_job is not None:
             if not (wait or self._rollup_job.done()):

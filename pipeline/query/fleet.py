@@ -17,12 +17,13 @@ from typing import Any
 import duckdb
 
 
-from .store.layout import events_select, no_events_sql, read_parquet_sql
-from .metrics import load_views
-from .store.remote import dataset, expand, store_url
+from ..store.layout import events_select, no_events_sql, read_parquet_sql
+from .views import load_views
+from ..store.remote import dataset, expand, store_url
+from .parts import READ_RETRIES, mixed_schemas, one_line, settled_parts, vanished
 from .sandbox import Limits, QueryError, connection_config, lock_down
-from .store.manifest import StoreError
-from .store.integrity import readable_parts
+from ..store.manifest import StoreError
+from ..store.integrity import readable_parts
 
 
 def connect(
@@ -33,8 +34,6 @@ def connect(
     readable: tuple[Path | str, ...] = (),
 ) -> duckdb.DuckDBPyConnection:
     """query.connect for a remote store or a fleet of stores."""
-    from .query import READ_RETRIES, _mixed_schemas, _settled_parts, _vanished, one_line
-
     stores = expand(store)
     if not stores:
         raise StoreError(f"no store matches {store} (a store is a directory or prefix holding manifest.json)")
@@ -52,7 +51,7 @@ def connect(
     for attempt in range(READ_RETRIES):
         parts: list[Path] = []
         for s in local:
-            parts += readable_parts(s, _settled_parts(s))
+            parts += readable_parts(s, settled_parts(s))
         try:
             remote_ds = dataset(remote) if remote else None
         except OSError as e:
@@ -64,7 +63,7 @@ def connect(
         try:
             sources = []
             if parts:
-                sources.append(read_parquet_sql([str(p) for p in parts], _mixed_schemas(parts)))
+                sources.append(read_parquet_sql([str(p) for p in parts], mixed_schemas(parts)))
             if remote_ds is not None:
                 con.register("_events_remote", remote_ds)
                 sources.append(events_select("_events_remote"))
@@ -76,7 +75,7 @@ def connect(
             return con
         except (duckdb.IOException, RuntimeError) as e:
             con.close()
-            if attempt + 1 == READ_RETRIES or not _vanished(e):
+            if attempt + 1 == READ_RETRIES or not vanished(e):
                 if isinstance(e, duckdb.IOException):
                     raise QueryError(one_line(e)) from None
                 raise

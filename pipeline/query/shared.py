@@ -10,7 +10,7 @@ temporary table once, and rebinds the view over that table; every view above it 
 table. The answers are those of the views: the table holds the view's rows.
 
 A temporary table lives in DuckDB's buffer pool: beyond the connection's memory limit it is
-spilled to the connection's private spill directory (pipeline/sandbox.py), within its limit.
+spilled to the connection's private spill directory (pipeline/query/sandbox.py), within its limit.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Iterable
 
 import duckdb
 
-from .metrics import sql_files, view_dependencies, view_name
+from .views import sql_files, view_dependencies, view_name
 from .sandbox import Limits, execute
 
 # Derived from the events, read by several views, costly to derive: in load order (a later

@@ -37,8 +37,8 @@ import duckdb
 import sqlglot
 from sqlglot import exp
 
-from .store.layout import no_events_sql
-from .metrics import load_views, resolve_variables, sql_files, view_name
+from ..store.layout import no_events_sql
+from .views import load_views, resolve_variables, sql_files, view_name
 
 DIALECTS = ("spark", "trino", "duckdb")
 

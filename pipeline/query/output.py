@@ -3,7 +3,7 @@
 Every column type a query can return renders in every format: binary values as hex text,
 nested values (lists, structs, maps, arrays) as JSON text in CSV and as JSON in JSON output,
 and exact numbers (DECIMAL, and HUGEINT as from `sum()`) as JSON numbers, not strings.
-(pipeline/sandbox.py has already turned the types polars cannot hold, such as INTERVAL, into
+(pipeline/query/sandbox.py has already turned the types polars cannot hold, such as INTERVAL, into
 text.)
 """
 

@@ -39,10 +39,7 @@ events would. `servelens sql --no-rollups` (or SERVELENS_NO_ROLLUPS=1) forces th
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import os
-import re
 import tempfile
 import time
 from dataclasses import dataclass
@@ -52,16 +49,12 @@ from typing import Any, Mapping
 import duckdb
 import pyarrow.parquet as pq
 
-from .metrics import closure, resolve_variables, sql_files, view_name
+from .views import closure
 from .sandbox import Limits, parse_size
-from .store.integrity import PARQUET_MAGIC
-from .store.commit import Store, new_txid
-from .store.manifest import fsync_dir, read_manifest
+from ..store.commit import Store, new_txid
+from .stored import ROLLUP_DIR, VIEW, VIEWS, current, intact, key_variables, literal, sql_key
+from ..store.manifest import fsync_dir, read_manifest
 
-VIEW = "window_metrics"
-# the stored views, in dependency order: a later one is computed reading the earlier ones'
-# new rollups
-VIEWS = ("requests", "request_state", "window_metrics")
 # how each is sorted in its file: by instance, then time, so that the row groups' statistics
 # on the time columns let a ranged read skip most of them
 SORT = {
@@ -74,97 +67,9 @@ WRITE_MEMORY = "1GB"  # the sort before writing spills past this (millions of re
 # the computing query's DuckDB memory (refresh_limits): with the query default (4 GB) a refresh
 # of 0.5 GB of SGLang logs peaked at 1.9 GB of RSS, at 768 MB 0.9 GB (6.4 -> 8.5 s)
 REFRESH_MEMORY = "768MB"
-ROLLUP_DIR = "rollups"
-FORMAT = 2  # bump when what is stored changes meaning
-NO_ROLLUPS_ENV = "SERVELENS_NO_ROLLUPS"
 # engines whose rows depend on other instances' events (a client's requests are matched to
 # the servers' logs): a store holding one is refreshed whole
 CROSS_INSTANCE_ENGINES = ("client",)
-_GETVAR = re.compile(r"getvariable\(\s*'(\w+)'\s*\)", re.I)
-
-
-@functools.lru_cache(maxsize=16)
-def _texts(view: str = VIEW) -> tuple[tuple[str, str], ...]:
-    """(view, text) of `view` and every view it reads, in load order."""
-    need = closure({view})
-    return tuple((view_name(p), p.read_text(encoding="utf-8")) for p in sql_files() if view_name(p) in need)
-
-
-@functools.lru_cache(maxsize=16)
-def sql_key(view: str = VIEW) -> str:
-    """What the rollup was computed from: the text of the view and of the views it reads."""
-    h = hashlib.sha256(f"servelens-rollup-{FORMAT}".encode())
-    for name, text in _texts(view):
-        h.update(f"\0{name}\0{text}".encode())
-    return h.hexdigest()[:20]
-
-
-@functools.lru_cache(maxsize=16)
-def variable_names(view: str = VIEW) -> tuple[str, ...]:
-    """The variables `view` reads, directly or through the views beneath it."""
-    return tuple(sorted({v.lower() for _, text in _texts(view) for v in _GETVAR.findall(text)}))
-
-
-def _norm(value: Any) -> Any:
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, (int, float)):
-        return float(value)
-    try:  # the views read them with try_cast(... as double)
-        return float(str(value))
-    except ValueError:
-        return str(value)
-
-
-def key_variables(variables: Mapping[str, Any] | None = None, view: str = VIEW) -> dict[str, Any]:
-    """The values the view would read on a connection given `variables` (packaged defaults
-    under them), for the variables it reads; None for one nobody sets (the SQL's default)."""
-    resolved = {k.lower(): v for k, v in resolve_variables(variables).items()}
-    return {name: _norm(resolved.get(name)) for name in variable_names(view)}
-
-
-def disabled() -> bool:
-    return os.environ.get(NO_ROLLUPS_ENV, "") not in ("", "0")
-
-
-def _intact(path: Path) -> bool:
-    """Starts and ends with the Parquet magic (what a cut-short or overwritten file does not)."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(4)
-            size = os.fstat(f.fileno()).st_size
-            f.seek(max(0, size - 4))
-            return size >= 12 and head == PARQUET_MAGIC and f.read(4) == PARQUET_MAGIC
-    except OSError:
-        return False
-
-
-def current(root: Path, manifest: dict, variables: Mapping[str, Any] | None = None, view: str = VIEW) -> Path | None:
-    """The rollup file a reader may use for `view` instead of its SQL, or None (raw path):
-    there must be one, fresh (no dirty marks), of today's SQL, of these variables, intact."""
-    entry = (manifest.get("rollups") or {}).get(view)
-    if not entry or manifest.get("dirty") or manifest.get("dirty_all"):
-        return None
-    if entry.get("key") != sql_key(view) or entry.get("variables") != key_variables(variables, view):
-        return None
-    path = root / entry["path"]
-    return path if _intact(path) else None
-
-
-def usable(root: Path, manifest: dict, variables: Mapping[str, Any] | None = None,
-           views: tuple[str, ...] | None = None) -> dict[str, Path]:
-    """view -> rollup file, for each stored view (of `views`) a reader may use instead of its SQL."""
-    out = {}
-    for view in views if views is not None else VIEWS:
-        path = current(root, manifest, variables, view) if view in VIEWS else None
-        if path is not None:
-            out[view] = path
-    return out
-
-
-def _literal(value: Any) -> str:
-    """A SQL string literal (or null)."""
-    return "null" if value is None else "'" + str(value).replace("'", "''") + "'"
 
 
 def _scalar(sql: str) -> Any:
@@ -174,11 +79,6 @@ def _scalar(sql: str) -> Any:
         return con.execute(sql).fetchone()[0]
     finally:
         con.close()
-
-
-def view_sql(path: Path, where: str | None = None, view: str = VIEW) -> str:
-    """The statement binding `view` over a rollup file."""
-    return f"create or replace view {view} as select * from read_parquet({_literal(path)})" + (f" where {where}" if where else "")
 
 
 @dataclass
@@ -193,7 +93,7 @@ class Refreshed:
 
 def _entry_usable(root: Path, entry: dict | None, view: str) -> bool:
     return (entry is not None and entry.get("key") == sql_key(view)
-            and entry.get("variables") == key_variables(None, view) and _intact(root / entry["path"]))
+            and entry.get("variables") == key_variables(None, view) and intact(root / entry["path"]))
 
 
 def stale(store: Store, view: str | None = None) -> bool:
@@ -273,7 +173,7 @@ def compute(p: Plan) -> Computed:
 
 
 def _instances(path: Path) -> int:
-    return int(_scalar(f"select count(*) from (select distinct engine, instance from read_parquet({_literal(path)}))"))
+    return int(_scalar(f"select count(*) from (select distinct engine, instance from read_parquet({literal(path)}))"))
 
 
 def refresh_limits() -> Limits:
@@ -305,7 +205,7 @@ def _compute_view(p: Plan, view: str, stored_rels: dict[str, str]) -> tuple[str,
 
 
 def _compute_view_within(p: Plan, view: str, stored_rels: dict[str, str], limits: Limits) -> tuple[str, int]:
-    from . import query
+    from . import connect as query
 
     whole = p.whole[view]
     old = p.root / p.old_paths[view] if p.old_paths.get(view) else None
@@ -340,8 +240,8 @@ def _compute_view_within(p: Plan, view: str, stored_rels: dict[str, str], limits
 
 
 def _has_engine(path: Path, engines: tuple[str, ...]) -> bool:
-    kinds = ", ".join(_literal(e) for e in engines)
-    return bool(_scalar(f"select count(*) from read_parquet({_literal(path)}) where engine in ({kinds})"))
+    kinds = ", ".join(literal(e) for e in engines)
+    return bool(_scalar(f"select count(*) from read_parquet({literal(path)}) where engine in ({kinds})"))
 
 
 def _write(path: Path, reader: Any, view: str, old: Path | None, dirty: list[tuple[str, str]] | None) -> int:
@@ -359,13 +259,13 @@ def _write(path: Path, reader: Any, view: str, old: Path | None, dirty: list[tup
         if old is not None:
             # the other instances' rows as they are (already sorted in the old file): only the
             # new rows are sorted, so a refresh of one instance does not re-sort the store's
-            src = f"read_parquet({_literal(old)})"
+            src = f"read_parquet({literal(old)})"
             kept = f"select * from {src}"
             if dirty:  # (an instance may be null: `not in` would drop every row)
                 kept = (f"select o.* from {src} as o anti join (values {_instances_values(dirty)}) as d(e, i)"
                         " on o.engine is not distinct from d.e and o.instance is not distinct from d.i")
             body = f"{kept} union all by name ({body})"
-        dst = _literal(path)
+        dst = literal(path)
         con.execute(f"copy ({body}) to {dst} (format parquet, compression zstd, row_group_size {ROW_GROUP_ROWS})")
         n = int(con.execute(f"select count(*) from read_parquet({dst})").fetchone()[0])
     finally:
@@ -377,7 +277,7 @@ def _write(path: Path, reader: Any, view: str, old: Path | None, dirty: list[tup
 
 
 def _instances_values(pairs: list[tuple[str, str]]) -> str:
-    return ", ".join(f"({_literal(e)}, {_literal(i)})" for e, i in pairs)
+    return ", ".join(f"({literal(e)}, {literal(i)})" for e, i in pairs)
 
 
 def commit(store: Store, c: Computed) -> Refreshed | None:

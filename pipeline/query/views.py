@@ -285,7 +285,7 @@ def _ensure_samples(con: duckdb.DuckDBPyConnection) -> None:
     test's bare connection): the views reading scrapes then find nothing to read."""
     if not con.execute("select 1 from duckdb_views() where view_name = 'samples' union all "
                        "select 1 from duckdb_tables() where table_name = 'samples'").fetchall():
-        from .store.samples import no_samples_sql
+        from ..store.samples import no_samples_sql
 
         con.execute(f"create or replace view samples as {no_samples_sql()}")
 
@@ -302,7 +302,7 @@ def load_views(
     every view, or those of `only` (from `views_for`: it must hold the views they read too).
 
     `overrides`: view name -> the statement that creates it instead of its file (a view
-    bound over a stored rollup, pipeline/rollup.py).
+    bound over a stored rollup, pipeline/query/rollups.py).
 
     `con` must already have an `events` table or view with the event schema. Returns the
     view names created."""

@@ -2,7 +2,7 @@
 parts) and every view defined in `sql/*.sql`.
 
 `servelens sql`, `servelens report` and the dashboard all come through `connect`, so a metric
-is defined once. Every connection is sandboxed once its views are bound (pipeline/sandbox.py):
+is defined once. Every connection is sandboxed once its views are bound (pipeline/query/sandbox.py):
 it can open only the committed part files, load no extension and change no setting, and it
 runs with a memory limit and a private spill directory. `run` is the guarded path for SQL a
 user typed: the statement check first, then a fresh connection of its own (nothing one query
@@ -12,7 +12,7 @@ Two things keep a connection cheap on a big store:
 
 - `run` binds only the views its query reads (metrics.views_for): binding the deep views
   costs seconds over thousands of parts, and `select count(*) from events` needs none.
-- a time range (`since` / `until`, pipeline/timerange.py) reaches the Parquet scans: parts of
+- a time range (`since` / `until`, pipeline/query/timerange.py) reaches the Parquet scans: parts of
   days outside it are not listed at all, and the range is a filter on `ts` inside the scan
   (row groups whose statistics miss it are skipped). The views are computed over the range
   widened by a margin (requests that began before it, windows cut by its edges) and show only
@@ -21,8 +21,8 @@ Two things keep a connection cheap on a big store:
 
 from __future__ import annotations
 
+import datetime as dt
 import re
-import time
 from pathlib import Path
 from typing import Any
 
@@ -30,20 +30,25 @@ import duckdb
 import polars as pl
 import pyarrow.parquet as pq
 
-from . import rollup as rollup_mod
-from .store.layout import FILE_SCHEMA, no_events_sql, partition_values, read_parquet_sql
-from .metrics import closure, define_view, load_views, named_views
+from . import stored as stored_rollups
+from ..store.layout import instances_predicate, no_events_sql, partition_values, read_parquet_sql
+from .views import closure, define_view, load_views, named_views
 from .shared import share
-from .sandbox import REFUSED_HINT, Limits, QueryError, check_statement, clean_message, connection_config, execute, lock_down
-from .store.samples import bind_samples
-from .store.manifest import StoreError, committed_parts, read_manifest
-from .store.integrity import readable_parts
+from .sandbox import (
+    REFUSED_HINT,
+    Limits,
+    QueryError,
+    check_statement,
+    connection_config,
+    execute,
+    lock_down,
+)
+from ..store.samples import bind_samples
+from ..store.manifest import StoreError, committed_parts, read_manifest
+from ..store.integrity import readable_parts
+from .parts import READ_RETRIES, mixed_schemas, one_line, settled_manifest, vanished
 from .timerange import TimeRange, bind_range_views, parts_in, row_filter, standing_events_sql
 
-# Reading races a writer: a part listed in the manifest can move (staging -> events/) or be
-# garbage-collected after compaction just before DuckDB opens it. Retry with a fresh manifest.
-READ_RETRIES = 10  # a compaction retires parts at once (pipeline/store/layout.py): a reader may be overtaken by several merges
-VANISHED = ("No files found", "No such file")
 MISMATCH = "schema mismatch"
 
 __all__ = ["QueryError", "REFUSED_HINT", "Limits", "connect", "run", "run_on", "check_read_only", "one_line"]
@@ -64,12 +69,12 @@ def connect(
     stored: dict[str, Path] | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with `events` over the store and the views of sql/,
-    sandboxed (see pipeline/sandbox.py): it reads the committed parts (and `readable`, files a
+    sandboxed (see pipeline/query/sandbox.py): it reads the committed parts (and `readable`, files a
     trusted caller adds) and nothing else, and its settings are locked.
 
     `views`: bind only these and the views they read (metrics.closure); None binds all.
-    `rollups`: bind each stored view (rollup.VIEWS: requests, request_state, window_metrics)
-    over the store's rollup when it is fresh and of these variables (pipeline/rollup.py), so
+    `rollups`: bind each stored view (stored_rollups.VIEWS: requests, request_state, window_metrics)
+    over the store's rollup when it is fresh and of these variables (pipeline/query/rollups.py), so
     the views over it read no event; a tuple of view names: only those; False forces the raw
     SQL; None: yes unless SERVELENS_NO_ROLLUPS is set.
     `instances`: only the events (and `stored` rows) of these (engine, instance) pairs (a
@@ -78,13 +83,13 @@ def connect(
     binds the views beneath the one it computes over the files it has just written).
     `shared`: with `views` (one query's connection), compute the views that query reads
     through several others (`requests`, `engine_stats`) once, into temporary tables
-    (pipeline/shared.py), unless bound over a rollup; None or True: yes, False: each
+    (pipeline/query/shared.py), unless bound over a rollup; None or True: yes, False: each
     reference derives them anew.
-    `time_range`: only events in it, and view rows that fall in it (see pipeline/timerange.py).
+    `time_range`: only events in it, and view rows that fall in it (see pipeline/query/timerange.py).
     `union_by_name`: None decides by reading every part's schema, unless `views` is given
     (one query's connection, `run`): then only the first part's, which `run` backs up.
-    A store URL (s3://...) or a fleet goes to pipeline/fleet.py."""
-    from .store import remote
+    A store URL (s3://...) or a fleet goes to pipeline/query/fleet.py."""
+    from ..store import remote
 
     if remote.store_url(store) is not None or remote.is_fleet(store):  # s3://..., a fleet
         from .fleet import connect as connect_fleet
@@ -100,13 +105,13 @@ def connect(
         raise StoreError(problem)
     limits = limits or Limits.from_env()
     if rollups is None:
-        rollups = not rollup_mod.disabled()
-    elif rollups is not True and rollups is not False and rollup_mod.disabled():
+        rollups = not stored_rollups.disabled()
+    elif rollups is not True and rollups is not False and stored_rollups.disabled():
         rollups = False
     for attempt in range(READ_RETRIES):
         # the manifest is read (and its every path checked) once per attempt: the parts, their
         # check and the rollups all come from this one (at 3,000 parts it is 600 KB)
-        manifest = _settled_manifest(store)
+        manifest = settled_manifest(store)
         parts = committed_parts(store, manifest)
         parts = readable_parts(store, parts, manifest)  # a missing or damaged part is an error, not fewer rows
         overrides: dict[str, str] = {}
@@ -135,11 +140,11 @@ def connect(
                 con.execute("use scan")
             where = f" where {scan.predicate('ts')}" if scan else ""
             if instances is not None:
-                where += (" and " if where else " where ") + _instances_predicate(instances)
+                where += (" and " if where else " where ") + instances_predicate(instances)
             for view, path in rolls.items():
-                overrides[view] = rollup_mod.view_sql(path, _rollup_where(path, scan, instances), view)
+                overrides[view] = stored_rollups.view_sql(path, _rollup_where(path, scan, instances), view)
             if scan and standing:
-                mixed = union_by_name if union_by_name is not None else _mixed_schemas(standing[:1] if views is not None else standing, views is not None)
+                mixed = union_by_name if union_by_name is not None else mixed_schemas(standing[:1] if views is not None else standing, views is not None)
                 where += " union all " + standing_events_sql(read_parquet_sql([str(p) for p in standing], mixed), scan)
             if parts:
                 # union_by_name costs a pass over every part's metadata each time a view that
@@ -147,7 +152,7 @@ def connect(
                 # ask for it only when the parts' schemas differ (a store older than a schema
                 # change)
                 if union_by_name is None:
-                    union_by_name = _mixed_schemas(parts[:1] if views is not None else parts, views is not None)
+                    union_by_name = mixed_schemas(parts[:1] if views is not None else parts, views is not None)
                 # the partition columns (engine) come from the parts' paths (pipeline/store/layout.py)
                 con.execute(f"create or replace view events as {read_parquet_sql([str(p) for p in parts], union_by_name)}{where}")
             else:
@@ -163,15 +168,15 @@ def connect(
             # the view keeps working over exactly these parts
             lock_down(con, [*(standing if scan else parts), *sparts, *rolls.values(), *readable])
             return con
-        except QueryError as e:  # computing a shared view (pipeline/shared.py)
+        except QueryError as e:  # computing a shared view (pipeline/query/shared.py)
             con.close()
-            if attempt + 1 == READ_RETRIES or not _vanished(e):
+            if attempt + 1 == READ_RETRIES or not vanished(e):
                 raise
         except (duckdb.IOException, RuntimeError) as e:
             con.close()
             # a writer (tail, compaction) moved a part between our reading the manifest and
             # opening it: read the manifest again
-            if attempt + 1 == READ_RETRIES or not _vanished(e):
+            if attempt + 1 == READ_RETRIES or not vanished(e):
                 if isinstance(e, duckdb.IOException):
                     raise QueryError(one_line(e)) from None
                 raise
@@ -207,7 +212,7 @@ def not_a_store(path: Path) -> str | None:
 def _usable_rollups(store: Path, variables: dict[str, Any] | None, views: tuple[str, ...] | None,
                     manifest: dict | None = None) -> dict[str, Path]:
     try:
-        return rollup_mod.usable(store, read_manifest(store) if manifest is None else manifest, variables, views)
+        return stored_rollups.usable(store, read_manifest(store) if manifest is None else manifest, variables, views)
     except (StoreError, ValueError):
         return {}
 
@@ -218,7 +223,7 @@ def _rollup_where(path: Path, scan: TimeRange | None, instances: list[tuple[str,
     raw view computed over the widened events keeps."""
     conds = []
     if instances is not None:
-        conds.append(_instances_predicate(instances))
+        conds.append(instances_predicate(instances))
     if scan is not None and (scan.since or scan.until):
         cols = pq.read_schema(path).names
         where = row_filter(cols, scan)
@@ -231,64 +236,10 @@ def _rollup_where(path: Path, scan: TimeRange | None, instances: list[tuple[str,
     return " and ".join(conds) or None
 
 
-def _instances_predicate(instances: list[tuple[str, str]]) -> str:
-    """`events` rows of these (engine, instance) pairs (names from the manifest, quoted)."""
-    if not instances:
-        return "false"
-    def lit(v: str | None) -> str:
-        return "null" if v is None else "'" + str(v).replace("'", "''") + "'"
-    pairs = ", ".join(f"({lit(e)}, {lit(i)})" for e, i in instances)
-    return f"(engine, instance) in (select * from (values {pairs}))"
-
-
-def _mixed_schemas(parts: list[Path], current: bool = False) -> bool:
-    """True unless every part has the same columns and types (reading the footers only: a
-    few ms for hundreds of parts, seconds for thousands); with `current`, unless they also
-    have this servelens' schema.
-
-    `run` reads only the first part's footer: when it has today's schema, DuckDB reads the
-    others by its columns and stops with "schema mismatch" on a part missing one (then `run`
-    connects again with union_by_name)."""
-    first = FILE_SCHEMA.remove_metadata() if current else None
-    for p in parts:
-        try:
-            schema = pq.read_schema(p).remove_metadata()
-        except (OSError, ValueError):  # vanished or unreadable: let DuckDB say so
-            return True
-        if first is None:
-            first = schema
-        elif not schema.equals(first):
-            return True
-    return False
-
-
-def _settled_manifest(store: Path) -> dict:
-    """The manifest, preferably read when no commit is half-way through its moves (parts
-    still in staging are about to move: a reader given those paths would race)."""
-    for _ in range(50):
-        try:
-            manifest = read_manifest(store)
-        except StoreError:
-            break
-        if not manifest.get("pending"):
-            return manifest
-        time.sleep(0.01)
-    return read_manifest(store)  # still pending after half a second (or unreadable: say why)
-
-
-def _settled_parts(store: Path) -> list[Path]:
-    """The committed parts of the settled manifest (_settled_manifest)."""
-    return committed_parts(store, _settled_manifest(store))
-
-
 def check_read_only(con: duckdb.DuckDBPyConnection | None, sql: str) -> None:
     """Raise QueryError unless `sql` only reads (see sandbox.check_statement); `con` is unused,
     kept for callers that pass one."""
     check_statement(sql)
-
-
-def one_line(e: BaseException) -> str:
-    return " ".join(str(e).split())
 
 
 def run(
@@ -319,7 +270,7 @@ def run(
                 by_name = True
                 continue
             # a part moved by a concurrent commit after the view was made: start again
-            if attempt + 1 == READ_RETRIES or not _vanished(e):
+            if attempt + 1 == READ_RETRIES or not vanished(e):
                 unknown = _UNKNOWN_TABLE.search(str(e))
                 if unknown:
                     raise QueryError(_no_such_view(unknown.group(1))) from None
@@ -345,13 +296,9 @@ def _no_such_view(name: str) -> str:
 
 
 def load_view_names() -> list[str]:
-    from .metrics import view_dependencies
+    from .views import view_dependencies
 
     return list(view_dependencies())
-
-
-def _vanished(e: BaseException) -> bool:
-    return any(s in str(e) for s in VANISHED)
 
 
 def run_on(
@@ -365,3 +312,19 @@ def run_on(
     its own)."""
     check_statement(sql)
     return execute(con, sql, params, limits or Limits(timeout_s=None))
+
+
+def range_note(store: Path | str, rng: TimeRange) -> str:
+    """What to say when a time range holds no events: the range asked and the store's own
+    (min and max `ts`, read from the parts' statistics: cheap)."""
+    def fmt(t: dt.datetime) -> str:
+        return t.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+    df = run(store, "select min(ts) as first_ts, max(ts) as last_ts from events")
+    first, last = df.row(0) if df.height else (None, None)
+    asked = f"{fmt(rng.since) if rng.since else 'the start'} -> {fmt(rng.until) if rng.until else 'the end'}"
+    if first is None:
+        return f"no events in {asked}: the store holds no timed events"
+    return (f"no events in {asked}; the store holds events from {fmt(first)} to {fmt(last)}: "
+            f"choose --since / --until within it")
+

@@ -208,18 +208,3 @@ def bind_range_views(
             con.execute(f"create view {name} as select * from scan.{name}" + (f" where {where}" if where else ""))
 
 
-def range_note(store: Path | str, rng: TimeRange) -> str:
-    """What to say when a time range holds no events: the range asked and the store's own
-    (min and max `ts`, read from the parts' statistics: cheap)."""
-    from .query import run
-
-    def fmt(t: dt.datetime) -> str:
-        return t.strftime("%Y-%m-%d %H:%M:%S UTC")
-
-    df = run(store, "select min(ts) as first_ts, max(ts) as last_ts from events")
-    first, last = df.row(0) if df.height else (None, None)
-    asked = f"{fmt(rng.since) if rng.since else 'the start'} -> {fmt(rng.until) if rng.until else 'the end'}"
-    if first is None:
-        return f"no events in {asked}: the store holds no timed events"
-    return (f"no events in {asked}; the store holds events from {fmt(first)} to {fmt(last)}: "
-            f"choose --since / --until within it")
