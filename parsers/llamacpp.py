@@ -72,6 +72,7 @@ _JSON_HINT = r'^\{"(?:tid|timestamp|level|function)"'
 # a lead the decoding stage did not take off (a syslog tag `llama-Qwen:[1351]: `, a
 # launcher's `name | `) before a 2026 relative time or a server tag: group 1 is the lead
 _LEAD_RE = r"^(.{1,200}?(?::|\s\|)\s+)(?:[0-9]+\.[0-9]{2}\.[0-9]{3}\.[0-9]{3} [IWEDT] |(?:slot|srv|que) +[^\s:]{1,12}: )"
+_INDENTED_REL_RE = r"^\s+([0-9]+\.[0-9]{2}\.[0-9]{3}\.[0-9]{3} [IWEDT] )"
 # the indented `key = value, ...` lines of a multi-line `sampler params:` (or similar) dump
 _KV_DUMP_RE = r"^\s{2,}[a-z_]+ = [^,\s]+(?:, [a-z_]+ = [^,\s]+)+\s*$"
 _EARLY_RE = r"^(?:slot [0-9]+ (?:is processing|released|: )|all slots are idle|Available slots:| -> Slot [0-9]+ - max context|llama server listening at |system prompt updated$|[a-z_]{3,40} : |encoding image slice|image slice encoded in |decoding image batch |image decoded \(batch )"
@@ -143,6 +144,10 @@ def _cut_lead(df: pl.DataFrame, col: str) -> pl.DataFrame:
     """`col` without a lead the decoding stage left (`_LEAD_RE`), the lead in `_lead`. Looked
     for only where the line does not open with a prefix of llama.cpp's own."""
     c = pl.col(col)
+    # a viewer that puts its own time and level on a line of their own indents the server's
+    # line under it (LM Studio's developer log): the relative time and level follow the blanks
+    if df.select(c.str.contains(_INDENTED_REL_RE).any()).item():
+        df = df.with_columns(c.str.replace(_INDENTED_REL_RE, "$1"))
     own = c.str.contains(r"^(?:\[\s*[0-9]+\] |[0-9]+\.[0-9]{2}\.|[IWEDT] |(?:slot|srv|que) |\{)")
     df = df.with_columns(pl.when(~own).then(c).str.extract(_LEAD_RE, 1).alias("_lead"))
     if df["_lead"].null_count() == df.height:
@@ -489,6 +494,10 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         .otherwise(pl.lit("unparsed"))
     )
     df = df.with_columns(event.alias("event"))
+    # an error told by its message alone (no level letter printed): libllama's
+    # LLAMA_LOG_ERROR, the server's SRV_ERR and the aborts are errors
+    df = df.with_columns(pl.when((pl.col("event") == "error") & pl.col("level").is_null())
+                         .then(pl.lit("ERROR")).otherwise(pl.col("level")).alias("level"))
     # a server (re)start: task ids begin again at 0 (finalize scopes request ids by run).
     # Router mode's children are processes of their own, each numbering its tasks, started
     # while others serve: their ids are scoped by port instead, and their start lines and

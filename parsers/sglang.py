@@ -126,9 +126,11 @@ def record_starts(text: pl.Series) -> pl.Series:
     tb_ish = (indented & ~blank) | t.str.contains(_TRACEBACK, literal=True)
     exc_close = t.str.contains(F.EXCEPTION) & tb_ish.shift(1).fill_null(False)
     # the message a traceback belongs to: v0.1's `Exception in ModelRpcClient:`, uvicorn's
-    # `ERROR:    Exception in ASGI application` (its traceback follows on the next line)
+    # `ERROR:    Exception in ASGI application` (its traceback follows on the next line), the
+    # PD transfer worker's `logger.exception` (`Unexpected transfer worker error for room N`)
     introduced = t.str.starts_with(_TRACEBACK) & t.shift(1).str.contains(
-        r"^\S.*:\s*$|(?:ERROR|CRITICAL):\s+Exception in ASGI application\s*$").fill_null(False)
+        r"^\S.*:\s*$|(?:ERROR|CRITICAL):\s+Exception in ASGI application\s*$"
+        r"|Unexpected transfer worker error for room \d+\s*$").fill_null(False)
     cont = ~hdr & (indented | blank | t.str.contains(_CHAINED) | exc_close | introduced)
     return df.select((~cont).alias("starts")).to_series()
 
@@ -308,7 +310,8 @@ def _family() -> pl.Expr:
         # (a paste may keep the message without its prefix)
         .when(F.IS_XFER_FAIL).then(pl.lit("xfer_fail"))
         .when(F.REQUEST_HINT & ((bare & F.IS_METRICS_JSON) | (hdr & F.IS_FINISH))).then(pl.lit("request"))
-        .when(hdr & F.REQUEST_HINT & F.IS_RECEIVE).then(pl.lit("arrive"))
+        # (`Receive: obj=` names its request: read without the prefix too)
+        .when(F.REQUEST_HINT & F.IS_RECEIVE).then(pl.lit("arrive"))
         .when(hdr & F.IS_REQ_TIME).then(pl.lit("reqtime"))
         .when(m.str.contains(F.UVICORN_ACCESS)).then(pl.lit("access"))
         .when(hdr & m.str.contains(F.AIOHTTP_ACCESS)).then(pl.lit("aiohttp"))

@@ -77,6 +77,9 @@ def other_columns(sub: pl.DataFrame) -> tuple[dict[str, pl.Expr], dict[str, pl.E
         "watchdog_timeout_s": pl.when(hdr).then(m.str.extract(r"^Watchdog timeout \(self\.watchdog_timeout=([\d.]+)\)", 1).cast(pl.Float64, strict=False)),
         "affected_reqs": pl.when(hdr).then(m.str.extract(r"\baffected (\d+) requests\b", 1).cast(pl.Int64, strict=False)),
         "bootstrap_addr": pl.when(hdr).then(m.str.extract(r"\(bootstrap_addr: ([^)\s]+)\)", 1)),
+        # a PD transfer worker's unexpected error (disaggregation/*/conn.py, with the
+        # traceback): the room is the request's bootstrap room
+        "bootstrap_room": m.str.extract(r"^Unexpected transfer worker error for room (\d+)", 1).cast(pl.Int64, strict=False),
         # start-up memory: `Load weight begin. avail mem=77.18 GB`, `Memory pool end. avail
         # mem=11.87 GB`, `Capture cuda graph end. Time elapsed: 11.35 s. mem usage=1.04 GB. ...`
         "avail_mem_gb": start_up.then(m.str.extract(r"\bavail mem=([\d.]+) ?GB", 1).cast(pl.Float64, strict=False)),
