@@ -30,6 +30,7 @@ import signal
 import stat
 import threading
 import time
+import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -572,6 +573,8 @@ class Tailer(IdentityMixin):
             if len(fol.head) < fp.HEAD_BYTES:
                 fol.head += data[done : min(used, done + fp.HEAD_BYTES - len(fol.head))]
             fol.tail = (tail_before + chunk.tail)[-fp.TAIL_BYTES :]
+            if fol.crc is not None:
+                fol.crc = zlib.crc32(memoryview(data)[done:used], fol.crc)
             done = used
             fol.offset, fol.next_line = chunk.offset, chunk.next_line
             if chunk.events.height:
@@ -619,6 +622,7 @@ class Tailer(IdentityMixin):
             "inode": fol.ino,
             "ctx": save_ctx(fol.ctx),
             **({"decode": list(fol.decode)} if fol.decode else {}),
+            **({"crc": fol.crc} if fol.crc is not None else {}),
         }
 
     # -- committing --------------------------------------------------------------------------
