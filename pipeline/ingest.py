@@ -133,7 +133,19 @@ class _Batch:
         return self.rows >= FLUSH_ROWS or self.bytes >= FLUSH_BYTES
 
     def flush(self) -> None:
-        self.store.commit_events(self.frames, self.files)
+        try:
+            self.store.commit_events(self.frames, self.files)
+        except StoreError:
+            raise
+        except OSError as e:
+            # the store, not the file being read: stop the command with the store's line
+            # (a log file's own PermissionError would otherwise be taken for it)
+            from .cli import _write_failure
+
+            line = _write_failure(e)
+            if line is None:
+                raise
+            raise StoreError(line) from None
         self.frames, self.rows, self.bytes, self.files, self.of_instance = [], 0, 0, {}, {}
 
 

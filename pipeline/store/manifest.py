@@ -44,6 +44,11 @@ NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
 def no_space(root: Path, e: OSError) -> StoreFull:
+    if e.errno == errno.EDQUOT:
+        return StoreFull(
+            f"disk quota exceeded for store {root}; raise the disk quota or free some space (or use "
+            "another --store): what was committed before is intact"
+        )
     return StoreFull(
         f"no space left on device for store {root}; free some space (or use another "
         "--store): what was committed before is intact"
