@@ -442,7 +442,11 @@ class Tailer(IdentityMixin):
         if remember:
             try:
                 st = os.fstat(fol.fd)
-                self.closed[k] = (st.st_size, st.st_mtime_ns)
+                # remembered only when it holds no more than was read: a line written after
+                # the last read but before this close would else never be noticed (its
+                # size and time are the ones remembered) until the file changed again
+                if fol.is_gz or st.st_size <= fol.offset + len(fol.carry):
+                    self.closed[k] = (st.st_size, st.st_mtime_ns)
             except OSError:
                 pass
         if fol.gz is not None:
