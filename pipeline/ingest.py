@@ -23,6 +23,7 @@ from servelens.parsers import ENGINES, detect_engine, get_parser
 from servelens.parsers import wrappers
 from servelens.parsers.base import ParseContext
 
+from .sources.detect_memo import DetectMemo
 from .sources import fingerprint as fp
 from .sources.same_content import set_aside
 from .sources.discover import NotRegularFile, PathMissing, display_path, expand, looks_binary
@@ -30,7 +31,7 @@ from .sources.checkpoint import KnownFiles, file_state, inherit_lineage, restore
 from .sources.naming import InstanceNamer, NamingError, directory_instance, lineage_order
 from .sources.lines import DEFAULT_BLOCK_BYTES, line_frames, parse_stream
 from .store.commit import Store
-from .store.manifest import StoreError
+from .store.manifest import StoreError, write_failure
 from .store.repair import heal, healed_message
 
 FLUSH_ROWS = 500_000
@@ -129,7 +130,17 @@ class _Batch:
         return self.rows >= FLUSH_ROWS or self.bytes >= FLUSH_BYTES
 
     def flush(self) -> None:
-        self.store.commit_events(self.frames, self.files)
+        try:
+            self.store.commit_events(self.frames, self.files)
+        except StoreError:
+            raise
+        except OSError as e:
+            # the store, not the file being read: stop the command with the store's line
+            # (a log file's own PermissionError would otherwise be taken for it)
+            line = write_failure(e)
+            if line is None:
+                raise
+            raise StoreError(line) from None
         self.frames, self.rows, self.bytes, self.files, self.of_instance = [], 0, 0, {}, {}
 
 
@@ -222,11 +233,12 @@ def ingest(
         keep_lines = bool(store.manifest.get("keep_lines"))
         batch = _Batch(store)
         known_files = KnownFiles(store)
+        memo = DetectMemo(lambda head: _detect(head, engine == "auto"))
 
         def open_file(item, reserved: set[str] | frozenset[str] = frozenset()) -> _Opened | FileResult:
             opened = _open_file(item.path, store, known_files, batch, engine, instance or namer.name(item.path), year,
                                 block_bytes, on_progress, explicit=instance is not None,
-                                labels=namer.labels(item.path), reserved=reserved)
+                                labels=namer.labels(item.path), reserved=reserved, memo=memo)
             if isinstance(opened, _Opened):
                 opened.ctx.keep_lines = keep_lines
             return opened
@@ -280,6 +292,7 @@ class _Opened:
     live: bool
     size: int
     source: str
+    crc: int | None = None  # CRC-32 of the content before `offset`
 
 
 def _open_file(
@@ -296,10 +309,11 @@ def _open_file(
     explicit: bool = False,
     labels: dict[str, str] | None = None,
     reserved: set[str] | frozenset[str] = frozenset(),
+    memo: DetectMemo | None = None,
 ) -> _Opened | FileResult:
     """Detect, find in the manifest and set up the parse of one file; a FileResult when there
     is nothing to parse (empty, binary, unreadable). `reserved`: manifest keys taken by files
-    opened but not yet added to the batch."""
+    opened but not yet added to the batch; `memo`: detection by shape (detect_memo.py)."""
     source = display_path(path)
     result = FileResult(source=source, engine=engine, instance=instance)
     try:
@@ -326,16 +340,19 @@ def _open_file(
         result.status, result.reason = "unchanged", "already ingested"
         _progress(on_progress, size)
         return result
-    sample = wrappers.head_sample(head)
     if known is not None:
         # entries of stores written before the decoding stage hold no layers: found again
         # (the engine parsers no longer undo wrappers themselves)
-        result.decode = tuple(known["decode"]) if "decode" in known else wrappers.detect(sample)
+        result.decode = tuple(known["decode"]) if "decode" in known else wrappers.detect(wrappers.head_sample(head))
         result.engine, result.instance = known["engine"], instance if explicit else known["instance"]
-    else:
-        result.decode = wrappers.detect(sample)
+    elif memo is not None:
+        result.decode, found = memo(head)
         if engine == "auto":
-            result.engine, result.detected_score = detect_engine(wrappers.decode_texts(sample, result.decode))
+            result.engine, result.detected_score = found
+    else:
+        result.decode, found = _detect(head, engine == "auto")
+        if engine == "auto":
+            result.engine, result.detected_score = found
     parser = wrappers.wrap(get_parser(result.engine), result.decode, labels)
 
     ctx = ParseContext(engine=result.engine, source=source, instance=result.instance, year=year,
@@ -363,7 +380,20 @@ def _open_file(
         # two different files may share their first bytes: keep both entries
         while key in store.manifest["files"] or key in batch.files or key in reserved:
             key = fp.sha((key + source).encode())
-    return _Opened(path, result, parser, ctx, head, key, known, offset, next_line, live, size, source)
+    crc = 0
+    if known is not None:
+        # entries written before the checksum have none: computed from the content, whose
+        # start and end were found to be the known ones
+        crc = known["crc"] if "crc" in known else fp.content_crc(path, offset, head)
+    return _Opened(path, result, parser, ctx, head, key, known, offset, next_line, live, size, source, crc)
+
+
+def _detect(head: bytes, engine: bool = True) -> tuple[tuple[str, ...], tuple[str, float | None]]:
+    """A new file's wrapper layers, and (`engine`) its engine and score as detected from its
+    first lines."""
+    sample = wrappers.head_sample(head)
+    decode = wrappers.detect(sample)
+    return decode, detect_engine(wrappers.decode_texts(sample, decode)) if engine else ("unknown", None)
 
 
 def _read_file(
@@ -444,7 +474,7 @@ def _read_file(
 def _parse_opened(opened: _Opened, f, block_bytes: int):
     """The chunks of an opened file, from its offset (`f` positioned there)."""
     return parse_stream(f, opened.parser, opened.ctx, offset=opened.offset, next_line=opened.next_line,
-                        block_bytes=block_bytes, hold_partial_line=opened.live)
+                        block_bytes=block_bytes, hold_partial_line=opened.live, crc=opened.crc)
 
 
 def _state(opened: _Opened, chunk) -> dict:
@@ -454,7 +484,7 @@ def _state(opened: _Opened, chunk) -> dict:
     return file_state(
         opened.path, opened.head, chunk.offset, chunk.next_line - 1,
         source=opened.source, engine=r.engine, instance=r.instance, ctx=opened.ctx,
-        tail=chunk.tail, decode=r.decode,
+        tail=chunk.tail, decode=r.decode, crc=chunk.crc,
     )
 
 

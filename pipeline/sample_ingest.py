@@ -25,7 +25,7 @@ from typing import Iterator
 import polars as pl
 
 from .sources import fingerprint as fp
-from .sources.exposition import ParseStats, finish_raw, looks_like_exposition, parse_blocks
+from .sources.exposition import ParseStats, exposition_flags, finish_raw, looks_like_exposition, parse_blocks
 from .store.samples import commit_samples, sample_entries, sample_parts
 from .sources.samples import POLARS_SCHEMA
 from .store.commit import Store
@@ -62,15 +62,21 @@ class SampleResult:
 
 def is_exposition(path: Path) -> bool:
     """Does the file hold Prometheus / OpenMetrics text (by content, whatever its name)?"""
+    text = _sniff_text(path)
+    return text is not None and looks_like_exposition(text)
+
+
+def _sniff_text(path: Path) -> str | None:
+    """The complete lines of the file's first SNIFF_BYTES; None when it cannot be exposition."""
     try:
         with fp.open_stream(path) as f:
             head = f.read(SNIFF_BYTES)
     except (OSError, EOFError):
-        return False
+        return None
     if b"\0" in head[:4096]:
-        return False
+        return None
     text = head.decode("utf-8", errors="replace")
-    return looks_like_exposition(text[: text.rfind("\n") + 1] if "\n" in text else text)
+    return text[: text.rfind("\n") + 1] if "\n" in text else text
 
 
 def _blocks(path: Path) -> Iterator[str]:
@@ -263,8 +269,11 @@ def empty() -> pl.DataFrame:
 def split_metrics_files(found: list) -> tuple[list, list]:
     """`servelens ingest`'s files -> (logs, files of /metrics scrapes), by content."""
     logs, metrics = [], []
-    for f in found:
-        (metrics if is_exposition(f.path) else logs).append(f)
+    batch = 256  # files sniffed per polars pass (their samples held meanwhile)
+    for start in range(0, len(found), batch):
+        group = found[start:start + batch]
+        for f, yes in zip(group, exposition_flags([_sniff_text(f.path) for f in group])):
+            (metrics if yes else logs).append(f)
     return logs, metrics
 
 

@@ -16,8 +16,9 @@ import typer
 
 from servelens.parsers import ENGINES, SERVERS
 
+from ..store.manifest import write_failure
 from .options import (
-    ForceOpt, SinceOpt, StoreOpt, UntilOpt, check_output_path, fail, store_path, write_failure, write_output_file,
+    ForceOpt, SinceOpt, StoreOpt, UntilOpt, check_output_path, fail, store_path, write_output_file,
 )
 
 # No polars, pyarrow or duckdb at import: `servelens --help` and the commands that do not

@@ -125,7 +125,10 @@ def register(app: typer.Typer) -> None:
                 if not dry_run:  # rows are gone: the rollups are rebuilt (pipeline/query/rollups.py)
                     from ..ingest import refresh_rollups
 
-                    refresh_rollups(st)
+                    notes: list[str] = []
+                    refresh_rollups(st, notes)
+                    for note in notes:
+                        typer.echo(f"warning: {note}", err=True)
         except StoreError as e:
             raise fail(str(e)) from None
         verb = "would drop" if dry_run else "dropped"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -72,26 +71,6 @@ def store_path(store: Optional[Path]) -> Path:
     from ..store.manifest import default_store
 
     return store if store is not None else default_store()
-
-
-# What a writer cannot get past on its own, and what the person can do about it. Every writer
-# commits by replacing the manifest last, so a command stopped by one of these leaves the
-# store as it was before it (a staged file may be left, and is cleaned by the next writer).
-_WRITE_FAILURES = {
-    errno.ENOSPC: "free some space (or use another --store)",
-    errno.EDQUOT: "raise the disk quota or free some space (or use another --store)",
-    errno.EROFS: "the file system is read-only: remount it read-write or use another --store",
-    errno.EACCES: "check the permissions (and immutable attributes) of the store's directory and files",
-    errno.EPERM: "check the permissions (and immutable attributes) of the store's directory and files",
-}
-
-
-def write_failure(e: OSError) -> str | None:
-    advice = _WRITE_FAILURES.get(e.errno or 0)
-    if advice is None:
-        return None
-    where = f" ({e.filename})" if e.filename else ""
-    return f"{e.strerror or 'cannot write'}{where}; {advice}; what was committed before is intact"
 
 
 ThresholdsOpt = Annotated[

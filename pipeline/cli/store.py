@@ -85,6 +85,9 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"{will}delete {rel} (no manifest lists it)")
         for rel in result.unrestorable:
             typer.echo(f"warning: {rel} predates the record of what it holds: its events cannot be restored by re-ingesting")
+        for rel in result.not_deleted:
+            typer.echo(f"warning: could not delete {rel} (check the directory's permissions); "
+                       "no manifest lists it, so servelens never reads it; the next repair deletes it")
         if result.rollup is not None:
             r = result.rollup
             views = ", ".join(f"{v} {n:,} rows" for v, n in (r.views or {"window_metrics": r.rows}).items())

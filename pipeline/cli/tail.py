@@ -158,3 +158,6 @@ def register(app: typer.Typer) -> None:
             f"{result.merged} parts merged into {result.written}; "
             f"{result.parts_before} -> {result.parts_after} parts in {store_url(target) or target}"
         )
+        if result.rollup_error:
+            typer.echo(f"warning: the rollups could not be refreshed ({result.rollup_error}); queries compute "
+                       "them from the events until the next ingest, tail or compact", err=True)

@@ -75,10 +75,11 @@ def _best(files: dict, keys: Iterable[str], path: Path, head: bytes) -> tuple[st
 
 def file_state(
     path: Path, head: bytes, offset: int, lines: int, *, source: str, engine: str, instance: str, ctx: ParseContext,
-    tail: bytes = b"", decode: tuple[str, ...] = (),
+    tail: bytes = b"", decode: tuple[str, ...] = (), crc: int | None = None,
 ) -> dict:
     """The manifest entry for `path` read up to `offset` (`lines` lines). `tail`: the
-    content just before `offset` as it was read, if at hand (else it is read again)."""
+    content just before `offset` as it was read, if at hand (else it is read again); `crc`:
+    the CRC-32 of the content before `offset` as it was read (fingerprint.matches)."""
     ident = fp.identity_at(path, head[: fp.HEAD_BYTES], offset, tail)
     try:
         dev, ino = fp.file_key(path)
@@ -99,6 +100,7 @@ def file_state(
         "inode": ino,
         "ctx": save_ctx(ctx),
         **({"decode": list(decode)} if decode else {}),
+        **({"crc": crc} if crc is not None else {}),
     }
 
 

@@ -3,6 +3,8 @@ instance that wrote each file."""
 
 from __future__ import annotations
 
+import functools
+import os
 import re
 import stat
 from dataclasses import dataclass
@@ -149,9 +151,15 @@ def is_gzip_bytes(first: bytes) -> bool:
     return first[:2] == GZIP_MAGIC
 
 
+@functools.lru_cache(maxsize=4)
+def _resolved_cwd(cwd: str) -> Path:
+    return Path(cwd).resolve()
+
+
 def display_path(path: Path) -> str:
     """The path as stored in `source`: relative to the working directory when under it."""
     try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
+        # (the working directory resolved once per directory, not once per file)
+        return str(path.resolve().relative_to(_resolved_cwd(os.getcwd())))
     except ValueError:
         return str(path.resolve())

@@ -77,6 +77,26 @@ def looks_like_exposition(text: str) -> bool:
     return bool(sample.any()) and int((comment | sample).sum()) >= 0.9 * len(lines)
 
 
+def exposition_flags(texts: list[str | None]) -> list[bool]:
+    """looks_like_exposition of many texts in one polars pass (None: not exposition): a
+    directory of many small files would pay two polars calls per file."""
+    ids: list[int] = []
+    lines: list[str] = []
+    for i, text in enumerate(texts):
+        if text:
+            kept = [ln for ln in text.splitlines()[:DETECT_LINES * 3] if ln.strip()][:DETECT_LINES]
+            ids.extend([i] * len(kept))
+            lines.extend(kept)
+    if not lines:
+        return [False] * len(texts)
+    df = pl.DataFrame({"i": ids, "l": lines}, schema={"i": pl.Int64, "l": pl.String})
+    sample = pl.col("l").str.contains(DETECT_SAMPLE_RE)
+    comment = pl.col("l").str.contains(r"^#\s*(?:HELP|TYPE|UNIT|EOF|scrape)")
+    per_file = df.group_by("i").agg(any_sample=sample.any(), good=(comment | sample).sum(), n=pl.len())
+    yes = set(per_file.filter(pl.col("any_sample") & (pl.col("good") >= 0.9 * pl.col("n")))["i"].to_list())
+    return [i in yes for i in range(len(texts))]
+
+
 def epoch_to_ts(col: pl.Expr) -> pl.Expr:
     """Epoch seconds or milliseconds (by magnitude) -> UTC timestamp (µs)."""
     us = pl.when(col.abs() >= MS_THRESHOLD).then(col * 1_000).otherwise(col * 1_000_000)

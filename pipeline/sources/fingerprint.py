@@ -213,17 +213,41 @@ def identity_at(path: Path, head: bytes, offset: int, tail: bytes = b"") -> Iden
     return Identity(sha(head), len(head), tail_sha, tail_len)
 
 
+def content_crc(path: Path, offset: int, head: bytes = b"") -> int | None:
+    """CRC-32 of the content's first `offset` bytes (from `head` when it holds them all);
+    None when the content is shorter."""
+    if offset <= len(head):
+        return zlib.crc32(memoryview(head)[:offset])
+    crc, n = 0, 0
+    with open_stream(path) as f:
+        while n < offset:
+            piece = f.read(min(GZ_CHUNK, offset - n))
+            if not piece:
+                return None
+            crc = zlib.crc32(piece, crc)
+            n += len(piece)
+    return crc
+
+
 def matches(path: Path, head: bytes, known: dict) -> bool:
     """Is the content of `path` (whose first bytes are `head`) the content `known` describes,
-    possibly grown since?"""
+    possibly grown since? Its first bytes and those before the offset read are compared,
+    then (entries that record it) the checksum of everything before that offset: a file
+    rewritten in place with the same size, start and end is another content."""
     n = known["head_len"]
     if len(head) < n or sha(head[:n]) != known["head_sha"]:
         return False
     offset = known["offset"]
     if offset == 0:
         return True
-    tail_sha, tail_len = tail_check(path, offset)
-    return tail_len == known["tail_len"] and tail_sha == known["tail_sha"]
+    if offset <= len(head):
+        start = max(0, offset - TAIL_BYTES)
+        tail_sha, tail_len = sha(head[start:offset]), offset - start
+    else:
+        tail_sha, tail_len = tail_check(path, offset)
+    if tail_len != known["tail_len"] or tail_sha != known["tail_sha"]:
+        return False
+    return "crc" not in known or content_crc(path, offset, head) == known["crc"]
 
 
 def file_key(path: Path) -> tuple[int, int]:

@@ -8,6 +8,7 @@ memory stays bounded by the block size whatever the file's size.
 
 from __future__ import annotations
 
+import zlib
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -44,6 +45,9 @@ class ParsedChunk:
     # again, which for a .gz would mean decompressing it from the start at every chunk
     tail: bytes = b""
     nul_bytes: int = 0  # NUL bytes dropped from the text (preallocated zeros after a crash)
+    # CRC-32 of the whole content before `offset` (continued from parse_stream's `crc`; None
+    # when none was given): a rewrite that keeps the file's size and ends is told by it
+    crc: int | None = None
 
 
 def decode_lines(data: bytes, first_line: int) -> tuple[pl.DataFrame, bool]:
@@ -105,8 +109,10 @@ def parse_stream(
     block_bytes: int = DEFAULT_BLOCK_BYTES,
     hold_partial_line: bool = False,
     hold_last_record: bool = False,
+    crc: int | None = None,
 ) -> Iterator[ParsedChunk]:
-    """Parse `stream` (positioned at `offset`) chunk by chunk.
+    """Parse `stream` (positioned at `offset`) chunk by chunk. `crc`: the CRC-32 of the
+    content before `offset`, continued over each chunk (ParsedChunk.crc).
 
     Batch ingest consumes everything to the end, an unterminated last line included. A
     tailer holds back the partial last line (its writer has not finished it) and, until the
@@ -120,11 +126,12 @@ def parse_stream(
     pending: deque = deque()
     chunks = _split_chunks(
         stream, parser, offset=offset, next_line=next_line, block_bytes=block_bytes,
-        hold_partial_line=hold_partial_line, hold_last_record=hold_last_record,
+        hold_partial_line=hold_partial_line, hold_last_record=hold_last_record, crc=crc,
     )
     carry = getattr(parser, "CARRY_FORWARD", ())
-    for chunk, end_offset, end_line, n, bad, tail, nul, starts in chunks:
-        pending.append((_EXECUTOR.submit(parse_isolated, parser, chunk, ctx), end_offset, end_line, n, bad, tail, nul, starts))
+    for chunk, end_offset, end_line, n, bad, tail, nul, starts, crc_after in chunks:
+        pending.append((_EXECUTOR.submit(parse_isolated, parser, chunk, ctx), end_offset, end_line, n, bad, tail, nul,
+                        starts, crc_after))
         # one chunk more than threads: both stay busy while the consumer writes a batch
         if len(pending) > PARSE_THREADS:
             yield _finish(pending.popleft(), ctx, carry)
@@ -193,11 +200,11 @@ def trim_messages(events: pl.DataFrame) -> pl.DataFrame:
 
 
 def _finish(item: tuple, ctx: ParseContext, carry: tuple[str, ...]) -> ParsedChunk:
-    future, end_offset, end_line, n, bad, tail, nul, starts = item
+    future, end_offset, end_line, n, bad, tail, nul, starts, crc = item
     events = with_byte_offsets(finalize(future.result(), ctx, carry=carry), starts, end_line - n)
     if not ctx.keep_lines:
         events = trim_messages(events)
-    return ParsedChunk(events, end_offset, end_line, n, bad, tail, nul)
+    return ParsedChunk(events, end_offset, end_line, n, bad, tail, nul, crc)
 
 
 def with_byte_offsets(events: pl.DataFrame, starts: np.ndarray, first_line: int) -> pl.DataFrame:
@@ -253,10 +260,12 @@ def _split_chunks(
     block_bytes: int,
     hold_partial_line: bool,
     hold_last_record: bool,
-) -> Iterator[tuple[pl.DataFrame, int, int, int, bool, bytes, int]]:
+    crc: int | None = None,
+) -> Iterator[tuple]:
     """Cut the stream into chunks of complete records: (lines, offset after, next line
     number, lines in the chunk, invalid UTF-8 seen, the content's last TAIL_BYTES, NUL
-    bytes dropped, the absolute byte offset where each of the chunk's lines starts)."""
+    bytes dropped, the absolute byte offset where each of the chunk's lines starts, the CRC-32
+    of the content up to the chunk's end when `crc` was given)."""
     held = b""
     tail = b""
     while True:
@@ -299,7 +308,9 @@ def _split_chunks(
         held = complete[cut_at:] + rest
         tail = (tail + complete[max(0, cut_at - TAIL_BYTES):cut_at])[-TAIL_BYTES:]
         nul = complete.count(0, 0, cut_at) if b"\x00" in complete else 0
-        yield chunk, offset, next_line, keep, bad, tail, nul, starts
+        if crc is not None:
+            crc = zlib.crc32(memoryview(complete)[:cut_at], crc)
+        yield chunk, offset, next_line, keep, bad, tail, nul, starts, crc
         if eof and not held:
             return
         if eof:

@@ -18,6 +18,7 @@ server's rotated and restarted files stay one lineage.
 
 from __future__ import annotations
 
+import functools
 import re
 import string
 from collections import defaultdict
@@ -101,6 +102,8 @@ class InstanceNamer:
             _check_template(template)
         self._names: dict[Path, str] = {}
         self._labels: dict[Path, dict[str, str]] = {}
+        # many files share a directory: each resolved once (a realpath is a few lstat calls)
+        self._resolve = functools.lru_cache(maxsize=None)(_resolved)
         groups: dict[str, list[Path]] = defaultdict(list)
         for p in paths:
             kube = kube_identity(p)
@@ -112,14 +115,14 @@ class InstanceNamer:
         # (a tailer that sees one of two directories later still continues each lineage)
         kept: dict[tuple[Path, str], str] = {}
         for source, inst in stored or ():
-            where = _resolved(self._lineage_dir(source))
+            where = self._resolve(self._lineage_dir(source))
             taken[inst].add(where)
             default = self._default(source)
             if inst == default or inst.endswith("/" + default):
                 kept.setdefault((where, default), inst)
         for name, members in groups.items():
             for p, distinct in self._distinct(name, members, taken.get(name, set())).items():
-                self._names[p] = kept.get((_resolved(self._lineage_dir(p)), name), distinct)
+                self._names[p] = kept.get((self._resolve(self._lineage_dir(p)), name), distinct)
         if template is not None:
             self._names = {p: self._render(p) for p in paths}
 
@@ -144,7 +147,7 @@ class InstanceNamer:
     def _distinct(self, name: str, members: list[Path], stored_dirs: set[Path] = frozenset()) -> dict[Path, str]:
         """Names for the files `members` that share the name `name`: one per lineage
         directory. Directories the store already holds under `name` keep it."""
-        dir_of = {p: _resolved(self._lineage_dir(p)) for p in members}
+        dir_of = {p: self._resolve(self._lineage_dir(p)) for p in members}
         dirs = sorted(set(dir_of.values()) | set(stored_dirs))
         if len(dirs) < 2:
             return {p: name for p in members}

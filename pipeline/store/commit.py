@@ -240,6 +240,7 @@ class Store:
         Either the commit happens (the manifest is renamed into place) or nothing changes,
         on disk or in `self.manifest`: a failure before the rename (a full disk) leaves the
         handle as it was, so the caller can retry the same commit later."""
+        self._probe_moves(moves, remove_parts or [])
         m = self.manifest
         before = {k: (dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v) for k, v in m.items()}
         removed = set(remove_parts or [])
@@ -303,6 +304,28 @@ class Store:
                 (self.root / d).rmdir()
             except OSError:
                 pass
+
+    def _probe_moves(self, moves: list, removed: list[str]) -> None:
+        """Raise now, before the manifest names them, if the parts cannot be moved into (or
+        out of) their directories: a partition directory that is immutable, read-only or not
+        ours. Those moves happen after the manifest is replaced; failing there would leave a
+        committed part missing until the next writer, and the command saying it succeeded."""
+        dirs = {(self.root / final).parent for _, final in moves}
+        dirs |= {(self.root / rel).parent for rel in removed if (self.root / rel).exists()}
+        if not dirs:
+            return
+        staging = self.root / "_staging"
+        staging.mkdir(parents=True, exist_ok=True)
+        for d in sorted(dirs):
+            d.mkdir(parents=True, exist_ok=True)
+            probe = staging / f".probe-{os.getpid()}"
+            probe.touch()
+            try:
+                # a hidden name: an engine globbing events/**/*.parquet never reads it
+                os.replace(probe, d / probe.name)
+                os.unlink(d / probe.name)
+            finally:
+                probe.unlink(missing_ok=True)
 
     def settle(self, moves: list, removed: set[str] | frozenset[str] = frozenset(), now: float | None = None) -> None:
         """After a commit's manifest is in place: its parts moved into place (the parts it
@@ -469,7 +492,7 @@ def merge_dirty(marks: list[list], new: list[list]) -> list[list]:
 
 # what a rollback needs of a file entry: where its content was read to and the state to
 # resume there (source, engine, instance and identity stay those of the current entry)
-ROLLBACK_KEYS = ("head_sha", "head_len", "tail_sha", "tail_len", "offset", "lines", "ctx")
+ROLLBACK_KEYS = ("head_sha", "head_len", "tail_sha", "tail_len", "offset", "lines", "ctx", "crc")
 
 
 def _rollback_state(entry: dict | None) -> dict | None:

@@ -44,6 +44,11 @@ NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
 def no_space(root: Path, e: OSError) -> StoreFull:
+    if e.errno == errno.EDQUOT:
+        return StoreFull(
+            f"disk quota exceeded for store {root}; raise the disk quota or free some space (or use "
+            "another --store): what was committed before is intact"
+        )
     return StoreFull(
         f"no space left on device for store {root}; free some space (or use another "
         "--store): what was committed before is intact"
@@ -202,4 +207,25 @@ def committed_parts(root: Path, manifest: dict | None = None) -> list[Path]:
         if path is not None:
             out.append(path)
     return out
+
+
+# What a writer cannot get past on its own, and what the person can do about it. Every writer
+# commits by replacing the manifest last, so a command stopped by one of these leaves the
+# store as it was before it (a staged file may be left, and is cleaned by the next writer).
+_WRITE_FAILURES = {
+    errno.ENOSPC: "free some space (or use another --store)",
+    errno.EDQUOT: "raise the disk quota or free some space (or use another --store)",
+    errno.EROFS: "the file system is read-only: remount it read-write or use another --store",
+    errno.EACCES: "check the permissions (and immutable attributes) of the store's directory and files",
+    errno.EPERM: "check the permissions (and immutable attributes) of the store's directory and files",
+}
+
+
+
+def write_failure(e: OSError) -> str | None:
+    advice = _WRITE_FAILURES.get(e.errno or 0)
+    if advice is None:
+        return None
+    where = f" ({e.filename})" if e.filename else ""
+    return f"{e.strerror or 'cannot write'}{where}; {advice}; what was committed before is intact"
 

@@ -138,6 +138,9 @@ class RepairResult:
     rollup: Any = None  # pipeline/rollup.Refreshed when the rollups were rebuilt or refreshed
     rollup_error: str | None = None  # why they could not be (queries then use the raw path)
     problems: list[str] = field(default_factory=list)  # what a writer found (heal)
+    # dropped or unreferenced files that could not be deleted (a directory not writable): no
+    # manifest lists them, so servelens never reads them; the next repair deletes them
+    not_deleted: list[str] = field(default_factory=list)
 
 
 def repair(root: Path | str, dry_run: bool = False, deep: bool = False) -> RepairResult:
@@ -163,7 +166,8 @@ def repair(root: Path | str, dry_run: bool = False, deep: bool = False) -> Repai
         if dry_run:
             return result
         for rel in result.deleted_unreferenced:
-            _unlink(root / rel)
+            if not _unlink(root / rel):
+                result.not_deleted.append(rel)
         _prune_empty_dirs(root / "events")
         # the rollups: rebuilt when rows were dropped, or when the file is lost or damaged
         from ..query import rollups as rollup
@@ -228,14 +232,17 @@ def _drop(store: Store, damaged: set[str], result: RepairResult, dry_run: bool) 
         if state is None:
             del m["files"][key]
         else:
-            m["files"][key] = {**m["files"][key], **state}
+            # (a state recorded before content checksums has none: the later one must go)
+            kept = {k: v for k, v in m["files"][key].items() if k != "crc"}
+            m["files"][key] = {**kept, **state}
     # what is dropped is wrong or will be read again: gone at once, not after the
     # garbage grace time
     m["parts"] = [p for p in m["parts"] if p not in lost]
     m["part_info"] = {p: v for p, v in info.items() if p not in lost}
     store.commit([], dirty="all")  # rows are gone: every rollup is rebuilt
     for p in lost:
-        _unlink(store.root / p)
+        if not _unlink(store.root / p):
+            result.not_deleted.append(p)
     return lost
 
 
@@ -294,11 +301,16 @@ def _reset(root: Path, dry_run: bool) -> RepairResult:
     return result
 
 
-def _unlink(path: Path) -> None:
+def _unlink(path: Path) -> bool:
+    """Delete a file no manifest lists any more; False when it cannot be (the commit that
+    dropped it has happened: failing the command here would say the store is unchanged)."""
     try:
         path.unlink()
     except FileNotFoundError:
         pass
+    except OSError:
+        return False
+    return True
 
 
 def _prune_empty_dirs(top: Path) -> None:

@@ -58,6 +58,7 @@ class Followed:
     next_line: int = 1
     head: bytes = b""  # content[: min(HEAD_BYTES, offset)]
     tail: bytes = b""  # content[offset - TAIL_BYTES : offset]
+    crc: int | None = 0  # CRC-32 of content[:offset] (None: not known, not recorded)
     gz: Any = None  # decompressing stream positioned at offset + len(carry)
     carry: bytes = b""  # .gz bytes read but not consumed yet
     last_size: int = -1
@@ -207,7 +208,11 @@ class IdentityMixin:
             tail_sha, tail_len = fp.sha(data), n
         if tail_len < 0:
             return None
-        return tail_len == known["tail_len"] and tail_sha == known["tail_sha"]
+        if tail_len != known["tail_len"] or tail_sha != known["tail_sha"]:
+            return False
+        # the whole content before the offset, not only its ends: a file rewritten in place
+        # with the same size, start and end is another content
+        return fol.is_gz or "crc" not in known or _crc_fd(fol.fd, offset) == known["crc"]
 
     def _claim(self, fol: Followed, key: str, known: dict) -> bool:
         offset = known["offset"]
@@ -232,8 +237,10 @@ class IdentityMixin:
                 fol.gz.close()
                 fol.gz = None
             return False  # changed under us: try again next poll
+        # (a .gz is not checked against it: its entry goes on without one)
+        crc = None if fol.is_gz else known.get("crc")
         fol.key, fol.offset, fol.next_line = key, offset, known["lines"] + 1
-        fol.head, fol.tail = head, tail
+        fol.head, fol.tail, fol.crc = head, tail, crc
         fol.engine = known["engine"]
         if "decode" in known:
             fol.decode = tuple(known["decode"])
@@ -255,7 +262,7 @@ class IdentityMixin:
         taken = self._owned() | set(self.files)
         while key in self.store.manifest["files"] or key in taken:
             key = fp.sha((key + fol.source).encode())
-        fol.key, fol.offset, fol.next_line, fol.head, fol.tail = key, 0, 1, b"", b""
+        fol.key, fol.offset, fol.next_line, fol.head, fol.tail, fol.crc = key, 0, 1, b"", b"", 0
         self._make_ctx(fol)
         inherit_lineage(fol.ctx, [*self.store.manifest["files"].values(), *self.files.values()], fol.instance,
                         explicit_year=self.year is not None)
@@ -311,7 +318,7 @@ class IdentityMixin:
         """--from-end: start after the last complete line; count the lines skipped so line
         numbers stay true, and commit the position so a restart continues from it."""
         size = os.fstat(fol.fd).st_size
-        pos, lines, last_nl = 0, 0, -1
+        pos, lines, last_nl, crc, crc_nl = 0, 0, -1, 0, 0
         while pos < size:
             block = os.pread(fol.fd, min(MAX_READ, size - pos), pos)
             if not block:
@@ -320,8 +327,11 @@ class IdentityMixin:
             i = block.rfind(b"\n")
             if i >= 0:
                 last_nl = pos + i
+                crc_nl = zlib.crc32(memoryview(block)[: i + 1], crc)
+            crc = zlib.crc32(block, crc)
             pos += len(block)
         offset = last_nl + 1
+        fol.crc = crc_nl
         fol.offset, fol.next_line = offset, lines + 1
         fol.head = os.pread(fol.fd, min(offset, fp.HEAD_BYTES), 0)
         n = min(offset, fp.TAIL_BYTES)
@@ -331,9 +341,21 @@ class IdentityMixin:
 
     def _truncated(self, fol: Followed, now: float) -> None:
         self.say(f"{fol.path} was truncated; reading it again from the start")
-        fol.key, fol.offset, fol.next_line, fol.head, fol.tail = None, 0, 1, b"", b""
+        fol.key, fol.offset, fol.next_line, fol.head, fol.tail, fol.crc = None, 0, 1, b"", b"", 0
         fol.first_seen, fol.next_try, fol.settled, fol.initial = now, 0.0, False, False
         fol.last_size = fol.last_mtime = -1
+
+
+def _crc_fd(fd: int, offset: int) -> int | None:
+    """CRC-32 of an open file's first `offset` bytes (None when it is shorter)."""
+    crc, pos = 0, 0
+    while pos < offset:
+        block = os.pread(fd, min(MAX_READ, offset - pos), pos)
+        if not block:
+            return None
+        crc = zlib.crc32(block, crc)
+        pos += len(block)
+    return crc
 
 
 def _skip_stream(stream: Any, offset: int) -> tuple[bytes | None, bytes]:

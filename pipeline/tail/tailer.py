@@ -30,6 +30,7 @@ import signal
 import stat
 import threading
 import time
+import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -441,7 +442,11 @@ class Tailer(IdentityMixin):
         if remember:
             try:
                 st = os.fstat(fol.fd)
-                self.closed[k] = (st.st_size, st.st_mtime_ns)
+                # remembered only when it holds no more than was read: a line written after
+                # the last read but before this close would else never be noticed (its
+                # size and time are the ones remembered) until the file changed again
+                if fol.is_gz or st.st_size <= fol.offset + len(fol.carry):
+                    self.closed[k] = (st.st_size, st.st_mtime_ns)
             except OSError:
                 pass
         if fol.gz is not None:
@@ -572,6 +577,8 @@ class Tailer(IdentityMixin):
             if len(fol.head) < fp.HEAD_BYTES:
                 fol.head += data[done : min(used, done + fp.HEAD_BYTES - len(fol.head))]
             fol.tail = (tail_before + chunk.tail)[-fp.TAIL_BYTES :]
+            if fol.crc is not None:
+                fol.crc = zlib.crc32(memoryview(data)[done:used], fol.crc)
             done = used
             fol.offset, fol.next_line = chunk.offset, chunk.next_line
             if chunk.events.height:
@@ -619,6 +626,7 @@ class Tailer(IdentityMixin):
             "inode": fol.ino,
             "ctx": save_ctx(fol.ctx),
             **({"decode": list(fol.decode)} if fol.decode else {}),
+            **({"crc": fol.crc} if fol.crc is not None else {}),
         }
 
     # -- committing --------------------------------------------------------------------------

@@ -1,0 +1,262 @@
+"""Every writer (ingest, tail, compact, prune, repair, the rollup refresh) stopped by the file
+system: ENOSPC, EDQUOT, EROFS, EACCES, EPERM. The command ends in one line saying what to do,
+or (the rollup refresh, an optimisation) a warning; the store answers as before; once the
+cause is gone, exactly the lines written are stored: counted from the log the test wrote,
+never from servelens's own earlier output.
+
+The file-system faults are injected where the store writes (a monkeypatched os call inside
+the real commands); an immutable partition directory (chattr +i) is real and needs root."""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from servelens.pipeline.cli import app as cli_mod
+from servelens.pipeline.query import rollups as rollup_mod
+from servelens.pipeline.ingest import ingest
+from servelens.pipeline.store import commit as commit_mod
+from servelens.pipeline.store.manifest import committed_parts, read_manifest, write_failure
+
+EXE = str(Path(sys.executable).parent / "servelens")
+FAULTS = {
+    errno.ENOSPC: "free some space",
+    errno.EDQUOT: "raise the disk quota",
+    errno.EROFS: "read-only",
+    errno.EACCES: "check the permissions",
+    errno.EPERM: "check the permissions",
+}
+N = 1800  # lines of the log: one event each, 30 minutes of 14:00-14:29
+
+
+def write_log(path: Path, n: int = N, seed: int = 5) -> None:
+    """vLLM stats lines (one event each); line i+1 is printed at 14:MM:SS with MM = i // 60."""
+    rnd = random.Random(seed)
+    path.write_text("".join(
+        f"INFO 06-10 14:{i // 60:02d}:{i % 60:02d} metrics.py:341] Avg prompt throughput: "
+        f"{rnd.randint(10, 99)}.0 tokens/s, Avg generation throughput: 1.0 tokens/s, Running: "
+        f"{rnd.randint(1, 9)} reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 0.5%, "
+        "CPU KV cache usage: 0.0%.\n" for i in range(n)))
+    os.utime(path, (1_781_100_000, 1_781_100_000))  # 2026-06-10: not live, and the year
+
+
+def grow(store: Path, log: Path, pieces: int = 3) -> None:
+    """A store of several parts: the log ingested as it grew, then whole."""
+    text = log.read_bytes()
+    for i in range(1, pieces):
+        part = log.with_name("grow.log")
+        part.write_bytes(text[: text.index(b"\n", len(text) * i // pieces) + 1])
+        os.utime(part, (1_781_100_000, 1_781_100_000))
+        ingest([part], store, rollups=False)
+    part.write_bytes(text)
+    os.utime(part, (1_781_100_000, 1_781_100_000))
+    ingest([part], store, rollups=False)
+    part.unlink()
+
+
+def lines_stored(store: Path) -> list[int]:
+    return sorted(pl.read_parquet(committed_parts(store))["line"].to_list())
+
+
+def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str]:
+    monkeypatch.setattr(sys, "argv", ["servelens", *args])
+    code = 0
+    try:
+        cli_mod.main()
+    except SystemExit as e:
+        code = int(e.code or 0)
+    return code, capsys.readouterr().err
+
+
+def one_line(code: int, err: str, advice: str) -> None:
+    assert code == 1, err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith("servelens: error: ") and advice in err, err
+
+
+def fail_manifest_writes(monkeypatch, eno: int) -> None:
+    def refuse(path, data):
+        raise OSError(eno, os.strerror(eno), str(path))
+
+    monkeypatch.setattr(commit_mod, "write_json_atomic", refuse)
+
+
+@pytest.fixture
+def log(tmp_path) -> Path:
+    p = tmp_path / "logs" / "vllm.log"
+    p.parent.mkdir()
+    write_log(p)
+    return p
+
+
+@pytest.mark.parametrize("eno", list(FAULTS))
+@pytest.mark.parametrize("command", ["ingest", "compact", "prune", "repair"])
+def test_every_writer_every_errno_is_one_line_and_the_store_unchanged(tmp_path, log, monkeypatch, capsys, command, eno):
+    store = tmp_path / "store"
+    if command == "ingest":
+        half = log.read_bytes()[: len(log.read_bytes()) // 2]
+        log.write_bytes(half[: half.rindex(b"\n") + 1])
+        os.utime(log, (1_781_100_000, 1_781_100_000))
+        ingest([log], store, rollups=False)
+        write_log(log)
+    else:
+        grow(store, log)
+    if command == "repair":
+        (store / read_manifest(store)["parts"][0]).unlink()
+    before = read_manifest(store)
+    files_before = sorted(p.relative_to(store) for p in (store / "events").rglob("*.parquet"))
+    with monkeypatch.context() as m:
+        fail_manifest_writes(m, eno)
+        args = {"ingest": ["ingest", str(log), "-q"], "compact": ["compact"], "repair": ["repair"],
+                "prune": ["prune", "--before", "2026-06-10T14:10Z"]}[command]
+        code, err = run_cli(m, capsys, *args, "--store", str(store))
+    one_line(code, err, FAULTS[eno])
+    after = read_manifest(store)
+    assert (after["parts"], after["files"]) == (before["parts"], before["files"])
+    assert sorted(p.relative_to(store) for p in (store / "events").rglob("*.parquet")) == files_before
+    # the cause gone, the same command does its job, and the lines are the ones written
+    code, err = run_cli(monkeypatch, capsys, *args, "--store", str(store))
+    assert code == 0, err
+    if command == "repair":
+        code, err = run_cli(monkeypatch, capsys, "ingest", str(log), "--store", str(store))
+        assert code == 0, err
+    expected = list(range(1, N + 1)) if command != "prune" else list(range(10 * 60 + 1, N + 1))
+    assert lines_stored(store) == expected
+
+
+@pytest.mark.parametrize("eno", list(FAULTS))
+def test_the_tailer_under_each_errno(tmp_path, log, monkeypatch, eno):
+    """A full disk or quota: the tailer waits and commits when space returns. A read-only or
+    forbidden store: one line, exit 1, nothing committed that was not whole."""
+    from servelens.pipeline.tail import tailer as tail_mod
+    from servelens.pipeline.store.commit import Store
+    from servelens.pipeline.tail.tailer import Tailer
+    from servelens.pipeline.tail.watch import Targets
+
+    monkeypatch.setattr(tail_mod, "FULL_RETRY_S", 0.0)
+    store_dir = tmp_path / "store"
+    store = Store.open(store_dir, purpose="tail")
+    tailer = Tailer(store, Targets([log.parent], None, skip_under=store_dir), engine="auto", quiet_s=0.0,
+                    compact_min_parts=0)
+    said: list[str] = []
+    tailer.say = said.append
+    real = commit_mod.write_json_atomic
+    with monkeypatch.context() as m:
+        fail_manifest_writes(m, eno)
+        if eno in (errno.ENOSPC, errno.EDQUOT):
+            for _ in range(3):
+                tailer.poll_once(rescan=True)
+            assert any("waiting" in s for s in said), said
+        else:
+            with pytest.raises(OSError) as raised:
+                for _ in range(3):
+                    tailer.poll_once(rescan=True)
+            assert write_failure(raised.value) is not None
+    assert commit_mod.write_json_atomic is real
+    assert read_manifest(store_dir)["parts"] == []
+    for _ in range(3):
+        tailer.poll_once(rescan=True)
+    tailer.close()
+    store.close()
+    assert lines_stored(store_dir) == list(range(1, N + 1))
+
+
+@pytest.mark.parametrize("eno", list(FAULTS))
+@pytest.mark.parametrize("command", ["ingest", "compact", "prune", "repair"])
+def test_the_rollup_refresh_under_each_errno_is_a_warning(tmp_path, log, monkeypatch, capsys, command, eno):
+    """The refresh runs after the command's commit: the data is committed and right, the
+    rollups stay marked stale (readers compute those views from the events), a warning says
+    so, and no half-written rollup file is left."""
+    store = tmp_path / "store"
+    grow(store, log)
+    if command == "repair":
+        (store / read_manifest(store)["parts"][0]).unlink()
+
+    def refuse(path, *a, **k):
+        raise OSError(eno, os.strerror(eno), str(path))
+
+    monkeypatch.setattr(rollup_mod, "_write", refuse)
+    args = {"ingest": ["ingest", str(log), "-q"], "compact": ["compact"], "repair": ["repair"],
+            "prune": ["prune", "--before", "2026-06-10T14:10Z"]}[command]
+    if command == "ingest":
+        write_log(log, N + 60)  # a minute more to commit
+    code, err = run_cli(monkeypatch, capsys, *args, "--store", str(store))
+    out = capsys.readouterr()
+    assert code == 0, err
+    assert "Traceback" not in err
+    assert not list((store / "rollups").glob("*.parquet")) if (store / "rollups").exists() else True
+    monkeypatch.undo()
+    if command == "repair":
+        assert run_cli(monkeypatch, capsys, "ingest", str(log), "--store", str(store))[0] == 0
+    expected = {"ingest": range(1, N + 61), "prune": range(10 * 60 + 1, N + 1)}.get(command, range(1, N + 1))
+    assert lines_stored(store) == list(expected)
+    r = subprocess.run([EXE, "sql", "select count(*) from requests", "--store", str(store), "-f", "csv"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0 and not os.environ.get("CI"),
+                                reason="needs root to set chattr +i")
+
+
+@needs_root
+@pytest.mark.parametrize("command", ["ingest", "compact", "prune"])
+def test_an_immutable_partition_directory(tmp_path, log, command):
+    """A partition directory the writer cannot move a part into (or out of): refused before
+    the commit (it used to commit, then fail to move the part: a missing part until the
+    next writer, and the command said it succeeded)."""
+    store = tmp_path / "store"
+    if command == "ingest":
+        first = log.read_bytes()[: len(log.read_bytes()) // 2]
+        log.write_bytes(first[: first.rindex(b"\n") + 1])
+        os.utime(log, (1_781_100_000, 1_781_100_000))
+        ingest([log], store, rollups=False)
+        write_log(log)
+    else:
+        grow(store, log)
+    part_dir = (store / read_manifest(store)["parts"][0]).parent
+    before = read_manifest(store)
+    args = {"ingest": ["ingest", str(log), "-q"], "compact": ["compact"],
+            "prune": ["prune", "--before", "2026-06-10T14:10Z"]}[command]
+    subprocess.run(["chattr", "+i", str(part_dir)], check=True)
+    try:
+        r = subprocess.run([EXE, *args, "--store", str(store)], capture_output=True, text=True, timeout=300)
+    finally:
+        subprocess.run(["chattr", "-i", str(part_dir)], check=True)
+    one_line(r.returncode, r.stderr, "check the permissions")
+    after = read_manifest(store)
+    assert (after["parts"], after["files"]) == (before["parts"], before["files"])
+    assert subprocess.run([EXE, "check", "--store", str(store)], capture_output=True).returncode == 0
+    r = subprocess.run([EXE, *args, "--store", str(store)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    expected = range(10 * 60 + 1, N + 1) if command == "prune" else range(1, N + 1)
+    assert lines_stored(store) == list(expected)
+
+
+@needs_root
+def test_repair_that_cannot_delete_a_dropped_part_commits_and_says_so(tmp_path, log):
+    store = tmp_path / "store"
+    grow(store, log)
+    parts = read_manifest(store)["parts"]
+    (store / parts[0]).unlink()
+    part_dir = (store / parts[1]).parent
+    subprocess.run(["chattr", "+i", str(part_dir)], check=True)
+    try:
+        r = subprocess.run([EXE, "repair", "--store", str(store)], capture_output=True, text=True, timeout=300)
+    finally:
+        subprocess.run(["chattr", "-i", str(part_dir)], check=True)
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr and "warning: could not delete" in r.stdout, r.stdout
+    assert subprocess.run([EXE, "ingest", str(log), "--store", str(store)], capture_output=True).returncode == 0
+    assert lines_stored(store) == list(range(1, N + 1))
+    r = subprocess.run([EXE, "repair", "--store", str(store)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "delete" in r.stdout, r.stdout
+    assert subprocess.run([EXE, "check", "--store", str(store)], capture_output=True).returncode == 0
+    assert lines_stored(store) == list(range(1, N + 1))
