@@ -293,8 +293,11 @@ def sql(
     shown = df
     if format == "table" and output is None and limit and df.height > limit:
         shown = df.head(limit)
+    from .quiet import panics_hidden
+
     try:
-        text = render(shown, format, safe_csv=not raw_csv)
+        with panics_hidden():  # a polars panic's report: its one line below instead
+            text = render(shown, format, safe_csv=not raw_csv)
     except BaseException as e:  # polars panics are BaseException; a result must never end in a traceback
         if isinstance(e, (KeyboardInterrupt, SystemExit)):
             raise

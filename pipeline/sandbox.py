@@ -370,6 +370,8 @@ class _Watchdog:
 _AS_TEXT = ("INTERVAL", "BIT", "BIGNUM", "VARINT", "TIME WITH TIME ZONE", "UNION(")
 # Leaves that make a nested value unrenderable by CSV/JSON writers: the value becomes JSON text.
 _NESTED_TROUBLE = _AS_TEXT + ("BLOB", "HUGEINT", "DECIMAL", "UHUGEINT")
+# A map keyed by anything but text has no JSON form in polars' writers: DuckDB's JSON instead.
+_NON_TEXT_KEY = re.compile(r"MAP\((?!VARCHAR,)")
 
 
 def _renderable(rel: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
@@ -379,7 +381,7 @@ def _renderable(rel: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
         t = str(typ).upper()
         q = '"' + name.replace('"', '""') + '"'
         nested = t.startswith(("STRUCT(", "MAP(")) or t.endswith("]")
-        if nested and any(k in t for k in _NESTED_TROUBLE):
+        if nested and (any(k in t for k in _NESTED_TROUBLE) or _NON_TEXT_KEY.search(t)):
             exprs.append(f"to_json(#{i})::varchar as {q}")
             changed = True
         elif not nested and t.startswith(_AS_TEXT):
@@ -403,7 +405,58 @@ def _fetch(rel: duckdb.DuckDBPyRelation, max_bytes: int, limits: Limits) -> pa.T
         batches.append(batch)
     table = pa.Table.from_batches(batches, schema=reader.schema)
     names = _unique(table.column_names)
-    return table.rename_columns(names) if names != table.column_names else table
+    return _dates_in_range(table.rename_columns(names) if names != table.column_names else table)
+
+
+# polars (chrono) holds dates and times of years -262,143 to 262,142; DuckDB's go further
+# (`'infinity'::timestamp`, year 294,247, a date of year 5,000,000) and polars panics on them
+# when it prints or writes the value. A column holding one is shown as DuckDB's own text.
+_DAYS_MAX = 95_000_000  # about year 262,000 either side of 1970
+_PER_DAY = {"s": 86_400, "ms": 86_400_000, "us": 86_400_000_000, "ns": None}  # ns: int64 is always in range
+
+
+def _out_of_range(arr: pa.Array) -> bool:
+    import pyarrow.compute as pc
+
+    t = arr.type
+    if pa.types.is_timestamp(t) or pa.types.is_date(t):
+        per_day = 1 if pa.types.is_date32(t) else 86_400_000 if pa.types.is_date64(t) else _PER_DAY[t.unit]
+        if per_day is None or arr.null_count == len(arr):
+            return False
+        raw = arr.view(pa.int32() if pa.types.is_date32(t) else pa.int64())
+        lo, hi = pc.min_max(raw).values()
+        return lo.as_py() < -_DAYS_MAX * per_day or hi.as_py() > _DAYS_MAX * per_day
+    if pa.types.is_map(t):
+        return _out_of_range(arr.keys) or _out_of_range(arr.items)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _out_of_range(arr.flatten())
+    if pa.types.is_struct(t):
+        return any(_out_of_range(arr.field(i)) for i in range(t.num_fields))
+    if pa.types.is_dictionary(t):
+        return _out_of_range(arr.dictionary)
+    return False
+
+
+def _dates_in_range(table: pa.Table) -> pa.Table:
+    exprs, changed = [], False
+    for i, col in enumerate(table.columns, start=1):
+        q = '"' + table.column_names[i - 1].replace('"', '""') + '"'
+        if any(_out_of_range(chunk) for chunk in col.chunks):
+            flat = pa.types.is_timestamp(col.type) or pa.types.is_date(col.type)
+            exprs.append(f"#{i}::varchar as {q}" if flat else f"to_json(#{i})::varchar as {q}")
+            changed = True
+        else:
+            exprs.append(f"#{i} as {q}")
+    if not changed:
+        return table
+    # DuckDB's text for these values (`infinity`, `294247-01-10 04:00:54.775807`), on a
+    # connection of its own that opens nothing
+    con = duckdb.connect(":memory:", config={"enable_external_access": False, "autoload_known_extensions": False,
+                                             "autoinstall_known_extensions": False, "threads": 1})
+    try:
+        return con.from_arrow(table).project(", ".join(exprs)).to_arrow_table()
+    finally:
+        con.close()
 
 
 def _unique(names: list[str]) -> list[str]:
@@ -461,9 +514,14 @@ def execute(
             raise QueryError(text if any(v in text for v in _VANISHED) else clean_message(e)) from None
         except duckdb.Error as e:
             raise QueryError(clean_message(e)) from None
+    from .quiet import is_panic, panics_hidden
+
     try:
-        return pl.from_arrow(table)  # type: ignore[return-value]
-    except Exception as e:  # a type polars cannot take that _renderable did not foresee
+        with panics_hidden():
+            return pl.from_arrow(table)  # type: ignore[return-value]
+    except BaseException as e:  # a type polars cannot take that _renderable did not foresee (a panic too)
+        if not isinstance(e, Exception) and not is_panic(e):
+            raise
         raise QueryError(f"cannot show this result's column types ({clean_message(e)}); cast the column to varchar") from None
 
 
