@@ -31,6 +31,8 @@ def without_panics(text: str) -> str:
     out, skipping = [], False
     for line in text.splitlines(keepends=True):
         if _PANIC_START.match(line):
+            if out and not out[-1].strip():  # Rust opens the report with an empty line
+                out.pop()
             skipping = True
             continue
         if skipping and (_PANIC_TAIL.match(line) or not _looks_like_ours(line)):

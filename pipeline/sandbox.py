@@ -392,10 +392,27 @@ def _renderable(rel: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
     return rel.project(", ".join(exprs)) if changed else rel
 
 
+class _ReadFailed(Exception):
+    """DuckDB's error met while the result's batches were read: Arrow's reader hands it on as
+    an OSError (ArrowIOError) holding DuckDB's text, not as DuckDB's own exception."""
+
+
+def _batches(reader: pa.RecordBatchReader):
+    it = iter(reader)
+    while True:
+        try:
+            batch = next(it)
+        except StopIteration:
+            return
+        except (OSError, pa.ArrowException) as e:
+            raise _ReadFailed(str(e)) from None
+        yield batch
+
+
 def _fetch(rel: duckdb.DuckDBPyRelation, max_bytes: int, limits: Limits) -> pa.Table:
     reader = rel.to_arrow_reader(64 * 1024)
     batches, size = [], 0
-    for batch in reader:
+    for batch in _batches(reader):
         size += batch.nbytes
         if size > max_bytes:
             raise QueryError(
@@ -513,6 +530,16 @@ def execute(
             text = " ".join(str(e).split())
             raise QueryError(text if any(v in text for v in _VANISHED) else clean_message(e)) from None
         except duckdb.Error as e:
+            raise QueryError(clean_message(e)) from None
+        except _ReadFailed as e:
+            text = str(e)
+            if "Out of Memory Error" in text or "max_temp_directory_size" in text:
+                raise QueryError(_limit_message(e, limits)) from None  # type: ignore[arg-type]
+            if "INTERRUPT" in text.upper() and dog.fired:
+                raise QueryError(
+                    f"the query ran past its {limits.timeout_s:g} s time limit and was stopped; "
+                    f"raise it with {limits.raise_timeout}"
+                ) from None
             raise QueryError(clean_message(e)) from None
     from .quiet import is_panic, panics_hidden
 
