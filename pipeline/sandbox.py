@@ -312,8 +312,15 @@ def _check_one(statement: Any, depth: int = 0) -> None:
     raise QueryError(f"{REFUSED_HINT} (got {kind})")
 
 
+# A query a person writes is a few kilobytes; a text of megabytes (pasted into the dashboard's
+# page) costs the parser memory and time before any limit of the query applies.
+MAX_SQL_CHARS = 1_000_000
+
+
 def check_statement(sql: str) -> int:
     """Raise QueryError unless every statement of `sql` only reads; returns how many there are."""
+    if len(sql) > MAX_SQL_CHARS:
+        raise QueryError(f"the query text is {len(sql):,} characters; at most {MAX_SQL_CHARS:,} are read")
     statements = _statements(sql)
     if not statements:
         raise QueryError("empty query: give a SELECT statement")

@@ -163,3 +163,12 @@ def test_a_file_name_cannot_forge_lines_or_drive_the_terminal(tmp_path):
     text = report.read_text()
     assert ESC not in text and "evil" in text
     assert not any(ln.startswith("# x") for ln in text.splitlines())
+
+
+def test_a_query_text_of_megabytes_is_refused_before_parsing(store):
+    from servelens.pipeline.query import QueryError, run
+
+    with pytest.raises(QueryError) as e:
+        run(store, "select 1 -- " + "x" * 1_000_000)
+    assert str(e.value) == "the query text is 1,000,012 characters; at most 1,000,000 are read"
+    assert run(store, "select 1 as n -- " + "x" * 900_000)["n"].to_list() == [1]
