@@ -196,3 +196,38 @@ def test_the_worker_dies_with_the_dashboard(store, tmp_path):
         if host.poll() is None:
             host.kill()
             host.wait()
+
+
+def test_git_information_is_never_sent_to_a_browser(monkeypatch, tmp_path):
+    """Any websocket session may ask for the git repository the app's script lies in (remote,
+    branch, uncommitted and untracked file names): servelens never answers."""
+    import shutil
+
+    from streamlit.runtime.app_session import AppSession
+
+    from servelens.dashboards import access
+
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    repo = tmp_path / "checkout"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "remote", "add", "origin", "https://example.com/secret-org/secret-repo.git"], check=True)
+    (repo / "app.py").write_text("")
+    (repo / "untracked-secret.txt").write_text("x")
+
+    class Session:
+        def __init__(self):
+            self.sent = []
+            self._script_data = type("D", (), {"main_script_path": str(repo / "app.py")})()
+
+        def _enqueue_forward_msg(self, msg):
+            self.sent.append(msg)
+
+    monkeypatch.setattr(AppSession, "_handle_git_information_request", AppSession._handle_git_information_request)
+    access.guard_git_info()
+    guarded = Session()
+    AppSession._handle_git_information_request(guarded)
+    # (unguarded, Streamlit answers with the remote, branch and file names where GitPython is
+    # installed; this environment may lack it, so only the guarded answer is asserted)
+    assert guarded.sent == []
