@@ -48,7 +48,7 @@ def run(store: Path | str, sql: str, *, variables: dict[str, Any] | None = None,
         time_range: Any = None, max_workers: int = 2) -> Any:
     """query.run(store, sql, ...) in a watched worker process: a polars DataFrame, or
     QueryError / StoreError with one line (the limit's words when one was passed)."""
-    from .bounded import RESULT_MARGIN, Exceeded, _kill, _rss, watch
+    from .bounded import RESULT_MARGIN, Exceeded, _rss, watch
     from .query import Limits, QueryError
     from .store.manifest import StoreError
 
@@ -86,7 +86,7 @@ def run(store: Path | str, sql: str, *, variables: dict[str, Any] | None = None,
         except Exceeded as e:
             raise QueryError(str(e)) from None
         finally:
-            _kill(proc.pid)
+            _reap(proc.pid)
             proc.stdout.close()  # type: ignore[union-attr]
             proc.returncode = 0  # reaped by _kill: Popen must not wait for it again
     finally:
@@ -109,6 +109,27 @@ def run(store: Path | str, sql: str, *, variables: dict[str, Any] | None = None,
         raise (StoreError if kind == "store" else QueryError)(message)
     raise QueryError("the query's process ended without an answer; if it ran out of memory, raise the limit with "
                      f"{limits.raise_memory}")
+
+
+# the largest resident set of the last worker reaped, as the kernel counted it (wait4): what
+# a query cost, for a log line or a test
+last_peak_bytes = 0
+
+
+def _reap(pid: int) -> None:
+    """Kill the worker (it may already have ended) and collect it."""
+    global last_peak_bytes
+    import signal
+
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        _, _, usage = os.wait4(pid, 0)
+        last_peak_bytes = usage.ru_maxrss * 1024
+    except ChildProcessError:
+        pass
 
 
 def _main() -> int:
