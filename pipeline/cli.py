@@ -284,6 +284,8 @@ def sql(
                           raise_timeout=limits.raise_timeout, raise_memory=limits.raise_memory)
     except (QueryError, StoreError, bounded.Exceeded) as e:
         raise fail(str(e)) from None
+    except Exception as e:  # noqa: BLE001 - whatever else a query met: its one line, never a traceback
+        raise fail(f"the query failed ({type(e).__name__}: {' '.join(str(e).split())[:300]})") from None
     if limit < 0:
         raise fail(f"--limit {limit} must be 0 (all rows) or more")
     if df.height == 0 and time_range is not None:
