@@ -158,6 +158,11 @@ def test_a_file_name_cannot_forge_lines_or_drive_the_terminal(tmp_path):
     # the value itself is kept as it was
     data = json.loads(servelens("sql", "select distinct instance from events", "--store", str(store), "-f", "json").stdout)
     assert data == [{"instance": EVIL}]
+    for cmd in (["info"], ["top", "--once"]):
+        r = servelens(*cmd, "--store", str(store))
+        assert r.returncode == 0 and ESC not in r.stdout, (cmd, r.stderr)
+        assert any(shown in ln for ln in r.stdout.splitlines()), cmd
+        assert not any(ln.startswith("# x") for ln in r.stdout.splitlines()), cmd
     report = tmp_path / "r.md"
     assert servelens("report", "--store", str(store), "-o", str(report)).returncode == 0
     text = report.read_text()
