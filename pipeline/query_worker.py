@@ -2,7 +2,7 @@
 serves every visitor from one process with threads (a forked child could wait forever on a
 lock another thread held), so its SQL page runs each query here instead.
 
-The worker is a new interpreter (`python -m servelens.pipeline.query_worker`, like the
+The worker is a new interpreter (`python -m` this module, like the
 'spawn' start method), told what to run on its stdin. It runs the guarded path (query.run:
 the statement check, the sandbox, DuckDB's own limits, the result's size checked while it is
 read) and answers on its stdout: one byte when it is ready, then either the result as an
@@ -60,7 +60,7 @@ def run(store: Path | str, sql: str, *, variables: dict[str, Any] | None = None,
     try:
         request = pickle.dumps({"store": str(store), "sql": sql, "variables": variables, "limits": limits,
                                 "time_range": time_range}, protocol=pickle.HIGHEST_PROTOCOL)
-        proc = subprocess.Popen([sys.executable, "-m", "servelens.pipeline.query_worker"], stdin=subprocess.PIPE,
+        proc = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True,
                                 start_new_session=True)
         try:
