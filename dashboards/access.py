@@ -73,3 +73,16 @@ def may_clear_caches(session_state) -> bool:  # type: ignore[no-untyped-def]
         return True
     given = session_state[_STATE_KEY] if _STATE_KEY in session_state else ""
     return hmac.compare_digest(str(given), _digest(token))
+
+
+def guard_git_info() -> None:
+    """Streamlit answers any browser session's "load_git_info" message with the repository the
+    app's script lies in: its remote, branch, and the names of its uncommitted and untracked
+    files (an install from a checkout is in one). No page of servelens uses it: never
+    answered, token or not."""
+    from streamlit.runtime.app_session import AppSession
+
+    def nothing(self) -> None:  # type: ignore[no-untyped-def]
+        return None
+
+    AppSession._handle_git_information_request = nothing  # type: ignore[method-assign]

@@ -26,7 +26,7 @@ from typing import Any
 import duckdb
 import polars as pl
 import streamlit as st
-from servelens.pipeline.query.connect import QueryError, one_line, run, run_on
+from servelens.pipeline.query.connect import QueryError, one_line, run_on
 from servelens.pipeline.query.connect import connect
 from servelens.pipeline.query.sandbox import Limits
 from servelens.pipeline.store.manifest import StoreError
@@ -423,9 +423,23 @@ def run_user_sql(cfg: Settings, sql: str) -> pl.DataFrame:
     """The SQL page: the visitor's own query through the guarded path (query.run): checked,
     then on a sandboxed connection of its own (nothing it does reaches the dashboard's shared
     connection or another visitor), within the dashboard's limits. Not cached across visitors."""
+    from servelens.pipeline.query import worker as query_worker
+
     variables = dict(thresholds(cfg.thresholds))
     variables["window_s"] = float(variables.get("window_s", 60.0))
-    return run(cfg.store, sql, variables=variables, limits=user_sql_limits(), time_range=cfg.time_range)
+    # in a process of its own, watched and killed from here (pipeline/query/worker.py): one
+    # visitor's huge value cannot take the dashboard down for everyone
+    return query_worker.run(cfg.store, sql, variables=variables, limits=user_sql_limits(),
+                            time_range=cfg.time_range, max_workers=user_sql_workers())
+
+
+def user_sql_workers() -> int:
+    """How many visitors' queries run at once ($SERVELENS_DASHBOARD_QUERY_WORKERS, default 2):
+    each may take the query memory limit."""
+    try:
+        return max(1, int(os.environ.get("SERVELENS_DASHBOARD_QUERY_WORKERS", "2")))
+    except ValueError:
+        return 2
 
 
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)

@@ -86,9 +86,10 @@ def main(argv: list[str] | None = None) -> None:
     threading.Thread(target=_warm_in_background, args=(app_args(argv),), name="servelens-warmup", daemon=True).start()
     from streamlit.web.cli import main as streamlit_main
 
-    from servelens.dashboards.access import guard_cache_clearing
+    from servelens.dashboards.access import guard_cache_clearing, guard_git_info
 
     guard_cache_clearing()
+    guard_git_info()
 
     sys.argv = ["streamlit", *argv]
     streamlit_main(prog_name="streamlit")

@@ -7,6 +7,8 @@ Imports only the standard library: every command that writes a file calls it fir
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 MANIFEST = "manifest.json"
@@ -51,12 +53,34 @@ def check_output(path: Path, *, force: bool = False) -> None:
         raise OutputRefused(f"--output {path} is a directory; give a file name")
     if not force and (path.exists() or path.is_symlink()):
         raise OutputRefused(f"--output {path} exists; add --force to overwrite it")
+    try:
+        st = path.stat()
+    except OSError:
+        return
+    _refuse_hard_links(path, st)
+
+
+def _refuse_hard_links(path: Path, st: os.stat_result) -> None:
+    # a hard link is another name of the same file, and no path check can tell where the other
+    # names are: one may be a store's manifest or part, which writing here would overwrite
+    if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+        raise OutputRefused(f"--output {path} is a file with {st.st_nlink - 1} other hard link(s), which writing "
+                            "would change too (one may be in a store); remove it or write somewhere else")
 
 
 def write_output(path: Path, data: str | bytes, *, force: bool = False) -> None:
     """Check `path` (see check_output), then write `data` to it. OSError passes through."""
     check_output(path, force=force)
-    if isinstance(data, str):
-        path.write_text(data, encoding="utf-8")
-    else:
-        path.write_bytes(data)
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    # the hard-link check again on the file actually opened, before anything in it changes
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o666)
+    try:
+        _refuse_hard_links(path, os.fstat(fd))
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            os.ftruncate(fd, 0)
+        with os.fdopen(fd, "wb") as f:
+            fd = -1
+            f.write(raw)
+    finally:
+        if fd >= 0:
+            os.close(fd)

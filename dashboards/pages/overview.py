@@ -80,7 +80,7 @@ def _missing(metric: str, have: set[tuple[str, str]], f: data.Filters, avail: pl
             reason = row["reason"][0]
         else:
             reason = "no values in the selected time range"
-        lines.append(f"- **{instance}** ({engine}): {reason}")
+        lines.append(f"- **{md_text(instance)}** ({md_text(engine)}): {reason}")  # reason: our own text (sql/), Markdown
     return lines
 
 
@@ -183,7 +183,7 @@ def verdict_section(cfg: data.Settings, f: data.Filters, results, th: dict) -> N
                 if mine.is_empty():
                     st.markdown("No signal fired in the selected range.")
                 for r in mine.sort("window_start").iter_rows(named=True):
-                    st.markdown(_signal_line(r, th), help=r["recommendation"])
+                    st.markdown(_signal_line(r, th), help=md_text(r["recommendation"]))  # names siblings: log text
 
 
 def headline(cfg: data.Settings, f: data.Filters) -> None:
@@ -202,7 +202,7 @@ def queue_section(cfg, f, avail, th) -> None:
     if not df.is_empty():
         sources = df.group_by("instance").agg(pl.col("source").unique().sort().str.join("+")).sort("instance")
         st.caption("queue_depth.source: " + "; ".join(
-            f"{i}: {QUEUE_SOURCE.get(s, s)}" for i, s in sources.rows()))
+            f"{md_text(i)}: {QUEUE_SOURCE.get(s, s)}" for i, s in sources.rows()))
 
 
 def batch_section(cfg, f, avail, th) -> None:

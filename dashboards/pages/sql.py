@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import streamlit as st
 from servelens.dashboards import access, data, sidebar
+from servelens.pipeline.report.mdsafe import md_text
 from servelens.pipeline.query.output import for_csv, formulas_as_text
 
 MAX_ROWS_SHOWN = 10_000
@@ -51,7 +52,7 @@ if sql.strip():
         st.session_state[_LAST] = last
     _, result, error = last
     if error is not None:
-        st.error(error)
+        st.error(md_text(error))  # DuckDB's message can quote a value from the logs: text, not Markdown
     else:
         shown = result.head(MAX_ROWS_SHOWN)
         st.caption(
@@ -74,4 +75,4 @@ with st.expander("Views and their columns"):
         )
         st.dataframe(views, hide_index=True)
     except data.QueryError as e:
-        st.error(str(e))
+        st.error(md_text(e))

@@ -241,6 +241,8 @@ def sql(
                           raise_timeout=limits.raise_timeout, raise_memory=limits.raise_memory)
     except (QueryError, StoreError, bounded.Exceeded) as e:
         raise fail(str(e)) from None
+    except Exception as e:  # noqa: BLE001 - whatever else a query met: its one line, never a traceback
+        raise fail(f"the query failed ({type(e).__name__}: {' '.join(str(e).split())[:300]})") from None
     if limit < 0:
         raise fail(f"--limit {limit} must be 0 (all rows) or more")
     if df.height == 0 and time_range is not None:
@@ -250,8 +252,11 @@ def sql(
     shown = df
     if format == "table" and output is None and limit and df.height > limit:
         shown = df.head(limit)
+    from ..query.quiet import panics_hidden
+
     try:
-        text = render(shown, format, safe_csv=not raw_csv)
+        with panics_hidden():  # a polars panic's report: its one line below instead
+            text = render(shown, format, safe_csv=not raw_csv)
     except BaseException as e:  # polars panics are BaseException; a result must never end in a traceback
         if isinstance(e, (KeyboardInterrupt, SystemExit)):
             raise

@@ -10,6 +10,7 @@ from typing import Callable, Iterator
 import typer
 
 from ..ingest import FileResult, IngestSummary
+from ..termsafe import shown as printable
 
 
 @contextlib.contextmanager
@@ -57,10 +58,10 @@ def progress_bar(paths: list[Path], enabled: bool) -> Iterator[Callable[[int], N
 
 def print_file_line(f: FileResult) -> None:
     if f.status == "skipped":
-        typer.echo(f"  skipped   {f.source}: {f.reason}", err=True)
+        typer.echo(f"  skipped   {printable(f.source)}: {printable(f.reason)}", err=True)
         return
     if f.status == "unchanged":
-        typer.echo(f"  unchanged {f.source} ({f.reason})", err=True)
+        typer.echo(f"  unchanged {printable(f.source)} ({printable(f.reason)})", err=True)
         return
     how = f.engine
     if f.detected_score is not None:
@@ -83,7 +84,7 @@ def print_file_line(f: FileResult) -> None:
         extra.append(f.reason)
     tail = f"; {', '.join(extra)}" if extra else ""
     typer.echo(
-        f"  ingested  {f.source} [{how}] instance={f.instance}: {f.lines:,} lines -> {f.events:,} events{tail}",
+        f"  ingested  {printable(f.source)} [{how}] instance={printable(f.instance)}: {f.lines:,} lines -> {f.events:,} events{tail}",
         err=True,
     )
 
@@ -132,13 +133,13 @@ def print_summary(s: IngestSummary, store: Path) -> None:
     for note in s.notes:
         lines.append(f"note: {note}")
     for f in s.skipped:
-        lines.append(f"skipped {f.source}: {f.reason}")
+        lines.append(f"skipped {printable(f.source)}: {printable(f.reason)}")
     if s.passed_over:
-        shown = ", ".join(src for src, _ in s.passed_over[:5])
+        shown = ", ".join(printable(src) for src, _ in s.passed_over[:5])
         more = f" and {len(s.passed_over) - 5:,} more (--json lists them all)" if len(s.passed_over) > 5 else ""
         lines.append(f"passed over {len(s.passed_over):,} file(s) that are not logs: {shown}{more}")
     for f in s.failed:
-        lines.append(f"incomplete {f.source}: {f.reason}")
+        lines.append(f"incomplete {printable(f.source)}: {printable(f.reason)}")
     from ..store.remote import store_url
 
     store = store_url(store) or store  # s3://bucket/prefix, not pathlib's s3:/bucket/prefix

@@ -47,6 +47,9 @@ def streamlit_command(store: Path, port: int, host: str, thresholds: Path | None
         "--server.fileWatcherType", "none",
         "--server.runOnSave", "false",
         "--client.toolbarMode", "viewer",
+        # no page takes a file: refuse every upload (Streamlit keeps an upload in memory, and
+        # any session may send one, before or without the token)
+        "--server.maxUploadSize", "0",
         "--", "--store", str(store),
     ]
     if thresholds is not None:

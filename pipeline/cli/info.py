@@ -77,16 +77,18 @@ def register(app: typer.Typer) -> None:
         if as_json:
             typer.echo(json.dumps(data, default=lambda o: o.isoformat() if hasattr(o, "isoformat") else str(o), indent=2))
             return
+        from ..termsafe import shown as printable
+
         lines = [f"store: {data['store']}",
                  f"time range: {_ts(data['first_ts'])} -> {_ts(data['last_ts'])}",
                  f"events: {data['events']:,} ({data['unparsed']:,} unparsed) in {data['parts']:,} parts, "
                  f"{_size(data['bytes'])}; {data['files_ingested']:,} log files ingested",
                  f"engines: {', '.join(data['engines']) or '-'}",
-                 f"models: {', '.join(data['models']) or '-'}",
+                 f"models: {printable(', '.join(data['models'])) or '-'}",
                  f"instances: {len(data['instances'])}"]
-        for r in data["instances"]:
-            lines.append(f"  {r['instance']} ({r['engine']}): {r['events']:,} events, {_ts(r['first_ts'])} -> "
-                         f"{_ts(r['last_ts'])}" + (f", model {r['models']}" if r["models"] else ""))
+        for r in data["instances"]:  # names from logs and file names: control characters as escapes
+            lines.append(f"  {printable(r['instance'])} ({printable(r['engine'])}): {r['events']:,} events, {_ts(r['first_ts'])} -> "
+                         f"{_ts(r['last_ts'])}" + (f", model {printable(r['models'])}" if r["models"] else ""))
         typer.echo("\n".join(lines))
 
     @app.command()

@@ -54,7 +54,7 @@ def available() -> bool:
     return not any(POOL_THREAD.match(n) for n in names)
 
 
-def _rss(pid: int) -> int | None:
+def resident_bytes(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/statm", "rb") as f:
             return int(f.read().split()[1]) * _PAGE
@@ -68,7 +68,7 @@ def call(fn: Callable[[], Any], *, timeout_s: float | None, memory_bytes: int | 
     as it was, when it pickles), or Exceeded. Without fork: fn() here."""
     if not available():
         return fn()
-    base = _rss(os.getpid()) or 0
+    base = resident_bytes(os.getpid()) or 0
     cap = None if not memory_bytes else base + memory_bytes + RESULT_MARGIN
     r, w = os.pipe()
     pid = os.fork()
@@ -80,6 +80,8 @@ def call(fn: Callable[[], Any], *, timeout_s: float | None, memory_bytes: int | 
                 payload = pickle.dumps(("ok", fn()), protocol=pickle.HIGHEST_PROTOCOL)
             except BaseException as e:  # noqa: BLE001 - everything goes back to the parent
                 try:
+                    if not isinstance(e, Exception):  # a Rust panic: its one line, never re-raised as it is
+                        raise TypeError
                     payload = pickle.dumps(("raise", e), protocol=pickle.HIGHEST_PROTOCOL)
                 except Exception:  # noqa: BLE001 - an exception that does not pickle
                     payload = pickle.dumps(("error", f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"))
@@ -90,29 +92,9 @@ def call(fn: Callable[[], Any], *, timeout_s: float | None, memory_bytes: int | 
         finally:
             os._exit(code)
     os.close(w)
-    deadline = None if not timeout_s else time.monotonic() + timeout_s + GRACE_S
-    chunks: list[bytes] = []
-    stopped = None
     try:
-        while True:
-            wait = WATCH_S if deadline is None else max(0.0, min(WATCH_S, deadline - time.monotonic()))
-            ready, _, _ = select.select([r], [], [], wait)
-            if ready:
-                chunk = os.read(r, 1 << 20)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                continue
-            if deadline is not None and time.monotonic() >= deadline:
-                stopped = (f"the query ran past its {timeout_s:g} s time limit and was stopped; "
-                           f"raise it with {raise_timeout}" if raise_timeout else "the query ran past its time limit")
-                break
-            rss = _rss(pid)
-            if cap is not None and rss is not None and rss > cap:
-                stopped = (f"the query went past its memory limit of {_size(memory_bytes)} (one value or "
-                           f"its result took {_size(rss - base)}) and was stopped; raise it with {raise_memory}"
-                           if raise_memory else "the query went past its memory limit")
-                break
+        chunks, stopped = watch(pid, r, timeout_s=timeout_s, cap=cap, base=base, memory_bytes=memory_bytes,
+                                raise_timeout=raise_timeout, raise_memory=raise_memory)
     except BaseException:  # Ctrl-C here: the child goes too
         _kill(pid)
         raise
@@ -133,6 +115,38 @@ def call(fn: Callable[[], Any], *, timeout_s: float | None, memory_bytes: int | 
     if kind == "raise":
         raise value
     raise Exceeded(value)
+
+
+def watch(pid: int, fd: int, *, timeout_s: float | None, cap: int | None, base: int, memory_bytes: int | None,
+          raise_timeout: str = "", raise_memory: str = "", max_read: int | None = None) -> tuple[list[bytes], str | None]:
+    """Read `fd` (the child's answer) to its end while watching process `pid`: (what was read,
+    None), or (what was read so far, why the child must be stopped) once it runs past
+    `timeout_s` + GRACE_S, its resident memory past `cap`, or its answer past `max_read`
+    bytes. The caller kills it."""
+    deadline = None if not timeout_s else time.monotonic() + timeout_s + GRACE_S
+    chunks: list[bytes] = []
+    read = 0
+    while True:
+        wait = WATCH_S if deadline is None else max(0.0, min(WATCH_S, deadline - time.monotonic()))
+        ready, _, _ = select.select([fd], [], [], wait)
+        if ready:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return chunks, None
+            chunks.append(chunk)
+            read += len(chunk)
+            if max_read is not None and read > max_read:
+                return chunks, (f"the result is larger than the memory limit ({_size(memory_bytes or 0)}): add a LIMIT "
+                                f"or aggregate, or raise the limit with {raise_memory or 'the memory limit'}")
+            continue
+        if deadline is not None and time.monotonic() >= deadline:
+            return chunks, (f"the query ran past its {timeout_s:g} s time limit and was stopped; "
+                            f"raise it with {raise_timeout}" if raise_timeout else "the query ran past its time limit")
+        rss = resident_bytes(pid)
+        if cap is not None and rss is not None and rss > cap:
+            return chunks, (f"the query went past its memory limit of {_size(memory_bytes or 0)} (one value or "
+                            f"its result took {_size(rss - base)}) and was stopped; raise it with {raise_memory}"
+                            if raise_memory else "the query went past its memory limit")
 
 
 def _kill(pid: int) -> None:

@@ -69,6 +69,26 @@ def formulas_as_text(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(exprs) if exprs else df
 
 
+def _terminal_safe(df: pl.DataFrame) -> pl.DataFrame:
+    """A table for a terminal: control characters in text (a newline that would forge a row,
+    an ANSI escape) shown as escapes (pipeline/termsafe.py); nested values holding text as
+    JSON text, which escapes them."""
+    from ..termsafe import CONTROL_PATTERN, shown
+
+    exprs = []
+    for name, dtype in df.schema.items():
+        if dtype == pl.String:
+            col = pl.col(name)
+            for raw, esc in (("\n", "\\n"), ("\r", "\\r"), ("\t", "\\t"), ("\x1b", "\\x1b")):
+                col = col.str.replace_all(raw, esc, literal=True)
+            exprs.append(col.str.replace_all(CONTROL_PATTERN, "\ufffd").alias(name))
+        elif _is_nested(dtype) and "String" in str(dtype):
+            exprs.append(_json_text(name))
+    out = df.with_columns(exprs) if exprs else df
+    names = [shown(n) for n in out.columns]
+    return out.rename(dict(zip(out.columns, names))) if names != out.columns else out
+
+
 def render(df: pl.DataFrame, fmt: str, *, safe_csv: bool = True) -> str:
     if fmt == "csv":
         out = for_csv(df)
@@ -77,6 +97,7 @@ def render(df: pl.DataFrame, fmt: str, *, safe_csv: bool = True) -> str:
         return for_json(df).write_json() + "\n"
     if df.width == 0:
         return "(no result)\n"
+    df = _terminal_safe(df)
     with pl.Config(
         tbl_rows=-1,
         tbl_cols=-1,

@@ -312,8 +312,15 @@ def _check_one(statement: Any, depth: int = 0) -> None:
     raise QueryError(f"{REFUSED_HINT} (got {kind})")
 
 
+# A query a person writes is a few kilobytes; a text of megabytes (pasted into the dashboard's
+# page) costs the parser memory and time before any limit of the query applies.
+MAX_SQL_CHARS = 1_000_000
+
+
 def check_statement(sql: str) -> int:
     """Raise QueryError unless every statement of `sql` only reads; returns how many there are."""
+    if len(sql) > MAX_SQL_CHARS:
+        raise QueryError(f"the query text is {len(sql):,} characters; at most {MAX_SQL_CHARS:,} are read")
     statements = _statements(sql)
     if not statements:
         raise QueryError("empty query: give a SELECT statement")
@@ -370,6 +377,8 @@ class _Watchdog:
 _AS_TEXT = ("INTERVAL", "BIT", "BIGNUM", "VARINT", "TIME WITH TIME ZONE", "UNION(")
 # Leaves that make a nested value unrenderable by CSV/JSON writers: the value becomes JSON text.
 _NESTED_TROUBLE = _AS_TEXT + ("BLOB", "HUGEINT", "DECIMAL", "UHUGEINT")
+# A map keyed by anything but text has no JSON form in polars' writers: DuckDB's JSON instead.
+_NON_TEXT_KEY = re.compile(r"MAP\((?!VARCHAR,)")
 
 
 def _renderable(rel: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
@@ -379,7 +388,7 @@ def _renderable(rel: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
         t = str(typ).upper()
         q = '"' + name.replace('"', '""') + '"'
         nested = t.startswith(("STRUCT(", "MAP(")) or t.endswith("]")
-        if nested and any(k in t for k in _NESTED_TROUBLE):
+        if nested and (any(k in t for k in _NESTED_TROUBLE) or _NON_TEXT_KEY.search(t)):
             exprs.append(f"to_json(#{i})::varchar as {q}")
             changed = True
         elif not nested and t.startswith(_AS_TEXT):
@@ -390,10 +399,27 @@ def _renderable(rel: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
     return rel.project(", ".join(exprs)) if changed else rel
 
 
+class _ReadFailed(Exception):
+    """DuckDB's error met while the result's batches were read: Arrow's reader hands it on as
+    an OSError (ArrowIOError) holding DuckDB's text, not as DuckDB's own exception."""
+
+
+def _batches(reader: pa.RecordBatchReader):
+    it = iter(reader)
+    while True:
+        try:
+            batch = next(it)
+        except StopIteration:
+            return
+        except (OSError, pa.ArrowException) as e:
+            raise _ReadFailed(str(e)) from None
+        yield batch
+
+
 def _fetch(rel: duckdb.DuckDBPyRelation, max_bytes: int, limits: Limits) -> pa.Table:
     reader = rel.to_arrow_reader(64 * 1024)
     batches, size = [], 0
-    for batch in reader:
+    for batch in _batches(reader):
         size += batch.nbytes
         if size > max_bytes:
             raise QueryError(
@@ -403,7 +429,58 @@ def _fetch(rel: duckdb.DuckDBPyRelation, max_bytes: int, limits: Limits) -> pa.T
         batches.append(batch)
     table = pa.Table.from_batches(batches, schema=reader.schema)
     names = _unique(table.column_names)
-    return table.rename_columns(names) if names != table.column_names else table
+    return _dates_in_range(table.rename_columns(names) if names != table.column_names else table)
+
+
+# polars (chrono) holds dates and times of years -262,143 to 262,142; DuckDB's go further
+# (`'infinity'::timestamp`, year 294,247, a date of year 5,000,000) and polars panics on them
+# when it prints or writes the value. A column holding one is shown as DuckDB's own text.
+_DAYS_MAX = 95_000_000  # about year 262,000 either side of 1970
+_PER_DAY = {"s": 86_400, "ms": 86_400_000, "us": 86_400_000_000, "ns": None}  # ns: int64 is always in range
+
+
+def _out_of_range(arr: pa.Array) -> bool:
+    import pyarrow.compute as pc
+
+    t = arr.type
+    if pa.types.is_timestamp(t) or pa.types.is_date(t):
+        per_day = 1 if pa.types.is_date32(t) else 86_400_000 if pa.types.is_date64(t) else _PER_DAY[t.unit]
+        if per_day is None or arr.null_count == len(arr):
+            return False
+        raw = arr.view(pa.int32() if pa.types.is_date32(t) else pa.int64())
+        lo, hi = pc.min_max(raw).values()
+        return lo.as_py() < -_DAYS_MAX * per_day or hi.as_py() > _DAYS_MAX * per_day
+    if pa.types.is_map(t):
+        return _out_of_range(arr.keys) or _out_of_range(arr.items)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _out_of_range(arr.flatten())
+    if pa.types.is_struct(t):
+        return any(_out_of_range(arr.field(i)) for i in range(t.num_fields))
+    if pa.types.is_dictionary(t):
+        return _out_of_range(arr.dictionary)
+    return False
+
+
+def _dates_in_range(table: pa.Table) -> pa.Table:
+    exprs, changed = [], False
+    for i, col in enumerate(table.columns, start=1):
+        q = '"' + table.column_names[i - 1].replace('"', '""') + '"'
+        if any(_out_of_range(chunk) for chunk in col.chunks):
+            flat = pa.types.is_timestamp(col.type) or pa.types.is_date(col.type)
+            exprs.append(f"#{i}::varchar as {q}" if flat else f"to_json(#{i})::varchar as {q}")
+            changed = True
+        else:
+            exprs.append(f"#{i} as {q}")
+    if not changed:
+        return table
+    # DuckDB's text for these values (`infinity`, `294247-01-10 04:00:54.775807`), on a
+    # connection of its own that opens nothing
+    con = duckdb.connect(":memory:", config={"enable_external_access": False, "autoload_known_extensions": False,
+                                             "autoinstall_known_extensions": False, "threads": 1})
+    try:
+        return con.from_arrow(table).project(", ".join(exprs)).to_arrow_table()
+    finally:
+        con.close()
 
 
 def _unique(names: list[str]) -> list[str]:
@@ -461,9 +538,24 @@ def execute(
             raise QueryError(text if any(v in text for v in _VANISHED) else clean_message(e)) from None
         except duckdb.Error as e:
             raise QueryError(clean_message(e)) from None
+        except _ReadFailed as e:
+            text = str(e)
+            if "Out of Memory Error" in text or "max_temp_directory_size" in text:
+                raise QueryError(_limit_message(e, limits)) from None  # type: ignore[arg-type]
+            if "INTERRUPT" in text.upper() and dog.fired:
+                raise QueryError(
+                    f"the query ran past its {limits.timeout_s:g} s time limit and was stopped; "
+                    f"raise it with {limits.raise_timeout}"
+                ) from None
+            raise QueryError(clean_message(e)) from None
+    from .quiet import is_panic, panics_hidden
+
     try:
-        return pl.from_arrow(table)  # type: ignore[return-value]
-    except Exception as e:  # a type polars cannot take that _renderable did not foresee
+        with panics_hidden():
+            return pl.from_arrow(table)  # type: ignore[return-value]
+    except BaseException as e:  # a type polars cannot take that _renderable did not foresee (a panic too)
+        if not isinstance(e, Exception) and not is_panic(e):
+            raise
         raise QueryError(f"cannot show this result's column types ({clean_message(e)}); cast the column to varchar") from None
 
 

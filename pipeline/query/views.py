@@ -184,6 +184,7 @@ _AT_LEAST: dict[str, float] = {
     "swing_lookback_windows": 1,
     "errors_count": 1,
 }
+_AT_MOST = 10**9  # durations (s) and counts
 _CHOICES: dict[str, tuple[str, ...]] = {"autoscaler_combine": ("any", "all")}
 _DURATION_SUFFIX = "_s"
 _NON_NEGATIVE_EXCEPT = ("autoscaler_waiting", "autoscaler_running", "autoscaler_kv_usage")
@@ -222,6 +223,9 @@ def check_thresholds(values: Mapping[str, Any], defaults: Mapping[str, Any], sou
                 low = 0
             if low is not None and value < low:
                 raise ValueError(f"threshold {key} in {source} must be at least {low:g}, not {value!r}")
+            if (key.endswith(_DURATION_SUFFIX) or isinstance(default, int)) and abs(value) > _AT_MOST:
+                # beyond DuckDB's timestamps (a window of 1e18 s) or its BIGINT (1e20 windows)
+                raise ValueError(f"threshold {key} in {source} must be at most {_AT_MOST:,} ({'about 31 years' if key.endswith(_DURATION_SUFFIX) else 'a count'}), not {value!r}")
         elif key in _CHOICES and value not in _CHOICES[key]:
             raise ValueError(f"threshold {key} in {source} must be one of {', '.join(_CHOICES[key])}, not {value!r}")
 

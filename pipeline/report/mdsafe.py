@@ -1,7 +1,7 @@
 """Log text as Markdown text: whatever a log line or a file name holds renders as the same
 characters, never as a link, an image, HTML, a heading, a table cell break or a new line.
 
-Imports nothing: the report's Markdown and the dashboard's Streamlit Markdown both use it.
+Imports only pipeline/termsafe.py: the report's Markdown and the dashboard's Streamlit Markdown both use it.
 """
 
 from __future__ import annotations
@@ -24,7 +24,11 @@ _SPACE = re.compile(r"\s+")
 def one_line(text: object, limit: int | None = None) -> str:
     """`text` with every run of whitespace (newlines included) made one space, cut to `limit`
     characters with an ellipsis."""
-    s = _SPACE.sub(" ", "" if text is None else str(text)).strip()
+    from ..termsafe import shown
+
+    # whitespace first (a newline is a space here), then what is left of the controls (an
+    # ANSI escape) as visible escapes: a report read with `cat` must not drive the terminal
+    s = shown(_SPACE.sub(" ", "" if text is None else str(text)).strip())
     if limit is not None and len(s) > limit:
         s = s[: limit - 1] + "…"
     return s

@@ -130,6 +130,8 @@ def frame(store: Path, snap: Snapshot, view: View, width: int, now: float | None
     from rich.table import Table
     from rich.text import Text
 
+    from ..termsafe import shown as printable
+
     now = time.time() if now is None else now
     rows = visible(snap.servers, view)
     sort_col, sort_title, _ = SORT_KEYS[view.sort]
@@ -148,7 +150,8 @@ def frame(store: Path, snap: Snapshot, view: View, width: int, now: float | None
         sig = ", ".join(f"{x['signal']}{'!' if x['severity'] == 'critical' else ''}" for x in s.get("signals", []))
         style = "red" if s.get("scale_out") else "magenta" if s.get("route_better") else None
         table.add_row(
-            s["server"], s.get("engine") or "-", (s.get("model") or "-").split("/")[-1],
+            # names from logs and file names: a newline or an escape would forge rows (termsafe)
+            printable(s["server"]), printable(s.get("engine") or "-"), printable((s.get("model") or "-").split("/")[-1]),
             window[11:16] if window else "-",
             _f(s.get("waiting"), ".1f"), _f(s.get("running"), ".1f"),
             "-" if s.get("kv_usage") is None else f"{100 * s['kv_usage']:.0f}%",
