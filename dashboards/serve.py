@@ -59,11 +59,12 @@ def warm(args: list[str], others_after_s: float = OTHERS_AFTER_S, idle_s: float 
     width finds them), each after a pause of `idle_s` in the visits (IDLE_SLOW_S where the
     default width took SLOW_WIDTH_S or more). Returns the seconds it took."""
     t0 = time.perf_counter()
-    from servelens.dashboards import charts, data, sidebar, verdict  # noqa: F401  (the page's imports)
+    from servelens.dashboards import data, sidebar  # noqa: F401  (the page's imports)
+    from servelens.pipeline.report import chart_specs, verdict  # noqa: F401
 
     cfg = data.settings(args)
     conn = data.warm(cfg)  # what the first page needs, first
-    charts.warm()
+    chart_specs.warm()
     default = float(data.thresholds(cfg.thresholds)["window_s"])
     if sum(s for _, w, s in conn.evaluated if w == default) >= SLOW_WIDTH_S:
         idle_s = max(idle_s, IDLE_SLOW_S)

@@ -31,7 +31,7 @@ from typing import Callable
 
 import polars as pl
 
-from .sample_compact import merge_small_parts
+from .store.sample_compact import merge_small_parts
 from .sample_ingest import Known, known_instances, name_instances, server_engine
 from .sources.exposition import ParseStats, finish_raw, parse_text
 from .store.commit import Store

@@ -73,7 +73,8 @@ def test_an_empty_range_says_the_stores_range(recent_store):
 
 
 def test_the_kv_chart_of_a_cpu_server_says_cpu(tmp_path):
-    from servelens.dashboards import charts, data
+    from servelens.pipeline.report import chart_specs as charts
+    from servelens.dashboards import data
 
     log = SAMPLE / "vllm" / "real-0.32" / "vllm-cpu.log.gz"
     text = gzip.open(log, "rt").read()

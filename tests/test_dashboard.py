@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dashboard_store import INCIDENT, build_store, chart_specs
-from servelens.dashboards import charts
-from servelens.dashboards import verdict as vd
+from servelens.pipeline.report import chart_specs as charts
+from servelens.pipeline.report import verdict as vd
 from servelens.pipeline.query.connect import QueryError, run
 
 APP = Path(__file__).resolve().parent.parent / "dashboards" / "app.py"

@@ -319,7 +319,7 @@ def _queue_frame(values: list[float | None]) -> pl.DataFrame:
 
 
 def test_a_chart_spec_is_built_once_per_content_and_the_kept_specs_are_bounded(monkeypatch):
-    from servelens.dashboards import charts
+    from servelens.pipeline.report import chart_specs as charts
 
     monkeypatch.setattr(charts, "_specs", type(charts._specs)())
     monkeypatch.setattr(charts, "SPECS_KEPT", 2)
@@ -355,7 +355,7 @@ def test_a_chart_spec_is_built_once_per_content_and_the_kept_specs_are_bounded(m
 
 
 def test_a_rerun_with_the_same_filters_builds_no_chart(store, monkeypatch):
-    from servelens.dashboards import charts
+    from servelens.pipeline.report import chart_specs as charts
 
     monkeypatch.setenv("SERVELENS_STORE", str(store))
     monkeypatch.setattr(charts, "_specs", type(charts._specs)())

@@ -128,7 +128,7 @@ def test_api_signals_says_route_better_and_does_not_ask_to_scale_out(sim):
 def test_the_dashboard_shows_route_better(sim, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
-    from servelens.dashboards import verdict as vd
+    from servelens.pipeline.report import verdict as vd
 
     _, store = sim
     monkeypatch.setenv("SERVELENS_STORE", str(store))

@@ -204,7 +204,7 @@ def test_an_unreachable_url_is_named_once_and_the_others_go_on(tmp_path):
 
 def test_a_long_scrape_leaves_few_parts_and_every_sample(tmp_path):
     """A part per round would leave thousands a day: the small ones are merged as it goes."""
-    from servelens.pipeline.sample_compact import MIN_PARTS
+    from servelens.pipeline.store.sample_compact import MIN_PARTS
 
     answers = bodies(LLAMA / "scrapes.prom")
     rounds = MIN_PARTS + 8

@@ -10,8 +10,9 @@ import datetime as dt
 
 import polars as pl
 import streamlit as st
-from servelens.dashboards import charts, data, sidebar
-from servelens.dashboards import verdict as vd
+from servelens.pipeline.report import chart_specs as charts
+from servelens.dashboards import data, sidebar
+from servelens.pipeline.report import verdict as vd
 from servelens.pipeline.report.mdsafe import md_text
 
 UTC = dt.timezone.utc

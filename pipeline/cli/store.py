@@ -62,11 +62,12 @@ def register(app: typer.Typer) -> None:
           servelens repair --store live.store --dry-run
         """
         from ..store.manifest import StoreError
+        from ..query import rollups
         from ..store.repair import repair as run_repair
 
         target = store_path(store)
         try:
-            result = run_repair(target, dry_run=dry_run, deep=deep)
+            result = run_repair(target, dry_run=dry_run, deep=deep, rebuild=rollups.rebuild)
         except StoreError as e:
             raise fail(str(e)) from None
         will = "would " if dry_run else ""

@@ -135,6 +135,7 @@ def register(app: typer.Typer) -> None:
           servelens compact
           servelens compact --store live.store --min-parts 16
         """
+        from ..query import rollups
         from ..store.compact import compact as run_compact
         from ..store.commit import Store
         from ..store.manifest import StoreError, StoreLocked
@@ -149,7 +150,7 @@ def register(app: typer.Typer) -> None:
             raise fail("--min-parts must be at least 2")
         try:
             with Store.open(target, purpose="compact") as st:
-                result = run_compact(st, min_parts=min_parts, migrate=True, rollups=True)
+                result = run_compact(st, min_parts=min_parts, migrate=True, refresh=rollups.refresh)
         except StoreLocked as e:
             raise fail(f"{e} (a running servelens tail compacts the store itself)") from None
         except StoreError as e:

@@ -358,3 +358,10 @@ def status(root: Path | str, variables: Mapping[str, Any] | None = None, view: s
 
 
 __all__ = ["VIEW", "VIEWS", "usable", "ROLLUP_DIR", "current", "refresh", "stale", "status", "view_sql", "key_variables", "sql_key", "disabled", "Refreshed"]
+
+
+def rebuild(store: Store, whole: bool) -> Refreshed | None:
+    """After a repair: refresh (`whole` when rows were dropped) and remove orphaned files."""
+    refreshed = refresh(store, whole=whole)
+    remove_orphans(store)
+    return refreshed

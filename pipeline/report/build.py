@@ -190,7 +190,7 @@ def build_report(
             slowest=slowest.get(key, []),
             availability=availability.get(info["engine"], []),
         ))
-    from servelens.dashboards.verdict import verdict
+    from servelens.pipeline.report.verdict import verdict
 
     from .summary import read_summary, summarize
 

@@ -54,7 +54,7 @@ def render_charts(con: duckdb.DuckDBPyConnection, report: dict[str, Any], thresh
     Raises ImportError without vl-convert."""
     import vl_convert as vlc
 
-    from servelens.dashboards import charts
+    from servelens.pipeline.report import chart_specs as charts
 
     since = report["since"] or report["first_ts"]
     until = report["until"] or report["last_ts"]

@@ -23,7 +23,7 @@ import shutil
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import polars as pl
 import pyarrow as pa
@@ -60,7 +60,7 @@ class CompactResult:
     merged: int = 0  # input parts replaced
     written: int = 0  # merged parts written
     rows: int = 0
-    rollup: Any = None  # pipeline/rollup.Refreshed when the rollups were refreshed
+    rollup: Any = None  # what `refresh` returned (pipeline/query/rollups.Refreshed)
     rollup_error: str | None = None  # why they could not be (the merges are committed)
 
 
@@ -135,21 +135,20 @@ def _chunks(parts: list[tuple[str, int]], target_bytes: int, min_len: int) -> li
 
 
 def compact(store: Store, min_parts: int = 2, small_bytes: int = SMALL_PART_BYTES,
-            target_bytes: int = TARGET_BYTES, migrate: bool = False, rollups: bool = False) -> CompactResult:
+            target_bytes: int = TARGET_BYTES, migrate: bool = False,
+            refresh: Callable[[Store], Any] | None = None) -> CompactResult:
     """Merge small parts partition by partition; one atomic commit per merged part (with
-    `migrate`, also rewrite every part of the older layout: see plan). With `rollups`
-    (`servelens compact`), then bring the rollups up to date: refreshed where dirty, rebuilt
-    when lost, damaged or computed by other SQL (pipeline/query/rollups.py)."""
+    `migrate`, also rewrite every part of the older layout: see plan). With `refresh`
+    (`servelens compact` passes the rollups' refresh, pipeline/query/rollups.py: the store
+    does not import the readers), then bring the rollups up to date."""
     result = CompactResult(parts_before=len(store.manifest["parts"]))
     require_intact(store)
     for group in plan(store, min_parts, small_bytes, target_bytes, migrate=migrate):
         commit_merge(store, merge(store.root, group), result)
     result.parts_after = len(store.manifest["parts"])
-    if rollups:
-        from ..query import rollups as rollup
-
+    if refresh is not None:
         try:
-            result.rollup = rollup.refresh(store)
+            result.rollup = refresh(store)
         except (StoreError, RuntimeError, OSError) as e:
             # the merges are committed and right; stale rollups cost only speed (readers
             # compute those views from the events until the next refresh)

@@ -27,7 +27,7 @@ import fcntl
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -135,7 +135,7 @@ class RepairResult:
     deleted_unreferenced: list[str] = field(default_factory=list)
     reset: str | None = None  # where the parts of a store without a usable manifest went
     rows_dropped: int = 0
-    rollup: Any = None  # pipeline/rollup.Refreshed when the rollups were rebuilt or refreshed
+    rollup: Any = None  # what `rebuild` returned (pipeline/query/rollups.Refreshed)
     rollup_error: str | None = None  # why they could not be (queries then use the raw path)
     problems: list[str] = field(default_factory=list)  # what a writer found (heal)
     # dropped or unreferenced files that could not be deleted (a directory not writable): no
@@ -143,7 +143,11 @@ class RepairResult:
     not_deleted: list[str] = field(default_factory=list)
 
 
-def repair(root: Path | str, dry_run: bool = False, deep: bool = False) -> RepairResult:
+def repair(root: Path | str, dry_run: bool = False, deep: bool = False,
+           rebuild: Callable[[Store, bool], Any] | None = None) -> RepairResult:
+    """Drop damaged parts and roll their files' offsets back so a re-ingest restores them;
+    then `rebuild(store, whole)` the rollups (the command passes pipeline/query/rollups.rebuild:
+    the store does not import the readers)."""
     root = Path(root)
     if not root.is_dir():
         raise StoreError(f"store {root} does not exist; give --store")
@@ -170,11 +174,9 @@ def repair(root: Path | str, dry_run: bool = False, deep: bool = False) -> Repai
                 result.not_deleted.append(rel)
         _prune_empty_dirs(root / "events")
         # the rollups: rebuilt when rows were dropped, or when the file is lost or damaged
-        from ..query import rollups as rollup
-
         try:
-            result.rollup = rollup.refresh(store, whole=bool(lost))
-            rollup.remove_orphans(store)
+            if rebuild is not None:
+                result.rollup = rebuild(store, bool(lost))
         except (StoreError, RuntimeError, OSError) as e:
             result.rollup_error = " ".join(str(e).split())[:200]
     return result

@@ -35,7 +35,7 @@ from .commit import Store, merge_dirty, new_txid
 
 SAMPLES_DIR = "samples"
 MANIFEST_KEY = "samples"
-_PARQUET = dict(compression="zstd", row_group_size=256_000,
+SAMPLE_PARQUET_OPTIONS = dict(compression="zstd", row_group_size=256_000,
                 use_dictionary=[f.name for f in SAMPLE_SCHEMA if f.name not in ("ts", "value", "le", "quantile")])
 
 
@@ -129,7 +129,7 @@ def commit_samples(store: Store, samples: pl.DataFrame) -> int:
             staged.parent.mkdir(parents=True, exist_ok=True)
             part = part.drop("_day").sort("instance", "name", "labels", "le", "quantile", "ts", nulls_last=True)
             with open(staged, "wb") as f:
-                pq.write_table(to_arrow(part), f, **_PARQUET)
+                pq.write_table(to_arrow(part), f, **SAMPLE_PARQUET_OPTIONS)
                 f.flush()
                 os.fsync(f.fileno())
             fsync_dir(staged.parent)

@@ -19,10 +19,10 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 
-from .sources.samples import POLARS_SCHEMA, to_arrow
-from .store.commit import Store, new_txid
-from .store.manifest import write_json_atomic
-from .store.samples import _PARQUET, MANIFEST_KEY, SAMPLES_DIR, sample_entries
+from ..sources.samples import POLARS_SCHEMA, to_arrow
+from .commit import Store, new_txid
+from .manifest import write_json_atomic
+from .samples import SAMPLE_PARQUET_OPTIONS, MANIFEST_KEY, SAMPLES_DIR, sample_entries
 
 SMALL_ROWS = 200_000
 MIN_PARTS = 32
@@ -64,7 +64,7 @@ def _merge(store: Store, day: str, rels: list[str]) -> int:
         staged = stage / final
         staged.parent.mkdir(parents=True, exist_ok=True)
         with open(staged, "wb") as f:
-            pq.write_table(to_arrow(part), f, **_PARQUET)
+            pq.write_table(to_arrow(part), f, **SAMPLE_PARQUET_OPTIONS)
             f.flush()
             os.fsync(f.fileno())
         entry = sample_entries(m)
