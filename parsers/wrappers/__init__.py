@@ -263,6 +263,9 @@ def apply_wrapper(events: pl.DataFrame, dec: pl.DataFrame, first: int, joined: b
         cols["_wts"].alias("wrapper_ts"), cols["_stream"].alias("stream"), cols["_labels"].alias("labels"),
         cols["_pre"].alias("_pre"),
     )
+    if "_lab_pod" in dec.columns:
+        # (a value carried from line to line, the model, is carried within each pod)
+        events = events.with_columns(dec["_lab_pod"].gather(idx).alias("_carry_by"))
     if by_pod:
         pod = dec["_lab_pod"].gather(idx)
         own = events["instance"] if "instance" in events.columns else pl.Series([None] * events.height, dtype=pl.String)

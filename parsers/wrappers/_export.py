@@ -75,6 +75,7 @@ def decode_objects(df: pl.DataFrame, dtype: pl.Struct) -> pl.DataFrame:
     line is not a whole object: an export cut short leaves its text to the engine parser,
     which keeps it as `unparsed`)."""
     df = join_objects(df)
+    df = _split_arrays(df, dtype)
     obj = pl.col("text").str.starts_with("{")
     try:
         return df.with_columns(pl.when(obj).then(pl.col("text")).str.json_decode(dtype).alias("_j"))
@@ -84,6 +85,26 @@ def decode_objects(df: pl.DataFrame, dtype: pl.Struct) -> pl.DataFrame:
         df = df.with_columns(pl.col("text").map_elements(_decode_one, return_dtype=dtype).alias("_j"))
         broken = obj & pl.col("_j").is_null()
         return df.with_columns(pl.when(broken).then(pl.lit("not a whole JSON object (the export cut short?)")).alias("_lab_decode_error"))
+
+
+# a whole array of objects on one line (a download saved compact, `jq -c .`)
+_ARRAY = r"^\[\s*\{.*\}\s*\]$"
+
+
+def _split_arrays(df: pl.DataFrame, dtype: pl.Struct) -> pl.DataFrame:
+    """A line holding a whole array of objects -> one line per object (each keeps the
+    array's line number), each object's text its JSON."""
+    arr = pl.col("text").str.contains(_ARRAY)
+    if df.height == 0 or not df.select(arr.any()).item():
+        return df
+    try:
+        items = pl.when(arr).then(pl.col("text")).str.json_decode(pl.List(dtype))
+        df = df.with_columns(items.alias("_arr"))
+    except pl.exceptions.PolarsError:
+        return df  # a broken array stays one line: the engine parser keeps it as it is
+    df = df.with_columns(pl.when(pl.col("_arr").list.len() > 0).then(pl.col("_arr"))).explode("_arr")
+    one = pl.col("_arr").is_not_null()
+    return df.with_columns(pl.when(one).then(pl.col("_arr").struct.json_encode()).otherwise(pl.col("text")).alias("text")).drop("_arr")
 
 
 def _decode_one(text: str | None):
