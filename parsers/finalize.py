@@ -42,6 +42,10 @@ def finalize(events: pl.DataFrame, ctx: ParseContext, carry: tuple[str, ...] = (
     for col in carry:
         if col not in events.columns:
             continue
+        if "_carry_by" in events.columns and col != "instance":
+            # an export of several pods: a value one pod names is not another's
+            events = _carry_by_pod(events, col, ctx)
+            continue
         filled = pl.col(col).forward_fill()
         prior = ctx.state.get(f"carry_{col}")
         if prior is not None:
@@ -51,6 +55,8 @@ def finalize(events: pl.DataFrame, ctx: ParseContext, carry: tuple[str, ...] = (
         if len(last):
             ctx.state[f"carry_{col}"] = last[-1]
 
+    if "_carry_by" in events.columns:
+        events = events.drop("_carry_by")
     consts = {
         "engine": ctx.engine,
         "source": ctx.source,
@@ -71,6 +77,24 @@ def finalize(events: pl.DataFrame, ctx: ParseContext, carry: tuple[str, ...] = (
             exprs.append(pl.lit(None, dtype).alias(name))
     out = events.select(exprs)
     return out
+
+
+def _carry_by_pod(events: pl.DataFrame, col: str, ctx: ParseContext) -> pl.DataFrame:
+    """`col` carried forward within each pod (`_carry_by`), and across chunks per pod."""
+    key = f"carry_{col}_by_pod"
+    prior: dict = dict(ctx.state.get(key) or {})
+    by = pl.col("_carry_by").fill_null("")
+    filled = pl.col(col).forward_fill().over(by)
+    if prior:
+        known = pl.DataFrame({"_carry_by": list(prior), "_prior": list(prior.values())},
+                             schema={"_carry_by": pl.String, "_prior": events.schema[col]})
+        events = events.with_columns(by.alias("_carry_by")).join(known, on="_carry_by", how="left", maintain_order="left")
+        filled = filled.fill_null(pl.col("_prior"))
+    events = events.with_columns(filled.alias(col)).drop("_prior", strict=False)
+    last = events.filter(pl.col(col).is_not_null()).group_by(by, maintain_order=True).agg(pl.col(col).last())
+    prior.update(dict(zip(last.to_series(0).to_list(), last[col].to_list())))
+    ctx.state[key] = prior
+    return events
 
 
 def run_offsets(firsts: list[int], lasts: list[int], ctx: ParseContext) -> list[int | None]:

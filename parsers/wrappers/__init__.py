@@ -254,15 +254,16 @@ def apply_wrapper(events: pl.DataFrame, dec: pl.DataFrame, first: int, joined: b
     else:
         span = pl.Series(np.ones(events.height, dtype=np.int64))
     label_cols = sorted(c for c in dec.columns if c.startswith("_lab_"))
-    side = dec.select(
-        pl.col("_wts"), pl.col("_stream"), pl.col("_pre"),
-        _labels_expr(label_cols, labels).alias("_labels"),
-    )
+    side = dec.select(pl.col("_wts"), pl.col("_stream"), pl.col("_pre")).with_columns(
+        _labels_of(dec, label_cols, labels).alias("_labels"))
     cols = {c: side[c].gather(idx) for c in side.columns}
     events = events.with_columns(
         cols["_wts"].alias("wrapper_ts"), cols["_stream"].alias("stream"), cols["_labels"].alias("labels"),
         cols["_pre"].alias("_pre"),
     )
+    if "_lab_pod" in dec.columns:
+        # (a value carried from line to line, the model, is carried within each pod)
+        events = events.with_columns(dec["_lab_pod"].gather(idx).alias("_carry_by"))
     if by_pod:
         pod = dec["_lab_pod"].gather(idx)
         own = events["instance"] if "instance" in events.columns else pl.Series([None] * events.height, dtype=pl.String)
@@ -279,6 +280,19 @@ def apply_wrapper(events: pl.DataFrame, dec: pl.DataFrame, first: int, joined: b
             # finalize walks the events in this order, not the lines' (carried model, times)
             events = events.with_columns(idx.alias("_order"))
     return _wrapper_time(events)
+
+
+def _labels_of(dec: pl.DataFrame, cols: list[str], constant: dict[str, str]) -> pl.Series:
+    """`_labels_expr` per line of `dec`, encoded once per distinct set of labels (a file
+    holds few: one per stream) rather than once a line."""
+    if not cols:
+        return dec.select("line").with_columns(_labels_expr(cols, constant).alias("_labels"))["_labels"]
+    lab = dec.select(cols)
+    combos = lab.unique(maintain_order=True)
+    if combos.height * 4 > lab.height:
+        return lab.select(_labels_expr(cols, constant)).to_series()
+    combos = combos.with_columns(_labels_expr(cols, constant).alias("_labels"))
+    return lab.join(combos, on=cols, how="left", nulls_equal=True, maintain_order="left")["_labels"]
 
 
 def _labels_expr(cols: list[str], constant: dict[str, str]) -> pl.Expr:
@@ -306,20 +320,24 @@ def _wrapper_time(events: pl.DataFrame) -> pl.DataFrame:
         pl.when(own.is_not_null()).then(own.dt.strftime("%Y-%m-%dT%H:%M:%S%.fZ"))
         .when(noyear.is_not_null()).then(noyear.dt.strftime("%m-%d %H:%M:%S"))
     )
-    extra = {"engine_ts": pl.when(take).then(engine_ts), "prefix": pl.col("_pre")}
+    # `{"engine_ts":…,"prefix":…}` without nulls, built directly (a time needs no escaping;
+    # one member's null needs no cutting out)
+    own_ts = pl.when(take).then(engine_ts)
+    ets = pl.lit('"engine_ts":"') + own_ts + pl.lit('"')
+    pre = pl.struct(pl.col("_pre").alias("prefix")).struct.json_encode().str.slice(1).str.strip_suffix("}")
+    pre = pl.when(pl.col("_pre").is_not_null()).then(pre)
+    add = pl.when(own_ts.is_not_null() | pl.col("_pre").is_not_null()).then(
+        pl.lit("{") + pl.concat_str([ets, pre], separator=",", ignore_nulls=True) + pl.lit("}"))
     events = events.with_columns(
         pl.when(take).then(wts.dt.cast_time_unit("us")).otherwise(own).alias("ts"),
         pl.when(take).then(None).otherwise(noyear).alias("ts_noyear"),
-        _merge_attrs(events, extra).alias("attrs"),
+        _merge_attrs(events, add).alias("attrs"),
     )
     return events.drop("_pre")
 
 
-def _merge_attrs(events: pl.DataFrame, extra: dict[str, pl.Expr]) -> pl.Expr:
-    """attrs (a JSON object string or null) with the members `extra` added (nulls left out)."""
-    from ..base import attrs_json
-
-    add = attrs_json(**extra)
+def _merge_attrs(events: pl.DataFrame, add: pl.Expr) -> pl.Expr:
+    """attrs (a JSON object string or null) with the members of the object `add` (or null)."""
     if "attrs" not in events.columns:
         return add
     old = pl.col("attrs").cast(pl.String)

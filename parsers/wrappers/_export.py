@@ -32,25 +32,67 @@ def join_objects(df: pl.DataFrame) -> pl.DataFrame:
     object, without the separating comma). Lines outside the elements (brackets, the
     envelope's own members such as a paging token) are left out."""
     text = pl.col("text")
-    indent = df.select(text.str.extract(_OPEN, 1).str.len_bytes().drop_nulls().mode().max()).item()
+    indent = _indent(df.head(_HEAD))
+    if indent is None and df.height > _HEAD:
+        indent = _indent(df)
     if indent is None:  # one object per line
         inside = pl.lit(False)
         closes = pl.lit(True)
     else:
         pad = " " * int(indent)
-        opens = text.str.contains(f"^{pad}\\{{\\s*$")
-        closes = text.str.contains(f"^{pad}\\}},?\\s*$")
+        opens_re, closes_re = text.str.contains(f"^{pad}\\{{\\s*$"), text.str.contains(f"^{pad}\\}},?\\s*$")
+        opens_eq, closes_eq = text == pad + "{", (text == pad + "}") | (text == pad + "},")
+        # the braces are alone on their lines as printers write them: compared whole, not
+        # matched (a block's head says whether that holds)
+        plain = df.head(_HEAD).select(((opens_eq == opens_re) & (closes_eq == closes_re)).all()).item()
+        opens, closes = (opens_eq, closes_eq) if plain else (opens_re, closes_re)
         # inside an element: its opening line was the last brace line at that indentation
         # (a block that starts inside one, as a reader's window may, has its tail outside)
         last = pl.when(opens).then(pl.lit(True)).when(closes).then(pl.lit(False)).forward_fill()
         inside = last.fill_null(False) | closes
-    df = join_fragments(df, ~inside | closes)
+    df = _join_runs(df, ~inside | closes)
     t = pl.col("text").str.strip_chars().str.strip_suffix(",")
-    envelope = t.str.contains(_PUNCT) | t.str.contains(r'^"[^"]*"\s*:\s*(?:[\[{]|\[\]|"[^"]*"|[0-9.]+|true|false|null),?$')
+    text = pl.col("text")
+    envelope = text.str.contains(_PUNCT) | text.str.contains(r'^\s*"[^"]*"\s*:\s*(?:[\[{]|\[\]|"[^"]*"|[0-9.]+|true|false|null),?\s*$')
     # the envelope is the platform's, not the server's: its lines give no line to the parser
     # (an unfinished last line stays, so the reader still holds it back)
     keep = ~envelope | pl.col("_open")
     return df.filter(keep).with_columns(pl.when(t.str.starts_with("{")).then(t).otherwise(pl.col("text")).alias("text"))
+
+
+_HEAD = 4096
+_SEP = "\x1e"  # never raw in JSON text (a control character is escaped inside strings)
+
+
+def _indent(df: pl.DataFrame) -> int | None:
+    return df.select(pl.col("text").str.extract(_OPEN, 1).str.len_bytes().drop_nulls().mode().max()).item()
+
+
+def _join_runs(df: pl.DataFrame, ends: pl.Expr) -> pl.DataFrame:
+    """`join_fragments` for the lines of a JSON export, without grouping: the block's lines
+    are put end to end once, with a separator after each object's last line, and cut there.
+    Each line loses its indentation (JSON whitespace: a string never spans lines)."""
+    if df.height == 0 or df["_stream"].null_count() != df.height:
+        return join_fragments(df, ends)
+    df = df.with_columns(ends.fill_null(True).alias("_end"))
+    if bool(df["_end"].all()):
+        return df.drop("_end")
+    end = pl.col("_end")
+    last_row = pl.int_range(pl.len()) == pl.len() - 1
+    first = end.shift(1).fill_null(True)
+    labels = [c for c in df.columns if c.startswith("_lab_")]
+    heads = df.filter(first).select("line", "_wts", "_stream", "_pre", *labels)
+    sizes = df.select(pl.col("_n").cum_sum().filter(end | last_row).diff().fill_null(pl.col("_n").cum_sum().filter(end | last_row).first()))
+    marked = pl.when(end).then(pl.col("text") + _SEP).otherwise(pl.col("text")).str.strip_chars_start(" ")
+    pieces = df.select(marked.str.join("").str.split(_SEP).explode())[:, 0]
+    if bool(df["_end"][-1]):
+        pieces = pieces.head(len(pieces) - 1)
+    if len(pieces) != heads.height:  # a separator inside some line after all
+        return join_fragments(df.drop("_end"), end)
+    open_last = not bool(df["_end"][-1])
+    out = heads.with_columns(pieces.alias("text"), sizes.to_series().cast(pl.Int32).alias("_n"),
+                             (pl.lit(open_last) & last_row).alias("_open"))
+    return out.select("line", "text", "_n", "_wts", "_stream", "_open", "_pre", *labels)
 
 
 def sniff_export(texts: list[str], entry: str, marks: str) -> float:
@@ -75,6 +117,7 @@ def decode_objects(df: pl.DataFrame, dtype: pl.Struct) -> pl.DataFrame:
     line is not a whole object: an export cut short leaves its text to the engine parser,
     which keeps it as `unparsed`)."""
     df = join_objects(df)
+    df = _split_arrays(df, dtype)
     obj = pl.col("text").str.starts_with("{")
     try:
         return df.with_columns(pl.when(obj).then(pl.col("text")).str.json_decode(dtype).alias("_j"))
@@ -84,6 +127,26 @@ def decode_objects(df: pl.DataFrame, dtype: pl.Struct) -> pl.DataFrame:
         df = df.with_columns(pl.col("text").map_elements(_decode_one, return_dtype=dtype).alias("_j"))
         broken = obj & pl.col("_j").is_null()
         return df.with_columns(pl.when(broken).then(pl.lit("not a whole JSON object (the export cut short?)")).alias("_lab_decode_error"))
+
+
+# a whole array of objects on one line (a download saved compact, `jq -c .`)
+_ARRAY = r"^\[\s*\{.*\}\s*\]$"
+
+
+def _split_arrays(df: pl.DataFrame, dtype: pl.Struct) -> pl.DataFrame:
+    """A line holding a whole array of objects -> one line per object (each keeps the
+    array's line number), each object's text its JSON."""
+    arr = pl.col("text").str.contains(_ARRAY)
+    if df.height == 0 or not df.select(arr.any()).item():
+        return df
+    try:
+        items = pl.when(arr).then(pl.col("text")).str.json_decode(pl.List(dtype))
+        df = df.with_columns(items.alias("_arr"))
+    except pl.exceptions.PolarsError:
+        return df  # a broken array stays one line: the engine parser keeps it as it is
+    df = df.with_columns(pl.when(pl.col("_arr").list.len() > 0).then(pl.col("_arr"))).explode("_arr")
+    one = pl.col("_arr").is_not_null()
+    return df.with_columns(pl.when(one).then(pl.col("_arr").struct.json_encode()).otherwise(pl.col("text")).alias("text")).drop("_arr")
 
 
 def _decode_one(text: str | None):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import polars as pl
 
 from ._export import decode_objects, sniff_export, time_order
-from ._frame import WTS, set_time
+from ._frame import WTS, join_fragments, set_time, share
 
 NAME = "cloudwatch"
 DOC = "AWS CloudWatch Logs JSON (`aws logs filter-log-events` / `get-log-events`, Logs Insights results): `message` / `@message`, `timestamp` (ms) / `@timestamp`; labels `log_stream`, `log_group`, and `pod`, `namespace`, `container` from a Kubernetes stream name; put back in time order per stream"
@@ -25,18 +25,26 @@ JOINS = True
 _DTYPE = pl.Struct({
     "message": pl.String, "timestamp": pl.Int64, "logStreamName": pl.String,
     "@message": pl.String, "@timestamp": pl.String, "@logStream": pl.String, "@log": pl.String,
+    "field": pl.String, "value": pl.String,
 })
+# `aws logs get-query-results`: each row a list of `{"field": "@message", "value": ...}`, the
+# record's `@ptr` last
+_QUERY_ROW = r'"field"\s*:\s*"@(?:message|ptr)"'
+
 # Fluent Bit / Container Insights name a container's stream after its log file
-_K8S_STREAM = r"(?:^|containers\.)(?P<pod>[a-z0-9][-a-z0-9.]*)_(?P<ns>[a-z0-9][-a-z0-9]*)_(?P<ctr>[a-z0-9][-a-z0-9]*)-[0-9a-f]{64}"
+# (`<host>-application.var.log.containers.<pod>_...`: the host's dots are no pod's)
+_K8S_STREAM = r"(?:.*\.containers\.|^)(?P<pod>[a-z0-9][-a-z0-9.]*)_(?P<ns>[a-z0-9][-a-z0-9]*)_(?P<ctr>[a-z0-9][-a-z0-9]*)-[0-9a-f]{64}"
 _KEYS = ["_lab_log_group", "_lab_log_stream"]
 
 
 def sniff(texts: list[str]) -> float:
+    if share(texts, _QUERY_ROW) > 0 and share(texts, r'^\s*"results"\s*:\s*\[') > 0:
+        return 1.0
     return sniff_export(texts, "@?message", "ingestionTime|eventId|logStreamName|@timestamp|@logStream|nextForwardToken|searchedLogStreams")
 
 
 def decode(df: pl.DataFrame) -> pl.DataFrame:
-    df = decode_objects(df, _DTYPE)
+    df = _query_rows(decode_objects(df, _DTYPE))
     f = pl.col("_j").struct.field
     msg = pl.coalesce(f("message"), f("@message"))
     # an object of the envelope's own (filter-log-events' `searchedLogStreams`) is no event
@@ -55,3 +63,22 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
         k8s.struct.field("ctr").alias("_lab_container"),
     ).drop("_j")
     return time_order(df, _KEYS)
+
+
+def _query_rows(df: pl.DataFrame) -> pl.DataFrame:
+    """The `{"field", "value"}` objects of a get-query-results row joined into one object
+    `{"@timestamp": ..., "@message": ..., ...}` (a row ends with its `@ptr`)."""
+    f = pl.col("_j").struct.field
+    if df.height == 0 or not df.select(f("field").is_not_null().any()).item():
+        return df
+    pair = f("field").is_not_null()
+    # each pair as `,"<field>":<value as JSON>`, joined per row, read again as one object
+    member = pl.struct(f("value").alias("v")).struct.json_encode().str.slice(5).str.strip_suffix("}")
+    key = pl.struct(f("field").alias("k")).struct.json_encode().str.slice(5).str.strip_suffix("}")
+    df = df.with_columns(pl.when(pair).then(pl.lit(",") + key + pl.lit(":") + member).otherwise(pl.col("text")).alias("text"))
+    ends = ~pair | (f("field") == "@ptr") | ~pair.shift(-1).fill_null(False)
+    df = join_fragments(df.with_columns(ends.alias("_qend")).drop("_j"), pl.col("_qend")).drop("_qend", strict=False)
+    row = pl.col("text").str.starts_with(",")
+    obj = pl.lit("{") + pl.col("text").str.slice(1) + pl.lit("}")
+    return df.with_columns(pl.when(row).then(obj).otherwise(pl.col("text")).alias("text"),
+                           pl.when(row).then(obj).str.json_decode(_DTYPE).alias("_j"))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ._export import decode_objects, sniff_export, time_order
+from ._export import _indent, decode_objects, sniff_export, time_order
 from ._frame import rfc3339_ns_of, set_time
 
 NAME = "gcp-logging"
@@ -40,7 +40,8 @@ def sniff(texts: list[str]) -> float:
 
 
 def decode(df: pl.DataFrame) -> pl.DataFrame:
-    df = decode_objects(df, _DTYPE)
+    fast = _members(df)
+    df = fast if fast is not None else decode_objects(df, _DTYPE)
     f = pl.col("_j").struct.field
     msg = pl.coalesce(f("textPayload"), f("jsonPayload").struct.field("message"))
     res = f("resource").struct.field("labels").struct.field
@@ -52,3 +53,69 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
     ).drop("_j")
     return time_order(df, _KEYS)
 
+
+
+# the members read straight from a pretty-printed entry's lines, by the path gcloud prints
+_TOP = ("textPayload", "timestamp", "severity")
+
+
+def _members(df: pl.DataFrame) -> pl.DataFrame | None:
+    """`gcloud logging read --format=json` as printed (an array, one member a line): each
+    entry's members read from their own lines, without joining and decoding whole entries.
+    None (the general path then reads the block) for anything else: a block cut inside an
+    entry, a `jsonPayload`, an entry without `textPayload`, another layer outside."""
+    text = pl.col("text")
+    indent = _indent(df.head(4096)) if df.height else None
+    if indent is None or df["_n"].max() != 1:
+        return None
+    pad = " " * indent
+    mpad = pad + "  "
+    opens = text == pad + "{"
+    closes = (text == pad + "}") | (text == pad + "},")
+    ends = df.select(opens.alias("o"), closes.alias("c"))
+    o, c = ends["o"], ends["c"]
+    n_open = int(o.sum())
+    if n_open == 0 or n_open != int(c.sum()):
+        return None
+    line = df["line"]
+    open_at, close_at = line.filter(o), line.filter(c)
+    # every entry opens before it closes and before the next one opens
+    if not ((close_at > open_at).all() and (open_at.slice(1) > close_at.slice(0, n_open - 1)).all()):
+        return None
+    member = text.str.starts_with(mpad + '"') & ~text.str.starts_with(mpad + '" ')
+    top = pl.when(member).then(text.str.starts_with(mpad + '"resource": ')).forward_fill().fill_null(False)
+    g = o.cum_sum().alias("_g")
+    side = df.select("line", "text", g, top.alias("_res"), member.alias("_m"))
+    # outside the entries: only the array's brackets
+    inside = side["_g"].cast(pl.Int64) > 0
+    outside = side.filter(~inside | (pl.col("line") > close_at[-1]))
+    if not outside["text"].str.strip_chars().is_in(["[", "]", ""]).all():
+        return None
+    if side.select(text.str.starts_with(mpad + '"jsonPayload": ').any()).item():
+        return None
+    heads = pl.DataFrame({"_g": pl.int_range(1, n_open + 1, eager=True, dtype=side["_g"].dtype), "line": open_at,
+                          "_n": (close_at - open_at + 1).cast(pl.Int32)})
+    fields = {}
+    for k in _TOP:
+        pre = f'{mpad}"{k}": '
+        fields[k] = side.filter(text.str.starts_with(pre)).select("_g", text.str.slice(len(pre)).str.strip_suffix(",")
+                                                                        .str.json_decode(pl.String).alias(k))
+    lpad = mpad + "    "
+    for k in _RES:
+        pre = f'{lpad}"{k}": '
+        fields[k] = side.filter(pl.col("_res") & text.str.starts_with(pre)).select(
+            "_g", text.str.slice(len(pre)).str.strip_suffix(",").str.json_decode(pl.String).alias(k))
+    if fields["textPayload"].height != n_open:
+        return None
+    for k, f in fields.items():
+        heads = heads.join(f, on="_g", how="left", maintain_order="left")
+    first = df.filter(o)
+    res = pl.struct([pl.col(k) for k in _RES]).alias("labels")
+    j = pl.struct(pl.col("textPayload"), pl.lit(None, pl.Struct({"message": pl.String})).alias("jsonPayload"),
+                  pl.col("timestamp"), pl.col("severity"), pl.struct(res).alias("resource"))
+    out = heads.select("line", j.alias("_j"), "_n").with_columns(
+        pl.col("_j").struct.field("textPayload").alias("text"),
+        first["_wts"], first["_stream"], pl.lit(False).alias("_open"), first["_pre"],
+        *[first[c] for c in first.columns if c.startswith("_lab_")],
+    )
+    return out.select("line", "text", "_n", "_wts", "_stream", "_open", "_pre", *[c for c in first.columns if c.startswith("_lab_")], "_j")
