@@ -314,7 +314,7 @@ ENGINES = ["vllm", "sglang", "llamacpp", "trtllm", "tgi"]
 
 def _ingest(directory: Path) -> pl.DataFrame:
     from servelens.pipeline.ingest import ingest
-    from servelens.pipeline.query import run
+    from servelens.pipeline.query.connect import run
 
     store = directory.parent / (directory.name + "-store")
     ingest([directory], store, year=2026, keep_lines=True)

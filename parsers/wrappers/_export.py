@@ -32,9 +32,9 @@ def join_objects(df: pl.DataFrame) -> pl.DataFrame:
     object, without the separating comma). Lines outside the elements (brackets, the
     envelope's own members such as a paging token) are left out."""
     text = pl.col("text")
-    indent = _indent(df.head(_HEAD))
+    indent = indent_of(df.head(_HEAD))
     if indent is None and df.height > _HEAD:
-        indent = _indent(df)
+        indent = indent_of(df)
     if indent is None:  # one object per line
         inside = pl.lit(False)
         closes = pl.lit(True)
@@ -64,7 +64,7 @@ _HEAD = 4096
 _SEP = "\x1e"  # never raw in JSON text (a control character is escaped inside strings)
 
 
-def _indent(df: pl.DataFrame) -> int | None:
+def indent_of(df: pl.DataFrame) -> int | None:
     return df.select(pl.col("text").str.extract(_OPEN, 1).str.len_bytes().drop_nulls().mode().max()).item()
 
 
@@ -124,7 +124,7 @@ def decode_objects(df: pl.DataFrame, dtype: pl.Struct) -> pl.DataFrame:
     except pl.exceptions.PolarsError:
         # some object is broken: only then one object at a time, the broken one labelled
         # with why it is left to the engine parser
-        df = df.with_columns(pl.col("text").map_elements(_decode_one, return_dtype=dtype).alias("_j"))
+        df = df.with_columns(pl.col("text").map_elements(decode_one, return_dtype=dtype).alias("_j"))
         broken = obj & pl.col("_j").is_null()
         return df.with_columns(pl.when(broken).then(pl.lit("not a whole JSON object (the export cut short?)")).alias("_lab_decode_error"))
 
@@ -149,7 +149,7 @@ def _split_arrays(df: pl.DataFrame, dtype: pl.Struct) -> pl.DataFrame:
     return df.with_columns(pl.when(one).then(pl.col("_arr").struct.json_encode()).otherwise(pl.col("text")).alias("text")).drop("_arr")
 
 
-def _decode_one(text: str | None):
+def decode_one(text: str | None):
     if not text or not text.startswith("{"):
         return None
     try:

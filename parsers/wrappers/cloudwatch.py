@@ -33,7 +33,7 @@ _QUERY_ROW = r'"field"\s*:\s*"@(?:message|ptr)"'
 
 # Fluent Bit / Container Insights name a container's stream after its log file
 # (`<host>-application.var.log.containers.<pod>_...`: the host's dots are no pod's)
-_K8S_STREAM = r"(?:.*\.containers\.|^)(?P<pod>[a-z0-9][-a-z0-9.]*)_(?P<ns>[a-z0-9][-a-z0-9]*)_(?P<ctr>[a-z0-9][-a-z0-9]*)-[0-9a-f]{64}"
+K8S_STREAM = r"(?:.*\.containers\.|^)(?P<pod>[a-z0-9][-a-z0-9.]*)_(?P<ns>[a-z0-9][-a-z0-9]*)_(?P<ctr>[a-z0-9][-a-z0-9]*)-[0-9a-f]{64}"
 _KEYS = ["_lab_log_group", "_lab_log_stream"]
 
 
@@ -52,7 +52,7 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
     ms = (f("timestamp") * 1_000_000).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC")
     insights = f("@timestamp").str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="ns", strict=False).dt.replace_time_zone("UTC")
     stream = pl.coalesce(f("logStreamName"), f("@logStream"))
-    k8s = stream.str.extract_groups(_K8S_STREAM)
+    k8s = stream.str.extract_groups(K8S_STREAM)
     df = df.with_columns(
         pl.when(msg.is_not_null()).then(msg.str.strip_suffix("\n").str.strip_suffix("\r")).otherwise(pl.col("text")).alias("text"),
         set_time(df, pl.coalesce(ms, insights).cast(WTS)),

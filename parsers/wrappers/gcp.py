@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ._export import _indent, decode_objects, sniff_export, time_order
+from ._export import indent_of, decode_objects, sniff_export, time_order
 from ._frame import rfc3339_ns_of, set_time
 
 NAME = "gcp-logging"
@@ -65,7 +65,7 @@ def _members(df: pl.DataFrame) -> pl.DataFrame | None:
     None (the general path then reads the block) for anything else: a block cut inside an
     entry, a `jsonPayload`, an entry without `textPayload`, another layer outside."""
     text = pl.col("text")
-    indent = _indent(df.head(4096)) if df.height else None
+    indent = indent_of(df.head(4096)) if df.height else None
     if indent is None or df["_n"].max() != 1:
         return None
     pad = " " * indent

@@ -88,9 +88,9 @@ def decode(df: pl.DataFrame, common: str = "") -> pl.DataFrame:
     try:
         df = df.with_columns(pl.col("_p").str.json_decode(_DTYPE.inner).alias("_j"))
     except pl.exceptions.PolarsError:
-        from ._export import _decode_one
+        from ._export import decode_one
 
-        df = df.with_columns(pl.col("_p").map_elements(_decode_one, return_dtype=_DTYPE.inner).alias("_j"))
+        df = df.with_columns(pl.col("_p").map_elements(decode_one, return_dtype=_DTYPE.inner).alias("_j"))
     # an entry that is no whole object keeps its text (the engine parser keeps it unparsed);
     # the last one is unfinished (a head read for detection, or a download cut short)
     broken = pl.col("_p").is_not_null() & pl.col("_j").is_null()

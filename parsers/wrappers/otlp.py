@@ -41,9 +41,9 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
     try:
         df = df.with_columns(pl.when(ours).then(pl.col("text")).str.json_decode(_DTYPE).alias("_j"))
     except pl.exceptions.PolarsError:
-        from ._export import _decode_one
+        from ._export import decode_one
 
-        df = df.with_columns(pl.col("text").map_elements(_decode_one, return_dtype=_DTYPE).alias("_j"))
+        df = df.with_columns(pl.col("text").map_elements(decode_one, return_dtype=_DTYPE).alias("_j"))
         df = df.with_columns(pl.when(ours & pl.col("_j").is_null()).then(pl.lit("not a whole JSON object (the export cut short?)"))
                              .alias("_lab_decode_error"))
     # one row per resource, then per scope, then per record; a line that is no batch stays
