@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from ..sources.samples import POLARS_SCHEMA, to_arrow
 from .commit import Store, new_txid
 from .manifest import write_json_atomic
-from .samples import SAMPLE_PARQUET_OPTIONS, MANIFEST_KEY, SAMPLES_DIR, sample_entries
+from .samples import MANIFEST_KEY, SAMPLE_PARQUET_OPTIONS, SAMPLES_DIR, sample_entries, undo_staged
 
 SMALL_ROWS = 200_000
 MIN_PARTS = 32
@@ -84,13 +84,7 @@ def _merge(store: Store, day: str, rels: list[str]) -> int:
         write_json_atomic(store.root / "manifest.json", m)  # the commit
     except OSError:
         # merging is housekeeping: a full disk leaves the small parts as they were
-        m.clear()
-        m.update(before)
-        shutil.rmtree(stage, ignore_errors=True)
-        try:
-            (store.root / "manifest.json.new").unlink()
-        except OSError:
-            pass
+        undo_staged(store, m, before, stage)
         return 0
     store.settle(moves, removed, now)
     shutil.rmtree(stage, ignore_errors=True)

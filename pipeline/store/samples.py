@@ -152,13 +152,7 @@ def commit_samples(store: Store, samples: pl.DataFrame) -> int:
         m["committed_at"] = dt.datetime.now(dt.timezone.utc).isoformat()
         write_json_atomic(store.root / "manifest.json", m)  # the commit
     except OSError as e:
-        m.clear()
-        m.update(before)
-        shutil.rmtree(stage, ignore_errors=True)
-        try:
-            (store.root / "manifest.json.new").unlink()
-        except OSError:
-            pass
+        undo_staged(store, m, before, stage)
         if e.errno in NO_SPACE:
             raise no_space(store.root, e) from None
         raise
@@ -214,3 +208,15 @@ def bind_samples(con, store: Path, manifest: dict, scan=None, instances=None) ->
     where = f" where {' and '.join(conds)}" if conds else ""
     con.execute(f"create or replace view samples as select * from ({samples_select([str(p) for p in parts])}){where}")
     return parts
+
+
+def undo_staged(store: Store, manifest: dict, before: dict, stage: Path) -> None:
+    """A sample commit that failed before its manifest write: the manifest in memory as it
+    was, the staged files and a half-written manifest removed."""
+    manifest.clear()
+    manifest.update(before)
+    shutil.rmtree(stage, ignore_errors=True)
+    try:
+        (store.root / "manifest.json.new").unlink()
+    except OSError:
+        pass
