@@ -40,7 +40,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -93,10 +93,6 @@ class ParseContext:
 
 # ---------------------------------------------------------------------------------------
 # helpers parsers share
-
-
-def strip_ansi(expr: pl.Expr) -> pl.Expr:
-    return expr.str.replace_all(ANSI_RE, "")
 
 
 def rfc3339_to_ts(expr: pl.Expr) -> pl.Expr:
@@ -345,5 +341,3 @@ def lines_frame(texts: list[str], first_line: int = 1) -> pl.DataFrame:
 def parse_lines(parser: Any, lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     """Run one parser over one chunk of lines and finalize onto the schema."""
     return finalize(parse_isolated(parser, lines, ctx), ctx, carry=getattr(parser, "CARRY_FORWARD", ()))
-
-

@@ -112,11 +112,6 @@ def span_field(spans: pl.Expr, name: str) -> pl.Expr:
     return spans.str.extract(rf'(?:^|[{{ ]){name}="([^"]*)"', 1)
 
 
-def span_int(spans: pl.Expr, name: str) -> pl.Expr:
-    """`name=123` (an integer span field) -> Int64."""
-    return spans.str.extract(rf"(?:^|[{{ ]){name}=([0-9]+)[ }}]", 1).cast(pl.Int64, strict=False)
-
-
 # ---------------------------------------------------------------------------------------
 # GenerateParameters { best_of: None, temperature: Some(0.69), ..., max_new_tokens: Some(180), ... }
 

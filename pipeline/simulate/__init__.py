@@ -11,7 +11,6 @@ See docs/simulator.md.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import multiprocessing
 import os
 import time
@@ -264,10 +263,6 @@ def simulate(
         "seconds": {"model": round(t_model, 3), "write": round(t_write, 3), "total": round(wall, 3)},
         "log_mb_per_s": round(total_bytes / 1e6 / wall, 1) if wall > 0 else None,
     }
-
-
-def summary_json(summary: dict) -> str:
-    return json.dumps(summary, indent=2, sort_keys=True)
 
 
 __all__ = ["simulate", "SCENARIOS", "ENGINES", "VARIANTS", "SimulateError", "parse_duration"]

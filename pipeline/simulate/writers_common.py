@@ -72,7 +72,3 @@ def tokens_between(cum, t0: float, t1: float) -> tuple[int, int]:
 
 def client_ports(rng: np.random.Generator, n: int) -> pl.Series:
     return pl.Series(rng.integers(32768, 61000, n)).cast(pl.String)
-
-
-def fmt_pct(x: float) -> str:
-    return f"{x * 100:.1f}"

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 
-from .fingerprint import GZIP_MAGIC
 from ..outfile import is_store_dir
 
 # Files that are certainly not logs, passed over when walking a directory (and listed in the
@@ -145,10 +144,6 @@ def looks_binary(head: bytes) -> bool:
     decoded = text.tobytes().decode("utf-8", errors="replace")
     invalid = decoded.count("\ufffd") - (1 if decoded.endswith("\ufffd") else 0)
     return controls + invalid > BINARY_SHARE * len(text)
-
-
-def is_gzip_bytes(first: bytes) -> bool:
-    return first[:2] == GZIP_MAGIC
 
 
 @functools.lru_cache(maxsize=4)
