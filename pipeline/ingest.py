@@ -313,7 +313,7 @@ def _open_file(
 ) -> _Opened | FileResult:
     """Detect, find in the manifest and set up the parse of one file; a FileResult when there
     is nothing to parse (empty, binary, unreadable). `reserved`: manifest keys taken by files
-    opened but not yet added to the batch; `memo`: detection by shape (detect_memo.py)."""
+    opened but not yet added to the batch; `memo`: detection by shape (sources/detect_memo.py)."""
     source = display_path(path)
     result = FileResult(source=source, engine=engine, instance=instance)
     try:

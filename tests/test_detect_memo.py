@@ -1,4 +1,4 @@
-"""Detection once per shape (pipeline/detect_memo.py): a directory of many small files of
+"""Detection once per shape (pipeline/sources/detect_memo.py): a directory of many small files of
 different engines, each a log's first lines (real logs; the simulator's for TensorRT-LLM) with
 its numbers changed, is detected file by file as the engine whose log it came from."""
 

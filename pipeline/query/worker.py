@@ -7,7 +7,7 @@ The worker is a new interpreter (`python -m` this module, like the
 the statement check, the sandbox, DuckDB's own limits, the result's size checked while it is
 read) and answers on its stdout: one byte when it is ready, then either the result as an
 Arrow IPC stream or a one-line error. The caller watches it from outside as
-pipeline/bounded.py watches a forked child: SIGKILL once its resident memory grows past the
+pipeline/query/bounded.py watches a forked child: SIGKILL once its resident memory grows past the
 memory limit (plus a margin for the result's own copy) over what it held when ready, once it
 runs past the time limit plus a grace, or once its answer is larger than the memory limit.
 Its stderr goes nowhere: a panic's report or a traceback cannot reach the caller's terminal

@@ -1,4 +1,4 @@
-"""Static charts for the HTML report: the dashboard's own chart builders (dashboards/charts.py)
+"""Static charts for the HTML report: the dashboard's own chart builders (pipeline/report/chart_specs.py)
 drawn offline to SVG by vl-convert, so the report is one file that fetches nothing when it is
 opened. Each chart reads one metric view over the report's range, bucketed to at most a few
 hundred points per series.
