@@ -180,3 +180,26 @@ def test_lower_rooms_never_import_the_rooms_above(name):
     above = {"pipeline.cli", "pipeline.report", "pipeline.serve", "pipeline.tail", "dashboards"}
     hits = sorted(f"{m} -> {t}" for m, ts in edges.items() if room(m) == name for t in ts if room(t) in above)
     assert hits == []
+
+
+def test_sql_views_read_only_their_layer_or_below_and_load_after_what_they_read():
+    from servelens.pipeline.query.views import LAYERS, sql_files, view_dependencies, view_name
+
+    files = sql_files()
+    layer = {view_name(p): LAYERS.index(p.parent.name) for p in files}
+    assert len(layer) >= 20 and set(LAYERS) == {p.parent.name for p in files}
+    upward = sorted((v, d) for v, ds in view_dependencies().items() for d in ds if layer[d] > layer[v])
+    assert upward == []
+    seen: set[str] = set()
+    for p in files:
+        assert view_dependencies()[view_name(p)] <= seen, view_name(p)
+        seen.add(view_name(p))
+
+
+def test_the_load_order_is_computed_not_named(tmp_path):
+    """A view file that sorts first by name but reads another is loaded after it."""
+    from servelens.pipeline.query.views import sql_files, view_name
+
+    (tmp_path / "a_top.sql").write_text("create or replace view a_top as select * from z_base")
+    (tmp_path / "z_base.sql").write_text("create or replace view z_base as select 1 as x")
+    assert [view_name(p) for p in sql_files(tmp_path)] == ["z_base", "a_top"]

@@ -203,7 +203,7 @@ def promql(base: str, expr: str, at: float) -> list[dict]:
 
 
 def test_scraped_latency_percentiles_match_promql_histogram_quantile(prometheus, tmp_path):
-    """sql/16_scraped_latency.sql against PromQL's own histogram_quantile over the same
+    """sql/staging/scraped_latency.sql against PromQL's own histogram_quantile over the same
     samples: per 60 s window, `increase` over exactly the samples the view's window sums
     (from the window's last scrape back to the scrape before the window), so PromQL does not
     extrapolate; the two must agree within one bucket."""

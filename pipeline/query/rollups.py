@@ -1,13 +1,13 @@
 """Rollups: views' rows stored beside the events, so that the views over them need not
 rebuild them from every event on each query. Stored, in dependency order (VIEWS):
 
-- `requests` (sql/00_requests.sql): one row per request, independent of the window width.
+- `requests` (sql/staging/requests.sql): one row per request, independent of the window width.
   Every view over requests (latency_percentiles, ttft_queueing, throughput, ad-hoc SQL, the
   dashboard) then reads one small file instead of the ~70 Parquet scans of its derivation;
-- `request_state` (sql/07): the per-second reconstructed queue and running counts (at
+- `request_state` (sql/staging/request_state.sql): the per-second reconstructed queue and running counts (at
   `queue_sample_s`), also independent of the window width (queue_depth, batch_fill and the
   dashboard's charts read it);
-- `window_metrics` (sql/80) at the base window (the variables it reads at their default
+- `window_metrics` (sql/metrics/window_metrics.sql) at the base window (the variables it reads at their default
   values): scaling_signals, autoscaler_*, incident_summary, metric_series read it.
 
 What is stored is exactly what the raw view gives, because it IS the raw view: a refresh runs

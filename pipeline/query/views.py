@@ -42,9 +42,44 @@ def sql_dir() -> Path:
         return Path(__file__).resolve().parent.parent / "sql"
 
 
+# The folders of sql/, lowest first: a view reads only views of its own layer or below
+LAYERS = ("staging", "metrics", "signals", "export")
+
+
 def sql_files(directory: Path | None = None) -> list[Path]:
-    """The view files in load order (file name order: the numeric prefix)."""
-    return sorted((directory or sql_dir()).glob("*.sql"), key=lambda p: p.name)
+    """The view files in load order: each after the views it reads (computed from their
+    `from` / `join`), else by layer (LAYERS) and name. A directory without layer folders
+    (a test's own views) is one layer."""
+    return list(_load_order(directory or sql_dir()))
+
+
+@functools.lru_cache(maxsize=8)
+def _load_order(directory: Path) -> tuple[Path, ...]:
+    rank = {name: i for i, name in enumerate(LAYERS)}
+    files = sorted([*directory.glob("*.sql"), *directory.glob("*/*.sql")],
+                   key=lambda p: (rank.get(p.parent.name, -1) if p.parent != directory else -1, p.name))
+    texts = {p: p.read_text(encoding="utf-8") for p in files}
+    names = {p: view_name(p) for p in files}
+    by_name = {n: p for p, n in names.items()}
+    if len(by_name) < len(files):
+        raise ValueError(f"two files of {directory} define the same view")
+    reads = {p: sorted((_table_references(texts[p]) & set(by_name)) - {names[p]}) for p in files}
+    order: list[Path] = []
+    placed: set[Path] = set()
+
+    def place(p: Path, path: tuple[Path, ...]) -> None:
+        if p in placed:
+            return
+        if p in path:
+            raise ValueError("views that read each other: " + " -> ".join(names[q] for q in (*path, p)))
+        for name in reads[p]:
+            place(by_name[name], (*path, p))
+        placed.add(p)
+        order.append(p)
+
+    for p in files:
+        place(p, ())
+    return tuple(order)
 
 
 def view_name(path: Path) -> str:
@@ -302,7 +337,7 @@ def load_views(
     only: Iterable[str] | None = None,
     overrides: Mapping[str, str] | None = None,
 ) -> list[str]:
-    """Set the variables and create the views of `sql/*.sql` on `con`, in file-name order:
+    """Set the variables and create the views of sql/ on `con`, in load order (sql_files):
     every view, or those of `only` (from `views_for`: it must hold the views they read too).
 
     `overrides`: view name -> the statement that creates it instead of its file (a view

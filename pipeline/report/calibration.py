@@ -1,7 +1,7 @@
 """The calibration section of `servelens report`: every autoscaler preset replayed over the
 store, and what it would have done.
 
-For each preset (sql/preset-*.toml) the `calibration` view (sql/94_calibration.sql) says per
+For each preset (sql/preset-*.toml) the `calibration` view (sql/signals/calibration.sql) says per
 instance when the preset's rule would first have asked to scale out, how long before the
 instance's first crash or out-of-memory error, and how often it would have flapped over the
 store's range. The report calls `build` once (the presets only change the `autoscaler_*`

@@ -2,7 +2,7 @@
 impact (failed, aborted and slow requests, SLO-breach minutes); the likely cause with the
 first error and where it is logged; and what to do.
 
-Every fact comes from the `incident_summary` view (sql/95_incident_summary.sql) and the
+Every fact comes from the `incident_summary` view (sql/signals/incident_summary.sql) and the
 signal episodes the report already read; this module only orders the facts and puts them
 into words. `summarize` returns plain data (the JSON report carries it as is) including the
 `headline`, the one paragraph an on-call engineer reads first.

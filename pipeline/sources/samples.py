@@ -7,7 +7,7 @@ store holds one schema (SAMPLE_SCHEMA) whatever the source:
 - counters and gauges: one row per series per scrape;
 - histograms: the `_bucket` rows with their upper bound in `le` (+Inf included), and the
   `_sum` and `_count` rows, so a percentile over any window is computed from the buckets
-  (sql/16_scraped_latency.sql), as PromQL's `histogram_quantile` does;
+  (sql/staging/scraped_latency.sql), as PromQL's `histogram_quantile` does;
 - summaries: the quantile rows with `quantile`, `_sum` and `_count`.
 
 `labels` is the series' labels as a JSON object with sorted keys, without `le`, `quantile`

@@ -144,7 +144,7 @@ deaths as (
       and e.ts is not null
       and (f.last_finish_ts is null or e.ts >= f.last_finish_ts)
       -- an error logged during an orderly shutdown (a `shutdown` event before it, no restart
-      -- announcing its capacity in between) is the server stopping, not dying (55_errors.sql).
+      -- announcing its capacity in between) is the server stopping, not dying (metrics/errors.sql).
       -- (one level of correlation: Spark and Trino resolve no reference two queries up)
       and not exists (
           select 1 from shutdowns as d
