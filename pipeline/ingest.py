@@ -200,7 +200,7 @@ def ingest(
             + "; point servelens at log files or directories that contain them"
         )
 
-    from .sample_ingest import ingest_metrics_files, split_metrics_files
+    from .sample_ingest import adopt_scraped_instances, ingest_metrics_files, split_metrics_files
 
     found, metrics_files = split_metrics_files(found)
     if instance_from is not None:
@@ -255,6 +255,10 @@ def ingest(
         batch.flush()
         if metrics_files:  # after the logs: their instances name the scrapes' (sample_ingest.py)
             ingest_metrics_files(store, metrics_files, instance, summary)
+        renamed = adopt_scraped_instances(store)
+        if renamed:
+            summary.notes.append("samples scraped before their log now carry its instance: "
+                                 + ", ".join(f"{a} -> {b}" for a, b in sorted(renamed.items())))
         if rollups:
             if on_stage:
                 on_stage("refreshing rollups")

@@ -17,6 +17,8 @@ and its scrapes shows one instance, not two, in this order:
 
 from __future__ import annotations
 
+import re
+
 import datetime as dt
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -287,3 +289,34 @@ def ingest_metrics_files(store: Store, found: list, instance: str | None, summar
         summary.samples.append(r)
         summary.notes.append(r.describe())
         summary.notes.extend(r.notes)
+
+
+# An instance named after its scrape target (`host:port`): what `servelens scrape` stores
+# when no log in the store names the server yet
+TARGET_NAMED = re.compile(r"^[^\s/:]+:(\d{2,5})$")
+
+
+def adopt_scraped_instances(store: Store) -> dict[str, str]:
+    """After logs are ingested: samples stored under their target's name (scraped before the
+    server's log was in the store) take the instance of the one log of the same engine that
+    announced that port. Returns the renames made."""
+    entry = sample_entries(store.manifest)
+    held = {i for v in entry.get("info", {}).values() for i in (v or {}).get("instances") or []}
+    orphans = {i: m[1] for i in held if (m := TARGET_NAMED.match(i))}
+    if not orphans:
+        return {}
+    known = known_instances(store)
+    files = [str(p) for p in sample_parts(store.root, store.manifest)]
+    engines = dict(pl.scan_parquet(files).filter(pl.col("instance").is_in(list(orphans)))
+                   .select("instance", "engine").unique(subset="instance").collect().iter_rows())
+    names = {}
+    for orphan, port in orphans.items():
+        logs = [i for i, e in known.engines.items()
+                if e == engines.get(orphan) and port in known.ports.get(i, set()) and i != orphan]
+        if len(logs) == 1:
+            names[orphan] = logs[0]
+    if not names:
+        return {}
+    from .store.sample_compact import rename_instances
+
+    return names if rename_instances(store, names) else {}

@@ -306,3 +306,29 @@ def test_ctrl_c_ends_cleanly_saying_what_was_committed(tmp_path):
     assert scrapes >= 3
     assert lines[-1].startswith(f"servelens: stopped; {n:,} new samples committed in {scrapes} commit(s)")
     assert n == sum(len(truth(b)) for b in (answers + [answers[-1]] * scrapes)[:scrapes])
+
+
+def test_samples_scraped_before_the_log_take_its_instance_when_the_log_comes(tmp_path):
+    answers = bodies(VLLM / "metrics.prom.gz")[:3]
+    store = tmp_path / "store"
+    with Metrics(answers) as srv:
+        r = invoke("scrape", srv.url, "--store", store, "--count", 3, "--interval", "50ms")
+        target = srv.url.split("/")[2]
+    assert r.exit_code == 0, r.output
+    assert run_query(store, "select distinct instance from samples")["instance"].to_list() == [target]
+    n = run_query(store, "select count(*) as n from samples")["n"][0]
+    # the same server's log, as if it had listened on the test server's port
+    text = gzip.decompress((VLLM / "server.log.gz").read_bytes()).decode()
+    assert "http://127.0.0.1:8432" in text
+    log = tmp_path / "vllm-a.log"
+    log.write_text(text.replace(":8432", ":" + target.split(":")[1]))
+    r = invoke("ingest", log, "--store", store)
+    assert r.exit_code == 0, r.output
+    assert f"{target} -> vllm-a" in r.output
+    assert run_query(store, "select distinct instance from samples")["instance"].to_list() == ["vllm-a"]
+    assert run_query(store, "select count(*) as n from samples")["n"][0] == n  # every sample, once
+    assert set(run_query(store, "select distinct instance from events")["instance"].to_list()) == {"vllm-a"}
+    # ingesting the log again renames nothing and adds nothing
+    r = invoke("ingest", log, "--store", store)
+    assert r.exit_code == 0 and "samples scraped before their log" not in r.output
+    assert run_query(store, "select count(*) as n from samples")["n"][0] == n

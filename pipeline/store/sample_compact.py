@@ -15,6 +15,7 @@ import os
 import shutil
 import time
 from pathlib import Path
+from typing import Callable
 
 import polars as pl
 import pyarrow.parquet as pq
@@ -51,7 +52,7 @@ def merge_small_parts(store: Store, *, min_parts: int = MIN_PARTS, small_rows: i
     return merged
 
 
-def _merge(store: Store, day: str, rels: list[str]) -> int:
+def _merge(store: Store, day: str, rels: list[str], transform: Callable[[pl.DataFrame], pl.DataFrame] | None = None) -> int:
     txid = new_txid()
     stage = store.root / "_staging" / txid
     m = store.manifest
@@ -59,6 +60,8 @@ def _merge(store: Store, day: str, rels: list[str]) -> int:
     try:
         part = pl.concat([pl.read_parquet(store.root / r) for r in rels], how="vertical_relaxed")
         part = part.select([pl.col(c).cast(t) for c, t in POLARS_SCHEMA.items()])
+        if transform is not None:
+            part = transform(part)
         part = part.sort("instance", "name", "labels", "le", "quantile", "ts", nulls_last=True)
         final = f"{SAMPLES_DIR}/{day}/part-{txid}-0000.parquet"
         staged = stage / final
@@ -89,3 +92,19 @@ def _merge(store: Store, day: str, rels: list[str]) -> int:
     store.settle(moves, removed, now)
     shutil.rmtree(stage, ignore_errors=True)
     return len(rels)
+
+
+def rename_instances(store: Store, names: dict[str, str]) -> int:
+    """Rewrite the sample parts holding instances of `names` (old -> new) under the new names,
+    a day's such parts into one, through the same commit as a merge. Returns the parts
+    rewritten (0: nothing to do, or a write failed and the store is as it was)."""
+    entry = sample_entries(store.manifest)
+    by_day: dict[str, list[str]] = {}
+    for rel in entry["parts"]:
+        held = set((entry.get("info", {}).get(rel) or {}).get("instances") or [])
+        if held & set(names) and (store.root / rel).exists():
+            by_day.setdefault(Path(rel).parent.name, []).append(rel)
+    if store.manifest.get("pending"):
+        return 0
+    rename = pl.col("instance").replace(names)
+    return sum(_merge(store, day, rels, lambda df: df.with_columns(rename)) for day, rels in by_day.items())
