@@ -90,3 +90,14 @@ def thresholds_variables(window: str | None, thresholds: str | None) -> dict:
     except ValueError as e:
         raise fail(str(e)) from None
 
+
+def duration_option(text: str | None, option: str) -> float | None:
+    """The seconds of a duration option (None when not given), or the one-line error naming it."""
+    if text is None:
+        return None
+    from .durations import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as e:
+        raise fail(f"{option}: {e}") from None

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 # cli imports this module from _register_commands(), after cli itself is complete
-from .options import StoreOpt, fail, store_path
+from .options import StoreOpt, duration_option, fail, store_path
 
 
 def register(app: typer.Typer) -> None:
@@ -34,20 +34,13 @@ def register(app: typer.Typer) -> None:
           servelens scrape 10.0.0.5:8080 --instance llama-a --count 1
           servelens sql "select * from scraped_gauges order by ts desc limit 5" --store live.store
         """
-        from .durations import parse_duration
         from ..scrape import ScrapeError, run
         from ..store.manifest import StoreError
 
         if count is not None and duration is not None:
             raise fail("give --count or --duration, not both")
-        try:
-            interval_s = parse_duration(interval)
-        except ValueError as e:
-            raise fail(f"--interval: {e}") from None
-        try:
-            duration_s = parse_duration(duration) if duration is not None else None
-        except ValueError as e:
-            raise fail(f"--duration: {e}") from None
+        interval_s = duration_option(interval, "--interval")
+        duration_s = duration_option(duration, "--duration")
         target = store_path(store)
         try:
             stats = run(urls, target, interval_s=interval_s, instances=instance or None, count=count,
@@ -71,7 +64,6 @@ def register(app: typer.Typer) -> None:
 def ingest_prometheus_command(paths, store, prometheus, match, step, since, until, instance, as_json) -> None:
     """`servelens ingest --prometheus URL --since T [--until T] [--match SEL] [--step S]`
     (its options are declared with `ingest`'s, in cli.py)."""
-    from .durations import parse_duration
     from ..prom_api import PromError, ingest_prometheus
     from ..scrape import check_store, ScrapeError
     from ..store.manifest import StoreError
@@ -89,10 +81,7 @@ def ingest_prometheus_command(paths, store, prometheus, match, step, since, unti
         t1 = parse_time(until or "now")
     except ValueError as e:
         raise fail(f"{e} (--since, --until)") from None
-    try:
-        step_s = parse_duration(step) if step is not None else None
-    except ValueError as e:
-        raise fail(f"--step: {e}") from None
+    step_s = duration_option(step, "--step")
     target = store_path(store)
     try:
         check_store(target)
