@@ -83,9 +83,10 @@ def test_one_huge_value_stops_in_its_worker_and_the_dashboard_goes_on(cfg, value
     line = str(e.value)
     assert line.startswith(MEMORY_LINE) and line.endswith(RAISE_MEMORY) and "\n" not in line
     # the value was built (and stopped) in the worker: this process never held it; the worker
-    # at most the limit, the margin for a result and the interpreter's own size
+    # at most the limit, the margin for a result, the interpreter's own size and what one
+    # allocation adds before a poll on a loaded machine sees it
     assert peak(resource.RUSAGE_SELF) - before < 150 * MB
-    assert 200 * MB < worker_peak() < 200 * MB + 256 * 2**20 + 400 * MB
+    assert 200 * MB < worker_peak() < 200 * MB + 256 * 2**20 + 600 * MB
     # the next query of any visitor is answered
     n = data.run_user_sql(cfg, "select count(*) as n from events where event = 'request_finished'")["n"][0]
     assert n == finished_requests() > 0
@@ -112,7 +113,7 @@ def test_a_huge_result_is_cut_while_it_is_read(cfg):
         data.run_user_sql(cfg, "select repeat('x', 1000) as s from range(10000000)")  # 10 GB
     assert str(e.value).startswith("the result is larger than the memory limit (200 MB)")
     assert peak(resource.RUSAGE_SELF) - before < 150 * MB
-    assert 200 * MB < worker_peak() < 200 * MB + 256 * 2**20 + 400 * MB
+    assert 200 * MB < worker_peak() < 200 * MB + 256 * 2**20 + 600 * MB
 
 
 def test_any_type_comes_back_from_the_worker(cfg):

@@ -121,15 +121,30 @@ def _reap(pid: int) -> None:
     global last_peak_bytes
     import signal
 
+    # read while it lives: a process that reaps every child (a SIGCHLD handler of a library
+    # in this process) would leave wait4 nothing to report, and the figure of an older worker
+    last_peak_bytes = _high_water(pid)
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
     try:
         _, _, usage = os.wait4(pid, 0)
-        last_peak_bytes = usage.ru_maxrss * 1024
+        last_peak_bytes = max(last_peak_bytes, usage.ru_maxrss * 1024)
     except ChildProcessError:
         pass
+
+
+def _high_water(pid: int) -> int:
+    """The process's largest resident set so far (VmHWM), 0 when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def _main() -> int:
