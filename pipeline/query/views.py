@@ -317,6 +317,13 @@ def _tune(con: duckdb.DuckDBPyConnection) -> None:
         con.execute("set asof_loop_join_threshold = 0")
     except duckdb.Error:  # pragma: no cover - a DuckDB without the setting has no loop path
         pass
+    # The views nest deeply (signals over window metrics over per-view staging), and DuckDB's
+    # projection pull-up pass grows steeply with that depth: it made planning, not running,
+    # the cost of a signals query. Turning it off changes no answer.
+    try:
+        con.execute("set disabled_optimizers = 'projection_pullup'")
+    except duckdb.Error:  # pragma: no cover - a DuckDB without that pass
+        pass
 
 
 def _ensure_samples(con: duckdb.DuckDBPyConnection) -> None:
