@@ -1,5 +1,5 @@
 """Helpers for the SQL view tests: hand-built event frames that conform to the schema, and
-a DuckDB connection with `events` over such a frame and every view of `sql/` loaded."""
+a DuckDB connection with `events` over such a frame and the views of `sql/` a query names."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import duckdb
 import polars as pl
 
 from servelens.parsers.schema import POLARS_SCHEMA
-from servelens.pipeline.query.views import load_views
+from servelens.pipeline.query.views import load_views, sql_files, view_dependencies, view_name, views_for
 
 T0 = dt.datetime(2026, 5, 12, 8, 0, 0, tzinfo=dt.timezone.utc)
 
@@ -47,17 +47,50 @@ def events_frame(rows: Iterable[dict[str, Any]], **defaults: Any) -> pl.DataFram
     )
 
 
+class ViewsOnDemand:
+    """A DuckDB connection that creates a view of `sql/` (with the views it reads) the first
+    time a statement names it, as the CLI's connection binds only what a query needs: a test
+    pays for binding the views it queries, not all of them. Anything else goes to the
+    connection itself."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self._con = con
+        self._made: set[str] = set()
+
+    def _views_for(self, query: object) -> None:
+        if not isinstance(query, str):
+            return
+        need = views_for(query)
+        todo = (set(view_dependencies()) if need is None else need) - self._made
+        # each view's own statement, in load order; the variables stay as the caller set them
+        for path in sql_files():
+            if view_name(path) in todo:
+                self._con.execute(path.read_text(encoding="utf-8"))
+        self._made |= todo
+
+    def sql(self, query: str, *args: Any, **kwargs: Any) -> duckdb.DuckDBPyRelation:
+        self._views_for(query)
+        return self._con.sql(query, *args, **kwargs)
+
+    def execute(self, query: str, *args: Any, **kwargs: Any) -> duckdb.DuckDBPyConnection:
+        self._views_for(query)
+        return self._con.execute(query, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._con, name)
+
+
 def connect_events(
     frame: pl.DataFrame,
     variables: dict[str, Any] | None = None,
     thresholds: str | None = None,
-) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB with `events` over `frame` and all views loaded."""
+) -> ViewsOnDemand:
+    """An in-memory DuckDB with `events` over `frame`; the views load as queries name them."""
     con = duckdb.connect()
     con.register("events_frame", frame.to_arrow())
     con.execute("create view events as select * from events_frame")
-    load_views(con, variables=variables, thresholds=thresholds)
-    return con
+    load_views(con, variables=variables, thresholds=thresholds, only=())
+    return ViewsOnDemand(con)
 
 
 def rows(con: duckdb.DuckDBPyConnection, sql: str) -> list[dict[str, Any]]:
