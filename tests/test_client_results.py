@@ -374,3 +374,54 @@ def test_a_container_wrappers_times_are_the_wrapper_source(tmp_path) -> None:
                                   "from requests where request_id = 'chatcmpl-nostream-0'").row(0, named=True)
     assert row["latency_source"] == "wrapper" and row["e2e_estimated"] and row["latency_resolution_s"] < 1
     assert row["e2e_s"] == row["e2e_log_s"] == pytest.approx(want, abs=1e-6)
+
+
+def test_an_overloaded_front_end_still_matches_every_request(tmp_path) -> None:
+    """Under overload a CPU-starved API server logs `Received request` long after the client
+    sent it (seen up to 19 s on a real vLLM 0.32 server). Here the client sent each request
+    up to 20 s before the server logged it, and 20 more requests failed at the client
+    (ClientOSError) without reaching the server: every request the server logged is matched
+    to its own index, and the 20 are failures of the server they were sent to, each saying
+    why nothing matched it."""
+    out, truth = _sim()
+    work = tmp_path / "run"
+    work.mkdir()
+    log = work / "vllm-a.log"
+    log.write_text((out / "vllm-a.log").read_text())
+    _old(log)
+    path = _vllm_bench_file(work, truth)
+    obj = json.loads(path.read_text())
+    n = truth.height
+    # the front-end delay grows from 0 to 20 s over the run: the client's own clock starts
+    # earlier by it, and its TTFT is longer by it
+    lag = [20.0 * i / (n - 1) for i in range(n)]
+    obj["start_times"] = [s - d for s, d in zip(obj["start_times"], lag)]
+    obj["ttfts"] = [t + d if not e else t for t, d, e in zip(obj["ttfts"], lag, obj["errors"])]
+    n_oserror = 20
+    span = max(obj["start_times"]) - min(obj["start_times"])
+    oserror = ("Traceback (most recent call last):\n  ...\n"
+               "aiohttp.client_exceptions.ClientOSError: [Errno 99] Cannot assign requested address\n")
+    for k in range(n_oserror):
+        obj["input_lens"].append(100)
+        obj["output_lens"].append(0)
+        obj["ttfts"].append(0.0)
+        obj["itls"].append([])
+        obj["start_times"].append(min(obj["start_times"][:n]) + span * (k + 0.5) / n_oserror)
+        obj["generated_texts"].append("")
+        obj["errors"].append(oserror)
+    obj["num_prompts"] = n + n_oserror
+    path.write_text(json.dumps(obj))
+    ingest([log, path], tmp_path / "store", year=2026)
+    got = run(tmp_path / "store", "select engine, instance, request_id, status, client_index, client_match, client_unmatched, "
+                                  "failure_reason from requests")
+    served = truth.select("request_id", "index").join(got, on="request_id", how="left")
+    # every request the server logged: matched, to the client request of its own index
+    assert served["client_match"].to_list() == ["index_time"] * n
+    assert served["client_index"].to_list() == served["index"].to_list()
+    lost = got.filter(pl.col("client_index") >= n)
+    assert lost.height == n_oserror
+    assert set(lost["status"]) == {"failed"} and set(lost["engine"]) == {"vllm"} and set(lost["instance"]) == {"vllm-a"}
+    assert lost["failure_reason"].str.starts_with(
+        "client: aiohttp.client_exceptions.ClientOSError: [Errno 99] Cannot assign requested address").all()
+    assert lost["client_unmatched"].str.contains("may never have reached the server").all()
+    assert got["client_unmatched"].count() == n_oserror and got.height == n + n_oserror

@@ -34,13 +34,15 @@
 --   no client results file names it): client_source, client_index (its position in the run),
 --   client_match ('id': by request id, the server's `chatcmpl-<id>` / `cmpl-<id>-0`;
 --   'index_time': by the index ending the server's id, `--request-id-prefix` unknown, under
---   the id prefix most of the run's indices share, and the arrival time), client_start_ts (UTC), client_ttft_s, client_itl_s (mean inter-token
+--   the id prefix most of the run's indices share, logged between the client's send and its
+--   answer), client_start_ts (UTC), client_ttft_s, client_itl_s (mean inter-token
 --   latency), client_itl_max_s, client_e2e_s, client_tpot_s (s), client_error (the client's
 --   error, one line: the last line of the traceback `vllm bench` saves), client_cancelled
 --   (true when the client itself gave up on the request: GuideLLM `incomplete`, AIPerf
 --   `was_cancelled`);
 --   waiting_at_arrival / running_at_arrival (requests; the last engine_stats line before a
---   client-matched request arrived);
+--   client-matched request arrived); client_unmatched (a client request no server request
+--   matched: why, in words);
 --   e2e_log_s, ttft_log_s, tpot_log_s (s; the server log's own figures: logged, else derived
 --   from its timestamps as e2e_estimated / ttft_estimated say; null for a request only a
 --   client results file names);
@@ -410,17 +412,23 @@ by_id as (
 ),
 
 -- a client that does not know its ids (vllm bench leaves `--request-id-prefix` out of its
--- results) sent request i as `<prefix>i`: the server request of the same index that
--- arrived closest to the client's start, within the run (its start placed to the second)
+-- results) sent request i as `<prefix>i`: the server request of the same index, logged
+-- between the client sending it and the client getting its answer. Under overload a busy API
+-- server logs `Received request` tens of seconds after the client sent it, so the bound is
+-- the client's own answer, not a fixed window around its send; 3 s either side allow for the
+-- run's placement on the wall clock (`date`, to the second) and the log's own resolution.
 client_runs as (
-    select client_source, min(client_start_ts) - interval 3 second as lo, max(client_start_ts) + interval 3 second as hi,
+    select client_source,
+        min(client_start_ts) - interval 3 second as lo,
+        max(make_timestamptz(epoch_us(client_start_ts) + cast(round(coalesce(client_e2e_s, 0) * 1e6) as bigint)))
+            + interval 3 second as hi,
     from client_events
     where client_id is null and client_start_ts is not null
     group by all
 ),
 
 -- every server request of the client's index within the run, with its id's stem (the id
--- without the index)
+-- without the index); a request the client got an answer for reached the server before that
 index_candidates as (
     select c.*, s.engine, s.instance, s.request_key, s.arrival_ts,
         case when starts_with(s.request_id, 'cmpl-') then regexp_replace(s.request_id, '-\d+-0$', '')
@@ -434,6 +442,9 @@ index_candidates as (
                 else regexp_extract(s.request_id, '-(\d+)$', 1) end as bigint
         ) = c.client_index
     where c.client_id is null
+      and s.arrival_ts >= c.client_start_ts - interval 3 second
+      and (c.client_e2e_s is null
+           or s.arrival_ts <= make_timestamptz(epoch_us(c.client_start_ts) + cast(round(c.client_e2e_s * 1e6) as bigint)) + interval 3 second)
 ),
 
 -- a run sends every request under one prefix: the stem that accounts for most of the run's
@@ -446,13 +457,21 @@ run_stems as (
     qualify row_number() over (partition by client_source order by count(distinct client_index) desc, id_stem) = 1
 ),
 
+-- the first server request of the index logged from the send on (two runs under one prefix
+-- repeat their indices); a server request is one client request's only
 by_index as (
-    select c.* exclude (id_stem), 'index_time' as client_match,
-    from index_candidates as c
-    join run_stems as r on r.client_source = c.client_source and r.id_stem = c.id_stem
+    select * from (
+        select c.* exclude (id_stem), 'index_time' as client_match,
+        from index_candidates as c
+        join run_stems as r on r.client_source = c.client_source and r.id_stem = c.id_stem
+        qualify row_number() over (
+            partition by c.client_source, c.client_line, c.client_index
+            order by c.arrival_ts, c.request_key
+        ) = 1
+    )
     qualify row_number() over (
-        partition by c.client_source, c.client_line, c.client_index
-        order by abs(epoch(c.arrival_ts) - epoch(c.client_start_ts))
+        partition by engine, instance, request_key
+        order by abs(epoch(arrival_ts) - epoch(client_start_ts)), client_source, client_line
     ) = 1
 ),
 
@@ -478,6 +497,7 @@ client_cols as (
         engine, instance, request_key,
         client_source, client_index, client_match, client_start_ts, client_ttft_s, client_itl_s,
         client_itl_max_s, client_e2e_s, client_tpot_s, client_error, client_cancelled, waiting_at_arrival, running_at_arrival,
+        cast(null as varchar) as client_unmatched,
     from matched_queue
 ),
 
@@ -569,12 +589,23 @@ client_only as (
         c.client_source, c.client_index, cast(null as varchar) as client_match, c.client_start_ts, c.client_ttft_s,
         c.client_itl_s, c.client_itl_max_s, c.client_e2e_s, c.client_tpot_s, c.client_error, c.client_cancelled,
         cast(null as bigint) as waiting_at_arrival, cast(null as bigint) as running_at_arrival,
+        -- why no server request matched it
+        case
+            when cs.server_engine is null and ls.server_engine is null then 'no server log in the store'
+            when c.client_error is not null and not c.client_cancelled
+                then 'failed at the client, and no server request matches it: it may never have reached the server'
+            when c.client_id is not null then 'no server request logged under its id'
+            when c.client_index is null or c.client_start_ts is null then 'no id, index or send time to match by'
+            when rs.id_stem is null then 'no server request id ends in the run''s indices (send them with --request-id-prefix)'
+            else 'no server request of index ' || c.client_index || ' under the run''s id prefix between its send and its answer'
+        end as client_unmatched,
         cast(null as double) as e2e_log_s, cast(null as double) as ttft_log_s, cast(null as double) as tpot_log_s,
         case when c.client_e2e_s is not null or c.client_ttft_s is not null then 'client' end as latency_source,
         case when c.client_e2e_s is not null or c.client_ttft_s is not null then 0.000001 end as latency_resolution_s,
     from client_events as c
     left join client_servers as cs on cs.client_source = c.client_source
     left join lone_server as ls on true
+    left join run_stems as rs on rs.client_source = c.client_source
     anti join matched as m on m.client_source = c.client_source and m.client_line = c.client_line
         and m.client_index is not distinct from c.client_index
 )
