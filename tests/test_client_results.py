@@ -376,52 +376,107 @@ def test_a_container_wrappers_times_are_the_wrapper_source(tmp_path) -> None:
     assert row["e2e_s"] == row["e2e_log_s"] == pytest.approx(want, abs=1e-6)
 
 
-def test_an_overloaded_front_end_still_matches_every_request(tmp_path) -> None:
-    """Under overload a CPU-starved API server logs `Received request` long after the client
-    sent it (seen up to 19 s on a real vLLM 0.32 server). Here the client sent each request
-    up to 20 s before the server logged it, and 20 more requests failed at the client
-    (ClientOSError) without reaching the server: every request the server logged is matched
-    to its own index, and the 20 are failures of the server they were sent to, each saying
-    why nothing matched it."""
+N_OSERROR = 20
+
+
+@lru_cache(maxsize=None)
+def _lagged() -> tuple[Path, pl.DataFrame, list[float]]:
+    """The simulator's overloaded run seen by a client whose requests reached the server late:
+    the client sent each request up to 20 s before the server logged it (the lag grows from 0
+    to 20 s over the run, as a CPU-starved API server falls behind), and 20 more requests
+    failed at the client (ClientOSError) without reaching the server."""
     out, truth = _sim()
-    work = tmp_path / "run"
-    work.mkdir()
+    work = Path(tempfile.mkdtemp(prefix="servelens-lagged-"))
     log = work / "vllm-a.log"
     log.write_text((out / "vllm-a.log").read_text())
     _old(log)
     path = _vllm_bench_file(work, truth)
     obj = json.loads(path.read_text())
     n = truth.height
-    # the front-end delay grows from 0 to 20 s over the run: the client's own clock starts
-    # earlier by it, and its TTFT is longer by it
+    # the client's own clock starts earlier by the lag, and its TTFT is longer by it
     lag = [20.0 * i / (n - 1) for i in range(n)]
     obj["start_times"] = [s - d for s, d in zip(obj["start_times"], lag)]
     obj["ttfts"] = [t + d if not e else t for t, d, e in zip(obj["ttfts"], lag, obj["errors"])]
-    n_oserror = 20
     span = max(obj["start_times"]) - min(obj["start_times"])
     oserror = ("Traceback (most recent call last):\n  ...\n"
                "aiohttp.client_exceptions.ClientOSError: [Errno 99] Cannot assign requested address\n")
-    for k in range(n_oserror):
+    for k in range(N_OSERROR):
         obj["input_lens"].append(100)
         obj["output_lens"].append(0)
         obj["ttfts"].append(0.0)
         obj["itls"].append([])
-        obj["start_times"].append(min(obj["start_times"][:n]) + span * (k + 0.5) / n_oserror)
+        obj["start_times"].append(min(obj["start_times"][:n]) + span * (k + 0.5) / N_OSERROR)
         obj["generated_texts"].append("")
         obj["errors"].append(oserror)
-    obj["num_prompts"] = n + n_oserror
+    obj["num_prompts"] = n + N_OSERROR
     path.write_text(json.dumps(obj))
-    ingest([log, path], tmp_path / "store", year=2026)
-    got = run(tmp_path / "store", "select engine, instance, request_id, status, client_index, client_match, client_unmatched, "
-                                  "failure_reason from requests")
+    ingest([log, path], work / "store", year=2026)
+    return work / "store", truth, lag
+
+
+def test_an_overloaded_front_end_still_matches_every_request() -> None:
+    """Under overload a CPU-starved API server logs `Received request` long after the client
+    sent it (seen up to 19 s on a real vLLM 0.32 server): every request the server logged is
+    matched to its own index, and the requests that failed at the client without reaching
+    the server are failures of the server they were sent to, each saying why nothing matched."""
+    store, truth, _ = _lagged()
+    n = truth.height
+    got = run(store, "select engine, instance, request_id, status, client_index, client_match, client_unmatched, "
+                     "failure_reason from requests")
     served = truth.select("request_id", "index").join(got, on="request_id", how="left")
     # every request the server logged: matched, to the client request of its own index
     assert served["client_match"].to_list() == ["index_time"] * n
     assert served["client_index"].to_list() == served["index"].to_list()
     lost = got.filter(pl.col("client_index") >= n)
-    assert lost.height == n_oserror
+    assert lost.height == N_OSERROR
     assert set(lost["status"]) == {"failed"} and set(lost["engine"]) == {"vllm"} and set(lost["instance"]) == {"vllm-a"}
     assert lost["failure_reason"].str.starts_with(
         "client: aiohttp.client_exceptions.ClientOSError: [Errno 99] Cannot assign requested address").all()
     assert lost["client_unmatched"].str.contains("may never have reached the server").all()
-    assert got["client_unmatched"].count() == n_oserror and got.height == n + n_oserror
+    assert got["client_unmatched"].count() == N_OSERROR and got.height == n + N_OSERROR
+
+
+# the client's run is placed on the wall clock to the second (vllm bench's `date`), the
+# server's arrival to the second (vLLM's header): a front-end delay is that coarse
+FRONTEND_RES_S = 2.0
+
+
+def test_the_front_end_delay_is_the_clients_lag_per_request_window_and_tail() -> None:
+    """The time between the client sending a request and the server logging it is the lag
+    the client saw, per request, per window (the `frontend_delay` finding fires where it is
+    long and not where it is short) and in the tail-latency explanation."""
+    from servelens.pipeline.report.queueing import explain
+
+    store, truth, lag = _lagged()
+    truth = truth.with_columns(pl.Series("lag", lag))
+    got = run(store, "select request_id, frontend_delay_s from requests where client_match is not null")
+    j = truth.join(got, on="request_id")
+    assert j.height == truth.height
+    assert (j["frontend_delay_s"] - j["lag"]).abs().max() <= FRONTEND_RES_S
+
+    # per window of the server's arrival: the p90 of the lags the client saw
+    w = 20
+    win = (truth.with_columns((pl.col("arrival_ts").dt.epoch("s") // w * w).alias("ws"))
+           .group_by("ws").agg(pl.col("lag").quantile(0.9, "linear").alias("p90"), pl.len().alias("n")))
+    wm = run(store, "select epoch(window_start)::bigint as ws, n_frontend, frontend_delay_p90_s from window_metrics "
+                    "where n_frontend > 0", variables={"window_s": w})
+    both = win.join(wm, on="ws")
+    assert both.height == win.height and (both["n"] == both["n_frontend"]).all()
+    assert (both["frontend_delay_p90_s"] - both["p90"]).abs().max() <= FRONTEND_RES_S
+    episodes = run(store, "select epoch(window_start)::bigint as a, epoch(window_end)::bigint as b from scaling_signals "
+                          "where signal = 'frontend_delay'", variables={"window_s": w, "frontend_p90_s": 5.0}).rows()
+    fired = {ws for ws in both["ws"] if any(a <= ws < b for a, b in episodes)}
+    long = set(both.filter(pl.col("p90") > 5.0 + FRONTEND_RES_S)["ws"])
+    short = set(both.filter(pl.col("p90") < 5.0 - FRONTEND_RES_S)["ws"])
+    assert long and short and long <= fired and not (short & fired)
+
+    # the tail: the slow requests (the client's TTFT at or above its p99) reached the server
+    # that much later than the ones that found no queue (the first of the run: no lag)
+    row = run(store, "select * from ttft_queueing where engine = 'vllm'").row(0, named=True)
+    ok = j.filter(pl.col("status") == "ok").with_columns((pl.col("ttft_s") + pl.col("lag")).alias("client_ttft"))
+    p99 = ok["client_ttft"].quantile(0.99, "linear")
+    assert row["p99_ttft_s"] == pytest.approx(p99, rel=1e-6)
+    slow_lag = ok.filter(pl.col("client_ttft") >= p99)["lag"].mean()
+    assert slow_lag > 15 and abs(row["frontend_at_p99_s"] - slow_lag) <= FRONTEND_RES_S
+    assert row["queueing_at_p99_s"] <= p99 - slow_lag + FRONTEND_RES_S
+    assert f"{row['frontend_at_p99_s']:.3g} s of it passed before the server logged the slow requests" in explain(row)

@@ -42,7 +42,10 @@
 --   `was_cancelled`);
 --   waiting_at_arrival / running_at_arrival (requests; the last engine_stats line before a
 --   client-matched request arrived); client_unmatched (a client request no server request
---   matched: why, in words);
+--   matched: why, in words); frontend_delay_s (s; a client-matched request: from the client
+--   sending it to the server logging its arrival, never below 0; as coarse as the coarser of
+--   the log's timestamps and the client's placement on the wall clock, 1 s each for vLLM's
+--   header and `vllm bench`'s `date`);
 --   e2e_log_s, ttft_log_s, tpot_log_s (s; the server log's own figures: logged, else derived
 --   from its timestamps as e2e_estimated / ttft_estimated say; null for a request only a
 --   client results file names);
@@ -498,6 +501,9 @@ client_cols as (
         client_source, client_index, client_match, client_start_ts, client_ttft_s, client_itl_s,
         client_itl_max_s, client_e2e_s, client_tpot_s, client_error, client_cancelled, waiting_at_arrival, running_at_arrival,
         cast(null as varchar) as client_unmatched,
+        -- from the client's send to the server's `Received request`: time no engine metric
+        -- shows (a CPU-starved API server, a proxy's queue)
+        greatest(epoch(arrival_ts) - epoch(client_start_ts), 0) as frontend_delay_s,
     from matched_queue
 ),
 
@@ -599,6 +605,7 @@ client_only as (
             when rs.id_stem is null then 'no server request id ends in the run''s indices (send them with --request-id-prefix)'
             else 'no server request of index ' || c.client_index || ' under the run''s id prefix between its send and its answer'
         end as client_unmatched,
+        cast(null as double) as frontend_delay_s,
         cast(null as double) as e2e_log_s, cast(null as double) as ttft_log_s, cast(null as double) as tpot_log_s,
         case when c.client_e2e_s is not null or c.client_ttft_s is not null then 'client' end as latency_source,
         case when c.client_e2e_s is not null or c.client_ttft_s is not null then 0.000001 end as latency_resolution_s,
