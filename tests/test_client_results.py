@@ -480,3 +480,69 @@ def test_the_front_end_delay_is_the_clients_lag_per_request_window_and_tail() ->
     assert slow_lag > 15 and abs(row["frontend_at_p99_s"] - slow_lag) <= FRONTEND_RES_S
     assert row["queueing_at_p99_s"] <= p99 - slow_lag + FRONTEND_RES_S
     assert f"{row['frontend_at_p99_s']:.3g} s of it passed before the server logged the slow requests" in explain(row)
+
+
+def _all_failed_results(path: Path, model: str, n: int = 10) -> Path:
+    """A `vllm bench serve` results file of a run none of whose requests reached a server
+    (each one a ClientOSError), sent in the real vLLM 0.32 recording's time."""
+    obj = {"date": "20261201-234000", "endpoint_type": "openai-chat", "backend": "openai-chat", "label": None,
+           "model_id": model, "tokenizer_id": model, "num_prompts": n, "duration": 10.0, "completed": 0,
+           "input_lens": [50] * n, "output_lens": [0] * n, "ttfts": [0.0] * n, "itls": [[] for _ in range(n)],
+           "start_times": [100.0 + i for i in range(n)], "generated_texts": [""] * n,
+           "errors": ["Traceback (most recent call last):\n  ...\naiohttp.client_exceptions.ClientOSError: "
+                      "[Errno 99] Cannot assign requested address\n"] * n}
+    path.write_text(json.dumps(obj))
+    return _old(path)
+
+
+def test_a_results_file_belongs_to_the_server_it_names_or_says_it_cannot_tell(tmp_path) -> None:
+    """Three servers (copies of the real vLLM 0.32 log; two serve tiny-llama, one
+    other-model) and results files none of whose requests matched: a file asking for
+    other-model is that server's, one ingested with --instance is the named server's, and
+    one asking for tiny-llama, which two servers serve, is nobody's, in one line."""
+    import gzip
+
+    from typer.testing import CliRunner
+
+    from servelens.pipeline.cli.app import app, build_app
+
+    from conftest import SAMPLE_LOGS
+
+    text = gzip.decompress((SAMPLE_LOGS / "vllm" / "real-0.32" / "vllm-cpu.log.gz").read_bytes()).decode()
+    assert "'served_model_name': ['tiny-llama']" in text
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    # (the same bytes twice would be one file moved: a second copy starts with a line of its own)
+    for name, body in (("gpu-1", text), ("gpu-2", "copy of gpu-1\n" + text),
+                       ("gpu-3", text.replace("tiny-llama", "other-model"))):
+        (logs / f"{name}.log").write_text(body)
+        _old(logs / f"{name}.log")
+    files = tmp_path / "results"
+    files.mkdir()
+    store = tmp_path / "store"
+    ingest(sorted(logs.iterdir()), store, year=2026)
+    ingest([_all_failed_results(files / "over-other.json", "other-model")], store, year=2026)
+    ingest([_all_failed_results(files / "over-named.json", "tiny-llama")], store, year=2026, instance="gpu-2")
+    ingest([_all_failed_results(files / "over-twice.json", "tiny-llama", n=12)], store, year=2026)
+    got = run(store, "select split_part(client_source, '/', -1) as file, engine, instance, status, client_unmatched, "
+                     "count(*) as n from requests where client_source like '%over-%' group by all order by file")
+    rows = {r["file"]: r for r in got.iter_rows(named=True)}
+    assert got.height == 3 and [r["n"] for r in got.iter_rows(named=True)] == [10, 10, 12]
+    assert {r["status"] for r in rows.values()} == {"failed"}
+    assert (rows["over-other.json"]["engine"], rows["over-other.json"]["instance"]) == ("vllm", "gpu-3")
+    assert (rows["over-named.json"]["engine"], rows["over-named.json"]["instance"]) == ("vllm", "gpu-2")
+    assert (rows["over-twice.json"]["engine"], rows["over-twice.json"]["instance"]) == ("client", "over-twice")
+    why = rows["over-twice.json"]["client_unmatched"]
+    assert "names none of the 3 servers" in why and "tiny-llama" in why and "--instance" in why
+
+    build_app()
+    out = tmp_path / "r.json"
+    res = CliRunner().invoke(app, ["report", "--store", str(store), "--format", "json", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(out.read_text())["summary"]
+    failed = {r["instance"]: r["failed"] for r in summary["impact"]["by_instance"]}
+    # the client's failures counted in the Impact of the server they were sent to
+    assert failed == {"gpu-1": 0, "gpu-2": 10, "gpu-3": 10}
+    assert [(f["requests"], f["source"].rsplit("/", 1)[-1]) for f in summary["unassigned_clients"]] == [(12, "over-twice.json")]
+    md = CliRunner().invoke(app, ["report", "--store", str(store)])
+    assert md.exit_code == 0 and md.output.count("over-twice.json are counted under no server") == 1

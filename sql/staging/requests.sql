@@ -56,8 +56,10 @@
 --   (s; 0.000001 for a client's figures, time_resolution_s for figures derived from log
 --   timestamps, null for durations the engine logged itself).
 --   A client request no server log accounts for is a row of the server its results file
---   tested (where most of the file's requests matched, else the only server in the store;
---   else engine 'client', instance the file's): status 'finished', or 'failed' when the
+--   tested (where most of the file's requests matched, else the server it names: the
+--   instance it was ingested as (`--instance`), else the one server of the model it asked
+--   for; else the only server in the store; else engine 'client', instance the file's, and
+--   client_unmatched names the ambiguity): status 'finished', or 'failed' when the
 --   client saw it fail (it may never have reached the server), 'aborted' when the client
 --   cancelled it; its latencies the client's.
 --   A request the client saw fail (an error, no answer) is 'failed' whatever the server
@@ -451,13 +453,23 @@ index_candidates as (
 ),
 
 -- a run sends every request under one prefix: the stem that accounts for most of the run's
--- indices. Another client's `chatcmpl-other-1` may arrive closer to the run's request 1
+-- indices, and for at least half of those the client got an answer for. Another client's `chatcmpl-other-1` may arrive closer to the run's request 1
 -- than the run's own, logged late by a busy API server (seen on a real vLLM 0.32 recording).
 run_stems as (
-    select client_source, id_stem,
-    from index_candidates
-    group by client_source, id_stem
-    qualify row_number() over (partition by client_source order by count(distinct client_index) desc, id_stem) = 1
+    select c.client_source, c.id_stem,
+    from index_candidates as c
+    join (
+        select client_source, count(*) filter (where client_error is null) as n_answered,
+        from client_events
+        group by client_source
+    ) as a on a.client_source = c.client_source
+    group by c.client_source, c.id_stem
+    -- a prefix that accounts for fewer than half of the requests the client got an answer for
+    -- is another client's traffic that shares some indices (a run whose every request failed
+    -- before reaching the server matches nothing)
+    having count(distinct c.client_index) >= greatest(any_value(a.n_answered) / 2, 1)
+       and any_value(a.n_answered) > 0
+    qualify row_number() over (partition by c.client_source order by count(distinct c.client_index) desc, c.id_stem) = 1
 ),
 
 -- the first server request of the index logged from the send on (two runs under one prefix
@@ -555,18 +567,57 @@ with_client as (
     left join client_cols as c on c.engine = f.engine and c.instance = f.instance and c.request_key = f.request_key
 ),
 
--- the server a results file tested: where most of its matched requests are, else the only
--- server in the store (one server is unambiguous); else none (engine `client` below)
+-- the server a results file tested: where most of its matched requests are, else the server
+-- it names (below), else the only server in the store (one server is unambiguous); else
+-- none (engine `client` below)
 client_servers as (
     select client_source, engine as server_engine, instance as server_instance,
     from (select client_source, engine, instance, count(*) as n, from matched group by all)
     qualify row_number() over (partition by client_source order by n desc, engine, instance) = 1
 ),
 
+server_list as (
+    select distinct engine, instance, model from final where engine not in ('client', 'unknown')
+),
+
 lone_server as (
     select min(engine) as server_engine, min(instance) as server_instance,
-    from (select distinct engine, instance from final where engine not in ('client', 'unknown'))
+    from (select distinct engine, instance from server_list)
     having count(*) = 1
+),
+
+-- where none of a file's requests matched: the server it names, by the instance it was
+-- ingested as (`--instance`), else by the model it asked for, when one server alone fits
+client_files as (
+    select client_source, any_value(client_instance) as client_instance, any_value(model) as client_model,
+    from client_events
+    group by client_source
+),
+
+named_servers as (
+    select client_source, min(server_engine) as server_engine, min(server_instance) as server_instance,
+    from (
+        select distinct f.client_source, s.engine as server_engine, s.instance as server_instance,
+        from client_files as f
+        join server_list as s on s.instance = f.client_instance
+    )
+    group by client_source
+    having count(*) = 1
+),
+
+model_servers as (
+    select client_source, min(server_engine) as server_engine, min(server_instance) as server_instance,
+    from (
+        select distinct f.client_source, s.engine as server_engine, s.instance as server_instance,
+        from client_files as f
+        join server_list as s on s.model = f.client_model
+    )
+    group by client_source
+    having count(*) = 1
+),
+
+n_servers as (
+    select count(*) as n from (select distinct engine, instance from server_list)
 ),
 
 -- a client request no server log accounts for is a request of the server its results file
@@ -574,8 +625,8 @@ lone_server as (
 -- (engine `client`)
 client_only as (
     select
-        coalesce(cs.server_engine, ls.server_engine, 'client') as engine,
-        coalesce(cs.server_instance, ls.server_instance, c.client_instance) as instance,
+        coalesce(cs.server_engine, ns.server_engine, ms.server_engine, ls.server_engine, 'client') as engine,
+        coalesce(cs.server_instance, ns.server_instance, ms.server_instance, ls.server_instance, c.client_instance) as instance,
         c.model, c.client_id as request_id,
         coalesce(c.client_id, c.client_source || ':' || c.client_line || ':' || c.client_index) as request_key,
         c.client_start_ts as arrival_ts,
@@ -597,7 +648,11 @@ client_only as (
         cast(null as bigint) as waiting_at_arrival, cast(null as bigint) as running_at_arrival,
         -- why no server request matched it
         case
-            when cs.server_engine is null and ls.server_engine is null then 'no server log in the store'
+            when coalesce(cs.server_engine, ns.server_engine, ms.server_engine, ls.server_engine) is null
+                then case when nsv.n = 0 then 'no server log in the store'
+                     else 'its results file names none of the ' || nsv.n || ' servers in the store (no request of it matched, '
+                          || 'no server is named ' || c.client_instance || ', none or several serve '
+                          || coalesce(c.model, 'its model') || '): ingest it with --instance SERVER' end
             when c.client_error is not null and not c.client_cancelled
                 then 'failed at the client, and no server request matches it: it may never have reached the server'
             when c.client_id is not null then 'no server request logged under its id'
@@ -612,6 +667,9 @@ client_only as (
     from client_events as c
     left join client_servers as cs on cs.client_source = c.client_source
     left join lone_server as ls on true
+    left join named_servers as ns on ns.client_source = c.client_source
+    left join model_servers as ms on ms.client_source = c.client_source
+    left join n_servers as nsv on true
     left join run_stems as rs on rs.client_source = c.client_source
     anti join matched as m on m.client_source = c.client_source and m.client_line = c.client_line
         and m.client_index is not distinct from c.client_index
