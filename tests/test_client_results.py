@@ -546,3 +546,50 @@ def test_a_results_file_belongs_to_the_server_it_names_or_says_it_cannot_tell(tm
     assert [(f["requests"], f["source"].rsplit("/", 1)[-1]) for f in summary["unassigned_clients"]] == [(12, "over-twice.json")]
     md = CliRunner().invoke(app, ["report", "--store", str(store)])
     assert md.exit_code == 0 and md.output.count("over-twice.json are counted under no server") == 1
+
+
+def _queue_within_one_period(store: Path, truth: pl.DataFrame, lag: list[float], engines: int) -> tuple[int, int]:
+    """(requests whose queue at arrival lies within the truth's waiting over the stats period
+    before the client sent them, requests with a queue at arrival)."""
+    import bisect
+
+    out, _ = _sim()
+    state = pl.read_parquet(out / "truth_state.parquet").sort("ts")
+    us, waiting = state["ts"].dt.epoch("us").to_list(), state["waiting"].to_list()
+    sent = truth.with_columns(pl.Series("lag", lag)).with_columns(
+        (pl.col("arrival_ts").dt.epoch("us") - (pl.col("lag") * 1e6).cast(pl.Int64)).alias("sent_us"))
+    got = sent.join(run(store, "select request_id, waiting_at_arrival from requests where client_match is not null"),
+                    on="request_id")
+    ok = n = 0
+    for s, w in zip(got["sent_us"], got["waiting_at_arrival"]):
+        if w is None:
+            continue  # sent before the server's first stats line
+        # the simulator's vLLM prints its stats every 10 s, to the second
+        seg = waiting[bisect.bisect_left(us, s - 11_000_000):bisect.bisect_right(us, s + 1_000_000)]
+        n += 1
+        ok += bool(seg) and engines * min(seg) <= w <= engines * max(seg)
+    return ok, n
+
+
+def test_the_queue_at_arrival_is_the_one_the_client_sent_into_summed_over_engines(tmp_path) -> None:
+    """The queue a request found is the server's when the client sent it, not when the
+    server, tens of seconds behind, logged it; with data-parallel engines (`Engine 000:` and
+    `Engine 001:` lines each period) it is their sum."""
+    store, truth, lag = _lagged()
+    ok, n = _queue_within_one_period(store, truth, lag, engines=1)
+    assert n >= truth.height * 0.95 and ok == n
+
+    # the same server as two data-parallel engines, each printing the same queue: twice it
+    out, _ = _sim()
+    text = (out / "vllm-a.log").read_text()
+    dp = re.sub(r"^(.*\] )Engine 000: (.*)$", r"\1Engine 000: \2\n\1Engine 001: \2", text, flags=re.M)
+    assert dp.count("Engine 001:") == text.count("Engine 000:") > 10
+    work = tmp_path / "dp"
+    work.mkdir()
+    (work / "vllm-a.log").write_text(dp)
+    _old(work / "vllm-a.log")
+    lagged_dir = Path(store).parent
+    client = next(p for p in lagged_dir.iterdir() if p.name == "vllm-bench-results.json")
+    ingest([work / "vllm-a.log", client], tmp_path / "store", year=2026)
+    ok, n = _queue_within_one_period(tmp_path / "store", truth, lag, engines=2)
+    assert n >= truth.height * 0.95 and ok == n

@@ -5,8 +5,10 @@
 --   client results file names the request, else the server log's (TGI-like engines log it;
 --   vLLM V1 with `--enable-log-outputs` gives it estimated to the log's time resolution), of
 --   the requests that finished (as the client's own percentiles are over its successes).
--- Queue at arrival: the last engine_stats line at or before the request's arrival (vLLM
---   prints one every 10 s, so this is the queue up to 10 s before the request came in).
+-- Queue at arrival: the last engine_stats snapshot (data-parallel engines summed) at or
+--   before the client sent the request (client-matched requests, requests.waiting_at_arrival),
+--   else before the server logged its arrival (vLLM prints one every 10 s by default, so this
+--   is the queue up to one stats period before the request came in).
 -- Queueing in the tail: a request that waits for nobody gets its first token after its
 --   prefill alone, so the median TTFT of the requests that arrived to an empty queue
 --   (waiting = 0) is the no-queue baseline; what the p99 TTFT has beyond it, less the time
@@ -40,8 +42,9 @@ served as (
     where ttft_s is not null and arrival_ts is not null and status = 'finished' and engine <> 'client'
 ),
 
+-- (data-parallel engines summed: engine_stats folds their lines of one period)
 stats_series as (
-    select engine, instance, ts, waiting, running from events where event = 'engine_stats' and ts is not null
+    select engine, instance, ts, waiting, running from engine_stats where kind = 'engine_stats'
 ),
 
 -- the queue at arrival for every request with a TTFT (requests carries it for client-matched

@@ -40,8 +40,8 @@
 --   error, one line: the last line of the traceback `vllm bench` saves), client_cancelled
 --   (true when the client itself gave up on the request: GuideLLM `incomplete`, AIPerf
 --   `was_cancelled`);
---   waiting_at_arrival / running_at_arrival (requests; the last engine_stats line before a
---   client-matched request arrived); client_unmatched (a client request no server request
+--   waiting_at_arrival / running_at_arrival (requests; a client-matched request: the last
+--   engine_stats snapshot, data-parallel engines summed, before the client sent it); client_unmatched (a client request no server request
 --   matched: why, in words); frontend_delay_s (s; a client-matched request: from the client
 --   sending it to the server logging its arrival, never below 0; as coarse as the coarser of
 --   the log's timestamps and the client's placement on the wall clock, 1 s each for vLLM's
@@ -496,15 +496,18 @@ matched as (
     select * from by_index
 ),
 
--- the queue the engine reported last before each matched request arrived
+-- the queue the server reported last before the client sent each matched request (the
+-- server may log it tens of seconds later under overload), its data-parallel engines summed
+-- (engine_stats folds their lines of one period into one snapshot)
 stats_series as (
-    select engine, instance, ts, waiting, running from events where event = 'engine_stats' and ts is not null
+    select engine, instance, ts, waiting, running from engine_stats where kind = 'engine_stats'
 ),
 
 matched_queue as (
     select m.*, q.waiting as waiting_at_arrival, q.running as running_at_arrival,
     from matched as m
-    asof left join stats_series as q on q.engine = m.engine and q.instance = m.instance and m.arrival_ts >= q.ts
+    asof left join stats_series as q on q.engine = m.engine and q.instance = m.instance
+        and coalesce(m.client_start_ts, m.arrival_ts) >= q.ts
 ),
 
 client_cols as (
