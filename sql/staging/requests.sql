@@ -579,8 +579,13 @@ client_servers as (
     qualify row_number() over (partition by client_source order by n desc, engine, instance) = 1
 ),
 
+-- the servers in the store (read only when some client results file is there: a distinct
+-- over the events' dictionary-encoded columns, not over the merged requests)
 server_list as (
-    select distinct engine, instance, model from final where engine not in ('client', 'unknown')
+    select distinct engine, instance, model
+    from events
+    where engine not in ('client', 'unknown')
+      and (select count(*) from client_events) > 0
 ),
 
 lone_server as (
