@@ -374,3 +374,222 @@ def test_a_container_wrappers_times_are_the_wrapper_source(tmp_path) -> None:
                                   "from requests where request_id = 'chatcmpl-nostream-0'").row(0, named=True)
     assert row["latency_source"] == "wrapper" and row["e2e_estimated"] and row["latency_resolution_s"] < 1
     assert row["e2e_s"] == row["e2e_log_s"] == pytest.approx(want, abs=1e-6)
+
+
+N_OSERROR = 20
+
+
+@lru_cache(maxsize=None)
+def _lagged() -> tuple[Path, pl.DataFrame, list[float]]:
+    """The simulator's overloaded run seen by a client whose requests reached the server late:
+    the client sent each request up to 20 s before the server logged it (the lag grows from 0
+    to 20 s over the run, as a CPU-starved API server falls behind), and 20 more requests
+    failed at the client (ClientOSError) without reaching the server."""
+    out, truth = _sim()
+    work = Path(tempfile.mkdtemp(prefix="servelens-lagged-"))
+    log = work / "vllm-a.log"
+    log.write_text((out / "vllm-a.log").read_text())
+    _old(log)
+    path = _vllm_bench_file(work, truth)
+    obj = json.loads(path.read_text())
+    n = truth.height
+    # the client's own clock starts earlier by the lag, and its TTFT is longer by it
+    lag = [20.0 * i / (n - 1) for i in range(n)]
+    obj["start_times"] = [s - d for s, d in zip(obj["start_times"], lag)]
+    obj["ttfts"] = [t + d if not e else t for t, d, e in zip(obj["ttfts"], lag, obj["errors"])]
+    span = max(obj["start_times"]) - min(obj["start_times"])
+    oserror = ("Traceback (most recent call last):\n  ...\n"
+               "aiohttp.client_exceptions.ClientOSError: [Errno 99] Cannot assign requested address\n")
+    for k in range(N_OSERROR):
+        obj["input_lens"].append(100)
+        obj["output_lens"].append(0)
+        obj["ttfts"].append(0.0)
+        obj["itls"].append([])
+        obj["start_times"].append(min(obj["start_times"][:n]) + span * (k + 0.5) / N_OSERROR)
+        obj["generated_texts"].append("")
+        obj["errors"].append(oserror)
+    obj["num_prompts"] = n + N_OSERROR
+    path.write_text(json.dumps(obj))
+    ingest([log, path], work / "store", year=2026)
+    return work / "store", truth, lag
+
+
+def test_an_overloaded_front_end_still_matches_every_request() -> None:
+    """Under overload a CPU-starved API server logs `Received request` long after the client
+    sent it (seen up to 19 s on a real vLLM 0.32 server): every request the server logged is
+    matched to its own index, and the requests that failed at the client without reaching
+    the server are failures of the server they were sent to, each saying why nothing matched."""
+    store, truth, _ = _lagged()
+    n = truth.height
+    got = run(store, "select engine, instance, request_id, status, client_index, client_match, client_unmatched, "
+                     "failure_reason from requests")
+    served = truth.select("request_id", "index").join(got, on="request_id", how="left")
+    # every request the server logged: matched, to the client request of its own index
+    assert served["client_match"].to_list() == ["index_time"] * n
+    assert served["client_index"].to_list() == served["index"].to_list()
+    lost = got.filter(pl.col("client_index") >= n)
+    assert lost.height == N_OSERROR
+    assert set(lost["status"]) == {"failed"} and set(lost["engine"]) == {"vllm"} and set(lost["instance"]) == {"vllm-a"}
+    assert lost["failure_reason"].str.starts_with(
+        "client: aiohttp.client_exceptions.ClientOSError: [Errno 99] Cannot assign requested address").all()
+    assert lost["client_unmatched"].str.contains("may never have reached the server").all()
+    assert got["client_unmatched"].count() == N_OSERROR and got.height == n + N_OSERROR
+
+
+# the client's run is placed on the wall clock to the second (vllm bench's `date`), the
+# server's arrival to the second (vLLM's header): a front-end delay is that coarse
+FRONTEND_RES_S = 2.0
+
+
+def test_the_front_end_delay_is_the_clients_lag_per_request_window_and_tail() -> None:
+    """The time between the client sending a request and the server logging it is the lag
+    the client saw, per request, per window (the `frontend_delay` finding fires where it is
+    long and not where it is short) and in the tail-latency explanation."""
+    from servelens.pipeline.report.queueing import explain
+
+    store, truth, lag = _lagged()
+    truth = truth.with_columns(pl.Series("lag", lag))
+    got = run(store, "select request_id, frontend_delay_s from requests where client_match is not null")
+    j = truth.join(got, on="request_id")
+    assert j.height == truth.height
+    assert (j["frontend_delay_s"] - j["lag"]).abs().max() <= FRONTEND_RES_S
+
+    # per window of the server's arrival: the p90 of the lags the client saw
+    w = 20
+    win = (truth.with_columns((pl.col("arrival_ts").dt.epoch("s") // w * w).alias("ws"))
+           .group_by("ws").agg(pl.col("lag").quantile(0.9, "linear").alias("p90"), pl.len().alias("n")))
+    wm = run(store, "select epoch(window_start)::bigint as ws, n_frontend, frontend_delay_p90_s from window_metrics "
+                    "where n_frontend > 0", variables={"window_s": w})
+    both = win.join(wm, on="ws")
+    assert both.height == win.height and (both["n"] == both["n_frontend"]).all()
+    assert (both["frontend_delay_p90_s"] - both["p90"]).abs().max() <= FRONTEND_RES_S
+    episodes = run(store, "select epoch(window_start)::bigint as a, epoch(window_end)::bigint as b from scaling_signals "
+                          "where signal = 'frontend_delay'", variables={"window_s": w, "frontend_p90_s": 5.0}).rows()
+    fired = {ws for ws in both["ws"] if any(a <= ws < b for a, b in episodes)}
+    long = set(both.filter(pl.col("p90") > 5.0 + FRONTEND_RES_S)["ws"])
+    short = set(both.filter(pl.col("p90") < 5.0 - FRONTEND_RES_S)["ws"])
+    assert long and short and long <= fired and not (short & fired)
+
+    # the tail: the slow requests (the client's TTFT at or above its p99) reached the server
+    # that much later than the ones that found no queue (the first of the run: no lag)
+    row = run(store, "select * from ttft_queueing where engine = 'vllm'").row(0, named=True)
+    ok = j.filter(pl.col("status") == "ok").with_columns((pl.col("ttft_s") + pl.col("lag")).alias("client_ttft"))
+    p99 = ok["client_ttft"].quantile(0.99, "linear")
+    assert row["p99_ttft_s"] == pytest.approx(p99, rel=1e-6)
+    slow_lag = ok.filter(pl.col("client_ttft") >= p99)["lag"].mean()
+    assert slow_lag > 15 and abs(row["frontend_at_p99_s"] - slow_lag) <= FRONTEND_RES_S
+    assert row["queueing_at_p99_s"] <= p99 - slow_lag + FRONTEND_RES_S
+    assert f"{row['frontend_at_p99_s']:.3g} s of it passed before the server logged the slow requests" in explain(row)
+
+
+def _all_failed_results(path: Path, model: str, n: int = 10) -> Path:
+    """A `vllm bench serve` results file of a run none of whose requests reached a server
+    (each one a ClientOSError), sent in the real vLLM 0.32 recording's time."""
+    obj = {"date": "20261201-234000", "endpoint_type": "openai-chat", "backend": "openai-chat", "label": None,
+           "model_id": model, "tokenizer_id": model, "num_prompts": n, "duration": 10.0, "completed": 0,
+           "input_lens": [50] * n, "output_lens": [0] * n, "ttfts": [0.0] * n, "itls": [[] for _ in range(n)],
+           "start_times": [100.0 + i for i in range(n)], "generated_texts": [""] * n,
+           "errors": ["Traceback (most recent call last):\n  ...\naiohttp.client_exceptions.ClientOSError: "
+                      "[Errno 99] Cannot assign requested address\n"] * n}
+    path.write_text(json.dumps(obj))
+    return _old(path)
+
+
+def test_a_results_file_belongs_to_the_server_it_names_or_says_it_cannot_tell(tmp_path) -> None:
+    """Three servers (copies of the real vLLM 0.32 log; two serve tiny-llama, one
+    other-model) and results files none of whose requests matched: a file asking for
+    other-model is that server's, one ingested with --instance is the named server's, and
+    one asking for tiny-llama, which two servers serve, is nobody's, in one line."""
+    import gzip
+
+    from typer.testing import CliRunner
+
+    from servelens.pipeline.cli.app import app, build_app
+
+    from conftest import SAMPLE_LOGS
+
+    text = gzip.decompress((SAMPLE_LOGS / "vllm" / "real-0.32" / "vllm-cpu.log.gz").read_bytes()).decode()
+    assert "'served_model_name': ['tiny-llama']" in text
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    # (the same bytes twice would be one file moved: a second copy starts with a line of its own)
+    for name, body in (("gpu-1", text), ("gpu-2", "copy of gpu-1\n" + text),
+                       ("gpu-3", text.replace("tiny-llama", "other-model"))):
+        (logs / f"{name}.log").write_text(body)
+        _old(logs / f"{name}.log")
+    files = tmp_path / "results"
+    files.mkdir()
+    store = tmp_path / "store"
+    ingest(sorted(logs.iterdir()), store, year=2026)
+    ingest([_all_failed_results(files / "over-other.json", "other-model")], store, year=2026)
+    ingest([_all_failed_results(files / "over-named.json", "tiny-llama")], store, year=2026, instance="gpu-2")
+    ingest([_all_failed_results(files / "over-twice.json", "tiny-llama", n=12)], store, year=2026)
+    got = run(store, "select split_part(client_source, '/', -1) as file, engine, instance, status, client_unmatched, "
+                     "count(*) as n from requests where client_source like '%over-%' group by all order by file")
+    rows = {r["file"]: r for r in got.iter_rows(named=True)}
+    assert got.height == 3 and [r["n"] for r in got.iter_rows(named=True)] == [10, 10, 12]
+    assert {r["status"] for r in rows.values()} == {"failed"}
+    assert (rows["over-other.json"]["engine"], rows["over-other.json"]["instance"]) == ("vllm", "gpu-3")
+    assert (rows["over-named.json"]["engine"], rows["over-named.json"]["instance"]) == ("vllm", "gpu-2")
+    assert (rows["over-twice.json"]["engine"], rows["over-twice.json"]["instance"]) == ("client", "over-twice")
+    why = rows["over-twice.json"]["client_unmatched"]
+    assert "names none of the 3 servers" in why and "tiny-llama" in why and "--instance" in why
+
+    build_app()
+    out = tmp_path / "r.json"
+    res = CliRunner().invoke(app, ["report", "--store", str(store), "--format", "json", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(out.read_text())["summary"]
+    failed = {r["instance"]: r["failed"] for r in summary["impact"]["by_instance"]}
+    # the client's failures counted in the Impact of the server they were sent to
+    assert failed == {"gpu-1": 0, "gpu-2": 10, "gpu-3": 10}
+    assert [(f["requests"], f["source"].rsplit("/", 1)[-1]) for f in summary["unassigned_clients"]] == [(12, "over-twice.json")]
+    md = CliRunner().invoke(app, ["report", "--store", str(store)])
+    assert md.exit_code == 0 and md.output.count("over-twice.json are counted under no server") == 1
+
+
+def _queue_within_one_period(store: Path, truth: pl.DataFrame, lag: list[float], engines: int) -> tuple[int, int]:
+    """(requests whose queue at arrival lies within the truth's waiting over the stats period
+    before the client sent them, requests with a queue at arrival)."""
+    import bisect
+
+    out, _ = _sim()
+    state = pl.read_parquet(out / "truth_state.parquet").sort("ts")
+    us, waiting = state["ts"].dt.epoch("us").to_list(), state["waiting"].to_list()
+    sent = truth.with_columns(pl.Series("lag", lag)).with_columns(
+        (pl.col("arrival_ts").dt.epoch("us") - (pl.col("lag") * 1e6).cast(pl.Int64)).alias("sent_us"))
+    got = sent.join(run(store, "select request_id, waiting_at_arrival from requests where client_match is not null"),
+                    on="request_id")
+    ok = n = 0
+    for s, w in zip(got["sent_us"], got["waiting_at_arrival"]):
+        if w is None:
+            continue  # sent before the server's first stats line
+        # the simulator's vLLM prints its stats every 10 s, to the second
+        seg = waiting[bisect.bisect_left(us, s - 11_000_000):bisect.bisect_right(us, s + 1_000_000)]
+        n += 1
+        ok += bool(seg) and engines * min(seg) <= w <= engines * max(seg)
+    return ok, n
+
+
+def test_the_queue_at_arrival_is_the_one_the_client_sent_into_summed_over_engines(tmp_path) -> None:
+    """The queue a request found is the server's when the client sent it, not when the
+    server, tens of seconds behind, logged it; with data-parallel engines (`Engine 000:` and
+    `Engine 001:` lines each period) it is their sum."""
+    store, truth, lag = _lagged()
+    ok, n = _queue_within_one_period(store, truth, lag, engines=1)
+    assert n >= truth.height * 0.95 and ok == n
+
+    # the same server as two data-parallel engines, each printing the same queue: twice it
+    out, _ = _sim()
+    text = (out / "vllm-a.log").read_text()
+    dp = re.sub(r"^(.*\] )Engine 000: (.*)$", r"\1Engine 000: \2\n\1Engine 001: \2", text, flags=re.M)
+    assert dp.count("Engine 001:") == text.count("Engine 000:") > 10
+    work = tmp_path / "dp"
+    work.mkdir()
+    (work / "vllm-a.log").write_text(dp)
+    _old(work / "vllm-a.log")
+    lagged_dir = Path(store).parent
+    client = next(p for p in lagged_dir.iterdir() if p.name == "vllm-bench-results.json")
+    ingest([work / "vllm-a.log", client], tmp_path / "store", year=2026)
+    ok, n = _queue_within_one_period(tmp_path / "store", truth, lag, engines=2)
+    assert n >= truth.height * 0.95 and ok == n

@@ -152,7 +152,7 @@ def test_signal_active_matches_scaling_signals_and_age_is_visible(http, store):
     assert active == {r["signal"]: r["severity"] for r in sig}
     inactive = [dict(lab)["signal"] for (name, lab), v in got.items()
                 if name == "servelens_signal_active" and dict(lab)["server"] == "vllm-b" and v == 0]
-    assert "idle" in inactive and len(active) + len(inactive) == 10  # every signal of scaling_signals
+    assert "idle" in inactive and len(active) + len(inactive) == 11  # every signal of scaling_signals
     ages = {dict(lab)["server"]: v for (name, lab), v in got.items() if name == "servelens_newest_event_age_seconds"}
     assert set(ages) == {"vllm-a", "vllm-b", "tgi-a", "tgi-b", "trtllm-a", "trtllm-b"}
     # the sample incident is from 2026-05-12: months old

@@ -254,3 +254,27 @@ def test_data_parallel_engines_are_one_snapshot_of_the_instance(tmp_path) -> Non
         stats(10, 9, 5, "GPU KV cache usage: 20.0%, ", engine="2 Engines Aggregated: "),
     ])
     assert run(store2, "select waiting, running from queue_depth join batch_fill using (engine, instance, ts)").rows() == [(5, 9)]
+
+
+def test_data_parallel_engines_under_a_container_wrapper_are_one_snapshot_too(tmp_path) -> None:
+    """A CRI copy stamps each engine's line with its own nanosecond time, microseconds apart:
+    the queue is still the engines' sum per stats period, as in the plain log (each engine's
+    waiting written into its line here)."""
+    import re
+
+    waiting = {(k, e): 2 * k + 7 * e for k in range(1, 6) for e in range(2)}
+    lines = [stats(10 * k, 4, waiting[(k, e)], "GPU KV cache usage: 10.0%, ", engine=f"Engine 00{e}: ")
+             for k in range(1, 6) for e in range(2)]
+    plain = _ingest(tmp_path / "plain", "dp.log", lines)
+    cri = []
+    for i, line in enumerate(lines):
+        mm, ss = re.search(r"05-12 08:(\d\d):(\d\d)", line).groups()
+        # the engine's line printed within its second, each engine a few hundred us after the last
+        cri.append(f"2026-05-12T08:{mm}:{ss}.{400_000 + 250 * (i % 2) + 37 * i:06d}123Z stdout F {line}")
+    wrapped = _ingest(tmp_path / "cri", "dp-cri.log", cri)
+    want = [waiting[(k, 0)] + waiting[(k, 1)] for k in range(1, 6)]
+    assert run(plain, "select waiting from queue_depth order by ts")["waiting"].to_list() == want
+    got = run(wrapped, "select ts, waiting from queue_depth order by ts")
+    assert got["waiting"].to_list() == want
+    # at the first engine's line of each period, to the wrapper's microsecond
+    assert [t.microsecond for t in got["ts"]] == [400_000 + 74 * (k - 1) for k in range(1, 6)]

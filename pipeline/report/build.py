@@ -200,6 +200,7 @@ def build_report(
     for inst in instances:
         inst["verdict"] = verdicts.get((inst["engine"], inst["instance"]), "hold")
     summary = summarize(read_summary(con, since, until, instance), signals, verdicts)
+    summary["unassigned_clients"] = unassigned_clients(con)
     report = {
         "title": "servelens post-mortem",
         "generated_at": dt.datetime.now(dt.timezone.utc).replace(microsecond=0),
@@ -230,6 +231,19 @@ def build_report(
         except ImportError:
             report["charts_missing"] = "charts need the vl-convert-python package (pip install vl-convert-python)"
     return report
+
+
+def unassigned_clients(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    """The client results files whose server the store cannot tell (several servers, none
+    named by the file): how many of their requests no instance counts, and why."""
+    return _rows(con, "select client_source as source, count(*) as requests, min(client_unmatched) as why "
+                      "from requests where engine = 'client' group by client_source order by client_source")
+
+
+def unassigned_line(sm: dict[str, Any]) -> str:
+    """One sentence naming the results files no server counts (empty when there are none)."""
+    files = sm.get("unassigned_clients") or []
+    return " ".join(f"{f['requests']:,} requests of {f['source']} are counted under no server: {f['why']}." for f in files)
 
 
 def _instance(info, *, signals, error_kinds, peaks, preempt, totals, slowest, availability) -> dict[str, Any]:
@@ -418,6 +432,7 @@ def _summary_markdown(report: dict[str, Any]) -> list[str]:
             f"{sm['impact']['failed']:,} requests failed, {sm['impact']['aborted']:,} were aborted, "
             f"{sm['impact']['slow']:,} took longer than the {slo:g} s SLO{slow_basis(sm['impact'])}; SLO breached for "
             f"{sm['impact']['slo_breach_minutes']:g} min (sum over instances). A `-` means the log cannot tell.", "",
+            *([md_text(unassigned_line(sm)), ""] if unassigned_line(sm) else []),
             "| " + " | ".join(IMPACT_HEAD) + " |", "|" + "---|" * len(IMPACT_HEAD)]
     out += ["| " + " | ".join(md_text(c) for c in row) + " |" for row in _impact_rows(sm)]
     c = sm["likely_cause"]
@@ -536,6 +551,7 @@ def to_html(report: dict[str, Any]) -> str:
     parts.append(f"<h3 id='impact'>Impact</h3><p>{imp['failed']:,} requests failed, {imp['aborted']:,} were aborted, "
                  f"{imp['slow']:,} took longer than the {slo if slo is not None else 0:g} s SLO{e(slow_basis(imp))}; SLO breached for "
                  f"{imp['slo_breach_minutes']:g} min (sum over instances). A <code>-</code> means the log cannot tell.</p>"
+                 + (f"<p>{e(unassigned_line(sm))}</p>" if unassigned_line(sm) else "")
                  + table(IMPACT_HEAD, _impact_rows(sm)))
     c = sm["likely_cause"]
     parts.append("<h3 id='cause'>Likely cause</h3><p>" + (

@@ -14,6 +14,9 @@ import duckdb
 from .mdsafe import md_text
 
 TAIL_LATENCY_ANCHOR = "tail-latency"
+# a front-end delay below the clocks' resolution (the log's whole seconds, the client's run
+# placed to the second) is not told apart from none
+FRONTEND_SHOWN_S = 1.0
 TAIL_LATENCY_TITLE = "Tail latency: how much of the p99 TTFT is queueing"
 
 
@@ -40,6 +43,10 @@ def explain(row: dict[str, Any]) -> str:
     est = " (estimated to the log's 1 s resolution)" if row["ttft_estimated"] else ""
     text = (f"p99 TTFT {_s(row['p99_ttft_s'])} (p50 {_s(row['p50_ttft_s'])}) over {row['n_requests']:,} requests, "
             f"{source}{est}.")
+    front = row.get("frontend_at_p99_s")
+    if front is not None and front >= FRONTEND_SHOWN_S:
+        text += (f" {_s(front)} of it passed before the server logged the slow requests (client send to "
+                 "`Received request`): time no engine metric shows, spent in the API server or a proxy in front of it.")
     share = row["queueing_share_p99"]
     if share is None:
         return text + " No request arrived to an empty queue, so the part due to queueing cannot be told apart."
@@ -70,9 +77,9 @@ def tail_latency_html(rows: list[dict[str, Any]] | None) -> list[str]:
         return []
     e = html.escape
     head = ["instance", "engine", "TTFT from", "requests", "p50", "p90", "p99", "no-queue baseline",
-            "queueing part of p99", "slow requests", "waiting at their arrival (avg / max)", "waiting, all requests (avg)"]
+            "before the server saw it", "queueing part of p99", "slow requests", "waiting at their arrival (avg / max)", "waiting, all requests (avg)"]
     body = [[r["instance"], r["engine"], r["ttft_source"], f"{r['n_requests']:,}", _s(r["p50_ttft_s"]),
-             _s(r["p90_ttft_s"]), _s(r["p99_ttft_s"]), _s(r["baseline_ttft_s"]),
+             _s(r["p90_ttft_s"]), _s(r["p99_ttft_s"]), _s(r["baseline_ttft_s"]), _s(r.get("frontend_at_p99_s")),
              "n/a" if r["queueing_share_p99"] is None else f"{_s(r['queueing_at_p99_s'])} ({r['queueing_share_p99']:.0%})",
              _n(r["n_slow"]), f"{_n(r['slow_waiting_avg'])} / {_n(r['slow_waiting_max'])}", _n(r["all_waiting_avg"])]
             for r in rows]

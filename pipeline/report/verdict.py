@@ -42,6 +42,7 @@ SIGNAL_ACTION: dict[str, str] = {
     "batch_limit": INVESTIGATE,
     "throughput_swing": INVESTIGATE,
     "errors": INVESTIGATE,
+    "frontend_delay": INVESTIGATE,
     "idle": SCALE_IN,
     "fleet_imbalance": ROUTE_BETTER,
 }
@@ -55,6 +56,7 @@ SIGNAL_TITLE: dict[str, str] = {
     "batch_limit": "Batch at its sequence limit with memory to spare (raise the limit)",
     "throughput_swing": "Throughput swinging",
     "errors": "Errors",
+    "frontend_delay": "Requests held before the server saw them (API server / proxy)",
     "idle": "Idle",
     "fleet_imbalance": "Replicas out of balance (route better)",
 }

@@ -102,7 +102,7 @@ latency_rows as (
 
 signal_names(signal) as (
     values ('queue_backlog'), ('kv_pressure'), ('scheduler_limit'), ('batch_limit'), ('latency_slo_e2e'),
-        ('latency_slo_ttft'), ('throughput_swing'), ('errors'), ('idle'), ('fleet_imbalance')
+        ('latency_slo_ttft'), ('throughput_swing'), ('errors'), ('idle'), ('fleet_imbalance'), ('frontend_delay')
 ),
 
 episodes as (

@@ -14,7 +14,10 @@
 --   with e2e_s), p99_e2e_s, p99_ttft_s (s, all models together; each request's best latency,
 --   requests.e2e_s / ttft_s), e2e_estimated, ttft_estimated, latency_source (as in
 --   latency_percentiles: 'client' | 'wrapper' | 'log' | 'mixed'),
---   n_errors, n_severe_errors (engine_dead + cuda_oom), idle (true when nothing shows
+--   n_errors, n_severe_errors (engine_dead + cuda_oom), n_frontend (client-matched requests
+--   the server logged arriving in the window), frontend_delay_p90_s, frontend_delay_max_s (s;
+--   requests.frontend_delay_s: client send -> the server's arrival; null without a client
+--   results file), idle (true when nothing shows
 --   activity: no arrivals, finishes or HTTP requests, nothing running or waiting, no
 --   generation throughput; null for engine `unknown`).
 create or replace view window_metrics as
@@ -144,6 +147,19 @@ latency as (
     group by all
 ),
 
+-- from the client's send to the server's arrival, per window of the server's arrival
+frontend as (
+    select
+        engine, instance,
+        cast(floor(epoch(arrival_ts) / p.window_s) as bigint) as window_index,
+        count(frontend_delay_s) as n_frontend,
+        quantile_cont(frontend_delay_s, 0.9) as frontend_delay_p90_s,
+        max(frontend_delay_s) as frontend_delay_max_s,
+    from requests, params as p
+    where frontend_delay_s is not null
+    group by all
+),
+
 errs as (
     select
         engine, instance,
@@ -201,6 +217,9 @@ joined as (
         l.latency_source,
         coalesce(e.n_errors, 0) as n_errors,
         coalesce(e.n_severe_errors, 0) as n_severe_errors,
+        coalesce(f.n_frontend, 0) as n_frontend,
+        f.frontend_delay_p90_s,
+        f.frontend_delay_max_s,
     from grid as w
     left join queue as q using (engine, instance, window_index)
     left join batch as b using (engine, instance, window_index)
@@ -208,6 +227,7 @@ joined as (
     left join preemption_instances as pi using (engine, instance)
     left join latency as l using (engine, instance, window_index)
     left join errs as e using (engine, instance, window_index)
+    left join frontend as f using (engine, instance, window_index)
 ),
 
 final as (

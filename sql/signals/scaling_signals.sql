@@ -27,6 +27,9 @@
 --                     [queue_waiting] was draining -> investigate.
 --   errors            >= 1 crash/OOM (critical) or >= [errors_count] errors (warning) in a
 --                     window -> investigate the first error.
+--   frontend_delay    p90 of client send -> server arrival of the window's client-matched
+--                     requests > [frontend_p90_s], with >= [slo_min_requests] of them ->
+--                     the API server / proxy, not the engine. Needs a client results file.
 --   idle              nothing arrives, runs or waits for >= [idle_sustain_s] -> scale in.
 --   fleet_imbalance   this replica queues (or carries [fleet_load_ratio] times the load)
 --                     while a sibling serving the same model has room (fleet_imbalance), for
@@ -61,6 +64,7 @@ params as (
         coalesce(try_cast(getvariable('fleet_waiting') as double), 10.0) as fleet_waiting,
         coalesce(try_cast(getvariable('fleet_load') as double), 8.0) as fleet_load,
         coalesce(try_cast(getvariable('fleet_sustain_s') as double), 120.0) as fleet_sustain_s,
+        coalesce(try_cast(getvariable('frontend_p90_s') as double), 3.0) as frontend_p90_s,
 ),
 
 metrics as materialized (
@@ -169,6 +173,16 @@ candidates as (
     where n_severe_errors > 0 or n_errors >= p.errors_count
 
     union all
+    -- requests held between the client and the engine: the server logged them long after the
+    -- client sent them (a benchmark client's results file beside the log)
+    select engine, instance, window_start, window_end, window_index, window_s,
+        'frontend_delay',
+        case when frontend_delay_p90_s >= 2 * p.frontend_p90_s then 'critical' else 'warning' end,
+        frontend_delay_p90_s, p.frontend_p90_s, 's (p90 client send -> server arrival)', true, 0.0,
+    from metrics, params as p
+    where frontend_delay_p90_s > p.frontend_p90_s and n_frontend >= p.slo_min_requests
+
+    union all
     select engine, instance, window_start, window_end, window_index, window_s,
         'idle', 'info',
         0.0, p.idle_sustain_s, 'requests/s', false, p.idle_sustain_s,
@@ -274,6 +288,9 @@ final as (
             when 'errors' then format(
                 '{:g} errors in one window{}. Read the first error (see the errors view) before scaling: restarts and OOMs need a fix, not more replicas.',
                 value, case when severity = 'critical' then ', including an engine crash or out-of-memory' else '' end)
+            when 'frontend_delay' then format(
+                'Requests reached the server {:.1f} s (p90) after the client sent them (threshold {:g} s): time no engine metric shows, spent before the engine saw them. The API server or a proxy in front of it is the bottleneck: give the API server CPU of its own (vLLM: --api-server-count), check the proxy''s or load balancer''s queue; more engine replicas will not remove it.',
+                value, threshold)
             when 'idle' then format(
                 'No request arrived, ran or waited for {:g} min. Candidate for scale in.',
                 duration_s / 60)

@@ -12,7 +12,9 @@
 --   `max_request_count`), preemptions (count the line reports, attrs
 --   `preemptions`; null when the line has no such field), source, line.
 -- Data parallel (vLLM `Engine 000:`, `Engine 001:` ... lines of one instance, printed together
---   each interval): the engines' lines of one second are one snapshot of the instance, running
+--   each interval): the engines' lines of one second of the engine's own header (also under a
+--   container wrapper, whose finer times differ from line to line) are one snapshot of the
+--   instance, at the first line's time, running
 --   / waiting / swapped / throughput summed and KV usage averaged; where the instance also
 --   prints `N Engines Aggregated:`, that line is the snapshot and the per-engine ones are left
 --   out.
@@ -58,6 +60,11 @@ snapshots as (
             try_cast(json_extract_string(attrs, '$.engine_index') as bigint),
             case when json_extract_string(attrs, '$.engines_aggregated') is not null then -1 end
         ) end as engine_index,
+        -- the stats period a data-parallel line belongs to: the engine's own header time. Under
+        -- a container wrapper `ts` is the wrapper's, microseconds apart from engine to engine,
+        -- and the header's (in attrs `engine_ts`) is what the engines' lines share
+        case when engine = 'vllm' and event = 'engine_stats' and attrs like '%"engine%'
+            then coalesce(json_extract_string(attrs, '$.engine_ts'), cast(ts as varchar)) end as dp_key,
     from state_events
     where ts is not null
 ),
@@ -65,10 +72,10 @@ snapshots as (
 -- seconds of an instance in which a second data-parallel engine (index > 0) or an aggregate
 -- reported: only those rows are regrouped
 dp_seconds as (
-    select engine, instance, ts, bool_or(engine_index = -1) as has_aggregate,
+    select engine, instance, dp_key, bool_or(engine_index = -1) as has_aggregate,
     from snapshots
     where engine_index is not null
-    group by engine, instance, ts
+    group by engine, instance, dp_key
     having max(engine_index) > 0 or bool_or(engine_index = -1)
 ),
 
@@ -76,21 +83,22 @@ dp_seconds as (
 -- columns of every row in the union below)
 dp_folded as (
     select
-        s.ts, s.engine, s.instance, any_value(s.model) as model, 'engine_stats' as kind,
+        min(s.ts) as ts, s.engine, s.instance, any_value(s.model) as model, 'engine_stats' as kind,
         cast(sum(s.running) as bigint) as running, cast(sum(s.waiting) as bigint) as waiting, cast(sum(s.swapped) as bigint) as swapped,
         cast(sum(s.batch_size) as bigint) as batch_size, cast(sum(s.batch_tokens) as bigint) as batch_tokens,
         avg(s.kv_usage) as kv_usage, cast(sum(s.kv_blocks_used) as bigint) as kv_blocks_used, cast(sum(s.kv_blocks_total) as bigint) as kv_blocks_total,
         sum(s.prompt_tps) as prompt_tps, sum(s.gen_tps) as gen_tps, cast(sum(s.max_num_seqs) as bigint) as max_num_seqs,
         cast(sum(s.preemptions) as bigint) as preemptions, min(s.source) as source, min(s.line) as line, cast(null as bigint) as engine_index,
+        s.dp_key,
     from snapshots as s
-    join dp_seconds as d using (engine, instance, ts)
+    join dp_seconds as d using (engine, instance, dp_key)
     where s.kind = 'engine_stats' and s.engine_index >= 0 and not d.has_aggregate
-    group by s.engine, s.instance, s.ts
+    group by s.engine, s.instance, s.dp_key
 ),
 
 snapshots_dp as (
     select s.* from snapshots as s
-    anti join dp_seconds as d on d.engine = s.engine and d.instance = s.instance and d.ts = s.ts
+    anti join dp_seconds as d on d.engine = s.engine and d.instance = s.instance and d.dp_key = s.dp_key
         and s.kind = 'engine_stats' and s.engine_index >= 0
     union all
     select * from dp_folded

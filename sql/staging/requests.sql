@@ -34,13 +34,18 @@
 --   no client results file names it): client_source, client_index (its position in the run),
 --   client_match ('id': by request id, the server's `chatcmpl-<id>` / `cmpl-<id>-0`;
 --   'index_time': by the index ending the server's id, `--request-id-prefix` unknown, under
---   the id prefix most of the run's indices share, and the arrival time), client_start_ts (UTC), client_ttft_s, client_itl_s (mean inter-token
+--   the id prefix most of the run's indices share, logged between the client's send and its
+--   answer), client_start_ts (UTC), client_ttft_s, client_itl_s (mean inter-token
 --   latency), client_itl_max_s, client_e2e_s, client_tpot_s (s), client_error (the client's
 --   error, one line: the last line of the traceback `vllm bench` saves), client_cancelled
 --   (true when the client itself gave up on the request: GuideLLM `incomplete`, AIPerf
 --   `was_cancelled`);
---   waiting_at_arrival / running_at_arrival (requests; the last engine_stats line before a
---   client-matched request arrived);
+--   waiting_at_arrival / running_at_arrival (requests; a client-matched request: the last
+--   engine_stats snapshot, data-parallel engines summed, before the client sent it); client_unmatched (a client request no server request
+--   matched: why, in words); frontend_delay_s (s; a client-matched request: from the client
+--   sending it to the server logging its arrival, never below 0; as coarse as the coarser of
+--   the log's timestamps and the client's placement on the wall clock, 1 s each for vLLM's
+--   header and `vllm bench`'s `date`);
 --   e2e_log_s, ttft_log_s, tpot_log_s (s; the server log's own figures: logged, else derived
 --   from its timestamps as e2e_estimated / ttft_estimated say; null for a request only a
 --   client results file names);
@@ -51,8 +56,10 @@
 --   (s; 0.000001 for a client's figures, time_resolution_s for figures derived from log
 --   timestamps, null for durations the engine logged itself).
 --   A client request no server log accounts for is a row of the server its results file
---   tested (where most of the file's requests matched, else the only server in the store;
---   else engine 'client', instance the file's): status 'finished', or 'failed' when the
+--   tested (where most of the file's requests matched, else the server it names: the
+--   instance it was ingested as (`--instance`), else the one server of the model it asked
+--   for; else the only server in the store; else engine 'client', instance the file's, and
+--   client_unmatched names the ambiguity): status 'finished', or 'failed' when the
 --   client saw it fail (it may never have reached the server), 'aborted' when the client
 --   cancelled it; its latencies the client's.
 --   A request the client saw fail (an error, no answer) is 'failed' whatever the server
@@ -410,17 +417,23 @@ by_id as (
 ),
 
 -- a client that does not know its ids (vllm bench leaves `--request-id-prefix` out of its
--- results) sent request i as `<prefix>i`: the server request of the same index that
--- arrived closest to the client's start, within the run (its start placed to the second)
+-- results) sent request i as `<prefix>i`: the server request of the same index, logged
+-- between the client sending it and the client getting its answer. Under overload a busy API
+-- server logs `Received request` tens of seconds after the client sent it, so the bound is
+-- the client's own answer, not a fixed window around its send; 3 s either side allow for the
+-- run's placement on the wall clock (`date`, to the second) and the log's own resolution.
 client_runs as (
-    select client_source, min(client_start_ts) - interval 3 second as lo, max(client_start_ts) + interval 3 second as hi,
+    select client_source,
+        min(client_start_ts) - interval 3 second as lo,
+        max(make_timestamptz(epoch_us(client_start_ts) + cast(round(coalesce(client_e2e_s, 0) * 1e6) as bigint)))
+            + interval 3 second as hi,
     from client_events
     where client_id is null and client_start_ts is not null
     group by all
 ),
 
 -- every server request of the client's index within the run, with its id's stem (the id
--- without the index)
+-- without the index); a request the client got an answer for reached the server before that
 index_candidates as (
     select c.*, s.engine, s.instance, s.request_key, s.arrival_ts,
         case when starts_with(s.request_id, 'cmpl-') then regexp_replace(s.request_id, '-\d+-0$', '')
@@ -434,25 +447,46 @@ index_candidates as (
                 else regexp_extract(s.request_id, '-(\d+)$', 1) end as bigint
         ) = c.client_index
     where c.client_id is null
+      and s.arrival_ts >= c.client_start_ts - interval 3 second
+      and (c.client_e2e_s is null
+           or s.arrival_ts <= make_timestamptz(epoch_us(c.client_start_ts) + cast(round(c.client_e2e_s * 1e6) as bigint)) + interval 3 second)
 ),
 
 -- a run sends every request under one prefix: the stem that accounts for most of the run's
--- indices. Another client's `chatcmpl-other-1` may arrive closer to the run's request 1
+-- indices, and for at least half of those the client got an answer for. Another client's `chatcmpl-other-1` may arrive closer to the run's request 1
 -- than the run's own, logged late by a busy API server (seen on a real vLLM 0.32 recording).
 run_stems as (
-    select client_source, id_stem,
-    from index_candidates
-    group by client_source, id_stem
-    qualify row_number() over (partition by client_source order by count(distinct client_index) desc, id_stem) = 1
+    select c.client_source, c.id_stem,
+    from index_candidates as c
+    join (
+        select client_source, count(*) filter (where client_error is null) as n_answered,
+        from client_events
+        group by client_source
+    ) as a on a.client_source = c.client_source
+    group by c.client_source, c.id_stem
+    -- a prefix that accounts for fewer than half of the requests the client got an answer for
+    -- is another client's traffic that shares some indices (a run whose every request failed
+    -- before reaching the server matches nothing)
+    having count(distinct c.client_index) >= greatest(any_value(a.n_answered) / 2, 1)
+       and any_value(a.n_answered) > 0
+    qualify row_number() over (partition by c.client_source order by count(distinct c.client_index) desc, c.id_stem) = 1
 ),
 
+-- the first server request of the index logged from the send on (two runs under one prefix
+-- repeat their indices); a server request is one client request's only
 by_index as (
-    select c.* exclude (id_stem), 'index_time' as client_match,
-    from index_candidates as c
-    join run_stems as r on r.client_source = c.client_source and r.id_stem = c.id_stem
+    select * from (
+        select c.* exclude (id_stem), 'index_time' as client_match,
+        from index_candidates as c
+        join run_stems as r on r.client_source = c.client_source and r.id_stem = c.id_stem
+        qualify row_number() over (
+            partition by c.client_source, c.client_line, c.client_index
+            order by c.arrival_ts, c.request_key
+        ) = 1
+    )
     qualify row_number() over (
-        partition by c.client_source, c.client_line, c.client_index
-        order by abs(epoch(c.arrival_ts) - epoch(c.client_start_ts))
+        partition by engine, instance, request_key
+        order by abs(epoch(arrival_ts) - epoch(client_start_ts)), client_source, client_line
     ) = 1
 ),
 
@@ -462,15 +496,18 @@ matched as (
     select * from by_index
 ),
 
--- the queue the engine reported last before each matched request arrived
+-- the queue the server reported last before the client sent each matched request (the
+-- server may log it tens of seconds later under overload), its data-parallel engines summed
+-- (engine_stats folds their lines of one period into one snapshot)
 stats_series as (
-    select engine, instance, ts, waiting, running from events where event = 'engine_stats' and ts is not null
+    select engine, instance, ts, waiting, running from engine_stats where kind = 'engine_stats'
 ),
 
 matched_queue as (
     select m.*, q.waiting as waiting_at_arrival, q.running as running_at_arrival,
     from matched as m
-    asof left join stats_series as q on q.engine = m.engine and q.instance = m.instance and m.arrival_ts >= q.ts
+    asof left join stats_series as q on q.engine = m.engine and q.instance = m.instance
+        and coalesce(m.client_start_ts, m.arrival_ts) >= q.ts
 ),
 
 client_cols as (
@@ -478,6 +515,10 @@ client_cols as (
         engine, instance, request_key,
         client_source, client_index, client_match, client_start_ts, client_ttft_s, client_itl_s,
         client_itl_max_s, client_e2e_s, client_tpot_s, client_error, client_cancelled, waiting_at_arrival, running_at_arrival,
+        cast(null as varchar) as client_unmatched,
+        -- from the client's send to the server's `Received request`: time no engine metric
+        -- shows (a CPU-starved API server, a proxy's queue)
+        greatest(epoch(arrival_ts) - epoch(client_start_ts), 0) as frontend_delay_s,
     from matched_queue
 ),
 
@@ -529,18 +570,62 @@ with_client as (
     left join client_cols as c on c.engine = f.engine and c.instance = f.instance and c.request_key = f.request_key
 ),
 
--- the server a results file tested: where most of its matched requests are, else the only
--- server in the store (one server is unambiguous); else none (engine `client` below)
+-- the server a results file tested: where most of its matched requests are, else the server
+-- it names (below), else the only server in the store (one server is unambiguous); else
+-- none (engine `client` below)
 client_servers as (
     select client_source, engine as server_engine, instance as server_instance,
     from (select client_source, engine, instance, count(*) as n, from matched group by all)
     qualify row_number() over (partition by client_source order by n desc, engine, instance) = 1
 ),
 
+-- the servers in the store (read only when some client results file is there: a distinct
+-- over the events' dictionary-encoded columns, not over the merged requests)
+server_list as (
+    select distinct engine, instance, model
+    from events
+    where engine not in ('client', 'unknown')
+      and (select count(*) from client_events) > 0
+),
+
 lone_server as (
     select min(engine) as server_engine, min(instance) as server_instance,
-    from (select distinct engine, instance from final where engine not in ('client', 'unknown'))
+    from (select distinct engine, instance from server_list)
     having count(*) = 1
+),
+
+-- where none of a file's requests matched: the server it names, by the instance it was
+-- ingested as (`--instance`), else by the model it asked for, when one server alone fits
+client_files as (
+    select client_source, any_value(client_instance) as client_instance, any_value(model) as client_model,
+    from client_events
+    group by client_source
+),
+
+named_servers as (
+    select client_source, min(server_engine) as server_engine, min(server_instance) as server_instance,
+    from (
+        select distinct f.client_source, s.engine as server_engine, s.instance as server_instance,
+        from client_files as f
+        join server_list as s on s.instance = f.client_instance
+    )
+    group by client_source
+    having count(*) = 1
+),
+
+model_servers as (
+    select client_source, min(server_engine) as server_engine, min(server_instance) as server_instance,
+    from (
+        select distinct f.client_source, s.engine as server_engine, s.instance as server_instance,
+        from client_files as f
+        join server_list as s on s.model = f.client_model
+    )
+    group by client_source
+    having count(*) = 1
+),
+
+n_servers as (
+    select count(*) as n from (select distinct engine, instance from server_list)
 ),
 
 -- a client request no server log accounts for is a request of the server its results file
@@ -548,8 +633,8 @@ lone_server as (
 -- (engine `client`)
 client_only as (
     select
-        coalesce(cs.server_engine, ls.server_engine, 'client') as engine,
-        coalesce(cs.server_instance, ls.server_instance, c.client_instance) as instance,
+        coalesce(cs.server_engine, ns.server_engine, ms.server_engine, ls.server_engine, 'client') as engine,
+        coalesce(cs.server_instance, ns.server_instance, ms.server_instance, ls.server_instance, c.client_instance) as instance,
         c.model, c.client_id as request_id,
         coalesce(c.client_id, c.client_source || ':' || c.client_line || ':' || c.client_index) as request_key,
         c.client_start_ts as arrival_ts,
@@ -569,12 +654,31 @@ client_only as (
         c.client_source, c.client_index, cast(null as varchar) as client_match, c.client_start_ts, c.client_ttft_s,
         c.client_itl_s, c.client_itl_max_s, c.client_e2e_s, c.client_tpot_s, c.client_error, c.client_cancelled,
         cast(null as bigint) as waiting_at_arrival, cast(null as bigint) as running_at_arrival,
+        -- why no server request matched it
+        case
+            when coalesce(cs.server_engine, ns.server_engine, ms.server_engine, ls.server_engine) is null
+                then case when nsv.n = 0 then 'no server log in the store'
+                     else 'its results file names none of the ' || nsv.n || ' servers in the store (no request of it matched, '
+                          || 'no server is named ' || c.client_instance || ', none or several serve '
+                          || coalesce(c.model, 'its model') || '): ingest it with --instance SERVER' end
+            when c.client_error is not null and not c.client_cancelled
+                then 'failed at the client, and no server request matches it: it may never have reached the server'
+            when c.client_id is not null then 'no server request logged under its id'
+            when c.client_index is null or c.client_start_ts is null then 'no id, index or send time to match by'
+            when rs.id_stem is null then 'no server request id ends in the run''s indices (send them with --request-id-prefix)'
+            else 'no server request of index ' || c.client_index || ' under the run''s id prefix between its send and its answer'
+        end as client_unmatched,
+        cast(null as double) as frontend_delay_s,
         cast(null as double) as e2e_log_s, cast(null as double) as ttft_log_s, cast(null as double) as tpot_log_s,
         case when c.client_e2e_s is not null or c.client_ttft_s is not null then 'client' end as latency_source,
         case when c.client_e2e_s is not null or c.client_ttft_s is not null then 0.000001 end as latency_resolution_s,
     from client_events as c
     left join client_servers as cs on cs.client_source = c.client_source
     left join lone_server as ls on true
+    left join named_servers as ns on ns.client_source = c.client_source
+    left join model_servers as ms on ms.client_source = c.client_source
+    left join n_servers as nsv on true
+    left join run_stems as rs on rs.client_source = c.client_source
     anti join matched as m on m.client_source = c.client_source and m.client_line = c.client_line
         and m.client_index is not distinct from c.client_index
 )
