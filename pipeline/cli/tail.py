@@ -147,8 +147,9 @@ def register(app: typer.Typer) -> None:
         store: StoreOpt = None,  # type: ignore[assignment]
         min_parts: Annotated[int, typer.Option(help="Merge a partition's small parts only when it has at least this many.")] = 2,
     ) -> None:
-        """Merge the small Parquet parts of the store into large ones so queries stay fast.
-        Readers keep working meanwhile; a running `servelens tail` compacts by itself.
+        """Merge the small Parquet parts of the store (events, and the samples of scrapes) into
+        large ones so queries stay fast. Readers keep working meanwhile; a running `servelens
+        tail` compacts by itself.
 
         \b
         Examples:
@@ -168,9 +169,16 @@ def register(app: typer.Typer) -> None:
             raise fail(f"{target} is not a servelens store (no store manifest); nothing was changed: give --store")
         if min_parts < 2:
             raise fail("--min-parts must be at least 2")
+        from ..store.sample_compact import merge_small_parts
+        from ..store.samples import sample_entries
+
         try:
             with Store.open(target, purpose="compact") as st:
                 result = run_compact(st, min_parts=min_parts, migrate=True, refresh=rollups.refresh)
+                # the scrapes' sample parts too: a day's small ones into one
+                sample_parts_before = len(sample_entries(st.manifest)["parts"])
+                samples_merged = merge_small_parts(st, min_parts=min_parts)
+                sample_parts_after = len(sample_entries(st.manifest)["parts"])
         except StoreLocked as e:
             raise fail(f"{e} (a running servelens tail compacts the store itself)") from None
         except StoreError as e:
@@ -179,6 +187,8 @@ def register(app: typer.Typer) -> None:
             f"{result.merged} parts merged into {result.written}; "
             f"{result.parts_before} -> {result.parts_after} parts in {store_url(target) or target}"
         )
+        if sample_parts_before:
+            typer.echo(f"{samples_merged} sample parts merged; {sample_parts_before} -> {sample_parts_after} sample parts")
         if result.rollup_error:
             typer.echo(f"warning: the rollups could not be refreshed ({result.rollup_error}); queries compute "
                        "them from the events until the next ingest, tail or compact", err=True)
