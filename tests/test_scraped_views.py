@@ -234,3 +234,16 @@ def test_without_stats_lines_queue_running_and_kv_are_the_scrapes(statless_store
     assert avail["waiting"]["sources"] == f"scrape {len(queue)}"
     assert "vllm:num_requests_waiting" in avail["waiting"]["reason"]
 
+
+
+def test_dashboard_names_the_scrape_beside_its_charts(store, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("SERVELENS_STORE", str(store))
+    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "dashboards" / "app.py"), default_timeout=60)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    captions = [c.value for c in at.caption if c.value.startswith("Values by source")]
+    assert any("vllm: scrape 407" in c for c in captions), captions  # the e2e latency chart
+    n_ttft = int(sum(b[math.inf] for b in bucket_increases("vllm:time_to_first_token_seconds").values()))
+    assert any(f"vllm: scrape {n_ttft}" in c for c in captions), captions
