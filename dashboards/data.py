@@ -589,7 +589,7 @@ def fleet_story(cfg: Settings, f: Filters, episodes: pl.DataFrame, verdicts: dic
 
 def availability(cfg: Settings) -> pl.DataFrame:
     """metric_availability: per engine and metric, whether the logs give it and why not."""
-    return query(cfg, "select engine, metric, view, available, estimated, reason from metric_availability")
+    return query(cfg, "select engine, metric, view, available, estimated, reason, sources from metric_availability")
 
 
 # --- evidence time series --------------------------------------------------------------------

@@ -18,6 +18,7 @@ announced, the model it labels, the only instance of its engine), else the targe
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import signal
 import threading
@@ -150,6 +151,8 @@ class Scraper:
         self._held: list[pl.DataFrame] = []  # rounds not committed yet (the store was in use)
         self._locked_said = False
         self._executor = None
+        # fetch_round (a scraping thread) and commit_held (the tailer's thread) may run at once
+        self._lock = threading.RLock()
 
     def _pool(self):
         if self._executor is None:
@@ -190,37 +193,51 @@ class Scraper:
     def round(self) -> int:
         """Fetch every URL once and commit what came (with any rounds held before) in one
         commit. Returns the samples stored."""
+        self.fetch_round()
+        return self.commit_held()
+
+    def fetch_round(self) -> None:
+        """Fetch every URL once; what came is held until `commit_held`."""
         if len(self.urls) == 1:
             frames = [self.fetch_one(self.urls[0])]
         else:  # at once: a server that does not answer delays no other's scrape
             frames = list(self._pool().map(self.fetch_one, self.urls))
         frames = [f for f in frames if f is not None]
-        self.stats.rounds += 1
-        self.stats.fetched += len(frames)
-        if frames:
-            batch = pl.concat(frames)
-            self.stats.samples += batch.height
-            self._held.append(batch)
-            if len(self._held) > MAX_HELD_ROUNDS:
-                dropped = self._held.pop(0)
-                self.stats.dropped += dropped.height
-                if self.stats.dropped == dropped.height:
-                    self.say(f"servelens: the store has been in use for {MAX_HELD_ROUNDS} rounds: the oldest held "
-                             "rounds are let go from now on (the summary counts them)")
-        return self.commit_held()
+        with self._lock:
+            self.stats.rounds += 1
+            self.stats.fetched += len(frames)
+            if frames:
+                batch = pl.concat(frames)
+                self.stats.samples += batch.height
+                self._held.append(batch)
+                if len(self._held) > MAX_HELD_ROUNDS:
+                    dropped = self._held.pop(0)
+                    self.stats.dropped += dropped.height
+                    if self.stats.dropped == dropped.height:
+                        self.say(f"servelens: the store has been in use for {MAX_HELD_ROUNDS} rounds: the oldest held "
+                                 "rounds are let go from now on (the summary counts them)")
 
-    def commit_held(self) -> int:
+    def commit_held(self, into: Store | None = None) -> int:
+        """Commit the rounds held, in one commit: into the store `into` when a writer that
+        holds it open (the tailer) commits them, else opening the store for it."""
+        with self._lock:
+            return self._commit_held(into)
+
+    def _commit_held(self, into: Store | None) -> int:
         if not self._held:
             return 0
-        try:
-            store = Store.open(self.store_dir, purpose="scrape")
-        except StoreLocked as e:
-            if not self._locked_said:
-                self.say(f"servelens: {e}; holding the samples scraped meanwhile and committing them when it is free")
-                self._locked_said = True
-            self.stats.held = sum(f.height for f in self._held)
-            return 0
-        with store:
+        if into is not None:
+            store = into
+        else:
+            try:
+                store = Store.open(self.store_dir, purpose="scrape")
+            except StoreLocked as e:
+                if not self._locked_said:
+                    self.say(f"servelens: {e}; holding the samples scraped meanwhile and committing them when it is free")
+                    self._locked_said = True
+                self.stats.held = sum(f.height for f in self._held)
+                return 0
+        with contextlib.nullcontext() if into is not None else store:
             samples = pl.concat(self._held)
             unnamed = samples.filter(pl.col("instance").is_null())["target"].unique().to_list()
             # the store's instances are read again while a target has no name yet: its log
@@ -328,3 +345,39 @@ def run(
     return scraper.stats
 
 
+
+
+def beside_tail(urls: list[str], store_dir: Path | str, *, interval_s: float = DEFAULT_INTERVAL_S,
+                instance: str | None = None, say: Callable[[str], None] | None = None,
+                ) -> tuple[Scraper, Callable[..., None], Callable[[], None]]:
+    """`servelens tail --scrape URL`: scrapes fetched every `interval_s` by a thread of their
+    own, committed by the tailer (which holds the store) after each of its commits, through the
+    same exactly-once commit as `servelens scrape`, under `instance` (the tail's --instance)
+    or the instance of the same server's log. Returns the scraper, the tailer's hook and the
+    stop. The tailer's last call (`final=True`, as it stops) ends the fetching first, so
+    every scrape fetched is committed."""
+    scraper = Scraper(urls, store_dir, interval_s=interval_s,
+                      instances=[instance] * len(urls) if instance else None, say=say)
+    stop = threading.Event()
+
+    def loop() -> None:
+        next_at = time.monotonic()
+        while not stop.is_set():
+            scraper.fetch_round()
+            next_at = max(next_at + interval_s, time.monotonic())
+            stop.wait(next_at - time.monotonic())
+
+    thread = threading.Thread(target=loop, name="tail-scrape", daemon=True)
+    thread.start()
+
+    def halt() -> None:
+        stop.set()
+        thread.join(timeout=max(2.0, min(interval_s, 10.0) + 1.0))
+        scraper.close()
+
+    def commit(store: Store, final: bool = False) -> None:
+        if final:
+            halt()
+        scraper.commit_held(into=store)
+
+    return scraper, commit, halt

@@ -38,7 +38,7 @@ def test_report_gathers_timeline_peaks_and_recommendations(con):
     i1 = r["instances"][0]
     assert i1["first_error"]["kind"] == "cuda_oom" and i1["first_error"]["first_ts"] == at(305)
     assert i1["peaks"]["waiting"] == {"value": 25, "ts": at(120), "source": "logged"}
-    assert i1["peaks"]["kv_usage"] == {"value": 0.97, "ts": at(300)}
+    assert i1["peaks"]["kv_usage"] == {"value": 0.97, "ts": at(300), "source": "logged"}
     assert i1["preemptions"]["preemptions"] == 2
     assert i1["peaks"]["p99_e2e_s"] is None  # vLLM stats only: no latency
     sigs = [(s["signal"], s["window_start"]) for s in i1["signals"]]

@@ -15,7 +15,9 @@ What a run does, in order:
    2024-09 .. 2026-05 builds);
 4. scrapes `/metrics` (requests_processing, requests_deferred, token counters) and `/slots`
    (each slot's task id next to the request's seed) once a second into `metrics.csv` and
-   `slots.jsonl`: what the server knew, the truth the log is checked against;
+   `slots.jsonl`: what the server knew, the truth the log is checked against; with
+   `--raw-metrics` also each `/metrics` body verbatim, after a `# scrape at <unix seconds>`
+   line, in `scrapes.prom`;
 5. runs three phases, low / overload / low (Poisson arrivals), chat requests alternating
    streaming and not, each with its own seed; some streaming clients hang up after a few
    chunks (the server cancels the task); every request's client view goes to
@@ -28,6 +30,7 @@ Nothing here runs in the test suite: the tests read the committed recordings
 Examples:
     python3 tools/record_llamacpp.py --out /tmp/rec
     python3 tools/record_llamacpp.py --out /tmp/rec-nots --no-timestamps
+    python3 tools/record_llamacpp.py --out /tmp/rec-scraped --raw-metrics --slots 2
 """
 
 from __future__ import annotations
@@ -171,18 +174,22 @@ def get(port: int, path: str, timeout: float = 2.0) -> bytes:
 class Scraper(threading.Thread):
     """`/metrics` and `/slots` once a second: the server's own view."""
 
-    def __init__(self, port: int, out: pathlib.Path):
+    def __init__(self, port: int, out: pathlib.Path, raw: bool = False):
         super().__init__(daemon=True)
-        self.port, self.out, self.stop = port, out, threading.Event()
+        self.port, self.out, self.raw, self.stop = port, out, raw, threading.Event()
 
     def run(self) -> None:
-        with open(self.out / "metrics.csv", "w") as m, open(self.out / "slots.jsonl", "w") as s:
+        with open(self.out / "metrics.csv", "w") as m, open(self.out / "slots.jsonl", "w") as s, \
+                open(self.out / "scrapes.prom", "w") if self.raw else open(os.devnull, "w") as raw:
             m.write(",".join(("ts", *GAUGES, *COUNTERS)) + "\n")
             while not self.stop.is_set():
                 t0 = time.time()
                 try:
                     vals = {}
-                    for line in get(self.port, "/metrics").decode().splitlines():
+                    body = get(self.port, "/metrics").decode()
+                    raw.write(f"# scrape at {time.time():.3f}\n{body}")
+                    raw.flush()
+                    for line in body.splitlines():
                         if line.startswith("llamacpp:"):
                             name, _, v = line.partition(" ")
                             vals[name.removeprefix("llamacpp:")] = v
@@ -288,6 +295,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-tokens", type=int, default=160)
     ap.add_argument("--abort-share", type=float, default=0.15, help="share of streaming requests that hang up")
     ap.add_argument("--seed", type=int, default=29)
+    ap.add_argument("--raw-metrics", action="store_true", help="also each /metrics body verbatim, in scrapes.prom")
     a = ap.parse_args(argv)
 
     a.out.mkdir(parents=True, exist_ok=True)
@@ -315,7 +323,7 @@ def main(argv: list[str] | None = None) -> None:
             if time.time() > deadline:
                 raise SystemExit("llama-server did not become healthy in 120 s")
             time.sleep(0.5)
-        scraper = Scraper(a.port, a.out)
+        scraper = Scraper(a.port, a.out, a.raw_metrics)
         scraper.start()
         rng, results, lock = random.Random(a.seed), [], threading.Lock()
         started = time.time()

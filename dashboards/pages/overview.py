@@ -110,7 +110,20 @@ def evidence(title: str, metric: str, df: pl.DataFrame, col: str, f: data.Filter
     if missing:
         head = f"**{title}: not in the logs**" if not drawn else f"**{title}: not available for every instance**"
         st.info("\n".join([head, *missing]), icon=":material/info:")
+    if drawn and (said := _scraped_sources(metric, have, avail)):
+        st.caption(f"Values by source (log: the log's lines; scrape: the server's /metrics): {said}")
     return drawn
+
+
+def _scraped_sources(metric: str, have: set[tuple[str, str]], avail: pl.DataFrame) -> str:
+    """metric_availability's sources of `metric`, per engine drawn, when the server's /metrics
+    gave some of them."""
+    if "sources" not in avail.columns:
+        return ""
+    engines = sorted({e for e, _ in have})
+    rows = avail.filter((pl.col("metric") == metric) & pl.col("engine").is_in(engines)
+                        & pl.col("sources").str.contains("scrape", literal=True))
+    return "; ".join(f"{md_text(r['engine'])}: {md_text(r['sources'])}" for r in rows.iter_rows(named=True))
 
 
 def _signal_line(r: dict, th: dict) -> str:

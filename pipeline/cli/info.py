@@ -35,7 +35,28 @@ def store_info(root) -> dict[str, Any]:
     info["first_ts"] = per["first_ts"].min() if per.height else None
     info["last_ts"] = per["last_ts"].max() if per.height else None
     info["instances"] = per.to_dicts()
+    info["samples"] = _samples_info(root, manifest)
     return info
+
+
+def _samples_info(root, manifest: dict) -> dict[str, Any]:
+    """The scraped samples: how many, in how many parts, over which times, per instance."""
+    from ..query.connect import run
+    from ..store.samples import sample_entries
+
+    entry = sample_entries(manifest)
+    out: dict[str, Any] = {"samples": 0, "parts": len(entry["parts"]), "first_ts": None, "last_ts": None,
+                           "instances": []}
+    if not entry["parts"]:
+        return out
+    per = run(root, "select instance, engine, count(*) as samples, count(distinct (name, labels, le, quantile)) as series, "
+                    "count(distinct ts) as scrapes, min(ts) as first_ts, max(ts) as last_ts "
+                    "from samples group by all order by instance, engine")
+    out["samples"] = int(per["samples"].sum()) if per.height else 0
+    out["first_ts"] = per["first_ts"].min() if per.height else None
+    out["last_ts"] = per["last_ts"].max() if per.height else None
+    out["instances"] = per.to_dicts()
+    return out
 
 
 def _ts(t: Any) -> str:
@@ -56,8 +77,8 @@ def register(app: typer.Typer) -> None:
         store: StoreOpt = None,  # type: ignore[assignment]
         as_json: Annotated[bool, typer.Option("--json", help="One JSON object instead of text.")] = False,
     ) -> None:
-        """Say what a store holds: instances (engine, models, time range, events), and the
-        store's events, parts and bytes on disk.
+        """Say what a store holds: instances (engine, models, time range, events), the
+        store's events, parts and bytes on disk, and the samples of scraped /metrics.
 
         \b
         Examples:
@@ -89,6 +110,13 @@ def register(app: typer.Typer) -> None:
         for r in data["instances"]:  # names from logs and file names: control characters as escapes
             lines.append(f"  {printable(r['instance'])} ({printable(r['engine'])}): {r['events']:,} events, {_ts(r['first_ts'])} -> "
                          f"{_ts(r['last_ts'])}" + (f", model {printable(r['models'])}" if r["models"] else ""))
+        sm = data["samples"]
+        if sm["parts"]:
+            lines.append(f"samples (scraped /metrics): {sm['samples']:,} in {sm['parts']:,} parts, "
+                         f"{_ts(sm['first_ts'])} -> {_ts(sm['last_ts'])}")
+            for r in sm["instances"]:
+                lines.append(f"  {printable(r['instance'])} ({printable(r['engine'])}): {r['samples']:,} samples of "
+                             f"{r['series']:,} series in {r['scrapes']:,} scrapes, {_ts(r['first_ts'])} -> {_ts(r['last_ts'])}")
         typer.echo("\n".join(lines))
 
     @app.command()

@@ -12,7 +12,7 @@ import typer
 
 from servelens.parsers import ENGINES
 
-from .options import StoreOpt, fail, store_path
+from .options import StoreOpt, duration_option, fail, store_path
 
 NON_TTY_STATUS_S = 30.0
 
@@ -87,6 +87,8 @@ def register(app: typer.Typer) -> None:
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No status line; only messages about files.")] = False,
         serve_port: Annotated[Optional[int], typer.Option(help="Also serve /metrics, /api/signals and /healthz on this port (as servelens serve).")] = None,
         serve_host: Annotated[str, typer.Option(help="Address the --serve-port exporter binds.")] = "127.0.0.1",
+        scrape: Annotated[Optional[list[str]], typer.Option("--scrape", help="Also scrape this server's /metrics into the store (host:port is enough), under the instance of its log (or --instance); repeat for several.", show_default=False)] = None,
+        scrape_interval: Annotated[str, typer.Option(help="Time between scrapes of --scrape (5s, 1m, 500ms).")] = "5s",
     ) -> None:
         """Follow log files as they grow and write them to the store, exactly once through
         rotation (rename or copytruncate, .gz), truncation, deletion and restarts. Stop with
@@ -99,6 +101,7 @@ def register(app: typer.Typer) -> None:
           servelens tail server.log --engine trtllm --from-end --flush-interval 1
           servelens tail /var/log/vllm/ --store live.store --serve-port 9464
           servelens tail hosts/ --instance-from '{parent}/{stem}'
+          servelens tail /var/log/vllm/server.log --scrape localhost:8000 --store live.store
         """
         from ..store.manifest import StoreError
         from ..tail.tailer import TailError, tail as run_tail
@@ -106,12 +109,25 @@ def register(app: typer.Typer) -> None:
         if from_beginning and from_end:
             raise fail("--from-beginning and --from-end contradict each other; give one")
         line = StatusLine(enabled=not quiet)
+        scraper = commit_scrapes = stop_scraping = None
+        if scrape:
+            from ..scrape import ScrapeError, beside_tail, check_store
+
+            interval_s = duration_option(scrape_interval, "--scrape-interval")
+            try:
+                check_store(store_path(store))
+                scraper, commit_scrapes, stop_scraping = beside_tail(
+                    scrape, store_path(store), interval_s=interval_s, instance=instance,
+                    say=lambda msg: line.say(msg.removeprefix("servelens: ")))
+            except ScrapeError as e:
+                raise fail(str(e)) from None
         stop_serving = _start_exporter(store_path(store), serve_host, serve_port, line) if serve_port is not None else None
         try:
             stats = run_tail(
                 paths, store_path(store), glob=glob, engine=engine, instance=instance,
                 instance_from=instance_from, year=year,
                 from_end=from_end, flush_interval=flush_interval, say=line.say, on_status=line.status,
+                beside=commit_scrapes,
             )
         except (TailError, StoreError) as e:
             line.end()
@@ -119,16 +135,21 @@ def register(app: typer.Typer) -> None:
         finally:
             if stop_serving is not None:
                 stop_serving()
+            if stop_scraping is not None:
+                stop_scraping()
         line.end()
         typer.echo(f"servelens: stopped; {stats.lines:,} lines committed in {stats.commits:,} commits", err=True)
+        if scraper is not None:
+            typer.echo(f"servelens: scrapes: {scraper.stats.describe()}", err=True)
 
     @app.command()
     def compact(
         store: StoreOpt = None,  # type: ignore[assignment]
         min_parts: Annotated[int, typer.Option(help="Merge a partition's small parts only when it has at least this many.")] = 2,
     ) -> None:
-        """Merge the small Parquet parts of the store into large ones so queries stay fast.
-        Readers keep working meanwhile; a running `servelens tail` compacts by itself.
+        """Merge the small Parquet parts of the store (events, and the samples of scrapes) into
+        large ones so queries stay fast. Readers keep working meanwhile; a running `servelens
+        tail` compacts by itself.
 
         \b
         Examples:
@@ -148,9 +169,16 @@ def register(app: typer.Typer) -> None:
             raise fail(f"{target} is not a servelens store (no store manifest); nothing was changed: give --store")
         if min_parts < 2:
             raise fail("--min-parts must be at least 2")
+        from ..store.sample_compact import merge_small_parts
+        from ..store.samples import sample_entries
+
         try:
             with Store.open(target, purpose="compact") as st:
                 result = run_compact(st, min_parts=min_parts, migrate=True, refresh=rollups.refresh)
+                # the scrapes' sample parts too: a day's small ones into one
+                sample_parts_before = len(sample_entries(st.manifest)["parts"])
+                samples_merged = merge_small_parts(st, min_parts=min_parts)
+                sample_parts_after = len(sample_entries(st.manifest)["parts"])
         except StoreLocked as e:
             raise fail(f"{e} (a running servelens tail compacts the store itself)") from None
         except StoreError as e:
@@ -159,6 +187,8 @@ def register(app: typer.Typer) -> None:
             f"{result.merged} parts merged into {result.written}; "
             f"{result.parts_before} -> {result.parts_after} parts in {store_url(target) or target}"
         )
+        if sample_parts_before:
+            typer.echo(f"{samples_merged} sample parts merged; {sample_parts_before} -> {sample_parts_after} sample parts")
         if result.rollup_error:
             typer.echo(f"warning: the rollups could not be refreshed ({result.rollup_error}); queries compute "
                        "them from the events until the next ingest, tail or compact", err=True)

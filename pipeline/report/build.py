@@ -136,7 +136,7 @@ def build_report(
     w, p = clause("ts")
     peaks = {
         "waiting": _peaks(con, "queue_depth", "waiting", "ts", w, p, ("source",)),
-        "kv_usage": _peaks(con, "kv_cache", "kv_usage", "ts", w, p),
+        "kv_usage": _peaks(con, "kv_cache", "kv_usage", "ts", w, p, ("source",)),
         "running": _peaks(con, "batch_fill", "running", "ts", w, p, ("fill", "max_num_seqs", "source")),
     }
     lw, lp = clause("window_start")
@@ -145,7 +145,9 @@ def build_report(
     )
     preempt = {k: v[0] for k, v in _by_instance(_rows(
         con,
-        f"""select engine, instance, sum(preemptions) as preemptions, sum(preemption_lines) as preemption_lines
+        f"""select engine, instance, sum(preemptions) filter (where source = 'logged') as preemptions,
+                   sum(preemption_lines) as preemption_lines,
+                   sum(preemptions) filter (where source = 'scraped') as scraped_preemptions
             from kv_cache where true {w} group by engine, instance""",
         p,
     )).items()}
@@ -359,7 +361,7 @@ def _peak_lines(inst: dict[str, Any]) -> list[tuple[str, str, str]]:
     out = []
     q = p["waiting"]
     out.append(("queue (waiting requests)",
-                 f"{q['value']}" + (" (reconstructed)" if q and q["source"] == "reconstructed" else "") if q else
+                 f"{q['value']}" + _source_mark(q) if q else
                  f"not available: {_reason(inst, 'waiting')}",
                  _fmt_ts(q["ts"]) if q else "-"))
     k = p["kv_usage"]
@@ -367,13 +369,15 @@ def _peak_lines(inst: dict[str, Any]) -> list[tuple[str, str, str]]:
     pre_txt = ""
     if k and (pre["preemptions"] or pre["preemption_lines"]):
         pre_txt = f"; preemptions logged: {pre['preemptions'] or 0}, preemption warnings: {pre['preemption_lines'] or 0}"
+    if k and pre.get("scraped_preemptions") is not None:
+        pre_txt += f"; preemptions (the server's /metrics): {pre['scraped_preemptions']:,}"
     out.append(("KV-cache usage",
-                 f"{100 * k['value']:.1f}%{pre_txt}" if k else f"not available: {_reason(inst, 'kv_usage')}",
+                 f"{100 * k['value']:.1f}%{_source_mark(k)}{pre_txt}" if k else f"not available: {_reason(inst, 'kv_usage')}",
                  _fmt_ts(k["ts"]) if k else "-"))
     r = p["running"]
     if r:
         fill = f" ({100 * r['fill']:.0f}% of max_num_seqs {r['max_num_seqs']})" if r["fill"] is not None else " (max_num_seqs unknown)"
-        est = " (reconstructed)" if r["source"] == "reconstructed" else ""
+        est = _source_mark(r)
         out.append(("running requests", f"{r['value']}{fill}{est}", _fmt_ts(r["ts"])))
     else:
         out.append(("running requests", f"not available: {_reason(inst, 'running')}", "-"))
@@ -385,9 +389,16 @@ def _peak_lines(inst: dict[str, Any]) -> list[tuple[str, str, str]]:
     return out
 
 
+def _source_mark(peak: dict[str, Any]) -> str:
+    """Where a peak's value comes from, when not the log itself."""
+    return {"reconstructed": " (reconstructed)", "scraped": " (the server's /metrics)"}.get(peak.get("source") or "", "")
+
+
 def _latency_basis(lat: dict[str, Any]) -> str:
     """What a per-window latency rests on (latency_percentiles.latency_source)."""
     src = lat.get("latency_source")
+    if src == "scrape":
+        return " (bucket estimate from the server's /metrics histogram)"
     if src == "client":
         return " (measured by the benchmark client)"
     if src == "mixed":

@@ -142,9 +142,13 @@ class Tailer(IdentityMixin):
         compact_min_parts: int = COMPACT_MIN_PARTS,
         say: Callable[[str], None] | None = None,
         max_open: int | None = None,
+        beside: Callable[..., None] | None = None,
     ):
         check_engine(engine)
         self.store = store
+        # another source committed through this store after each commit of the logs (the
+        # scrapes of `tail --scrape`): called with the store, and final=True when closing
+        self.beside = beside
         self.targets = targets
         self.engine = engine
         self.instance = instance
@@ -218,6 +222,7 @@ class Tailer(IdentityMixin):
                 self.say(f"{fol.path}: read again after {fol.failures} failure(s)")
                 fol.failures = 0
         self.flush()
+        self._commit_beside()
         self.stats.add(time.monotonic(), 0)
         lags = [now - f.pending_since for f in self.followed.values() if f.pending_since is not None]
         self.stats.lag_s = max(lags, default=0.0)
@@ -369,6 +374,7 @@ class Tailer(IdentityMixin):
     def close(self) -> None:
         """Commit what has been read (held partial lines stay unread) and close the files."""
         self.flush()
+        self._commit_beside(final=True)
         if self._merging is not None:
             self._commit_merge()  # waits for it: a merge written in full is worth its commit
         if self._rollup_job is not None:
@@ -377,6 +383,14 @@ class Tailer(IdentityMixin):
             self._refresh_rollups(wait=True)  # a stopped tail leaves its rollups fresh
         for fol in list(self.followed.values()):
             self._close(fol, remember=False)
+
+    def _commit_beside(self, final: bool = False) -> None:
+        if self.beside is None or self._full_since is not None:
+            return
+        try:
+            self.beside(self.store, final=final)
+        except (StoreError, OSError) as e:  # what is held is tried again after the next commit
+            self.say(f"samples not committed ({e}); will try again")
 
     # -- discovery -----------------------------------------------------------------------
 
@@ -673,6 +687,7 @@ def tail(
     say: Callable[[str], None] | None = None,
     on_status: Callable[[Stats], None] | None = None,
     stop: threading.Event | None = None,
+    beside: Callable[..., None] | None = None,
 ) -> Stats:
     """Follow `paths` into the store until SIGINT/SIGTERM (or `stop`), then commit and return."""
     store_dir = Path(store_dir)
@@ -707,7 +722,7 @@ def tail(
                 say(healed_message(healed))
             tailer = Tailer(
                 store, targets, engine=engine, instance=instance, instance_from=instance_from, year=year,
-                from_end=from_end, flush_interval=flush_interval, say=say,
+                from_end=from_end, flush_interval=flush_interval, say=say, beside=beside,
             )
             tailer.run(stop, on_status)
             return tailer.stats

@@ -12,8 +12,10 @@
 --   yet scheduled), batch_size (requests scheduled in the iteration, when logged),
 --   max_num_seqs (requests: on the line, else the latest capacity announcement at or before
 --   ts), fill (fraction 0..1: running / max_num_seqs), batch_tokens (tokens), max_batch_tokens (tokens),
---   token_fill (fraction: batch_tokens / max_batch_tokens), source ('logged' |
+--   token_fill (fraction: batch_tokens / max_batch_tokens), source ('logged' | 'scraped' |
 --   'reconstructed'), estimated (true for reconstructed).
+-- Where the log gives no running count (llama-server; vLLM without stats lines), the
+--   server's own /metrics gauge at each scrape (scraped_gauges), ahead of a reconstruction.
 create or replace view batch_fill as
 with
 
@@ -32,6 +34,19 @@ logged_instances as (
     select distinct engine, instance from logged
 ),
 
+scraped as (
+    select
+        g.ts, g.engine, g.instance, cast(round(g.value) as bigint) as running,
+        cast(round(g.value) as bigint) as active,
+        cast(null as bigint) as batch_size,
+        cast(null as bigint) as batch_tokens,
+        cast(null as bigint) as max_num_seqs,
+        'scraped' as source,
+    from scraped_gauges as g
+    anti join logged_instances as l using (engine, instance)
+    where g.meaning = 'running'
+),
+
 reconstructed as (
     select
         s.ts, s.engine, s.instance, s.running,
@@ -42,10 +57,13 @@ reconstructed as (
         'reconstructed' as source,
     from request_state as s
     anti join logged_instances as l using (engine, instance)
+    anti join (select distinct engine, instance from scraped) as g using (engine, instance)
 ),
 
 samples as (
     select * from logged
+    union all
+    select * from scraped
     union all
     select * from reconstructed
 ),

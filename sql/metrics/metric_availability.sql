@@ -6,8 +6,10 @@
 --   value present is reconstructed or derived rather than logged; for a metric with no
 --   values, whether it would be), reason (readable: where the
 --   value comes from, or why it is null), sources (the request latencies e2e_s / ttft_s /
---   tpot_s only: how many values rest on each source, requests.latency_source, most first,
---   e.g. 'client 220, log 3'; null for other metrics or without values).
+--   tpot_s: how many values rest on each source, requests.latency_source, most first,
+--   e.g. 'client 220, log 3'; any metric some of whose values the server's /metrics gave
+--   where the log has none: those too, as 'scrape N' (latencies: the observations the
+--   histograms counted in windows where no request carries the value); else null).
 create or replace view metric_availability as
 with
 
@@ -162,20 +164,55 @@ latency_sources as (
     group by engine, metric
 ),
 
+-- values the server's /metrics gave where the log gives none (the views' source 'scraped',
+-- latency_percentiles' per-metric 'scrape'), with the metric they were read from
+scraped_values as (
+    select v.engine, v.metric, v.n, v.latency, f.family,
+    from (
+        select engine, 'waiting' as metric, 'waiting' as meaning, count(*) as n, false as latency, from queue_depth where source = 'scraped' group by engine
+        union all select engine, 'running', 'running', count(*), false, from batch_fill where source = 'scraped' group by engine
+        union all select engine, 'fill', 'running', count(fill), false, from batch_fill where source = 'scraped' group by engine
+        union all select engine, 'kv_usage', 'kv_usage', count(kv_usage), false, from kv_cache where source = 'scraped' group by engine
+        union all select engine, 'preemptions', 'preemptions', count(preemptions), false, from kv_cache where source = 'scraped' group by engine
+        union all select engine, 'e2e_s', 'e2e', sum(n_e2e), true, from latency_percentiles where e2e_source = 'scrape' group by engine
+        union all select engine, 'ttft_s', 'ttft', sum(n_ttft), true, from latency_percentiles where ttft_source = 'scrape' group by engine
+        union all select engine, 'tpot_s', 'tpot', sum(n_tpot), true, from latency_percentiles where tpot_source = 'scrape' group by engine
+        union all select engine, 'queue_s', 'queue', sum(n_queue), true, from latency_percentiles where queue_source = 'scrape' group by engine
+    ) as v
+    left join (select engine, meaning, min(family) as family, from samples where meaning is not null group by all) as f
+        using (engine, meaning)
+    where v.n > 0
+),
+
 final as (
     select
         e.engine,
         c.metric,
         c.view,
-        coalesce(o.n_values, 0) > 0 as available,
-        coalesce(o.n_values, 0) as n_values,
-        coalesce(o.est, c.estimated) as estimated,
-        case when coalesce(o.n_values, 0) > 0 then c.provides else c.missing end as reason,
-        ls.sources,
+        coalesce(o.n_values, 0) + coalesce(sv.n * sv.latency::int, 0) > 0 as available,
+        coalesce(o.n_values, 0) + coalesce(sv.n * sv.latency::int, 0) as n_values,
+        case when sv.latency then true else coalesce(o.est, c.estimated) end as estimated,
+        case
+            when sv.n is null then case when coalesce(o.n_values, 0) > 0 then c.provides else c.missing end
+            -- the gauges' counts already hold the scraped rows; the latencies' do not
+            when coalesce(o.n_values, 0) - case when sv.latency then 0 else sv.n end > 0 then
+                c.provides || '; where the log gives none, the server''s /metrics (' || sv.family || ')'
+            else 'from the server''s /metrics (' || sv.family
+                || case when sv.latency then ', bucket estimates per window' else ', at each scrape' end
+                || '); the log: ' || c.missing
+        end as reason,
+        case
+            when sv.n is null then ls.sources
+            else concat_ws(', ',
+                coalesce(ls.sources, case when coalesce(o.n_values, 0) - sv.n * (not sv.latency)::int > 0
+                    then 'log ' || (coalesce(o.n_values, 0) - sv.n * (not sv.latency)::int) end),
+                'scrape ' || sv.n)
+        end as sources,
     from engines as e
     join catalogue as c using (engine)
     left join observed as o on o.engine = e.engine and o.metric = c.metric
     left join latency_sources as ls on ls.engine = e.engine and ls.metric = c.metric
+    left join scraped_values as sv on sv.engine = e.engine and sv.metric = c.metric
 )
 
 select * from final

@@ -8,9 +8,12 @@
 --   is full (Max Request Count): requests beyond it queue unseen), TGI (reconstructed from the
 --   exact per-request queue intervals of the `Success` lines: an estimate that misses
 --   requests not finished in the log). An instance with any logged or derived value is
---   never reconstructed.
+--   never reconstructed. Where the log gives no queue (llama-server logs none: its
+--   requests_deferred gauge counts requests waiting for a free slot; vLLM without stats
+--   lines), the server's own /metrics gauge at each scrape (scraped_gauges), ahead of a
+--   reconstruction.
 -- Columns: ts (UTC), engine, instance, waiting (requests), source ('logged' | 'derived' |
---   'reconstructed'), estimated (true unless logged).
+--   'scraped' | 'reconstructed'), estimated (true unless logged or scraped).
 create or replace view queue_depth as
 with
 
@@ -39,15 +42,23 @@ logged_instances as (
     select distinct engine, instance from logged
 ),
 
+scraped as (
+    select g.ts, g.engine, g.instance, cast(round(g.value) as bigint) as waiting, 'scraped' as source,
+    from scraped_gauges as g
+    anti join logged_instances as l using (engine, instance)
+    where g.meaning = 'waiting'
+),
+
 reconstructed as (
     select s.ts, s.engine, s.instance, s.waiting, 'reconstructed' as source,
     from request_state as s
     anti join logged_instances as l using (engine, instance)
+    anti join (select distinct engine, instance from scraped) as g using (engine, instance)
 ),
 
 final as (
-    select ts, engine, instance, waiting, source, source <> 'logged' as estimated,
-    from (select * from logged union all select * from reconstructed)
+    select ts, engine, instance, waiting, source, source not in ('logged', 'scraped') as estimated,
+    from (select * from logged union all select * from scraped union all select * from reconstructed)
 )
 
 select * from final

@@ -12,8 +12,10 @@
 --   else output tokens/s of finished requests, else finished requests/s, else HTTP
 --   requests/s), throughput_unit ('tokens/s' | 'requests/s'), n_latency (finished requests
 --   with e2e_s), p99_e2e_s, p99_ttft_s (s, all models together; each request's best latency,
---   requests.e2e_s / ttft_s), e2e_estimated, ttft_estimated, latency_source (as in
---   latency_percentiles: 'client' | 'wrapper' | 'log' | 'mixed'),
+--   requests.e2e_s / ttft_s; where no request of the window carries one, the bucket
+--   estimate of the server's /metrics histogram, scraped_latency), e2e_estimated,
+--   ttft_estimated (1 s log timestamps), latency_source (as in latency_percentiles:
+--   'client' | 'wrapper' | 'log' | 'scrape' | 'mixed'),
 --   n_errors, n_severe_errors (engine_dead + cuda_oom), n_frontend (client-matched requests
 --   the server logged arriving in the window), frontend_delay_p90_s, frontend_delay_max_s (s;
 --   requests.frontend_delay_s: client send -> the server's arrival; null without a client
@@ -160,6 +162,37 @@ frontend as (
     group by all
 ),
 
+-- where no request of the window carries a latency (vLLM V1's default log has none), the
+-- server's /metrics histograms: bucket estimates over the requests they counted in the window
+scraped_latency_windows as (
+    select
+        engine, instance,
+        cast(round(epoch(window_start) / p.window_s) as bigint) as window_index,
+        max(n) filter (where meaning = 'e2e') as n_e2e,
+        max(p99_s) filter (where meaning = 'e2e') as p99_e2e_s,
+        max(p99_s) filter (where meaning = 'ttft') as p99_ttft_s,
+    from scraped_latency, params as p
+    where meaning in ('e2e', 'ttft')
+    group by all
+),
+
+latency_best as (
+    select
+        engine, instance, window_index,
+        case when coalesce(l.n_latency, 0) > 0 then l.n_latency else coalesce(s.n_e2e, 0) end as n_latency,
+        coalesce(l.p99_e2e_s, s.p99_e2e_s) as p99_e2e_s,
+        coalesce(l.p99_ttft_s, s.p99_ttft_s) as p99_ttft_s,
+        l.e2e_estimated and l.p99_e2e_s is not null as e2e_estimated,
+        l.ttft_estimated and l.p99_ttft_s is not null as ttft_estimated,
+        case
+            when (l.p99_e2e_s is null and s.p99_e2e_s is not null) or (l.p99_ttft_s is null and s.p99_ttft_s is not null)
+                then case when l.p99_e2e_s is null and l.p99_ttft_s is null then 'scrape' else 'mixed' end
+            else l.latency_source
+        end as latency_source,
+    from latency as l
+    full join scraped_latency_windows as s using (engine, instance, window_index)
+),
+
 errs as (
     select
         engine, instance,
@@ -225,7 +258,7 @@ joined as (
     left join batch as b using (engine, instance, window_index)
     left join kv as k using (engine, instance, window_index)
     left join preemption_instances as pi using (engine, instance)
-    left join latency as l using (engine, instance, window_index)
+    left join latency_best as l using (engine, instance, window_index)
     left join errs as e using (engine, instance, window_index)
     left join frontend as f using (engine, instance, window_index)
 ),

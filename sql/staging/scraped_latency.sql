@@ -18,7 +18,8 @@
 -- Columns: window_start, window_end (UTC), engine, instance, meaning ('ttft' | 'tpot' | 'itl'
 --   | 'e2e' | 'queue' | 'prefill' | 'decode' | 'inference'), n (observations in the window),
 --   p50_s, p90_s, p95_s, p99_s (s, bucket estimates), mean_s (s: increase of _sum / of
---   _count, exact), metric (the histogram's name), bucket_estimate (always true).
+--   _count, exact), metric (the histogram's name), model (the series' model_name label, when
+--   it has one), bucket_estimate (always true).
 create or replace view scraped_latency as
 with
 
@@ -45,6 +46,7 @@ increases as (
         cast(floor(epoch(ts) / p.window_s) as bigint) as window_index,
         p.window_s,
         min(family) as metric,
+        min(json_extract_string(labels, '$.model_name')) as model,
         sum(case when value >= prev then value - prev else value end) as inc,
     from buckets, params as p
     where prev is not null
@@ -72,6 +74,7 @@ totals as (
     select
         engine, instance, meaning, window_index, window_s,
         min(metric) as metric,
+        min(model) as model,
         max(cnt) filter (where isinf(le)) as n_obs,
         max(le) filter (where not isinf(le)) as top_le,
         count(*) as n_buckets,
@@ -150,12 +153,13 @@ final as (
         max(q.value_s) filter (where q.q = 0.99) as p99_s,
         any_value(m.mean_s) as mean_s,
         t.metric,
+        t.model,
         true as bucket_estimate,
     from totals as t
     join quantiles as q using (engine, instance, meaning, window_index)
     left join sums as m using (engine, instance, meaning, window_index)
     where t.n_obs > 0
-    group by t.window_index, t.window_s, t.engine, t.instance, t.meaning, t.n_obs, t.metric
+    group by t.window_index, t.window_s, t.engine, t.instance, t.meaning, t.n_obs, t.metric, t.model
 )
 
 select * from final
