@@ -460,10 +460,11 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
     # the task's whole prompt, cached part included
     np_msg = pl.when(msg.str.starts_with("new prompt,")).then(msg)
     new_prompt = np_msg.str.extract(r"(?:n_prompt_tokens|task\.n_tokens) = ([0-9]+)", 1).cast(pl.Int64, strict=False)
-    # `kv cache rm [N, end)` (2024), `n_tokens = N, memory_seq_rm [N, end)` (2025), `cached
-    # n_tokens = N, memory_seq_rm [N, end)` (2026): the prompt's first N tokens are reused
-    cached = pl.when(msg.str.contains("rm [", literal=True)).then(msg).str.extract(
-        r"^(?:kv cache rm|(?:cached )?n_tokens = [0-9]+, memory_seq_rm) \[([0-9]+), end\)", 1)
+    # `kv cache rm [N, end)` (2024; early 2024: `slot 0 : kv cache rm - [N, end)`), `n_tokens =
+    # N, memory_seq_rm [N, end)` (2025), `cached n_tokens = N, memory_seq_rm [N, end)` (2026):
+    # the prompt's first N tokens are reused
+    cached = pl.when(msg.str.contains("rm ", literal=True)).then(msg).str.extract(
+        r"^(?:kv cache rm|slot [0-9]+ : kv cache rm -|(?:cached )?n_tokens = [0-9]+, memory_seq_rm) \[([0-9]+), end\)", 1)
     # `prompt processing progress, n_past = P, n_tokens = B, progress = F` (2024-25: P tokens
     # done, B in this batch), `... n_tokens = P, batch.n_tokens = B, progress = F` (2025-26)
     ppp = pl.when(msg.str.starts_with("prompt processing progress,")).then(msg).str.extract_groups(

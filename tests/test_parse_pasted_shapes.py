@@ -147,3 +147,34 @@ def test_router_child_lines_stay_lines_of_their_own():
     ev = _by_line(parse_text("llamacpp", ROUTER_CHILD))
     assert sorted(ev) == [1, 2, 3]
     assert ev[3]["event"] == "request_arrived"
+
+
+# sgl-project/sglang#13023: `logger.info("\nBenchmark...")` between prefill batches
+NEWLINE_FIRST = """\
+[2025-11-11 04:27:59] Prefill batch, #new-seq: 13, #new-token: 3341, #cached-token: 0, token usage: 0.00, #running-req: 3, #queue-req: 0, 
+[2025-11-11 04:28:01] 
+Benchmark...
+[2025-11-11 04:28:01] Prefill batch, #new-seq: 4, #new-token: 895, #cached-token: 4, token usage: 0.00, #running-req: 0, #queue-req: 0, 
+"""
+
+
+def test_a_message_opening_with_a_newline_is_one_record():
+    ev = _by_line(parse_text("sglang", NEWLINE_FIRST))
+    assert sorted(ev) == [1, 2, 4]
+    assert ev[2]["n_lines"] == 2 and ev[2]["event"] == "log"
+    assert ev[2]["ts"] == dt.datetime(2025, 11, 11, 4, 28, 1, tzinfo=UTC)
+    assert ev[4]["event"] == "batch" and ev[4]["batch_size"] == 4
+
+
+# ggml-org/llama.cpp#5104: the January 2024 server's plain slot lines
+EARLY_SLOT = """\
+slot 0 is processing [task id: 0]
+slot 0 : in cache: 0 tokens | to process: 492 tokens
+slot 0 : kv cache rm - [0, end)
+"""
+
+
+def test_early_2024_kv_cache_line_gives_the_cached_tokens():
+    ev = _by_line(parse_text("llamacpp", EARLY_SLOT))
+    assert ev[1]["event"] == "request_arrived" and ev[1]["request_id"] == "0"
+    assert _attrs(ev[3])["slot"] == 0 and _attrs(ev[3])["cached_tokens"] == 0

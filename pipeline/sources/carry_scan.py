@@ -11,6 +11,7 @@ gives an event without the value the one named last before the event's time
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import polars as pl
@@ -19,7 +20,7 @@ from servelens.parsers import get_parser, wrappers
 from servelens.parsers.base import ParseContext, lines_frame
 
 from . import fingerprint as fp
-from .lines import line_frames
+from .lines import complete_lines_end, decode_lines
 
 
 def scan_carry(path: Path, engine: str, layers: tuple[str, ...], ctx: ParseContext, offset: int, next_line: int,
@@ -32,26 +33,29 @@ def scan_carry(path: Path, engine: str, layers: tuple[str, ...], ctx: ParseConte
     if fp.is_gzip(path) or path.stat().st_size - offset <= block_bytes:
         return
     found: list[pl.DataFrame] = []
-    first = last = None
+    hint_b = re.compile(hint.encode())
     with fp.open_stream(path) as f:
         if offset:
             f.seek(offset)
-        for frame in line_frames(f, next_line, block_bytes):
-            # only the blocks holding such a line are decoded (and the first and the last,
-            # whose times tell the file's order)
-            named = bool(frame.select(pl.col("text").str.contains(hint).any()).item())
-            if first is None or named:
-                dec = wrappers.decode(frame, layers)
-                if first is None:
-                    first = _middle(dec)
-                if named:
-                    pod = pl.col("_lab_pod") if "_lab_pod" in dec.columns else pl.lit(None, pl.String)
-                    found.append(dec.filter(pl.col("text").str.contains(hint)).select("text", "_wts", pod.alias("_pod")))
-            last = frame
-    end = _middle(wrappers.decode(last, layers)) if last is not None else None
-    # newest first on disk: the last block's times are older than the first's
-    if first is None or end is None or not end < first:
-        return
+        held, first = b"", True
+        while True:
+            block = f.read(block_bytes)
+            eof = len(block) < block_bytes
+            buf = held + block
+            cut = len(buf) if eof else complete_lines_end(buf)
+            complete, held = buf[:cut], buf[cut:]
+            if first:
+                # in time order on disk (the usual case): a carry forward is right, nothing to do
+                if not _newest_first(complete, layers):
+                    return
+                first = False
+            # only a block holding such a line is decoded
+            if complete and hint_b.search(complete):
+                dec = wrappers.decode(decode_lines(complete, next_line)[0], layers)
+                pod = pl.col("_lab_pod") if "_lab_pod" in dec.columns else pl.lit(None, pl.String)
+                found.append(dec.filter(pl.col("text").str.contains(hint)).select("text", "_wts", pod.alias("_pod")))
+            if eof:
+                break
     cands = pl.concat(found) if found else pl.DataFrame()
     if cands.height == 0:
         return
@@ -72,5 +76,16 @@ def scan_carry(path: Path, engine: str, layers: tuple[str, ...], ctx: ParseConte
         ctx.file["carry_seed"] = seeds
 
 
-def _middle(dec: pl.DataFrame):
-    return dec["_wts"].drop_nulls().median() if dec.height else None
+# lines of the file's head decoded to tell its order
+HEAD_LINES = 4096
+
+
+def _newest_first(head: bytes, layers: tuple[str, ...]) -> bool:
+    """The export's entries go back in time down the file: put in time order, the decoded
+    head's lines run backwards on disk."""
+    lines, _ = decode_lines(head, 1)
+    dec = wrappers.decode(lines.head(HEAD_LINES), layers).filter(pl.col("_wts").is_not_null())
+    if dec.height < 2:
+        return False
+    steps = dec["line"].diff().drop_nulls()
+    return int((steps < 0).sum()) > int((steps > 0).sum())
