@@ -35,7 +35,6 @@ JOINS = True
 
 _RES = {"pod_name": "pod", "container_name": "container", "namespace_name": "namespace", "node_name": "node", "cluster_name": "cluster"}
 _KEYS = ["_lab_namespace", "_lab_pod", "_lab_container"]
-_TOP = r"^([A-Za-z_][A-Za-z0-9_]*):(?: |$)"
 _MARKS = r"^(?:insertId|logName|receiveTimestamp): "
 _PAYLOAD = r"^(?:textPayload|jsonPayload):"
 
@@ -54,38 +53,39 @@ def sniff(texts: list[str]) -> float:
 def decode(df: pl.DataFrame) -> pl.DataFrame:
     t = pl.col("text")
     labels_in = [c for c in df.columns if c.startswith("_lab_")]
-    df = df.with_columns(
-        (t == "---").cum_sum().alias("_g"),
-        # the top-level member a line belongs to (a document's `---` opens none)
-        pl.when(t == "---").then(pl.lit("---")).otherwise(t.str.extract(_TOP, 1)).forward_fill().alias("_key"),
-    )
-    # jsonPayload's own members, one level in
-    sub = pl.when(pl.col("_key") == "jsonPayload").then(
-        pl.when(t.str.contains(r"^  [A-Za-z_]\w*:(?: |$)")).then(t.str.extract(r"^  ([A-Za-z_]\w*):", 1))
-        .when(t.str.contains(_TOP)).then(pl.lit(""))
-    ).forward_fill()
-    df = df.with_columns(sub.alias("_sub"))
-    key, sk = pl.col("_key"), pl.col("_sub")
-    in_text = key == "textPayload"
-    in_msg = (key == "jsonPayload") & (sk == "message")
-    payload = df.filter((in_text | in_msg) & ~((key == "jsonPayload") & (t == "jsonPayload:"))).select(
-        "_g", "text", pl.when(in_text).then(0).otherwise(2).alias("_base"),
-        pl.when(in_text).then(t.str.starts_with("textPayload:")).otherwise(t.str.starts_with("  message:")).alias("_head"),
+    # (each test over every line is a prefix comparison; patterns run on the few lines kept)
+    top = ~t.str.starts_with(" ") & (t != "")
+    sep = t == "---"
+    df = df.with_columns(sep.cum_sum().alias("_g"), top.alias("_top"))
+    under = lambda name: pl.when(pl.col("_top")).then(t.str.starts_with(name)).forward_fill().fill_null(False)  # noqa: E731
+    json_payload = bool(df.select(t.str.starts_with("jsonPayload:").any()).item())
+    in_text = under("textPayload:")
+    marks = [in_text.alias("_in_text"), under("resource:").alias("_in_res")]
+    if json_payload:
+        # jsonPayload's own members, one level in: the lines of its `message`
+        sub = pl.when(pl.col("_top")).then(pl.lit(None, pl.Boolean)).when(t.str.contains(r"^  [A-Za-z_]")).then(
+            t.str.starts_with("  message:")).forward_fill().fill_null(False)
+        marks.append((under("jsonPayload:") & sub).alias("_in_msg"))
+    df = df.with_columns(marks)
+    in_msg = pl.col("_in_msg") if json_payload else pl.lit(False)
+    payload = df.filter(pl.col("_in_text") | in_msg).select(
+        "_g", "text", pl.when(pl.col("_in_text")).then(0).otherwise(2).alias("_base"),
+        (t.str.starts_with("textPayload:") | t.str.starts_with("  message:")).alias("_head"),
     )
     text = _scalars(payload)
-    top = _top_values(df)
-    res = df.filter((key == "resource") & t.str.contains(r"^    [a-z_]+: ")).select(
-        "_g", t.str.extract(r"^    ([a-z_]+): ", 1).alias("k"), _unquote(t.str.extract(r"^    [a-z_]+: (.*)$", 1)).alias("v"),
-    ).filter(pl.col("k").is_in(list(_RES)))
+    top_vals = _top_values(df)
+    res_line = pl.col("_in_res") & pl.any_horizontal([t.str.starts_with(f"    {k}: ") for k in _RES])
+    res = df.filter(res_line).select("_g", t.str.slice(4).str.split_exact(": ", 1).alias("_kv")).select(
+        "_g", pl.col("_kv").struct.field("field_0").alias("k"), _unquote(pl.col("_kv").struct.field("field_1")).alias("v"))
     res = res.pivot(on="k", index="_g", values="v", aggregate_function="first") if res.height else pl.DataFrame(
         {"_g": pl.Series([], dtype=df["_g"].dtype)})
-    heads = df.group_by("_g", maintain_order=True).agg(
-        pl.col("line").first(), pl.len().cast(pl.Int32).alias("_n_all"),
-        pl.col("text").first().alias("_first"),
-        pl.col("_wts").first(), pl.col("_stream").first(), pl.col("_pre").first(),
-        *[pl.col(c).first() for c in labels_in],
-    )
-    out = heads.join(text, on="_g", how="left").join(top, on="_g", how="left").join(res, on="_g", how="left")
+    # one row per document: its first line (`---`, or a block's first line before any)
+    first = df.filter(sep | (pl.int_range(pl.len()) == 0))
+    heads = first.select(
+        "_g", "line", pl.col("text").alias("_first"), "_wts", "_stream", "_pre", *labels_in,
+        (pl.col("line").shift(-1).fill_null(df["line"][-1] + 1) - pl.col("line")).cast(pl.Int32).alias("_n_all"),
+    ).unique("_g", keep="last", maintain_order=True)
+    out = heads.join(text, on="_g", how="left").join(top_vals, on="_g", how="left").join(res, on="_g", how="left")
     for k in _RES:
         if k not in out.columns:
             out = out.with_columns(pl.lit(None, pl.String).alias(k))
@@ -109,8 +109,9 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
 def _top_values(df: pl.DataFrame) -> pl.DataFrame:
     """Each document's `timestamp` and `severity` (one line each: a time is never folded)."""
     t = pl.col("text")
-    ts = df.filter(t.str.starts_with("timestamp: ")).select("_g", _unquote(t.str.slice(11)).alias("_ts"))
-    sev = df.filter(t.str.starts_with("severity: ")).select("_g", _unquote(t.str.slice(10)).alias("_sev"))
+    both = df.filter(pl.col("_top") & (t.str.starts_with("timestamp: ") | t.str.starts_with("severity: "))).select("_g", "text")
+    ts = both.filter(t.str.starts_with("t")).select("_g", _unquote(t.str.slice(11)).alias("_ts")).unique("_g", keep="first")
+    sev = both.filter(t.str.starts_with("s")).select("_g", _unquote(t.str.slice(10)).alias("_sev")).unique("_g", keep="first")
     return ts.join(sev, on="_g", how="full", coalesce=True)
 
 
@@ -136,42 +137,61 @@ def _unescape(v: pl.Expr) -> pl.Expr:
 
 def _scalars(p: pl.DataFrame) -> pl.DataFrame:
     """One scalar per document (`_g`) from its lines: the head line (`key: ...`) and the
-    lines after it; `_base` is the key's indentation."""
-    t = pl.col("text")
-    base = pl.col("_base")
-    rest = t.str.slice(base).str.replace(r"^[A-Za-z_]\w*:\s?", "")
-    p = p.with_columns(pl.when(pl.col("_head")).then(rest).alias("_hv"))
-    p = p.with_columns(pl.col("_hv").forward_fill().over("_g").alias("_hv_all"))
-    style = pl.col("_hv_all").str.head(1)
-    block = style.is_in(["|", ">"])
-    # a block's indentation: the key's and 2, or the digit the indicator gives
-    digit = pl.col("_hv_all").str.extract(r"^[|>][+-]?([1-9])", 1).cast(pl.Int64, strict=False)
-    ind = base + digit.fill_null(2)
-    is_head = pl.col("_head")
-    line_txt = pl.when(is_head).then(pl.col("_hv")).otherwise(t)
-    # flow scalars: continuation lines lose their indentation; folding joins them with a
-    # space, an empty line stands for a newline
-    flow_piece = pl.when(is_head).then(line_txt).otherwise(line_txt.str.strip_chars_start(" "))
-    p = p.with_columns(flow_piece.alias("_fp"), block.alias("_blk"), ind.alias("_ind"))
-    fp = pl.col("_fp")
-    prev = fp.shift(1).over("_g")
-    prev_escaped = (style == '"') & prev.str.ends_with("\\") & ~prev.str.ends_with("\\\\")
-    empty, prev_empty = fp == "", (prev == "").fill_null(False)
-    flow_out = (pl.when(is_head).then(fp)
-                .when(empty).then(pl.lit("\n"))
-                .when(prev_empty | prev_escaped.fill_null(False)).then(fp)
-                .otherwise(pl.lit(" ") + fp))
-    # a double-quoted line ending in `\` continues without a space: the backslash goes
-    flow_out = pl.when((style == '"') & fp.str.ends_with("\\") & ~fp.str.ends_with("\\\\")).then(
-        flow_out.str.strip_suffix("\\")).otherwise(flow_out)
-    # a literal block: the lines after the head, each without the block's indentation
-    block_out = pl.when(is_head).then(pl.lit("")).otherwise(
-        pl.when(t.str.len_chars() >= pl.col("_ind")).then(t.str.slice(pl.col("_ind"))).otherwise(pl.lit("")) + pl.lit("\n"))
-    p = p.with_columns(pl.when(pl.col("_blk")).then(block_out).otherwise(flow_out).alias("_piece"))
-    agg = p.group_by("_g", maintain_order=True).agg(pl.col("_piece").str.join(""), pl.col("_hv_all").first().alias("_style"))
-    s, v = pl.col("_style").str.head(1), pl.col("_piece")
-    msg = (pl.when(s.is_in(["|", ">"])).then(v)
-           .when(s == "'").then(v.str.strip_chars_end().str.strip_prefix("'").str.strip_suffix("'").str.replace_all("''", "'", literal=True))
-           .when(s == '"').then(_unescape(v.str.strip_chars_end().str.strip_prefix('"').str.strip_suffix('"')))
-           .otherwise(v.str.strip_chars_end()))
-    return agg.select("_g", msg.alias("_msg"))
+    lines after it, in order; `_base` is the key's indentation (0 `textPayload`, 2 `message`)."""
+    t, base, is_head = pl.col("text"), pl.col("_base"), pl.col("_head")
+    # the head's value: after `textPayload: ` (13) or `  message: ` (11)
+    hv = pl.when(base == 0).then(t.str.slice(13)).otherwise(t.str.slice(11))
+    p = p.with_columns(pl.when(is_head).then(hv).alias("_hv"))
+    p = p.with_columns(pl.col("_hv").forward_fill().alias("_hv_all"))
+    # most documents hold the line on the head alone
+    alone = is_head & is_head.shift(-1).fill_null(True)
+    one = p.filter(alone).select("_g", pl.col("_hv").alias("_piece"), pl.col("_hv").str.head(1).alias("_style"))
+    more = p.filter(~alone & pl.col("_hv_all").is_not_null())
+    if more.height:
+        more = _joined(more)
+    parts = pl.concat([one, more.select(one.columns)]) if more.height else one
+    v = pl.col("_piece")
+    out = []
+    for style, fn in (("'", lambda v: v.str.strip_chars_end().str.strip_prefix("'").str.strip_suffix("'").str.replace_all("''", "'", literal=True)),
+                      ('"', lambda v: _unescape(v.str.strip_chars_end().str.strip_prefix('"').str.strip_suffix('"'))),
+                      ("|", lambda v: v), (">", lambda v: v)):
+        sub = parts.filter(pl.col("_style") == style)
+        if sub.height:
+            out.append(sub.select("_g", fn(v).alias("_msg")))
+    plain = parts.filter(~pl.col("_style").is_in(["'", '"', "|", ">"]).fill_null(True))
+    out.append(plain.select("_g", v.str.strip_chars_end().alias("_msg")))
+    return pl.concat(out)
+
+
+def _joined(p: pl.DataFrame) -> pl.DataFrame:
+    """The documents whose scalar runs over several lines: folded (flow styles) or kept
+    line by line (a literal block), one `_piece` per document. (Each style's rows apart:
+    a branch not taken would still copy every line's text.)"""
+    t, is_head = pl.col("text"), pl.col("_head")
+    p = p.with_columns(pl.col("_hv_all").str.head(1).alias("_style"))
+    style = pl.col("_style")
+    block = p.filter(style.is_in(["|", ">"]))
+    flow = p.filter(~style.is_in(["|", ">"]))
+    parts = []
+    if block.height:
+        # a block's indentation: the key's and 2, or the digit the indicator gives
+        digit = pl.col("_hv_all").str.extract(r"^[|>][+-]?([1-9])", 1).cast(pl.Int64, strict=False)
+        ind = pl.col("_base") + digit.fill_null(2)
+        parts.append(block.select("_g", "_style", pl.when(is_head).then(pl.lit("")).otherwise(
+            pl.when(t.str.len_chars() >= ind).then(t.str.slice(ind)).otherwise(pl.lit("")) + pl.lit("\n")).alias("_piece")))
+    if flow.height:
+        # continuation lines lose their indentation; folding joins them with a space, an
+        # empty line stands for a newline, a double-quoted line ending in `\` joins as it is
+        fp = pl.when(is_head).then(pl.col("_hv")).otherwise(t.str.strip_chars_start(" "))
+        flow = flow.with_columns(fp.alias("_fp"))
+        fp = pl.col("_fp")
+        esc = (style == '"') & fp.str.ends_with("\\") & ~fp.str.ends_with("\\\\")
+        flow = flow.with_columns(esc.alias("_esc"), (fp == "").alias("_empty"))
+        glue = (is_head | pl.col("_empty") | pl.col("_empty").shift(1).fill_null(False)
+                | pl.col("_esc").shift(1).fill_null(False))
+        piece = pl.when(pl.col("_empty")).then(pl.lit("\n")).when(glue).then(fp).otherwise(pl.lit(" ") + fp)
+        piece = pl.when(pl.col("_esc")).then(piece.str.strip_suffix("\\")).otherwise(piece)
+        parts.append(flow.select("_g", "_style", piece.alias("_piece")))
+    # (a document's lines are all of one style: each part is joined on its own, in order)
+    return pl.concat([q.group_by("_g", maintain_order=True).agg(pl.col("_piece").str.join(""), pl.col("_style").first())
+                      for q in parts])
