@@ -112,7 +112,7 @@ def _paired(forms: dict[str, Path], work: Path, runs: int, ingest) -> None:
     import statistics
 
     plain = forms["verbatim"]
-    print(f"{'form':<12} {'MB':>7} {'cpu s':>7} {'verb cpu':>8} {'wall s':>7} {'verb wall':>9} {'cpu x (median)':>14} {'wall x':>7}")
+    print(f"{'form':<12} {'MB':>7} {'cpu s':>7} {'verb cpu':>8} {'wall s':>7} {'verb wall':>9} {'cpu x (median)':>14} {'wall x':>7} {'events':>8}")
     for name, path in forms.items():
         if name == "verbatim":
             continue
@@ -124,8 +124,10 @@ def _paired(forms: dict[str, Path], work: Path, runs: int, ingest) -> None:
         cpu_x = statistics.median(w[1] / v[1] for v, w in pairs)
         wall_x = statistics.median(w[0] / v[0] for v, w in pairs)
         med = lambda k, side: statistics.median(p[side][k] for p in pairs)  # noqa: E731
+        # (a form whose events differ from the verbatim log's is marked: its figure means nothing)
+        same = "" if pairs[0][1][2] == pairs[0][0][2] else f" != {pairs[0][0][2]:,}"
         print(f"{name:<12} {path.stat().st_size / 1e6:7.1f} {med(1, 1):7.2f} {med(1, 0):8.2f} {med(0, 1):7.2f} "
-              f"{med(0, 0):9.2f} {cpu_x:14.2f} {wall_x:7.2f}")
+              f"{med(0, 0):9.2f} {cpu_x:14.2f} {wall_x:7.2f} {pairs[0][1][2]:8,}{same}")
 
 
 if __name__ == "__main__":

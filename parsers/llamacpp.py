@@ -52,7 +52,7 @@ WANTS_WRAPPER_TS = True
 CARRY_FORWARD = ("model",)
 # what every line naming a carried value contains (a newest-first export's reader looks
 # for them before the chunks: pipeline/sources/carry_scan.py)
-CARRY_HINT = r"loading model '|general\.name"
+CARRY_HINT = ("loading model '", "general.name")
 # whether a line may start a chunk depends on the lines before it up to a timing block's
 # look-back (`llamacpp_timing.open_block`)
 RECORD_LOOKBACK = T.BLOCK_LOOKBACK

@@ -47,7 +47,7 @@ NAME = "sglang"
 CARRY_FORWARD = ("model", "instance")
 # what every line naming a carried value contains (a newest-first export's reader looks
 # for them before the chunks: pipeline/sources/carry_scan.py)
-CARRY_HINT = r"model_path=|served_model_name="
+CARRY_HINT = ("model_path=", "served_model_name=")
 # whether a line starts a record depends on it and the line before only
 RECORD_LOOKBACK = 1
 
