@@ -39,15 +39,19 @@ def finalize(events: pl.DataFrame, ctx: ParseContext, carry: tuple[str, ...] = (
     events = _resolve_relative(events, ctx)
     events = _resolve_timestamps(events, ctx)
     events = _scope_request_ids(events, ctx)
+    seeds = ctx.file.get("carry_seed", {})
     for col in carry:
         if col not in events.columns:
             continue
+        if col in seeds and "wrapper_ts" in events.columns:
+            events = _seeded(events, col, seeds[col])
         if "_carry_by" in events.columns and col != "instance":
             # an export of several pods: a value one pod names is not another's
-            events = _carry_by_pod(events, col, ctx)
+            events = _carry_by_pod(events, col, ctx, use_prior=col not in seeds)
             continue
         filled = pl.col(col).forward_fill()
-        prior = ctx.state.get(f"carry_{col}")
+        # (a seeded value is the file's own: a chunk read before this one on disk is newer)
+        prior = ctx.state.get(f"carry_{col}") if col not in seeds else None
         if prior is not None:
             filled = filled.fill_null(pl.lit(prior, events.schema[col]))
         events = events.with_columns(filled.alias(col))
@@ -79,10 +83,30 @@ def finalize(events: pl.DataFrame, ctx: ParseContext, carry: tuple[str, ...] = (
     return out
 
 
-def _carry_by_pod(events: pl.DataFrame, col: str, ctx: ParseContext) -> pl.DataFrame:
-    """`col` carried forward within each pod (`_carry_by`), and across chunks per pod."""
+def _seeded(events: pl.DataFrame, col: str, seed: pl.DataFrame) -> pl.DataFrame:
+    """`col` where it is null: the value named last, at or before the event's platform time,
+    in the whole file (`seed`: `_seed_ts`, `_seed_pod`, `_seed`, read before its chunks by
+    the reader of a newest-first export, whose blocks come newest first)."""
+    need = pl.col(col).is_null() & pl.col("wrapper_ts").is_not_null()
+    if not events.select(need.any()).item():
+        return events
+    events = events.with_row_index("_ri")
+    pod = pl.col("_carry_by").fill_null("") if "_carry_by" in events.columns else pl.lit("")
+    want = events.filter(need).select("_ri", pl.col("wrapper_ts").cast(seed.schema["_seed_ts"]).alias("_t"),
+                                      pod.alias("_seed_pod")).sort("_t")
+    got = want.join_asof(seed, left_on="_t", right_on="_seed_ts", by="_seed_pod", strategy="backward",
+                         check_sortedness=False)
+    events = events.join(got.select("_ri", pl.col("_seed").cast(events.schema[col])), on="_ri", how="left")
+    return events.with_columns(pl.coalesce(pl.col(col), pl.col("_seed")).alias(col)).drop("_ri", "_seed")
+
+
+def _carry_by_pod(events: pl.DataFrame, col: str, ctx: ParseContext, use_prior: bool = True) -> pl.DataFrame:
+    """`col` carried forward within each pod (`_carry_by`), and across chunks per pod
+    (`use_prior`: not where the file's own values were seeded)."""
     key = f"carry_{col}_by_pod"
     prior: dict = dict(ctx.state.get(key) or {})
+    if not use_prior:
+        prior = {}
     by = pl.col("_carry_by").fill_null("")
     filled = pl.col(col).forward_fill().over(by)
     if prior:

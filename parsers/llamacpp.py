@@ -50,6 +50,9 @@ NAME = "llamacpp"
 # clock is anchored on it (llamacpp_clock.anchor), not replaced by it
 WANTS_WRAPPER_TS = True
 CARRY_FORWARD = ("model",)
+# what every line naming a carried value contains (a newest-first export's reader looks
+# for them before the chunks: pipeline/sources/carry_scan.py)
+CARRY_HINT = ("loading model '", "general.name")
 # whether a line may start a chunk depends on the lines before it up to a timing block's
 # look-back (`llamacpp_timing.open_block`)
 RECORD_LOOKBACK = T.BLOCK_LOOKBACK
@@ -130,7 +133,7 @@ def record_starts(text: pl.Series) -> pl.Series:
     task_open = msg.str.starts_with("new prompt,") | msg.str.contains("cancel task, id_task = ", literal=True)
     task_end = msg.str.starts_with("stop processing") | (part == "total")
     return df.select(
-        ~(T.open_block(pl.col("_opener"), part == "total", part.is_not_null() & ~pl.col("_opener"))
+        ~_continues() & ~(T.open_block(pl.col("_opener"), part == "total", part.is_not_null() & ~pl.col("_opener"))
           | T.open_block(task_open.fill_null(False), task_end.fill_null(False), pl.lit(False)))
     ).to_series().alias("starts")
 
@@ -176,9 +179,50 @@ def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     df = _header(lines["text"], wrap=lines["wrapper_ts"] if "wrapper_ts" in lines.columns else None)
     df = df.with_columns(lines["line"])
     df = _classified(df)
+    cont = df.select(_continues()).to_series()
     df = anchor(df)
     df = T.blocks(df)
-    return _events(df)
+    out = _events(df)
+    return _joined(out, lines["line"], cont) if cont.any() else out
+
+
+# one log call printing several lines: the chat template's example (`example_format: '...'`,
+# its quote closed lines later) and `sampler params: \n%s` (indented `key = value` lines)
+_TEMPLATE_OPEN_RE = r"example_format: ('.*)$"
+_SAMPLER_OPEN_RE = r"sampler params:\s*$"
+# how far a quote left open may run on before its lines are taken for lines of their own
+_RECORD_MAX = 200
+
+
+def _continues() -> pl.Expr:
+    """True where a line continues the message of a line before it (it carries no prefix of
+    its own). Lines of a router's child come one log call each, under its port, so never."""
+    f = pl.col("_form")
+    idx = pl.int_range(pl.len(), dtype=pl.Int64)
+    own = (pl.col("_rel").is_not_null() | pl.col("_lvl").is_not_null() | pl.col("_port").is_not_null()
+           | f.is_in(["json", "text24", "tag", "part", "blob"]).fill_null(False))
+    quoted = pl.col("_msg").str.extract(_TEMPLATE_OPEN_RE, 1)
+    opens = own & (quoted.str.count_matches("'", literal=True) % 2 == 1).fill_null(False)
+    last_open = pl.when(opens).then(idx).forward_fill().shift(1)
+    last_own = pl.when(own).then(idx).forward_fill().shift(1)
+    last_quote = pl.when(~own & pl.col("_raw").str.contains("'", literal=True)).then(idx).forward_fill().shift(1)
+    in_template = (~own & (last_own == last_open) & (last_quote.is_null() | (last_quote < last_open))
+                   & (idx - last_open <= _RECORD_MAX)).fill_null(False)
+    kv = (f == "kv_dump").fill_null(False)
+    after_sampler = pl.when(~kv).then(pl.col("_msg").str.contains(_SAMPLER_OPEN_RE)).forward_fill().shift(1)
+    in_sampler = kv & ~own & after_sampler.fill_null(False)
+    return (in_template | in_sampler).alias("_cont")
+
+
+def _joined(events: pl.DataFrame, line: pl.Series, cont: pl.Series) -> pl.DataFrame:
+    """The events with each continued message as one record: its first line's event spans
+    the lines that continue it, and theirs go."""
+    spans = pl.DataFrame({"line": line, "_c": cont}).with_columns((~pl.col("_c")).cum_sum().alias("_rec"))
+    spans = spans.with_columns(pl.len().over("_rec").cast(pl.Int32).alias("_span"))
+    out = events.join(spans.select("line", "_c", "_span"), on="line", how="left")
+    return out.filter(~pl.col("_c").fill_null(False)).with_columns(
+        pl.coalesce(pl.col("_span"), pl.col("n_lines")).alias("n_lines")
+    ).drop("_c", "_span")
 
 
 # ---------------------------------------------------------------------------------------
@@ -285,7 +329,11 @@ def _classified(df: pl.DataFrame) -> pl.DataFrame:
     # a line without a level letter (builds before 2026): the server prints a cancel with
     # SRV_WRN, so it is a warning in every format
     df = df.with_columns(pl.when(pl.col("level").is_null() & pl.col("_msg").str.contains(
-        "cancel task, id_task = ", literal=True)).then(pl.lit("WARNING")).otherwise(pl.col("level")).alias("level"))
+        "cancel task, id_task = ", literal=True)).then(pl.lit("WARNING"))
+        # the router's `load` (spawning a child, its arguments) and the prompt cache's `load`
+        # print with SRV_INF only
+        .when(pl.col("level").is_null() & (pl.col("_tag") == "srv") & (pl.col("_fn") == "load")).then(pl.lit("INFO"))
+        .otherwise(pl.col("level")).alias("level"))
     xs = pl.col("_xsrc")
     if df["_xsrc"].null_count() < df.height:
         extras = [
@@ -412,10 +460,11 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
     # the task's whole prompt, cached part included
     np_msg = pl.when(msg.str.starts_with("new prompt,")).then(msg)
     new_prompt = np_msg.str.extract(r"(?:n_prompt_tokens|task\.n_tokens) = ([0-9]+)", 1).cast(pl.Int64, strict=False)
-    # `kv cache rm [N, end)` (2024), `n_tokens = N, memory_seq_rm [N, end)` (2025), `cached
-    # n_tokens = N, memory_seq_rm [N, end)` (2026): the prompt's first N tokens are reused
-    cached = pl.when(msg.str.contains("rm [", literal=True)).then(msg).str.extract(
-        r"^(?:kv cache rm|(?:cached )?n_tokens = [0-9]+, memory_seq_rm) \[([0-9]+), end\)", 1)
+    # `kv cache rm [N, end)` (2024; early 2024: `slot 0 : kv cache rm - [N, end)`), `n_tokens =
+    # N, memory_seq_rm [N, end)` (2025), `cached n_tokens = N, memory_seq_rm [N, end)` (2026):
+    # the prompt's first N tokens are reused
+    cached = pl.when(msg.str.contains("rm ", literal=True)).then(msg).str.extract(
+        r"^(?:kv cache rm|slot [0-9]+ : kv cache rm -|(?:cached )?n_tokens = [0-9]+, memory_seq_rm) \[([0-9]+), end\)", 1)
     # `prompt processing progress, n_past = P, n_tokens = B, progress = F` (2024-25: P tokens
     # done, B in this batch), `... n_tokens = P, batch.n_tokens = B, progress = F` (2025-26)
     ppp = pl.when(msg.str.starts_with("prompt processing progress,")).then(msg).str.extract_groups(

@@ -45,6 +45,9 @@ from .base import ParseContext, attrs_column, record_ids
 
 NAME = "sglang"
 CARRY_FORWARD = ("model", "instance")
+# what every line naming a carried value contains (a newest-first export's reader looks
+# for them before the chunks: pipeline/sources/carry_scan.py)
+CARRY_HINT = ("model_path=", "served_model_name=")
 # whether a line starts a record depends on it and the line before only
 RECORD_LOOKBACK = 1
 
@@ -55,6 +58,7 @@ _PREFIX = (
     r"^\[(?:(?P<date>\d{4}-\d{2}-\d{2}) )?(?P<hms>\d{2}:\d{2}:\d{2})?(?:[.,](?P<frac>\d{1,6}))?"
     rf"(?P<ranks>(?: ?{_RANK})*)\] ?"
 )
+_EMPTY_MESSAGE = r"^\[(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}(?: [A-Z]+\d+)*\] ?$"
 _PREFIX_HINT = rf"^\[(?:\d{{4}}-\d{{2}}-\d{{2}} \d|\d{{2}}:\d{{2}}:\d{{2}}[ \].,]|{_RANK}[ \]])"
 # a logging config's `%(asctime)s [%(levelname)s] %(name)s: %(message)s`
 _LEVEL = r"DEBUG|INFO|WARNING|ERROR|CRITICAL"
@@ -118,7 +122,10 @@ def record_starts(text: pl.Series) -> pl.Series:
     the `Traceback` line)."""
     df = pl.DataFrame({"t": text.fill_null("")})
     t = pl.col("t")
-    if not _any(df, t.str.contains(r"^(?:[ \t]|$|The above|During handling)|^\s*$")):
+    # a message that opens with a newline (`logger.info("\nBenchmark...")`): the prefix alone
+    # on its line, the text on the next
+    bare = t.str.contains(_EMPTY_MESSAGE)
+    if not _any(df, t.str.contains(r"^(?:[ \t]|$|The above|During handling)|^\s*$|" + _EMPTY_MESSAGE)):
         return pl.repeat(True, df.height, dtype=pl.Boolean, eager=True).alias("starts")
     hdr = t.str.contains(_PREFIX_HINT) | t.str.contains(_PYLOG_HINT) | t.str.contains(_CUSTOM_HINT)
     indented = t.str.contains(r"^[ \t]")
@@ -131,7 +138,7 @@ def record_starts(text: pl.Series) -> pl.Series:
     introduced = t.str.starts_with(_TRACEBACK) & t.shift(1).str.contains(
         r"^\S.*:\s*$|(?:ERROR|CRITICAL):\s+Exception in ASGI application\s*$"
         r"|Unexpected transfer worker error for room \d+\s*$").fill_null(False)
-    cont = ~hdr & (indented | blank | t.str.contains(_CHAINED) | exc_close | introduced)
+    cont = ~hdr & (indented | blank | t.str.contains(_CHAINED) | exc_close | introduced | bare.shift(1).fill_null(False))
     return df.select((~cont).alias("starts")).to_series()
 
 

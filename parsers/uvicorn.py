@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import polars as pl
 
-# `INFO:     127.0.0.1:40052 - "POST /v1/chat/completions HTTP/1.1" 200 OK`
+# `INFO:     127.0.0.1:40052 - "POST /v1/chat/completions HTTP/1.1" 200 OK`; a paste may drop
+# the level word (the client then has to be `host:port`)
 ACCESS = (
-    r'^(?P<ulevel>DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+(?P<client>\S+) - '
+    r'^(?:(?P<ulevel>DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+(?P<client>\S+)|(?P<bare>\S+:[0-9]+)) - '
     r'"(?P<method>[A-Z]+) (?P<path>\S+) (?P<proto>HTTP/[\d.]+)" (?P<status>\d{3})\b'
 )
 # uvicorn pads `LEVEL:` to 9 columns
@@ -21,13 +22,14 @@ def access_columns(sub: pl.DataFrame, message: pl.Expr) -> tuple[pl.DataFrame, d
     uv = pl.col("_uv").struct
     cols = {
         "event": pl.lit("http_access"),
-        "level": uv.field("ulevel"),
+        # uvicorn's access logger writes at INFO
+        "level": pl.coalesce(uv.field("ulevel"), pl.when(uv.field("bare").is_not_null()).then(pl.lit("INFO"))),
         "http_status": uv.field("status").cast(pl.Int32, strict=False),
     }
     extra = {
         "method": uv.field("method"),
         "path": uv.field("path"),
-        "client": uv.field("client"),
+        "client": pl.coalesce(uv.field("client"), uv.field("bare")),
         "protocol": uv.field("proto"),
     }
     return sub, cols, extra

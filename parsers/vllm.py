@@ -30,6 +30,9 @@ from .base import (
 
 NAME = "vllm"
 CARRY_FORWARD = ("model",)
+# what every line naming a carried value contains (a newest-first export's reader looks
+# for them before the chunks: pipeline/sources/carry_scan.py)
+CARRY_HINT = ("with config: ", "non-default args: ", "args: Namespace(")
 # whether a line starts a record depends on it and the line before only (`_continues`), so
 # the ingest hold-back may ask about a block's last lines alone (pipeline/sources/lines.py)
 RECORD_LOOKBACK = 1

@@ -29,6 +29,7 @@ from .sources.same_content import set_aside
 from .sources.discover import NotRegularFile, PathMissing, display_path, expand, looks_binary
 from .sources.checkpoint import KnownFiles, file_state, inherit_lineage, restore_ctx
 from .sources.naming import InstanceNamer, NamingError, directory_instance, lineage_order
+from .sources.carry_scan import scan_carry
 from .sources.lines import DEFAULT_BLOCK_BYTES, line_frames, parse_stream
 from .store.commit import Store
 from .store.manifest import StoreError, write_failure
@@ -414,6 +415,7 @@ def _read_file(
     try:
         if parsed is None:
             _scan_file(path, result, ctx, offset, next_line, block_bytes)
+            scan_carry(path, result.engine, result.decode, ctx, offset, next_line, block_bytes)
         with fp.open_stream(path) as f:
             if offset:
                 f.seek(offset)

@@ -1,5 +1,5 @@
 """`docker logs --timestamps` / `kubectl logs --timestamps`: an RFC 3339 time with up to
-nanoseconds and one space before each line.
+nanoseconds and one space (or, from some log viewers and pastes, a tab) before each line.
 
     2026-06-10T14:23:45.123456789Z INFO 06-10 14:23:45 ...
 
@@ -18,7 +18,8 @@ DOC = "`docker logs --timestamps`, `kubectl logs --timestamps`: `<RFC 3339 time>
 JOINS = False
 
 _TIME = r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]{1,9})?(?:Z|[+-][0-9]{2}:?[0-9]{2})"
-PATTERN = rf"(?P<_t>{_TIME}) "
+# a log viewer or a paste may put a tab where the runtimes put the space
+PATTERN = rf"(?P<_t>{_TIME})[ \t]"
 # an engine header made of a time and a level word followed by a target, not a wrapper
 _ENGINE = rf"^{_TIME}\s+(?:TRACE|DEBUG|INFO|WARN|WARNING|ERROR)\s+[^0-9\s]"
 

@@ -1,0 +1,197 @@
+"""Google Cloud Logging as `gcloud logging read` prints it by default: YAML, one LogEntry a
+document, each opened by `---`, newest first.
+
+    ---
+    insertId: 0000002aabcdef
+    logName: projects/proj/logs/stdout
+    receiveTimestamp: '2026-06-10T14:23:45.535689789Z'
+    resource:
+      labels:
+        container_name: server
+        namespace_name: serving
+        pod_name: vllm-0
+      type: k8s_container
+    severity: INFO
+    textPayload: 'INFO 06-10 14:23:45 [loggers.py:123] Engine 000: Avg prompt throughput:
+      0.0 tokens/s, ...'
+    timestamp: '2026-06-10T14:23:45.123456789Z'
+
+gcloud's printer (ruamel, block style, width 80) writes a string plain, single-quoted or
+double-quoted, folded over indented lines at single spaces (a blank line is a newline, a
+double-quoted line ending in `\\` joins without one), and a string holding a newline as a
+literal block (`|`, `|-`, `|2-`...). The engine line is `textPayload`, or `jsonPayload`'s
+`message`; `timestamp` (ns) is the wrapper time; the resource labels name the instance."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ._export import time_order
+from ._frame import rfc3339_ns_of, set_time
+
+NAME = "gcp-logging-yaml"
+DOC = "Google Cloud Logging YAML (`gcloud logging read`'s default output, `---` before each LogEntry): `textPayload` / `jsonPayload.message` in any YAML scalar style, `timestamp` (ns); labels `pod`, `container`, `namespace`, `node`, `cluster`, `severity`; newest-first put back in time order per pod"
+JOINS = True
+
+_RES = {"pod_name": "pod", "container_name": "container", "namespace_name": "namespace", "node_name": "node", "cluster_name": "cluster"}
+_KEYS = ["_lab_namespace", "_lab_pod", "_lab_container"]
+_MARKS = r"^(?:insertId|logName|receiveTimestamp): "
+_PAYLOAD = r"^(?:textPayload|jsonPayload):"
+
+
+def sniff(texts: list[str]) -> float:
+    s = pl.Series(texts, dtype=pl.String)
+    s = s.filter(s.str.len_bytes() > 0)
+    if len(s) == 0:
+        return 0.0
+    doc = bool((s == "---").any())
+    marks = bool(s.str.contains(_MARKS).any())
+    payload = bool(s.str.contains(_PAYLOAD).any())
+    return 1.0 if doc and marks and payload else 0.0
+
+
+def decode(df: pl.DataFrame) -> pl.DataFrame:
+    t = pl.col("text")
+    labels_in = [c for c in df.columns if c.startswith("_lab_")]
+    # (each test over every line is a prefix comparison; patterns run on the few lines kept)
+    top = ~t.str.starts_with(" ") & (t != "")
+    sep = t == "---"
+    df = df.with_columns(sep.cum_sum().alias("_g"), top.alias("_top"))
+    under = lambda name: pl.when(pl.col("_top")).then(t.str.starts_with(name)).forward_fill().fill_null(False)  # noqa: E731
+    json_payload = bool(df.select(t.str.starts_with("jsonPayload:").any()).item())
+    in_text = under("textPayload:")
+    marks = [in_text.alias("_in_text"), under("resource:").alias("_in_res")]
+    if json_payload:
+        # jsonPayload's own members, one level in: the lines of its `message`
+        sub = pl.when(pl.col("_top")).then(pl.lit(None, pl.Boolean)).when(t.str.contains(r"^  [A-Za-z_]")).then(
+            t.str.starts_with("  message:")).forward_fill().fill_null(False)
+        marks.append((under("jsonPayload:") & sub).alias("_in_msg"))
+    df = df.with_columns(marks)
+    in_msg = pl.col("_in_msg") if json_payload else pl.lit(False)
+    payload = df.filter(pl.col("_in_text") | in_msg).select(
+        "_g", "text", pl.when(pl.col("_in_text")).then(0).otherwise(2).alias("_base"),
+        (t.str.starts_with("textPayload:") | t.str.starts_with("  message:")).alias("_head"),
+    )
+    text = _scalars(payload)
+    top_vals = _top_values(df)
+    res_line = pl.col("_in_res") & pl.any_horizontal([t.str.starts_with(f"    {k}: ") for k in _RES])
+    res = df.filter(res_line).select("_g", t.str.slice(4).str.split_exact(": ", 1).alias("_kv")).select(
+        "_g", pl.col("_kv").struct.field("field_0").alias("k"), _unquote(pl.col("_kv").struct.field("field_1")).alias("v"))
+    res = res.pivot(on="k", index="_g", values="v", aggregate_function="first") if res.height else pl.DataFrame(
+        {"_g": pl.Series([], dtype=df["_g"].dtype)})
+    # one row per document: its first line (`---`, or a block's first line before any)
+    first = df.filter(sep | (pl.int_range(pl.len()) == 0))
+    heads = first.select(
+        "_g", "line", pl.col("text").alias("_first"), "_wts", "_stream", "_pre", *labels_in,
+        (pl.col("line").shift(-1).fill_null(df["line"][-1] + 1) - pl.col("line")).cast(pl.Int32).alias("_n_all"),
+    ).unique("_g", keep="last", maintain_order=True)
+    out = heads.join(text, on="_g", how="left").join(top_vals, on="_g", how="left").join(res, on="_g", how="left")
+    for k in _RES:
+        if k not in out.columns:
+            out = out.with_columns(pl.lit(None, pl.String).alias(k))
+    # (a document whose payload could not be found keeps its first line: `unparsed`)
+    msg = pl.col("_msg").str.strip_suffix("\n").str.strip_suffix("\r")
+    out = out.with_columns(
+        pl.coalesce(msg, pl.col("_first")).alias("text"),
+        pl.col("_n_all").alias("_n"),
+        pl.lit(False).alias("_open"),
+    )
+    out = out.with_columns(
+        set_time(out, rfc3339_ns_of(out, pl.col("_ts"))),
+        *[pl.col(k).alias(f"_lab_{v}") for k, v in _RES.items()],
+        pl.col("_sev").alias("_lab_severity"),
+    )
+    cols = ["line", "text", "_n", "_wts", "_stream", "_open", "_pre"]
+    labels = sorted({*labels_in, *[f"_lab_{v}" for v in _RES.values()], "_lab_severity"})
+    return time_order(out.select(*cols, *labels), _KEYS)
+
+
+def _top_values(df: pl.DataFrame) -> pl.DataFrame:
+    """Each document's `timestamp` and `severity` (one line each: a time is never folded)."""
+    t = pl.col("text")
+    both = df.filter(pl.col("_top") & (t.str.starts_with("timestamp: ") | t.str.starts_with("severity: "))).select("_g", "text")
+    ts = both.filter(t.str.starts_with("t")).select("_g", _unquote(t.str.slice(11)).alias("_ts")).unique("_g", keep="first")
+    sev = both.filter(t.str.starts_with("s")).select("_g", _unquote(t.str.slice(10)).alias("_sev")).unique("_g", keep="first")
+    return ts.join(sev, on="_g", how="full", coalesce=True)
+
+
+def _unquote(v: pl.Expr) -> pl.Expr:
+    v = v.str.strip_chars_end()
+    single = v.str.starts_with("'") & v.str.ends_with("'")
+    double = v.str.starts_with('"') & v.str.ends_with('"')
+    return (pl.when(single).then(v.str.slice(1, v.str.len_chars() - 2).str.replace_all("''", "'", literal=True))
+            .when(double).then(_unescape(v.str.slice(1, v.str.len_chars() - 2)))
+            .otherwise(v))
+
+
+def _unescape(v: pl.Expr) -> pl.Expr:
+    """A double-quoted YAML string's escapes (those an emitter writes for a log line)."""
+    return (v.str.replace_all("\\\\", "\x00", literal=True)
+            .str.replace_all('\\"', '"', literal=True).str.replace_all("\\n", "\n", literal=True)
+            .str.replace_all("\\t", "\t", literal=True).str.replace_all("\\e", "\x1b", literal=True)
+            .str.replace_all("\\r", "\r", literal=True).str.replace_all("\\ ", " ", literal=True)
+            .str.replace_all("\\/", "/", literal=True).str.replace_all("\\x1b", "\x1b", literal=True)
+            .str.replace_all("\\_", "\u00a0", literal=True)
+            .str.replace_all("\x00", "\\", literal=True))
+
+
+def _scalars(p: pl.DataFrame) -> pl.DataFrame:
+    """One scalar per document (`_g`) from its lines: the head line (`key: ...`) and the
+    lines after it, in order; `_base` is the key's indentation (0 `textPayload`, 2 `message`)."""
+    t, base, is_head = pl.col("text"), pl.col("_base"), pl.col("_head")
+    # the head's value: after `textPayload: ` (13) or `  message: ` (11)
+    hv = pl.when(base == 0).then(t.str.slice(13)).otherwise(t.str.slice(11))
+    p = p.with_columns(pl.when(is_head).then(hv).alias("_hv"))
+    p = p.with_columns(pl.col("_hv").forward_fill().alias("_hv_all"))
+    # most documents hold the line on the head alone
+    alone = is_head & is_head.shift(-1).fill_null(True)
+    one = p.filter(alone).select("_g", pl.col("_hv").alias("_piece"), pl.col("_hv").str.head(1).alias("_style"))
+    more = p.filter(~alone & pl.col("_hv_all").is_not_null())
+    if more.height:
+        more = _joined(more)
+    parts = pl.concat([one, more.select(one.columns)]) if more.height else one
+    v = pl.col("_piece")
+    out = []
+    for style, fn in (("'", lambda v: v.str.strip_chars_end().str.strip_prefix("'").str.strip_suffix("'").str.replace_all("''", "'", literal=True)),
+                      ('"', lambda v: _unescape(v.str.strip_chars_end().str.strip_prefix('"').str.strip_suffix('"'))),
+                      ("|", lambda v: v), (">", lambda v: v)):
+        sub = parts.filter(pl.col("_style") == style)
+        if sub.height:
+            out.append(sub.select("_g", fn(v).alias("_msg")))
+    plain = parts.filter(~pl.col("_style").is_in(["'", '"', "|", ">"]).fill_null(True))
+    out.append(plain.select("_g", v.str.strip_chars_end().alias("_msg")))
+    return pl.concat(out)
+
+
+def _joined(p: pl.DataFrame) -> pl.DataFrame:
+    """The documents whose scalar runs over several lines: folded (flow styles) or kept
+    line by line (a literal block), one `_piece` per document. (Each style's rows apart:
+    a branch not taken would still copy every line's text.)"""
+    t, is_head = pl.col("text"), pl.col("_head")
+    p = p.with_columns(pl.col("_hv_all").str.head(1).alias("_style"))
+    style = pl.col("_style")
+    block = p.filter(style.is_in(["|", ">"]))
+    flow = p.filter(~style.is_in(["|", ">"]))
+    parts = []
+    if block.height:
+        # a block's indentation: the key's and 2, or the digit the indicator gives
+        digit = pl.col("_hv_all").str.extract(r"^[|>][+-]?([1-9])", 1).cast(pl.Int64, strict=False)
+        ind = pl.col("_base") + digit.fill_null(2)
+        parts.append(block.select("_g", "_style", pl.when(is_head).then(pl.lit("")).otherwise(
+            pl.when(t.str.len_chars() >= ind).then(t.str.slice(ind)).otherwise(pl.lit("")) + pl.lit("\n")).alias("_piece")))
+    if flow.height:
+        # continuation lines lose their indentation; folding joins them with a space, an
+        # empty line stands for a newline, a double-quoted line ending in `\` joins as it is
+        fp = pl.when(is_head).then(pl.col("_hv")).otherwise(t.str.strip_chars_start(" "))
+        flow = flow.with_columns(fp.alias("_fp"))
+        fp = pl.col("_fp")
+        esc = (style == '"') & fp.str.ends_with("\\") & ~fp.str.ends_with("\\\\")
+        flow = flow.with_columns(esc.alias("_esc"), (fp == "").alias("_empty"))
+        glue = (is_head | pl.col("_empty") | pl.col("_empty").shift(1).fill_null(False)
+                | pl.col("_esc").shift(1).fill_null(False))
+        piece = pl.when(pl.col("_empty")).then(pl.lit("\n")).when(glue).then(fp).otherwise(pl.lit(" ") + fp)
+        piece = pl.when(pl.col("_esc")).then(piece.str.strip_suffix("\\")).otherwise(piece)
+        parts.append(flow.select("_g", "_style", piece.alias("_piece")))
+    # (a document's lines are all of one style: each part is joined on its own, in order)
+    return pl.concat([q.group_by("_g", maintain_order=True).agg(pl.col("_piece").str.join(""), pl.col("_style").first())
+                      for q in parts])

@@ -1,0 +1,117 @@
+"""Values a parser carries from line to line (CARRY_FORWARD: the model a server names at
+start-up), for a platform export written newest first and read in several blocks.
+
+The reader hands blocks over in disk order; in a newest-first export that is newest block
+first, so the start-up line naming the model comes in the last block and a carry forward
+from chunk to chunk would never reach the requests above it on disk. Before parsing, the
+file's decoded lines that may name such a value (the parser's CARRY_HINT, literal texts such a
+line holds) are parsed alone,
+and each value is kept with the platform time of its line (and its pod): `finalize` then
+gives an event without the value the one named last before the event's time
+(ctx.file["carry_seed"]). Files in time order, and files read in one block, need none of it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from servelens.parsers import get_parser, wrappers
+from servelens.parsers.base import ParseContext, lines_frame
+
+from . import fingerprint as fp
+from .lines import complete_lines_end, decode_lines
+
+
+def scan_carry(path: Path, engine: str, layers: tuple[str, ...], ctx: ParseContext, offset: int, next_line: int,
+               block_bytes: int) -> None:
+    parser = get_parser(engine)
+    hints = getattr(parser, "CARRY_HINT", ())
+    carry = [c for c in getattr(parser, "CARRY_FORWARD", ()) if c != "instance"]
+    if not layers or not hints or not carry:
+        return
+    if fp.is_gzip(path) or path.stat().st_size - offset <= block_bytes:
+        return
+    found: list[pl.DataFrame] = []
+    hints_b = [h.encode() for h in hints]
+    has_hint = pl.any_horizontal([pl.col("text").str.contains(h, literal=True) for h in hints])
+    with fp.open_stream(path) as f:
+        if offset:
+            f.seek(offset)
+        held, first = b"", True
+        while True:
+            block = f.read(block_bytes)
+            eof = len(block) < block_bytes
+            buf = held + block
+            cut = len(buf) if eof else complete_lines_end(buf)
+            complete, held = buf[:cut], buf[cut:]
+            if first:
+                # in time order on disk (the usual case): a carry forward is right, nothing to do
+                if not _newest_first(complete, layers):
+                    return
+                first = False
+            # only the entries around such a line are decoded
+            for lo, hi in _windows(complete, hints_b):
+                lines, _ = decode_lines(complete[lo:hi], next_line)
+                dec = wrappers.decode(lines, layers)
+                pod = pl.col("_lab_pod") if "_lab_pod" in dec.columns else pl.lit(None, pl.String)
+                found.append(dec.filter(has_hint).select("text", "_wts", pod.alias("_pod")))
+            if eof:
+                break
+    cands = pl.concat(found) if found else pl.DataFrame()
+    if cands.height == 0:
+        return
+    scan_ctx = ParseContext(engine=engine, source=ctx.source, instance=ctx.instance, year=ctx.year)
+    events = parser.parse(lines_frame(cands["text"].to_list()), scan_ctx)
+    seeds = {}
+    for col in carry:
+        if col not in events.columns:
+            continue
+        named = events.filter(pl.col(col).is_not_null()).select("line", col)
+        if named.height == 0:
+            continue
+        at = cands.with_row_index("line", offset=1).with_columns(pl.col("line").cast(named["line"].dtype))
+        seeds[col] = named.join(at.select("line", "_wts", "_pod"), on="line", how="left").select(
+            pl.col("_wts").alias("_seed_ts"), pl.col("_pod").fill_null("").alias("_seed_pod"), pl.col(col).alias("_seed")
+        ).drop_nulls("_seed_ts").sort("_seed_ts")
+    if seeds:
+        ctx.file["carry_seed"] = seeds
+
+
+# bytes either side of a line naming a value decoded with it: its whole entry (a
+# pretty-printed JSON entry is ~30 lines, a YAML one folds a long line over more)
+AROUND = 256 * 1024
+# bytes of the file's head decoded to tell its order
+HEAD_BYTES = 256 * 1024
+
+
+def _windows(data: bytes, hints: list[bytes]) -> list[tuple[int, int]]:
+    """Whole-line byte ranges of `data` around each occurrence of a hint, merged."""
+    spans = []
+    for h in hints:
+        at = data.find(h)
+        while at >= 0:
+            lo = data.rfind(b"\n", 0, max(0, at - AROUND)) + 1
+            hi = data.find(b"\n", at + AROUND)
+            spans.append((lo, len(data) if hi < 0 else hi + 1))
+            at = data.find(h, at + AROUND)
+    spans.sort()
+    merged: list[tuple[int, int]] = []
+    for lo, hi in spans:
+        if merged and lo <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+        else:
+            merged.append((lo, hi))
+    return merged
+
+
+def _newest_first(head: bytes, layers: tuple[str, ...]) -> bool:
+    """The export's entries go back in time down the file: put in time order, the decoded
+    head's lines run backwards on disk."""
+    head = head[:HEAD_BYTES]
+    lines, _ = decode_lines(head[: head.rfind(b"\n") + 1] or head, 1)
+    dec = wrappers.decode(lines, layers).filter(pl.col("_wts").is_not_null())
+    if dec.height < 2:
+        return False
+    steps = dec["line"].diff().drop_nulls()
+    return int((steps < 0).sum()) > int((steps > 0).sum())
