@@ -117,3 +117,12 @@ def test_sql_over_views_and_a_time_range_imports_no_dataframe_library(store):
     assert code == 0 and out.strip() == "n\n0"
     assert "servelens.pipeline.query.stored" in modules | modules2
     assert not {m for m in modules | modules2 if m.split(".")[0] in DATAFRAME_LIBS}
+
+
+def test_info_imports_no_dataframe_library(store):
+    out, modules, code = run_main(store, "info", "--store", "STORE", "--json", in_process=True)
+    assert code == 0
+    data = json.loads(out)
+    assert sorted(i["instance"] for i in data["instances"]) == sorted(p.stem for p in INCIDENT.glob("*.log"))
+    assert data["first_ts"].startswith("2026-05-12T") and data["first_ts"].endswith("+00:00")
+    assert not {m for m in modules if m.split(".")[0] in DATAFRAME_LIBS}
