@@ -68,6 +68,7 @@ def connect(
     instances: list[tuple[str, str]] | None = None,
     shared: bool | None = None,
     stored: dict[str, Path] | None = None,
+    fresh: duckdb.DuckDBPyConnection | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with `events` over the store and the views of sql/,
     sandboxed (see pipeline/query/sandbox.py): it reads the committed parts (and `readable`, files a
@@ -89,6 +90,8 @@ def connect(
     `time_range`: only events in it, and view rows that fall in it (see pipeline/query/timerange.py).
     `union_by_name`: None decides by reading every part's schema, unless `views` is given
     (one query's connection, `run`): then only the first part's, which `run` backs up.
+    `fresh`: a new connection made with connection_config(`limits`), nothing run on it yet,
+    to bind instead of making one (`run` has parsed the query on it).
     A store URL (s3://...) or a fleet goes to pipeline/query/fleet.py."""
     from ..store import remote
 
@@ -132,7 +135,8 @@ def connect(
             standing = parts_in(parts, TimeRange(None, scan.until))  # announcements from before the range (and every part read)
             parts = parts_in(parts, scan)
         # spill to the user's private temp dir, not `.tmp/` in the user's working directory
-        con = duckdb.connect(":memory:", config=connection_config(limits))
+        con = fresh if fresh is not None else duckdb.connect(":memory:", config=connection_config(limits))
+        fresh = None
         try:
             if scan:
                 # the views are bound in a schema of their own over the widened range; `main`
@@ -265,28 +269,32 @@ def run(
     the views it reads bound, over `time_range` when one is given. The result is a DataFrame,
     or what `fetch` makes of it (sandbox.execute; `servelens sql` writes it as text without
     polars: pipeline/query/textresult.py)."""
-    check_statement(sql)
     limits = limits or Limits.from_env()
-    views = named_views(sql)  # connect adds the views they read (not those beneath a rollup)
-    by_name = None
-    for attempt in range(READ_RETRIES):
-        con = connect(store, variables, limits, views=views, time_range=time_range, union_by_name=by_name,
-                      rollups=rollups)
-        try:
-            return execute(con, sql, params, limits, fetch)
-        except QueryError as e:
-            # parts of several schemas, told by DuckDB rather than by reading every footer
-            if by_name is None and MISMATCH in str(e):
-                by_name = True
-                continue
-            # a part moved by a concurrent commit after the view was made: start again
-            if attempt + 1 == READ_RETRIES or not vanished(e):
-                unknown = _UNKNOWN_TABLE.search(str(e))
-                if unknown:
-                    raise QueryError(_no_such_view(unknown.group(1))) from None
-                raise
-        finally:
-            con.close()
+    first = duckdb.connect(":memory:", config=connection_config(limits))
+    try:
+        check_statement(sql, parser=first)
+        views = named_views(sql)  # connect adds the views they read (not those beneath a rollup)
+        by_name = None
+        for attempt in range(READ_RETRIES):
+            con = connect(store, variables, limits, views=views, time_range=time_range, union_by_name=by_name,
+                          rollups=rollups, fresh=first if attempt == 0 else None)
+            try:
+                return execute(con, sql, params, limits, fetch)
+            except QueryError as e:
+                # parts of several schemas, told by DuckDB rather than by reading every footer
+                if by_name is None and MISMATCH in str(e):
+                    by_name = True
+                    continue
+                # a part moved by a concurrent commit after the view was made: start again
+                if attempt + 1 == READ_RETRIES or not vanished(e):
+                    unknown = _UNKNOWN_TABLE.search(str(e))
+                    if unknown:
+                        raise QueryError(_no_such_view(unknown.group(1))) from None
+                    raise
+            finally:
+                con.close()
+    finally:
+        first.close()  # unused (a fleet's connection, an error before binding) or closed above
     raise AssertionError("unreachable")
 
 

@@ -236,17 +236,23 @@ _parser_lock = threading.Lock()
 _parser: duckdb.DuckDBPyConnection | None = None
 
 
-def _statements(sql: str) -> list[Any]:
+def _statements(sql: str, parser: duckdb.DuckDBPyConnection | None = None) -> list[Any]:
+    if parser is not None:
+        return _extract(parser, sql)
     global _parser
     with _parser_lock:  # one parsing connection, used by one thread at a time
         if _parser is None:
             _parser = duckdb.connect(":memory:", config={"enable_external_access": False, "autoload_known_extensions": False, "autoinstall_known_extensions": False})
-        try:
-            return list(_parser.extract_statements(sql))
-        except duckdb.Error as e:
-            raise QueryError(clean_message(e)) from None
-        except ValueError as e:  # a statement type this Python client has no name for
-            raise QueryError(f"{REFUSED_HINT} (got a statement servelens cannot check: {e})") from None
+        return _extract(_parser, sql)
+
+
+def _extract(con: duckdb.DuckDBPyConnection, sql: str) -> list[Any]:
+    try:
+        return list(con.extract_statements(sql))
+    except duckdb.Error as e:
+        raise QueryError(clean_message(e)) from None
+    except ValueError as e:  # a statement type this Python client has no name for
+        raise QueryError(f"{REFUSED_HINT} (got a statement servelens cannot check: {e})") from None
 
 
 def _kind(statement: Any) -> str:
@@ -291,15 +297,15 @@ def _explained(sql: str) -> str:
     return sql[words[i][2]:]
 
 
-def _check_one(statement: Any, depth: int = 0) -> None:
+def _check_one(statement: Any, depth: int = 0, parser: duckdb.DuckDBPyConnection | None = None) -> None:
     kind = _kind(statement)
     if kind == "SELECT":
         return
     if kind == "EXPLAIN" and depth < 4:
-        inner = _statements(_explained(statement.query))
+        inner = _statements(_explained(statement.query), parser)
         if len(inner) != 1:
             raise QueryError(f"{REFUSED_HINT} (EXPLAIN of several statements)")
-        _check_one(inner[0], depth + 1)
+        _check_one(inner[0], depth + 1, parser)
         return
     if kind == "PRAGMA":
         words = _words(statement.query)
@@ -319,15 +325,17 @@ def _check_one(statement: Any, depth: int = 0) -> None:
 MAX_SQL_CHARS = 1_000_000
 
 
-def check_statement(sql: str) -> int:
-    """Raise QueryError unless every statement of `sql` only reads; returns how many there are."""
+def check_statement(sql: str, parser: duckdb.DuckDBPyConnection | None = None) -> int:
+    """Raise QueryError unless every statement of `sql` only reads; returns how many there are.
+    `parser`: a connection to parse with (parsing runs nothing: `run` parses on the fresh
+    connection the query will run on, one DuckDB database fewer to start), else a shared one."""
     if len(sql) > MAX_SQL_CHARS:
         raise QueryError(f"the query text is {len(sql):,} characters; at most {MAX_SQL_CHARS:,} are read")
-    statements = _statements(sql)
+    statements = _statements(sql, parser)
     if not statements:
         raise QueryError("empty query: give a SELECT statement")
     for st in statements:
-        _check_one(st)
+        _check_one(st, 0, parser)
     return len(statements)
 
 
