@@ -163,7 +163,7 @@ def connect(
             else:
                 con.execute(f"create or replace view events as {no_events_sql()}")
             sparts = bind_samples(con, store, manifest, scan, instances)
-            names = load_views(con, variables=variables, only=bind, overrides=overrides)  # binding a view over `events` opens the parts too
+            names = load_views(con, variables=variables, only=bind, overrides=overrides, samples_bound=True)  # binding a view over `events` opens the parts too
             if views is not None and (shared is None or shared):
                 share(con, views, names, list(rolls), "scan" if scan else "main", limits)
             if scan:

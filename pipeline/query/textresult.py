@@ -5,7 +5,7 @@ Each value becomes its text inside DuckDB, vectorised over the result (one SQL e
 column), so that Python only joins lines:
 
 - csv: one line a row, built in SQL; binary as hex, nested values as JSON text, a text cell
-  a spreadsheet would run as a formula prefixed with `'` (output.FORMULA_START), quoted as
+  a spreadsheet would run as a formula prefixed with `'` (FORMULA_START), quoted as
   RFC 4180 asks;
 - json: one object a row (DuckDB's `to_json`): exact numbers (DECIMAL, HUGEINT) as JSON
   numbers, nested values as JSON, binary as hex text, infinities and NaN as null;

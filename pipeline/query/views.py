@@ -350,18 +350,21 @@ def load_views(
     thresholds: Path | str | None = None,
     only: Iterable[str] | None = None,
     overrides: Mapping[str, str] | None = None,
+    samples_bound: bool = False,
 ) -> list[str]:
     """Set the variables and create the views of sql/ on `con`, in load order (sql_files):
     every view, or those of `only` (from `views_for`: it must hold the views they read too).
 
     `overrides`: view name -> the statement that creates it instead of its file (a view
-    bound over a stored rollup, pipeline/query/rollups.py).
+    bound over a stored rollup, pipeline/query/rollups.py). `samples_bound`: the caller has
+    bound `samples` (connect does), so no catalog query looks for it.
 
     `con` must already have an `events` table or view with the event schema. Returns the
     view names created."""
     set_variables(con, resolve_variables(variables, thresholds))
     _tune(con)
-    _ensure_samples(con)
+    if not samples_bound:
+        _ensure_samples(con)
     names = []
     keep = None if only is None else set(only)
     if keep is not None and not keep:  # a query that reads no view (`select 1`): no load order to compute
