@@ -203,12 +203,14 @@ def sql(
       servelens sql "select * from requests" --timeout 300 --memory-limit 16GB
       servelens sql "select * from latency_percentiles" --since 2026-05-12T08:00Z --until 2026-05-12T09:00Z
     """
-    from ..query.output import render
     from ..query.connect import Limits, QueryError, run
+    from ..query.textresult import fetcher
     from ..store.manifest import StoreError
 
     if format not in ("table", "csv", "json"):
         raise fail(f"unknown --format {format!r}; use table, csv or json")
+    if limit < 0:
+        raise fail(f"--limit {limit} must be 0 (all rows) or more")
     check_output_path(output, force)
     from .durations import parse_duration
     from ..query.views import resolve_variables
@@ -231,46 +233,31 @@ def sql(
         raise fail(f"{e} (--since, --until)") from None
     from ..query import bounded
 
+    # DuckDB writes the result's text (no polars or pyarrow in this process); a table on the
+    # terminal shows `limit` rows and says how many there were
+    fetch = fetcher(format, limit=limit if format == "table" and output is None else 0, safe_csv=not raw_csv)
+
     def answer():  # in a child process this one watches (pipeline/query/bounded.py)
         with allowing_partial(allow_partial):
             return run(store_path(store), query, variables=variables, limits=limits, time_range=time_range,
-                       rollups=False if no_rollups else None)
+                       rollups=False if no_rollups else None, fetch=fetch)
 
     try:
-        df = bounded.call(answer, timeout_s=limits.timeout_s, memory_bytes=limits.memory_bytes,
-                          raise_timeout=limits.raise_timeout, raise_memory=limits.raise_memory)
+        result = bounded.call(answer, timeout_s=limits.timeout_s, memory_bytes=limits.memory_bytes,
+                              raise_timeout=limits.raise_timeout, raise_memory=limits.raise_memory)
     except (QueryError, StoreError, bounded.Exceeded) as e:
         raise fail(str(e)) from None
     except Exception as e:  # noqa: BLE001 - whatever else a query met: its one line, never a traceback
         raise fail(f"the query failed ({type(e).__name__}: {' '.join(str(e).split())[:300]})") from None
-    if limit < 0:
-        raise fail(f"--limit {limit} must be 0 (all rows) or more")
-    if df.height == 0 and time_range is not None:
+    if result.rows == 0 and time_range is not None:
         from ..query.connect import range_note
 
         typer.echo(f"servelens: note: {range_note(store_path(store), time_range)}", err=True)
-    shown = df
-    if format == "table" and output is None and limit and df.height > limit:
-        shown = df.head(limit)
-    from ..query.quiet import panics_hidden
-
-    try:
-        with panics_hidden():  # a polars panic's report: its one line below instead
-            text = render(shown, format, safe_csv=not raw_csv)
-    except BaseException as e:  # polars panics are BaseException; a result must never end in a traceback
-        if isinstance(e, (KeyboardInterrupt, SystemExit)):
-            raise
-        raise fail(f"cannot write this result as {format} ({' '.join(str(e).split())[:200]}); try --format table or cast the column to varchar") from None
     if output is not None:
-        write_output_file(output, text, force)
-        typer.echo(f"{df.height} rows written to {output}", err=True)
+        write_output_file(output, result.text, force)
+        typer.echo(f"{result.rows} rows written to {output}", err=True)
     else:
-        if shown is not df:
-            # the table's own row count would say `limit`: say what was left out instead
-            text = text.rstrip("\n").rsplit("\n", 1)[0] + (
-                f"\n({df.height:,} rows; the first {limit:,} shown: --limit 0 shows all, "
-                f"--format csv or json writes them all)\n")
-        typer.echo(text, nl=not text.endswith("\n"))
+        typer.echo(result.text, nl=not result.text.endswith("\n"))
 
 
 _built = False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from typing import Annotated, Any
 
@@ -24,25 +25,39 @@ def store_info(root) -> dict[str, Any]:
         "files_ingested": len(manifest.get("files", {})),
         "committed_at": manifest.get("committed_at"),
     }
-    per = run(root, "select engine, instance, count(*) as events, min(ts) as first_ts, max(ts) as last_ts, "
+    per = run(root, "select engine, instance, count(*) as events, timezone('UTC', min(ts)) as first_ts, "
+                    "timezone('UTC', max(ts)) as last_ts, "
                     "count(*) filter (where event = 'unparsed') as unparsed, "
                     "string_agg(distinct model, ', ' order by model) as models "
-                    "from events group by all order by instance, engine")
-    info["events"] = int(per["events"].sum()) if per.height else 0
-    info["unparsed"] = int(per["unparsed"].sum()) if per.height else 0
-    info["engines"] = sorted(set(per["engine"].to_list()))
-    info["models"] = sorted({m for ms in per["models"].drop_nulls().to_list() for m in ms.split(", ")})
-    info["first_ts"] = per["first_ts"].min() if per.height else None
-    info["last_ts"] = per["last_ts"].max() if per.height else None
-    info["instances"] = per.to_dicts()
+                    "from events group by all order by instance, engine", fetch=_rows)
+    _utc(per)
+    info["events"] = sum(r["events"] for r in per)
+    info["unparsed"] = sum(r["unparsed"] for r in per)
+    info["engines"] = sorted({r["engine"] for r in per})
+    info["models"] = sorted({m for r in per if r["models"] for m in r["models"].split(", ")})
+    info["first_ts"] = min((r["first_ts"] for r in per if r["first_ts"] is not None), default=None)
+    info["last_ts"] = max((r["last_ts"] for r in per if r["last_ts"] is not None), default=None)
+    info["instances"] = per
     info["samples"] = _samples_info(root, manifest)
     return info
+
+
+def _rows(rel, _limits) -> list[dict[str, Any]]:
+    """DuckDB's rows as they are (no DataFrame: `info` imports neither polars nor pyarrow)."""
+    return [dict(zip(rel.columns, r)) for r in rel.fetchall()] if rel is not None else []
+
+
+def _utc(rows: list[dict[str, Any]]) -> None:
+    """first_ts / last_ts, selected as UTC wall times whatever the session's zone, marked UTC."""
+    for r in rows:
+        for k in ("first_ts", "last_ts"):
+            r[k] = r[k].replace(tzinfo=dt.timezone.utc) if r[k] is not None else None
 
 
 def _samples_info(root, manifest: dict) -> dict[str, Any]:
     """The scraped samples: how many, in how many parts, over which times, per instance."""
     from ..query.connect import run
-    from ..store.samples import sample_entries
+    from ..store.sample_parts import sample_entries
 
     entry = sample_entries(manifest)
     out: dict[str, Any] = {"samples": 0, "parts": len(entry["parts"]), "first_ts": None, "last_ts": None,
@@ -50,12 +65,14 @@ def _samples_info(root, manifest: dict) -> dict[str, Any]:
     if not entry["parts"]:
         return out
     per = run(root, "select instance, engine, count(*) as samples, count(distinct (name, labels, le, quantile)) as series, "
-                    "count(distinct ts) as scrapes, min(ts) as first_ts, max(ts) as last_ts "
-                    "from samples group by all order by instance, engine")
-    out["samples"] = int(per["samples"].sum()) if per.height else 0
-    out["first_ts"] = per["first_ts"].min() if per.height else None
-    out["last_ts"] = per["last_ts"].max() if per.height else None
-    out["instances"] = per.to_dicts()
+                    "count(distinct ts) as scrapes, timezone('UTC', min(ts)) as first_ts, "
+                    "timezone('UTC', max(ts)) as last_ts "
+                    "from samples group by all order by instance, engine", fetch=_rows)
+    _utc(per)
+    out["samples"] = sum(r["samples"] for r in per)
+    out["first_ts"] = min((r["first_ts"] for r in per if r["first_ts"] is not None), default=None)
+    out["last_ts"] = max((r["last_ts"] for r in per if r["last_ts"] is not None), default=None)
+    out["instances"] = per
     return out
 
 

@@ -24,11 +24,12 @@ from __future__ import annotations
 import datetime as dt
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import duckdb
-import polars as pl
-import pyarrow.parquet as pq
+
+if TYPE_CHECKING:
+    import polars as pl
 
 from . import stored as stored_rollups
 from ..store.layout import instances_predicate, no_events_sql, partition_values, read_parquet_sql
@@ -43,10 +44,10 @@ from .sandbox import (
     execute,
     lock_down,
 )
-from ..store.samples import bind_samples
+from ..store.sample_parts import bind_samples
 from ..store.manifest import StoreError, committed_parts, read_manifest
 from ..store.integrity import readable_parts
-from .parts import READ_RETRIES, mixed_schemas, one_line, settled_manifest, vanished
+from .parts import READ_RETRIES, is_current, mixed_schemas, one_line, settled_manifest, vanished
 from .timerange import TimeRange, bind_range_views, parts_in, row_filter, standing_events_sql
 
 MISMATCH = "schema mismatch"
@@ -67,6 +68,7 @@ def connect(
     instances: list[tuple[str, str]] | None = None,
     shared: bool | None = None,
     stored: dict[str, Path] | None = None,
+    fresh: duckdb.DuckDBPyConnection | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with `events` over the store and the views of sql/,
     sandboxed (see pipeline/query/sandbox.py): it reads the committed parts (and `readable`, files a
@@ -88,6 +90,8 @@ def connect(
     `time_range`: only events in it, and view rows that fall in it (see pipeline/query/timerange.py).
     `union_by_name`: None decides by reading every part's schema, unless `views` is given
     (one query's connection, `run`): then only the first part's, which `run` backs up.
+    `fresh`: a new connection made with connection_config(`limits`), nothing run on it yet,
+    to bind instead of making one (`run` has parsed the query on it).
     A store URL (s3://...) or a fleet goes to pipeline/query/fleet.py."""
     from ..store import remote
 
@@ -131,7 +135,8 @@ def connect(
             standing = parts_in(parts, TimeRange(None, scan.until))  # announcements from before the range (and every part read)
             parts = parts_in(parts, scan)
         # spill to the user's private temp dir, not `.tmp/` in the user's working directory
-        con = duckdb.connect(":memory:", config=connection_config(limits))
+        con = fresh if fresh is not None else duckdb.connect(":memory:", config=connection_config(limits))
+        fresh = None
         try:
             if scan:
                 # the views are bound in a schema of their own over the widened range; `main`
@@ -142,9 +147,9 @@ def connect(
             if instances is not None:
                 where += (" and " if where else " where ") + instances_predicate(instances)
             for view, path in rolls.items():
-                overrides[view] = stored_rollups.view_sql(path, _rollup_where(path, scan, instances), view)
+                overrides[view] = stored_rollups.view_sql(path, _rollup_where(con, path, scan, instances), view)
             if scan and standing:
-                mixed = union_by_name if union_by_name is not None else mixed_schemas(standing[:1] if views is not None else standing, views is not None)
+                mixed = union_by_name if union_by_name is not None else _mixed(con, standing, views is not None)
                 where += " union all " + standing_events_sql(read_parquet_sql([str(p) for p in standing], mixed), scan)
             if parts:
                 # union_by_name costs a pass over every part's metadata each time a view that
@@ -152,13 +157,13 @@ def connect(
                 # ask for it only when the parts' schemas differ (a store older than a schema
                 # change)
                 if union_by_name is None:
-                    union_by_name = mixed_schemas(parts[:1] if views is not None else parts, views is not None)
+                    union_by_name = _mixed(con, parts, views is not None)
                 # the partition columns (engine) come from the parts' paths (pipeline/store/layout.py)
                 con.execute(f"create or replace view events as {read_parquet_sql([str(p) for p in parts], union_by_name)}{where}")
             else:
                 con.execute(f"create or replace view events as {no_events_sql()}")
             sparts = bind_samples(con, store, manifest, scan, instances)
-            names = load_views(con, variables=variables, only=bind, overrides=overrides)  # binding a view over `events` opens the parts too
+            names = load_views(con, variables=variables, only=bind, overrides=overrides, samples_bound=True)  # binding a view over `events` opens the parts too
             if views is not None and (shared is None or shared):
                 share(con, views, names, list(rolls), "scan" if scan else "main", limits)
             if scan:
@@ -217,7 +222,13 @@ def _usable_rollups(store: Path, variables: dict[str, Any] | None, views: tuple[
         return {}
 
 
-def _rollup_where(path: Path, scan: TimeRange | None, instances: list[tuple[str, str]] | None) -> str | None:
+def _mixed(con: duckdb.DuckDBPyConnection, parts: list[Path], first_only: bool) -> bool:
+    """Whether `parts` need union_by_name: one query's connection (`first_only`) asks DuckDB
+    about the first part's columns, `run` backing it up (parts.mixed_schemas)."""
+    return not is_current(con, parts[0]) if first_only else mixed_schemas(parts)
+
+
+def _rollup_where(con: duckdb.DuckDBPyConnection, path: Path, scan: TimeRange | None, instances: list[tuple[str, str]] | None) -> str | None:
     """The rows of a rollup a connection reads: those of `instances`, and under a time range
     those of the widened range by the view's own time columns (timerange.row_filter), as the
     raw view computed over the widened events keeps."""
@@ -225,7 +236,7 @@ def _rollup_where(path: Path, scan: TimeRange | None, instances: list[tuple[str,
     if instances is not None:
         conds.append(instances_predicate(instances))
     if scan is not None and (scan.since or scan.until):
-        cols = pq.read_schema(path).names
+        cols = [r[0] for r in con.execute("describe select * from read_parquet(?, hive_partitioning = false)", [str(path)]).fetchall()]
         where = row_filter(cols, scan)
         if where:
             conds.append(where)
@@ -250,33 +261,40 @@ def run(
     limits: Limits | None = None,
     time_range: TimeRange | None = None,
     rollups: bool | None = None,
-) -> pl.DataFrame:
+    fetch: Callable[[duckdb.DuckDBPyRelation | None, Limits], Any] | None = None,
+) -> pl.DataFrame | Any:
     """Run one read-only query over the store and return its result: the guarded path for SQL
     a user typed. The statement is checked before anything is opened, then runs on a fresh
     sandboxed connection of its own within `limits` (default: Limits.from_env()), with only
-    the views it reads bound, over `time_range` when one is given."""
-    check_statement(sql)
+    the views it reads bound, over `time_range` when one is given. The result is a DataFrame,
+    or what `fetch` makes of it (sandbox.execute; `servelens sql` writes it as text without
+    polars: pipeline/query/textresult.py)."""
     limits = limits or Limits.from_env()
-    views = named_views(sql)  # connect adds the views they read (not those beneath a rollup)
-    by_name = None
-    for attempt in range(READ_RETRIES):
-        con = connect(store, variables, limits, views=views, time_range=time_range, union_by_name=by_name,
-                      rollups=rollups)
-        try:
-            return execute(con, sql, params, limits)
-        except QueryError as e:
-            # parts of several schemas, told by DuckDB rather than by reading every footer
-            if by_name is None and MISMATCH in str(e):
-                by_name = True
-                continue
-            # a part moved by a concurrent commit after the view was made: start again
-            if attempt + 1 == READ_RETRIES or not vanished(e):
-                unknown = _UNKNOWN_TABLE.search(str(e))
-                if unknown:
-                    raise QueryError(_no_such_view(unknown.group(1))) from None
-                raise
-        finally:
-            con.close()
+    first = duckdb.connect(":memory:", config=connection_config(limits))
+    try:
+        check_statement(sql, parser=first)
+        views = named_views(sql)  # connect adds the views they read (not those beneath a rollup)
+        by_name = None
+        for attempt in range(READ_RETRIES):
+            con = connect(store, variables, limits, views=views, time_range=time_range, union_by_name=by_name,
+                          rollups=rollups, fresh=first if attempt == 0 else None)
+            try:
+                return execute(con, sql, params, limits, fetch)
+            except QueryError as e:
+                # parts of several schemas, told by DuckDB rather than by reading every footer
+                if by_name is None and MISMATCH in str(e):
+                    by_name = True
+                    continue
+                # a part moved by a concurrent commit after the view was made: start again
+                if attempt + 1 == READ_RETRIES or not vanished(e):
+                    unknown = _UNKNOWN_TABLE.search(str(e))
+                    if unknown:
+                        raise QueryError(_no_such_view(unknown.group(1))) from None
+                    raise
+            finally:
+                con.close()
+    finally:
+        first.close()  # unused (a fleet's connection, an error before binding) or closed above
     raise AssertionError("unreachable")
 
 
@@ -320,11 +338,16 @@ def range_note(store: Path | str, rng: TimeRange) -> str:
     def fmt(t: dt.datetime) -> str:
         return t.strftime("%Y-%m-%d %H:%M:%S UTC")
 
-    df = run(store, "select min(ts) as first_ts, max(ts) as last_ts from events")
-    first, last = df.row(0) if df.height else (None, None)
+    def fetch(rel: duckdb.DuckDBPyRelation | None, _limits: Limits) -> tuple:
+        return rel.fetchall()[0] if rel is not None else (None, None)
+
+    # written in UTC by DuckDB, whatever the session's zone
+    first, last = run(store, "select strftime(timezone('UTC', min(ts)), '%Y-%m-%d %H:%M:%S UTC') as first_ts, "
+                             "strftime(timezone('UTC', max(ts)), '%Y-%m-%d %H:%M:%S UTC') as last_ts from events",
+                      fetch=fetch) or (None, None)
     asked = f"{fmt(rng.since) if rng.since else 'the start'} -> {fmt(rng.until) if rng.until else 'the end'}"
     if first is None:
         return f"no events in {asked}: the store holds no timed events"
-    return (f"no events in {asked}; the store holds events from {fmt(first)} to {fmt(last)}: "
+    return (f"no events in {asked}; the store holds events from {first} to {last}: "
             f"choose --since / --until within it")
 

@@ -7,9 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import pyarrow.parquet as pq
-
-from ..store.layout import FILE_SCHEMA
+from ..store.columns import EVENT_COLUMNS, PARTITION_COLUMNS, typed_nulls
 from ..store.manifest import StoreError, committed_parts, read_manifest
 
 
@@ -27,6 +25,10 @@ def mixed_schemas(parts: list[Path], current: bool = False) -> bool:
     `run` reads only the first part's footer: when it has today's schema, DuckDB reads the
     others by its columns and stops with "schema mismatch" on a part missing one (then `run`
     connects again with union_by_name)."""
+    import pyarrow.parquet as pq
+
+    from ..store.layout import FILE_SCHEMA
+
     first = FILE_SCHEMA.remove_metadata() if current else None
     for p in parts:
         try:
@@ -38,6 +40,21 @@ def mixed_schemas(parts: list[Path], current: bool = False) -> bool:
         elif not schema.equals(first):
             return True
     return False
+
+
+def is_current(con, part: Path) -> bool:
+    """True when `part` holds this servelens' columns (as DuckDB reads them), in order: what
+    `mixed_schemas([part], True)` tells, read by DuckDB on `con` (not yet locked down) instead
+    of pyarrow, which a query's process then need not import."""
+    def described(sql: str, params: list | None = None) -> list[tuple[str, str]]:
+        return [tuple(r[:2]) for r in con.execute(f"describe {sql}", params).fetchall()]
+
+    try:
+        got = described("select * from read_parquet(?, hive_partitioning = false)", [str(part)])
+    except Exception:  # noqa: BLE001 - vanished or unreadable: let the query's own read say so
+        return False
+    want = tuple(c for c in EVENT_COLUMNS if c[0] not in PARTITION_COLUMNS)
+    return got == described(typed_nulls(want))
 
 
 def settled_manifest(store: Path) -> dict:

@@ -35,11 +35,13 @@ import tempfile
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 import duckdb
-import polars as pl
-import pyarrow as pa
+
+if TYPE_CHECKING:  # imported where a result becomes a DataFrame: `servelens sql` needs neither
+    import polars as pl
+    import pyarrow as pa
 
 
 class QueryError(Exception):
@@ -109,7 +111,7 @@ def parse_threads(text: str | int | None) -> int | None:
     return value
 
 
-def _human(n: int) -> str:
+def human_size(n: int) -> str:
     for unit, size in (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
         if n >= size:
             return f"{n / size:.3g} {unit}"
@@ -234,17 +236,23 @@ _parser_lock = threading.Lock()
 _parser: duckdb.DuckDBPyConnection | None = None
 
 
-def _statements(sql: str) -> list[Any]:
+def _statements(sql: str, parser: duckdb.DuckDBPyConnection | None = None) -> list[Any]:
+    if parser is not None:
+        return _extract(parser, sql)
     global _parser
     with _parser_lock:  # one parsing connection, used by one thread at a time
         if _parser is None:
             _parser = duckdb.connect(":memory:", config={"enable_external_access": False, "autoload_known_extensions": False, "autoinstall_known_extensions": False})
-        try:
-            return list(_parser.extract_statements(sql))
-        except duckdb.Error as e:
-            raise QueryError(clean_message(e)) from None
-        except ValueError as e:  # a statement type this Python client has no name for
-            raise QueryError(f"{REFUSED_HINT} (got a statement servelens cannot check: {e})") from None
+        return _extract(_parser, sql)
+
+
+def _extract(con: duckdb.DuckDBPyConnection, sql: str) -> list[Any]:
+    try:
+        return list(con.extract_statements(sql))
+    except duckdb.Error as e:
+        raise QueryError(clean_message(e)) from None
+    except ValueError as e:  # a statement type this Python client has no name for
+        raise QueryError(f"{REFUSED_HINT} (got a statement servelens cannot check: {e})") from None
 
 
 def _kind(statement: Any) -> str:
@@ -289,15 +297,15 @@ def _explained(sql: str) -> str:
     return sql[words[i][2]:]
 
 
-def _check_one(statement: Any, depth: int = 0) -> None:
+def _check_one(statement: Any, depth: int = 0, parser: duckdb.DuckDBPyConnection | None = None) -> None:
     kind = _kind(statement)
     if kind == "SELECT":
         return
     if kind == "EXPLAIN" and depth < 4:
-        inner = _statements(_explained(statement.query))
+        inner = _statements(_explained(statement.query), parser)
         if len(inner) != 1:
             raise QueryError(f"{REFUSED_HINT} (EXPLAIN of several statements)")
-        _check_one(inner[0], depth + 1)
+        _check_one(inner[0], depth + 1, parser)
         return
     if kind == "PRAGMA":
         words = _words(statement.query)
@@ -317,15 +325,17 @@ def _check_one(statement: Any, depth: int = 0) -> None:
 MAX_SQL_CHARS = 1_000_000
 
 
-def check_statement(sql: str) -> int:
-    """Raise QueryError unless every statement of `sql` only reads; returns how many there are."""
+def check_statement(sql: str, parser: duckdb.DuckDBPyConnection | None = None) -> int:
+    """Raise QueryError unless every statement of `sql` only reads; returns how many there are.
+    `parser`: a connection to parse with (parsing runs nothing: `run` parses on the fresh
+    connection the query will run on, one DuckDB database fewer to start), else a shared one."""
     if len(sql) > MAX_SQL_CHARS:
         raise QueryError(f"the query text is {len(sql):,} characters; at most {MAX_SQL_CHARS:,} are read")
-    statements = _statements(sql)
+    statements = _statements(sql, parser)
     if not statements:
         raise QueryError("empty query: give a SELECT statement")
     for st in statements:
-        _check_one(st)
+        _check_one(st, 0, parser)
     return len(statements)
 
 
@@ -381,10 +391,10 @@ _NESTED_TROUBLE = _AS_TEXT + ("BLOB", "HUGEINT", "DECIMAL", "UHUGEINT")
 _NON_TEXT_KEY = re.compile(r"MAP\((?!VARCHAR,)")
 
 
-def _renderable(rel: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
+def renderable(rel: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
     exprs, changed = [], False
     # positional references (#1, #2, ...): a result may hold two columns of the same name
-    for i, (name, typ) in enumerate(zip(_unique(rel.columns), rel.types), start=1):
+    for i, (name, typ) in enumerate(zip(unique_names(rel.columns), rel.types), start=1):
         t = str(typ).upper()
         q = '"' + name.replace('"', '""') + '"'
         nested = t.startswith(("STRUCT(", "MAP(")) or t.endswith("]")
@@ -405,6 +415,8 @@ class _ReadFailed(Exception):
 
 
 def _batches(reader: pa.RecordBatchReader):
+    import pyarrow as pa
+
     it = iter(reader)
     while True:
         try:
@@ -417,18 +429,20 @@ def _batches(reader: pa.RecordBatchReader):
 
 
 def _fetch(rel: duckdb.DuckDBPyRelation, max_bytes: int, limits: Limits) -> pa.Table:
+    import pyarrow as pa
+
     reader = rel.to_arrow_reader(64 * 1024)
     batches, size = [], 0
     for batch in _batches(reader):
         size += batch.nbytes
         if size > max_bytes:
             raise QueryError(
-                f"the result is larger than the memory limit ({_human(max_bytes)}): add a LIMIT or "
+                f"the result is larger than the memory limit ({human_size(max_bytes)}): add a LIMIT or "
                 f"aggregate, or raise the limit with {limits.raise_memory}"
             )
         batches.append(batch)
     table = pa.Table.from_batches(batches, schema=reader.schema)
-    names = _unique(table.column_names)
+    names = unique_names(table.column_names)
     return _dates_in_range(table.rename_columns(names) if names != table.column_names else table)
 
 
@@ -440,6 +454,7 @@ _PER_DAY = {"s": 86_400, "ms": 86_400_000, "us": 86_400_000_000, "ns": None}  # 
 
 
 def _out_of_range(arr: pa.Array) -> bool:
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     t = arr.type
@@ -462,6 +477,8 @@ def _out_of_range(arr: pa.Array) -> bool:
 
 
 def _dates_in_range(table: pa.Table) -> pa.Table:
+    import pyarrow as pa
+
     exprs, changed = [], False
     for i, col in enumerate(table.columns, start=1):
         q = '"' + table.column_names[i - 1].replace('"', '""') + '"'
@@ -483,7 +500,7 @@ def _dates_in_range(table: pa.Table) -> pa.Table:
         con.close()
 
 
-def _unique(names: list[str]) -> list[str]:
+def unique_names(names: list[str]) -> list[str]:
     seen: dict[str, int] = {}
     out = []
     for n in names:
@@ -496,9 +513,9 @@ def _unique(names: list[str]) -> list[str]:
 def _limit_message(e: duckdb.Error, limits: Limits) -> str:
     text = str(e)
     if "max_temp_directory_size" in text:
-        return (f"the query spilled more than its {_human(limits.spill_bytes)} of temporary disk; "
+        return (f"the query spilled more than its {human_size(limits.spill_bytes)} of temporary disk; "
                 f"raise the cap with {limits.raise_spill}, or add filters")
-    return (f"the query needs more than its {_human(limits.memory_bytes)} memory limit; raise it with "
+    return (f"the query needs more than its {human_size(limits.memory_bytes)} memory limit; raise it with "
             f"{limits.raise_memory}, or add filters or a LIMIT")
 
 
@@ -507,16 +524,23 @@ def execute(
     sql: str,
     params: list[Any] | dict[str, Any] | None = None,
     limits: Limits | None = None,
-) -> pl.DataFrame:
+    fetch: Callable[[duckdb.DuckDBPyRelation | None, Limits], Any] | None = None,
+) -> pl.DataFrame | Any:
     """Run `sql` (already checked) on `con` within `limits`; the result as a DataFrame, or
-    QueryError with one line."""
+    QueryError with one line. `fetch`: what to make of the result instead, called with its
+    relation (None for a statement without one) and the limits (pipeline/query/textresult.py
+    writes it as text); DuckDB's errors while it reads are told as the query's."""
     limits = limits or Limits()
     with _Watchdog(con, limits.timeout_s) as dog:
         try:
             rel = con.sql(sql, params=params) if params is not None else con.sql(sql)
+            if fetch is not None:
+                return fetch(rel, limits)
+            import polars as pl
+
             if rel is None:  # a statement with no result (e.g. a PRAGMA with no output)
                 return pl.DataFrame()
-            table = _fetch(_renderable(rel), limits.memory_bytes, limits)
+            table = _fetch(renderable(rel), limits.memory_bytes, limits)
         except duckdb.InterruptException:
             if dog.fired:
                 raise QueryError(
@@ -553,7 +577,7 @@ def execute(
     try:
         with panics_hidden():
             return pl.from_arrow(table)  # type: ignore[return-value]
-    except BaseException as e:  # a type polars cannot take that _renderable did not foresee (a panic too)
+    except BaseException as e:  # a type polars cannot take that renderable did not foresee (a panic too)
         if not isinstance(e, Exception) and not is_panic(e):
             raise
         raise QueryError(f"cannot show this result's column types ({clean_message(e)}); cast the column to varchar") from None

@@ -29,9 +29,10 @@ import datetime as dt
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
-import duckdb
+if TYPE_CHECKING:  # parsing --since / --until (every command's options) needs no DuckDB
+    import duckdb
 
 UTC = dt.timezone.utc
 # How far past each edge the views read: 10 minutes covers the requests of an LLM server

@@ -154,12 +154,26 @@ def named_views(sql: str, directory: Path | None = None) -> set[str] | None:
     words = _identifiers(sql)
     if words & _CATALOG_WORDS:
         return None
-    return words & set(view_dependencies(directory))
+    return words & view_names(directory)
+
+
+def view_names(directory: Path | None = None) -> frozenset[str]:
+    """The views of `directory` (default sql/), from their files' `create or replace view`
+    alone: what a query that names none of them needs, without tokenizing every view."""
+    return _view_names(directory or sql_dir())
+
+
+@functools.lru_cache(maxsize=8)
+def _view_names(directory: Path) -> frozenset[str]:
+    return frozenset(view_name(p) for p in [*directory.glob("*.sql"), *directory.glob("*/*.sql")])
 
 
 def closure(names: Iterable[str], directory: Path | None = None, leaves: Iterable[str] = ()) -> set[str]:
     """`names` and the views they read, transitively; a view of `leaves` is kept but what it
     reads is not followed (a view bound over a stored rollup reads no other view)."""
+    names = list(names)
+    if not names:  # nothing to follow: no view file need be read
+        return set()
     deps = view_dependencies(directory)
     stop = set(leaves)
     todo = [n for n in names if n in deps]
@@ -331,7 +345,7 @@ def _ensure_samples(con: duckdb.DuckDBPyConnection) -> None:
     test's bare connection): the views reading scrapes then find nothing to read."""
     if not con.execute("select 1 from duckdb_views() where view_name = 'samples' union all "
                        "select 1 from duckdb_tables() where table_name = 'samples'").fetchall():
-        from ..store.samples import no_samples_sql
+        from ..store.sample_parts import no_samples_sql
 
         con.execute(f"create or replace view samples as {no_samples_sql()}")
 
@@ -343,20 +357,25 @@ def load_views(
     thresholds: Path | str | None = None,
     only: Iterable[str] | None = None,
     overrides: Mapping[str, str] | None = None,
+    samples_bound: bool = False,
 ) -> list[str]:
     """Set the variables and create the views of sql/ on `con`, in load order (sql_files):
     every view, or those of `only` (from `views_for`: it must hold the views they read too).
 
     `overrides`: view name -> the statement that creates it instead of its file (a view
-    bound over a stored rollup, pipeline/query/rollups.py).
+    bound over a stored rollup, pipeline/query/rollups.py). `samples_bound`: the caller has
+    bound `samples` (connect does), so no catalog query looks for it.
 
     `con` must already have an `events` table or view with the event schema. Returns the
     view names created."""
     set_variables(con, resolve_variables(variables, thresholds))
     _tune(con)
-    _ensure_samples(con)
+    if not samples_bound:
+        _ensure_samples(con)
     names = []
     keep = None if only is None else set(only)
+    if keep is not None and not keep:  # a query that reads no view (`select 1`): no load order to compute
+        return names
     for path in sql_files(Path(sql_dir) if sql_dir is not None else None):
         name = view_name(path)
         if keep is not None and name not in keep:

@@ -21,18 +21,32 @@ such parts in this layout (compact.plan picks them up).
 from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
+from .columns import EVENT_COLUMNS, PARTITION_COLUMNS, typed_nulls
 
-from servelens.parsers.schema import EVENT_SCHEMA
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+# pyarrow (and the Arrow schema, which imports polars) only where a part is written or its
+# footer read: a query builds its SQL from .columns and imports neither
 
 # Hive-style partition keys, outermost first; only `engine` is also a column of `events`.
 PARTITION_KEYS = ("engine", "day")
-PARTITION_COLUMNS = ("engine",)
 DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 LEGACY_UNKNOWN_DAY = "unknown"
-# What a part file holds: the schema without the partition columns.
-FILE_SCHEMA = pa.schema([f for f in EVENT_SCHEMA if f.name not in PARTITION_COLUMNS])
+
+
+def __getattr__(name: str) -> Any:
+    if name == "FILE_SCHEMA":  # what a part file holds: the schema without the partition columns
+        import pyarrow as pa
+
+        from servelens.parsers.schema import EVENT_SCHEMA
+
+        schema = pa.schema([f for f in EVENT_SCHEMA if f.name not in PARTITION_COLUMNS])
+        globals()["FILE_SCHEMA"] = schema
+        return schema
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def part_dir(engine: str | None, day: str | None) -> str:
@@ -60,13 +74,17 @@ def is_legacy(rel: str | Path, schema: pa.Schema | None) -> bool:
 
 def file_table(table: pa.Table) -> pa.Table:
     """A table of `events` (EVENT_SCHEMA) as a part stores it: partition columns dropped."""
-    return table.drop_columns([c for c in PARTITION_COLUMNS if c in table.column_names]).cast(FILE_SCHEMA)
+    return table.drop_columns([c for c in PARTITION_COLUMNS if c in table.column_names]).cast(__getattr__("FILE_SCHEMA"))
 
 
 def with_partition_columns(table: pa.Table, rel: str | Path) -> pa.Table:
     """A part's rows with the partition columns its path gives (replacing copies a legacy
     part holds), in EVENT_SCHEMA's column order; columns appended to the schema after the
     part was written come back null."""
+    import pyarrow as pa
+
+    from servelens.parsers.schema import EVENT_SCHEMA
+
     values = partition_values(rel)
     n = table.num_rows
     cols = []
@@ -83,12 +101,14 @@ def with_partition_columns(table: pa.Table, rel: str | Path) -> pa.Table:
 def events_select(source: str) -> str:
     """The `events` columns, in the schema's order, over a DuckDB table function reading parts
     with `hive_partitioning` (its partition columns come last, and `day` is not a column)."""
-    cols = ", ".join('"' + f.name + '"' for f in EVENT_SCHEMA)
+    cols = ", ".join('"' + n + '"' for n, _ in EVENT_COLUMNS)
     return f"select {cols} from {source}"
 
 
 def duckdb_type(t: pa.DataType) -> str:
     """The DuckDB type a Parquet column of this Arrow type is read as."""
+    import pyarrow as pa
+
     if pa.types.is_dictionary(t):
         t = t.value_type
     if pa.types.is_timestamp(t):
@@ -99,8 +119,7 @@ def duckdb_type(t: pa.DataType) -> str:
 
 def no_events_sql() -> str:
     """A query of no rows with every `events` column, typed."""
-    cols = ", ".join(f'cast(null as {duckdb_type(f.type)}) as "{f.name}"' for f in EVENT_SCHEMA)
-    return f"select {cols} where false"
+    return typed_nulls(EVENT_COLUMNS)
 
 
 def read_parquet_sql(files: list[str], union_by_name: bool) -> str:

@@ -41,10 +41,10 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-import pyarrow.fs as pafs
+if TYPE_CHECKING:  # imported where a remote store is opened: a local store's query needs no pyarrow
+    import pyarrow.fs as pafs
 
 from .layout import PARTITION_KEYS
 
@@ -79,6 +79,9 @@ def is_fleet(store: Path | str) -> bool:
 
 
 def filesystem(url: str) -> tuple[pafs.FileSystem, str]:
+    import pyarrow as pa
+    import pyarrow.fs as pafs
+
     try:
         return pafs.FileSystem.from_uri(url)
     except (pa.ArrowInvalid, OSError, ValueError) as e:
@@ -149,6 +152,8 @@ class Mirror:
         return mirror
 
     def _listed(self, top: str) -> set[str]:
+        import pyarrow.fs as pafs
+
         sel = pafs.FileSelector(f"{self.base}/{top}", recursive=True, allow_not_found=True)
         n = len(self.base) + 1
         return {i.path[n:] for i in self.fs.get_file_info(sel) if i.type == pafs.FileType.File}
@@ -262,6 +267,8 @@ def expand(store: Path | str) -> list[str]:
         import glob
 
         return sorted(p for p in glob.glob(str(local_store(store))) if (Path(p) / "manifest.json").exists())
+    import pyarrow.fs as pafs
+
     fs, pattern = filesystem(url.split("*")[0].rsplit("/", 1)[0] or url)
     scheme, rest = url.split("://", 1)
     parent = pattern
@@ -276,6 +283,8 @@ def expand(store: Path | str) -> list[str]:
 
 def remote_part_paths(url: str) -> tuple[pafs.FileSystem, list[str]]:
     """The committed parts of a remote store, each where it is now."""
+    import pyarrow.fs as pafs
+
     from .manifest import StoreError, manifest_shape_problem
 
     fs, base = filesystem(url)
@@ -298,6 +307,7 @@ def remote_part_paths(url: str) -> tuple[pafs.FileSystem, list[str]]:
 def dataset(urls: list[str]) -> Any:
     """One pyarrow dataset over the committed parts of these remote stores (partition values
     from the paths)."""
+    import pyarrow as pa
     import pyarrow.dataset as ds
 
     from .layout import FILE_SCHEMA

@@ -30,38 +30,14 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from ..sources.samples import POLARS_SCHEMA, SAMPLE_KEY, SAMPLE_SCHEMA, to_arrow
-from .manifest import NO_SPACE, StoreError, fsync_dir, no_space, outside_store, write_json_atomic
+from .manifest import NO_SPACE, fsync_dir, no_space, write_json_atomic
 from .commit import Store, merge_dirty, new_txid
+# what a query needs of the samples (it imports neither polars nor pyarrow)
+from .sample_parts import MANIFEST_KEY, bind_samples, no_samples_sql, sample_entries, sample_parts, samples_select
 
 SAMPLES_DIR = "samples"
-MANIFEST_KEY = "samples"
 SAMPLE_PARQUET_OPTIONS = dict(compression="zstd", row_group_size=256_000,
                 use_dictionary=[f.name for f in SAMPLE_SCHEMA if f.name not in ("ts", "value", "le", "quantile")])
-
-
-def sample_entries(manifest: dict) -> dict:
-    """The manifest's `samples` entry, checked: every part a path inside the store (a
-    hand-edited manifest must not point a reader at another file)."""
-    entry = manifest.get(MANIFEST_KEY) or {"parts": [], "info": {}}
-    parts = entry.get("parts")
-    if not isinstance(parts, list) or not all(isinstance(p, str) and not outside_store(p) for p in parts):
-        raise StoreError("manifest.json `samples.parts` is not a list of paths inside the store; "
-                         "run servelens check, then servelens repair")
-    return entry
-
-
-def sample_parts(root: Path | str, manifest: dict) -> list[Path]:
-    """The committed sample parts, each where it is now (in staging while the commit's moves
-    are not done yet: `pending` says where)."""
-    root = Path(root)
-    staged = {final: staged for staged, final in manifest.get("pending", [])}
-    out = []
-    for rel in sample_entries(manifest)["parts"]:
-        for cand in (rel, staged.get(rel)):
-            if cand and (root / cand).exists():
-                out.append(root / cand)
-                break
-    return out
 
 
 def _existing_keys(store: Store, new: pl.DataFrame) -> pl.DataFrame | None:
@@ -164,20 +140,6 @@ def commit_samples(store: Store, samples: pl.DataFrame) -> int:
     return fresh.height
 
 
-def samples_select(files: list[str]) -> str:
-    """DuckDB SQL reading these sample parts (no Hive partitioning: `day` is not a column)."""
-    cols = ", ".join(f'"{f.name}"' for f in SAMPLE_SCHEMA)
-    quoted = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
-    return f"select {cols} from read_parquet([{quoted}], hive_partitioning = false, union_by_name = true)"
-
-
-def no_samples_sql() -> str:
-    from .layout import duckdb_type
-
-    cols = ", ".join(f'cast(null as {duckdb_type(f.type)}) as "{f.name}"' for f in SAMPLE_SCHEMA)
-    return f"select {cols} where false"
-
-
 def stored_instances(manifest: dict) -> set[str]:
     out: set[str] = set()
     for info in sample_entries(manifest).get("info", {}).values():
@@ -188,26 +150,6 @@ def stored_instances(manifest: dict) -> set[str]:
 def count_samples(manifest: dict) -> int:
     return sum(int(i.get("rows") or 0) for i in sample_entries(manifest).get("info", {}).values())
 
-
-
-def bind_samples(con, store: Path, manifest: dict, scan=None, instances=None) -> list[Path]:
-    """`samples` on a query connection (in its current schema, as `events`): the committed
-    sample parts, within the widened time range `scan` and of `instances` ((engine,
-    instance) pairs) when given. Returns the parts, for the sandbox's allowed files."""
-    parts = sample_parts(store, manifest)
-    if not parts:
-        con.execute(f"create or replace view samples as {no_samples_sql()}")
-        return []
-    conds = []
-    if scan is not None and (scan.since or scan.until):
-        conds.append(scan.predicate("ts"))
-    if instances is not None:
-        from .layout import instances_predicate
-
-        conds.append(instances_predicate(instances))
-    where = f" where {' and '.join(conds)}" if conds else ""
-    con.execute(f"create or replace view samples as select * from ({samples_select([str(p) for p in parts])}){where}")
-    return parts
 
 
 def undo_staged(store: Store, manifest: dict, before: dict, stage: Path) -> None:
