@@ -76,8 +76,10 @@ def assert_same(store: Path, views=VIEWS, **kw) -> dict[str, int]:
     # the rollup path really is taken: no raw view beneath a stored view is bound
     assert "requests" not in bound_views(store, "scaling_signals", **kw)
     assert "requests" in bound_views(store, "scaling_signals", rollups=False, **kw)
-    # events and samples (the scraped /metrics) are the base relations every connection binds
-    assert bound_views(store, "latency_percentiles", **kw) - {"events", "samples"} == {"latency_percentiles", "requests"}
+    # events and samples (the scraped /metrics) are the base relations every connection binds;
+    # latency_percentiles reads the scraped histograms where no request carries a latency
+    assert bound_views(store, "latency_percentiles", **kw) - {"events", "samples"} == {
+        "latency_percentiles", "requests", "scraped_latency"}
     assert bound_views(store, "queue_depth", **kw) >= {"queue_depth", "request_state"}
     assert "requests" not in bound_views(store, "queue_depth", **kw)
     counts = {}
