@@ -126,6 +126,10 @@ class Scraper(threading.Thread):
                     text = fetch(self.port)
                 except OSError:
                     text = None  # the server is going away; the gap shows in the file
+                if text is not None and time.time() - ts > 0.5:
+                    # answered late (a stalled API server): what it says is of the moment it
+                    # answered, not of `ts`; the gap shows in the file
+                    text = None
                 if text is not None:
                     w.writerow({"ts": f"{ts:.3f}", **truth(text)})
                     f.flush()
@@ -240,6 +244,18 @@ def process_facts(pid: int) -> dict:
         return {"pid": pid, "gone": True}
 
 
+def stall(pid: int, after: float, seconds: float, run: dict) -> None:
+    """Stop the API server process for `seconds` (the engine core runs on); when, in `run`."""
+    time.sleep(after)
+    t0 = time.time()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(seconds)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    run["stall"] = {"pid": pid, "start": t0, "end": time.time()}
+
+
 def loadavg() -> list[float]:
     return [float(x) for x in pathlib.Path("/proc/loadavg").read_text().split()[:3]]
 
@@ -290,6 +306,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--low-prompts", type=int, default=30)
     ap.add_argument("--over-rate", type=float, default=12.0)
     ap.add_argument("--over-prompts", type=int, default=200)
+    ap.add_argument("--after-prompts", type=int, default=0,
+                    help="a second low-load phase after the overload (`bench-low2.json`, ids `low2-`), "
+                         "at --low-rate: the server's recovery")
+    ap.add_argument("--over-nofile", type=int, default=None,
+                    help="cap the overload client's open files (prlimit --nofile): past that many open "
+                         "connections its requests fail in the client and never reach the server")
+    ap.add_argument("--stall-api", type=float, default=0.0, metavar="SECONDS",
+                    help="stop the API server (SIGSTOP, then SIGCONT) for SECONDS, 3 s into the overload: "
+                         "a front end starved of CPU; the kernel still accepts connections, which it logs late")
     ap.add_argument("--disconnects", type=int, default=3)
     ap.add_argument("--non-streaming", type=int, default=3)
     ap.add_argument("--seed", type=int, default=17)
@@ -367,8 +392,13 @@ def main(argv: list[str] | None = None) -> None:
             run["pin"]["processes"] = [process_facts(p) for p in (proc.pid, *engine)]
         scraper.start()
         time.sleep(3)  # a few idle scrapes and stats lines first
-        for name, rate, prompts in (("low", a.low_rate, a.low_prompts), ("over", a.over_rate, a.over_prompts)):
+        phases = [("low", a.low_rate, a.low_prompts), ("over", a.over_rate, a.over_prompts)]
+        if a.after_prompts:
+            phases.append(("low2", a.low_rate, a.after_prompts))
+        for name, rate, prompts in phases:
             cmd = bench(a, a.out, name, rate, prompts, a.seed + len(run["phases"]))
+            if name == "over" and a.over_nofile:
+                cmd = ["prlimit", f"--nofile={a.over_nofile}", "--", *cmd]
             if pin:
                 cmd = ["taskset", "-c", str(pin[1]), *cmd]
             t0 = time.time()
@@ -385,6 +415,8 @@ def main(argv: list[str] | None = None) -> None:
                 for i in range(a.non_streaming):
                     threads.append(threading.Thread(target=non_streaming_client,
                                                     args=(a.port, a.served_name, f"nostream-{i}", 16 + 8 * i, extra)))
+                if a.stall_api > 0:
+                    threads.append(threading.Thread(target=stall, args=(proc.pid, 3.0, a.stall_api, run)))
                 for t in threads:
                     t.start()
                     time.sleep(0.5)
