@@ -123,6 +123,14 @@ def test_failed_aborted_and_slow_counts_are_the_clients(store, client, tmp_path)
     assert all(r.startswith("client: aiohttp.client_exceptions.Client") for r in reasons)
     inc = run(store, "select sum(failed) as f, sum(aborted) as a from incident_summary").row(0)
     assert inc == (n_failed, n_hung_up)
+    # the dashboard's tiles
+    from servelens.dashboards import data, sidebar
+
+    cfg = data.Settings(store=str(store))
+    spec = sidebar.Spec(live=False, live_span_s=0, refresh_s=0, start=None, end=None, engines=(), instances=(),
+                        models=(), window_s=60.0)
+    tile = data.peaks(cfg, sidebar.resolve(spec, data.catalog(cfg)))
+    assert (tile["failed"], tile["aborted"]) == (n_failed, n_hung_up)
 
 
 def test_headline_p99_ttft_and_e2e_are_the_clients(store, client, tmp_path) -> None:
