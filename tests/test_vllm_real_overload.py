@@ -116,6 +116,9 @@ def test_failed_aborted_and_slow_counts_are_the_clients(store, client, tmp_path)
     imp = summary["impact"]
     assert (imp["slow"], imp["failed"], imp["aborted"]) == (slow, n_failed, n_hung_up)
     assert f"Impact: {n_failed:,} requests failed, {n_hung_up:,} aborted" in summary["headline"]
+    # the EngineDeadError traceback the SIGTERM at the end brought is no cause of the overload
+    assert "sigterm_at" in client["meta"] and "EngineDeadError" in _log_text()
+    assert summary["likely_cause"] is None and "Likely cause" not in summary["headline"]
     got = run(store, "select status, count(*) as n from requests group by status")
     counts = dict(got.rows())
     assert counts.get("failed") == n_failed and counts.get("aborted") == n_hung_up
