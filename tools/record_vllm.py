@@ -296,6 +296,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--scrape-every", type=float, default=1.0, help="seconds between /metrics scrapes")
     ap.add_argument("--compile", action="store_true",
                     help="let vLLM compile the model (off: --enforce-eager; compiling on a CPU takes minutes)")
+    ap.add_argument("--data-parallel-size", type=int, default=1,
+                    help="engines behind the one API server (vLLM --data-parallel-size): one stats line each per period")
     ap.add_argument("--max-num-seqs", type=int, default=4)
     ap.add_argument("--kv-blocks", type=int, default=None,
                     help="--num-gpu-blocks-override: a small KV cache, so its usage means something")
@@ -357,6 +359,9 @@ def main(argv: list[str] | None = None) -> None:
         serve.append("--enforce-eager")
     if a.kv_blocks:
         serve += ["--num-gpu-blocks-override", str(a.kv_blocks)]
+    if a.data_parallel_size > 1:
+        # one API server (0.32 defaults to one per engine, and then logs no stats lines)
+        serve += ["--data-parallel-size", str(a.data_parallel_size), "--api-server-count", "1"]
     if pin:
         env.update(VLLM_CPU_OMP_THREADS_BIND=str(pin[0]), OMP_NUM_THREADS="1")
         # no taskset at launch: the worker binds its OpenMP thread to ENGINE_CPU itself
