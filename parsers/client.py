@@ -9,7 +9,8 @@ Formats (field names read from the clients' source and docs):
   request), `start_times` (s, `time.perf_counter()`, so only their differences mean
   anything), `errors` ("" when the request succeeded), `generated_texts`; some builds add
   `latencies` / `e2els` (s). `date` (`%Y%m%d-%H%M%S`, local time, taken when the run ended)
-  and `duration` (s) place the run on the wall clock, to the second. The requests were sent
+  places the run's last answer on the wall clock, to the second (`duration` (s) starts
+  before the first request, which a low request rate sends seconds into the run). The requests were sent
   with ids `<--request-id-prefix><index>`; the prefix is not in the file (unless a build
   writes `request_id_prefix`), so each event carries its `index` and, when the prefix is
   known, the id.
@@ -132,8 +133,16 @@ def _vllm_bench(r: dict) -> pl.DataFrame:
     ok = pl.col("error").fill_null("") == ""
     e2e = pl.coalesce(pl.col("latency"), pl.col("ttft") + pl.col("itls").list.sum())
     first_start = df["start"].min()
+    # `duration` runs from before the first request (sent after a random gap: seconds at a
+    # low rate) to the last answer, and `date` is taken just after that answer: the last
+    # answer is the moment the two pin to the wall clock
+    last_end = df.select((pl.col("start") + e2e.fill_null(0.0)).max()).item()
     ts = pl.lit(None, pl.Datetime("us", "UTC"))
-    if ended is not None and duration is not None and first_start is not None:
+    if ended is not None and last_end is not None:
+        ts = pl.from_epoch(
+            (pl.lit(int(ended.timestamp() * 1e6)) + ((pl.col("start") - last_end) * 1e6).round().cast(pl.Int64)),
+            time_unit="us").dt.replace_time_zone("UTC")
+    elif ended is not None and duration is not None and first_start is not None:
         run_start_us = int((ended.timestamp() - duration) * 1e6)
         ts = pl.from_epoch(
             (pl.lit(run_start_us) + ((pl.col("start") - first_start) * 1e6).round().cast(pl.Int64)), time_unit="us"

@@ -188,7 +188,9 @@ def test_a_results_file_alone_is_a_request_source(tmp_path) -> None:
     ingest([path], tmp_path / "store")
     got = run(tmp_path / "store", "select engine, status, arrival_ts, ttft_s, e2e_s, tpot_s, client_itl_s, client_error "
                                   "from requests order by arrival_ts").rows()
-    t0 = dt.datetime(2026, 5, 12, 8, 0, 0, tzinfo=dt.timezone.utc)  # date - duration
+    # `date` is when the last answer came (start 1030 + 2.25 + 0.3 + 0.3 s); `duration` also
+    # holds the gap before the first request, so it does not place the first
+    t0 = dt.datetime(2026, 5, 12, 8, 1, 0, tzinfo=dt.timezone.utc) - dt.timedelta(seconds=32.85)
     # the request the client saw fail (its `errors` entry) is failed, not aborted
     assert [r[:2] for r in got] == [("client", "finished"), ("client", "failed"), ("client", "finished")]
     assert [r[2] for r in got] == [t0, t0 + dt.timedelta(seconds=1.5), t0 + dt.timedelta(seconds=30)]

@@ -33,8 +33,9 @@ def test_vllm_bench_results_become_one_event_per_request() -> None:
     assert [x["index"] for x in a] == [0, 1, 2, 3, 4] and a[2]["itl_s"] == pytest.approx(0.052)
     assert [x["success"] for x in a] == [True, True, True, True, False]
     assert ev["message"][4].startswith("Traceback") and ev["output_tokens"][4] is None
-    # `date` is the run's end: the first request started `duration` before it
-    assert ev["ts"][0].isoformat() == "2026-05-12T08:01:17.500000+00:00"
+    # `date` is when the last answer came (request 3: start 5212.902 + 5.493 s), 7.391 s
+    # after the first request's start (`duration` also holds the run's gap before it)
+    assert ev["ts"][0].isoformat() == "2026-05-12T08:01:22.609000+00:00"
     assert (ev["ts"][3] - ev["ts"][0]).total_seconds() == pytest.approx(1.898)
     assert ev["request_id"].null_count() == 5 and ev["model"][0] == "tiny-llama"
 

@@ -126,6 +126,10 @@ class Scraper(threading.Thread):
                     text = fetch(self.port)
                 except OSError:
                     text = None  # the server is going away; the gap shows in the file
+                if text is not None and time.time() - ts > 0.5:
+                    # answered late (a stalled API server): what it says is of the moment it
+                    # answered, not of `ts`; the gap shows in the file
+                    text = None
                 if text is not None:
                     w.writerow({"ts": f"{ts:.3f}", **truth(text)})
                     f.flush()
@@ -240,6 +244,18 @@ def process_facts(pid: int) -> dict:
         return {"pid": pid, "gone": True}
 
 
+def stall(pid: int, after: float, seconds: float, run: dict) -> None:
+    """Stop the API server process for `seconds` (the engine core runs on); when, in `run`."""
+    time.sleep(after)
+    t0 = time.time()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(seconds)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    run["stall"] = {"pid": pid, "start": t0, "end": time.time()}
+
+
 def loadavg() -> list[float]:
     return [float(x) for x in pathlib.Path("/proc/loadavg").read_text().split()[:3]]
 
@@ -280,6 +296,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--scrape-every", type=float, default=1.0, help="seconds between /metrics scrapes")
     ap.add_argument("--compile", action="store_true",
                     help="let vLLM compile the model (off: --enforce-eager; compiling on a CPU takes minutes)")
+    ap.add_argument("--data-parallel-size", type=int, default=1,
+                    help="engines behind the one API server (vLLM --data-parallel-size): one stats line each per period")
     ap.add_argument("--max-num-seqs", type=int, default=4)
     ap.add_argument("--kv-blocks", type=int, default=None,
                     help="--num-gpu-blocks-override: a small KV cache, so its usage means something")
@@ -290,6 +308,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--low-prompts", type=int, default=30)
     ap.add_argument("--over-rate", type=float, default=12.0)
     ap.add_argument("--over-prompts", type=int, default=200)
+    ap.add_argument("--after-prompts", type=int, default=0,
+                    help="a second low-load phase after the overload (`bench-low2.json`, ids `low2-`), "
+                         "at --low-rate: the server's recovery")
+    ap.add_argument("--over-nofile", type=int, default=None,
+                    help="cap the overload client's open files (prlimit --nofile): past that many open "
+                         "connections its requests fail in the client and never reach the server")
+    ap.add_argument("--stall-api", type=float, default=0.0, metavar="SECONDS",
+                    help="stop the API server (SIGSTOP, then SIGCONT) for SECONDS, 3 s into the overload: "
+                         "a front end starved of CPU; the kernel still accepts connections, which it logs late")
     ap.add_argument("--disconnects", type=int, default=3)
     ap.add_argument("--non-streaming", type=int, default=3)
     ap.add_argument("--seed", type=int, default=17)
@@ -332,6 +359,9 @@ def main(argv: list[str] | None = None) -> None:
         serve.append("--enforce-eager")
     if a.kv_blocks:
         serve += ["--num-gpu-blocks-override", str(a.kv_blocks)]
+    if a.data_parallel_size > 1:
+        # one API server (0.32 defaults to one per engine, and then logs no stats lines)
+        serve += ["--data-parallel-size", str(a.data_parallel_size), "--api-server-count", "1"]
     if pin:
         env.update(VLLM_CPU_OMP_THREADS_BIND=str(pin[0]), OMP_NUM_THREADS="1")
         # no taskset at launch: the worker binds its OpenMP thread to ENGINE_CPU itself
@@ -367,8 +397,13 @@ def main(argv: list[str] | None = None) -> None:
             run["pin"]["processes"] = [process_facts(p) for p in (proc.pid, *engine)]
         scraper.start()
         time.sleep(3)  # a few idle scrapes and stats lines first
-        for name, rate, prompts in (("low", a.low_rate, a.low_prompts), ("over", a.over_rate, a.over_prompts)):
+        phases = [("low", a.low_rate, a.low_prompts), ("over", a.over_rate, a.over_prompts)]
+        if a.after_prompts:
+            phases.append(("low2", a.low_rate, a.after_prompts))
+        for name, rate, prompts in phases:
             cmd = bench(a, a.out, name, rate, prompts, a.seed + len(run["phases"]))
+            if name == "over" and a.over_nofile:
+                cmd = ["prlimit", f"--nofile={a.over_nofile}", "--", *cmd]
             if pin:
                 cmd = ["taskset", "-c", str(pin[1]), *cmd]
             t0 = time.time()
@@ -385,6 +420,8 @@ def main(argv: list[str] | None = None) -> None:
                 for i in range(a.non_streaming):
                     threads.append(threading.Thread(target=non_streaming_client,
                                                     args=(a.port, a.served_name, f"nostream-{i}", 16 + 8 * i, extra)))
+                if a.stall_api > 0:
+                    threads.append(threading.Thread(target=stall, args=(proc.pid, 3.0, a.stall_api, run)))
                 for t in threads:
                     t.start()
                     time.sleep(0.5)

@@ -449,7 +449,7 @@ def _summary_markdown(report: dict[str, Any]) -> list[str]:
     c = sm["likely_cause"]
     out += ["", "### Likely cause", "",
             (f"The first error: {_fmt_ts(c['ts'])} on {md_text(c['instance'])} ({c['kind']}): {md_code(c['message'], 200)} "
-             f"at {md_text(c['source'])}:{c['line']}." if c else "No error was logged in this range."), ""]
+             f"at {md_text(c['source'])}:{c['line']}." if c else "No error was logged in this range (errors logged once an orderly shutdown began are no cause)."), ""]
     out += ["### What to do", ""]
     out += [f"- **{md_text(a['instance'])}**: {md_text(a['verdict'])}: {md_text(a['why'])}" for a in sm["actions"]]
     out.append("")
@@ -568,7 +568,7 @@ def to_html(report: dict[str, Any]) -> str:
     parts.append("<h3 id='cause'>Likely cause</h3><p>" + (
         f"The first error: {e(_fmt_ts(c['ts']))} on <b>{e(c['instance'])}</b> ({e(str(c['kind']))}): "
         f"<code>{e(_one_line(c['message'], 200))}</code> at <code>{e(str(c['source']))}:{c['line']}</code>."
-        if c else "No error was logged in this range.") + "</p>")
+        if c else "No error was logged in this range (errors logged once an orderly shutdown began are no cause).") + "</p>")
     parts.append("<h3 id='todo'>What to do</h3><ul>" + "".join(
         f"<li><b>{e(a['instance'])}</b>: {e(a['verdict'])}: {e(a['why'])}</li>" for a in sm["actions"]) + "</ul>")
     if report.get("charts") or report.get("charts_missing"):

@@ -100,7 +100,9 @@ def summarize(rows: list[dict[str, Any]], signals: dict[tuple[str, str], list[di
             for r in rows
         ],
     }
-    with_error = [r for r in rows if r["first_error_ts"] is not None]
+    # an error logged once an orderly shutdown began (SIGTERM: vLLM force-kills its engine
+    # core, whose output handler then raises) follows the stop; it caused nothing
+    with_error = [r for r in rows if r["first_error_ts"] is not None and r["first_error_kind"] != "shutdown"]
     first = min(with_error, key=lambda r: (r["first_error_ts"], r["instance"]), default=None)
     cause = None
     if first is not None:
