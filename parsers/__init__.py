@@ -1,4 +1,4 @@
-"""Engine parsers: one module per engine, all producing the one schema in `schema.py`.
+"""Engine parsers: one folder per engine in `engines/`, all producing the schema of `schema.py`.
 
 Built-in engines register here exactly as an outside one would: a name and a module that
 follows the contract in `base.py` (NAME, detect, record_starts, parse).
@@ -11,12 +11,12 @@ from types import ModuleType
 
 # name -> module path. `unknown` is the fallback for files no parser recognises.
 ENGINES: dict[str, str] = {
-    "vllm": "servelens.parsers.vllm",
-    "tgi": "servelens.parsers.tgi",
-    "trtllm": "servelens.parsers.trtllm",
+    "vllm": "servelens.parsers.engines.vllm.parser",
+    "tgi": "servelens.parsers.engines.tgi.parser",
+    "trtllm": "servelens.parsers.engines.trtllm.parser",
     "client": "servelens.parsers.client",
-    "sglang": "servelens.parsers.sglang",
-    "llamacpp": "servelens.parsers.llamacpp",
+    "sglang": "servelens.parsers.engines.sglang.parser",
+    "llamacpp": "servelens.parsers.engines.llamacpp.parser",
 }
 FALLBACK = "servelens.parsers.unknown"
 

@@ -1,0 +1,1 @@
+"""SGLang: line anatomy (`parser`), what each message says (`fields`, `other`); imports `parsers` only."""

@@ -1,0 +1,1 @@
+"""TGI: records (`parser`), the text and JSON line forms (`text_format`, `json_format`), fields (`fields`); imports `parsers` only."""

@@ -1,0 +1,1 @@
+"""vLLM: line anatomy (`parser`), what each message says (`fields`); imports `parsers` only."""
