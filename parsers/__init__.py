@@ -9,7 +9,9 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-# name -> module path. `unknown` is the fallback for files no parser recognises.
+# name -> module path: one line per engine (its folder, parsers/engines/<name>/, holds the
+# rest; docs/architecture.md has the checklist). `unknown` is the fallback for files no
+# parser recognises.
 ENGINES: dict[str, str] = {
     "vllm": "servelens.parsers.engines.vllm.parser",
     "tgi": "servelens.parsers.engines.tgi.parser",
@@ -20,15 +22,20 @@ ENGINES: dict[str, str] = {
 }
 FALLBACK = "servelens.parsers.unknown"
 
-# The inference servers among ENGINES, as their projects spell them: the CLI's help, the
-# package description and the README's engine table are checked against this (tests/test_docs.py).
-SERVERS: dict[str, str] = {
-    "vllm": "vLLM",
-    "tgi": "TGI",
-    "trtllm": "TensorRT-LLM",
-    "sglang": "SGLang",
-    "llamacpp": "llama.cpp",
-}
+# The inference servers among ENGINES, as their projects spell them (each engine folder's
+# SERVER): the CLI's help, the package description and the README's engine table are checked
+# against this (tests/test_docs.py).
+def _servers() -> dict[str, str]:
+    out = {}
+    for name, module in ENGINES.items():
+        package = module.rpartition(".")[0]
+        server = getattr(importlib.import_module(package), "SERVER", None) if package else None
+        if server:
+            out[name] = server
+    return out
+
+
+SERVERS: dict[str, str] = _servers()
 
 # A file is assigned to the engine with the highest detect() score, if at least this.
 DETECT_THRESHOLD = 0.2
