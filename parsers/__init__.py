@@ -1,4 +1,4 @@
-"""Engine parsers: one module per engine, all producing the one schema in `schema.py`.
+"""Engine parsers: one folder per engine in `engines/`, all producing the schema of `schema.py`.
 
 Built-in engines register here exactly as an outside one would: a name and a module that
 follows the contract in `base.py` (NAME, detect, record_starts, parse).
@@ -9,26 +9,33 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-# name -> module path. `unknown` is the fallback for files no parser recognises.
+# name -> module path: one line per engine (its folder, parsers/engines/<name>/, holds the
+# rest; docs/architecture.md has the checklist). `unknown` is the fallback for files no
+# parser recognises.
 ENGINES: dict[str, str] = {
-    "vllm": "servelens.parsers.vllm",
-    "tgi": "servelens.parsers.tgi",
-    "trtllm": "servelens.parsers.trtllm",
+    "vllm": "servelens.parsers.engines.vllm.parser",
+    "tgi": "servelens.parsers.engines.tgi.parser",
+    "trtllm": "servelens.parsers.engines.trtllm.parser",
     "client": "servelens.parsers.client",
-    "sglang": "servelens.parsers.sglang",
-    "llamacpp": "servelens.parsers.llamacpp",
+    "sglang": "servelens.parsers.engines.sglang.parser",
+    "llamacpp": "servelens.parsers.engines.llamacpp.parser",
 }
 FALLBACK = "servelens.parsers.unknown"
 
-# The inference servers among ENGINES, as their projects spell them: the CLI's help, the
-# package description and the README's engine table are checked against this (tests/test_docs.py).
-SERVERS: dict[str, str] = {
-    "vllm": "vLLM",
-    "tgi": "TGI",
-    "trtllm": "TensorRT-LLM",
-    "sglang": "SGLang",
-    "llamacpp": "llama.cpp",
-}
+# The inference servers among ENGINES, as their projects spell them (each engine folder's
+# SERVER): the CLI's help, the package description and the README's engine table are checked
+# against this (tests/test_docs.py).
+def _servers() -> dict[str, str]:
+    out = {}
+    for name, module in ENGINES.items():
+        package = module.rpartition(".")[0]
+        server = getattr(importlib.import_module(package), "SERVER", None) if package else None
+        if server:
+            out[name] = server
+    return out
+
+
+SERVERS: dict[str, str] = _servers()
 
 # A file is assigned to the engine with the highest detect() score, if at least this.
 DETECT_THRESHOLD = 0.2

@@ -124,7 +124,7 @@ def _carry_by_pod(events: pl.DataFrame, col: str, ctx: ParseContext, use_prior: 
 def run_offsets(firsts: list[int], lasts: list[int], ctx: ParseContext) -> list[int | None]:
     """The anchor offset (us to add to a relative time) of each run, given each run's first
     and last relative time, in order: the rules `_resolve_relative` states. Also used by a
-    parser's whole-file pass (llamacpp_clock.file_runs), so both anchor alike."""
+    parser's whole-file pass (engines/llamacpp/clock.file_runs), so both anchor alike."""
     prior_off, prior_last = ctx.state.get("rel_offset_us"), ctx.state.get("rel_last_us")
     continues = bool(firsts) and prior_off is not None and prior_last is not None and firsts[0] >= prior_last
     mtime_us = int(ctx.mtime.timestamp() * 1_000_000) if ctx.mtime is not None else None

@@ -10,7 +10,7 @@ import duckdb
 import polars as pl
 
 from servelens.parsers.schema import POLARS_SCHEMA
-from servelens.pipeline.query.views import load_views, sql_files, view_dependencies, view_name, views_for
+from servelens.pipeline.query.views import load_views, sql_files, view_dependencies, view_name, view_sql, views_for
 
 T0 = dt.datetime(2026, 5, 12, 8, 0, 0, tzinfo=dt.timezone.utc)
 
@@ -65,7 +65,7 @@ class ViewsOnDemand:
         # each view's own statement, in load order; the variables stay as the caller set them
         for path in sql_files():
             if view_name(path) in todo:
-                self._con.execute(path.read_text(encoding="utf-8"))
+                self._con.execute(view_sql(path))
         self._made |= todo
 
     def sql(self, query: str, *args: Any, **kwargs: Any) -> duckdb.DuckDBPyRelation:

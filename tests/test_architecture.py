@@ -130,7 +130,7 @@ def test_the_graph_sees_the_imports():
     edges, _ = graph()
     # the check below must not pass on an empty graph
     assert "pipeline.store.manifest" in edges["pipeline.store.commit"]
-    assert "parsers.base" in edges["parsers.vllm"]
+    assert "parsers.base" in edges["parsers.engines.vllm.parser"]
 
 
 def test_no_import_cycle():

@@ -154,7 +154,7 @@ def test_task_ids_of_two_process_runs_are_two_requests_each(tmp_path, block):
 
 
 def test_the_first_pass_reads_the_relative_times_the_parser_reads(sim):
-    from servelens.parsers import llamacpp
+    from servelens.parsers.engines.llamacpp import parser as llamacpp
 
     real = Path(__file__).resolve().parent.parent / "sample_logs" / "llamacpp" / "real"
     texts = [p.read_text() for p in sorted(real.rglob("*.log"))] + [sim[0].read_text()[:200_000]]

@@ -8,7 +8,7 @@ import polars as pl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from servelens.parsers import llamacpp
+from servelens.parsers.engines.llamacpp import parser as llamacpp
 from servelens.parsers.base import ParseContext, check_events, finalize, lines_frame, uncovered_lines
 
 NOISE = [

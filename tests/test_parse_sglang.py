@@ -10,7 +10,8 @@ import polars as pl
 import pytest
 from conftest import SAMPLE_LOGS
 
-from servelens.parsers import detect_engine, sglang
+from servelens.parsers import detect_engine
+from servelens.parsers.engines.sglang import parser as sglang
 from servelens.parsers.base import ParseContext, check_events, lines_frame, parse_lines, uncovered_lines
 from servelens.parsers.text import parse_text
 from servelens.pipeline.sources.naming import directory_instance

@@ -11,7 +11,7 @@ import polars as pl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from servelens.parsers import sglang
+from servelens.parsers.engines.sglang import parser as sglang
 from servelens.parsers.base import ParseContext, check_events, lines_frame, parse_lines, uncovered_lines
 
 RANKS = st.lists(st.sampled_from(["DP", "PP", "TP", "EP", "ATTN_CP", "MOE_DP"]), unique=True, max_size=4).flatmap(

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from servelens.parsers import detect_engine, tgi, wrappers
+from servelens.parsers import detect_engine, wrappers
+from servelens.parsers.engines.tgi import parser as tgi
 from servelens.parsers.base import check_events, uncovered_lines
 from servelens.parsers.text import parse_text
-from servelens.parsers.tgi_fields import duration_ns, ns_to_s
+from servelens.parsers.engines.tgi.fields import duration_ns, ns_to_s
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tgi"
 UTC = dt.timezone.utc

@@ -6,7 +6,7 @@ from __future__ import annotations
 import polars as pl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from servelens.parsers import tgi
+from servelens.parsers.engines.tgi import parser as tgi
 from servelens.parsers.base import (
     ParseContext,
     check_events,
@@ -14,7 +14,7 @@ from servelens.parsers.base import (
     lines_frame,
     uncovered_lines,
 )
-from servelens.parsers.tgi_fields import duration_ns
+from servelens.parsers.engines.tgi.fields import duration_ns
 
 
 def rust_debug(ns: int) -> str:

@@ -1,4 +1,4 @@
-"""Fixture-driven tests for the TensorRT-LLM parser (parsers/trtllm.py, trtllm_stats.py).
+"""Fixture-driven tests for the TensorRT-LLM parser (parsers/engines/trtllm/parser.py, stats.py).
 
 Fixtures live in tests/fixtures/trtllm/. Their lines come from public bug reports, cited at
 each test; where a report's paste was cut or wrapped by GitHub, the test says what was
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from servelens.parsers import trtllm
+from servelens.parsers.engines.trtllm import parser as trtllm
 from servelens.parsers.base import ParseContext, check_events, finalize, lines_frame, uncovered_lines
 from servelens.parsers.text import parse_text
 

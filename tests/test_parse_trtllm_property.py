@@ -11,7 +11,7 @@ from pathlib import Path
 import polars as pl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from servelens.parsers import trtllm
+from servelens.parsers.engines.trtllm import parser as trtllm
 from servelens.parsers.base import (
     ParseContext,
     check_events,

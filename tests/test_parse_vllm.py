@@ -10,7 +10,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from servelens.parsers import detect_engine, vllm
+from servelens.parsers import detect_engine
+from servelens.parsers.engines.vllm import parser as vllm
 from servelens.parsers.base import ParseContext, check_events, parse_lines, lines_frame, uncovered_lines
 from servelens.parsers.text import parse_text
 

@@ -9,7 +9,7 @@ import json
 import polars as pl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from servelens.parsers import vllm
+from servelens.parsers.engines.vllm import parser as vllm
 from servelens.parsers.base import (
     ParseContext,
     check_events,

@@ -9,6 +9,7 @@ import importlib
 import polars as pl
 import pytest
 
+from servelens.parsers import ENGINES
 from servelens.parsers.base import check_events, uncovered_lines
 from servelens.parsers.text import parse_text
 from servelens.pipeline.simulate import simulate
@@ -16,7 +17,7 @@ from servelens.pipeline.simulate import simulate
 
 def import_parser(engine: str):
     # a parser that does not import is a failure, never a skip
-    importlib.import_module(f"servelens.parsers.{engine}")
+    importlib.import_module(ENGINES[engine])
 
 
 def parse_file(engine, path):

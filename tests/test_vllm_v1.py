@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
-from servelens.parsers import vllm
+from servelens.parsers.engines.vllm import parser as vllm
 from servelens.parsers.base import ParseContext, check_events, lines_frame, parse_lines, uncovered_lines
 from servelens.parsers.text import parse_text
 from servelens.pipeline.ingest import ingest

@@ -38,7 +38,7 @@ import sqlglot
 from sqlglot import exp
 
 from ..store.layout import no_events_sql
-from .views import load_views, resolve_variables, sql_files, view_name
+from .views import load_views, resolve_variables, sql_files, view_name, view_sql
 
 DIALECTS = ("spark", "trino", "duckdb")
 
@@ -500,7 +500,7 @@ def translate_view(
     """The view of `path` as `dialect` SQL, its header comment kept, parameters bound."""
     if dialect not in DIALECTS:
         raise DialectError(f"unknown dialect {dialect!r}; choose one of: {', '.join(DIALECTS)}")
-    text = path.read_text(encoding="utf-8")
+    text = view_sql(path)
     if dialect == "duckdb":
         return text.rstrip() + ";\n"
     tree = sqlglot.parse_one(text, read="duckdb")
@@ -519,7 +519,7 @@ def portable_duckdb(path: Path, variables: Mapping[str, Any], probe: _Probe | No
     """The view of `path` after the structural rewrites only (stars spelled out, ASOF joins
     as a union and a window), still DuckDB SQL: DuckDB can then check that they keep the
     view's answers (tests/test_views_cli.py)."""
-    tree = sqlglot.parse_one(path.read_text(encoding="utf-8"), read="duckdb")
+    tree = sqlglot.parse_one(view_sql(path), read="duckdb")
     probe = probe or _Probe(variables)
     _expand_stars(tree, probe)
     _rewrite_asof(tree, probe)
@@ -568,7 +568,7 @@ def _with_dependencies(files: list[tuple[str, Path]], names: list[str]) -> set[s
     known = {n for n, _ in files}
     reads: dict[str, set[str]] = {}
     for name, path in files:
-        tree = sqlglot.parse_one(path.read_text(encoding="utf-8"), read="duckdb")
+        tree = sqlglot.parse_one(view_sql(path), read="duckdb")
         reads[name] = {t.name for t in tree.find_all(exp.Table) if t.name in known and t.name != name}
     out: set[str] = set()
     todo = list(names)

@@ -23,6 +23,8 @@ from typing import Any, Iterable, Mapping
 
 import duckdb
 
+from servelens.parsers.availability import catalogue
+
 try:  # Python 3.11+
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
@@ -58,7 +60,7 @@ def _load_order(directory: Path) -> tuple[Path, ...]:
     rank = {name: i for i, name in enumerate(LAYERS)}
     files = sorted([*directory.glob("*.sql"), *directory.glob("*/*.sql")],
                    key=lambda p: (rank.get(p.parent.name, -1) if p.parent != directory else -1, p.name))
-    texts = {p: p.read_text(encoding="utf-8") for p in files}
+    texts = {p: view_sql(p) for p in files}
     names = {p: view_name(p) for p in files}
     by_name = {n: p for p, n in names.items()}
     if len(by_name) < len(files):
@@ -82,6 +84,30 @@ def _load_order(directory: Path) -> tuple[Path, ...]:
     return tuple(order)
 
 
+# The placeholder in metric_availability.sql for the engines' availability rows
+AVAILABILITY_ROWS = "$engine_availability"
+
+
+def _sql_literal(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+@functools.lru_cache(maxsize=4)
+def _values_sql(rows: tuple[tuple, ...]) -> str:
+    return ",\n    ".join("(" + ", ".join(_sql_literal(v) for v in row) + ")" for row in rows)
+
+
+def view_sql(path: Path) -> str:
+    """The statement of a view file, with the engines' availability rows (parsers/engines/)
+    written in where the file asks for them: what every reader of a view's SQL reads."""
+    text = path.read_text(encoding="utf-8")
+    if AVAILABILITY_ROWS in text:
+        text = text.replace(AVAILABILITY_ROWS, _values_sql(catalogue()))
+    return text
+
+
 def view_name(path: Path) -> str:
     """The view a file defines; raises if the file is not one `create or replace view`."""
     text = path.read_text(encoding="utf-8")
@@ -96,7 +122,7 @@ def define_view(con: duckdb.DuckDBPyConnection, name: str, directory: Path | Non
     for path in sql_files(directory):
         if view_name(path) == name:
             try:
-                con.execute(path.read_text(encoding="utf-8"))
+                con.execute(view_sql(path))
             except duckdb.Error as e:
                 raise RuntimeError(f"{path.name}: {e}") from e
             return
@@ -137,7 +163,7 @@ def view_dependencies(directory: Path | None = None) -> dict[str, frozenset[str]
 
 @functools.lru_cache(maxsize=8)
 def _view_dependencies(directory: Path | None) -> dict[str, frozenset[str]]:
-    texts = {view_name(p): p.read_text(encoding="utf-8") for p in sql_files(directory)}
+    texts = {view_name(p): view_sql(p) for p in sql_files(directory)}
     names = set(texts)
     return {v: frozenset((_table_references(t) & names) - {v}) for v, t in texts.items()}
 
@@ -382,7 +408,7 @@ def load_views(
             continue
         names.append(name)
         try:
-            con.execute((overrides or {}).get(name) or path.read_text(encoding="utf-8"))
+            con.execute((overrides or {}).get(name) or view_sql(path))
         except duckdb.Error as e:
             raise RuntimeError(f"{path.name}: {e}") from e
     return names

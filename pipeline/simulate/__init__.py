@@ -21,13 +21,16 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from servelens.parsers import SERVERS
+
 from .model import InstanceResult, ServerConfig, run_instance
 from .scenarios import SCENARIOS, Scenario, make_traffic, server_config
 from .truth import request_frame, state_frame, truth_requests
 
-ENGINES = ("vllm", "tgi", "trtllm", "sglang", "llamacpp")
 VARIANTS = {"vllm": ("v0", "v1", "v1_outputs"), "tgi": ("text", "json"), "trtllm": ("triton", "executor"),
             "sglang": ("v0_5", "v0_4", "pd"), "llamacpp": ("v2026", "v2024")}
+# the registry's servers the simulator has a writer for (writers_<engine>.py, VARIANTS)
+ENGINES = tuple(e for e in SERVERS if e in VARIANTS)
 DEFAULT_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 DEFAULT_START = "2026-05-12T08:00:00Z"
 

@@ -3,8 +3,8 @@
 Triton glog wrappers (`I0514 21:01:55.276668 160 file.cc:813] msg`, quoted or not), Triton
 status tables, the import banner, numbered C++ backtraces and Python tracebacks, Open MPI
 `[1,0]<stdout>:` prefixes, and the iteration statistics in every form (see
-`trtllm_stats.py`), into the common schema. This module owns line anatomy (record starts,
-prefix peeling, time, level); `trtllm_events.py` says what each record means. Docker times,
+`stats.py`), into the common schema. This module owns line anatomy (record starts,
+prefix peeling, time, level); `events.py` says what each record means. Docker times,
 compose prefixes and ANSI codes are undone before, by the decoding stage (parsers/wrappers).
 
 Format reference: shared/formats/trtllm.md. Choices worth knowing:
@@ -25,22 +25,9 @@ from typing import NamedTuple
 
 import polars as pl
 
-from .base import ParseContext, group_records
-from .trtllm_events import (
-    FRAME_RE,
-    PY_EXC_RE,
-    TABLE_RE,
-    TB_START_RE,
-    iter_events,
-    other_events,
-    stats_events,
-)
-from .trtllm_stats import (
-    PYTORCH_ITER_RE,
-    any_row,
-    safe_json_decode,
-    split_stats,
-)
+from ...base import ParseContext, group_records
+from .events import FRAME_RE, PY_EXC_RE, TABLE_RE, TB_START_RE, iter_events, other_events, stats_events
+from .stats import PYTORCH_ITER_RE, any_row, safe_json_decode, split_stats
 
 NAME = "trtllm"
 

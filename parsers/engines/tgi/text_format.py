@@ -1,7 +1,7 @@
 """The text half of the TGI parser (`tgi.py`): records whose first line has a TGI header
 (RFC 3339 time and level), in the router's tracing "Full" format (`[spans: ]target:
 file.rs:N: msg`) or the compact one of the launcher and other tracing lines (`[spans: ]
-target: msg`), turned into the columns the JSON path (`tgi_json.py`) also produces.
+target: msg`), turned into the columns the JSON path (`json_format.py`) also produces.
 
 Speed: the router's `Success` line is most of a busy log (~650 bytes, most of it the
 parameters dump). Its parts are found by literal searches and cut out by byte offsets
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from .base import RFC3339_RE
-from .tgi_fields import DURATION_FIELDS, TIMING_RE, duration_struct, span_field
+from ...base import RFC3339_RE
+from .fields import DURATION_FIELDS, TIMING_RE, duration_struct, span_field
 
 # base.RFC3339_RE with ASCII classes: Unicode-aware \d, \w, \s and \b keep the regex
 # engine off its fast path, which costs several times over long router lines

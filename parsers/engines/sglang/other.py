@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from . import sglang_fields as F
+from . import fields as F
 
 _LEVEL = "DEBUG|INFO|WARNING|ERROR|CRITICAL"
 

@@ -7,7 +7,7 @@ This module owns the anatomy of a line (see /work/shared/formats/sglang.md §1):
 the Python-logging form a `SGLANG_LOGGING_CONFIG_PATH` config prints (`2026-06-07
 10:59:31,659 [INFO] sglang.srt...: `), bare uvicorn lines, the per-request metrics JSON of
 `--export-metrics-to-file`, and multi-line records (a scheduler's `hit an exception:
-Traceback ...` is one error event). What each message means is in `sglang_fields.py` (`sglang_other.py`: the remaining lines).
+Traceback ...` is one error event). What each message means is in `fields.py` (`other.py`: the remaining lines).
 
 Choices worth knowing:
 - SGLang prints no level: lines are INFO-or-WARNING alike, so `level` stays null except for
@@ -38,10 +38,10 @@ import re
 
 import polars as pl
 
-from . import uvicorn
-from . import sglang_fields as F
-from .sglang_other import other_columns
-from .base import ParseContext, attrs_column, record_ids
+from ... import uvicorn
+from . import fields as F
+from .other import other_columns
+from ...base import ParseContext, attrs_column, record_ids
 
 NAME = "sglang"
 CARRY_FORWARD = ("model", "instance")
@@ -513,7 +513,7 @@ def _merge_json(a: pl.Expr, b: pl.Expr) -> pl.Expr:
 
 
 def _stats_frame(sub: pl.DataFrame, ctx: ParseContext):
-    """The scheduler stats records: key by key (sglang_fields.stats_pairs)."""
+    """The scheduler stats records: key by key (fields.stats_pairs)."""
     sub = sub.with_row_index("_row")
     pairs = F.stats_pairs(sub.select("_row", "m"))
     wide = F.stats_wide(pairs)

@@ -1,7 +1,7 @@
 """What a vLLM message says: polars expressions that pull the numbers out of one message
 (the text after the `LEVEL MM-DD HH:MM:SS [file.py:N]` header) and name its event kind.
 
-`parsers/vllm.py` owns the line anatomy (wrappers, process prefixes, headers, multi-line
+`parsers/engines/vllm/parser.py` owns the line anatomy (wrappers, process prefixes, headers, multi-line
 records); this module only looks at the message column `m` and returns expressions (those
 of request_columns read the captures request_parts adds first as columns).
 Formats follow /work/shared/formats/vllm.md; every regex is matched by name, never by
@@ -14,7 +14,7 @@ import re
 
 import polars as pl
 
-from . import uvicorn
+from ... import uvicorn
 
 M = pl.col("m")  # the message, leading blanks removed
 

@@ -9,7 +9,7 @@ import json
 
 import polars as pl
 
-from .tgi_fields import DURATION_FIELDS, duration_struct
+from .fields import DURATION_FIELDS, duration_struct
 
 _STR = pl.String
 _LEVEL_RE = r"^(?:TRACE|DEBUG|INFO|WARN|WARNING|ERROR)$"

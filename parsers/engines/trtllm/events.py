@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from .base import attrs_column
-from .trtllm_stats import json_stats_columns, pytorch_iter_columns
+from ...base import attrs_column
+from .stats import json_stats_columns, pytorch_iter_columns
 
 # line shapes shared with record_starts in trtllm.py
 FRAME_RE = r"^\d+\s+0x[0-9a-fA-F]+ "

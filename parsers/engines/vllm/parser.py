@@ -5,7 +5,7 @@ a stray `\\r`, the vLLM process prefix
 (`(APIServer pid=1) `, `(VllmWorker rank=1 pid=5283) `, Ray's `(RayWorkerWrapper pid=1,
 ip=10.0.0.2) `...), the vLLM header (`INFO 06-10 14:23:45 metrics.py:341] ` up to v0.7,
 `INFO 06-10 14:23:45 [loggers.py:116] ` from v0.8), and multi-line records (tracebacks,
-the start-up banner). What each message means is in `vllm_fields.py`. The wrappers around
+the start-up banner). What each message means is in `fields.py`. The wrappers around
 vLLM's lines (`docker logs --timestamps` / k8s RFC 3339 times, docker-compose `svc-1 | `, ANSI
 colour codes) are undone before, by the decoding stage (parsers/wrappers), which gives their
 time and service as `wrapper_ts` / `ts` and `labels`.
@@ -20,13 +20,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from . import uvicorn
-from . import vllm_fields as F
-from .base import (
-    ParseContext,
-    attrs_column,
-    record_ids,
-)
+from ... import uvicorn
+from . import fields as F
+from ...base import ParseContext, attrs_column, record_ids
 
 NAME = "vllm"
 CARRY_FORWARD = ("model",)

@@ -1,13 +1,13 @@
 """Parser for Hugging Face text-generation-inference (TGI) logs: the router's tracing
 "Full" text lines, the launcher's compact lines (with the Python shard's messages it
 relays), and both `--json-output` shapes, possibly mixed in one file. Format reference:
-`shared/formats/tgi.md`. The text records are read in `tgi_text.py`, the JSON records in
-`tgi_json.py` (both into the same columns), field helpers live in `tgi_fields.py` and the
+`shared/formats/tgi.md`. The text records are read in `text_format.py`, the JSON records in
+`json_format.py` (both into the same columns), field helpers live in `fields.py` and the
 `attrs` column in `_finish` below.
 
 Speed: most records of a busy server are the router's bare `Success`; they skip the
 error/capacity classification, and each other kind's fields are read on its own rows
-(see `tgi_text.py` for the text lines themselves).
+(see `text_format.py` for the text lines themselves).
 
 Records: a record starts at a line whose TGI header is an RFC 3339 time plus a level, or
 at a TGI JSON object (`{"timestamp":...`). Docker-compose prefixes, ANSI codes and outer
@@ -56,14 +56,8 @@ from collections.abc import Callable
 
 import polars as pl
 
-from .base import (
-    ParseContext,
-    attrs_column,
-    attrs_json,
-    record_ids,
-    rfc3339_to_ts,
-)
-from .tgi_fields import (
+from ...base import ParseContext, attrs_column, attrs_json, record_ids, rfc3339_to_ts
+from .fields import (
     CAPACITY_RE,
     args_fields,
     capacity_fields,
@@ -75,10 +69,10 @@ from .tgi_fields import (
     parts_ns,
     seed_value,
 )
-from .tgi_json import json_records
-from .tgi_text import LEVEL as _LEVEL
-from .tgi_text import TS as _TS
-from .tgi_text import text_records
+from .json_format import json_records
+from .text_format import LEVEL as _LEVEL
+from .text_format import TS as _TS
+from .text_format import text_records
 
 NAME = "tgi"
 # whether a line starts a record depends on that line alone (`record_starts`), so the

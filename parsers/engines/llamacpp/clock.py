@@ -30,7 +30,7 @@ from typing import Iterable
 import numpy as np
 import polars as pl
 
-from .finalize import run_offsets
+from ...finalize import run_offsets
 
 REL_RE = r"^(\d+)\.(\d{2})\.(\d{3})\.(\d{3}) "
 _TS = pl.Datetime("us", "UTC")

@@ -1,7 +1,7 @@
 """What an SGLang message says: the scheduler's `Prefill batch` / `Decode batch` lines taken
 apart key by key, capacity announcements, retractions, and per-request metrics.
 
-`parsers/sglang.py` owns the line anatomy (the `[date time DPn TPn]` prefix, records,
+`parsers/engines/sglang/parser.py` owns the line anatomy (the `[date time DPn TPn]` prefix, records,
 families); this module looks at the message column `m` only. Formats follow
 /work/shared/formats/sglang.md. SGLang renames and adds scheduler fields every few months,
 so a stats line is split into its `key: value` pairs and each key is looked up by name
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from . import uvicorn
+from ... import uvicorn
 
 M = pl.col("m")
 

@@ -15,7 +15,7 @@ The anatomy of a line, outside in:
     journald's `[100B blob data]` where a line was hidden.
 
 Events:
-- `request`: one per timing block (see `llamacpp_timing.py`), on its last line:
+- `request`: one per timing block (see `timing.py`), on its last line:
   e2e_s = inference_s = total time, tpot_s, prompt_tokens (prompt tokens evaluated, i.e.
   not served from the prompt cache), output_tokens; request_id = the task id (`<task>@<port>` for a router child's,
   `<task>@run<k>` from the second process run that serves requests on, see
@@ -33,7 +33,7 @@ Events:
 - `error`: level E/ERR/ERROR, GGML_ASSERT, CUDA errors, out of memory.
 - `log`: any other line with a llama.cpp header; `unparsed`: lines without one.
 
-attrs carry slot, task, port, func, tid, rel_s and ts_anchor (see `llamacpp_clock.py`),
+attrs carry slot, task, port, func, tid, rel_s and ts_anchor (see `clock.py`),
 and each message's numbers. Everything is polars expressions over the chunk.
 """
 
@@ -41,20 +41,20 @@ from __future__ import annotations
 
 import polars as pl
 
-from . import llamacpp_timing as T
-from .base import ANSI_RE, ParseContext, attrs_column
-from .llamacpp_clock import REL_RE, anchor, file_runs, rel_us
+from . import timing as T
+from ...base import ANSI_RE, ParseContext, attrs_column
+from .clock import REL_RE, anchor, file_runs, rel_us
 
 NAME = "llamacpp"
 # the decoding stage passes each line's wrapper time (`wrapper_ts`): a 2026 line's relative
-# clock is anchored on it (llamacpp_clock.anchor), not replaced by it
+# clock is anchored on it (clock.anchor), not replaced by it
 WANTS_WRAPPER_TS = True
 CARRY_FORWARD = ("model",)
 # what every line naming a carried value contains (a newest-first export's reader looks
 # for them before the chunks: pipeline/sources/carry_scan.py)
 CARRY_HINT = ("loading model '", "general.name")
 # whether a line may start a chunk depends on the lines before it up to a timing block's
-# look-back (`llamacpp_timing.open_block`)
+# look-back (`timing.open_block`)
 RECORD_LOOKBACK = T.BLOCK_LOOKBACK
 
 _STR = pl.String
@@ -139,7 +139,7 @@ def record_starts(text: pl.Series) -> pl.Series:
 
 
 def scan_file(frames, ctx: ParseContext) -> None:
-    """Before the chunks: where the file's process runs start and end (`llamacpp_clock.file_runs`)."""
+    """Before the chunks: where the file's process runs start and end (`clock.file_runs`)."""
     ctx.file["rel_runs"] = file_runs(((f["line"], _relative(f["text"])) for f in frames), ctx)
 
 
