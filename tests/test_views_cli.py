@@ -47,8 +47,9 @@ def test_list_names_a_view_after_what_it_reads() -> None:
     r = invoke("views", "--list", "--view", "queue_depth")
     assert r.exit_code == 0, r.output
     listed = r.output.split()
-    # queue_depth reads engine_stats and request_state, which reads requests: each after what it reads
-    assert sorted(listed) == ["engine_stats", "queue_depth", "request_state", "requests"]
+    # queue_depth reads engine_stats, scraped_gauges and request_state, which reads requests:
+    # each after what it reads
+    assert sorted(listed) == ["engine_stats", "queue_depth", "request_state", "requests", "scraped_gauges"]
     assert listed[-1] == "queue_depth" and listed.index("requests") < listed.index("request_state")
     r = invoke("views", "--list")
     assert r.output.split() == [view_name(p) for p in sql_files()]

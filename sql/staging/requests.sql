@@ -503,11 +503,17 @@ stats_series as (
     select engine, instance, ts, waiting, running from engine_stats where kind = 'engine_stats'
 ),
 
+-- the time the queue is read at, a plain column: an ASOF condition on an expression has no
+-- translation to the other dialects (servelens views --dialect)
+matched_probe as (
+    select *, coalesce(client_start_ts, arrival_ts) as queue_probe_ts from matched
+),
+
 matched_queue as (
     select m.*, q.waiting as waiting_at_arrival, q.running as running_at_arrival,
-    from matched as m
+    from matched_probe as m
     asof left join stats_series as q on q.engine = m.engine and q.instance = m.instance
-        and coalesce(m.client_start_ts, m.arrival_ts) >= q.ts
+        and m.queue_probe_ts >= q.ts
 ),
 
 client_cols as (
