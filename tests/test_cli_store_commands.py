@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import polars as pl
-import pytest
 from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

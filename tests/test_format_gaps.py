@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import polars as pl
 import pytest
 
 import wrapping as wr

@@ -15,7 +15,6 @@ import pytest
 from servelens.parsers import detect_engine
 from servelens.parsers.engines.llamacpp import parser as llamacpp
 from servelens.parsers.base import ParseContext, check_events, finalize, lines_frame, uncovered_lines
-from servelens.parsers.text import parse_text
 from servelens.pipeline.sources import lines as L
 
 REAL = Path(__file__).parent.parent / "sample_logs" / "llamacpp" / "real"

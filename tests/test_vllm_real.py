@@ -288,7 +288,7 @@ def _bench(rec: Recording, phase: str) -> dict:
     return json.loads(gzip.decompress((rec.dir / f"bench-{phase}.json.gz").read_bytes()))
 
 
-def _p(values: list[float], q: float) -> float:
+def linear_quantile(values: list[float], q: float) -> float:
     """The q-quantile with linear interpolation between the two nearest ranks."""
     v = sorted(values)
     pos = q * (len(v) - 1)
@@ -317,7 +317,7 @@ def test_every_headline_figure_is_the_clients(rec: Recording, tmp_path) -> None:
     nostream = (rec.extra.filter(pl.col("kind") == "non_streaming")
                 .select((pl.col("end") - pl.col("start")).alias("e2e"))["e2e"].to_list())
     n_hung_up = rec.extra.filter(pl.col("kind") == "disconnect").height
-    p99_ttft, p99_e2e = _p(ttfts, 0.99), _p(lats + nostream, 0.99)
+    p99_ttft, p99_e2e = linear_quantile(ttfts, 0.99), linear_quantile(lats + nostream, 0.99)
     # the log's estimates are whole seconds apart from these
     assert p99_ttft != float(round(p99_ttft))
 
@@ -338,7 +338,7 @@ def test_every_headline_figure_is_the_clients(rec: Recording, tmp_path) -> None:
     assert sig["latency_slo_e2e"] == pytest.approx(p99_e2e, abs=1e-6)
 
     # the report: an SLO at the client's median end-to-end latency
-    slo = round(_p(lats, 0.5), 3)
+    slo = round(linear_quantile(lats, 0.5), 3)
     slow = sum(1 for x in lats + nostream if x > slo)
     assert 0 < slow < len(lats)
     th = tmp_path / "slo.toml"

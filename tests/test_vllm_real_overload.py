@@ -20,6 +20,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from conftest import SAMPLE_LOGS
+from test_vllm_real import linear_quantile
 from typer.testing import CliRunner
 
 from servelens.pipeline.query.connect import run
@@ -29,15 +30,6 @@ PHASES = ("low", "over", "low2")
 # one whole window holding the run, and SLOs every request breaks: the signals carry the
 # run's own percentiles as their values
 ONE = {"window_s": 10_000_000, "slo_p99_ttft_s": 0.001, "slo_p99_e2e_s": 0.001}
-
-
-def _p(values: list[float], q: float) -> float:
-    """The q-quantile with linear interpolation between the two nearest ranks."""
-    v = sorted(values)
-    pos = q * (len(v) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(v) - 1)
-    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
 
 
 def _bench(phase: str) -> dict:
@@ -103,7 +95,7 @@ def test_failed_aborted_and_slow_counts_are_the_clients(store, client, tmp_path)
     n_hung_up = extra.filter(pl.col("kind") == "disconnect").height
     nostream = extra.filter(pl.col("kind") == "non_streaming").select((pl.col("end") - pl.col("start")).alias("e"))["e"]
     lats = ok["lat"].to_list() + nostream.to_list()
-    slo = round(_p(ok["lat"].to_list(), 0.5), 3)
+    slo = round(linear_quantile(ok["lat"].to_list(), 0.5), 3)
     slow = sum(1 for x in lats if x > slo)
     assert 0 < slow < len(lats)
     th = tmp_path / "slo.toml"
@@ -143,7 +135,7 @@ def test_headline_p99_ttft_and_e2e_are_the_clients(store, client, tmp_path) -> N
     extra = client["extra"]
     nostream = extra.filter(pl.col("kind") == "non_streaming").select((pl.col("end") - pl.col("start")).alias("e"))["e"]
     ttfts, lats = ok["ttft"].to_list(), ok["lat"].to_list() + nostream.to_list()
-    p99_ttft, p99_e2e = _p(ttfts, 0.99), _p(lats, 0.99)
+    p99_ttft, p99_e2e = linear_quantile(ttfts, 0.99), linear_quantile(lats, 0.99)
     q = run(store, "select ttft_source, n_requests, p99_ttft_s from ttft_queueing where engine = 'vllm'").row(0, named=True)
     assert q["ttft_source"] == "client" and q["n_requests"] == len(ttfts)
     assert q["p99_ttft_s"] == pytest.approx(p99_ttft, abs=1e-6)

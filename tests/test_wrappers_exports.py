@@ -4,7 +4,6 @@ the platform's time and instance labels, newest-first exports included."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import polars as pl
@@ -17,8 +16,7 @@ from servelens.parsers.text import parse_text
 
 import wrapping as wr
 from wrapping_exports import (
-    CW_STREAM, POD, cw_filter_log_events, cw_get_log_events, cw_insights, gcloud_json, gcp_array, gcp_entry, gcp_ndjson, ndjson,
-    loki_default, loki_jsonl, otlp_file,
+    POD, cw_filter_log_events, cw_get_log_events, cw_insights, gcloud_json, gcp_array, gcp_entry, gcp_ndjson, loki_default, loki_jsonl, otlp_file,
 )
 
 ROOT = Path(__file__).resolve().parent.parent

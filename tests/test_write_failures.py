@@ -5,7 +5,6 @@ cause is gone the same command does its job. Needs root (a small tmpfs, chattr);
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path

@@ -10,7 +10,8 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from .views import closure, resolve_variables, sql_files, view_name, view_sql
+from .views import closure, resolve_variables, sql_files, view_name
+from .views import view_sql as file_sql
 from ..store.integrity import PARQUET_MAGIC
 
 
@@ -38,7 +39,7 @@ _GETVAR = re.compile(r"getvariable\(\s*'(\w+)'\s*\)", re.I)
 def _texts(view: str = VIEW) -> tuple[tuple[str, str], ...]:
     """(view, text) of `view` and every view it reads, in load order."""
     need = closure({view})
-    return tuple((view_name(p), view_sql(p)) for p in sql_files() if view_name(p) in need)
+    return tuple((view_name(p), file_sql(p)) for p in sql_files() if view_name(p) in need)
 
 
 @functools.lru_cache(maxsize=16)

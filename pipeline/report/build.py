@@ -202,7 +202,7 @@ def build_report(
     for inst in instances:
         inst["verdict"] = verdicts.get((inst["engine"], inst["instance"]), "hold")
     summary = summarize(read_summary(con, since, until, instance), signals, verdicts)
-    summary["unassigned_clients"] = unassigned_clients(con)
+    summary["unassigned_clients"] = unassigned_clients(con, since, until)
     report = {
         "title": "servelens post-mortem",
         "generated_at": dt.datetime.now(dt.timezone.utc).replace(microsecond=0),
@@ -235,11 +235,15 @@ def build_report(
     return report
 
 
-def unassigned_clients(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+def unassigned_clients(con: duckdb.DuckDBPyConnection, since: dt.datetime | None = None,
+                       until: dt.datetime | None = None) -> list[dict[str, Any]]:
     """The client results files whose server the store cannot tell (several servers, none
-    named by the file): how many of their requests no instance counts, and why."""
+    named by the file): how many of their requests in [since, until) no instance counts, and
+    why."""
+    where, params = _range_sql("coalesce(client_start_ts, arrival_ts)", since, until)
     return _rows(con, "select client_source as source, count(*) as requests, min(client_unmatched) as why "
-                      "from requests where engine = 'client' group by client_source order by client_source")
+                      f"from requests where engine = 'client' {where} group by client_source order by client_source",
+                 params)
 
 
 def unassigned_line(sm: dict[str, Any]) -> str:
