@@ -76,6 +76,15 @@ def spark_views(spark, incident_store):
     """The views of `servelens views --dialect spark` created on Spark over the store's parts."""
     parts = [str(p) for p in committed_parts(incident_store)]
     spark.read.option("basePath", str(incident_store / "events")).parquet(*parts).createOrReplaceTempView("events")
+    # the scraped /metrics samples the views also read: none in this store, so an empty table
+    # of their schema, as DuckDB binds one
+    import pyarrow.parquet as pq
+
+    from servelens.pipeline.sources.samples import SAMPLE_SCHEMA
+
+    empty = incident_store.parent / "no-samples.parquet"
+    pq.write_table(SAMPLE_SCHEMA.empty_table(), empty)
+    spark.read.parquet(str(empty)).createOrReplaceTempView("samples")
     statements = views("spark", list(COMPARED))
     for name, sql in statements:
         spark.sql(sql.rstrip().rstrip(";"))

@@ -75,12 +75,12 @@ totals as (
         engine, instance, meaning, window_index, window_s,
         min(metric) as metric,
         min(model) as model,
-        max(cnt) filter (where isinf(le)) as n_obs,
-        max(le) filter (where not isinf(le)) as top_le,
+        max(cnt) filter (where le = cast('Infinity' as double)) as n_obs,
+        max(le) filter (where le <> cast('Infinity' as double)) as top_le,
         count(*) as n_buckets,
     from shaped
     group by all
-    having bool_or(isinf(le)) and count(*) >= 2
+    having bool_or(le = cast('Infinity' as double)) and count(*) >= 2
 ),
 
 levels(q) as (
@@ -94,7 +94,7 @@ picked as (
         t.engine, t.instance, t.meaning, t.window_index, l.q,
         t.top_le,
         l.q * t.n_obs as rank,
-        min(s.le) filter (where s.cnt >= l.q * t.n_obs and not isinf(s.le)) as b_le,
+        min(s.le) filter (where s.cnt >= l.q * t.n_obs and s.le <> cast('Infinity' as double)) as b_le,
     from totals as t
     cross join levels as l
     join shaped as s using (engine, instance, meaning, window_index)
