@@ -171,8 +171,10 @@ def test_window_metrics_and_signals_read_the_scraped_latency_and_preemptions(sto
             assert r["p99_e2e_s"] == pytest.approx(histogram_quantile(0.99, e2e[w]), rel=1e-9)
             assert r["p99_ttft_s"] == pytest.approx(histogram_quantile(0.99, ttft[w]), rel=1e-9)
             assert r["n_latency"] == e2e[w][math.inf] and r["latency_source"] == "scrape"
+            assert r["e2e_source"] == r["ttft_source"] == "scrape" and not r["e2e_estimated"]
         else:
             assert r["p99_e2e_s"] is None and r["n_latency"] == 0
+            assert r["e2e_source"] is None
     # vLLM 0.32 never prints its preemptions: the counter gives them, 0 in each window
     # (not null, "no data"); the counter's total over the windows is what the bodies say
     preempt = window_increases("vllm:num_preemptions_total")
@@ -180,8 +182,16 @@ def test_window_metrics_and_signals_read_the_scraped_latency_and_preemptions(sto
     assert sum(r["preemptions"] for r in wm.values()) == gauge("vllm:num_preemptions_total")[-1][1] - gauge("vllm:num_preemptions_total")[0][1]
     # an SLO the overload broke: the signal fires from the scraped percentile
     slo = histogram_quantile(0.99, e2e[max(e2e)]) - 1
-    sig = rows(store, "select signal, value from scaling_signals where signal = 'latency_slo_e2e'", slo_p99_e2e_s=slo)
+    sig = rows(store, "select * from scaling_signals where signal = 'latency_slo_e2e'", slo_p99_e2e_s=slo)
     assert [s["value"] for s in sig] == [pytest.approx(slo + 1, rel=1e-9)]
+    # ... and says the figure is a bucket estimate, not an exact or a log-timestamp one
+    assert sig[0]["estimated"] and sig[0]["unit"] == "s (p99 end-to-end, /metrics buckets)"
+    assert "bucket estimate of the server's /metrics histogram" in sig[0]["recommendation"]
+    assert "1 s log timestamps" not in sig[0]["recommendation"]
+    slo = histogram_quantile(0.99, ttft[max(ttft)]) / 2
+    sig = rows(store, "select * from scaling_signals where signal = 'latency_slo_ttft'", slo_p99_ttft_s=slo)
+    assert sig and all(s["estimated"] and "/metrics buckets" in s["unit"] for s in sig)
+    assert all("bucket estimate" in s["recommendation"] for s in sig)
 
 
 def test_availability_names_the_scrape(store):

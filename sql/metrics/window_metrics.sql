@@ -15,7 +15,9 @@
 --   requests.e2e_s / ttft_s; where no request of the window carries one, the bucket
 --   estimate of the server's /metrics histogram, scraped_latency), e2e_estimated,
 --   ttft_estimated (1 s log timestamps), latency_source (as in latency_percentiles:
---   'client' | 'wrapper' | 'log' | 'scrape' | 'mixed'),
+--   'client' | 'wrapper' | 'log' | 'scrape' | 'mixed'), e2e_source, ttft_source (the source of
+--   p99_e2e_s / p99_ttft_s: 'scrape' for a /metrics bucket estimate, else the requests'
+--   latency_source; null without a value),
 --   n_errors, n_severe_errors (engine_dead + cuda_oom), n_frontend (client-matched requests
 --   the server logged arriving in the window), frontend_delay_p90_s, frontend_delay_max_s (s;
 --   requests.frontend_delay_s: client send -> the server's arrival; null without a client
@@ -184,6 +186,8 @@ latency_best as (
         coalesce(l.p99_ttft_s, s.p99_ttft_s) as p99_ttft_s,
         l.e2e_estimated and l.p99_e2e_s is not null as e2e_estimated,
         l.ttft_estimated and l.p99_ttft_s is not null as ttft_estimated,
+        case when l.p99_e2e_s is not null then l.latency_source when s.p99_e2e_s is not null then 'scrape' end as e2e_source,
+        case when l.p99_ttft_s is not null then l.latency_source when s.p99_ttft_s is not null then 'scrape' end as ttft_source,
         case
             when (l.p99_e2e_s is null and s.p99_e2e_s is not null) or (l.p99_ttft_s is null and s.p99_ttft_s is not null)
                 then case when l.p99_e2e_s is null and l.p99_ttft_s is null then 'scrape' else 'mixed' end
@@ -248,6 +252,8 @@ joined as (
         coalesce(l.e2e_estimated, false) as e2e_estimated,
         coalesce(l.ttft_estimated, false) as ttft_estimated,
         l.latency_source,
+        l.e2e_source,
+        l.ttft_source,
         coalesce(e.n_errors, 0) as n_errors,
         coalesce(e.n_severe_errors, 0) as n_severe_errors,
         coalesce(f.n_frontend, 0) as n_frontend,

@@ -21,6 +21,9 @@
 --                     a benchmark client's exact figures wherever its results file names
 --                     the request (requests.latency_source).
 --   latency_slo_ttft  p99 TTFT > [slo_p99_ttft_s]: engines that log TTFT, or client figures.
+--                     Both latency signals fall back on the server's /metrics histograms
+--                     where no request of the window carries the latency: the unit then
+--                     says `/metrics buckets` and the row is estimated.
 --   throughput_swing  coefficient of variation of the window throughput over the last
 --                     [swing_lookback_windows] busy windows > [swing_cv] while the arrivals
 --                     (when logged) varied at most half as much and no backlog above
@@ -137,7 +140,9 @@ candidates as (
     select engine, instance, window_start, window_end, window_index, window_s,
         'latency_slo_e2e',
         case when p99_e2e_s >= 2 * p.slo_p99_e2e_s then 'critical' else 'warning' end,
-        p99_e2e_s, p.slo_p99_e2e_s, 's (p99 end-to-end)', e2e_estimated, 0.0,
+        p99_e2e_s, p.slo_p99_e2e_s,
+        case when e2e_source = 'scrape' then 's (p99 end-to-end, /metrics buckets)' else 's (p99 end-to-end)' end,
+        e2e_estimated or e2e_source = 'scrape', 0.0,
     from metrics, params as p
     where p99_e2e_s > p.slo_p99_e2e_s and n_latency >= p.slo_min_requests
 
@@ -145,7 +150,9 @@ candidates as (
     select engine, instance, window_start, window_end, window_index, window_s,
         'latency_slo_ttft',
         case when p99_ttft_s >= 2 * p.slo_p99_ttft_s then 'critical' else 'warning' end,
-        p99_ttft_s, p.slo_p99_ttft_s, 's (p99 time to first token)', ttft_estimated, 0.0,
+        p99_ttft_s, p.slo_p99_ttft_s,
+        case when ttft_source = 'scrape' then 's (p99 time to first token, /metrics buckets)' else 's (p99 time to first token)' end,
+        ttft_estimated or ttft_source = 'scrape', 0.0,
     from metrics, params as p
     where p99_ttft_s > p.slo_p99_ttft_s and n_latency >= p.slo_min_requests
 
@@ -222,7 +229,8 @@ episodes as (
         count(*) * any_value(window_s) as duration_s,
         case when signal = 'scheduler_limit' then min(value) else max(value) end as value,
         any_value(threshold) as threshold,
-        any_value(unit) as unit,
+        -- a window whose latency is a bucket estimate marks its episode's unit so
+        max(unit) as unit,
         coalesce(bool_or(estimated), false) as estimated,
         any_value(sustain_s) as sustain_s,
     from islands
@@ -278,10 +286,14 @@ final as (
                 end)
             when 'latency_slo_e2e' then format(
                 'p99 end-to-end latency was {:.1f} s, above the {:g} s SLO{}. Scale out (add replicas) to shorten queues and batches.',
-                value, threshold, case when estimated then ' (estimated from 1 s log timestamps)' else '' end)
+                value, threshold, case
+                    when unit like '%/metrics buckets%' then ' (a bucket estimate of the server''s /metrics histogram)'
+                    when estimated then ' (estimated from 1 s log timestamps)' else '' end)
             when 'latency_slo_ttft' then format(
-                'p99 time to first token was {:.2f} s, above the {:g} s SLO. Scale out, or lower the prefill token budget to interleave prefills.',
-                value, threshold)
+                'p99 time to first token was {:.2f} s, above the {:g} s SLO{}. Scale out, or lower the prefill token budget to interleave prefills.',
+                value, threshold, case
+                    when unit like '%/metrics buckets%' then ' (a bucket estimate of the server''s /metrics histogram)'
+                    when estimated then ' (estimated from 1 s log timestamps)' else '' end)
             when 'throughput_swing' then format(
                 'Throughput swung widely (stddev {:.0f}% of its mean over {} windows) while the offered load did not (or was not logged). Investigate memory fragmentation, KV swapping / CPU offload, or host-side stalls.',
                 100 * value, n_windows + (select swing_lookback_windows from params) - 1)
