@@ -28,7 +28,7 @@ demo: $(BIN)/servelens
 test: $(VENV)/.test-deps
 	@if [ -x tests/e2e/install_browser.sh ]; then tests/e2e/install_browser.sh; fi
 	@if [ -x tests/e2e/install_prometheus.sh ]; then tests/e2e/install_prometheus.sh; fi
-	@# the Spark group (tests/test_spark_views.py: the views on PySpark local[2] equal DuckDB's)
+	@# the Spark group (tests/query/test_spark_views.py: the views on PySpark local[2] equal DuckDB's)
 	@# needs the `spark` extra and Java 17, which this installs; it takes 2-3 min wall, 2 min
 	@# CPU of its own (docs/spark.md). Alone: $(BIN)/python -m pytest -q -m spark
 	PYTHON=$(BIN)/python tests/e2e/install_spark.sh

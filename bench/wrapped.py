@@ -10,8 +10,8 @@ Prints wall and CPU seconds (the fastest run) and MB/s per form; the decode stag
 the difference between a wrapped form and the verbatim one. `--paired` ingests the verbatim
 log and each form alternately (`--runs` pairs) and gives the median CPU ratio of the pairs,
 so that a shared machine's changing load falls on both sides of each ratio. The wrapped copies are written
-with the runtimes' splitting rules (tests/wrapping.py); with `--exports`, as Cloud Logging,
-CloudWatch, Datadog, Elastic / Kibana and Grafana hand the lines back (tests/wrapping_exports.py).
+with the runtimes' splitting rules (tests/helpers/wrapping.py); with `--exports`, as Cloud Logging,
+CloudWatch, Datadog, Elastic / Kibana and Grafana hand the lines back (tests/helpers/wrapping_exports.py).
 """
 
 from __future__ import annotations
@@ -25,10 +25,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 
-import wrapping  # noqa: E402
-import wrapping_exports  # noqa: E402
+from tests.helpers import wrapping, wrapping_exports  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -203,3 +203,18 @@ def test_the_load_order_is_computed_not_named(tmp_path):
     (tmp_path / "a_top.sql").write_text("create or replace view a_top as select * from z_base")
     (tmp_path / "z_base.sql").write_text("create or replace view z_base as select 1 as x")
     assert [view_name(p) for p in sql_files(tmp_path)] == ["z_base", "a_top"]
+
+
+def test_tests_live_in_rooms_that_mirror_the_code_and_never_edit_sys_path():
+    tests = ROOT / "tests"
+    flat = sorted(p.name for p in tests.glob("test_*.py"))
+    # only the project-wide checks sit at the top: architecture, docs, packaging, bench
+    assert flat == ["test_architecture.py", "test_bench.py", "test_docs.py", "test_packaging.py"]
+    code_rooms = {p.parent.name for p in (ROOT / "pipeline").glob("*/__init__.py")} | {"parsers", "sql", "dashboards", "ingest"}
+    for init in sorted(tests.glob("*/__init__.py")):
+        name = init.parent.name
+        assert name in code_rooms | {"helpers"}, f"tests/{name}/ mirrors no room of the code"
+        assert ast.get_docstring(ast.parse(init.read_text())), f"tests/{name}/ says nothing about itself"
+    edits = sorted(str(p.relative_to(ROOT)) for p in tests.rglob("*.py")
+                   if p.name != "test_architecture.py" and "sys.path" in p.read_text())
+    assert edits == []

@@ -70,10 +70,11 @@ def _res(requests: int, signals_s: float, parts: int, count_s: float) -> dict:
 def test_issue_20_targets_table():
     """Each target beside its figure and same-run baseline; met only when the figure is under
     the target on a store of the target's size, n/a when a smaller store meets it."""
-    import sys as _sys
+    import importlib.util
 
-    _sys.path.insert(0, str(ROOT / "bench"))
-    import report
+    spec = importlib.util.spec_from_file_location("bench_report", ROOT / "bench" / "report.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
 
     rows = {t[0].split(" <")[0]: t for t in report.targets(_res(10_500_000, 0.8, 3000, 1.4))}
     sig = rows["`scaling_signals`"]

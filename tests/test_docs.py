@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 import typer.main
-from conftest import REPO
+from tests.helpers.common import REPO
 
 from servelens.parsers.schema import COLUMN_NAMES, schema_markdown
 from servelens.pipeline.cli.app import app, build_app

@@ -23,7 +23,7 @@ so that a view means the same on another engine:
   `format('{:.1f}', x)` becomes `format_string('%.1f', x)`; `try(...)` and `materialized`
   hints are dropped (other engines' JSON functions return null on bad input).
 
-The result for Spark is tested against DuckDB's answers on PySpark (tests/test_spark_views.py);
+The result for Spark is tested against DuckDB's answers on PySpark (tests/query/test_spark_views.py);
 Trino's is translated the same way but not run here (see docs/spark.md).
 """
 
@@ -518,7 +518,7 @@ def translate_view(
 def portable_duckdb(path: Path, variables: Mapping[str, Any], probe: _Probe | None = None) -> str:
     """The view of `path` after the structural rewrites only (stars spelled out, ASOF joins
     as a union and a window), still DuckDB SQL: DuckDB can then check that they keep the
-    view's answers (tests/test_views_cli.py)."""
+    view's answers (tests/query/test_views_cli.py)."""
     tree = sqlglot.parse_one(view_sql(path), read="duckdb")
     probe = probe or _Probe(variables)
     _expand_stars(tree, probe)

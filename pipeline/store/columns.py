@@ -4,7 +4,7 @@ column reads as, in the schema's order.
 The Arrow schemas (parsers/schema.py EVENT_SCHEMA, pipeline/sources/samples.py SAMPLE_SCHEMA)
 are the definition; these are what the SQL built over the store needs of them, kept here so
 that a query (`servelens sql`) binds `events` and `samples` without importing pyarrow or
-polars. tests/test_lean_sql.py checks that both agree with the Arrow schemas
+polars. tests/query/test_lean_sql.py checks that both agree with the Arrow schemas
 (pipeline/store/layout.py `duckdb_type`): a column added there must be added here.
 """
 

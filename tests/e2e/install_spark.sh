@@ -1,5 +1,5 @@
 #!/bin/sh
-# Install what the Spark comparison tests (tests/test_spark_views.py) need: the `spark` extra
+# Install what the Spark comparison tests (tests/query/test_spark_views.py) need: the `spark` extra
 # (PySpark, which bundles Spark itself: no download at run time) into the project's virtualenv,
 # and a Java runtime (Debian's OpenJDK 17) when there is none. Idempotent. Needs root for apt;
 # without root it only says what to run.

@@ -1,0 +1,1 @@
+"""Tests of pipeline/cli/: commands as a person runs them."""

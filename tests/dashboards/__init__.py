@@ -1,0 +1,1 @@
+"""Tests of dashboards/: Streamlit AppTest and headless Chromium."""

@@ -1,0 +1,1 @@
+"""Shared test helpers (no tests here): stores, writers of wrapped and exported logs, a fake engine."""

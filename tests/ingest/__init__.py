@@ -1,0 +1,1 @@
+"""Tests of pipeline/ingest.py: the one-shot ingest, its progress, interruptions and write failures."""

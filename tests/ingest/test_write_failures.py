@@ -1,0 +1,97 @@
+"""Every writer stopped by the file system (a full disk, an immutable manifest) ends in one
+line saying what to do, exit 1, no traceback, and the store answers as before; after the
+cause is gone the same command does its job. Needs root (a small tmpfs, chattr); CI is root."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+LOG = (Path(__file__).resolve().parents[2] / "sample_logs" / "incident" / "vllm" / "vllm-a.log").read_bytes()
+EXE = str(Path(sys.executable).parent / "servelens")
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to mount a tmpfs and set chattr +i")
+
+
+def sl(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([EXE, *args], capture_output=True, text=True, timeout=300)
+
+
+def count(store: Path) -> str:
+    r = sl("sql", "select count(*) as n, max(line) as m from events", "--store", str(store), "-f", "csv")
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def grow(store: Path, work: Path, pieces: int = 4) -> None:
+    """A store of several parts: the same log ingested as it grew."""
+    log = work / "vllm.log"
+    for i in range(1, pieces + 1):
+        log.write_bytes(LOG[: LOG.index(b"\n", len(LOG) * i // (pieces + 1)) + 1])
+        assert sl("ingest", str(log), "--store", str(store), "-q").returncode == 0
+
+
+@pytest.fixture
+def tiny_fs(tmp_path):
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mnt)], check=True)
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def one_line(r: subprocess.CompletedProcess, *words: str) -> None:
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith("servelens: error: ") and "what was committed before is intact" in r.stderr
+    for w in words:
+        assert w in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("command", [["compact"], ["prune", "--before", "2026-05-12T08:02Z"]])
+def test_a_full_disk(tiny_fs, tmp_path, command):
+    store = tiny_fs / "store"
+    grow(store, tiny_fs)
+    (tiny_fs / "vllm.log").unlink()
+    before = count(store)
+    fill = tiny_fs / "fill"
+    with open(fill, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+        except OSError:
+            pass
+    one_line(sl(*command, "--store", str(store)), "No space left on device", "free some space")
+    fill.unlink()
+    assert count(store) == before
+    assert sl("check", "--store", str(store)).returncode == 0
+    assert sl(*command, "--store", str(store)).returncode == 0
+
+
+@pytest.mark.parametrize("command", ["ingest", "compact", "prune"])
+def test_an_immutable_manifest(tmp_path, command):
+    store = tmp_path / "store"
+    grow(store, tmp_path, pieces=2 if command == "ingest" else 4)
+    manifest = store / "manifest.json"
+    args = {"ingest": ["ingest", str(tmp_path / "vllm.log"), "-q"], "compact": ["compact"],
+            "prune": ["prune", "--before", "2026-05-12T08:02Z"]}[command]
+    if command == "ingest":
+        (tmp_path / "vllm.log").write_bytes(LOG)
+    before = count(store)
+    if subprocess.run(["chattr", "+i", str(manifest)], capture_output=True).returncode != 0:
+        pytest.fail("chattr +i is not supported on this file system")
+    try:
+        one_line(sl(*args, "--store", str(store)), "Operation not permitted", "immutable")
+        assert count(store) == before
+    finally:
+        subprocess.run(["chattr", "-i", str(manifest)], check=True)
+    assert sl(*args, "--store", str(store)).returncode == 0
+    if command == "ingest":
+        # every line once: as a store that ingested the whole log in one go holds it
+        ref = tmp_path / "ref"
+        assert sl("ingest", str(tmp_path / "vllm.log"), "--store", str(ref), "-q").returncode == 0
+        assert count(store) == count(ref) and count(store).split(",")[-1].strip() == str(LOG.count(b"\n"))

@@ -1,0 +1,1 @@
+"""Tests of pipeline/query/: connecting, the SQL sandbox and its limits, time ranges, dialects."""

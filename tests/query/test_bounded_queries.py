@@ -1,0 +1,77 @@
+"""Limits that hold for one huge value: `servelens sql` (a real process, as a user runs it)
+stops a query whose single function call builds gigabytes or computes for seconds past the
+limits DuckDB itself checks, in one line, within the limit plus a grace, with the child's
+memory bounded. Truth: the kernel's accounting of the process tree (wait4's max RSS)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SERVELENS = Path(sys.executable).parent / "servelens"
+INCIDENT = Path(__file__).resolve().parents[2] / "sample_logs" / "incident" / "vllm"
+MB = 10**6
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    s = tmp_path_factory.mktemp("bounded") / "store"
+    subprocess.run([str(SERVELENS), "ingest", str(INCIDENT), "--store", str(s), "-q"], check=True,
+                   capture_output=True)
+    return s
+
+
+def sql(store: Path, query: str, *opts: str) -> tuple[int, str, str, float, int]:
+    """exit code, stdout, stderr, wall seconds, the largest RSS of the command and its child."""
+    started = time.monotonic()
+    pid = os.posix_spawn(str(SERVELENS), [str(SERVELENS), "sql", query, "--store", str(store), *opts],
+                         {**os.environ, "COLUMNS": "120"}, file_actions=[
+                             (os.POSIX_SPAWN_OPEN, 1, str(store.parent / "out"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644),
+                             (os.POSIX_SPAWN_OPEN, 2, str(store.parent / "err"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)])
+    _, status, usage = os.wait4(pid, 0)
+    wall = time.monotonic() - started
+    out, err = (store.parent / "out").read_text(), (store.parent / "err").read_text()
+    return os.waitstatus_to_exitcode(status), out, err, wall, usage.ru_maxrss * 1024
+
+
+@pytest.mark.parametrize("value", [
+    "length(lpad('x', 500000000, 'y'))",
+    "len(list_resize([1], 200000000))",
+    "length(repeat('abcd', 150000000))",
+])
+def test_one_huge_value_is_stopped_at_the_memory_limit(store, value):
+    code, out, err, wall, rss = sql(store, f"select {value} as n", "--timeout", "30", "--memory-limit", "200MB")
+    assert code == 1 and out == ""
+    assert err.count("\n") == 1 and err.startswith("servelens: error: the query went past its memory limit of 200.0 MB")
+    assert "--memory-limit" in err and "Traceback" not in err
+    # the child may reach the limit, the margin for a result and the process's own size
+    assert rss < 200 * MB + 256 * 2**20 + 400 * MB
+
+
+def test_one_long_call_is_stopped_at_the_time_limit(store):
+    # levenshtein keeps two rows of its table: one call of seconds in little memory, so the
+    # time limit, not the memory limit, is what stops it
+    code, out, err, wall, _ = sql(store, "select levenshtein(repeat('ab', 40000), repeat('ba', 40000)) as d",
+                                  "--timeout", "1")
+    assert code == 1 and out == ""
+    assert err == ("servelens: error: the query ran past its 1 s time limit and was stopped; "
+                   "raise it with --timeout SECONDS or $SERVELENS_QUERY_TIMEOUT\n")
+    # unbounded, this one call runs for minutes (DuckDB checks its interrupt only between
+    # calls); stopped, the limit plus the grace and the process's start: a loose bound that
+    # only a kill that did not happen comes near
+    assert wall < 20
+
+
+def test_ordinary_queries_answer_as_before(store):
+    code, out, err, _, _ = sql(store, "select count(*) as n from events where event = 'request_finished'",
+                               "-f", "csv", "--memory-limit", "200MB")
+    assert code == 0, err
+    finished = sum(p.read_text().count("Finished request") for p in INCIDENT.glob("*.log"))
+    assert out == f"n\n{finished}\n" and finished > 0
+    code, out, err, _, _ = sql(store, "select * from nosuchview")
+    assert code == 1 and err.startswith("servelens: error: no table or view named nosuchview")

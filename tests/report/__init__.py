@@ -1,0 +1,1 @@
+"""Tests of pipeline/report/: the post-mortem report and its safety."""

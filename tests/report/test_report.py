@@ -1,0 +1,255 @@
+"""The post-mortem report: the data it gathers from the views, its three renderings, and the
+`servelens report` command over a real store."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from servelens.pipeline.report.build import build_report, render
+from tests.helpers.sql_helpers import at, connect_events, ev, events_frame
+
+
+def incident_events():
+    evs = [ev("capacity", 0, max_num_seqs=64)]
+    for t in range(0, 600, 10):
+        busy = 120 <= t < 360
+        evs.append(ev("engine_stats", t, running=64 if busy else 20, waiting=25 if busy else 0,
+                      kv_usage=0.97 if t == 300 else 0.4, gen_tps=500.0,
+                      attrs='{"preemptions": 2}' if t == 300 else None))
+    evs.append(ev("error", 305, level="ERROR", message="torch.OutOfMemoryError: CUDA out of memory."))
+    evs.append(ev("error", 400, level="ERROR", message="EngineCore encountered a fatal error."))
+    for i, e2e in enumerate([1.0, 2.0, 3.0, 40.0, 5.0, 6.0, 7.0]):
+        evs.append(ev("request", 60 + i, engine="tgi", instance="t1", e2e_s=e2e, queue_s=0.1, inference_s=e2e - 0.2))
+    return evs
+
+
+@pytest.fixture(scope="module")
+def con():
+    return connect_events(events_frame(incident_events()))
+
+
+def test_report_gathers_timeline_peaks_and_recommendations(con):
+    r = build_report(con)
+    assert [i["instance"] for i in r["instances"]] == ["i1", "t1"]
+    i1 = r["instances"][0]
+    assert i1["first_error"]["kind"] == "cuda_oom" and i1["first_error"]["first_ts"] == at(305)
+    assert i1["peaks"]["waiting"] == {"value": 25, "ts": at(120), "source": "logged"}
+    assert i1["peaks"]["kv_usage"] == {"value": 0.97, "ts": at(300), "source": "logged"}
+    assert i1["preemptions"]["preemptions"] == 2
+    assert i1["peaks"]["p99_e2e_s"] is None  # vLLM stats only: no latency
+    sigs = [(s["signal"], s["window_start"]) for s in i1["signals"]]
+    assert ("queue_backlog", at(120)) in sigs and ("kv_pressure", at(300)) in sigs and ("errors", at(300)) in sigs
+    assert i1["recommendations"][0]["severity"] == "critical"
+    whats = [t["what"] for t in i1["timeline"]]
+    assert whats[0] == "first log line in range" and whats[-1] == "last log line in range"
+    assert "first cuda_oom error (FIRST ERROR)" in whats and "first engine_dead error" in whats
+    t1 = r["instances"][1]
+    assert [q["e2e_s"] for q in t1["slowest_requests"]][:3] == [40.0, 7.0, 6.0]
+    assert t1["peaks"]["kv_usage"] is None
+    assert any(a["metric"] == "kv_usage" and not a["available"] for a in t1["availability"])
+
+
+def test_report_range_and_instance_filter(con):
+    r = build_report(con, since=at(0), until=at(100), instance="i1")
+    assert [i["instance"] for i in r["instances"]] == ["i1"]
+    i1 = r["instances"][0]
+    assert i1["first_error"] is None and i1["signals"] == []
+    assert i1["peaks"]["waiting"]["value"] == 0 and i1["last_ts"] == at(90)
+    assert build_report(con, since=at(10_000))["instances"] == []
+
+
+def test_renderings(con):
+    r = build_report(con)
+    md = render(r, "md")
+    assert "## i1 (vllm)" in md and "### Timeline" in md and "### Recommendations" in md
+    assert "| queue (waiting requests) | 25 | 2026-05-12 08:02:00Z |" in md
+    assert "KV-cache usage | not available: TGI logs no KV-cache usage" in md
+    assert "**First error:** 2026-05-12 08:05:05Z cuda_oom" in md
+    html = render(r, "html")
+    assert html.startswith("<!doctype html>") and "<h2 id='i-t1-tgi'>t1 (tgi): " in html and "<script" not in html
+    data = json.loads(render(r, "json"))
+    assert data["instances"][0]["first_error"]["first_ts"] == "2026-05-12T08:05:05Z"
+    assert data["instances"][1]["slowest_requests"][0]["e2e_s"] == 40.0
+    with pytest.raises(ValueError):
+        render(r, "pdf")
+
+
+VLLM_LOG = """\
+INFO 05-12 08:00:01 [loggers.py:123] Engine 000: Avg prompt throughput: 120.0 tokens/s, Avg generation throughput: 300.0 tokens/s, Running: 10 reqs, Waiting: 0 reqs, GPU KV cache usage: 30.0%, Prefix cache hit rate: 0.0%
+INFO 05-12 08:00:11 [loggers.py:123] Engine 000: Avg prompt throughput: 120.0 tokens/s, Avg generation throughput: 300.0 tokens/s, Running: 10 reqs, Waiting: 2 reqs, GPU KV cache usage: 95.0%, Prefix cache hit rate: 0.0%
+ERROR 05-12 08:00:21 [core.py:708] EngineCore encountered a fatal error.
+"""
+
+
+def test_report_command_over_a_store(tmp_path):
+    from servelens.pipeline.cli.app import app, build_app
+
+    build_app()
+    log = tmp_path / "gpu-a.log"
+    log.write_text(VLLM_LOG)
+    store = tmp_path / "st"
+    runner = CliRunner()
+    res = runner.invoke(app, ["ingest", str(log), "--store", str(store), "--year", "2026", "-q"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["report", "--store", str(store)])
+    assert res.exit_code == 0, res.output
+    assert "## gpu-a (vllm)" in res.output and "EngineCore encountered a fatal error." in res.output
+    out = tmp_path / "r.json"
+    res = runner.invoke(app, ["report", "--store", str(store), "--format", "json", "-o", str(out),
+                              "--since", "2026-05-12T08:00:05Z"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.read_text())
+    assert data["instances"][0]["peaks"]["kv_usage"]["value"] == pytest.approx(0.95)
+    assert data["instances"][0]["first_ts"] == "2026-05-12T08:00:11Z"
+    res = runner.invoke(app, ["report", "--store", str(store), "--instance", "nope"])
+    assert res.exit_code == 1 and "no events of instance 'nope'" in res.output
+    res = runner.invoke(app, ["report", "--store", str(store), "--format", "pdf"])
+    assert res.exit_code == 1 and "unknown --format" in res.output
+
+
+def test_report_says_when_the_log_records_no_request_ends():
+    # vLLM V1: arrivals only
+    con = connect_events(events_frame([
+        ev("request_arrived", 1, request_id="a"),
+        ev("request_arrived", 2, request_id="b"),
+    ]))
+    r = build_report(con)
+    assert r["instances"][0]["requests"] == {"finished": None, "aborted": 0, "failed": 0, "arrived": 2}
+    assert "requests arrived: 2 (this log records no request ends)" in render(r, "md")
+
+
+def test_parse_time_defaults_to_utc():
+    import datetime as dt
+
+    from servelens.pipeline.query.timerange import parse_time
+
+    utc = dt.timezone.utc
+    assert parse_time("2026-05-12T08:00Z") == dt.datetime(2026, 5, 12, 8, 0, tzinfo=utc)
+    assert parse_time("2026-05-12 08:00") == dt.datetime(2026, 5, 12, 8, 0, tzinfo=utc)
+    assert parse_time("2026-05-12T10:00:00+02:00") == dt.datetime(2026, 5, 12, 8, 0, tzinfo=utc)
+    with pytest.raises(ValueError, match="cannot read time"):
+        parse_time("the day before yesterday")
+
+
+# --- the executive summary, on the bundled incident ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def incident_report(tmp_path_factory):
+    from tests.helpers.dashboard_store import build_store
+    from servelens.pipeline.query.connect import connect
+
+    store = build_store(tmp_path_factory.mktemp("incident"))
+    con = connect(store)
+    try:
+        yield store, build_report(con, charts=True)
+    finally:
+        con.close()
+
+
+def _first_paragraph(md: str) -> str:
+    after = md.split("## Summary", 1)[1].strip()
+    return after.split("\n\n", 1)[0]
+
+
+def _truth_failed() -> dict[str, int]:
+    """Requests the simulator failed (status `error`: in the server when its engine died), per
+    instance, from the truth files beside the sample logs."""
+    import polars as pl
+    from tests.helpers.dashboard_store import INCIDENT
+
+    truth = pl.concat([pl.read_parquet(p).select("instance", "status") for p in sorted(INCIDENT.glob("*/truth_requests.parquet"))])
+    return dict(truth.filter(pl.col("status") == "error").group_by("instance").len().sort("instance").iter_rows())
+
+
+def _truth_slo_breach_minutes() -> float:
+    """Minutes in which an instance's p99 e2e (over >= 5 finished requests, per the default
+    thresholds) was above the 30 s SLO, from the truth files; TensorRT-LLM's log has no
+    per-request latency (metric_availability says so), so its breaches cannot be seen."""
+    import polars as pl
+    from tests.helpers.dashboard_store import INCIDENT
+
+    truth = pl.concat([pl.read_parquet(p).select("instance", "status", "finish_ts", "e2e_s")
+                       for p in sorted(INCIDENT.glob("*/truth_requests.parquet")) if p.parent.name != "trtllm"])
+    windows = (truth.filter(pl.col("status") == "ok")
+               .group_by("instance", pl.col("finish_ts").dt.truncate("1m"))
+               .agg(pl.len().alias("n"), pl.col("e2e_s").quantile(0.99, "linear").alias("p99")))
+    return float(windows.filter((pl.col("n") >= 5) & (pl.col("p99") > 30.0)).height)
+
+
+def test_summary_first_paragraph_says_who_crashed_how_many_failed_and_what_to_do(incident_report):
+    store, r = incident_report
+    failed = _truth_failed()
+    assert sorted(failed) == ["tgi-a", "trtllm-a", "vllm-a"]
+    first = _first_paragraph(render(r, "md"))
+    assert "tgi-a, trtllm-a and vllm-a died of CUDA out-of-memory at 08:02-08:03 UTC" in first
+    per = ", ".join(f"{i} {n}" for i, n in failed.items())
+    assert f"failing {sum(failed.values())} requests ({per})" in first
+    assert "scale out the survivors (tgi-b, trtllm-b and vllm-b)" in first
+    assert "Traffic surged from 08:01:00 UTC" in first
+    # the likely cause is the fleet's first error, with where to read it
+    assert "(sample_logs/incident/trtllm/trtllm-a.log:211)" in first
+    sm = r["summary"]
+    assert [c["instance"] for c in sm["crashed"]] == ["tgi-a", "trtllm-a", "vllm-a"]
+    assert sm["impact"]["failed"] == sum(failed.values()) and sm["impact"]["aborted"] == 0
+    # slow requests: finished above the 30 s SLO, counted off the requests view
+    from servelens.pipeline.query.connect import run
+
+    slow = run(store, "select count(*) as n from requests where status = 'finished' and e2e_s > 30")["n"][0]
+    assert sm["impact"]["slow"] == slow > 0
+    assert sm["impact"]["slo_breach_minutes"] == _truth_slo_breach_minutes()
+    assert [t["ts"] for t in sm["timeline"]] == sorted(t["ts"] for t in sm["timeline"])
+    vb = next(a for a in sm["actions"] if a["instance"] == "vllm-b")
+    assert vb["verdict"] == "scale out"
+
+
+def test_summary_follows_the_range(incident_report):
+    store, _ = incident_report
+    from servelens.pipeline.query.connect import connect
+
+    con = connect(store)
+    try:
+        r = build_report(con, until=at(60))  # before the surge and the crash
+    finally:
+        con.close()
+    sm = r["summary"]
+    assert sm["crashed"] == [] and sm["impact"]["failed"] == 0
+    assert "died" not in sm["headline"] and "Impact: 0 requests failed" in sm["headline"]
+
+
+def test_html_report_is_one_offline_file_with_toc_and_charts(incident_report):
+    import re
+
+    _, r = incident_report
+    html = render(r, "html")
+    assert "<script" not in html and "<link" not in html
+    assert not re.findall(r"(?:src|href)=['\"]https?:", html)
+    assert html.count("<svg") == 3 and "id='chart-queue'" in html and "id='chart-latency'" in html
+    assert "<nav><h2>Contents</h2>" in html
+    for anchor in ("summary", "impact", "cause", "todo", "charts", "i-vllm-a-vllm"):
+        assert f"href='#{anchor}'" in html and f"id='{anchor}'" in html
+    data = json.loads(render(r, "json"))
+    assert "charts" not in data
+    assert data["summary"]["headline"] == r["summary"]["headline"]
+    assert data["summary"]["impact"]["failed"] == sum(_truth_failed().values())
+    assert data["summary"]["likely_cause"]["line"] == 211
+
+
+def test_extra_sections_come_from_section_modules(monkeypatch, con):
+    import types
+
+    from servelens.pipeline.report import build as report_mod
+
+    mod = types.ModuleType("servelens.pipeline._test_section")
+    mod.report_section = lambda c, rep: {"id": "extra", "title": "Extra facts", "lines": ["**42** things"], "data": {"n": 42}}
+    monkeypatch.setitem(sys.modules, "servelens.pipeline._test_section", mod)
+    monkeypatch.setattr(report_mod, "SECTION_MODULES", ("_test_section",))
+    r = build_report(con)
+    md = render(r, "md")
+    assert md.index("## Extra facts") < md.index("## Instances")
+    assert "<h2 id='s-extra'>Extra facts</h2><p><b>42</b> things</p>" in render(r, "html").replace("\n", "")
+    assert json.loads(render(r, "json"))["sections"][0]["data"] == {"n": 42}

@@ -1,0 +1,1 @@
+"""Tests of pipeline/serve/: the exporter, its HTTP behaviour and Prometheus."""

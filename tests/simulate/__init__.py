@@ -1,0 +1,1 @@
+"""Tests of pipeline/simulate/: simulated logs, their formats and truth."""

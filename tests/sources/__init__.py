@@ -1,0 +1,1 @@
+"""Tests of pipeline/sources/ and the samples sources (scrape, Prometheus API): discovery, fingerprints, lines."""

@@ -1,0 +1,70 @@
+"""The block hold-back: where a block is cut so that no record is split across chunks.
+
+`last_record_start` looks only at the block's last lines when the parser declares its
+`RECORD_LOOKBACK`; it must give exactly what the parser's `record_starts` over the whole
+block gives, for every engine's real multi-line records (tracebacks, tables, dumps)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from servelens.parsers import get_parser
+from servelens.pipeline.sources import lines as L
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+
+
+def _fixture_lines(engine: str) -> list[str]:
+    texts: list[str] = []
+    for path in sorted((FIXTURES / engine).glob("*.log")):
+        texts += path.read_text(encoding="utf-8").splitlines()
+    return texts
+
+
+def _long_python_traceback(frames: int) -> list[str]:
+    body = ["Traceback (most recent call last):"]
+    for k in range(frames):
+        body += [f'  File "/app/mod{k}.py", line {k + 1}, in f{k}', f"    g{k}()"]
+    return body + ["RuntimeError: CUDA error: out of memory"]
+
+
+@pytest.mark.parametrize("window", [1, 2, 16])
+@pytest.mark.parametrize("engine", ["vllm", "tgi", "trtllm"])
+def test_the_tail_windows_give_the_whole_block_answer(engine, window, monkeypatch):
+    monkeypatch.setattr(L, "TAIL_WINDOW_LINES", window)
+    parser = get_parser(engine)
+    if engine in ("vllm", "tgi"):  # the engines whose look-back lets ingest use a window
+        assert getattr(parser, "RECORD_LOOKBACK", None) is not None
+    texts = _fixture_lines(engine)
+    assert len(texts) > 50
+    # every block end inside the fixtures: cuts inside tracebacks, tables and dumps included
+    for n in range(2, len(texts) + 1):
+        block = pl.Series("text", texts[:n], dtype=pl.String)
+        assert L.last_record_start(parser, block) == L._last_start(parser, block), (engine, n)
+
+
+@pytest.mark.parametrize(
+    "engine, head, record",
+    [
+        # TensorRT-LLM: the traceback is a record of its own (line 2)
+        ("trtllm", "[TensorRT-LLM][INFO] Loaded engine size: 12 MiB", 2),
+        # vLLM: it continues the ERROR line behind the same header (line 1)
+        ("vllm", "ERROR 06-10 14:23:45 [core.py:343] EngineCore hit an exception", 1),
+    ],
+)
+def test_a_traceback_longer_than_the_window_is_not_cut(engine, head, record, monkeypatch):
+    """A block that ends inside a traceback longer than the window: no frame is taken for
+    a record start, so the traceback stays one record."""
+    monkeypatch.setattr(L, "TAIL_WINDOW_LINES", 4)
+    parser = get_parser(engine)
+    frames = _long_python_traceback(40)
+    if engine == "vllm":  # vLLM prints each traceback line behind the same header
+        frames = [head.replace("EngineCore hit an exception", "") + f for f in frames]
+    texts = ["INFO 06-10 14:23:44 [loggers.py:116] Engine 000: Avg prompt throughput: 1.0 tokens/s", head, *frames]
+    block = pl.Series("text", texts, dtype=pl.String)
+    expected = L._last_start(parser, block)
+    assert expected == record
+    assert L.last_record_start(parser, block) == expected

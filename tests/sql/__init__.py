@@ -1,0 +1,1 @@
+"""Tests of the views in sql/ against truth files, real recordings and scrapes."""

@@ -1,0 +1,98 @@
+"""Shared views (pipeline/query/shared.py): a one-query connection computes `requests` and
+`engine_stats` once into temporary tables when the query reads them through several views.
+The answers must be those of the views derived afresh at each reference (shared=False), on
+the sample sets, a simulated store and a time range; a query reading a view once keeps it a
+view."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from servelens.pipeline.ingest import ingest
+from servelens.pipeline.query.connect import connect
+from servelens.pipeline.query.connect import run
+from servelens.pipeline.query.shared import reads
+from servelens.pipeline.query.views import closure
+from servelens.pipeline.query.timerange import TimeRange
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLES = REPO / "sample_logs"
+UTC = dt.timezone.utc
+
+
+def answer(store: Path, view: str, shared: bool, time_range=None) -> pl.DataFrame:
+    con = connect(store, views={view}, rollups=False, shared=shared, time_range=time_range)
+    try:
+        return pl.from_arrow(con.sql(f"select * from {view} order by all").to_arrow_table())
+    finally:
+        con.close()
+
+
+def temp_tables(store: Path, view: str, **kw) -> set[str]:
+    con = connect(store, views={view}, rollups=False, **kw)
+    try:
+        return {r[0] for r in con.execute("select table_name from duckdb_tables() where temporary").fetchall()}
+    finally:
+        con.close()
+
+
+def test_reads_counts_the_paths_to_a_view():
+    wm = reads(["window_metrics"], closure(["window_metrics"]))
+    # throughput, request_state (read by queue_depth, batch_fill and window_metrics) and
+    # window_metrics itself
+    assert wm["requests"] == 5
+    assert wm["request_state"] == 3
+    assert wm["window_metrics"] == 1
+    assert reads(["latency_percentiles"], closure(["latency_percentiles"]))["requests"] == 1
+    # window_metrics bound over its rollup reads nothing beneath it
+    both = reads(["latency_percentiles", "window_metrics"], closure(["latency_percentiles", "window_metrics"], leaves={"window_metrics"}),
+                 leaves={"window_metrics"})
+    assert both["requests"] == 1 and "throughput" not in both
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory) -> dict[str, Path]:
+    out = {}
+    for name in ("incident", "vllm", "tgi", "client"):
+        store = tmp_path_factory.mktemp(f"st-{name}")
+        ingest([SAMPLES / name], store, rollups=False)
+        out[name] = store
+    return out
+
+
+@pytest.mark.parametrize("name", ["incident", "vllm", "tgi", "client"])
+@pytest.mark.parametrize("view", ["window_metrics", "incident_summary", "metric_availability"])
+def test_shared_answers_equal_the_views(stores, name, view):
+    store = stores[name]
+    assert "shared_requests" in temp_tables(store, view)
+    assert "shared_requests" not in temp_tables(store, view, shared=False)
+    a, b = answer(store, view, True), answer(store, view, False)
+    if name == "client" and view != "metric_availability":
+        # benchmark results files only, no server log: no instance has windows or a summary
+        assert a.height == 0
+    else:
+        assert a.height > 0
+    assert_frame_equal(a, b, check_exact=False, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def test_a_view_read_once_is_not_materialised(stores):
+    assert temp_tables(stores["incident"], "latency_percentiles") == set()
+    assert temp_tables(stores["incident"], "events") == set()
+
+
+def test_shared_in_a_time_range(stores):
+    store = stores["incident"]
+    lo, hi = run(store, "select min(ts) as lo, max(ts) as hi from events").row(0)
+    rng = TimeRange(lo + (hi - lo) / 3, lo + 2 * (hi - lo) / 3)
+    for view in ("window_metrics", "incident_summary"):
+        a, b = answer(store, view, True, rng), answer(store, view, False, rng)
+        assert a.height > 0
+        assert_frame_equal(a, b, check_exact=False, rel_tol=1e-9, abs_tol=1e-12)
+    # run's own path (the user's SQL) shares too, and answers the same
+    got = run(store, "select * from window_metrics order by all", rollups=False, time_range=rng)
+    assert_frame_equal(got, answer(store, "window_metrics", False, rng), check_exact=False, rel_tol=1e-9, abs_tol=1e-12)

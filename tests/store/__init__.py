@@ -1,0 +1,1 @@
+"""Tests of pipeline/store/: manifest, commit, integrity, compact, prune, repair, remote stores, rollups."""

@@ -1,0 +1,472 @@
+"""Rollups (pipeline/query/rollups.py): the stored views (requests, request_state, window_metrics)
+must answer exactly what the raw views answer, on every sample set, on simulated stores, and after every way a store changes
+(a tail of many small commits, re-ingest, compaction, a lost rollup file and repair); when it
+cannot (dirty marks, other variables) the raw path answers."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+from pathlib import Path
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+from typer.testing import CliRunner
+
+from servelens.pipeline.query import rollups as rollup
+from servelens.pipeline.query import stored
+from servelens.pipeline.tail import tailer as tail_mod
+from servelens.pipeline.tail import identity as tail_identity
+from servelens.pipeline.cli.app import app, build_app
+from servelens.pipeline.ingest import ingest
+from servelens.pipeline.query.connect import connect
+from servelens.pipeline.query.connect import run
+from servelens.pipeline.store.commit import Store
+from servelens.pipeline.store.manifest import read_manifest
+from servelens.pipeline.tail.tailer import Tailer
+from servelens.pipeline.tail.watch import Targets
+from servelens.pipeline.query.timerange import TimeRange
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLES = REPO / "sample_logs"
+UTC = dt.timezone.utc
+# the stored views, and views over them (compared through the rollups and raw)
+VIEWS = ("requests", "request_state", "window_metrics", "scaling_signals", "latency_percentiles", "queue_depth")
+
+build_app()
+runner = CliRunner()
+
+
+def cli(*args) -> str:
+    res = runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    return res.output
+
+
+def answer(store: Path, view: str, raw: bool, **kw) -> pl.DataFrame:
+    return run(store, f"select * from {view} order by all", rollups=not raw, **kw)
+
+
+def bound_views(store: Path, view: str, **kw) -> set[str]:
+    con = connect(store, views={view}, **kw)
+    try:
+        return {r[0] for r in con.execute("select view_name from duckdb_views() where not internal").fetchall()}
+    finally:
+        con.close()
+
+
+def over_rollups(store: Path, view: str, **kw) -> set[str]:
+    """The views a connection for `view` binds over a rollup file (not over their SQL)."""
+    con = connect(store, views={view}, **kw)
+    try:
+        rows = con.execute("select view_name, sql from duckdb_views() where not internal").fetchall()
+    finally:
+        con.close()
+    return {name for name, sql in rows if f"/{rollup.ROLLUP_DIR}/" in sql}
+
+
+def assert_same(store: Path, views=VIEWS, **kw) -> dict[str, int]:
+    """The rollup's answer equals the raw answer, row for row (floats to 1e-9: DuckDB may sum
+    in another order); the rows compared, per view."""
+    for view in rollup.VIEWS:
+        assert rollup.status(store, kw.get("variables"), view) == "fresh", view
+    # the rollup path really is taken: no raw view beneath a stored view is bound
+    assert "requests" not in bound_views(store, "scaling_signals", **kw)
+    assert "requests" in bound_views(store, "scaling_signals", rollups=False, **kw)
+    # events and samples (the scraped /metrics) are the base relations every connection binds;
+    # latency_percentiles reads the scraped histograms where no request carries a latency
+    assert bound_views(store, "latency_percentiles", **kw) - {"events", "samples"} == {
+        "latency_percentiles", "requests", "scraped_latency"}
+    assert bound_views(store, "queue_depth", **kw) >= {"queue_depth", "request_state"}
+    assert "requests" not in bound_views(store, "queue_depth", **kw)
+    counts = {}
+    for view in views:
+        raw, rolled = answer(store, view, True, **kw), answer(store, view, False, **kw)
+        assert_frame_equal(rolled, raw, check_exact=False, rel_tol=1e-9, abs_tol=1e-9)
+        counts[view] = rolled.height
+    return counts
+
+
+def manifest(store: Path) -> dict:
+    return json.loads((store / "manifest.json").read_text())
+
+
+# -- every sample set --------------------------------------------------------------------
+
+SAMPLE_SETS = {
+    "incident": [SAMPLES / "incident"],
+    "incident+client": [SAMPLES / "incident", SAMPLES / "client"],
+    "tgi": [SAMPLES / "tgi" / "real"],
+    "vllm": [SAMPLES / "vllm" / "real"],
+    "vllm-0.32": [SAMPLES / "vllm" / "real-0.32", SAMPLES / "vllm" / "real-0.32-b"],
+    "trtllm": [SAMPLES / "trtllm" / "real"],
+    "sglang": [SAMPLES / "sglang" / "real"],
+    "llamacpp": [SAMPLES / "llamacpp" / "real"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLE_SETS))
+def test_rollup_equals_raw_on_every_sample_set(tmp_path, name):
+    store = tmp_path / "store"
+    cli("ingest", *SAMPLE_SETS[name], "--store", store)
+    m = manifest(store)
+    assert "dirty" not in m and "dirty_all" not in m
+    assert sorted(m["rollups"]) == sorted(rollup.VIEWS)
+    for view, entry in m["rollups"].items():
+        assert (store / entry["path"]).is_file()
+    counts = assert_same(store)
+    assert counts["window_metrics"] == m["rollups"]["window_metrics"]["rows"] > 0
+    assert counts["requests"] == m["rollups"]["requests"]["rows"] > 0
+    assert counts["request_state"] == m["rollups"]["request_state"]["rows"]
+    if name.startswith("incident"):
+        assert counts["scaling_signals"] > 0  # the incident fires signals: compared for real
+
+
+def test_the_cli_forces_the_raw_path(tmp_path):
+    store = tmp_path / "store"
+    cli("ingest", SAMPLES / "incident", "--store", store)
+    q = "select signal, count(*) as n from scaling_signals group by all order by all"
+    assert cli("sql", q, "--store", store, "-f", "csv") == cli("sql", q, "--store", store, "-f", "csv", "--no-rollups")
+
+
+@pytest.mark.parametrize("engine", ["tgi", "vllm", "trtllm"])
+def test_rollup_equals_raw_on_a_simulated_store(tmp_path, engine):
+    from servelens.pipeline.simulate import simulate
+
+    out = tmp_path / engine
+    simulate(engine, "spike", 900, seed=11, out_dir=out, start="2026-05-12T08:00:00Z")
+    store = out / "store"
+    summary = ingest(sorted(out.glob("*.log")), store, year=2026)
+    assert summary.rollup is not None and summary.rollup.whole
+    counts = assert_same(store)
+    assert counts["window_metrics"] >= 15
+    if engine == "trtllm":
+        return  # TensorRT-LLM logs no per-request lines (only failures): no arrivals to count
+    # and the simulator's truth: every request it generated is counted once
+    truth = pl.read_parquet(out / "truth_requests.parquet")
+    wm = run(store, "select sum(arrived) as a from window_metrics")
+    assert abs(wm["a"][0] - truth.height) <= max(2, truth.height // 100), (wm["a"][0], truth.height)
+
+
+# -- a tail of many small commits ---------------------------------------------------------
+
+@pytest.fixture
+def no_waits(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(tail_mod, "ROTATE_WAIT_S", 0.0)
+    monkeypatch.setattr(tail_identity, "COPY_WAIT_S", 0.0)
+    monkeypatch.setattr(tail_mod, "GZ_SETTLE_S", 0.0)
+
+
+def _tail_in_steps(tmp: Path, sources: list[Path], steps: int, background: bool = False) -> tuple[Path, list]:
+    """Write `sources` into a followed directory in `steps` slices of lines, one tailer poll
+    (one commit) and one rollup refresh after each: the rollups are refreshed incrementally."""
+    logs, store_dir = tmp / "logs", tmp / "store"
+    logs.mkdir()
+    texts = {src: src.read_text().splitlines(keepends=True) for src in sources}
+    store = Store.open(store_dir, purpose="tail")
+    tailer = Tailer(store, Targets([logs], None, skip_under=store_dir), quiet_s=0.0, compact_min_parts=0)
+    tailer.rollup_every_s = 0.0
+    tailer.background_compaction = background  # as under Tailer.run: refreshes computed on a thread
+    for k in range(steps):
+        for src, lines in texts.items():
+            a, b = len(lines) * k // steps, len(lines) * (k + 1) // steps
+            with open(logs / src.name, "a") as f:
+                f.writelines(lines[a:b])
+        tailer._next_rollup = 0.0
+        tailer.poll_once(rescan=True)
+        if tailer._rollup_job is not None:
+            tailer._rollup_job.result()  # ready: committed by the next poll
+    tailer.close()
+    store.close()
+    return store_dir, tailer.rollup_refreshes
+
+
+def test_rollup_after_a_tail_of_many_small_commits(tmp_path, no_waits):
+    inc = SAMPLES / "incident"
+    # vLLM (logged queue) beside TGI (reconstructed queue): one instance's lines stop early
+    sources = [inc / "vllm" / "vllm-a.log", inc / "tgi" / "tgi-a.log", inc / "trtllm" / "trtllm-b.log"]
+    store, refreshes = _tail_in_steps(tmp_path, sources, steps=8)
+    assert len(read_manifest(store)["parts"]) >= 8 * 2  # many small commits
+    assert len(refreshes) >= 8
+    assert refreshes[0].whole and not any(r.whole for r in refreshes[1:])  # incremental after the first
+    assert_same(store)
+    # the same logs ingested at once: the same rollup
+    other = tmp_path / "once"
+    ingest(sources, other)
+    a = pl.read_parquet(store / manifest(store)["rollups"]["window_metrics"]["path"]).drop("instance")
+    b = pl.read_parquet(other / manifest(other)["rollups"]["window_metrics"]["path"]).drop("instance")
+    assert_frame_equal(a.sort("engine", "window_index"), b.sort("engine", "window_index"),
+                       check_exact=False, rel_tol=1e-9, abs_tol=1e-9)
+
+
+def test_an_incremental_refresh_recomputes_only_the_dirty_instance(tmp_path):
+    inc = SAMPLES / "incident" / "vllm"
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    a, b = inc / "vllm-a.log", inc / "vllm-b.log"
+    shutil.copy(a, logs / a.name)
+    lines = b.read_text().splitlines(keepends=True)
+    (logs / b.name).write_text("".join(lines[: len(lines) // 2]))
+    store = tmp_path / "store"
+    ingest([logs], store)
+    before = {v: pl.read_parquet(store / e["path"]) for v, e in manifest(store)["rollups"].items()}
+    with open(logs / b.name, "a") as f:
+        f.writelines(lines[len(lines) // 2:])
+    summary = ingest([logs], store)
+    r = summary.rollup
+    assert r is not None and not r.whole and r.instances == 1
+    assert set(r.views) == set(rollup.VIEWS)
+    for view in ("requests", "window_metrics"):
+        after = pl.read_parquet(store / manifest(store)["rollups"][view]["path"])
+        old = before[view]
+        # the untouched instance's rows are carried over as they were
+        assert_frame_equal(after.filter(pl.col("instance") == "vllm-a"), old.filter(pl.col("instance") == "vllm-a"))
+        assert after.filter(pl.col("instance") == "vllm-b").height > old.filter(pl.col("instance") == "vllm-b").height
+    assert_same(store)
+
+
+# -- re-ingest, compact, a lost rollup, repair ------------------------------------------------
+
+@pytest.fixture
+def incident_store(tmp_path) -> Path:
+    store = tmp_path / "store"
+    cli("ingest", SAMPLES / "incident", "--store", store)
+    return store
+
+
+def test_a_refresh_short_of_its_memory_bound_is_computed_again_without_it(tmp_path, monkeypatch):
+    """The refresh runs under a memory bound (ingest and the tailer stay under 1 GB); a plan
+    that cannot stay within it costs time, never the rollup."""
+    calls = []
+    within = rollup._compute_view_within
+
+    def recording(p, view, stored_rels, limits):
+        calls.append((view, limits.memory_bytes))
+        return within(p, view, stored_rels, limits)
+
+    monkeypatch.setattr(rollup, "_compute_view_within", recording)
+    monkeypatch.setattr(rollup, "REFRESH_MEMORY", "2MB")  # nothing fits
+    store = tmp_path / "store"
+    cli("ingest", SAMPLES / "incident", "--store", store)
+    assert [v for v, _ in calls] == [v for view in rollup.VIEWS for v in (view, view)]
+    assert {m for _, m in calls[::2]} == {2_000_000} and min(m for _, m in calls[1::2]) > 2_000_000
+    assert_same(store)
+
+
+def test_reingest_doubles_nothing_and_leaves_the_rollup(incident_store):
+    store = incident_store
+    before = manifest(store)
+    first = answer(store, "window_metrics", raw=False)
+    cli("ingest", SAMPLES / "incident", "--store", store)
+    after = manifest(store)
+    assert after["rollups"] == before["rollups"]  # the same file: nothing was committed
+    assert after["parts"] == before["parts"]
+    assert_frame_equal(answer(store, "window_metrics", raw=False), first)
+    assert_same(store)
+
+
+def test_compaction_keeps_the_rollup_fresh(tmp_path, no_waits):
+    inc = SAMPLES / "incident"
+    store, _ = _tail_in_steps(tmp_path, [inc / "tgi" / "tgi-b.log", inc / "vllm" / "vllm-b.log"], steps=6)
+    before = manifest(store)
+    cli("compact", "--store", store)
+    after = manifest(store)
+    assert len(after["parts"]) < len(before["parts"])
+    assert after["rollups"] == before["rollups"]  # compaction changes no row: no refresh needed
+    assert "dirty_all" not in after and "dirty" not in after
+    assert_same(store)
+
+
+def test_lost_or_damaged_rollup_falls_back_and_repair_or_compact_rebuild_it(incident_store):
+    store = incident_store
+    raw = answer(store, "scaling_signals", raw=True)
+    path = store / manifest(store)["rollups"]["window_metrics"]["path"]
+    path.unlink()
+    assert rollup.status(store) == "unusable"
+    # window_metrics from its SQL, over the (intact) requests and request_state rollups
+    assert over_rollups(store, "scaling_signals") == {"requests", "request_state"}
+    assert_frame_equal(answer(store, "scaling_signals", raw=False), raw)
+    # a lost requests rollup: everything above it from its SQL too
+    (store / manifest(store)["rollups"]["requests"]["path"]).unlink()
+    assert rollup.status(store, None, "requests") == "unusable"
+    assert over_rollups(store, "latency_percentiles") == set()
+    assert_frame_equal(answer(store, "latency_percentiles", raw=False), answer(store, "latency_percentiles", raw=True))
+    out = cli("repair", "--store", store)
+    assert "rollup" in out.lower()
+    assert_same(store)
+    # damaged (cut short): the same, rebuilt by compact
+    path = store / manifest(store)["rollups"]["window_metrics"]["path"]
+    path.write_bytes(path.read_bytes()[:100])
+    assert rollup.status(store) == "unusable"
+    assert_frame_equal(answer(store, "scaling_signals", raw=False), raw)
+    cli("compact", "--store", store)
+    assert_same(store)
+
+
+def test_repair_that_drops_parts_rebuilds_the_rollup(incident_store):
+    store = incident_store
+    m = manifest(store)
+    victim = next(p for p in m["parts"] if "engine=vllm" in p)
+    (store / victim).write_bytes(b"garbage")
+    cli("repair", "--store", store)
+    after = manifest(store)
+    assert victim not in after["parts"]
+    assert after["rollups"]["window_metrics"]["path"] != m["rollups"]["window_metrics"]["path"]
+    assert_same(store)
+
+
+def test_a_dirty_store_falls_back_to_raw(incident_store, tmp_path):
+    store = incident_store
+    # commit more events without refreshing (what a tailer does between refreshes)
+    extra = tmp_path / "extra"
+    ingest([SAMPLES / "tgi" / "real"], extra)
+    frame = run(extra, "select * from events")
+    with Store.open(store) as st:
+        st.commit_events([frame], {})
+    m = manifest(store)
+    assert m["dirty"] and rollup.status(store) == "dirty"
+    assert over_rollups(store, "scaling_signals") == set()
+    for view in VIEWS:
+        assert_frame_equal(answer(store, view, raw=False), answer(store, view, raw=True))
+    with Store.open(store) as st:
+        r = rollup.refresh(st)
+    assert r is not None and not r.whole
+    assert_same(store)
+
+
+def test_prune_marks_everything_dirty(incident_store):
+    store = incident_store
+    from servelens.pipeline.store.prune import prune
+
+    with Store.open(store) as st:
+        prune(st, dt.datetime(2026, 5, 12, 8, 2, tzinfo=UTC))
+    assert manifest(store).get("dirty_all") is True
+    assert rollup.status(store) == "dirty"
+    with Store.open(store) as st:
+        assert rollup.refresh(st).whole
+    assert_same(store)
+
+
+def test_other_variables_fall_back_to_raw(incident_store):
+    store = incident_store
+    thirty = {"window_s": 30}
+    assert rollup.status(store, thirty) == "unusable"
+    # window_metrics from its SQL at 30 s, over the width-independent rollups
+    assert over_rollups(store, "scaling_signals", variables=thirty) == {"requests", "request_state"}
+    got = answer(store, "window_metrics", raw=False, variables=thirty)
+    assert_frame_equal(got, answer(store, "window_metrics", raw=True, variables=thirty))
+    assert got["window_s"].unique().to_list() == [30.0]
+    # a threshold only the signals read leaves window_metrics' rollup usable
+    strict = {"queue_waiting": 2}
+    assert rollup.status(store, strict) == "fresh"
+    assert_same(store, variables=strict)
+    # the CLI's --window 1m is the base window: the rollup answers
+    assert rollup.status(store, {"window_s": 60.0}) == "fresh"
+
+
+def test_a_time_range_reads_the_rollup_rows_of_the_range(incident_store):
+    store = incident_store
+    rng = TimeRange(dt.datetime(2026, 5, 12, 8, 1, 30, tzinfo=UTC), dt.datetime(2026, 5, 12, 8, 3, 10, tzinfo=UTC))
+    assert "requests" not in bound_views(store, "window_metrics", time_range=rng)
+    got = answer(store, "window_metrics", raw=False, time_range=rng)
+    whole = answer(store, "window_metrics", raw=False)
+    utc = [pl.col(c).dt.convert_time_zone("UTC") for c in ("window_start", "window_end")]
+    expected = whole.filter((utc[1] > rng.since) & (utc[0] < rng.until))
+    assert 0 < got.height < whole.height
+    assert_frame_equal(got, expected)
+
+
+RANGES = [(dt.datetime(2026, 5, 12, 8, 1, 30, tzinfo=UTC), dt.datetime(2026, 5, 12, 8, 3, 10, tzinfo=UTC)),
+          (dt.datetime(2026, 5, 12, 8, 2, tzinfo=UTC), None),
+          (None, dt.datetime(2026, 5, 12, 8, 1, 45, tzinfo=UTC))]
+
+
+@pytest.mark.parametrize("since,until", RANGES)
+def test_ranged_answers_through_the_rollups_equal_the_raw_ranged_answers(incident_store, since, until):
+    store = incident_store
+    rng = TimeRange(since, until)
+    assert over_rollups(store, "latency_percentiles", time_range=rng) == {"requests"}
+    whole = answer(store, "requests", raw=False)
+    for view in ("requests", "request_state", "latency_percentiles", "queue_depth", "throughput", "scaling_signals"):
+        got = answer(store, view, raw=False, time_range=rng)
+        assert_frame_equal(got, answer(store, view, raw=True, time_range=rng),
+                           check_exact=False, rel_tol=1e-9, abs_tol=1e-9)
+        if view == "requests":  # really a part of the store
+            assert 0 < got.height < whole.height
+
+
+def test_the_dashboard_connection_reads_the_width_independent_rollups(incident_store):
+    """One connection serves every width (the dashboard's): requests and request_state over
+    their rollups, window_metrics from its SQL, right at any width set on it."""
+    store = incident_store
+    con = connect(store, rollups=("requests", "request_state"))
+    try:
+        views = dict(con.execute("select view_name, sql from duckdb_views() where not internal").fetchall())
+        assert f"/{rollup.ROLLUP_DIR}/" in views["requests"] and f"/{rollup.ROLLUP_DIR}/" in views["request_state"]
+        assert f"/{rollup.ROLLUP_DIR}/" not in views["window_metrics"]
+        con.execute("set variable window_s = 30")
+        got = con.sql("select * from window_metrics order by all").pl()
+    finally:
+        con.close()
+    assert got["window_s"].unique().to_list() == [30.0]
+    assert_frame_equal(got, answer(store, "window_metrics", raw=True, variables={"window_s": 30}),
+                       check_exact=False, rel_tol=1e-9, abs_tol=1e-9)
+
+
+def test_rollup_of_other_sql_is_not_used(incident_store, monkeypatch):
+    store = incident_store
+    for module in (stored, rollup):  # the readers' check and the refresh's key
+        monkeypatch.setattr(module, "sql_key", lambda view=stored.VIEW: "another-servelens")
+    assert rollup.status(store) == "unusable"
+    assert over_rollups(store, "scaling_signals") == set()
+    with Store.open(store) as st:
+        assert rollup.refresh(st).whole  # rebuilt from today's SQL
+    assert manifest(store)["rollups"]["window_metrics"]["key"] == "another-servelens"
+
+
+def test_no_rollups_environment_forces_raw(incident_store, monkeypatch):
+    monkeypatch.setenv(stored.NO_ROLLUPS_ENV, "1")
+    assert "requests" in bound_views(incident_store, "scaling_signals")
+    assert over_rollups(incident_store, "scaling_signals") == set()
+    assert over_rollups(incident_store, "latency_percentiles", rollups=("requests",)) == set()
+    monkeypatch.delenv(stored.NO_ROLLUPS_ENV)
+    assert "requests" not in bound_views(incident_store, "scaling_signals")
+    assert over_rollups(incident_store, "latency_percentiles") == {"requests"}
+    assert os.environ.get(stored.NO_ROLLUPS_ENV) is None
+
+
+def test_a_commit_during_a_background_refresh_stays_dirty(incident_store, tmp_path):
+    """The tailer computes a refresh on a thread of its own and commits it later: what was
+    committed in between must stay marked, or the rollup would miss it."""
+    store = incident_store
+    extra = tmp_path / "extra"
+    ingest([SAMPLES / "tgi" / "real"], extra)
+    frame = run(extra, "select * from events")
+    first, second = frame.head(frame.height // 2), frame.tail(frame.height - frame.height // 2)
+    with Store.open(store) as st:
+        st.commit_events([first], {})
+        p = rollup.plan(st)
+        assert p is not None and not any(p.whole.values())
+        st.commit_events([second], {})  # while the refresh computes
+        c = rollup.compute(p)
+        done = rollup.commit(st, c)
+        assert done is not None
+        m = st.manifest
+        touched = {(e, i) for e, i, *_ in second.select("engine", "instance").unique().rows()}
+        assert {(d[0], d[1]) for d in m["dirty"]} == touched
+        assert rollup.status(store) == "dirty"
+        rollup.refresh(st)
+    assert_same(store)
+
+
+def test_rollup_after_a_tail_refreshed_in_the_background(tmp_path, no_waits):
+    inc = SAMPLES / "incident"
+    store, refreshes = _tail_in_steps(tmp_path, [inc / "vllm" / "vllm-b.log", inc / "tgi" / "tgi-a.log"], 5,
+                                      background=True)
+    # a refresh is computed after one poll and committed at the next: every other poll
+    assert len(refreshes) >= 3
+    assert_same(store)
