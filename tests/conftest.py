@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -64,3 +65,20 @@ def fake_engine(monkeypatch):
     return "fake"
 
 
+
+
+def _tree(store: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(store)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(store.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="session")
+def incident_store(tmp_path_factory) -> Path:
+    """The bundled incident (`sample_logs/incident/`) ingested once per test process, as
+    `servelens ingest` does, for the tests that only read it: one ingest instead of one per
+    module. A test that changes a store makes its own; the teardown fails if one changed this."""
+    from tests.helpers.dashboard_store import build_store
+
+    store = build_store(tmp_path_factory.mktemp("incident-shared"))
+    before = _tree(store)
+    yield store
+    assert _tree(store) == before, "a test changed the shared incident store: give it a store of its own"

@@ -17,9 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from servelens.pipeline.cli.app import app, build_app
+from servelens.pipeline.cli.app import build_app
 
 build_app()
 INCIDENT = Path(__file__).resolve().parents[2] / "sample_logs" / "incident"
@@ -29,11 +28,8 @@ BOUND_S = 120  # only a bound on a broken run: the test waits for content, not f
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    s = tmp_path_factory.mktemp("top") / "store"
-    r = CliRunner().invoke(app, ["ingest", str(INCIDENT), "--store", str(s), "-q"], catch_exceptions=False)
-    assert r.exit_code == 0, r.output
-    return s
+def store(incident_store):
+    return incident_store
 
 
 class Terminal:

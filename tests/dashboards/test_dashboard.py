@@ -22,8 +22,8 @@ APP = Path(__file__).resolve().parents[2] / "dashboards" / "app.py"
 
 
 @pytest.fixture(scope="session")
-def store(tmp_path_factory) -> Path:
-    return build_store(tmp_path_factory.mktemp("dashboard"))
+def store(incident_store) -> Path:
+    return incident_store
 
 
 def _start(store: Path) -> AppTest:

@@ -37,13 +37,6 @@ COMPARED = ("latency_percentiles", "queue_depth", "scaling_signals")
 
 
 @pytest.fixture(scope="module")
-def incident_store(tmp_path_factory) -> Path:
-    store = tmp_path_factory.mktemp("spark") / "store"
-    result = CliRunner().invoke(app, ["ingest", str(REPO / "sample_logs" / "incident"), "--store", str(store), "-q"])
-    assert result.exit_code == 0, result.output
-    return store
-
-
 @pytest.fixture(scope="module")
 def spark(tmp_path_factory):
     from pyspark.sql import SparkSession

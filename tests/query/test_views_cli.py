@@ -116,13 +116,10 @@ def test_trino_percentile_form_equals_quantile_cont() -> None:
 
 
 @pytest.fixture(scope="module")
-def incident_con(tmp_path_factory):
+def incident_con(incident_store):
     from servelens.pipeline.query.connect import connect
 
-    store = tmp_path_factory.mktemp("views") / "store"
-    r = invoke("ingest", str(REPO / "sample_logs" / "incident"), "--store", str(store), "-q")
-    assert r.exit_code == 0, r.output
-    return connect(store)
+    return connect(incident_store)
 
 
 @pytest.mark.parametrize("view", ["requests", "batch_fill", "window_metrics"])

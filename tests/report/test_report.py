@@ -139,11 +139,10 @@ def test_parse_time_defaults_to_utc():
 
 
 @pytest.fixture(scope="module")
-def incident_report(tmp_path_factory):
-    from tests.helpers.dashboard_store import build_store
+def incident_report(incident_store):
     from servelens.pipeline.query.connect import connect
 
-    store = build_store(tmp_path_factory.mktemp("incident"))
+    store = incident_store
     con = connect(store)
     try:
         yield store, build_report(con, charts=True)

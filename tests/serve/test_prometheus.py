@@ -74,10 +74,8 @@ def start_prometheus(tmp: Path, config: str, data: Path, *extra: str):
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    s = tmp_path_factory.mktemp("prom") / "store"
-    assert runner.invoke(app, ["ingest", str(INCIDENT), "--store", str(s), "-q"]).exit_code == 0
-    return s
+def store(incident_store):
+    return incident_store
 
 
 def test_prometheus_scrapes_serve_and_promql_matches_the_sql_views(store, tmp_path):

@@ -28,11 +28,8 @@ INCIDENT = Path(__file__).resolve().parents[2] / "sample_logs" / "incident"
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    s = tmp_path_factory.mktemp("serve") / "store"
-    res = runner.invoke(app, ["ingest", str(INCIDENT), "--store", str(s), "-q"])
-    assert res.exit_code == 0, res.output
-    return s
+def store(incident_store):
+    return incident_store
 
 
 @pytest.fixture(scope="module")

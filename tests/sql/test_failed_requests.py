@@ -6,10 +6,9 @@ from __future__ import annotations
 
 
 import polars as pl
-import pytest
 
 from tests.helpers.sql_helpers import at, connect_events, ev, events_frame, rows
-from tests.helpers.dashboard_store import INCIDENT, build_store
+from tests.helpers.dashboard_store import INCIDENT
 
 
 def test_engine_death_fails_the_requests_in_flight_but_not_a_healthy_logs_tail():
@@ -55,11 +54,6 @@ def test_error_lines_about_a_request_make_it_failed():
         {"engine": "tgi", "status": "finished", "failure_reason": None},
         {"engine": "trtllm", "status": "failed", "failure_reason": "Encountered error for requestId 7: out of memory [t.log:1]"},
     ]
-
-
-@pytest.fixture(scope="module")
-def incident_store(tmp_path_factory):
-    return build_store(tmp_path_factory.mktemp("failed"))
 
 
 def test_incident_failed_requests_match_the_truth(incident_store):
