@@ -37,7 +37,6 @@ COMPARED = ("latency_percentiles", "queue_depth", "scaling_signals")
 
 
 @pytest.fixture(scope="module")
-@pytest.fixture(scope="module")
 def spark(tmp_path_factory):
     from pyspark.sql import SparkSession
 
