@@ -37,10 +37,12 @@ test: $(VENV)/.test-deps
 	$(BIN)/python -m pytest -q -n auto --durations=15
 
 # the whole benchmark, ~30 min on 2 quiet cores (bench/RESULTS.md); its dashboard part drives
-# headless Chromium through Playwright (the test extra), so it installs both first
+# headless Chromium through Playwright (the test extra), so it installs both first; then the
+# one-shot question beside lnav (bench/lnav.py installs Debian's lnav, or says why it cannot)
 bench: $(VENV)/.test-deps
 	@if [ -x tests/e2e/install_browser.sh ]; then tests/e2e/install_browser.sh; fi
 	$(BIN)/python bench/run.py
+	$(BIN)/python bench/lnav.py
 
 clean:
 	rm -rf $(VENV) $(STORE)
