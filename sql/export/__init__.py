@@ -1,0 +1,1 @@
+"""Export views: the series the exporter and /metrics publish, over the metric and signal views."""

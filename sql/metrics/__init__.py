@@ -1,0 +1,1 @@
+"""Metric views: per-window and per-request figures over the staging views."""

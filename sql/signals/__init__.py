@@ -1,0 +1,1 @@
+"""Signal views: scaling signals, episodes and autoscaler decisions over the metric views."""
