@@ -29,7 +29,7 @@ OTHERS_AFTER_S = 60.0
 # and then, before each of them, for this long a pause in the visits (a visitor changing
 # filters is not made to wait for a width nobody asked for)
 IDLE_S = 3.0
-# on a store where one width costs seconds (a 10M-request store: ~7 CPU-s), a width nobody
+# on a store where one width costs seconds (millions of requests), a width nobody
 # asked for must not be what a visitor's next change waits for: there the pause is longer
 # (a visitor reading the page, not one changing filters)
 SLOW_WIDTH_S = 1.0

@@ -1,4 +1,4 @@
-"""llama.cpp `llama-server` log writer (see /work/shared/formats/llamacpp.md).
+"""llama.cpp `llama-server` log writer (docs/llamacpp.md).
 
 Variants:
 * `v2026` — a 2026-05+ build: every line prefixed with the time since process start

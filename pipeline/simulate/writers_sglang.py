@@ -1,7 +1,7 @@
 """SGLang log writer: what `python -m sglang.launch_server` prints, at the moment it prints it,
 plus the per-request metrics file of `--export-metrics-to-file`.
 
-Variants (see /work/shared/formats/sglang.md):
+Variants (docs/sglang.md):
 * `v0_5` — SGLang 0.5.x (2025-11 on), `--tp 2`: `[2026-05-12 08:00:05 TP0] Decode batch, ...`
   with `cuda graph` and a trailing `, `; `Prefill batch, ...` with `input throughput` last;
   scheduler lines from TP0 only, retractions from both TP ranks (`KV cache pool is full.

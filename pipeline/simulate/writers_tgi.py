@@ -1,6 +1,6 @@
 """TGI log writer: text-generation-inference 2.0.4 (launcher + router in one stdout).
 
-Variants (see /work/shared/formats/tgi.md):
+Variants (as real TGI versions print them; sample_logs/tgi/real/):
 * `text` — tracing's Full format for the router (`2024-02-14T06:49:51.437631Z  INFO generate{...}:
   text_generation_router::server: router/src/server.rs:305: Success`) and the compact format for
   the launcher (`... INFO shard-manager: text_generation_launcher: Shard ready in 12.7s rank=0`).

@@ -1,6 +1,6 @@
 """TensorRT-LLM log writer.
 
-Variants (see /work/shared/formats/trtllm.md):
+Variants (as real TensorRT-LLM / Triton versions print them; sample_logs/trtllm/real/):
 * `triton` — Triton 24.04 with tensorrtllm_backend 0.9 at `--log-verbose=1`: glog lines
   (`I0512 08:00:01.000123 1 model_lifecycle.cc:469] loading: tensorrt_llm:1`, unquoted as in
   Triton before 24.05), `[TensorRT-LLM][INFO]` engine-load and KV-cache sizing lines, and the

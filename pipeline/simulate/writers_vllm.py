@@ -1,6 +1,6 @@
 """vLLM log writer: what an OpenAI-compatible vLLM server prints, at the moment it prints it.
 
-Variants (see /work/shared/formats/vllm.md):
+Variants (as real vLLM versions print them; sample_logs/vllm/real/):
 * `v0` — vLLM 0.6.6.post1, V0 engine run as AsyncLLMEngine (`--disable-frontend-multiprocessing`):
   header `INFO 05-12 08:01:39 metrics.py:467] ...`, Received/Added/Finished request lines, uvicorn
   access lines, `# GPU blocks` capacity lines, Swapped/Pending stats every 5 s when busy (10 s

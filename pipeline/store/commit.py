@@ -59,7 +59,7 @@ GARBAGE_GRACE_S = 300.0
 GARBAGE_DIR = "_garbage"
 # How parts are written. Dictionary pages and min/max statistics pay off on the short,
 # repetitive columns; on `message` and `attrs` (most of the bytes, nearly all distinct) they
-# cost write time for nothing: 10-20% of the Parquet write.
+# cost write time for nothing (bench/RESULTS.md).
 _WIDE_TEXT = ("message", "attrs", "request_id")
 PARQUET_OPTIONS = dict(
     compression="zstd",

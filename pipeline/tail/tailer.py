@@ -61,7 +61,7 @@ IDLE_CLOSE_S = 300.0  # a drained file quiet this long is closed (reopened when 
 PARTIAL_WAIT_S = 300.0  # an unterminated last line quiet this long is taken as it is
 FLUSH_ROWS = 200_000  # commit early when this many events are waiting
 # A large read (a backlog) is parsed in blocks on both parse threads. Not smaller ones: a
-# parse call has a fixed cost (TGI: ~30 ms CPU, as much as 2.5 MiB of lines), so splitting
+# parse call has a fixed cost (for TGI, as much as megabytes of lines), so splitting
 # what one poll reads when keeping up would cost more CPU than it saves in wall time.
 PARSE_BLOCK_MIN = 16 * 1024 * 1024
 COMPACT_EVERY_S = 30.0

@@ -1,5 +1,5 @@
 """The llama.cpp parser: `llama-server` logs of every era into the common schema.
-Format reference: shared/formats/llamacpp.md.
+The eras it reads are in docs/llamacpp.md; real excerpts in sample_logs/llamacpp/real/.
 
 The anatomy of a line, outside in:
 - the router's child prefix `[42027] ` (multi-model llama-server re-logs each child line);

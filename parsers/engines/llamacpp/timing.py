@@ -1,6 +1,6 @@
 """llama.cpp's per-request timing block: the lines that become one finished `request`.
 
-llama-server prints, when a task ends (format reference: shared/formats/llamacpp.md):
+llama-server prints, when a task ends (docs/llamacpp.md):
 
     prompt eval time =  X ms / N tokens ( .. ms per token, .. tokens per second)
            eval time =  X ms / N tokens ( .. ms per token, .. tokens per second)

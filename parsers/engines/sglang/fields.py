@@ -3,7 +3,7 @@ apart key by key, capacity announcements, retractions, and per-request metrics.
 
 `parsers/engines/sglang/parser.py` owns the line anatomy (the `[date time DPn TPn]` prefix, records,
 families); this module looks at the message column `m` only. Formats follow
-/work/shared/formats/sglang.md. SGLang renames and adds scheduler fields every few months,
+docs/sglang.md. SGLang renames and adds scheduler fields every few months,
 so a stats line is split into its `key: value` pairs and each key is looked up by name
 (`STATS_KEYS`); a key we do not know lands in `attrs` under a normalised name, never dropped.
 """

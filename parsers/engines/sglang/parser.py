@@ -1,7 +1,7 @@
 """The SGLang parser: what an SGLang server (`python -m sglang.launch_server`) prints, from
 v0.1 (2024) to today, into the common schema.
 
-This module owns the anatomy of a line (see /work/shared/formats/sglang.md §1): SGLang's
+This module owns the anatomy of a line (docs/sglang.md): SGLang's
 `[%(asctime)s{ranks}] message` prefix (`[2025-02-27 04:46:39 DP1 TP1 EP1] `, time-only
 `[16:43:29 TP0] ` before Oct 2024, `[TP0] ` in trimmed pastes, no prefix at all in v0.1),
 the Python-logging form a `SGLANG_LOGGING_CONFIG_PATH` config prints (`2026-06-07

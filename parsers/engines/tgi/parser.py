@@ -1,7 +1,7 @@
 """Parser for Hugging Face text-generation-inference (TGI) logs: the router's tracing
 "Full" text lines, the launcher's compact lines (with the Python shard's messages it
-relays), and both `--json-output` shapes, possibly mixed in one file. Format reference:
-`shared/formats/tgi.md`. The text records are read in `text_format.py`, the JSON records in
+relays), and both `--json-output` shapes, possibly mixed in one file. The formats are
+TGI's own (router/src/, launcher/src/) as real logs show them. The text records are read in `text_format.py`, the JSON records in
 `json_format.py` (both into the same columns), field helpers live in `fields.py` and the
 `attrs` column in `_finish` below.
 

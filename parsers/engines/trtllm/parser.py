@@ -7,7 +7,7 @@ status tables, the import banner, numbered C++ backtraces and Python tracebacks,
 prefix peeling, time, level); `events.py` says what each record means. Docker times,
 compose prefixes and ANSI codes are undone before, by the decoding stage (parsers/wrappers).
 
-Format reference: shared/formats/trtllm.md. Choices worth knowing:
+Choices worth knowing (the formats are TensorRT-LLM's and Triton's own, as real logs show them):
 - `[TensorRT-LLM][...]` lines carry no time: `ts` stays null and `finalize` inherits it.
 - Stats carry their own timestamp, which becomes `ts` (wins over the wrapper's time).
 - Sizes: MiB/GiB are binary (2^20/2^30); `GB`/`MB` as printed by the design-note lines
@@ -205,7 +205,7 @@ def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
         (iter_events, other.filter(pl.col("_iter"))),
         (other_events, other.filter(~pl.col("_iter"))),
     ]
-    # an empty family is skipped: building its columns costs ~5 ms even for no rows
+    # an empty family is skipped: building its columns has a cost even for no rows
     out = pl.concat(
         [build(rows) for build, rows in families if rows.height], how="diagonal_relaxed"
     )

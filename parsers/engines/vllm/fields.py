@@ -4,7 +4,7 @@
 `parsers/engines/vllm/parser.py` owns the line anatomy (wrappers, process prefixes, headers, multi-line
 records); this module only looks at the message column `m` and returns expressions (those
 of request_columns read the captures request_parts adds first as columns).
-Formats follow /work/shared/formats/vllm.md; every regex is matched by name, never by
+Formats follow vLLM's own logging calls, version by version; every regex is matched by name, never by
 position, because fields come and go between vLLM versions.
 """
 

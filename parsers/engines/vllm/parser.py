@@ -1,6 +1,6 @@
 """The vLLM parser: every log format vLLM has printed (v0.1 to today) into the common schema.
 
-This module owns the anatomy of a line, outside in (see /work/shared/formats/vllm.md §0):
+This module owns the anatomy of a line, outside in (docs/vllm-v1.md and sample_logs/vllm/real/):
 a stray `\\r`, the vLLM process prefix
 (`(APIServer pid=1) `, `(VllmWorker rank=1 pid=5283) `, Ray's `(RayWorkerWrapper pid=1,
 ip=10.0.0.2) `...), the vLLM header (`INFO 06-10 14:23:45 metrics.py:341] ` up to v0.7,
@@ -36,7 +36,7 @@ RECORD_LOOKBACK = 1
 _LEVEL = r"DEBUG|INFO|WARNING|ERROR|CRITICAL"
 
 # The anchored patterns below capture only a short prefix (`all`): capturing a whole line
-# tail with `(.*)` costs ~4 s per million lines, slicing the tail off costs nothing.
+# tail with `(.*)` copies every line's text again, slicing the tail off costs nothing.
 # The process prefix and the header are taken apart by anchored `extract_groups` passes that
 # capture only the short prefix; the message is sliced off behind it (capturing a 3 KB `(.*)`
 # tail would cost far more).
