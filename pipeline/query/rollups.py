@@ -53,7 +53,7 @@ import pyarrow.parquet as pq
 from .views import closure
 from .sandbox import Limits, parse_size
 from ..store.commit import Store, new_txid
-from .stored import ROLLUP_DIR, VIEW, VIEWS, current, intact, key_variables, literal, sql_key, view_sql
+from .stored import DEFERRED, ROLLUP_DIR, VIEW, VIEWS, current, deferred, intact, key_variables, literal, sql_key, view_sql
 from ..store.layout import instances_predicate
 from ..store.manifest import fsync_dir, read_manifest
 
@@ -356,11 +356,14 @@ def commit(store: Store, c: Computed) -> Refreshed | None:
         for rel in c.rels.values():
             discard_file(store.root, rel)
         return None
+    was_deferred = store.manifest.pop(DEFERRED, None)  # done: written with this commit
     try:
         store.commit([], dirty=("clean", p.generation), rollups={v: {
             "path": c.rels[v], "key": sql_key(v), "variables": key_variables(None, v), "rows": c.rows[v],
         } for v in p.views})
     except BaseException:
+        if was_deferred is not None:
+            store.manifest[DEFERRED] = was_deferred
         for rel in c.rels.values():
             discard_file(store.root, rel)
         raise
@@ -389,6 +392,35 @@ def refresh(store: Store, *, whole: bool = False, view: str | None = None) -> Re
     if p is None:
         return None
     return commit(store, compute(p))
+
+
+def refresh_deferred(root: Path | str, views: set[str] | None = None) -> Refreshed | None:
+    """The refresh an ingest left to the first query (`servelens ingest --defer-rollups`),
+    run by a command about to read a stored view (`views`: the views its query names; None:
+    any): under the writer's lock, once, committed like any refresh. None when there is
+    nothing deferred, the query reads no stored view, or a writer holds the store (a tailer
+    refreshes them itself; the query then reads the raw views, as on any stale store)."""
+    from ..store import remote
+    from ..store.manifest import StoreError
+
+    if remote.store_url(root) is not None or remote.is_fleet(root):
+        return None
+    root = remote.local_store(root)
+    try:
+        if not deferred(root, read_manifest(root)):
+            return None
+    except (StoreError, OSError, ValueError):
+        return None
+    if views is not None and not closure(views) & set(VIEWS):
+        return None
+    try:
+        store = Store.open(root, purpose="rollup refresh")
+    except (StoreError, OSError):  # in use by a writer, or not ours to write
+        return None
+    try:
+        return refresh(store) if deferred(store.root, store.manifest) else None
+    finally:
+        store.close()
 
 
 def remove_orphans(store: Store) -> None:
