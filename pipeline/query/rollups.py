@@ -46,8 +46,6 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import duckdb
-import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .views import closure
@@ -253,6 +251,9 @@ def _settle_whole(p: Plan) -> None:
 
 
 def _has_engine(path: Path, engines: tuple[str, ...]) -> bool:
+    import pyarrow as pa
+    import pyarrow.compute as pc  # here: only an incremental refresh asks
+
     f = pq.ParquetFile(path)
     if "engine" not in f.schema_arrow.names:
         return False
