@@ -130,7 +130,8 @@ def test_second_ingest_rolls_up_what_the_views_compute(tmp_path, mode):
 
 def test_a_query_on_a_store_in_use_reads_the_raw_views(tmp_path):
     """A deferred refresh needs the writer's lock: held (a tailer), the query does not wait
-    for it and answers from the events."""
+    for it and answers from the events. The library's queries (a server's, the dashboard's)
+    never run it: only a command's start does."""
     from servelens.pipeline.store.commit import Store
 
     sim = tmp_path / "sim"
@@ -138,6 +139,9 @@ def test_a_query_on_a_store_in_use_reads_the_raw_views(tmp_path):
              start="2026-05-12T08:00:00Z")
     store = tmp_path / "store"
     ingest([sim / "vllm-a.log"], store, year=2026, rollups="defer")
+    deferred = manifest(store)
+    run(store, "select * from scaling_signals")
+    assert manifest(store) == deferred
     with Store.open(store, purpose="tail"):
         assert rollup.refresh_deferred(store, {"window_metrics"}) is None
         raw = run(store, "select * from window_metrics order by all", rollups=False)
