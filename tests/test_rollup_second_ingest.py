@@ -151,3 +151,22 @@ def test_a_query_on_a_store_in_use_reads_the_raw_views(tmp_path):
     assert rollup.refresh_deferred(store, {"scaling_signals"}) is not None
     assert "rollups_deferred" not in manifest(store) and "dirty" not in manifest(store)
     same_rows(stored_rows(store, "window_metrics"), raw)
+
+
+def test_the_cli_defers_only_when_asked_and_not_with_rollups_off(tmp_path, monkeypatch):
+    sim = tmp_path / "sim"
+    simulate("vllm", "steady", 120, seed=5, out_dir=sim, instances=1, rate=4, variant="v1",
+             start="2026-05-12T08:00:00Z")
+    store = tmp_path / "store"
+    runner = CliRunner()
+    res = runner.invoke(app, ["ingest", str(sim / "vllm-a.log"), "--store", str(store), "--no-rollups", "--defer-rollups"])
+    assert res.exit_code != 0 and "exclude each other" in res.output
+    res = runner.invoke(app, ["ingest", str(sim / "vllm-a.log"), "--store", str(store), "--defer-rollups"])
+    assert res.exit_code == 0 and "first query" in res.output and "refreshed" not in res.output
+    monkeypatch.setenv("SERVELENS_NO_ROLLUPS", "1")
+    res = runner.invoke(app, ["sql", "select count(*) from window_metrics", "--store", str(store)])
+    assert res.exit_code == 0 and "rollups refreshed" not in res.output
+    assert manifest(store).get("rollups_deferred")
+    monkeypatch.delenv("SERVELENS_NO_ROLLUPS")
+    refresh_by_query(store)
+    assert "rollups_deferred" not in manifest(store)

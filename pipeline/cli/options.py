@@ -105,12 +105,16 @@ def duration_option(text: str | None, option: str) -> float | None:
 
 def refresh_deferred_rollups(target: Path, views: set[str] | None = None) -> None:
     """The rollup refresh an ingest left to the first query (--defer-rollups), before a
-    command reads a stored view: once, with a one-line note of what it cost. Only a store
-    holding that mark pays the look (one manifest read); a failure is a note, the query then
-    reads the raw views."""
+    command reads a stored view: once, with a one-line note of what it cost. The look is one
+    manifest read; a failure is a note, the query then reads the raw views. Not when the
+    rollups are turned off ($SERVELENS_NO_ROLLUPS)."""
+    import os
+
     from ..store.manifest import ROLLUPS_DEFERRED, StoreError, read_manifest
     from ..store import remote
 
+    if os.environ.get("SERVELENS_NO_ROLLUPS", "") not in ("", "0"):
+        return
     try:
         if remote.store_url(target) is not None or remote.is_fleet(target) or not read_manifest(target).get(ROLLUPS_DEFERRED):
             return
