@@ -32,7 +32,7 @@ from .sources.naming import InstanceNamer, NamingError, directory_instance, line
 from .sources.carry_scan import scan_carry
 from .sources.lines import DEFAULT_BLOCK_BYTES, line_frames, parse_stream
 from .store.commit import Store
-from .store.manifest import ROLLUPS_DEFERRED, StoreError, write_failure
+from .store.manifest import ROLLUPS_DEFERRED, StoreError, read_manifest, write_failure
 from .store.repair import heal, healed_message
 
 FLUSH_ROWS = 500_000
@@ -268,7 +268,13 @@ def ingest(
                 on_stage("refreshing rollups")
             summary.rollup = refresh_rollups(store, summary.notes)
         elif rollups == "defer" and (store.manifest.get("dirty") or store.manifest.get("dirty_all")):
-            summary.notes.append("rollups left to the first query that reads them (--defer-rollups): it refreshes them once")
+            try:
+                if not read_manifest(store.root).get(ROLLUPS_DEFERRED):
+                    store.commit([], dirty=[])  # the mark alone: this ingest committed nothing (stale before)
+                summary.notes.append("rollups left to the first query that reads them (--defer-rollups): it refreshes them once")
+            except (OSError, StoreError) as e:
+                summary.notes.append(f"rollups not marked for the first query ({getattr(e, 'strerror', None) or e}); "
+                                     "queries compute them from the events until the next ingest, tail or compact")
     return summary
 
 

@@ -170,3 +170,18 @@ def test_the_cli_defers_only_when_asked_and_not_with_rollups_off(tmp_path, monke
     monkeypatch.delenv("SERVELENS_NO_ROLLUPS")
     refresh_by_query(store)
     assert "rollups_deferred" not in manifest(store)
+
+
+def test_a_deferring_ingest_that_commits_nothing_still_marks_a_stale_store(tmp_path):
+    """Left stale by an ingest without rollups, then ingested again with --defer-rollups and
+    nothing new: the mark is written all the same, and the first query refreshes."""
+    sim = tmp_path / "sim"
+    simulate("vllm", "steady", 120, seed=5, out_dir=sim, instances=1, rate=4, variant="v1",
+             start="2026-05-12T08:00:00Z")
+    store = tmp_path / "store"
+    ingest([sim / "vllm-a.log"], store, year=2026, rollups=False)
+    assert manifest(store).get("dirty") and "rollups_deferred" not in manifest(store)
+    assert ingest([sim / "vllm-a.log"], store, year=2026, rollups="defer").lines == 0
+    assert manifest(store).get("rollups_deferred")
+    refresh_by_query(store)
+    same_rows(stored_rows(store, "window_metrics"), raw_rows(store, "window_metrics"))
