@@ -2,7 +2,11 @@
 parse, finalize, staging (Arrow + Parquet as the store writes it). CPU seconds per phase (all
 threads: polars has its own pool) and MB/s, so a parser change can be measured even on a busy machine.
 
-    python bench/phases.py ENGINE FILE... [--repeat N]
+    python bench/phases.py ENGINE FILE... [--repeat N] [--ingest]
+
+--ingest: then the whole `servelens ingest` of the files into a new store (without the rollup
+refresh), and the rollup refresh that `servelens ingest` runs at its end, as two more phases:
+what the refresh costs against the ingest it follows.
 
 Not part of `make bench`: a tool for working on the parsers (bench/RESULTS.md cites it).
 """
@@ -86,11 +90,36 @@ def _stage(events) -> None:
     pq.write_table(table, io.BytesIO(), **PARQUET_OPTIONS)
 
 
+def ingest_then_refresh(engine: str, files: list[Path]) -> dict[str, float]:
+    """CPU seconds of the ingest (no refresh) and of the rollup refresh after it."""
+    import shutil
+    import tempfile
+
+    from servelens.pipeline.ingest import ingest
+    from servelens.pipeline.store.commit import Store
+
+    tmp = Path(tempfile.mkdtemp(prefix="servelens-phases-"))
+    try:
+        clock = Clock()
+        clock.run("ingest (store)", ingest, files, tmp / "store", engine=engine, year=2026, rollups=False)
+        t0 = time.process_time()
+        # what the refresh adds to an ingest process, its imports (DuckDB) too
+        from servelens.pipeline.query import rollups
+
+        with Store.open(tmp / "store", purpose="bench") as st:
+            rollups.refresh(st)
+        clock.cpu["rollup refresh"] = time.process_time() - t0
+        return clock.cpu
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("engine")
     p.add_argument("files", nargs="+", type=Path)
     p.add_argument("--repeat", type=int, default=1, help="runs; the fastest total is shown")
+    p.add_argument("--ingest", action="store_true", help="also the whole ingest and the rollup refresh after it")
     a = p.parse_args(argv)
     best = None
     for _ in range(a.repeat):
@@ -104,6 +133,11 @@ def main(argv: list[str] | None = None) -> None:
           f"= {mb / total:,.0f} MB per CPU-second")
     for phase, s in cpu.items():
         print(f"  {phase:<14} {s:6.2f} s  {100 * s / total:4.0f}%  {mb / s if s else 0:8,.0f} MB/s")
+    if a.ingest:
+        whole = ingest_then_refresh(a.engine, a.files)
+        ing, ref = whole["ingest (store)"], whole["rollup refresh"]
+        print(f"  {'ingest (store)':<14} {ing:6.2f} s  (the whole ingest, in process, without the refresh)")
+        print(f"  {'rollup refresh':<14} {ref:6.2f} s  {100 * ref / ing:4.0f}% of the ingest it follows")
 
 
 if __name__ == "__main__":

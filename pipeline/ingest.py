@@ -32,7 +32,7 @@ from .sources.naming import InstanceNamer, NamingError, directory_instance, line
 from .sources.carry_scan import scan_carry
 from .sources.lines import DEFAULT_BLOCK_BYTES, line_frames, parse_stream
 from .store.commit import Store
-from .store.manifest import StoreError, write_failure
+from .store.manifest import ROLLUPS_DEFERRED, StoreError, read_manifest, write_failure
 from .store.repair import heal, healed_message
 
 FLUSH_ROWS = 500_000
@@ -156,7 +156,7 @@ def ingest(
     on_progress: Callable[[int], None] | None = None,
     on_file: Callable[[FileResult], None] | None = None,
     instance_from: str | None = None,
-    rollups: bool = True,
+    rollups: bool | str = True,
     keep_lines: bool = False,
     on_stage: Callable[[str], None] | None = None,
     follow_symlinks: bool = True,
@@ -170,7 +170,8 @@ def ingest(
     `rollups`: bring the store's rollups up to date at the end (pipeline/query/rollups.py), after
     `on_stage("refreshing rollups")`; without it the instances stay marked dirty (queries
     compute their windows from the events) until the next ingest, tail or compact
-    refreshes them.
+    refreshes them. "defer": neither; the manifest says so, and the first query that reads a
+    stored view refreshes them (rollups.refresh_deferred).
 
     `follow_symlinks` False: files of the named directories that lead out of them through a
     symlink are passed over (discover.expand).
@@ -231,6 +232,8 @@ def ingest(
         found = sorted(found, key=lambda f: lineage_order(f.path, namer.name(f.path)))
         if keep_lines and not store.manifest.get("keep_lines"):
             store.manifest["keep_lines"] = True  # written with the next commit
+        if rollups == "defer":
+            store.manifest[ROLLUPS_DEFERRED] = True  # written with the commits of what it stales
         keep_lines = bool(store.manifest.get("keep_lines"))
         batch = _Batch(store)
         known_files = KnownFiles(store)
@@ -260,10 +263,18 @@ def ingest(
         if renamed:
             summary.notes.append("samples scraped before their log now carry its instance: "
                                  + ", ".join(f"{a} -> {b}" for a, b in sorted(renamed.items())))
-        if rollups:
+        if rollups is True:
             if on_stage:
                 on_stage("refreshing rollups")
             summary.rollup = refresh_rollups(store, summary.notes)
+        elif rollups == "defer" and (store.manifest.get("dirty") or store.manifest.get("dirty_all")):
+            try:
+                if not read_manifest(store.root).get(ROLLUPS_DEFERRED):
+                    store.commit([], dirty=[])  # the mark alone: this ingest committed nothing (stale before)
+                summary.notes.append("rollups left to the first query that reads them (--defer-rollups): it refreshes them once")
+            except (OSError, StoreError) as e:
+                summary.notes.append(f"rollups not marked for the first query ({getattr(e, 'strerror', None) or e}); "
+                                     "queries compute them from the events until the next ingest, tail or compact")
     return summary
 
 

@@ -18,7 +18,8 @@ from servelens.parsers import ENGINES, SERVERS
 
 from ..store.manifest import write_failure
 from .options import (
-    ForceOpt, SinceOpt, StoreOpt, UntilOpt, check_output_path, fail, store_path, write_output_file,
+    ForceOpt, SinceOpt, StoreOpt, UntilOpt, check_output_path, fail, refresh_deferred_rollups, store_path,
+    write_output_file,
 )
 
 # No polars, pyarrow or duckdb at import: `servelens --help` and the commands that do not
@@ -76,6 +77,7 @@ def ingest(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or per-file lines; summary only.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as one JSON object on stdout (for scripts).")] = False,
     no_rollups: Annotated[bool, typer.Option("--no-rollups", help="Leave the rollups (the stored window_metrics) to a later ingest, tail or compact: a bulk load in many runs pays for them once. Queries compute them from the events meanwhile.")] = False,
+    defer_rollups: Annotated[bool, typer.Option("--defer-rollups", help="Leave the rollups to the first query that reads them (servelens sql, report, dashboard, serve): it refreshes them once and says what that cost, so the ingest pays nothing for them.")] = False,
     no_follow_symlinks: Annotated[bool, typer.Option("--no-follow-symlinks", help="Pass over the files of a named directory that lead out of it through a symlink (read by default: /var/log/containers is such links). For directories whose writers you trust less than this reader.")] = False,
     keep_lines: Annotated[bool, typer.Option("--keep-lines", help="Keep the text (`message`) of every event, in this and every later ingest or tail into the store. By default the bulk events whose columns say what the line said (requests, engine stats, batches, HTTP access) keep none: a vLLM request's prompt, an iteration's JSON. Unparsed, error, warning and start-up lines always keep theirs.")] = False,
     prometheus: Annotated[Optional[str], typer.Option("--prometheus", help="Instead of PATHs, read the samples a Prometheus server holds over --since .. --until (its HTTP API) into the store, as if scraped (docs/sources.md).", show_default=False)] = None,
@@ -102,6 +104,8 @@ def ingest(
         return ingest_prometheus_command(paths, store, prometheus, match, step, since, until, instance, as_json)
     if not paths:
         raise fail("give the log files or directories to ingest (or --prometheus URL --since T to read a Prometheus server)")
+    if no_rollups and defer_rollups:
+        raise fail("--no-rollups and --defer-rollups exclude each other: choose one")
     import tempfile
 
     from ..ingest import IngestError, ingest as run_ingest
@@ -135,7 +139,7 @@ def ingest(
                 on_stage=getattr(advance, "stage", None),
                 follow_symlinks=not no_follow_symlinks,
                 on_file=None if quiet or as_json else print_file_line,
-                rollups=not no_rollups,
+                rollups="defer" if defer_rollups else not no_rollups,
                 keep_lines=keep_lines,
             )
     except (IngestError, StoreError) as e:
@@ -236,6 +240,11 @@ def sql(
     # DuckDB writes the result's text (no polars or pyarrow in this process); a table on the
     # terminal shows `limit` rows and says how many there were
     fetch = fetcher(format, limit=limit if format == "table" and output is None else 0, safe_csv=not raw_csv)
+
+    if not no_rollups:
+        from ..query.views import named_views
+
+        refresh_deferred_rollups(store_path(store), named_views(query))
 
     def answer():  # in a child process this one watches (pipeline/query/bounded.py)
         with allowing_partial(allow_partial):

@@ -107,7 +107,7 @@ def summary_dict(s: IngestSummary, store: Path) -> dict:
         "events_by_kind": dict(s.events_by_kind.most_common()),
         "rollup": None if s.rollup is None else {"instances": s.rollup.instances, "rows": s.rollup.rows,
                                                   "whole": s.rollup.whole, "seconds": round(s.rollup.seconds, 3),
-                                                  "views": s.rollup.views},
+                                                  "cpu_s": round(s.rollup.cpu_s, 3), "views": s.rollup.views},
     }
 
 

@@ -23,7 +23,7 @@ from typing import Annotated
 
 import typer
 
-from .options import SinceOpt, StoreOpt, UntilOpt, fail, store_path
+from .options import SinceOpt, StoreOpt, UntilOpt, fail, refresh_deferred_rollups, store_path
 
 
 def app_path() -> Path:
@@ -137,6 +137,7 @@ def register(app: typer.Typer) -> None:
         target = store_path(store).resolve()
         if not target.exists():
             raise fail(f"store {target} does not exist; ingest logs first (servelens ingest PATH --store {target})")
+        refresh_deferred_rollups(target)  # once at the start: no page of the dashboard pays for it
         if not 1 <= port <= 65535:
             raise fail(f"--port {port} is not a TCP port (1-65535)")
         from ..query.timerange import TimeRange

@@ -101,3 +101,33 @@ def duration_option(text: str | None, option: str) -> float | None:
         return parse_duration(text)
     except ValueError as e:
         raise fail(f"{option}: {e}") from None
+
+
+def refresh_deferred_rollups(target: Path, views: set[str] | None = None) -> None:
+    """The rollup refresh an ingest left to the first query (--defer-rollups), before a
+    command reads a stored view: once, with a one-line note of what it cost. The look is one
+    manifest read; a failure is a note, the query then reads the raw views. Not when the
+    rollups are turned off ($SERVELENS_NO_ROLLUPS)."""
+    import os
+
+    from ..store.manifest import ROLLUPS_DEFERRED, StoreError, read_manifest
+    from ..store import remote
+
+    if os.environ.get("SERVELENS_NO_ROLLUPS", "") not in ("", "0"):
+        return
+    try:
+        if remote.store_url(target) is not None or remote.is_fleet(target) or not read_manifest(target).get(ROLLUPS_DEFERRED):
+            return
+    except (StoreError, OSError, ValueError):
+        return
+    from ..query import rollups
+
+    try:
+        r = rollups.refresh_deferred(target, views)
+    except Exception as e:  # noqa: BLE001 - an optimisation: the query reads the raw views
+        typer.echo(f"servelens: note: the deferred rollup refresh failed ({' '.join(str(e).split())[:200]}); "
+                   "this query computes the views from the events", err=True)
+        return
+    if r is not None:
+        typer.echo(f"servelens: note: rollups refreshed now, as the last ingest deferred them: {r.instances:,} "
+                   f"instance(s) in {r.seconds:.1f}s ({r.cpu_s:.1f} CPU-s), once; later queries read them", err=True)

@@ -16,6 +16,7 @@ from .options import (
     UntilOpt,
     check_output_path,
     fail,
+    refresh_deferred_rollups,
     store_path,
     write_output_file,
 )
@@ -69,6 +70,7 @@ def register(app: typer.Typer) -> None:
 
             from ..query.timerange import TimeRange
 
+            refresh_deferred_rollups(store_path(store))
             # the scans read only the range (widened by a margin for requests cut by its edges)
             con = connect(store_path(store), variables, time_range=TimeRange(t0, t1) if t0 or t1 else None)
         except StoreError as e:

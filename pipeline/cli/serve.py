@@ -11,8 +11,8 @@ from typing import Annotated, Optional
 import typer
 
 from .options import (
-    ForceOpt, SinceOpt, StoreOpt, ThresholdsOpt, UntilOpt, WindowOpt, check_output_path, fail, store_path,
-    thresholds_variables, write_output_file,
+    ForceOpt, SinceOpt, StoreOpt, ThresholdsOpt, UntilOpt, WindowOpt, check_output_path, fail,
+    refresh_deferred_rollups, store_path, thresholds_variables, write_output_file,
 )
 
 
@@ -44,6 +44,7 @@ def register(app: typer.Typer) -> None:
         target = store_path(store)
         if not target.exists():
             raise fail(f"store {target} does not exist; ingest or tail logs first (servelens tail PATH --store {target})")
+        refresh_deferred_rollups(target)  # once at the start: no query of the server pays for it
         if not 0 <= port <= 65535:
             raise fail(f"--port {port} is not a TCP port (0-65535)")
         if refresh <= 0:
@@ -95,6 +96,7 @@ def register(app: typer.Typer) -> None:
         check_output_path(output, force)
         variables = thresholds_variables(window, thresholds)
         target = store_path(store)
+        refresh_deferred_rollups(target)
         try:
             if output is None:
                 n = export_openmetrics(target, sys.stdout.buffer, variables=variables, since=t0, until=t1)

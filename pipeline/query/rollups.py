@@ -40,7 +40,6 @@ events would. `servelens sql --no-rollups` (or SERVELENS_NO_ROLLUPS=1) forces th
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,7 +51,8 @@ import pyarrow.parquet as pq
 from .views import closure
 from .sandbox import Limits, parse_size
 from ..store.commit import Store, new_txid
-from .stored import ROLLUP_DIR, VIEW, VIEWS, current, intact, key_variables, literal, sql_key
+from .stored import DEFERRED, ROLLUP_DIR, VIEW, VIEWS, current, deferred, intact, key_variables, literal, sql_key, view_sql
+from ..store.layout import instances_predicate
 from ..store.manifest import fsync_dir, read_manifest
 
 # how each is sorted in its file: by instance, then time, so that the row groups' statistics
@@ -63,22 +63,12 @@ SORT = {
     "window_metrics": ("engine", "instance", "window_index"),
 }
 ROW_GROUP_ROWS = 65_536
-WRITE_MEMORY = "1GB"  # the sort before writing spills past this (millions of requests)
 # the computing query's DuckDB memory (refresh_limits): with the query default (4 GB) a refresh
 # of 0.5 GB of SGLang logs peaked at 1.9 GB of RSS, at 768 MB 0.9 GB (6.4 -> 8.5 s)
 REFRESH_MEMORY = "768MB"
 # engines whose rows depend on other instances' events (a client's requests are matched to
 # the servers' logs): a store holding one is refreshed whole
 CROSS_INSTANCE_ENGINES = ("client",)
-
-
-def _scalar(sql: str) -> Any:
-    """The one value of `sql` on a plain connection of our own (trusted paths only)."""
-    con = duckdb.connect(":memory:")
-    try:
-        return con.execute(sql).fetchone()[0]
-    finally:
-        con.close()
 
 
 @dataclass
@@ -117,6 +107,7 @@ class Plan:
     inputs: dict[str, str]  # fresh rollups not recomputed, read by the views computed
     generation: int  # Store.generation at the plan: marks of later commits are kept
     started: tuple[float, float]  # perf_counter, process_time
+    session: Any = None  # the open connections of a compute in progress (_Session)
 
 
 @dataclass
@@ -156,24 +147,118 @@ def plan(store: Store, *, whole: bool = False, view: str | None = None) -> Plan 
 def compute(p: Plan) -> Computed:
     """Run each planned view's raw SQL over the planned instances (the views beneath it bound
     over the rollups just computed) and write the new rollup files (not yet committed).
-    Touches no manifest: it may run on another thread than the writer's."""
+    Touches no manifest: it may run on another thread than the writer's.
+
+    One connection binds `events` and computes and writes every view in turn (each view,
+    once written, is bound over its new file for the views above it): the store and the
+    views beneath are bound once rather than per view, and no row goes through Python."""
     rels: dict[str, str] = {}
     rows: dict[str, int] = {}
+    p.session = session = _Session(p)
     try:
+        _settle_whole(p)
         for view in p.views:
             rels[view], rows[view] = _compute_view(p, view, {**p.inputs, **rels})
+        n = len(p.dirty)
+        if any(p.whole.values()) and p.views:
+            n = max(n, session.instances(p.root / rels[p.views[-1]]))
     except BaseException:
         for rel in rels.values():
             discard_file(p.root, rel)
         raise
-    n = len(p.dirty)
-    if any(p.whole.values()):
-        n = max(n, _instances(p.root / rels[p.views[-1]])) if p.views else n
+    finally:
+        p.session = None
+        session.close()
     return Computed(p, rels, rows, n)
 
 
-def _instances(path: Path) -> int:
-    return int(_scalar(f"select count(*) from (select distinct engine, instance from read_parquet({literal(path)}))"))
+class _Session:
+    """The computing connections of one compute, by wholeness and limits (a view retried
+    under other limits gets one of its own). Each also writes its views' files: the rows go
+    from the query to the Parquet file inside DuckDB, never through Python or Arrow."""
+
+    def __init__(self, p: Plan) -> None:
+        self.plan = p
+        # every new file's name, chosen now so that each computing connection may write and
+        # read them all (its sandbox allows only the paths it was given)
+        self.rels = {v: f"{ROLLUP_DIR}/{v}-{new_txid()}.parquet" for v in p.views}
+        self.cons: dict[tuple, tuple[duckdb.DuckDBPyConnection, set[str]]] = {}
+        self.last: duckdb.DuckDBPyConnection | None = None  # the one that wrote the last file
+
+    def computing(self, view: str, whole: bool, limits: Limits,
+                  stored_rels: dict[str, str]) -> duckdb.DuckDBPyConnection:
+        """A connection with `view` and every view beneath it bound: the ones already computed
+        over their files (the dirty instances' rows when not `whole`), the rest over their SQL."""
+        from . import connect as query
+        from .views import sql_files, view_name, view_sql as file_sql
+
+        key = (whole, repr(limits))
+        if key not in self.cons:
+            p = self.plan
+            olds = [p.root / rel for rel in p.old_paths.values() if rel]
+            con = query.connect(p.root, None, limits, views={view}, rollups=False,
+                                instances=None if whole else p.dirty, shared=False,
+                                stored={v: p.root / rel for v, rel in stored_rels.items()},
+                                readable=(*(p.root / rel for rel in self.rels.values()), *olds))
+            self.cons[key] = (con, closure({view}, leaves=set(stored_rels)))
+            self.last = con
+            return con
+        con, bound = self.cons[key]
+        self.last = con
+        need = closure({view}, leaves=set(stored_rels)) - bound
+        for path in sql_files():  # in load order: each after the views it reads
+            name = view_name(path)
+            if name in need:
+                con.execute(file_sql(path))
+                bound.add(name)
+        return con
+
+    def written(self, view: str, rel: str) -> None:
+        """Bind `view` over its new file on every computing connection, as a connection given
+        it in `stored` would (query.connect): the views above it read its rows from there."""
+        path = self.plan.root / rel
+        for (whole, _limits), (con, bound) in self.cons.items():
+            where = None if whole else instances_predicate(self.plan.dirty)
+            con.execute(view_sql(path, where, view))
+            bound.add(view)
+
+    def instances(self, path: Path) -> int:
+        return int(self.last.execute(
+            f"select count(*) from (select distinct engine, instance from read_parquet({literal(path)}))").fetchone()[0])
+
+    def close(self) -> None:
+        for con, _bound in self.cons.values():
+            con.close()
+        self.cons.clear()
+
+
+def _settle_whole(p: Plan) -> None:
+    """Which views are recomputed whole, before any connection is made: a view without an old
+    rollup, or whose old rollup holds rows of an engine matched across instances (or cannot be
+    read), is rebuilt whole, and so is every view above it."""
+    for i, view in enumerate(p.views):
+        old = p.root / p.old_paths[view] if p.old_paths.get(view) else None
+        whole = p.whole[view] or old is None
+        if not whole:
+            try:
+                whole = _has_engine(old, CROSS_INSTANCE_ENGINES)
+            except Exception:  # noqa: BLE001 - unreadable now: rebuilt whole
+                whole = True
+        if whole:
+            for v in p.views[i:]:
+                p.whole[v] = True
+            return
+
+
+def _has_engine(path: Path, engines: tuple[str, ...]) -> bool:
+    import pyarrow as pa
+    import pyarrow.compute as pc  # here: only an incremental refresh asks
+
+    f = pq.ParquetFile(path)
+    if "engine" not in f.schema_arrow.names:
+        return False
+    col = f.read(columns=["engine"])["engine"]
+    return bool(pc.any(pc.is_in(col, value_set=pa.array(engines, col.type))).as_py())
 
 
 def refresh_limits() -> Limits:
@@ -205,71 +290,51 @@ def _compute_view(p: Plan, view: str, stored_rels: dict[str, str]) -> tuple[str,
 
 
 def _compute_view_within(p: Plan, view: str, stored_rels: dict[str, str], limits: Limits) -> tuple[str, int]:
-    from . import connect as query
-
+    session = p.session if p.session is not None else _Session(p)
     whole = p.whole[view]
     old = p.root / p.old_paths[view] if p.old_paths.get(view) else None
-    if not whole and old is not None:
-        try:
-            names = pq.read_schema(old).names
-            has_client = "engine" in names and _has_engine(old, CROSS_INSTANCE_ENGINES)
-        except Exception:  # noqa: BLE001 - unreadable now: rebuilt whole
-            has_client = True
-        if has_client:
-            whole = True
-    if not whole and old is None:
-        whole = True
-    if whole:  # and so every view above it
-        for v in p.views[p.views.index(view):]:
-            p.whole[v] = True
-    stored = {v: p.root / rel for v, rel in stored_rels.items()}
-    con = query.connect(p.root, None, limits, views={view}, rollups=False, instances=None if whole else p.dirty,
-                        stored=stored)
-    rel = f"{ROLLUP_DIR}/{view}-{new_txid()}.parquet"
-    path = p.root / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        reader = con.sql(f"select * from {view}").to_arrow_reader(ROW_GROUP_ROWS)
-        n = _write(path, reader, view, None if whole else old, None if whole else p.dirty)
-    except BaseException:
-        discard_file(p.root, rel)
-        raise
+        con = session.computing(view, whole, limits, stored_rels)
+        rel = session.rels.get(view) or f"{ROLLUP_DIR}/{view}-{new_txid()}.parquet"
+        path = p.root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            n = _write(path, con, view, None if whole else old, None if whole else p.dirty)
+        except BaseException:
+            discard_file(p.root, rel)
+            raise
+        session.written(view, rel)
     finally:
-        con.close()
+        if p.session is None:
+            session.close()
     return rel, n
 
 
-def _has_engine(path: Path, engines: tuple[str, ...]) -> bool:
-    kinds = ", ".join(literal(e) for e in engines)
-    return bool(_scalar(f"select count(*) from read_parquet({literal(path)}) where engine in ({kinds})"))
-
-
-def _write(path: Path, reader: Any, view: str, old: Path | None, dirty: list[tuple[str, str]] | None) -> int:
-    """The old file's rows of the other instances as they are, then the new rows sorted by
-    SORT[view], to `path` (fsynced); returns the row count. A plain DuckDB connection of our own (trusted
-    paths only) streams, sorts and spills, so a rollup of millions of requests is never a
-    Python object."""
-    con = duckdb.connect(":memory:", config={"temp_directory": tempfile.gettempdir() + f"/servelens-rollup-{os.getpid()}",
-                                             "memory_limit": WRITE_MEMORY})
-    try:
-        con.register("new_rows", reader)
-        cols = {c for c, in con.execute("select column_name from (describe select * from new_rows)").fetchall()}
-        order = ", ".join(f'"{c}" nulls last' for c in SORT.get(view, ()) if c in cols)
-        body = f"select * from new_rows{' order by ' + order if order else ''}"
-        if old is not None:
-            # the other instances' rows as they are (already sorted in the old file): only the
-            # new rows are sorted, so a refresh of one instance does not re-sort the store's
-            src = f"read_parquet({literal(old)})"
-            kept = f"select * from {src}"
-            if dirty:  # (an instance may be null: `not in` would drop every row)
-                kept = (f"select o.* from {src} as o anti join (values {_instances_values(dirty)}) as d(e, i)"
-                        " on o.engine is not distinct from d.e and o.instance is not distinct from d.i")
-            body = f"{kept} union all by name ({body})"
-        dst = literal(path)
-        con.execute(f"copy ({body}) to {dst} (format parquet, compression zstd, row_group_size {ROW_GROUP_ROWS})")
-        n = int(con.execute(f"select count(*) from read_parquet({dst})").fetchone()[0])
-    finally:
-        con.close()
+def _write(path: Path, con: duckdb.DuckDBPyConnection, view: str, old: Path | None,
+           dirty: list[tuple[str, str]] | None) -> int:
+    """The old file's rows of the other instances as they are, then the view's rows on `con`
+    sorted by SORT[view], to `path` (fsynced); returns the row count. One COPY on the
+    computing connection: DuckDB streams, sorts and spills, so a rollup of millions of
+    requests is never a Python object."""
+    cols = con.execute("select column_name, data_type from duckdb_columns() where table_name = ? "
+                       "and schema_name = current_schema() order by column_index", [view]).fetchall()
+    order = ", ".join(f'"{c}" nulls last' for c in SORT.get(view, ()) if c in {c for c, _t in cols})
+    # stored as the rows' Arrow form always stored them: a HUGEINT (a sum of integers) is a
+    # DECIMAL(38, 0) there, where DuckDB's Parquet writer would make it a DOUBLE
+    select = ", ".join(f'cast("{c}" as decimal(38, 0)) as "{c}"' if t == "HUGEINT" else f'"{c}"' for c, t in cols)
+    body = f"select {select or '*'} from {view}{' order by ' + order if order else ''}"
+    if old is not None:
+        # the other instances' rows as they are (already sorted in the old file): only the
+        # new rows are sorted, so a refresh of one instance does not re-sort the store's
+        src = f"read_parquet({literal(old)})"
+        kept = f"select * from {src}"
+        if dirty:  # (an instance may be null: `not in` would drop every row)
+            kept = (f"select o.* from {src} as o anti join (values {_instances_values(dirty)}) as d(e, i)"
+                    " on o.engine is not distinct from d.e and o.instance is not distinct from d.i")
+        body = f"{kept} union all by name ({body})"
+    # COPY answers the number of rows it wrote
+    n = int(con.execute(f"copy ({body}) to {literal(path)} (format parquet, compression zstd, "
+                        f"row_group_size {ROW_GROUP_ROWS})").fetchone()[0])
     with open(path, "rb+") as f:
         os.fsync(f.fileno())
     fsync_dir(path.parent)
@@ -292,11 +357,14 @@ def commit(store: Store, c: Computed) -> Refreshed | None:
         for rel in c.rels.values():
             discard_file(store.root, rel)
         return None
+    was_deferred = store.manifest.pop(DEFERRED, None)  # done: written with this commit
     try:
         store.commit([], dirty=("clean", p.generation), rollups={v: {
             "path": c.rels[v], "key": sql_key(v), "variables": key_variables(None, v), "rows": c.rows[v],
         } for v in p.views})
     except BaseException:
+        if was_deferred is not None:
+            store.manifest[DEFERRED] = was_deferred
         for rel in c.rels.values():
             discard_file(store.root, rel)
         raise
@@ -325,6 +393,35 @@ def refresh(store: Store, *, whole: bool = False, view: str | None = None) -> Re
     if p is None:
         return None
     return commit(store, compute(p))
+
+
+def refresh_deferred(root: Path | str, views: set[str] | None = None) -> Refreshed | None:
+    """The refresh an ingest left to the first query (`servelens ingest --defer-rollups`),
+    run by a command about to read a stored view (`views`: the views its query names; None:
+    any): under the writer's lock, once, committed like any refresh. None when there is
+    nothing deferred, the query reads no stored view, or a writer holds the store (a tailer
+    refreshes them itself; the query then reads the raw views, as on any stale store)."""
+    from ..store import remote
+    from ..store.manifest import StoreError
+
+    if remote.store_url(root) is not None or remote.is_fleet(root):
+        return None
+    root = remote.local_store(root)
+    try:
+        if not deferred(root, read_manifest(root)):
+            return None
+    except (StoreError, OSError, ValueError):
+        return None
+    if views is not None and not closure(views) & set(VIEWS):
+        return None
+    try:
+        store = Store.open(root, purpose="rollup refresh")
+    except (StoreError, OSError):  # in use by a writer, or not ours to write
+        return None
+    try:
+        return refresh(store) if deferred(store.root, store.manifest) else None
+    finally:
+        store.close()
 
 
 def remove_orphans(store: Store) -> None:

@@ -13,6 +13,7 @@ from typing import Any, Mapping
 from .views import closure, resolve_variables, sql_files, view_name
 from .views import view_sql as file_sql
 from ..store.integrity import PARQUET_MAGIC
+from ..store.manifest import ROLLUPS_DEFERRED
 
 
 VIEW = "window_metrics"
@@ -30,6 +31,9 @@ FORMAT = 2  # bump when what is stored changes meaning
 
 
 NO_ROLLUPS_ENV = "SERVELENS_NO_ROLLUPS"
+
+
+DEFERRED = ROLLUPS_DEFERRED  # (pipeline/store/manifest.py)
 
 
 _GETVAR = re.compile(r"getvariable\(\s*'(\w+)'\s*\)", re.I)
@@ -123,3 +127,14 @@ def view_sql(path: Path, where: str | None = None, view: str = VIEW) -> str:
     """The statement binding `view` over a rollup file."""
     return f"create or replace view {view} as select * from read_parquet({literal(path)})" + (f" where {where}" if where else "")
 
+
+
+def deferred(root: Path, manifest: Mapping[str, Any]) -> bool:
+    """Whether an ingest left the rollups to the first query that reads a stored view and
+    they are still to be refreshed (stale, or some never computed)."""
+    if not manifest.get(DEFERRED):
+        return False
+    if manifest.get("dirty") or manifest.get("dirty_all"):
+        return True
+    rollups = manifest.get("rollups") or {}
+    return any(v not in rollups for v in VIEWS)

@@ -16,6 +16,10 @@ MANIFEST_VERSION = 1
 
 DEFAULT_STORE = "servelens-store"
 
+# the mark of an ingest that left its rollup refresh to the first query reading a stored view
+# (`servelens ingest --defer-rollups`, pipeline/query/rollups.py); the refresh clears it
+ROLLUPS_DEFERRED = "rollups_deferred"
+
 
 
 def default_store() -> Path:
