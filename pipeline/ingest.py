@@ -271,7 +271,7 @@ def ingest(
             try:
                 if not read_manifest(store.root).get(ROLLUPS_DEFERRED):
                     store.commit([], dirty=[])  # the mark alone: this ingest committed nothing (stale before)
-                summary.notes.append("rollups left to the first query that reads them (--defer-rollups): it refreshes them once")
+                summary.notes.append("rollups left to the first query that reads them, which refreshes them once (--refresh-rollups: now)")
             except (OSError, StoreError) as e:
                 summary.notes.append(f"rollups not marked for the first query ({getattr(e, 'strerror', None) or e}); "
                                      "queries compute them from the events until the next ingest, tail or compact")

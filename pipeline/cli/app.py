@@ -77,7 +77,7 @@ def ingest(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or per-file lines; summary only.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as one JSON object on stdout (for scripts).")] = False,
     no_rollups: Annotated[bool, typer.Option("--no-rollups", help="Leave the rollups (the stored window_metrics) to a later ingest, tail or compact: a bulk load in many runs pays for them once. Queries compute them from the events meanwhile.")] = False,
-    defer_rollups: Annotated[bool, typer.Option("--defer-rollups", help="Leave the rollups to the first query that reads them (servelens sql, report, dashboard, serve): it refreshes them once and says what that cost, so the ingest pays nothing for them.")] = False,
+    defer_rollups: Annotated[Optional[bool], typer.Option("--defer-rollups/--refresh-rollups", help="Leave the rollups (the stored window_metrics) to the first query that reads them (servelens sql, report, dashboard, serve): it refreshes them once and says what that cost, so an ingest whose store is asked one question pays nothing for them. --refresh-rollups brings them up to date before the ingest returns. Default: defer.")] = None,
     no_follow_symlinks: Annotated[bool, typer.Option("--no-follow-symlinks", help="Pass over the files of a named directory that lead out of it through a symlink (read by default: /var/log/containers is such links). For directories whose writers you trust less than this reader.")] = False,
     keep_lines: Annotated[bool, typer.Option("--keep-lines", help="Keep the text (`message`) of every event, in this and every later ingest or tail into the store. By default the bulk events whose columns say what the line said (requests, engine stats, batches, HTTP access) keep none: a vLLM request's prompt, an iteration's JSON. Unparsed, error, warning and start-up lines always keep theirs.")] = False,
     prometheus: Annotated[Optional[str], typer.Option("--prometheus", help="Instead of PATHs, read the samples a Prometheus server holds over --since .. --until (its HTTP API) into the store, as if scraped (docs/sources.md).", show_default=False)] = None,
@@ -104,8 +104,8 @@ def ingest(
         return ingest_prometheus_command(paths, store, prometheus, match, step, since, until, instance, as_json)
     if not paths:
         raise fail("give the log files or directories to ingest (or --prometheus URL --since T to read a Prometheus server)")
-    if no_rollups and defer_rollups:
-        raise fail("--no-rollups and --defer-rollups exclude each other: choose one")
+    if no_rollups and defer_rollups is not None:
+        raise fail("--no-rollups and --defer-rollups / --refresh-rollups exclude each other: choose one")
     import tempfile
 
     from ..ingest import IngestError, ingest as run_ingest
@@ -139,7 +139,7 @@ def ingest(
                 on_stage=getattr(advance, "stage", None),
                 follow_symlinks=not no_follow_symlinks,
                 on_file=None if quiet or as_json else print_file_line,
-                rollups="defer" if defer_rollups else not no_rollups,
+                rollups=False if no_rollups else True if defer_rollups is False else "defer",
                 keep_lines=keep_lines,
             )
     except (IngestError, StoreError) as e:

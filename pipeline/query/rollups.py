@@ -63,8 +63,9 @@ SORT = {
     "window_metrics": ("engine", "instance", "window_index"),
 }
 ROW_GROUP_ROWS = 65_536
-# the computing query's DuckDB memory (refresh_limits): with the query default (4 GB) a refresh
-# of 0.5 GB of SGLang logs peaked at 1.9 GB of RSS, at 768 MB 0.9 GB (6.4 -> 8.5 s)
+# the computing query's DuckDB memory (refresh_limits): with the query default a refresh of a
+# large log takes far more memory than the ingest before it; this bound halves the peak for
+# some extra time (bench/RESULTS.md)
 REFRESH_MEMORY = "768MB"
 # engines whose rows depend on other instances' events (a client's requests are matched to
 # the servers' logs): a store holding one is refreshed whole
@@ -159,7 +160,8 @@ def compute(p: Plan) -> Computed:
         _settle_whole(p)
         for view in p.views:
             rels[view], rows[view] = _compute_view(p, view, {**p.inputs, **rels})
-        n = len(p.dirty)
+        # servers, not the results files of a benchmark client (their rows are a server's)
+        n = len([d for d in p.dirty if d[0] not in CROSS_INSTANCE_ENGINES])
         if any(p.whole.values()) and p.views:
             n = max(n, session.instances(p.root / rels[p.views[-1]]))
     except BaseException:
@@ -224,7 +226,8 @@ class _Session:
 
     def instances(self, path: Path) -> int:
         return int(self.last.execute(
-            f"select count(*) from (select distinct engine, instance from read_parquet({literal(path)}))").fetchone()[0])
+            f"select count(*) from (select distinct engine, instance from read_parquet({literal(path)})"
+            f" where engine not in ({', '.join(literal(e) for e in CROSS_INSTANCE_ENGINES)}))").fetchone()[0])
 
     def close(self) -> None:
         for con, _bound in self.cons.values():

@@ -3,6 +3,8 @@ says what it is doing, also after the reading, while the rollups are refreshed."
 
 from __future__ import annotations
 
+import pytest
+
 import os
 import pty
 import re
@@ -44,14 +46,16 @@ def run_on_a_terminal(*args: str) -> tuple[int, str]:
 
 
 def test_the_bar_says_ingesting_then_refreshing_rollups(tmp_path):
-    code, out = run_on_a_terminal("ingest", str(INCIDENT), "--store", str(tmp_path / "store"))
+    code, out = run_on_a_terminal("ingest", str(INCIDENT), "--store", str(tmp_path / "store"), "--refresh-rollups")
     assert code == 0, out
     assert "ingesting" in out and "refreshing rollups" in out
     assert out.index("ingesting") < out.index("refreshing rollups")
     assert "rollups of 2 instance(s) refreshed" in out  # the summary after the bar
 
 
-def test_without_rollups_no_refresh_stage(tmp_path):
-    code, out = run_on_a_terminal("ingest", str(INCIDENT), "--store", str(tmp_path / "store"), "--no-rollups")
+@pytest.mark.parametrize("flag", ["--no-rollups", None])
+def test_without_rollups_no_refresh_stage(tmp_path, flag):
+    """--no-rollups, and the default (the first query that reads them refreshes them)."""
+    code, out = run_on_a_terminal("ingest", str(INCIDENT), "--store", str(tmp_path / "store"), *([flag] if flag else []))
     assert code == 0, out
     assert "ingesting" in out and "refreshing rollups" not in out

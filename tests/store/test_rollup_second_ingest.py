@@ -153,15 +153,16 @@ def test_a_query_on_a_store_in_use_reads_the_raw_views(tmp_path):
     same_rows(stored_rows(store, "window_metrics"), raw)
 
 
-def test_the_cli_defers_only_when_asked_and_not_with_rollups_off(tmp_path, monkeypatch):
+def test_the_cli_defers_by_default_refreshes_when_asked_and_not_with_rollups_off(tmp_path, monkeypatch):
     sim = tmp_path / "sim"
     simulate("vllm", "steady", 120, seed=5, out_dir=sim, instances=1, rate=4, variant="v1",
              start="2026-05-12T08:00:00Z")
     store = tmp_path / "store"
     runner = CliRunner()
-    res = runner.invoke(app, ["ingest", str(sim / "vllm-a.log"), "--store", str(store), "--no-rollups", "--defer-rollups"])
-    assert res.exit_code != 0 and "exclude each other" in res.output
-    res = runner.invoke(app, ["ingest", str(sim / "vllm-a.log"), "--store", str(store), "--defer-rollups"])
+    for flag in ("--defer-rollups", "--refresh-rollups"):
+        res = runner.invoke(app, ["ingest", str(sim / "vllm-a.log"), "--store", str(store), "--no-rollups", flag])
+        assert res.exit_code != 0 and "exclude each other" in res.output
+    res = runner.invoke(app, ["ingest", str(sim / "vllm-a.log"), "--store", str(store)])
     assert res.exit_code == 0 and "first query" in res.output and "refreshed" not in res.output
     monkeypatch.setenv("SERVELENS_NO_ROLLUPS", "1")
     res = runner.invoke(app, ["sql", "select count(*) from window_metrics", "--store", str(store)])
@@ -170,6 +171,11 @@ def test_the_cli_defers_only_when_asked_and_not_with_rollups_off(tmp_path, monke
     monkeypatch.delenv("SERVELENS_NO_ROLLUPS")
     refresh_by_query(store)
     assert "rollups_deferred" not in manifest(store)
+    # asked for, the refresh happens before the ingest returns
+    now = tmp_path / "now"
+    res = runner.invoke(app, ["ingest", str(sim / "vllm-a.log"), "--store", str(now), "--refresh-rollups"])
+    assert res.exit_code == 0 and "refreshed" in res.output and "first query" not in res.output
+    assert "rollups_deferred" not in manifest(now) and "dirty" not in manifest(now)
 
 
 def test_a_deferring_ingest_that_commits_nothing_still_marks_a_stale_store(tmp_path):

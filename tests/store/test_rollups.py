@@ -111,7 +111,7 @@ SAMPLE_SETS = {
 @pytest.mark.parametrize("name", sorted(SAMPLE_SETS))
 def test_rollup_equals_raw_on_every_sample_set(tmp_path, name):
     store = tmp_path / "store"
-    cli("ingest", *SAMPLE_SETS[name], "--store", store)
+    cli("ingest", *SAMPLE_SETS[name], "--store", store, "--refresh-rollups")
     m = manifest(store)
     assert "dirty" not in m and "dirty_all" not in m
     assert sorted(m["rollups"]) == sorted(rollup.VIEWS)
@@ -127,7 +127,7 @@ def test_rollup_equals_raw_on_every_sample_set(tmp_path, name):
 
 def test_the_cli_forces_the_raw_path(tmp_path):
     store = tmp_path / "store"
-    cli("ingest", SAMPLES / "incident", "--store", store)
+    cli("ingest", SAMPLES / "incident", "--store", store, "--refresh-rollups")
     q = "select signal, count(*) as n from scaling_signals group by all order by all"
     assert cli("sql", q, "--store", store, "-f", "csv") == cli("sql", q, "--store", store, "-f", "csv", "--no-rollups")
 
@@ -234,7 +234,7 @@ def test_an_incremental_refresh_recomputes_only_the_dirty_instance(tmp_path):
 @pytest.fixture
 def incident_store(tmp_path) -> Path:
     store = tmp_path / "store"
-    cli("ingest", SAMPLES / "incident", "--store", store)
+    cli("ingest", SAMPLES / "incident", "--store", store, "--refresh-rollups")
     return store
 
 
@@ -251,7 +251,7 @@ def test_a_refresh_short_of_its_memory_bound_is_computed_again_without_it(tmp_pa
     monkeypatch.setattr(rollup, "_compute_view_within", recording)
     monkeypatch.setattr(rollup, "REFRESH_MEMORY", "2MB")  # nothing fits
     store = tmp_path / "store"
-    cli("ingest", SAMPLES / "incident", "--store", store)
+    cli("ingest", SAMPLES / "incident", "--store", store, "--refresh-rollups")
     assert [v for v, _ in calls] == [v for view in rollup.VIEWS for v in (view, view)]
     assert {m for _, m in calls[::2]} == {2_000_000} and min(m for _, m in calls[1::2]) > 2_000_000
     assert_same(store)
@@ -261,7 +261,7 @@ def test_reingest_doubles_nothing_and_leaves_the_rollup(incident_store):
     store = incident_store
     before = manifest(store)
     first = answer(store, "window_metrics", raw=False)
-    cli("ingest", SAMPLES / "incident", "--store", store)
+    cli("ingest", SAMPLES / "incident", "--store", store, "--refresh-rollups")
     after = manifest(store)
     assert after["rollups"] == before["rollups"]  # the same file: nothing was committed
     assert after["parts"] == before["parts"]
