@@ -25,7 +25,7 @@ import io
 import polars as pl
 
 from ._export import time_order
-from .cloudwatch import K8S_STREAM
+from .cloudwatch import k8s_of_streams
 from ._frame import WTS, join_fragments, rfc3339_ns, set_time
 
 NAME = "csv-export"
@@ -132,8 +132,7 @@ def decode(df: pl.DataFrame, header: str) -> pl.DataFrame:
     labels = [f[r].alias(f"_lab_{r}") for r in ROLES if r not in ("message", "time") and r in f]
     if "log_stream" in f and "pod" not in f:
         # Fluent Bit / Container Insights name a container's stream after its log file
-        k8s = f["log_stream"].str.extract_groups(K8S_STREAM).struct.field
-        labels += [k8s("pod").alias("_lab_pod"), k8s("ns").alias("_lab_namespace"), k8s("ctr").alias("_lab_container")]
+        labels += k8s_of_streams(df, f["log_stream"])
     df = df.with_columns(
         pl.when(pl.col("_whole")).then(msg.fill_null("").str.strip_suffix("\n").str.strip_suffix("\r")).otherwise(pl.col("text")).alias("text"),
         set_time(df, any_time(f["time"])),
