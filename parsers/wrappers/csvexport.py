@@ -23,6 +23,7 @@ import csv
 import io
 
 import polars as pl
+import pyarrow as pa
 
 from ._export import time_order
 from .cloudwatch import k8s_of_streams
@@ -108,8 +109,12 @@ def decode(df: pl.DataFrame, header: str) -> pl.DataFrame:
     # its time (an unclosed quote cannot swallow the rows after it)
     starts = (text.str.contains(_ROW_TIME) & ~is_header) if role["time"] == 0 else pl.lit(False)
     df = df.with_columns(starts.alias("_rs"), text.str.count_matches('"', literal=True).alias("_q"))
+    # (the quotes counted since the segment's start: the running count less its value
+    # where the segment began, no grouping)
+    total = pl.col("_q").cum_sum()
+    since = total - pl.when(pl.col("_rs")).then(total - pl.col("_q")).forward_fill().fill_null(0)
     df = df.with_columns(pl.col("_rs").cum_sum().alias("_seg"))
-    odd = (pl.col("_q").cum_sum().over("_seg") % 2) == 1
+    odd = (since % 2) == 1
     ends = ~odd | pl.col("_rs").shift(-1).fill_null(False)
     df = df.with_columns(ends.alias("_e"), odd.alias("_odd"))
     # the message's own newlines, put back between the physical lines joined
@@ -152,7 +157,12 @@ def _read_rows(rows: pl.Series, n: int) -> pl.DataFrame:
     names = [f"_c{i}" for i in range(n)]
     if len(rows) == 0:
         return pl.DataFrame(schema={c: pl.String for c in names})
-    blob = rows.str.join("\n").item().encode()
+    # (the joined text handed over as its Arrow buffer, not copied into a Python string)
+    joined = rows.str.join("\n").to_arrow()
+    offsets, data = joined.buffers()[1], joined.buffers()[2]
+    width = 8 if pa.types.is_large_string(joined.type) else 4
+    lo, hi = (int.from_bytes(offsets.to_pybytes()[i * width:(i + 1) * width], "little") for i in (0, 1))
+    blob = memoryview(data)[lo:hi]
     try:
         out = pl.read_csv(io.BytesIO(blob), has_header=False, new_columns=names, schema={c: pl.String for c in names},
                           quote_char='"', truncate_ragged_lines=True)
