@@ -187,6 +187,12 @@ def time_order(df: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     if steps is not None and steps < 0:
         body = body.reverse()
     body = body.with_columns(ts.forward_fill().backward_fill().alias("_key_ts"))
+    if streams == 1:
+        # one stream (the usual export of one server), most often in order once reversed
+        if not body["_key_ts"].is_sorted():
+            body = body.sort("_key_ts", maintain_order=True)
+        body = body.drop("_key_ts")
+        return pl.concat([body, tail.select(body.columns)]).drop("_key_grp")
     # streams in the order they first appear; within one, time order (stable for equal times)
     order = body.with_row_index("_pos").group_by("_key_grp", maintain_order=True).agg(pl.col("_pos").min().alias("_first"))
     body = body.join(order, on="_key_grp", how="left").sort(["_first", "_key_ts"], maintain_order=True)
