@@ -34,7 +34,10 @@ def scan_carry(path: Path, engine: str, layers: tuple[str, ...], ctx: ParseConte
     if fp.is_gzip(path) or path.stat().st_size - offset <= block_bytes:
         return
     found: list[pl.DataFrame] = []
-    hints_b = [h.encode() for h in hints]
+    # searched for by the longest piece without a space: a YAML export folds a long line
+    # at its spaces, so the hint whole may not be in the file's bytes (the decoded lines
+    # around each piece are then tested for the hint itself)
+    hints_b = list(dict.fromkeys(max(h.split(), key=len).encode() for h in hints))
     has_hint = pl.any_horizontal([pl.col("text").str.contains(h, literal=True) for h in hints])
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
         # (searched where it lies: no block of the file is copied)
