@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import polars as pl
 
 from ._frame import join_fragments
@@ -186,8 +187,115 @@ def time_order(df: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     if steps is not None and steps < 0:
         body = body.reverse()
     body = body.with_columns(ts.forward_fill().backward_fill().alias("_key_ts"))
+    if streams == 1:
+        # one stream (the usual export of one server), most often in order once reversed
+        if not body["_key_ts"].is_sorted():
+            body = body.sort("_key_ts", maintain_order=True)
+        body = body.drop("_key_ts")
+        return pl.concat([body, tail.select(body.columns)]).drop("_key_grp")
     # streams in the order they first appear; within one, time order (stable for equal times)
     order = body.with_row_index("_pos").group_by("_key_grp", maintain_order=True).agg(pl.col("_pos").min().alias("_first"))
     body = body.join(order, on="_key_grp", how="left").sort(["_first", "_key_ts"], maintain_order=True)
     body = body.drop("_key_ts", "_first")
     return pl.concat([body, tail.select(body.columns)]).drop("_key_grp")
+
+
+# an envelope line: punctuation, or a member whose value is on its own line (join_objects
+# leaves these out)
+_ENVELOPE = r'^\s*"[^"]*"\s*:\s*(?:[\[{]|\[\]|"[^"]*"|[0-9.]+|true|false|null),?\s*$'
+
+
+class Entries:
+    """A pretty-printed JSON export's entries, each member read from its own line (a
+    printer puts one member a line, and a JSON string never spans lines), without joining
+    and decoding whole entries. `of(df)` is None where that reading does not hold: a block
+    cut inside an entry, lines another layer joined, envelope lines no envelope has."""
+
+    def __init__(self, side: pl.DataFrame, heads: pl.DataFrame, pad: str, step: int):
+        self.side, self.heads, self.pad, self.step = side, heads, pad, step
+
+    @classmethod
+    def of(cls, df: pl.DataFrame) -> "Entries | None":
+        if df.height == 0 or df["_n"].max() != 1:
+            return None
+        indent = indent_of(df.head(_HEAD))
+        if indent is None:
+            return None
+        text = pl.col("text")
+        pad = " " * indent
+        marks = df.select((text == pad + "{").alias("o"), ((text == pad + "}") | (text == pad + "},")).alias("c"))
+        line = df["line"]
+        open_at, close_at = line.filter(marks["o"]).to_numpy(), line.filter(marks["c"]).to_numpy()
+        n = len(open_at)
+        if n == 0 or len(close_at) == 0:
+            return None
+        # each entry closes at the first such brace after it opens, before the next opens
+        # (the envelope's own objects may close at that indentation too, outside the entries)
+        k = np.searchsorted(close_at, open_at, side="right")
+        if k[-1] >= len(close_at):
+            return None
+        close_at = close_at[k]
+        if n > 1 and not (close_at[:-1] < open_at[1:]).all():
+            return None
+        g = marks["o"].cum_sum().cast(pl.Int64)
+        closes = pl.Series(np.concatenate([[0], close_at])).gather(g)
+        inside = (g > 0) & (line <= closes)
+        outside = df.filter(~inside)
+        if outside.height and not outside.select((text.str.contains(_PUNCT) | text.str.contains(_ENVELOPE)).all()).item():
+            return None
+        first = int(np.searchsorted(line.to_numpy(), open_at[0]))
+        if first + 1 >= df.height:
+            return None
+        step = len(df["text"][first + 1]) - len(df["text"][first + 1].lstrip(" ")) - indent
+        if step <= 0:
+            return None
+        side = df.select("text", g.alias("_g")).filter(inside)
+        rows = df.filter(marks["o"])
+        heads = rows.select("line", pl.Series("_n", close_at - open_at + 1).cast(pl.Int32), "_wts", "_stream", "_pre",
+                            *[c for c in df.columns if c.startswith("_lab_")]).with_columns(
+            pl.int_range(1, n + 1, dtype=pl.Int64).alias("_g"))
+        return cls(side, heads, pad, step)
+
+    def _at(self, depth: int) -> str:
+        return self.pad + " " * (self.step * depth)
+
+    def members(self, parents: tuple[str, ...], keys: dict[str, pl.DataType]) -> list[pl.DataFrame]:
+        """Per key of `keys` (scalar members of the object at `parents`, keys from the
+        entry down): `_g` and its value, a column named after the key."""
+        text = pl.col("text")
+        at = self._at(len(parents) + 1)
+        lines = self._under(parents, text.str.starts_with(at + '"'))
+        out = []
+        for k, dtype in keys.items():
+            pre = f'{at}"{k}": '
+            out.append(lines.filter(text.str.starts_with(pre)).select(
+                "_g", text.str.slice(len(pre)).str.strip_suffix(",").str.json_decode(dtype).alias(k)))
+        return out
+
+    def items(self, path: tuple[str, ...]) -> pl.DataFrame:
+        """`_g` and each string item of the array at `path`, in order."""
+        text = pl.col("text")
+        pre = self._at(len(path) + 1) + '"'
+        return self._under(path, text.str.starts_with(pre)).select(
+            "_g", text.str.slice(len(pre) - 1).str.strip_suffix(",").str.json_decode(pl.String).alias("_item"))
+
+    def _under(self, parents: tuple[str, ...], hit: pl.Expr) -> pl.DataFrame:
+        """The lines `hit` whose enclosing members are `parents` (each the last member
+        opened at its depth before the line)."""
+        text = pl.col("text")
+        conds = []
+        for depth, key in enumerate(parents, start=1):
+            at = self._at(depth) + '"'
+            conds.append(pl.when(text.str.starts_with(at)).then(text.str.starts_with(f'{at}{key}": ')).forward_fill().fill_null(False))
+        if not conds:
+            return self.side.filter(hit)
+        return self.side.filter(hit & pl.all_horizontal(conds))
+
+    def joined(self, *parts: pl.DataFrame) -> pl.DataFrame | None:
+        """The heads with each part's column (None when a part names some entry twice)."""
+        out = self.heads
+        for p in parts:
+            if p["_g"].is_duplicated().any():
+                return None
+            out = out.join(p, on="_g", how="left", maintain_order="left")
+        return out

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ._export import decode_objects, sniff_export, time_order
+from ._export import Entries, decode_objects, sniff_export, time_order
 from ._frame import WTS, join_fragments, set_time, share
 
 NAME = "cloudwatch"
@@ -44,7 +44,8 @@ def sniff(texts: list[str]) -> float:
 
 
 def decode(df: pl.DataFrame) -> pl.DataFrame:
-    df = _query_rows(decode_objects(df, _DTYPE))
+    fast = _members(df)
+    df = fast if fast is not None else _query_rows(decode_objects(df, _DTYPE))
     f = pl.col("_j").struct.field
     msg = pl.coalesce(f("message"), f("@message"))
     # an object of the envelope's own (filter-log-events' `searchedLogStreams`) is no event
@@ -52,17 +53,24 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
     ms = (f("timestamp") * 1_000_000).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC")
     insights = f("@timestamp").str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="ns", strict=False).dt.replace_time_zone("UTC")
     stream = pl.coalesce(f("logStreamName"), f("@logStream"))
-    k8s = stream.str.extract_groups(K8S_STREAM)
+    k8s = k8s_of_streams(df, stream)
     df = df.with_columns(
         pl.when(msg.is_not_null()).then(msg.str.strip_suffix("\n").str.strip_suffix("\r")).otherwise(pl.col("text")).alias("text"),
         set_time(df, pl.coalesce(ms, insights).cast(WTS)),
         stream.alias("_lab_log_stream"),
         f("@log").str.replace(r"^[0-9]+:", "").alias("_lab_log_group"),
-        k8s.struct.field("pod").alias("_lab_pod"),
-        k8s.struct.field("ns").alias("_lab_namespace"),
-        k8s.struct.field("ctr").alias("_lab_container"),
+        *k8s,
     ).drop("_j")
     return time_order(df, _KEYS)
+
+
+def k8s_of_streams(df: pl.DataFrame, stream: pl.Expr) -> list[pl.Series]:
+    """`_lab_pod`, `_lab_namespace`, `_lab_container` of each row of `df` from its stream
+    name `stream` (K8S_STREAM), the pattern run once per distinct name: a file names few."""
+    names = df.select(stream.alias("_s"))
+    table = names.unique().drop_nulls().with_columns(pl.col("_s").str.extract_groups(K8S_STREAM).alias("_k"))
+    k = names.join(table, on="_s", how="left", maintain_order="left")["_k"]
+    return [k.struct.field(g).alias(f"_lab_{v}") for g, v in (("pod", "pod"), ("ns", "namespace"), ("ctr", "container"))]
 
 
 def _query_rows(df: pl.DataFrame) -> pl.DataFrame:
@@ -82,3 +90,31 @@ def _query_rows(df: pl.DataFrame) -> pl.DataFrame:
     obj = pl.lit("{") + pl.col("text").str.slice(1) + pl.lit("}")
     return df.with_columns(pl.when(row).then(obj).otherwise(pl.col("text")).alias("text"),
                            pl.when(row).then(obj).str.json_decode(_DTYPE).alias("_j"))
+
+
+def _members(df: pl.DataFrame) -> pl.DataFrame | None:
+    """An indented export as the CLI or the console prints it: each entry's members read
+    from their own lines into `_j` (None, and the entries decoded whole, for anything else:
+    query rows, a block cut inside an entry)."""
+    e = Entries.of(df)
+    if e is None:
+        return None
+    keys = {k: dt for k, dt in _DTYPE.to_schema().items() if k not in ("field", "value")}
+    try:
+        parts = e.members((), {**keys, "field": pl.String})
+    except pl.exceptions.PolarsError:
+        return None
+    if parts[-1].height:  # get-query-results' rows
+        return None
+    out = e.joined(*parts[:-1])
+    if out is None:
+        return None
+    # an entry without its line keeps its JSON text (only the envelope's own objects, which
+    # have no time either and are left out, may go without)
+    timeless = pl.col("timestamp").is_null() & pl.col("@timestamp").is_null()
+    if out.select((pl.col("message").is_null() & pl.col("@message").is_null() & ~timeless).any()).item():
+        return None
+    j = pl.struct(*[pl.col(k) for k in keys], pl.lit(None, pl.String).alias("field"), pl.lit(None, pl.String).alias("value"))
+    labels = [c for c in df.columns if c.startswith("_lab_")]
+    return out.select("line", pl.lit(None, pl.String).alias("text"), "_n", "_wts", "_stream", pl.lit(False).alias("_open"), "_pre",
+                      *labels, j.alias("_j"))

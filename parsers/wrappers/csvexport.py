@@ -23,9 +23,10 @@ import csv
 import io
 
 import polars as pl
+import pyarrow as pa
 
 from ._export import time_order
-from .cloudwatch import K8S_STREAM
+from .cloudwatch import k8s_of_streams
 from ._frame import WTS, join_fragments, rfc3339_ns, set_time
 
 NAME = "csv-export"
@@ -108,8 +109,12 @@ def decode(df: pl.DataFrame, header: str) -> pl.DataFrame:
     # its time (an unclosed quote cannot swallow the rows after it)
     starts = (text.str.contains(_ROW_TIME) & ~is_header) if role["time"] == 0 else pl.lit(False)
     df = df.with_columns(starts.alias("_rs"), text.str.count_matches('"', literal=True).alias("_q"))
+    # (the quotes counted since the segment's start: the running count less its value
+    # where the segment began, no grouping)
+    total = pl.col("_q").cum_sum()
+    since = total - pl.when(pl.col("_rs")).then(total - pl.col("_q")).forward_fill().fill_null(0)
     df = df.with_columns(pl.col("_rs").cum_sum().alias("_seg"))
-    odd = (pl.col("_q").cum_sum().over("_seg") % 2) == 1
+    odd = (since % 2) == 1
     ends = ~odd | pl.col("_rs").shift(-1).fill_null(False)
     df = df.with_columns(ends.alias("_e"), odd.alias("_odd"))
     # the message's own newlines, put back between the physical lines joined
@@ -132,8 +137,7 @@ def decode(df: pl.DataFrame, header: str) -> pl.DataFrame:
     labels = [f[r].alias(f"_lab_{r}") for r in ROLES if r not in ("message", "time") and r in f]
     if "log_stream" in f and "pod" not in f:
         # Fluent Bit / Container Insights name a container's stream after its log file
-        k8s = f["log_stream"].str.extract_groups(K8S_STREAM).struct.field
-        labels += [k8s("pod").alias("_lab_pod"), k8s("ns").alias("_lab_namespace"), k8s("ctr").alias("_lab_container")]
+        labels += k8s_of_streams(df, f["log_stream"])
     df = df.with_columns(
         pl.when(pl.col("_whole")).then(msg.fill_null("").str.strip_suffix("\n").str.strip_suffix("\r")).otherwise(pl.col("text")).alias("text"),
         set_time(df, any_time(f["time"])),
@@ -153,7 +157,12 @@ def _read_rows(rows: pl.Series, n: int) -> pl.DataFrame:
     names = [f"_c{i}" for i in range(n)]
     if len(rows) == 0:
         return pl.DataFrame(schema={c: pl.String for c in names})
-    blob = rows.str.join("\n").item().encode()
+    # (the joined text handed over as its Arrow buffer, not copied into a Python string)
+    joined = rows.str.join("\n").to_arrow()
+    offsets, data = joined.buffers()[1], joined.buffers()[2]
+    width = 8 if pa.types.is_large_string(joined.type) else 4
+    lo, hi = (int.from_bytes(offsets.to_pybytes()[i * width:(i + 1) * width], "little") for i in (0, 1))
+    blob = memoryview(data)[lo:hi]
     try:
         out = pl.read_csv(io.BytesIO(blob), has_header=False, new_columns=names, schema={c: pl.String for c in names},
                           quote_char='"', truncate_ragged_lines=True)

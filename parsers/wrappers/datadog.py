@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ._export import decode_objects, time_order
+from ._export import Entries, decode_objects, time_order
 from ._frame import rfc3339_ns_of, set_time
 
 NAME = "datadog"
@@ -45,6 +45,30 @@ def sniff(texts: list[str]) -> float:
 
 
 def decode(df: pl.DataFrame) -> pl.DataFrame:
+    fast = _members(df)
+    if fast is not None:
+        df = fast
+        msg, ts = pl.col("_msg"), pl.col("_ts")
+        tag = {v: pl.col(f"_tag_{v}") for v in _TAGS.values()}
+        host, service, status = pl.col("_host"), pl.col("_service"), pl.col("_status")
+    else:
+        df = _objects(df)
+        a = pl.col("_j").struct.field("attributes").struct.field
+        msg, ts, host, service, status = a("message"), a("timestamp"), a("host"), a("service"), a("status")
+        tag = {v: a("tags").list.eval(pl.element().filter(pl.element().str.starts_with(f"{k}:")).str.slice(len(k) + 1)).list.first()
+               for k, v in _TAGS.items()}
+    df = df.with_columns(
+        pl.when(msg.is_not_null()).then(msg.str.strip_suffix("\n").str.strip_suffix("\r")).otherwise(pl.col("text")).alias("text"),
+        set_time(df, rfc3339_ns_of(df, ts)),
+        *[e.alias(f"_lab_{v}") for v, e in tag.items()],
+        host.alias("_lab_host"), service.alias("_lab_service"), status.alias("_lab_severity"),
+    )
+    df = df.drop("_j") if fast is None else df.drop("_msg", "_ts", "_host", "_service", "_status", *[f"_tag_{v}" for v in _TAGS.values()])
+    return time_order(df, _KEYS)
+
+
+def _objects(df: pl.DataFrame) -> pl.DataFrame:
+    """Each entry decoded whole into `_j` (any form: indented, compact, one a line)."""
     df = decode_objects(df, _DTYPE)
     # a compact response holds every log on its one line
     data = pl.col("_j").struct.field("data")
@@ -54,14 +78,34 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
         df = df.explode("_l", empty_as_null=True, keep_nulls=True).with_columns(pl.col("_l").alias("_j")).drop("_l")
         last = pl.int_range(pl.len()) == pl.len() - 1
         df = df.with_columns((pl.col("_open") & last).alias("_open"))
-    a = pl.col("_j").struct.field("attributes").struct.field
-    msg = a("message")
-    tag = {v: a("tags").list.eval(pl.element().filter(pl.element().str.starts_with(f"{k}:")).str.slice(len(k) + 1)).list.first()
-           for k, v in _TAGS.items()}
-    df = df.with_columns(
-        pl.when(msg.is_not_null()).then(msg.str.strip_suffix("\n").str.strip_suffix("\r")).otherwise(pl.col("text")).alias("text"),
-        set_time(df, rfc3339_ns_of(df, a("timestamp"))),
-        *[e.alias(f"_lab_{v}") for v, e in tag.items()],
-        a("host").alias("_lab_host"), a("service").alias("_lab_service"), a("status").alias("_lab_severity"),
-    ).drop("_j")
-    return time_order(df, _KEYS)
+    return df
+
+
+def _members(df: pl.DataFrame) -> pl.DataFrame | None:
+    """The indented response as printed: each entry's members read from their own lines
+    (None, and the entries decoded whole, for anything else)."""
+    e = Entries.of(df)
+    if e is None:
+        return None
+    try:
+        parts = e.members(("attributes",), {k: pl.String for k in ("message", "timestamp", "host", "service", "status")})
+        items = e.items(("attributes", "tags"))
+    except pl.exceptions.PolarsError:
+        return None
+    # every entry a log with its message, or the entries are decoded whole
+    if parts[0].height != e.heads.height or parts[0]["message"].null_count():
+        return None
+    it = pl.col("_item")
+    for k, v in _TAGS.items():
+        parts.append(items.filter(it.str.starts_with(f"{k}:")).unique("_g", keep="first", maintain_order=True)
+                     .select("_g", it.str.slice(len(k) + 1).alias(f"_tag_{v}")))
+    out = e.joined(*parts[:5])
+    if out is None:
+        return None
+    for p in parts[5:]:
+        out = out.join(p, on="_g", how="left", maintain_order="left")
+    out = out.rename({"message": "_msg", "timestamp": "_ts", "host": "_host", "service": "_service", "status": "_status"}).with_columns(
+        pl.col("_msg").alias("text"), pl.lit(False).alias("_open"))
+    labels = [c for c in df.columns if c.startswith("_lab_")]
+    return out.select("line", "text", "_n", "_wts", "_stream", "_open", "_pre", *labels, "_msg", "_ts", "_host", "_service", "_status",
+                      *[f"_tag_{v}" for v in _TAGS.values()])

@@ -73,11 +73,58 @@ def decode(df: pl.DataFrame, common: str = "") -> pl.DataFrame:
     head = pl.int_range(pl.len()) < (text.str.contains(_ROW) | text.str.contains(_OLD) | text.str.contains(_JSON)).arg_true().first().fill_null(0)
     first_block = df.height and int(df["line"][0]) == 1
     if first_block:
-        df = df.filter(~(head & (text.str.contains(_META) | (text.str.strip_chars() == ""))) | pl.col("_open"))
-    # JSON: one line holding every entry, cut into its entries (JSON.stringify writes no
-    # spaces; `},{"line":` cannot occur inside a string, whose quotes are escaped), so that
-    # a download cut short (or the head that detection reads) keeps its whole entries
-    is_json = text.str.contains(_JSON)
+        # (a blank line has no character but white space: found without copying a long line)
+        df = df.filter(~(head & (text.str.contains(_META) | ~text.str.contains(r"\S"))) | pl.col("_open"))
+    # JSON: one line holding every entry, decoded whole, or else cut into its entries
+    df = df.with_columns(text.str.contains(_JSON).alias("_isj"))
+    whole = _whole_arrays(df)
+    df = whole if whole is not None else _entries(df)
+    j = pl.col("_j").struct.field
+    fields = j("fields").struct.field
+    # (a JSON entry's row still holds the whole array: the text rows' patterns skip it)
+    plain = pl.when(~pl.col("_isj")).then(text)
+    row = plain.str.extract_groups(_ROW).struct.field
+    old = plain.str.extract_groups(_OLD).struct.field
+    ms = (row("_ms").cast(pl.Int64, strict=False) * 1_000_000).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC")
+    oldts = old("_old").str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="ns", strict=False).dt.replace_time_zone("UTC")
+    ns = j("timestamp").cast(pl.Int64, strict=False).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC")
+    const = json.loads(common) if common else {}
+    labels = []
+    for v in dict.fromkeys(_LABELS.values()):
+        srcs = [fields(k) for k, w in _LABELS.items() if w == v]
+        labels.append(pl.coalesce(*srcs, pl.lit(const.get(v), pl.String)).alias(f"_lab_{v}"))
+    out = (
+        pl.when(j("line").is_not_null()).then(j("line").str.strip_suffix("\n"))
+        .when(row("_ms").is_not_null()).then(text.str.slice(row("_ms").str.len_chars() + row("_iso").str.len_chars() + 2))
+        .when(old("_old").is_not_null()).then(text.str.slice(old("_old").str.len_chars() + 1))
+        .otherwise(text)
+    )
+    df = df.with_columns(out.alias("text"), set_time(df, pl.coalesce(ns, ms, rfc3339_ns(row("_iso")), oldts).cast(WTS)), *labels).drop("_j", "_isj")
+    last = pl.int_range(pl.len()) == pl.len() - 1
+    df = df.with_columns((pl.col("_open") & last).alias("_open"))
+    return time_order(df, _KEYS)
+
+
+def _whole_arrays(df: pl.DataFrame) -> pl.DataFrame | None:
+    """Each download line decoded whole, one row per entry (None when some array is not
+    whole: a head read for detection, a download cut short)."""
+    if not df.select(pl.col("_isj").any()).item():
+        return None
+    try:
+        items = df.select(pl.when(pl.col("_isj")).then(pl.col("text")).str.json_decode(_DTYPE))[:, 0]
+    except pl.exceptions.PolarsError:
+        return None
+    if items.filter(df["_isj"]).list.len().min() == 0:
+        return None
+    return df.with_columns(items.alias("_j")).explode("_j", empty_as_null=True, keep_nulls=True)
+
+
+def _entries(df: pl.DataFrame) -> pl.DataFrame:
+    """A download line cut into its entries (JSON.stringify writes no spaces; `},{"line":`
+    cannot occur inside a string, whose quotes are escaped), each decoded on its own, so
+    that a download cut short (or the head that detection reads) keeps its whole entries."""
+    text = pl.col("text")
+    is_json = pl.col("_isj")
     df = df.with_columns(pl.when(is_json).then(text.str.strip_prefix("[").str.split('},{"line":'))
                          .otherwise(pl.concat_list(pl.lit(None, pl.String))).alias("_p"))
     df = df.with_columns(pl.col("_p").list.len().alias("_np")).explode("_p")
@@ -97,25 +144,4 @@ def decode(df: pl.DataFrame, common: str = "") -> pl.DataFrame:
     last = pl.int_range(pl.len()) == pl.len() - 1
     df = df.with_columns(pl.when(broken).then(pl.col("_p")).otherwise(text).alias("text"), (pl.col("_open") | (broken & last)).alias("_open"))
     df = df.drop("_p", "_np")
-    j = pl.col("_j").struct.field
-    fields = j("fields").struct.field
-    row = text.str.extract_groups(_ROW).struct.field
-    old = text.str.extract_groups(_OLD).struct.field
-    ms = (row("_ms").cast(pl.Int64, strict=False) * 1_000_000).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC")
-    oldts = old("_old").str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="ns", strict=False).dt.replace_time_zone("UTC")
-    ns = j("timestamp").cast(pl.Int64, strict=False).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC")
-    const = json.loads(common) if common else {}
-    labels = []
-    for v in dict.fromkeys(_LABELS.values()):
-        srcs = [fields(k) for k, w in _LABELS.items() if w == v]
-        labels.append(pl.coalesce(*srcs, pl.lit(const.get(v), pl.String)).alias(f"_lab_{v}"))
-    out = (
-        pl.when(j("line").is_not_null()).then(j("line").str.strip_suffix("\n"))
-        .when(row("_ms").is_not_null()).then(text.str.slice(row("_ms").str.len_chars() + row("_iso").str.len_chars() + 2))
-        .when(old("_old").is_not_null()).then(text.str.slice(old("_old").str.len_chars() + 1))
-        .otherwise(text)
-    )
-    df = df.with_columns(out.alias("text"), set_time(df, pl.coalesce(ns, ms, rfc3339_ns(row("_iso")), oldts).cast(WTS)), *labels).drop("_j")
-    last = pl.int_range(pl.len()) == pl.len() - 1
-    df = df.with_columns((pl.col("_open") & last).alias("_open"))
-    return time_order(df, _KEYS)
+    return df

@@ -12,6 +12,7 @@ gives an event without the value the one named last before the event's time
 
 from __future__ import annotations
 
+import mmap
 from pathlib import Path
 
 import polars as pl
@@ -20,7 +21,7 @@ from servelens.parsers import get_parser, wrappers
 from servelens.parsers.base import ParseContext, lines_frame
 
 from . import fingerprint as fp
-from .lines import complete_lines_end, decode_lines
+from .lines import decode_lines
 
 
 def scan_carry(path: Path, engine: str, layers: tuple[str, ...], ctx: ParseContext, offset: int, next_line: int,
@@ -33,31 +34,23 @@ def scan_carry(path: Path, engine: str, layers: tuple[str, ...], ctx: ParseConte
     if fp.is_gzip(path) or path.stat().st_size - offset <= block_bytes:
         return
     found: list[pl.DataFrame] = []
-    hints_b = [h.encode() for h in hints]
+    # searched for by the longest piece without a space: a YAML export folds a long line
+    # at its spaces, so the hint whole may not be in the file's bytes (the decoded lines
+    # around each piece are then tested for the hint itself)
+    hints_b = list(dict.fromkeys(max(h.split(), key=len).encode() for h in hints))
     has_hint = pl.any_horizontal([pl.col("text").str.contains(h, literal=True) for h in hints])
-    with fp.open_stream(path) as f:
-        if offset:
-            f.seek(offset)
-        held, first = b"", True
-        while True:
-            block = f.read(block_bytes)
-            eof = len(block) < block_bytes
-            buf = held + block
-            cut = len(buf) if eof else complete_lines_end(buf)
-            complete, held = buf[:cut], buf[cut:]
-            if first:
-                # in time order on disk (the usual case): a carry forward is right, nothing to do
-                if not _newest_first(complete, layers):
-                    return
-                first = False
-            # only the entries around such a line are decoded
-            for lo, hi in _windows(complete, hints_b):
-                lines, _ = decode_lines(complete[lo:hi], next_line)
-                dec = wrappers.decode(lines, layers)
-                pod = pl.col("_lab_pod") if "_lab_pod" in dec.columns else pl.lit(None, pl.String)
-                found.append(dec.filter(has_hint).select("text", "_wts", pod.alias("_pod")))
-            if eof:
-                break
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        # (searched where it lies: no block of the file is copied)
+        head = data[offset:offset + min(block_bytes, HEAD_BYTES)]
+        # in time order on disk (the usual case): a carry forward is right, nothing to do
+        if not _newest_first(head, layers):
+            return
+        # only the entries around such a line are decoded
+        for lo, hi in _windows(data, hints_b, offset):
+            lines, _ = decode_lines(data[lo:hi], next_line)
+            dec = wrappers.decode(lines, layers)
+            pod = pl.col("_lab_pod") if "_lab_pod" in dec.columns else pl.lit(None, pl.String)
+            found.append(dec.filter(has_hint).select("text", "_wts", pod.alias("_pod")))
     cands = pl.concat(found) if found else pl.DataFrame()
     if cands.height == 0:
         return
@@ -85,13 +78,14 @@ AROUND = 256 * 1024
 HEAD_BYTES = 256 * 1024
 
 
-def _windows(data: bytes, hints: list[bytes]) -> list[tuple[int, int]]:
-    """Whole-line byte ranges of `data` around each occurrence of a hint, merged."""
+def _windows(data, hints: list[bytes], offset: int = 0) -> list[tuple[int, int]]:
+    """Whole-line byte ranges of `data` (from `offset`) around each occurrence of a hint,
+    merged."""
     spans = []
     for h in hints:
-        at = data.find(h)
+        at = data.find(h, offset)
         while at >= 0:
-            lo = data.rfind(b"\n", 0, max(0, at - AROUND)) + 1
+            lo = max(offset, data.rfind(b"\n", offset, max(offset, at - AROUND)) + 1)
             hi = data.find(b"\n", at + AROUND)
             spans.append((lo, len(data) if hi < 0 else hi + 1))
             at = data.find(h, at + AROUND)

@@ -54,6 +54,13 @@ def decode_lines(data: bytes, first_line: int) -> tuple[pl.DataFrame, bool]:
     """Complete lines (each ending in \\n, except perhaps the last) -> frame(line, text).
     NUL bytes are dropped: a file system hands back zeros for what a crash left unwritten,
     and they are no part of any line."""
+    df, bad, _ = _decode_lines(data, first_line)
+    return df, bad
+
+
+def _decode_lines(data: bytes, first_line: int) -> tuple[pl.DataFrame, bool, np.ndarray | None]:
+    """`decode_lines`, with the byte offset of each line's start in `data` (None when
+    invalid UTF-8 was replaced: the offsets are then those of other bytes)."""
     try:
         data.decode("utf-8")  # validation only: the column is built from the bytes
         bad = False
@@ -65,6 +72,7 @@ def decode_lines(data: bytes, first_line: int) -> tuple[pl.DataFrame, bool]:
     starts = line_start_offsets(data)
     if data.endswith(b"\n"):
         starts = starts[:-1]
+    own = None if bad else starts
     offsets = np.empty(len(starts) + 1, dtype=np.int64)
     offsets[:-1] = starts
     offsets[-1] = len(data)
@@ -81,7 +89,7 @@ def decode_lines(data: bytes, first_line: int) -> tuple[pl.DataFrame, bool]:
             "text": s,
         }
     )
-    return df, bad
+    return df, bad, own
 
 
 def line_start_offsets(data: bytes) -> np.ndarray:
@@ -284,7 +292,7 @@ def _split_chunks(
             if eof:
                 return
             continue
-        lines, bad = decode_lines(complete, next_line)
+        lines, bad, at = _decode_lines(complete, next_line)
         keep = lines.height
         final = eof and not hold_last_record
         if not final and len(complete) < MAX_HELD_BYTES:
@@ -296,7 +304,8 @@ def _split_chunks(
             if eof:
                 return
             continue
-        starts = line_start_offsets(complete)[: lines.height]
+        # (the lines' offsets found once: counted again only where bad bytes were replaced)
+        starts = (at if at is not None else line_start_offsets(complete))[: lines.height]
         if keep < lines.height:
             cut_at = int(starts[keep])
             chunk = lines.head(keep)

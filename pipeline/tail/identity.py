@@ -307,6 +307,8 @@ class IdentityMixin:
         fol.parser = wrappers.wrap(get_parser(fol.engine), fol.decode, kube_identity(fol.path))
         fol.ctx = ParseContext(engine=fol.engine, source=fol.source, instance=fol.instance, year=self.year,
                                directory_instance=directory_instance(fol.source))
+        # --instance names the whole file, an export's too (as ingest: else its pods do)
+        fol.ctx.file["instance_explicit"] = self.instance is not None
         # a store ingested with --keep-lines keeps every line's text when tailed too
         fol.ctx.keep_lines = bool(self.store.manifest.get("keep_lines"))
         try:
