@@ -39,7 +39,7 @@ def _lines() -> tuple[list[str], int, int]:
 
 def _yaml(lines, times):
     pytest.importorskip("yaml")
-    from gen_gcloud_yaml import gcloud_yaml
+    from tests.helpers.gen_gcloud_yaml import gcloud_yaml
 
     return gcloud_yaml(lines, times)
 
