@@ -120,6 +120,11 @@ def refresh_deferred_rollups(target: Path, views: set[str] | None = None) -> Non
             return
     except (StoreError, OSError, ValueError):
         return
+    from ..query.stored import VIEWS
+    from ..query.views import closure
+
+    if views is not None and not closure(views) & set(VIEWS):
+        return  # decided before the refresh's imports: a query of the events pays nothing
     from ..query import rollups
 
     try:

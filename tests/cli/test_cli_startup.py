@@ -79,9 +79,31 @@ def test_a_registered_command_still_runs_through_main(tmp_path):
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
+    """Rollups refreshed by the ingest: a view's query reads its stored rollup."""
     s = tmp_path_factory.mktemp("lean") / "store"
-    subprocess.run([str(SERVELENS), "ingest", str(INCIDENT), "--store", str(s), "-q"], check=True, capture_output=True)
+    subprocess.run([str(SERVELENS), "ingest", str(INCIDENT), "--store", str(s), "-q", "--refresh-rollups"],
+                   check=True, capture_output=True)
     return s
+
+
+@pytest.fixture(scope="module")
+def deferred_store(tmp_path_factory):
+    """As an ingest leaves it by default: the rollups left to the first query that reads them."""
+    s = tmp_path_factory.mktemp("deferred") / "store"
+    subprocess.run([str(SERVELENS), "ingest", str(INCIDENT), "--store", str(s), "-q"], check=True, capture_output=True)
+    assert json.loads((s / "manifest.json").read_text()).get("rollups_deferred")
+    return s
+
+
+@pytest.mark.parametrize("query", ["select 1", "select count(*) as n from events where event = 'request_finished'"])
+def test_a_query_of_no_stored_view_on_a_deferred_store_imports_no_dataframe_library(deferred_store, query):
+    """The deferred refresh is only for a query that reads a rollup: this one leaves the mark
+    and pays for nothing of the refresh, not even its imports."""
+    out, modules, code = run_main(deferred_store, "sql", query, "--store", "STORE", "-f", "csv", in_process=True)
+    assert code == 0 and out.strip().splitlines()[-1] == ("1" if query == "select 1" else str(finished_requests()))
+    assert "servelens.pipeline.query.rollups" not in modules
+    assert not {m for m in modules if m.split(".")[0] in DATAFRAME_LIBS}
+    assert json.loads((deferred_store / "manifest.json").read_text()).get("rollups_deferred")
 
 
 def finished_requests() -> int:
