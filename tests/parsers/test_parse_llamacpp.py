@@ -409,7 +409,7 @@ def test_parse_text_and_cli_ingest(tmp_path):
     res = CliRunner().invoke(app, ["sql", "select request_id, status, round(e2e_s, 5) as e2e, output_tokens "
                                    "from requests order by request_id", "--store", str(store), "--format", "csv"])
     assert res.exit_code == 0, res.output
-    rows = res.output.strip().splitlines()
+    rows = res.stdout.strip().splitlines()
     assert rows[0] == "request_id,status,e2e,output_tokens"
     assert "388@42027,finished,16.90153,192" in rows and "970@42027,finished,16.88378,192" in rows and "7,finished,4.0,31" in rows
 

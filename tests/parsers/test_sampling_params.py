@@ -71,7 +71,7 @@ def cli(*args: str):
 def sql(store: Path, query: str) -> list[dict]:
     r = cli("sql", query, "--store", str(store), "-f", "json")
     assert r.exit_code == 0, r.output
-    return json.loads(r.output)
+    return json.loads(r.stdout)
 
 
 def expected(k: int) -> dict:

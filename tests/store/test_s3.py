@@ -90,7 +90,7 @@ def test_ingest_query_exactly_once_even_with_a_lost_mirror(s3, tmp_path):
     assert count(url) == truth == glob_count(s3, "fleet/once/node-1")
     # the same views answer the same
     q = "select engine, instance, n, p99_e2e_s from latency_percentiles order by all"
-    assert cli("sql", q, "--store", url, "-f", "csv").output == cli("sql", q, "--store", str(local), "-f", "csv").output
+    assert cli("sql", q, "--store", url, "-f", "csv").stdout == cli("sql", q, "--store", str(local), "-f", "csv").stdout
     # re-ingesting adds nothing; neither does a node that lost its local mirror
     assert "0 ingested, 6 unchanged" in cli("ingest", str(INCIDENT), "--store", url, "-q").output
     shutil.rmtree(os.environ["SERVELENS_CACHE_DIR"])
