@@ -4,10 +4,14 @@ instance what happened in order (signals, first error), the peaks and when they 
 the slowest requests, what the logs could and could not tell, and the recommendations. The
 HTML rendering adds a table of contents and static charts (pipeline/report/charts.py).
 
-Extra sections: a module under servelens.pipeline listed in SECTION_MODULES defines
-`report_section(con, report) -> dict | None`; the dict has `id`, `title`, `lines` (Markdown
-lines, also shown in the HTML) and optionally `data` (carried by the JSON). The sections
-come after the summary, before the per-instance sections.
+Sections beyond the per-instance ones are modules beside this one, each built and rendered
+the same way: `build_report` stores what the module gathers under the report's key of the
+section (which the JSON carries), and each renderer calls the module's Markdown and HTML
+functions at the section's place. The tail latency (queueing.py: `tail_latency`, then
+`tail_latency_markdown` / `tail_latency_html`) and the autoscaler calibration (calibration.py:
+`build`, then `to_markdown` / `to_html`) come after the instances in Markdown; in HTML the
+tail latency comes before them (it is in the contents) and the calibration last. A new section
+is such a module and a line in `build_report` and in each renderer.
 
 `build_report` reads only the metric views (sql/) on a connection, so every number in the
 report is the number `servelens sql` and the dashboard show. The renderers turn the one
@@ -18,7 +22,6 @@ from __future__ import annotations
 
 import datetime as dt
 import html
-import importlib
 import json
 import re
 from typing import Any
@@ -31,11 +34,6 @@ from .mdsafe import md_code, md_text
 from . import calibration
 
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
-
-# Modules under servelens.pipeline that add a section to the report (see the docstring): add
-# yours with a one-line edit.
-SECTION_MODULES: tuple[str, ...] = ()
-
 
 def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
     rel = con.execute(sql, params or [])
@@ -213,7 +211,6 @@ def build_report(
         "first_ts": min((r["first_ts"] for r in found), default=None),
         "last_ts": max((r["last_ts"] for r in found), default=None),
         "summary": summary,
-        "sections": [],
         "instances": instances,
         # a summary view: of the instances this report covers (their whole history unless the
         # connection was opened over a time range, docs/performance.md)
@@ -221,10 +218,6 @@ def build_report(
                          if (r["engine"], r["instance"]) in {(i["engine"], i["instance"]) for i in instances}],
         "calibration": calibration.build(con, instance=instance),  # autoscaler presets replayed (calibration.py)
     }
-    for name in SECTION_MODULES:
-        section = importlib.import_module(f"servelens.pipeline.{name}").report_section(con, report)
-        if section:
-            report["sections"].append(section)
     if charts:
         from .charts import render_charts
 
@@ -457,8 +450,6 @@ def _summary_markdown(report: dict[str, Any]) -> list[str]:
     out += ["### What to do", ""]
     out += [f"- **{md_text(a['instance'])}**: {md_text(a['verdict'])}: {md_text(a['why'])}" for a in sm["actions"]]
     out.append("")
-    for sec in report.get("sections", []):
-        out += [f"## {sec['title']}", "", *sec.get("lines", []), ""]
     out += ["## Instances", ""]
     return out
 
@@ -512,6 +503,7 @@ def to_markdown(report: dict[str, Any]) -> str:
             out.append("- No signal fired: nothing to change on the evidence of these logs.")
         out.append("")
     out += report_queueing.tail_latency_markdown(report.get("tail_latency"))
+    out += calibration.to_markdown(report.get("calibration"))
     return "\n".join(out)
 
 
@@ -528,19 +520,12 @@ def to_html(report: dict[str, Any]) -> str:
         trs = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in body)
         return f"<table><thead><tr>{th}</tr></thead><tbody>{trs}</tbody></table>"
 
-    def md_inline(text: str) -> str:
-        # the Markdown the summary and extra sections use: `code` and **bold**
-        t = e(text)
-        t = re.sub(r"`([^`]+)`", r"<code>\1</code>", t)
-        return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", t)
-
     sm = report["summary"]
     rng = f"{_fmt_ts(report['since'] or report['first_ts'])} to {_fmt_ts(report['until'] or report['last_ts'])}"
     toc = [("summary", "Summary"), ("timeline", "What happened, in order"), ("impact", "Impact"),
            ("cause", "Likely cause"), ("todo", "What to do")]
     if report.get("charts") or report.get("charts_missing"):
         toc.append(("charts", "Charts"))
-    toc += [(f"s-{sec['id']}", sec["title"]) for sec in report.get("sections", [])]
     toc += [(report_queueing.TAIL_LATENCY_ANCHOR, report_queueing.TAIL_LATENCY_TITLE)] if report.get("tail_latency") else []
     toc += [(_anchor(i["instance"] + "-" + i["engine"]), f"{i['instance']} ({i['engine']}): {i['verdict']}")
             for i in report["instances"]]
@@ -581,9 +566,6 @@ def to_html(report: dict[str, Any]) -> str:
             parts.append(f"<p>{e(report['charts_missing'])}</p>")
         for ch in report.get("charts", []):
             parts.append(f"<figure id='{e(ch['id'])}'><figcaption><b>{e(ch['title'])}</b></figcaption>{ch['svg']}</figure>")
-    for sec in report.get("sections", []):
-        parts.append(f"<h2 id='s-{e(sec['id'])}'>{e(sec['title'])}</h2>")
-        parts += [f"<p>{md_inline(line)}</p>" for line in sec.get("lines", []) if line.strip()]
     parts += report_queueing.tail_latency_html(report.get("tail_latency"))
     parts.append("<h2>Instances</h2>")
     if not report["instances"]:
@@ -621,7 +603,7 @@ def to_html(report: dict[str, Any]) -> str:
         else:
             parts.append("<li>No signal fired: nothing to change on the evidence of these logs.</li>")
         parts.append("</ul>")
-    parts.append("</body></html>\n")
+    parts.append(calibration.to_html(report.get("calibration")) + "</body></html>\n")
     return "\n".join(parts)
 
 
@@ -642,9 +624,9 @@ def to_json(report: dict[str, Any]) -> str:
 
 def render(report: dict[str, Any], fmt: str) -> str:
     if fmt == "md":
-        return calibration.render_into(to_markdown(report), report, fmt)
+        return to_markdown(report)
     if fmt == "html":
-        return calibration.render_into(to_html(report), report, fmt)
+        return to_html(report)
     if fmt == "json":
         return to_json(report)
     raise ValueError(f"unknown report format {fmt!r}; use md, html or json")

@@ -5,8 +5,8 @@ For each preset (sql/preset-*.toml) the `calibration` view (sql/signals/calibrat
 instance when the preset's rule would first have asked to scale out, how long before the
 instance's first crash or out-of-memory error, and how often it would have flapped over the
 store's range. The report calls `build` once (the presets only change the `autoscaler_*`
-variables, so the views are re-evaluated on the report's own connection) and `render_into`
-to add the section to its Markdown or HTML.
+variables, so the views are re-evaluated on the report's own connection), and its renderers
+`to_markdown` / `to_html` at the section's place, last (see report/build.py).
 """
 
 from __future__ import annotations
@@ -85,31 +85,24 @@ INTRO = ("Each autoscaler preset (`--thresholds preset:NAME`, see docs/prometheu
          "within its cooldown).")
 
 
-def to_markdown(rows: list[dict[str, Any]]) -> str:
+def to_markdown(rows: list[dict[str, Any]] | None) -> list[str]:
+    """The `## Autoscaler calibration` section's lines (none without rows)."""
+    if not rows:
+        return []
     out = ["## Autoscaler calibration", "", INTRO, ""]
     out += [f"- {md_text(s)}" for s in sentences(rows)]
     out += ["", "| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
     out += ["| " + " | ".join(md_text(c) for c in _cells(r)) + " |" for r in rows]
-    return "\n".join(out) + "\n"
+    return out + [""]
 
 
-def to_html(rows: list[dict[str, Any]]) -> str:
+def to_html(rows: list[dict[str, Any]] | None) -> str:
+    """The same section in HTML ("" without rows)."""
+    if not rows:
+        return ""
     e = html.escape
     th = "".join(f"<th>{e(h)}</th>" for h in HEAD)
     trs = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in _cells(r)) + "</tr>" for r in rows)
     items = "".join(f"<li>{e(s)}</li>" for s in sentences(rows))
     return (f"<h2>Autoscaler calibration</h2><p>{e(INTRO)}</p><ul>{items}</ul>"
             f"<table><thead><tr>{th}</tr></thead><tbody>{trs}</tbody></table>")
-
-
-def render_into(text: str, report: dict[str, Any], fmt: str) -> str:
-    """Add the section to a rendered report (Markdown at the end, HTML before </body>; JSON
-    carries the rows under `calibration` already)."""
-    rows = report.get("calibration")
-    if not rows:
-        return text
-    if fmt == "md":
-        return text.rstrip("\n") + "\n\n" + to_markdown(rows)
-    if fmt == "html" and "</body>" in text:
-        return text.replace("</body>", to_html(rows) + "</body>", 1)
-    return text

@@ -236,19 +236,3 @@ def test_html_report_is_one_offline_file_with_toc_and_charts(incident_report):
     assert data["summary"]["headline"] == r["summary"]["headline"]
     assert data["summary"]["impact"]["failed"] == sum(_truth_failed().values())
     assert data["summary"]["likely_cause"]["line"] == 211
-
-
-def test_extra_sections_come_from_section_modules(monkeypatch, con):
-    import types
-
-    from servelens.pipeline.report import build as report_mod
-
-    mod = types.ModuleType("servelens.pipeline._test_section")
-    mod.report_section = lambda c, rep: {"id": "extra", "title": "Extra facts", "lines": ["**42** things"], "data": {"n": 42}}
-    monkeypatch.setitem(sys.modules, "servelens.pipeline._test_section", mod)
-    monkeypatch.setattr(report_mod, "SECTION_MODULES", ("_test_section",))
-    r = build_report(con)
-    md = render(r, "md")
-    assert md.index("## Extra facts") < md.index("## Instances")
-    assert "<h2 id='s-extra'>Extra facts</h2><p><b>42</b> things</p>" in render(r, "html").replace("\n", "")
-    assert json.loads(render(r, "json"))["sections"][0]["data"] == {"n": 42}
