@@ -32,10 +32,9 @@ test: $(VENV)/.test-deps
 	@# needs the `spark` extra and Java 17, which this installs; it takes 2-3 min wall, 2 min
 	@# CPU of its own (docs/spark.md). Alone: $(BIN)/python -m pytest -q -m spark
 	PYTHON=$(BIN)/python tests/e2e/install_spark.sh
-	@# one worker per core (pytest-xdist), each test file on one worker so that a module's
-	@# fixtures (an ingested store, a Spark session) are built once, not once per worker;
+	@# one worker per core (pytest-xdist);
 	@# the slowest tests are listed at the end. Under CI=true a skip is a failure (tests/conftest.py)
-	$(BIN)/python -m pytest -q -n auto --dist loadfile --durations=15
+	$(BIN)/python -m pytest -q -n auto --durations=15
 
 # the whole benchmark, ~30 min on 2 quiet cores (bench/RESULTS.md); its dashboard part drives
 # headless Chromium through Playwright (the test extra), so it installs both first; then the
