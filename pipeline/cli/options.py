@@ -120,10 +120,9 @@ def refresh_deferred_rollups(target: Path, views: set[str] | None = None) -> Non
             return
     except (StoreError, OSError, ValueError):
         return
-    from ..query.stored import VIEWS
-    from ..query.views import closure
+    from ..query.stored import reads_a_rollup
 
-    if views is not None and not closure(views) & set(VIEWS):
+    if not reads_a_rollup(views):
         return  # decided before the refresh's imports: a query of the events pays nothing
     from ..query import rollups
 

@@ -51,7 +51,7 @@ import pyarrow.parquet as pq
 from .views import closure
 from .sandbox import Limits, parse_size
 from ..store.commit import Store, new_txid
-from .stored import DEFERRED, ROLLUP_DIR, VIEW, VIEWS, current, deferred, intact, key_variables, literal, sql_key, view_sql
+from .stored import DEFERRED, ROLLUP_DIR, VIEW, VIEWS, current, deferred, intact, key_variables, literal, reads_a_rollup, sql_key, view_sql
 from ..store.layout import instances_predicate
 from ..store.manifest import fsync_dir, read_manifest
 
@@ -415,7 +415,7 @@ def refresh_deferred(root: Path | str, views: set[str] | None = None) -> Refresh
             return None
     except (StoreError, OSError, ValueError):
         return None
-    if views is not None and not closure(views) & set(VIEWS):
+    if not reads_a_rollup(views):
         return None
     try:
         store = Store.open(root, purpose="rollup refresh")

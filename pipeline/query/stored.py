@@ -138,3 +138,9 @@ def deferred(root: Path, manifest: Mapping[str, Any]) -> bool:
         return True
     rollups = manifest.get("rollups") or {}
     return any(v not in rollups for v in VIEWS)
+
+
+def reads_a_rollup(views: set[str] | None) -> bool:
+    """Whether a query naming `views` (None: unknown, any) reads a stored view, directly or
+    through the views over it; light enough to ask before any refresh is imported."""
+    return views is None or bool(closure(views) & set(VIEWS))
