@@ -130,9 +130,12 @@ def _reap(pid: int) -> None:
         pass
     try:
         _, _, usage = os.wait4(pid, 0)
-        last_peak_bytes = max(last_peak_bytes, usage.ru_maxrss * 1024)
     except ChildProcessError:
-        pass
+        return
+    # wait4's figure also counts this process's own peak (the kernel carries a parent's peak
+    # into a vfork()ed child at exec): only for a worker that ended before it could be read
+    if not last_peak_bytes:
+        last_peak_bytes = usage.ru_maxrss * 1024
 
 
 def _high_water(pid: int) -> int:
