@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 from . import stored as stored_rollups
 from ..store.layout import instances_predicate, no_events_sql, partition_values, read_parquet_sql
 from .views import closure, define_view, load_views, named_views
-from .shared import share
+from .shared import materialise, to_share
 from .sandbox import (
     REFUSED_HINT,
     Limits,
@@ -83,10 +83,11 @@ def connect(
     rollup refresh).
     `stored`: view -> a rollup file to bind it over, whatever the manifest says (a refresh
     binds the views beneath the one it computes over the files it has just written).
-    `shared`: with `views` (one query's connection), compute the views that query reads
-    through several others (`requests`, `engine_stats`) once, into temporary tables
-    (pipeline/query/shared.py), unless bound over a rollup; None or True: yes, False: each
-    reference derives them anew.
+    `shared`: compute the views that the queries read through several others (`requests`,
+    `engine_stats`) once, into temporary tables (pipeline/query/shared.py), unless bound over
+    a rollup; True: yes, False: each reference derives them anew, None: yes with `views` (one
+    query's connection). Not for a caller that repoints `events` after connecting: the
+    tables hold what the views read at connect time.
     `time_range`: only events in it, and view rows that fall in it (see pipeline/query/timerange.py).
     `union_by_name`: None decides by reading every part's schema, unless `views` is given
     (one query's connection, `run`): then only the first part's, which `run` backs up.
@@ -163,9 +164,13 @@ def connect(
             else:
                 con.execute(f"create or replace view events as {no_events_sql()}")
             sparts = bind_samples(con, store, manifest, scan, instances)
-            names = load_views(con, variables=variables, only=bind, overrides=overrides, samples_bound=True)  # binding a view over `events` opens the parts too
-            if views is not None and (shared is None or shared):
-                share(con, views, names, list(rolls), "scan" if scan else "main", limits)
+            sharing: set[str] = set()
+            if shared or (shared is None and views is not None):
+                sharing = to_share(views if views is not None else load_view_names(),
+                                   bind if bind is not None else load_view_names(), rolls)
+            schema = "scan" if scan else "main"
+            names = load_views(con, variables=variables, only=bind, overrides=overrides, samples_bound=True,  # binding a view over `events` opens the parts too
+                               after=lambda name: materialise(con, name, schema, limits) if name in sharing else None)
             if scan:
                 con.execute("use memory.main")
                 bind_range_views(con, ["events", "samples", *names], time_range, lambda name: define_view(con, name))

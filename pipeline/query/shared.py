@@ -43,22 +43,22 @@ def reads(named: Iterable[str], bound: Iterable[str], leaves: Iterable[str] = ()
     return count
 
 
-def share(con: duckdb.DuckDBPyConnection, named: Iterable[str], bound: Iterable[str],
-          leaves: Iterable[str], schema: str, limits: Limits) -> list[str]:
-    """Materialise each view of SHARED that the query reads more than once (in `schema`, where
-    the views are bound); returns those views. Each table is computed under `limits`
-    (sandbox.execute: the time limit, one-line QueryError on running out of memory or spill),
-    as the query then is: a query over shared views can take up to three times its limit."""
-    leaves, bound = list(leaves), list(bound)
+def to_share(named: Iterable[str], bound: Iterable[str], leaves: Iterable[str]) -> set[str]:
+    """The views of SHARED that a query naming `named` reads more than once among the `bound`
+    views (a view of `leaves` is bound over a stored rollup: already a table)."""
+    leaves, bound = set(leaves), list(bound)
     if not set(SHARED) & set(bound):  # nothing to share (e.g. a query over `events` only)
-        return []
+        return set()
     count = reads(named, bound, leaves)
-    done = []
-    for name in SHARED:
-        if count.get(name, 0) < 2 or name in set(leaves):  # a rollup is already a table
-            continue
-        table = f"shared_{name}"
-        execute(con, f"create temp table {table} as select * from {schema}.{name}", None, limits)
-        con.execute(f"create or replace view {schema}.{name} as select * from temp.{table}")
-        done.append(name)
-    return done
+    return {name for name in SHARED if count.get(name, 0) >= 2 and name not in leaves}
+
+
+def materialise(con: duckdb.DuckDBPyConnection, name: str, schema: str, limits: Limits) -> None:
+    """Compute view `name` (bound in `schema`) into a temporary table once, and rebind the view
+    over it. Called as soon as the view is created, so that each view above it is bound over
+    the table, not over the whole derivation from the events: binding a view costs as much as
+    the plan beneath it. The table is computed under `limits` (sandbox.execute: the time
+    limit, one-line QueryError on running out of memory or spill), as the query then is."""
+    table = f"shared_{name}"
+    execute(con, f"create temp table {table} as select * from {schema}.{name}", None, limits)
+    con.execute(f"create or replace view {schema}.{name} as select * from temp.{table}")

@@ -19,7 +19,7 @@ import importlib.resources
 import math
 import re
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import duckdb
 
@@ -384,13 +384,15 @@ def load_views(
     only: Iterable[str] | None = None,
     overrides: Mapping[str, str] | None = None,
     samples_bound: bool = False,
+    after: Callable[[str], None] | None = None,
 ) -> list[str]:
     """Set the variables and create the views of sql/ on `con`, in load order (sql_files):
     every view, or those of `only` (from `views_for`: it must hold the views they read too).
 
     `overrides`: view name -> the statement that creates it instead of its file (a view
     bound over a stored rollup, pipeline/query/rollups.py). `samples_bound`: the caller has
-    bound `samples` (connect does), so no catalog query looks for it.
+    bound `samples` (connect does), so no catalog query looks for it. `after(name)`: called
+    once each view is created, before the views that read it.
 
     `con` must already have an `events` table or view with the event schema. Returns the
     view names created."""
@@ -411,4 +413,6 @@ def load_views(
             con.execute((overrides or {}).get(name) or view_sql(path))
         except duckdb.Error as e:
             raise RuntimeError(f"{path.name}: {e}") from e
+        if after is not None:
+            after(name)
     return names
