@@ -72,7 +72,7 @@ def register(app: typer.Typer) -> None:
 
             refresh_deferred_rollups(store_path(store))
             # the scans read only the range (widened by a margin for requests cut by its edges)
-            con = connect(store_path(store), variables, time_range=TimeRange(t0, t1) if t0 or t1 else None)
+            con = connect(store_path(store), variables, time_range=TimeRange(t0, t1) if t0 or t1 else None, shared=True)
         except StoreError as e:
             raise fail(str(e)) from None
         try:
