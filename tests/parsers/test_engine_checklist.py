@@ -27,7 +27,7 @@ ALLOWED = {
     "pipeline/simulate/scenarios.py": "the simulator's server configuration per engine",
     "pipeline/sources/samples.py": "which /metrics families of each engine mean what (the scrape side)",
     "pipeline/report/chart_specs.py": "a one-row frame that warms the chart renderer up; any engine value does",
-    "sql/staging/requests.sql": "vLLM's request-id suffix, joined back to its arrival",
+    "sql/staging/vllm_request_ids.sql": "vLLM's request-id suffix, joined back to its arrival",
     "sql/staging/engine_stats.sql": "vLLM data-parallel engines, summed per stats line",
     "sql/metrics/queue_depth.sql": "TensorRT-LLM's queued requests, active minus scheduled",
     "sql/signals/scaling_signals.sql": "the advice names each engine's own flag",
