@@ -47,9 +47,11 @@ def test_list_names_a_view_after_what_it_reads() -> None:
     r = invoke("views", "--list", "--view", "queue_depth")
     assert r.exit_code == 0, r.output
     listed = r.output.split()
-    # queue_depth reads engine_stats, scraped_gauges and request_state, which reads requests:
-    # each after what it reads
-    assert sorted(listed) == ["engine_stats", "queue_depth", "request_state", "requests", "scraped_gauges"]
+    # queue_depth reads engine_stats, scraped_gauges and request_state, which reads requests
+    # (made of the staging views beneath it): each after what it reads
+    assert sorted(listed) == ["client_requests", "engine_stats", "instance_deaths", "queue_depth", "request_events",
+                              "request_state", "requests", "scraped_gauges", "server_requests_by_id",
+                              "server_requests_by_line", "vllm_request_ids"]
     assert listed[-1] == "queue_depth" and listed.index("requests") < listed.index("request_state")
     r = invoke("views", "--list")
     assert r.output.split() == [view_name(p) for p in sql_files()]
