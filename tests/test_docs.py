@@ -61,7 +61,7 @@ def test_every_view_is_documented_with_its_columns(tmp_path):
 
     ingest(sorted((REPO / "sample_logs" / "incident" / "vllm").glob("*.log")), tmp_path / "store", year=2026)
     sections = _sections((REPO / "docs" / "metrics.md").read_text())
-    con = connect(tmp_path / "store")
+    con = connect(tmp_path / "store", shared=True)
     missing = []
     for view in sorted(view_dependencies()):
         if view not in sections:

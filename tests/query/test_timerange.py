@@ -183,8 +183,8 @@ def test_report_over_a_range_equals_the_report_over_the_whole_store(sample_store
     from servelens.pipeline.report.build import build_report, to_json
 
     since, until = dt.datetime(2026, 5, 12, 8, 1, tzinfo=UTC), dt.datetime(2026, 5, 12, 8, 3, tzinfo=UTC)
-    whole = json.loads(to_json(build_report(connect(sample_store), since=since, until=until)))
-    ranged = json.loads(to_json(build_report(connect(sample_store, time_range=TimeRange(since, until)), since=since, until=until)))
+    whole = json.loads(to_json(build_report(connect(sample_store, shared=True), since=since, until=until)))
+    ranged = json.loads(to_json(build_report(connect(sample_store, time_range=TimeRange(since, until), shared=True), since=since, until=until)))
     # summaries now cover the range, not the whole store (docs/performance.md): calibration
     # lists only the instances seen in it; availability is judged on what was read
     ranged_instances = {(r["engine"], r["instance"]) for r in ranged["instances"]}
@@ -218,10 +218,13 @@ def test_dashboard_passes_the_range_to_the_app(tmp_path):
 
 def test_views_for_finds_the_views_a_query_reads_and_what_they_read():
     assert views_for("select count(*) from events") == set()
-    # latency_percentiles reads requests (which reads engine_stats for the queue at arrival)
-    # and scraped_latency (the /metrics histograms)
+    # latency_percentiles reads requests (which reads engine_stats for the queue at arrival,
+    # and its staging views: the server's rows by line and by id, and the client's rows) and
+    # scraped_latency (the /metrics histograms); the server's rows read the request events,
+    # the instances' deaths and vLLM's request ids
     assert views_for("select * from latency_percentiles") == {
-        "latency_percentiles", "requests", "engine_stats", "scraped_latency"}
+        "latency_percentiles", "requests", "engine_stats", "scraped_latency", "server_requests_by_line",
+        "server_requests_by_id", "client_requests", "request_events", "instance_deaths", "vllm_request_ids"}
     # names in comments and strings are no references; quoted and mixed-case names are
     assert views_for("select 'requests' as x from events -- windows") == set()
     assert views_for('select * from "Windows"') == {"windows"}

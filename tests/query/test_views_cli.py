@@ -121,7 +121,7 @@ def test_trino_percentile_form_equals_quantile_cont() -> None:
 def incident_con(incident_store):
     from servelens.pipeline.query.connect import connect
 
-    return connect(incident_store)
+    return connect(incident_store, shared=True)
 
 
 @pytest.mark.parametrize("view", ["requests", "batch_fill", "window_metrics"])

@@ -143,7 +143,7 @@ def incident_report(incident_store):
     from servelens.pipeline.query.connect import connect
 
     store = incident_store
-    con = connect(store)
+    con = connect(store, shared=True)  # as servelens report connects
     try:
         yield store, build_report(con, charts=True)
     finally:
@@ -210,7 +210,7 @@ def test_summary_follows_the_range(incident_report):
     store, _ = incident_report
     from servelens.pipeline.query.connect import connect
 
-    con = connect(store)
+    con = connect(store, shared=True)  # as servelens report connects
     try:
         r = build_report(con, until=at(60))  # before the surge and the crash
     finally:

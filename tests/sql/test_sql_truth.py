@@ -50,7 +50,7 @@ def _connect(engine: str, scenario: str, variant: str | None):
 
     d = _run(engine, scenario, variant)
     # the truth tables are files the sandboxed connection must be told it may read
-    con = connect(d / "store", readable=(d / "truth_requests.parquet", d / "truth_state.parquet"))
+    con = connect(d / "store", readable=(d / "truth_requests.parquet", d / "truth_state.parquet"), shared=True)
     con.execute(f"create view truth_requests as select * from read_parquet('{d / 'truth_requests.parquet'}')")
     con.execute(f"create view truth_state as select * from read_parquet('{d / 'truth_state.parquet'}')")
     return con

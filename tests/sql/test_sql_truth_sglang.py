@@ -37,7 +37,7 @@ def connect(scenario: str, variant: str = "v0_5"):
     # the server logs and each instance's per-request metrics files (<instance>/...)
     ingest(sorted(out.rglob("*.log")), out / "store", year=2026)
     # the sandboxed connection opens the store's parts and the files named here, nothing else
-    con = connect_store(out / "store", readable=(out / "truth_requests.parquet", out / "truth_state.parquet"))
+    con = connect_store(out / "store", readable=(out / "truth_requests.parquet", out / "truth_state.parquet"), shared=True)
     con.execute(f"create view truth_requests as select * from read_parquet('{out / 'truth_requests.parquet'}')")
     con.execute(f"create view truth_state as select * from read_parquet('{out / 'truth_state.parquet'}')")
     return con
