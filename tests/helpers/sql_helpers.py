@@ -10,6 +10,7 @@ import duckdb
 import polars as pl
 
 from servelens.parsers.schema import POLARS_SCHEMA
+from servelens.pipeline.query.shared import SHARED
 from servelens.pipeline.query.views import load_views, sql_files, view_dependencies, view_name, view_sql, views_for
 
 T0 = dt.datetime(2026, 5, 12, 8, 0, 0, tzinfo=dt.timezone.utc)
@@ -50,8 +51,8 @@ def events_frame(rows: Iterable[dict[str, Any]], **defaults: Any) -> pl.DataFram
 class ViewsOnDemand:
     """A DuckDB connection that creates a view of `sql/` (with the views it reads) the first
     time a statement names it, as the CLI's connection binds only what a query needs: a test
-    pays for binding the views it queries, not all of them. Anything else goes to the
-    connection itself."""
+    pays for binding the views it queries, not all of them. The views of SHARED are computed
+    into tables once. Anything else goes to the connection itself."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
         self._con = con
@@ -64,8 +65,14 @@ class ViewsOnDemand:
         todo = (set(view_dependencies()) if need is None else need) - self._made
         # each view's own statement, in load order; the variables stay as the caller set them
         for path in sql_files():
-            if view_name(path) in todo:
+            name = view_name(path)
+            if name in todo:
                 self._con.execute(view_sql(path))
+                if name in SHARED:
+                    # computed once, as a one-query connection does (pipeline/query/shared.py):
+                    # the frame never changes, and the views above bind over the table
+                    self._con.execute(f"create temp table shared_{name} as select * from {name}")
+                    self._con.execute(f"create or replace view {name} as select * from temp.shared_{name}")
         self._made |= todo
 
     def sql(self, query: str, *args: Any, **kwargs: Any) -> duckdb.DuckDBPyRelation:
