@@ -5,13 +5,12 @@
 --   (failed requests), SGLang, llama.cpp, any parser emitting request events with an id.
 -- A request still in the server when its engine died (instance_deaths: arrived before the
 --   death, no end logged) failed, its reason `engine died: ...`.
--- Columns (what requests.sql says of each):
---   engine, instance, model, request_id, request_key, arrival_ts, finish_ts (UTC), status,
---   prompt_tokens, output_tokens, max_tokens (tokens), e2e_s (s), e2e_estimated, queue_s,
---   ttft_s, tpot_s, inference_s, validation_s (s), queue_start_ts, inference_start_ts (UTC),
---   source, line, first_token_ts, last_token_ts (UTC), n_deltas, ttft_estimated,
---   time_resolution_s (s), failure_reason, wrapper_timed (true when a container wrapper timed
---   some line of the request).
+-- Columns: engine, instance, model, request_id, request_key, arrival_ts, finish_ts (UTC),
+--   status, prompt_tokens, output_tokens, max_tokens (tokens), e2e_s (s), e2e_estimated,
+--   queue_s, ttft_s, tpot_s, inference_s, validation_s (s), queue_start_ts,
+--   inference_start_ts (UTC), source, line, first_token_ts, last_token_ts (UTC), n_deltas,
+--   ttft_estimated, time_resolution_s (s), failure_reason, wrapper_timed (true when a
+--   container wrapper timed some line of the request); requests.sql describes each.
 create or replace view server_requests_by_id as
 with
 
