@@ -32,7 +32,15 @@ def finalize(events: pl.DataFrame, ctx: ParseContext, carry: tuple[str, ...] = (
     if "_seq" not in events.columns:
         events = events.with_row_index("_seq")
     # a decoded export put back in time order is walked in that order (parsers/wrappers)
-    events = events.sort(["_order" if "_order" in events.columns else "line", "_seq"])
+    key, seq = pl.col("_order" if "_order" in events.columns else "line"), pl.col("_seq")
+    # a parser's events mostly come in that order already: the sort (a copy of every column)
+    # only when some pair of rows is not strictly in it
+    in_order = events.select(
+        key.is_not_null().all() & seq.is_not_null().all()
+        & ((key > key.shift(1)) | ((key == key.shift(1)) & (seq > seq.shift(1)))).all()
+    ).item()
+    if not in_order:
+        events = events.sort([key, seq])
     if "_parse_failed" in events.columns:
         ctx.parse_failures += int(events["_parse_failed"].fill_null(False).sum())
     events = domain.apply(events, ctx.invalid)
