@@ -10,11 +10,18 @@ apt-get, else the comparison is skipped with a line saying why.
 
     .venv/bin/python bench/lnav.py                  # the 2-hour log (~105 MB), 3 runs
     .venv/bin/python bench/lnav.py --duration 10m   # a quick look
+    .venv/bin/python bench/lnav.py --baseline main  # also servelens as of another commit, same runs
+
+With --baseline, that commit's servelens (its tree from `git archive`, run by this interpreter)
+takes its turn in every run beside lnav and the current one, so a change is measured against
+the same machine state. Both trees' modules are compiled to bytecode first (as an installed
+package's are), so neither pays for compiling them at every start.
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import shutil
@@ -44,6 +51,33 @@ def log(msg: str) -> None:
 def servelens_bin() -> str:
     exe = Path(sys.executable).parent / "servelens"
     return str(exe) if exe.exists() else "servelens"
+
+
+def servelens_cmd(pkg: Path | None) -> tuple[list[str], dict]:
+    """The command running servelens, and its environment: the installed one (pkg None),
+    or the tree under `pkg` (its servelens/ package folders) with this interpreter."""
+    if pkg is None:
+        return [servelens_bin()], dict(os.environ)
+    code = "from servelens.pipeline.cli.app import main; main()"
+    return [sys.executable, "-c", code], {**os.environ, "PYTHONPATH": str(pkg)}
+
+
+# the package folders of a checkout and their names under servelens/ (pyproject.toml)
+PACKAGE_DIRS = ("parsers", "pipeline", "dashboards", "sql")
+
+
+def baseline_tree(rev: str, work: Path) -> Path:
+    """servelens as of `rev` (git archive of this repository), laid out as an importable
+    `servelens` package under the returned folder, its modules compiled."""
+    tree, pkg = work / "baseline-src", work / "baseline-pkg"
+    tree.mkdir()
+    archive = subprocess.run(["git", "-C", str(HERE.parent), "archive", rev], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    (pkg / "servelens").mkdir(parents=True)
+    for d in PACKAGE_DIRS:
+        (pkg / "servelens" / d).symlink_to(tree / d)
+        compileall.compile_dir(str(tree / d), quiet=1)
+    return pkg
 
 
 def ensure_lnav() -> str | None:
@@ -79,6 +113,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--runs", type=int, default=3, help="runs of each side, median reported (default 3)")
     p.add_argument("--data-dir", type=Path, default=HERE / "data" / "lnav")
     p.add_argument("--json", type=Path, default=None, help="write the figures here too")
+    p.add_argument("--baseline", default=None, metavar="REV",
+                   help="also run servelens as of this git revision, in the same runs")
     a = p.parse_args(argv)
     lnav = ensure_lnav()
     if lnav is None:
@@ -96,41 +132,65 @@ def main(argv: list[str] | None = None) -> dict:
         env = {**os.environ, "HOME": str(work / "home")}  # lnav's formats and state, not the user's
         (work / "home").mkdir()
         run_cmd([lnav, "-i", str(HERE / "lnav" / "vllm_log.json")], env=env)
-        lnav_runs, ingest_runs, sql_runs = [], [], []
+        for d in PACKAGE_DIRS:  # the current tree's modules compiled too, as the baseline's are
+            compileall.compile_dir(str(HERE.parent / d), quiet=1)
+        sides = {"current": servelens_cmd(None)}
+        if a.baseline:
+            sides["baseline"] = servelens_cmd(baseline_tree(a.baseline, work))
+        lnav_runs = []
+        ingest_runs: dict[str, list] = {k: [] for k in sides}
+        sql_runs: dict[str, list] = {k: [] for k in sides}
         for i in range(a.runs):
             r = run_cmd([lnav, "-n", "-c", LNAV_SQL, str(path)], env=env, timeout=1800)
             lnav_runs.append(r)
-            store = work / f"store-{i}"
-            ing = run_cmd([servelens_bin(), "ingest", str(path), "--store", str(store), "-q"], timeout=3600)
-            q = run_cmd([servelens_bin(), "sql", SERVELENS_SQL, "--store", str(store), "-f", "csv"], timeout=600)
-            ingest_runs.append(ing)
-            sql_runs.append(q)
-            shutil.rmtree(store)
-            log(f"run {i + 1}: lnav {r.cpu_s:.2f} CPU-s; servelens ingest {ing.cpu_s:.2f} + sql {q.cpu_s:.2f} CPU-s")
-        theirs, ours = rows_of(lnav_runs[-1].stdout, None), rows_of(sql_runs[-1].stdout, ",")
-        agree = theirs == ours
-        if not agree:
-            log(f"the answers differ: lnav {len(theirs)} rows, servelens {len(ours)} rows")
+            line = f"run {i + 1}: lnav {r.cpu_s:.2f} CPU-s"
+            # the sides take turns first, so neither always runs after the other
+            for side in (list(sides) if i % 2 == 0 else list(sides)[::-1]):
+                cmd, side_env = sides[side]
+                store = work / f"store-{side}-{i}"
+                ing = run_cmd([*cmd, "ingest", str(path), "--store", str(store), "-q"], env=side_env, timeout=3600)
+                q = run_cmd([*cmd, "sql", SERVELENS_SQL, "--store", str(store), "-f", "csv"], env=side_env, timeout=600)
+                ingest_runs[side].append(ing)
+                sql_runs[side].append(q)
+                shutil.rmtree(store)
+                line += f"; {side}: ingest {ing.cpu_s:.2f} + sql {q.cpu_s:.2f} CPU-s"
+            log(line)
+        theirs = rows_of(lnav_runs[-1].stdout, None)
+        agree = True
+        for side in sides:
+            ours = rows_of(sql_runs[side][-1].stdout, ",")
+            if theirs != ours:
+                agree = False
+                log(f"the answers differ: lnav {len(theirs)} rows, servelens ({side}) {len(ours)} rows")
         res = {
-            "date": time.strftime("%Y-%m-%d"), "lnav": version, "log_mb": round(size_mb, 1), "minutes": len(ours),
-            "answers_agree": agree,
+            "date": time.strftime("%Y-%m-%d"), "lnav": version, "log_mb": round(size_mb, 1), "minutes": len(theirs),
+            "answers_agree": agree, "runs": a.runs,
             "lnav_cpu_s": median([r.cpu_s for r in lnav_runs]), "lnav_wall_s": median([r.wall_s for r in lnav_runs]),
-            "ingest_cpu_s": median([r.cpu_s for r in ingest_runs]), "ingest_wall_s": median([r.wall_s for r in ingest_runs]),
-            "sql_cpu_s": median([r.cpu_s for r in sql_runs]), "sql_wall_s": median([r.wall_s for r in sql_runs]),
         }
-        res["servelens_cpu_s"] = res["ingest_cpu_s"] + res["sql_cpu_s"]
-        res["ratio_cpu"] = res["servelens_cpu_s"] / max(res["lnav_cpu_s"], 1e-9)
+        for side in sides:
+            pre = "" if side == "current" else f"{side}_"
+            res |= {
+                f"{pre}ingest_cpu_s": median([r.cpu_s for r in ingest_runs[side]]),
+                f"{pre}ingest_wall_s": median([r.wall_s for r in ingest_runs[side]]),
+                f"{pre}sql_cpu_s": median([r.cpu_s for r in sql_runs[side]]),
+                f"{pre}sql_wall_s": median([r.wall_s for r in sql_runs[side]]),
+            }
+            res[f"{pre}servelens_cpu_s"] = res[f"{pre}ingest_cpu_s"] + res[f"{pre}sql_cpu_s"]
+            res[f"{pre}ratio_cpu"] = res[f"{pre}servelens_cpu_s"] / max(res["lnav_cpu_s"], 1e-9)
+        if a.baseline:
+            res["baseline"] = a.baseline
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"\n### One-shot post-mortem beside lnav ({res['date']}, {res['log_mb']} MB vLLM V1 log, "
           f"median of {a.runs})\n")
     print("| | CPU-s | wall s |\n|---|---|---|")
     print(f"| {res['lnav']} (format file + one SQL query) | {res['lnav_cpu_s']:.2f} | {res['lnav_wall_s']:.2f} |")
-    print(f"| servelens ingest into a new store | {res['ingest_cpu_s']:.2f} | {res['ingest_wall_s']:.2f} |")
-    print(f"| servelens sql (the same question) | {res['sql_cpu_s']:.2f} | {res['sql_wall_s']:.2f} |")
-    print(f"| servelens, both | {res['servelens_cpu_s']:.2f} ({res['ratio_cpu']:.1f}x lnav) | "
-          f"{res['ingest_wall_s'] + res['sql_wall_s']:.2f} |")
-    print(f"\nAnswers agree row for row ({res['minutes']} minutes): {'yes' if agree else 'NO'}")
+    for pre, name in ([("baseline_", f"servelens at {a.baseline}")] if a.baseline else []) + [("", "servelens")]:
+        print(f"| {name}: ingest into a new store | {res[pre + 'ingest_cpu_s']:.2f} | {res[pre + 'ingest_wall_s']:.2f} |")
+        print(f"| {name}: sql (the same question) | {res[pre + 'sql_cpu_s']:.2f} | {res[pre + 'sql_wall_s']:.2f} |")
+        print(f"| {name}: both | {res[pre + 'servelens_cpu_s']:.2f} ({res[pre + 'ratio_cpu']:.1f}x lnav) | "
+              f"{res[pre + 'ingest_wall_s'] + res[pre + 'sql_wall_s']:.2f} |")
+    print(f"\nAnswers agree row for row ({res['minutes']} minutes): {'yes' if res['answers_agree'] else 'NO'}")
     if a.json:
         a.json.write_text(json.dumps(res, indent=2))
     return res

@@ -32,7 +32,15 @@ def finalize(events: pl.DataFrame, ctx: ParseContext, carry: tuple[str, ...] = (
     if "_seq" not in events.columns:
         events = events.with_row_index("_seq")
     # a decoded export put back in time order is walked in that order (parsers/wrappers)
-    events = events.sort(["_order" if "_order" in events.columns else "line", "_seq"])
+    key, seq = pl.col("_order" if "_order" in events.columns else "line"), pl.col("_seq")
+    # a parser's events mostly come in that order already: the sort (a copy of every column)
+    # only when some pair of rows is not strictly in it
+    in_order = events.select(
+        key.is_not_null().all() & seq.is_not_null().all()
+        & ((key > key.shift(1)) | ((key == key.shift(1)) & (seq > seq.shift(1)))).all()
+    ).item()
+    if not in_order:
+        events = events.sort([key, seq])
     if "_parse_failed" in events.columns:
         ctx.parse_failures += int(events["_parse_failed"].fill_null(False).sum())
     events = domain.apply(events, ctx.invalid)
@@ -236,23 +244,31 @@ def _resolve_timestamps(events: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame
             prev = prev.scatter(0, ctx.last_month) if prev[0] is None else prev
         # a jump back of more than six months (Dec -> Jan) is a new year
         rolled = ((month < prev - 6).fill_null(False)).cast(pl.Int32).cum_sum()
-        years = rolled + (ctx.year_base + ctx.rollovers)
+        year = ctx.year_base + ctx.rollovers
+        years = rolled + year
         ctx.rollovers += int(rolled[-1]) if len(rolled) else 0
         last = month.drop_nulls()
         if len(last):
             ctx.last_month = int(last[-1])
-        events = events.with_columns(years.alias("_year"))
-        from_noyear = pl.datetime(
-            pl.col("_year"),
-            noyear.dt.month(),
-            noyear.dt.day(),
-            noyear.dt.hour(),
-            noyear.dt.minute(),
-            noyear.dt.second(),
-            noyear.dt.microsecond(),
-            time_unit="us",
-            time_zone="UTC",
-        )
+        one_year = events.schema["ts_noyear"] == pl.Datetime("us") and not (len(rolled) and rolled[-1])
+        shift = _year_shift(year, month, events) if one_year else None
+        if shift is not None:
+            # one year for the whole chunk: the header's time moved from 2000 to it by whole
+            # days (the same instant pl.datetime builds from its parts, without the parts)
+            from_noyear = (noyear + pl.duration(days=shift)).dt.replace_time_zone("UTC")
+        else:
+            events = events.with_columns(years.alias("_year"))
+            from_noyear = pl.datetime(
+                pl.col("_year"),
+                noyear.dt.month(),
+                noyear.dt.day(),
+                noyear.dt.hour(),
+                noyear.dt.minute(),
+                noyear.dt.second(),
+                noyear.dt.microsecond(),
+                time_unit="us",
+                time_zone="UTC",
+            )
         full = pl.coalesce(full, from_noyear)
 
     events = events.with_columns(full.alias("_ts_own"))
@@ -267,6 +283,22 @@ def _resolve_timestamps(events: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame
     if len(last):
         ctx.last_ts = last[-1]
     return events
+
+
+def _year_shift(year: int, month: pl.Series, events: pl.DataFrame) -> pl.Expr | None:
+    """Days from a time of year 2000 (`ts_noyear`, parsed as 2000: a leap year) to the same
+    date and time of `year`: one figure before March, one from March on (None when `year`
+    is out of Python's range, or has no 29 February that a line names: then the date is
+    built from its parts)."""
+    if not dt.MINYEAR <= year <= dt.MAXYEAR:
+        return None
+    leap = year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
+    if not leap and events.select(
+        ((pl.col("ts_noyear").dt.month() == 2) & (pl.col("ts_noyear").dt.day() == 29)).any()
+    ).item():
+        return None
+    days = (dt.date(year, 1, 1) - dt.date(2000, 1, 1)).days
+    return pl.when(pl.lit(month) >= 3).then(days + (0 if leap else -1)).otherwise(days)
 
 
 def as_utc(expr: pl.Expr, dtype: pl.DataType | None) -> pl.Expr:

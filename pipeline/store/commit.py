@@ -192,20 +192,24 @@ class Store:
         Returns (staged, final) relative paths."""
         if events.height == 0:
             return []
-        keyed = events.with_columns(pl.col("ts").dt.strftime("%Y-%m-%d").alias("_day"))
+        day_of = pl.col("ts").dt.strftime("%Y-%m-%d")
+        # most batches are one engine's day: a group-by would copy all of it once more
+        if events.select(pl.struct("engine", pl.col("ts").dt.date()).n_unique()).item() == 1:
+            groups = [(events.head(1).select("engine", day_of).row(0), events)]
+        else:
+            keyed = events.with_columns(day_of.alias("_day"))
+            groups = ((key, part.drop("_day")) for key, part in keyed.group_by(["engine", "_day"], maintain_order=True))
         moves = []
         stage_dir = self.root / "_staging" / txid
         stage_dir.mkdir(parents=True, exist_ok=True)
-        for n, ((engine, day), part) in enumerate(
-            keyed.group_by(["engine", "_day"], maintain_order=True)
-        ):
+        for n, ((engine, day), part) in enumerate(groups):
             name = f"part-{txid}-{n:04d}.parquet"
             final = f"{part_dir(engine, day)}/{name}"
             # staged under its partition path too: a reader given a part still in staging
             # takes the partition values from its path
             staged = stage_dir / final
             staged.parent.mkdir(parents=True, exist_ok=True)
-            table = events_to_arrow(part.drop("_day").sort("ts", "line", nulls_last=True))
+            table = events_to_arrow(part.sort("ts", "line", nulls_last=True))
             table = file_table(table)  # the partition values are in the path
             import pyarrow.parquet as pq
 

@@ -325,8 +325,9 @@ _SP_PER_REQUEST = r"(?-u:\b)(seed|max_tokens)=[0-9]+"
 
 def with_sampling_params(sub: pl.DataFrame) -> pl.DataFrame:
     """`sampling_params` (a JSON object of the SamplingParams repr's scalar fields) and
-    `param_seed` of the `Received request` rows. The JSON is built once per distinct repr
-    (its per-request fields made None first), then joined onto the rows."""
+    `param_seed` of the `Received request` rows. Both are made once per distinct repr (most
+    requests share theirs: the seed and max_tokens take few values), then joined onto the
+    rows; the JSON once per distinct repr with its per-request fields made None."""
     # literal and capture-free searches find the repr (a capturing regex over the prompt
     # before it costs several times more)
     start = pl.when(IS_RECEIVED).then(M.str.find(_SP_START, literal=True) + len(_SP_START))
@@ -337,14 +338,14 @@ def with_sampling_params(sub: pl.DataFrame) -> pl.DataFrame:
             pl.lit(None, pl.String).alias("sampling_params"), pl.lit(None, pl.String).alias("param_seed")
         )
     body = pl.col("_spb")
-    sub = sub.with_columns(
+    reprs = sub.select(body.unique()).drop_nulls().with_columns(
         body.str.extract(r"(?-u:\b)seed=([0-9]+)", 1).alias("param_seed"),
-        body.str.replace_all(_SP_PER_REQUEST, "${1}=None").alias("_spb"),
+        body.str.replace_all(_SP_PER_REQUEST, "${1}=None").alias("_spn"),
     )
-    uniq = sub["_spb"].drop_nulls().unique().to_frame("_spb")
+    uniq = reprs["_spn"].unique().to_frame("_spn")
     el = pl.element()
     value = el.str.extract(r"=(.*)$", 1)
-    items = pl.col("_spb").str.replace_all(_SP_QUOTED, "''").str.extract_all(_SP_PAIR).list.eval(
+    items = pl.col("_spn").str.replace_all(_SP_QUOTED, "''").str.extract_all(_SP_PAIR).list.eval(
         pl.concat_str([
             pl.lit('"'), el.str.extract(r"^(?:, )?([a-z_]+)=", 1), pl.lit('":'),
             pl.when(value == "True").then(pl.lit("true")).when(value == "False").then(pl.lit("false")).otherwise(value),
@@ -355,7 +356,8 @@ def with_sampling_params(sub: pl.DataFrame) -> pl.DataFrame:
         .then(pl.concat_str([pl.lit("{"), items.list.join(","), pl.lit("}")]))
         .alias("sampling_params")
     )
-    return sub.join(uniq, on="_spb", how="left", maintain_order="left").drop("_spb")
+    reprs = reprs.join(uniq, on="_spn", how="left").drop("_spn")
+    return sub.join(reprs, on="_spb", how="left", maintain_order="left").drop("_spb")
 
 
 def request_attrs() -> dict[str, pl.Expr]:

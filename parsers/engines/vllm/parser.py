@@ -106,11 +106,14 @@ def _lines_anatomy(df: pl.DataFrame) -> pl.DataFrame:
         text = text.str.strip_chars_end("\r")
     df = df.with_columns(text.alias("_t"))
 
-    # peel the process prefix, then the header: two small anchored patterns cost less than
-    # one that holds both; a part no line starts with is skipped
-    df = df.with_columns(pl.col("_t").alias("_r"))
+    # the process prefix, then the header: two small anchored patterns cost less than one
+    # that holds both; a part no line starts with is skipped. Neither is cut off the line
+    # (each cut copies every line's text): `_o` is where the prefix ends (characters, `_ob`
+    # bytes), and the body is sliced once, behind both
     if has["proc"]:
-        df = _peel(df, _PROC)
+        df = _proc_groups(df)
+    else:
+        df = df.with_columns(pl.lit(0, pl.UInt32).alias("_o"), pl.lit(0, pl.UInt32).alias("_ob"))
     df = _header_groups(df)
     src = pl.col("src")
     not_py = src.is_not_null() & ~(src.str.ends_with(".py") & (src.str.len_chars() > 3))
@@ -119,7 +122,7 @@ def _lines_anatomy(df: pl.DataFrame) -> pl.DataFrame:
     absent = [f for f in _PROC_FIELDS if f not in df.columns]
     df = df.with_columns(
         *(pl.lit(None, pl.String).alias(f) for f in absent),
-        pl.col("_r").str.slice(pl.col("hh").str.len_chars().fill_null(0)).alias("body"),
+        pl.col("_t").str.slice(pl.col("_o") + pl.col("hh").str.len_chars().fill_null(0)).alias("body"),
     )
     df = _header_behind_prefix(df)
 
@@ -149,30 +152,54 @@ def _lines_anatomy(df: pl.DataFrame) -> pl.DataFrame:
         (body.str.strip_chars_start() if odd["blank"] else body).alias("m"),
     )
     df = df.with_columns(_continues(df))
-    return df.drop("_t", "_r", "pname2", "hh")
+    return df.drop("_t", "_o", "_ob", "pname2", "hh")
 
 
-def _peel(df: pl.DataFrame, pattern: str) -> pl.DataFrame:
-    """Add the named groups of `pattern` matched at the start of `_r`, and cut what it
-    matched off `_r`."""
-    df = df.with_columns(pl.col("_r").str.extract_groups(f"^(?P<pre>{pattern})").alias("_p")).unnest("_p")
-    return df.with_columns(pl.col("_r").str.slice(pl.col("pre").str.len_chars().fill_null(0))).drop("pre")
+def _by_start(df: pl.DataFrame, key: pl.Expr, pattern: str) -> pl.DataFrame:
+    """The named groups of `pattern` matched at the start of `key` (a start of the line long
+    enough to decide the match), as columns. Lines share few such starts (one per second
+    and source line), and the pattern runs once per distinct start, not per line."""
+    df = df.with_columns(key.alias("_start"))
+    starts = df.select(pl.col("_start").unique()).drop_nulls()
+    starts = starts.with_columns(pl.col("_start").str.extract_groups(pattern).alias("_g")).unnest("_g")
+    return df.join(starts, on="_start", how="left", maintain_order="left").drop("_start")
+
+
+def _proc_groups(df: pl.DataFrame) -> pl.DataFrame:
+    """The process prefix's fields (_PROC_FIELDS) at the start of `_t`, and `_o`/`_ob`, its
+    length in characters/bytes. A match starts with `(` or `[`; nothing it reads before
+    its `)` can be one, so it ends at the line's first `)` or one character after it, and
+    without a `)` it is at most `[rankN]:` and one blank, which ends one character after
+    the first `]`. (`str.find` counts bytes, `str.head` characters: a start with
+    characters of several bytes is longer than needed, never shorter.)"""
+    t = pl.col("_t")
+    close, bracket = t.str.find(")", literal=True), t.str.find("]", literal=True)
+    n = (
+        pl.when(~(t.str.starts_with("(") | t.str.starts_with("["))).then(0)
+        .when(close.is_not_null()).then(close + 2)
+        .when(bracket.is_not_null()).then(bracket + 3)
+        .otherwise(0)
+    )
+    df = _by_start(df, t.str.head(n), f"^(?P<pre>{_PROC})")
+    pre = pl.col("pre")
+    return df.with_columns(
+        pre.str.len_chars().fill_null(0).alias("_o"), pre.str.len_bytes().fill_null(0).alias("_ob")
+    ).drop("pre")
 
 
 def _header_groups(df: pl.DataFrame) -> pl.DataFrame:
-    """The named groups of `_HDR_ANY_FILE` at the start of `_r`, as columns. Every match
-    ends at the line's first `]` or one character after it (nothing the pattern reads before
-    its closing bracket can be one), so the line's start up to there decides the match; lines share
-    few such starts (one per second and source line), and the pattern runs once per
-    distinct start, not per line. A line without `]` has no header."""
-    r = pl.col("_r")
-    cut = r.str.splitn("]", 2)
-    rest = cut.struct.field("field_1")
-    start = pl.when(rest.is_not_null()).then(pl.concat_str([cut.struct.field("field_0"), pl.lit("]"), rest.str.head(1)]))
-    df = df.with_columns(start.alias("_start"))
-    starts = df.select(pl.col("_start").unique()).drop_nulls()
-    starts = starts.with_columns(pl.col("_start").str.extract_groups(f"^{_HDR_ANY_FILE}").alias("_h")).unnest("_h")
-    return df.join(starts, on="_start", how="left", maintain_order="left").drop("_start")
+    """The named groups of `_HDR_ANY_FILE` behind the process prefix (at `_o`), as
+    columns. Every match ends at the first `]` behind the prefix or one character after it
+    (nothing the pattern reads before its closing bracket can be one), so the line's start
+    up to there decides the match. A line without `]` there has no header."""
+    t = pl.col("_t")
+    at, at_b = pl.col("_o"), pl.col("_ob")
+    first = t.str.find("]", literal=True)  # bytes into the line
+    # a `]` inside the prefix (`[rank0]: `): the first one behind it is looked for
+    if _any(df, first < at_b):
+        first = pl.when(first >= at_b).then(first).otherwise(t.str.slice(at).str.find("]", literal=True) + at_b)
+    key = pl.when(first.is_not_null()).then(t.str.slice(at, first - at_b + 2))
+    return _by_start(df, key, f"^{_HDR_ANY_FILE}")
 
 
 def _header_behind_prefix(df: pl.DataFrame) -> pl.DataFrame:
@@ -180,17 +207,18 @@ def _header_behind_prefix(df: pl.DataFrame) -> pl.DataFrame:
     (journald, Buildkite...): header fields, process prefix and body found behind it."""
     # the search runs on the lines without a header only (most lines have one), and first
     # for its literal part (the boundary before the level keeps the regex from skipping
-    # ahead to the level words)
+    # ahead to the level words); on a line without a header, `body` is all behind the
+    # process prefix
     bare = df["level"].is_null().arg_true()
-    bare = bare.filter(df["_r"].gather(bare).str.contains(_LEVEL_TIME))
-    bare = bare.filter(df["_r"].gather(bare).str.contains(_HDR_ANYWHERE))
+    bare = bare.filter(df["body"].gather(bare).str.contains(_LEVEL_TIME))
+    bare = bare.filter(df["body"].gather(bare).str.contains(_HDR_ANYWHERE))
     if bare.len() == 0:
         return df
     df = df.with_row_index("_i")
     odd = df[bare]
     h2 = pl.col("_h2").struct
     late = pl.col("_late").struct
-    odd = odd.with_columns(pl.col("_r").str.extract_groups(_HDR_AFTER).alias("_h2"))
+    odd = odd.with_columns(pl.col("body").str.extract_groups(_HDR_AFTER).alias("_h2"))
     odd = odd.with_columns(h2.field("hpre").str.extract_groups(_PROC_CORE).alias("_late"))
     # the header fields were null on these lines; a prefix found at the start still wins
     odd = odd.select(
@@ -198,8 +226,8 @@ def _header_behind_prefix(df: pl.DataFrame) -> pl.DataFrame:
         *(h2.field(f).alias(f) for f in _HDR_FIELDS),
         *(pl.coalesce(pl.col(f), late.field(f)).alias(f) for f in _PROC_FIELDS if f != "trank"),
         pl.when(h2.field("level").is_not_null())
-        .then(pl.col("_r").str.slice(h2.field("hpre").str.len_chars() + h2.field("hh").str.len_chars()))
-        .otherwise(pl.col("_r"))
+        .then(pl.col("body").str.slice(h2.field("hpre").str.len_chars() + h2.field("hh").str.len_chars()))
+        .otherwise(pl.col("body"))
         .alias("body"),
     )
     return df.update(odd, on="_i", include_nulls=True).drop("_i")
