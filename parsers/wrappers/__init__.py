@@ -221,6 +221,26 @@ def written_whole(layers: tuple[str, ...] | list[str]) -> bool:
     return bool(layers) and _base(layers[0]) in WRITTEN_WHOLE
 
 
+# the most a platform download's read block is scaled by (its memory is that of a block)
+MAX_BLOCK_SCALE = 4.0
+
+
+def block_scale(layers: tuple[str, ...] | list[str], head: bytes) -> float:
+    """How many read blocks' worth of bytes one block of a file in `layers` is to take: a
+    platform download spends bytes on each entry's envelope, and a chunk costs per engine
+    line and per chunk (the engine parser's passes), so its block is as many times larger
+    as its head's bytes are to the engine lines inside them; 1 for anything else."""
+    if not written_whole(layers) or not head:
+        return 1.0
+    sample = head_sample(head)
+    lines = decode_texts(sample, tuple(layers))
+    raw = pl.Series(sample, dtype=pl.String).str.len_bytes().sum() + len(sample)
+    inner = pl.Series(lines, dtype=pl.String).str.len_bytes().sum() + len(lines)
+    if not inner:
+        return 1.0
+    return float(min(MAX_BLOCK_SCALE, max(1.0, raw / inner)))
+
+
 # labels that name one server's stream in a file holding several (a platform export of a
 # namespace): each stream's lines go to the engine parser on their own
 STREAM_LABELS = ("_lab_namespace", "_lab_pod", "_lab_container", "_lab_log_group", "_lab_log_stream")
