@@ -336,24 +336,33 @@ def _wrapper_time(events: pl.DataFrame) -> pl.DataFrame:
     noyear = pl.col("ts_noyear") if "ts_noyear" in cols else pl.lit(None, pl.Datetime("us"))
     coarse = own.is_null() | (own.dt.microsecond() == 0)
     take = wts.is_not_null() & coarse
-    engine_ts = (
-        pl.when(own.is_not_null()).then(own.dt.strftime("%Y-%m-%dT%H:%M:%S%.fZ"))
-        .when(noyear.is_not_null()).then(noyear.dt.strftime("%m-%d %H:%M:%S"))
-    )
+    # (each kind of time formatted only when some event has it; most lines carry one kind)
+    has_own, has_noyear, has_pre = events.select(
+        own.is_not_null().any().alias("o"), noyear.is_not_null().any().alias("n"),
+        pl.col("_pre").is_not_null().any().alias("p")).row(0) if events.height else (False, False, False)
+    engine_ts = pl.lit(None, pl.String)
+    if has_noyear:
+        engine_ts = pl.when(noyear.is_not_null()).then(noyear.dt.strftime("%m-%d %H:%M:%S"))
+    if has_own:
+        engine_ts = pl.when(own.is_not_null()).then(own.dt.strftime("%Y-%m-%dT%H:%M:%S%.fZ")).otherwise(engine_ts)
     # `{"engine_ts":…,"prefix":…}` without nulls, built directly (a time needs no escaping;
     # one member's null needs no cutting out)
-    own_ts = pl.when(take).then(engine_ts)
+    events = events.with_columns(pl.when(take).then(engine_ts).alias("_own_ts"))
+    own_ts = pl.col("_own_ts")
     ets = pl.lit('"engine_ts":"') + own_ts + pl.lit('"')
-    pre = pl.struct(pl.col("_pre").alias("prefix")).struct.json_encode().str.slice(1).str.strip_suffix("}")
-    pre = pl.when(pl.col("_pre").is_not_null()).then(pre)
-    add = pl.when(own_ts.is_not_null() | pl.col("_pre").is_not_null()).then(
-        pl.lit("{") + pl.concat_str([ets, pre], separator=",", ignore_nulls=True) + pl.lit("}"))
+    if has_pre:
+        pre = pl.struct(pl.col("_pre").alias("prefix")).struct.json_encode().str.slice(1).str.strip_suffix("}")
+        pre = pl.when(pl.col("_pre").is_not_null()).then(pre)
+        add = pl.when(own_ts.is_not_null() | pl.col("_pre").is_not_null()).then(
+            pl.lit("{") + pl.concat_str([ets, pre], separator=",", ignore_nulls=True) + pl.lit("}"))
+    else:
+        add = pl.when(own_ts.is_not_null()).then(pl.lit("{") + ets + pl.lit("}"))
     events = events.with_columns(
         pl.when(take).then(wts.dt.cast_time_unit("us")).otherwise(own).alias("ts"),
         pl.when(take).then(None).otherwise(noyear).alias("ts_noyear"),
         _merge_attrs(events, add).alias("attrs"),
     )
-    return events.drop("_pre")
+    return events.drop("_pre", "_own_ts")
 
 
 def _merge_attrs(events: pl.DataFrame, add: pl.Expr) -> pl.Expr:
