@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
                        "datadog-json": wx.datadog_json, "elastic": wx.elastic_ndjson, "grafana-txt": wx.grafana_txt,
                        "grafana-json": wx.grafana_json}
             try:  # `gcloud logging read`'s default YAML (the emitter is a dev tool, not a dependency)
-                from gen_gcloud_yaml import gcloud_yaml
+                from tests.helpers.gen_gcloud_yaml import gcloud_yaml
 
                 writers["gcloud-yaml"] = gcloud_yaml
             except ImportError:

@@ -309,6 +309,8 @@ class _Opened:
     size: int
     source: str
     crc: int | None = None  # CRC-32 of the content before `offset`
+    # a platform download's read block is larger: as many engine lines as a plain log's
+    block_scale: float = 1.0
 
 
 def _open_file(
@@ -401,7 +403,14 @@ def _open_file(
         # entries written before the checksum have none: computed from the content, whose
         # start and end were found to be the known ones
         crc = known["crc"] if "crc" in known else fp.content_crc(path, offset, head)
-    return _Opened(path, result, parser, ctx, head, key, known, offset, next_line, live, size, source, crc)
+    # (a file read in one block either way needs no scale)
+    scale = wrappers.block_scale(result.decode, head) if size - offset > block_bytes else 1.0
+    return _Opened(path, result, parser, ctx, head, key, known, offset, next_line, live, size, source, crc, scale)
+
+
+def _block(opened: _Opened, block_bytes: int) -> int:
+    """The read block of an opened file (`block_bytes`, scaled for a platform download)."""
+    return max(block_bytes, int(block_bytes * opened.block_scale))
 
 
 def _detect(head: bytes, engine: bool = True) -> tuple[tuple[str, ...], tuple[str, float | None]]:
@@ -423,6 +432,7 @@ def _read_file(
     already parsed on another thread (`_parse_whole`), its chunks to add instead."""
     path, result, ctx, key = opened.path, opened.result, opened.ctx, opened.key
     offset, next_line, size = opened.offset, opened.next_line, opened.size
+    block_bytes = _block(opened, block_bytes)
     try:
         if parsed is None:
             _scan_file(path, result, ctx, offset, next_line, block_bytes)
@@ -522,7 +532,7 @@ def _parse_whole(opened: _Opened, block_bytes: int) -> tuple[list, BaseException
         with fp.open_stream(opened.path) as f:
             if opened.offset:
                 f.seek(opened.offset)
-            for chunk in _parse_opened(opened, f, block_bytes):
+            for chunk in _parse_opened(opened, f, _block(opened, block_bytes)):
                 items.append((chunk, _state(opened, chunk)))
     except BaseException as e:  # noqa: BLE001 - raised again by _replay, in order
         return items, e
@@ -538,7 +548,7 @@ def _replay(parsed: Future) -> Iterator[tuple]:
 
 def _small(opened: _Opened, block_bytes: int) -> bool:
     """Is what is left of the file one read block (in memory whole without harm)?"""
-    return opened.size - opened.offset <= block_bytes and not fp.is_gzip(opened.path)
+    return opened.size - opened.offset <= _block(opened, block_bytes) and not fp.is_gzip(opened.path)
 
 
 def _independent(a: _Opened, b: _Opened) -> bool:

@@ -221,6 +221,26 @@ def written_whole(layers: tuple[str, ...] | list[str]) -> bool:
     return bool(layers) and _base(layers[0]) in WRITTEN_WHOLE
 
 
+# the most a platform download's read block is scaled by (its memory is that of a block)
+MAX_BLOCK_SCALE = 4.0
+
+
+def block_scale(layers: tuple[str, ...] | list[str], head: bytes) -> float:
+    """How many read blocks' worth of bytes one block of a file in `layers` is to take: a
+    platform download spends bytes on each entry's envelope, and a chunk costs per engine
+    line and per chunk (the engine parser's passes), so its block is as many times larger
+    as its head's bytes are to the engine lines inside them; 1 for anything else."""
+    if not written_whole(layers) or not head:
+        return 1.0
+    sample = head_sample(head)
+    lines = decode_texts(sample, tuple(layers))
+    raw = pl.Series(sample, dtype=pl.String).str.len_bytes().sum() + len(sample)
+    inner = pl.Series(lines, dtype=pl.String).str.len_bytes().sum() + len(lines)
+    if not inner:
+        return 1.0
+    return float(min(MAX_BLOCK_SCALE, max(1.0, raw / inner)))
+
+
 # labels that name one server's stream in a file holding several (a platform export of a
 # namespace): each stream's lines go to the engine parser on their own
 STREAM_LABELS = ("_lab_namespace", "_lab_pod", "_lab_container", "_lab_log_group", "_lab_log_stream")
@@ -316,24 +336,33 @@ def _wrapper_time(events: pl.DataFrame) -> pl.DataFrame:
     noyear = pl.col("ts_noyear") if "ts_noyear" in cols else pl.lit(None, pl.Datetime("us"))
     coarse = own.is_null() | (own.dt.microsecond() == 0)
     take = wts.is_not_null() & coarse
-    engine_ts = (
-        pl.when(own.is_not_null()).then(own.dt.strftime("%Y-%m-%dT%H:%M:%S%.fZ"))
-        .when(noyear.is_not_null()).then(noyear.dt.strftime("%m-%d %H:%M:%S"))
-    )
+    # (each kind of time formatted only when some event has it; most lines carry one kind)
+    has_own, has_noyear, has_pre = events.select(
+        own.is_not_null().any().alias("o"), noyear.is_not_null().any().alias("n"),
+        pl.col("_pre").is_not_null().any().alias("p")).row(0) if events.height else (False, False, False)
+    engine_ts = pl.lit(None, pl.String)
+    if has_noyear:
+        engine_ts = pl.when(noyear.is_not_null()).then(noyear.dt.strftime("%m-%d %H:%M:%S"))
+    if has_own:
+        engine_ts = pl.when(own.is_not_null()).then(own.dt.strftime("%Y-%m-%dT%H:%M:%S%.fZ")).otherwise(engine_ts)
     # `{"engine_ts":…,"prefix":…}` without nulls, built directly (a time needs no escaping;
     # one member's null needs no cutting out)
-    own_ts = pl.when(take).then(engine_ts)
+    events = events.with_columns(pl.when(take).then(engine_ts).alias("_own_ts"))
+    own_ts = pl.col("_own_ts")
     ets = pl.lit('"engine_ts":"') + own_ts + pl.lit('"')
-    pre = pl.struct(pl.col("_pre").alias("prefix")).struct.json_encode().str.slice(1).str.strip_suffix("}")
-    pre = pl.when(pl.col("_pre").is_not_null()).then(pre)
-    add = pl.when(own_ts.is_not_null() | pl.col("_pre").is_not_null()).then(
-        pl.lit("{") + pl.concat_str([ets, pre], separator=",", ignore_nulls=True) + pl.lit("}"))
+    if has_pre:
+        pre = pl.struct(pl.col("_pre").alias("prefix")).struct.json_encode().str.slice(1).str.strip_suffix("}")
+        pre = pl.when(pl.col("_pre").is_not_null()).then(pre)
+        add = pl.when(own_ts.is_not_null() | pl.col("_pre").is_not_null()).then(
+            pl.lit("{") + pl.concat_str([ets, pre], separator=",", ignore_nulls=True) + pl.lit("}"))
+    else:
+        add = pl.when(own_ts.is_not_null()).then(pl.lit("{") + ets + pl.lit("}"))
     events = events.with_columns(
         pl.when(take).then(wts.dt.cast_time_unit("us")).otherwise(own).alias("ts"),
         pl.when(take).then(None).otherwise(noyear).alias("ts_noyear"),
         _merge_attrs(events, add).alias("attrs"),
     )
-    return events.drop("_pre")
+    return events.drop("_pre", "_own_ts")
 
 
 def _merge_attrs(events: pl.DataFrame, add: pl.Expr) -> pl.Expr:

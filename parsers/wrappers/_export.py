@@ -295,7 +295,13 @@ class Entries:
         """The heads with each part's column (None when a part names some entry twice)."""
         out = self.heads
         for p in parts:
-            if p["_g"].is_duplicated().any():
+            g = p["_g"]
+            # (a part is in entry order: a repeated entry is a step that does not rise)
+            if p.height > 1 and not bool((g.diff().drop_nulls() > 0).all()):
                 return None
-            out = out.join(p, on="_g", how="left", maintain_order="left")
+            if p.height == out.height:
+                # every entry once, in order: the part's rows are the heads' rows
+                out = out.hstack(p.drop("_g"))
+            else:
+                out = out.join(p, on="_g", how="left", maintain_order="left")
         return out

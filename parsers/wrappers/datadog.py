@@ -57,8 +57,11 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
         msg, ts, host, service, status = a("message"), a("timestamp"), a("host"), a("service"), a("status")
         tag = {v: a("tags").list.eval(pl.element().filter(pl.element().str.starts_with(f"{k}:")).str.slice(len(k) + 1)).list.first()
                for k, v in _TAGS.items()}
+    # (a line's own newline, which most messages do not keep, is cut where some does)
+    ends = df.select((msg.str.ends_with("\n") | msg.str.ends_with("\r")).any()).item() if df.height else False
+    line = msg.str.strip_suffix("\n").str.strip_suffix("\r") if ends else msg
     df = df.with_columns(
-        pl.when(msg.is_not_null()).then(msg.str.strip_suffix("\n").str.strip_suffix("\r")).otherwise(pl.col("text")).alias("text"),
+        pl.when(msg.is_not_null()).then(line).otherwise(pl.col("text")).alias("text"),
         set_time(df, rfc3339_ns_of(df, ts)),
         *[e.alias(f"_lab_{v}") for v, e in tag.items()],
         host.alias("_lab_host"), service.alias("_lab_service"), status.alias("_lab_severity"),

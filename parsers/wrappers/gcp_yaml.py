@@ -74,9 +74,12 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
     )
     text = _scalars(payload)
     top_vals = _top_values(df)
-    res_line = pl.col("_in_res") & pl.any_horizontal([t.str.starts_with(f"    {k}: ") for k in _RES])
-    res = df.filter(res_line).select("_g", t.str.slice(4).str.split_exact(": ", 1).alias("_kv")).select(
-        "_g", pl.col("_kv").struct.field("field_0").alias("k"), _unquote(pl.col("_kv").struct.field("field_1")).alias("v"))
+    # (the resource's lines four in, then their keys: a key holds no `: `)
+    res = df.filter(pl.col("_in_res") & t.str.starts_with("    ")).select(
+        "_g", t.str.slice(4).str.split_exact(": ", 1).alias("_kv")).select(
+        "_g", pl.col("_kv").struct.field("field_0").alias("k"), pl.col("_kv").struct.field("field_1").alias("v")).filter(
+        pl.col("k").is_in(list(_RES)) & pl.col("v").is_not_null())
+    res = res.with_columns(_unquote_of(res, pl.col("v")))
     res = res.pivot(on="k", index="_g", values="v", aggregate_function="first") if res.height else pl.DataFrame(
         {"_g": pl.Series([], dtype=df["_g"].dtype)})
     # one row per document: its first line (`---`, or a block's first line before any)
@@ -110,9 +113,27 @@ def _top_values(df: pl.DataFrame) -> pl.DataFrame:
     """Each document's `timestamp` and `severity` (one line each: a time is never folded)."""
     t = pl.col("text")
     both = df.filter(pl.col("_top") & (t.str.starts_with("timestamp: ") | t.str.starts_with("severity: "))).select("_g", "text")
-    ts = both.filter(t.str.starts_with("t")).select("_g", _unquote(t.str.slice(11)).alias("_ts")).unique("_g", keep="first")
-    sev = both.filter(t.str.starts_with("s")).select("_g", _unquote(t.str.slice(10)).alias("_sev")).unique("_g", keep="first")
+    ts = both.filter(t.str.starts_with("t")).select("_g", t.str.slice(11).alias("_ts")).unique("_g", keep="first")
+    sev = both.filter(t.str.starts_with("s")).select("_g", t.str.slice(10).alias("_sev")).unique("_g", keep="first")
+    ts, sev = ts.with_columns(_unquote_of(ts, pl.col("_ts"))), sev.with_columns(_unquote_of(sev, pl.col("_sev")))
     return ts.join(sev, on="_g", how="full", coalesce=True)
+
+
+def _unquote_of(df: pl.DataFrame, v: pl.Expr) -> pl.Expr:
+    """`_unquote(v)` over `df`, with only the quoting styles its values use (a double-quoted
+    string's escapes are a dozen passes over the column; a time is always single-quoted,
+    a label plain)."""
+    name = v.meta.output_name()
+    w = v.str.strip_chars_end()
+    single, double, doubled = df.select(w.str.starts_with("'").any().alias("s"), w.str.starts_with('"').any().alias("d"),
+                                        v.str.contains("''", literal=True).any().alias("q")).row(0) if df.height else (False, False, False)
+    if double:
+        return _unquote(v).alias(name)
+    if not single:
+        return w.alias(name)
+    inner = w.str.strip_prefix("'").str.strip_suffix("'")
+    inner = inner.str.replace_all("''", "'", literal=True) if doubled else inner
+    return pl.when(w.str.starts_with("'") & w.str.ends_with("'")).then(inner).otherwise(w).alias(name)
 
 
 def _unquote(v: pl.Expr) -> pl.Expr:
@@ -140,13 +161,16 @@ def _scalars(p: pl.DataFrame) -> pl.DataFrame:
     lines after it, in order; `_base` is the key's indentation (0 `textPayload`, 2 `message`)."""
     t, base, is_head = pl.col("text"), pl.col("_base"), pl.col("_head")
     # the head's value: after `textPayload: ` (13) or `  message: ` (11)
-    hv = pl.when(base == 0).then(t.str.slice(13)).otherwise(t.str.slice(11))
-    p = p.with_columns(pl.when(is_head).then(hv).alias("_hv"))
-    p = p.with_columns(pl.col("_hv").forward_fill().alias("_hv_all"))
-    # most documents hold the line on the head alone
+    hv = t.str.slice(pl.when(base == 0).then(13).otherwise(11))
+    # most documents hold the line on the head alone (the head's value cut out of those
+    # rows only: the others are the long folded lines)
     alone = is_head & is_head.shift(-1).fill_null(True)
-    one = p.filter(alone).select("_g", pl.col("_hv").alias("_piece"), pl.col("_hv").str.head(1).alias("_style"))
-    more = p.filter(~alone & pl.col("_hv_all").is_not_null())
+    p = p.with_columns(alone.alias("_alone"))
+    one = p.filter(pl.col("_alone")).select("_g", hv.alias("_piece")).with_columns(pl.col("_piece").str.head(1).alias("_style"))
+    more = p.filter(~pl.col("_alone"))
+    if more.height:
+        more = more.with_columns(pl.when(is_head).then(hv).alias("_hv"))
+        more = more.with_columns(pl.col("_hv").forward_fill().alias("_hv_all")).filter(pl.col("_hv_all").is_not_null())
     if more.height:
         more = _joined(more)
     parts = pl.concat([one, more.select(one.columns)]) if more.height else one
@@ -172,7 +196,7 @@ def _joined(p: pl.DataFrame) -> pl.DataFrame:
     style = pl.col("_style")
     block = p.filter(style.is_in(["|", ">"]))
     flow = p.filter(~style.is_in(["|", ">"]))
-    parts = []
+    parts, done = [], []
     if block.height:
         # a block's indentation: the key's and 2, or the digit the indicator gives
         digit = pl.col("_hv_all").str.extract(r"^[|>][+-]?([1-9])", 1).cast(pl.Int64, strict=False)
@@ -187,6 +211,10 @@ def _joined(p: pl.DataFrame) -> pl.DataFrame:
         fp = pl.col("_fp")
         esc = (style == '"') & fp.str.ends_with("\\") & ~fp.str.ends_with("\\\\")
         flow = flow.with_columns(esc.alias("_esc"), (fp == "").alias("_empty"))
+    if flow.height and not flow.select((pl.col("_esc") | pl.col("_empty")).any()).item():
+        # folded at single spaces only (the usual case): the pieces joined with a space
+        done.append(flow.group_by("_g", maintain_order=True).agg(fp.str.join(" ").alias("_piece"), pl.col("_style").first()))
+    elif flow.height:
         glue = (is_head | pl.col("_empty") | pl.col("_empty").shift(1).fill_null(False)
                 | pl.col("_esc").shift(1).fill_null(False))
         piece = pl.when(pl.col("_empty")).then(pl.lit("\n")).when(glue).then(fp).otherwise(pl.lit(" ") + fp)
@@ -194,4 +222,4 @@ def _joined(p: pl.DataFrame) -> pl.DataFrame:
         parts.append(flow.select("_g", "_style", piece.alias("_piece")))
     # (a document's lines are all of one style: each part is joined on its own, in order)
     return pl.concat([q.group_by("_g", maintain_order=True).agg(pl.col("_piece").str.join(""), pl.col("_style").first())
-                      for q in parts])
+                      for q in parts] + done)
