@@ -297,9 +297,24 @@ def read_snapshot(store: Path | str, variables: Mapping[str, Any] | None = None,
                     "select e.* from events as e join newest as n using (engine, instance) "
                     "where e.ts >= ?::timestamptz and e.ts >= n.since", [cutoff])
                 con.execute("create or replace view events as select * from recent_events")
+        _share(con, limits or Limits.from_env())
         return query.run_on(con, "select * from metric_snapshot").to_dicts()
     finally:
         con.close()
+
+
+def _share(con: Any, limits: Limits) -> None:
+    """Compute the views metric_snapshot reads through several others once, into tables (as a
+    one-query connection does, pipeline/query/shared.py), now that `events` says what it
+    reads: in load order, so each is computed over the tables of those beneath it."""
+    from ..query.shared import materialise, to_share
+    from ..query.views import closure, sql_files, view_name
+
+    named = {"metric_snapshot"}
+    sharing = to_share(named, closure(named), ())
+    for name in (view_name(p) for p in sql_files()):
+        if name in sharing:
+            materialise(con, name, "main", limits)
 
 
 def store_key(store: Path) -> tuple | None:
