@@ -39,8 +39,8 @@ def test_model_reaches_every_block_of_a_newest_first_export(tmp_path):
     wrapped.write_text(export)
     for p in (plain, wrapped):
         os.utime(p, (times[-1] / 1e9, times[-1] / 1e9))
-    ingest([plain], tmp_path / "a", engine="vllm")
-    ingest([wrapped], tmp_path / "b", engine="vllm")
+    ingest([plain], tmp_path / "a", engine="vllm", rollups=False)
+    ingest([wrapped], tmp_path / "b", engine="vllm", rollups=False)
     base = pl.read_parquet(committed_parts(tmp_path / "a")).sort("line")
     ev = pl.read_parquet(committed_parts(tmp_path / "b")).sort("wrapper_ts", "line", descending=[False, True])
     assert ev.height == base.height

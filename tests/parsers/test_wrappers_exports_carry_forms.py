@@ -58,7 +58,7 @@ def test_model_reaches_every_block_of_each_newest_first_export(tmp_path, form):
     path = tmp_path / f"export-{form}.log"
     path.write_text(export)
     os.utime(path, (times[-1] / 1e9, times[-1] / 1e9))
-    ingest([path], tmp_path / "store", engine="vllm")
+    ingest([path], tmp_path / "store", engine="vllm", rollups=False)
     ev = pl.read_parquet(committed_parts(tmp_path / "store"))
     routes = ev.filter(pl.col("message").str.contains(ROUTE, literal=True))
     assert routes.height == n_first + n_other

@@ -317,7 +317,7 @@ def _ingest(directory: Path) -> pl.DataFrame:
     from servelens.pipeline.query.connect import run
 
     store = directory.parent / (directory.name + "-store")
-    ingest([directory], store, year=2026, keep_lines=True)
+    ingest([directory], store, year=2026, keep_lines=True, rollups=False)
     return run(store, "select * from events order by source, line")
 
 
