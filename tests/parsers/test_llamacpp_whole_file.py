@@ -36,7 +36,7 @@ def test_a_file_of_many_blocks_is_anchored_from_its_end(sim, tmp_path):
     size = log.stat().st_size
     block = size // 9  # the file is read in about nine blocks
     assert size > 4 * block
-    ingest([log], tmp_path / "store", block_bytes=block)
+    ingest([log], tmp_path / "store", block_bytes=block, rollups=False)
     ev = stored(tmp_path / "store")
     assert ev["ts"].null_count() == 0
     req = ev.filter(pl.col("event") == "request")
@@ -62,8 +62,8 @@ def _two_runs(path: Path) -> dt.datetime:
 def test_a_restart_in_a_later_block_anchors_the_earlier_blocks(tmp_path):
     log = tmp_path / "llama-server.log"
     mtime = _two_runs(log)
-    ingest([log], tmp_path / "small", block_bytes=20_000)  # about 30 blocks
-    ingest([log], tmp_path / "whole")  # one block
+    ingest([log], tmp_path / "small", block_bytes=20_000, rollups=False)  # about 30 blocks
+    ingest([log], tmp_path / "whole", rollups=False)  # one block
     small, whole = stored(tmp_path / "small"), stored(tmp_path / "whole")
     assert small.height == whole.height == 8000
     assert small["ts"].equals(whole["ts"])
@@ -83,12 +83,12 @@ def test_a_grown_file_keeps_its_first_anchor(tmp_path):
     log.write_text("\n".join(lines[:1000]) + "\n")
     m1 = dt.datetime(2026, 6, 1, 12, 0, 0, tzinfo=UTC)
     os.utime(log, (m1.timestamp(), m1.timestamp()))
-    ingest([log], tmp_path / "store", block_bytes=8_000)
+    ingest([log], tmp_path / "store", block_bytes=8_000, rollups=False)
     with log.open("a") as f:
         f.write("\n".join(lines[1000:]) + "\n")
     m2 = m1 + dt.timedelta(hours=3)  # not when line 3000 was written: the first anchor stands
     os.utime(log, (m2.timestamp(), m2.timestamp()))
-    ingest([log], tmp_path / "store", block_bytes=8_000)
+    ingest([log], tmp_path / "store", block_bytes=8_000, rollups=False)
     ts = stored(tmp_path / "store")["ts"].to_list()
     assert len(ts) == 3000
     assert ts[999] == m1 and ts[2999] == m1 + dt.timedelta(seconds=200)
@@ -141,7 +141,7 @@ def test_task_ids_of_two_process_runs_are_two_requests_each(tmp_path, block):
     t = dt.datetime(2026, 6, 1, 12, 0, 0, tzinfo=UTC).timestamp()
     os.utime(log, (t, t))
     store = tmp_path / "store"
-    ingest([log], store, **({"block_bytes": block} if block else {}))
+    ingest([log], store, **({"block_bytes": block} if block else {}), rollups=False)
     rows = _sql(store, "select request_id, status, e2e_s, output_tokens, line from requests order by line")
     assert rows == [
         "request_id,status,e2e_s,output_tokens,line",
@@ -176,7 +176,7 @@ def test_a_tailer_started_on_a_long_backlog_anchors_it_from_the_end(tmp_path, mo
     logs = tmp_path / "logs"
     logs.mkdir()
     _two_runs(logs / "llama-server.log")
-    ingest([logs / "llama-server.log"], tmp_path / "ingested")
+    ingest([logs / "llama-server.log"], tmp_path / "ingested", rollups=False)
     store = tmp_path / "tailed"
     with Store.open(store, purpose="tail") as st:
         t = Tailer(st, Targets([logs], None, skip_under=store), engine="auto", quiet_s=0.0, compact_min_parts=0)
@@ -201,6 +201,6 @@ def test_router_children_number_their_tasks_apart(tmp_path):
     log.write_text("\n".join(lines) + "\n")
     t = dt.datetime(2026, 6, 1, 12, 0, 0, tzinfo=UTC).timestamp()
     os.utime(log, (t, t))
-    ingest([log], tmp_path / "store")
+    ingest([log], tmp_path / "store", rollups=False)
     rows = _sql(tmp_path / "store", "select request_id, status, e2e_s from requests order by request_id")
     assert rows == ["request_id,status,e2e_s", "0@41001,finished,1.0", "0@41002,finished,2.0"]

@@ -44,7 +44,7 @@ def test_compose_task_whole_prompt_progress_and_a_late_cancel(tmp_path):
     """docker compose `[ocr] | ` lines: task 0's `new prompt, ... task.n_tokens = 1179`, its
     timing block (1179 prompt tokens, 2917 generated, 4096 in all), its release, and only
     then `cancel task, id_task = 0`: the task had finished."""
-    ingest([HELDOUT / "b_compose_ocr.log"], tmp_path / "st", engine="llamacpp")
+    ingest([HELDOUT / "b_compose_ocr.log"], tmp_path / "st", engine="llamacpp", rollups=False)
     ev = pl.read_parquet(committed_parts(tmp_path / "st")).sort("line")
     req = ev.filter(pl.col("event") == "request").to_dicts()
     assert [(r["request_id"], r["prompt_tokens"], r["output_tokens"]) for r in req] == [("0", 1179, 2917)]
@@ -65,7 +65,7 @@ def test_server_log_json_with_sorted_keys_is_read_at_ingest(tmp_path):
     (`{"function":..,"level":..,"line":..,"msg":..}`; a public walkthrough's paste): JSON
     records of the engine's own, not a JSON-lines formatter around it. One task: arrives at
     1714489663, 18 prompt tokens, 22 decoded, `t_total` 4831.581 ms, released."""
-    ingest([FIXTURES / "server_log_sorted_keys.log"], tmp_path / "st", engine="llamacpp")
+    ingest([FIXTURES / "server_log_sorted_keys.log"], tmp_path / "st", engine="llamacpp", rollups=False)
     ev = pl.read_parquet(committed_parts(tmp_path / "st")).sort("line")
     assert ev.height == 8 and ev["level"].to_list() == ["INFO"] * 8
     assert "unparsed" not in ev["event"].to_list()
