@@ -160,6 +160,9 @@ def test_cards_charts_and_tables_read_at_1400(screen, dashboard):
     url, store = dashboard
     screen.goto(url + "/")
     screen.get_by_text("Slowest requests").wait_for(timeout=90_000)
+    # the charts' captions may paint after the tables on a loaded machine: wait for the one
+    # this test reads (a timeout fails the test as the assertion would)
+    screen.get_by_text("BELOW threshold 50% (fires under it)").first.wait_for(timeout=90_000)
     _settle(screen)
     body = " ".join(screen.locator("[data-testid='stMain']").first.inner_text().split())
     assert "BELOW threshold 50% (fires under it)" in body  # trtllm-b's scheduler_limit
