@@ -166,8 +166,8 @@ def connect(
             sparts = bind_samples(con, store, manifest, scan, instances)
             sharing: set[str] = set()
             if shared or (shared is None and views is not None):
-                sharing = to_share(views if views is not None else load_view_names(),
-                                   bind if bind is not None else load_view_names(), rolls)
+                every = load_view_names() if views is None else []  # all views named, all bound
+                sharing = to_share(views if views is not None else every, bind if bind is not None else every, rolls)
             schema = "scan" if scan else "main"
             names = load_views(con, variables=variables, only=bind, overrides=overrides, samples_bound=True,  # binding a view over `events` opens the parts too
                                after=lambda name: materialise(con, name, schema, limits) if name in sharing else None)

@@ -10,7 +10,8 @@ import duckdb
 import polars as pl
 
 from servelens.parsers.schema import POLARS_SCHEMA
-from servelens.pipeline.query.shared import SHARED
+from servelens.pipeline.query.sandbox import Limits
+from servelens.pipeline.query.shared import SHARED, materialise
 from servelens.pipeline.query.views import load_views, sql_files, view_dependencies, view_name, view_sql, views_for
 
 T0 = dt.datetime(2026, 5, 12, 8, 0, 0, tzinfo=dt.timezone.utc)
@@ -69,10 +70,9 @@ class ViewsOnDemand:
             if name in todo:
                 self._con.execute(view_sql(path))
                 if name in SHARED:
-                    # computed once, as a one-query connection does (pipeline/query/shared.py):
-                    # the frame never changes, and the views above bind over the table
-                    self._con.execute(f"create temp table shared_{name} as select * from {name}")
-                    self._con.execute(f"create or replace view {name} as select * from temp.shared_{name}")
+                    # computed once, as a one-query connection does: the frame never changes,
+                    # and the views above bind over the table
+                    materialise(self._con, name, "main", Limits())
         self._made |= todo
 
     def sql(self, query: str, *args: Any, **kwargs: Any) -> duckdb.DuckDBPyRelation:
