@@ -109,14 +109,13 @@ def test_sql_page_attacks_runaway_and_sigterm(browser, served):  # noqa: F811
 
         # a runaway query; meanwhile another visitor is answered
         submit(page, RUNAWAY)
-        t0 = time.monotonic()
         ctx2, other = open_sql_page(browser, url)
         query = "select instance, count(*) as n from events group by all order by all"
         submit(other, query)
         other.get_by_text(f"{run(store, query).height:,} rows").wait_for(timeout=60_000)
         ctx2.close()
+        # the four-way join runs for hours unbounded: its alert appearing at all is the stop
         page.locator('[data-testid="stAlert"]').filter(has_text=f"{LIMIT_S} s time limit").wait_for(timeout=60_000)
-        assert time.monotonic() - t0 < 60
         assert "--query-timeout" in page.locator('[data-testid="stAlert"]').first.inner_text()
         page.screenshot(path=str(ARTIFACTS / "sandbox-timeout.png"))
         assert tree(store) == before_store and tree(victim) == before_victim

@@ -54,3 +54,29 @@ def forget_content_record(part: Path) -> None:
     for k in ("size", "mtime_ns", "crc32"):
         m["part_info"][rel].pop(k, None)
     (store / "manifest.json").write_text(json.dumps(m))
+
+
+def returns(fn, *, guard_s: float = 600.0, what: str = "the call"):
+    """fn()'s value, for a call that could only return by being stopped (a query that runs
+    for hours unbounded). The guard only keeps a stop that never comes from hanging the suite:
+    it is no claim about speed, which bench/ measures."""
+    import threading
+
+    import pytest
+
+    box: dict = {}
+
+    def target():
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # handed to the test below
+            box["error"] = e
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    t.join(guard_s)
+    if t.is_alive():
+        pytest.fail(f"{what} was still running after {guard_s:g} s: nothing stopped it")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]

@@ -1,14 +1,13 @@
 """Limits that hold for one huge value: `servelens sql` (a real process, as a user runs it)
 stops a query whose single function call builds gigabytes or computes for seconds past the
-limits DuckDB itself checks, in one line, within the limit plus a grace, with the child's
-memory bounded. Truth: the kernel's accounting of the process tree (wait4's max RSS)."""
+limits DuckDB itself checks, in one line, with the child's memory bounded. Truth: the
+kernel's accounting of the process tree (wait4's max RSS)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -35,17 +34,19 @@ SHIM = ("import os, sys\n"
         "open(sys.argv[1], 'w').write(f'{os.waitstatus_to_exitcode(status)} {usage.ru_maxrss}')\n")
 
 
-def sql(store: Path, query: str, *opts: str) -> tuple[int, str, str, float, int]:
-    """exit code, stdout, stderr, wall seconds, the largest RSS of the command and its child."""
-    started = time.monotonic()
+# Only keeps a stop that never comes from hanging the suite; no claim about speed (bench/).
+HANG_GUARD_S = 600
+
+
+def sql(store: Path, query: str, *opts: str) -> tuple[int, str, str, int]:
+    """exit code, stdout, stderr, the largest RSS of the command and its child."""
     outcome = store.parent / "outcome"
     proc = subprocess.run([sys.executable, "-c", SHIM, str(outcome), str(SERVELENS), "sql", query,
                            "--store", str(store), *opts], env={**os.environ, "COLUMNS": "120"},
-                          capture_output=True, text=True)
-    wall = time.monotonic() - started
+                          capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert proc.returncode == 0, proc.stderr
     code, maxrss = map(int, outcome.read_text().split())
-    return code, proc.stdout, proc.stderr, wall, maxrss * 1024
+    return code, proc.stdout, proc.stderr, maxrss * 1024
 
 
 @pytest.mark.parametrize("value", [
@@ -54,7 +55,7 @@ def sql(store: Path, query: str, *opts: str) -> tuple[int, str, str, float, int]
     "length(repeat('abcd', 150000000))",
 ])
 def test_one_huge_value_is_stopped_at_the_memory_limit(store, value):
-    code, out, err, wall, rss = sql(store, f"select {value} as n", "--timeout", "30", "--memory-limit", "200MB")
+    code, out, err, rss = sql(store, f"select {value} as n", "--timeout", "30", "--memory-limit", "200MB")
     assert code == 1 and out == ""
     assert err.count("\n") == 1 and err.startswith("servelens: error: the query went past its memory limit of 200.0 MB")
     assert "--memory-limit" in err and "Traceback" not in err
@@ -63,24 +64,21 @@ def test_one_huge_value_is_stopped_at_the_memory_limit(store, value):
 
 
 def test_one_long_call_is_stopped_at_the_time_limit(store):
-    # levenshtein keeps two rows of its table: one call of seconds in little memory, so the
-    # time limit, not the memory limit, is what stops it
-    code, out, err, wall, _ = sql(store, "select levenshtein(repeat('ab', 40000), repeat('ba', 40000)) as d",
-                                  "--timeout", "1")
+    # levenshtein keeps two rows of its table: one call of hours in little memory (DuckDB
+    # checks its interrupt only between calls), so the time limit, not the memory limit, is
+    # what stops it, and the command returning at all is the stop
+    code, out, err, _ = sql(store, "select levenshtein(repeat('ab', 1000000), repeat('ba', 1000000)) as d",
+                            "--timeout", "1")
     assert code == 1 and out == ""
     assert err == ("servelens: error: the query ran past its 1 s time limit and was stopped; "
                    "raise it with --timeout SECONDS or $SERVELENS_QUERY_TIMEOUT\n")
-    # unbounded, this one call runs for minutes (DuckDB checks its interrupt only between
-    # calls); stopped, the limit plus the grace and the process's start: a loose bound that
-    # only a kill that did not happen comes near
-    assert wall < 20
 
 
 def test_ordinary_queries_answer_as_before(store):
-    code, out, err, _, _ = sql(store, "select count(*) as n from events where event = 'request_finished'",
+    code, out, err, _ = sql(store, "select count(*) as n from events where event = 'request_finished'",
                                "-f", "csv", "--memory-limit", "200MB")
     assert code == 0, err
     finished = sum(p.read_text().count("Finished request") for p in INCIDENT.glob("*.log"))
     assert out == f"n\n{finished}\n" and finished > 0
-    code, out, err, _, _ = sql(store, "select * from nosuchview")
+    code, out, err, _ = sql(store, "select * from nosuchview")
     assert code == 1 and err.startswith("servelens: error: no table or view named nosuchview")

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import time
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
+from tests.helpers.common import returns
 from tests.helpers.dashboard_store import INCIDENT, build_store
 from servelens.pipeline.cli.app import app, build_app
 from servelens.pipeline.query.connect import Limits, QueryError, run
@@ -255,16 +255,14 @@ def test_statement_check_reads_through_comments_and_explain():
 
 def test_a_runaway_query_is_stopped_by_the_time_limit(world):
     store, _ = world
-    runaway = RUNAWAY
-    t0 = time.monotonic()
-    r = runner.invoke(app, ["sql", runaway, "--store", str(store), "--timeout", "1"])
-    took = time.monotonic() - t0
+    # unbounded, the four-way join runs for hours: returning at all is the stop
+    r = returns(lambda: runner.invoke(app, ["sql", RUNAWAY, "--store", str(store), "--timeout", "1"]),
+                what="a runaway query with a 1 s limit")
     assert r.exit_code == 1
     assert r.stderr.strip() == (
         "servelens: error: the query ran past its 1 s time limit and was stopped; "
         "raise it with --timeout SECONDS or $SERVELENS_QUERY_TIMEOUT"
     )
-    assert took < 30  # stopped, not run to the end (that takes hours)
     assert run(store, "select count(*) from events").item() > 0  # and the store still answers
 
 
