@@ -258,17 +258,23 @@ def _resolve_timestamps(events: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame
             from_noyear = (noyear + pl.duration(days=shift)).dt.replace_time_zone("UTC")
         else:
             events = events.with_columns(years.alias("_year"))
-            from_noyear = pl.datetime(
-                pl.col("_year"),
+            y = pl.col("_year")
+            # 29 February of a year without one (a wrong --year, or a year guessed from the
+            # file's mtime): that line's own time is unknown, and it takes the time before it
+            # (ts_inferred) instead of failing the whole chunk
+            no_such_day = (noyear.dt.month() == 2) & (noyear.dt.day() == 29) & ~(
+                (y % 4 == 0) & ((y % 100 != 0) | (y % 400 == 0)))
+            from_noyear = pl.when(~no_such_day).then(pl.datetime(
+                y,
                 noyear.dt.month(),
-                noyear.dt.day(),
+                pl.when(no_such_day).then(28).otherwise(noyear.dt.day()),
                 noyear.dt.hour(),
                 noyear.dt.minute(),
                 noyear.dt.second(),
                 noyear.dt.microsecond(),
                 time_unit="us",
                 time_zone="UTC",
-            )
+            ))
         full = pl.coalesce(full, from_noyear)
 
     events = events.with_columns(full.alias("_ts_own"))
