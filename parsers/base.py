@@ -107,6 +107,13 @@ def rfc3339_to_ts(expr: pl.Expr) -> pl.Expr:
     )
 
 
+def byte_slice(expr: pl.Expr, offset: pl.Expr | int, length: pl.Expr | int | None = None) -> pl.Expr:
+    """A slice of a string by byte offsets, as `str.find` gives them (`str.slice` counts
+    characters: wrong once a character of several bytes comes before). Only for offsets at
+    the edge of an ASCII match, which are always character boundaries."""
+    return expr.cast(pl.Binary).bin.slice(offset, length).cast(pl.String)
+
+
 def record_ids(starts: pl.Series) -> pl.Series:
     """Running record number per line (the first line always opens a record)."""
     s = starts.fill_null(True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ...base import RFC3339_RE
+from ...base import RFC3339_RE, byte_slice
 from .fields import DURATION_FIELDS, TIMING_RE, duration_struct, span_field
 
 # base.RFC3339_RE with ASCII classes: Unicode-aware \d, \w, \s and \b keep the regex
@@ -64,7 +64,7 @@ def _locate_tail(recs: pl.DataFrame) -> pl.DataFrame:
         .otherwise(first.str.find(": text_generation_", literal=True) + 2)
     )
     return recs.with_columns(tail_at.alias("_tail_at")).with_columns(
-        _byte_slice(first, pl.col("_tail_at")).alias("_tail")
+        byte_slice(first, pl.col("_tail_at")).alias("_tail")
     )
 
 
@@ -82,7 +82,7 @@ def _split_records(recs: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     recs = recs.with_columns(pl.col("_tail").is_in(routed_tails.implode()).fill_null(False).alias("_routed"))
     tail = pl.col("_tail")
     # the spans: what precedes `: tail`
-    spans = _byte_slice(first, rest_at, (pl.col("_tail_at").cast(pl.Int64) - 2 - rest_at).clip(0))
+    spans = byte_slice(first, rest_at, (pl.col("_tail_at").cast(pl.Int64) - 2 - rest_at).clip(0))
     if recs["_routed"].all():
         routed, others = recs.with_columns(spans.alias("_spans")), recs.clear()
     else:
@@ -131,8 +131,8 @@ def _span_fields(recs: pl.DataFrame) -> pl.DataFrame:
     cut = pl.col("_cut")
     recs = recs.with_columns(
         # without the cut both are the whole chain
-        _byte_slice(spans, 0, pl.coalesce(cut, spans.str.len_bytes())).alias("_params"),
-        _byte_slice(spans, cut.fill_null(0)).alias("_timing"),
+        byte_slice(spans, 0, pl.coalesce(cut, spans.str.len_bytes())).alias("_params"),
+        byte_slice(spans, cut.fill_null(0)).alias("_timing"),
         # `batch` is a root span (parent: None): it heads the chain
         spans.str.extract(r"^batch\{batch_size=([0-9]+)\}", 1).cast(pl.Int64, strict=False).alias("batch_size"),
     )
@@ -160,9 +160,3 @@ def _router_tail_fields(tails: pl.DataFrame) -> pl.DataFrame:
     """Distinct router tails `_tail` = `target: file.rs:N: msg` -> `target`, `file`, `_msg`."""
     fields = rf"^(?P<target>{_IDENT}): (?P<file>[^ \t:]+\.rs:[0-9]+): ?(?P<_msg>.*)$"
     return tails.with_columns(pl.col("_tail").str.extract_groups(fields).alias("_f")).unnest("_f")
-
-
-def _byte_slice(expr: pl.Expr, offset: pl.Expr | int, length: pl.Expr | None = None) -> pl.Expr:
-    """A slice by byte offsets (`str.find` gives bytes, `str.slice` counts chars): only
-    for offsets at the edge of an ASCII match, which are always char boundaries."""
-    return expr.cast(pl.Binary).bin.slice(offset, length).cast(pl.String)

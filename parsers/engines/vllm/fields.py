@@ -15,6 +15,7 @@ import re
 import polars as pl
 
 from ... import uvicorn
+from ...base import byte_slice
 
 M = pl.col("m")  # the message, leading blanks removed
 
@@ -329,10 +330,11 @@ def with_sampling_params(sub: pl.DataFrame) -> pl.DataFrame:
     requests share theirs: the seed and max_tokens take few values), then joined onto the
     rows; the JSON once per distinct repr with its per-request fields made None."""
     # literal and capture-free searches find the repr (a capturing regex over the prompt
-    # before it costs several times more)
+    # before it costs several times more); their offsets count bytes, and the prompt before
+    # the repr may hold characters of several
     start = pl.when(IS_RECEIVED).then(M.str.find(_SP_START, literal=True) + len(_SP_START))
-    rest = M.str.slice(start)
-    sub = sub.with_columns(rest.str.slice(0, rest.str.find(_SP_END)).alias("_spb"))
+    rest = byte_slice(M, start)
+    sub = sub.with_columns(byte_slice(rest, 0, rest.str.find(_SP_END)).alias("_spb"))
     if sub["_spb"].null_count() == sub.height:
         return sub.drop("_spb").with_columns(
             pl.lit(None, pl.String).alias("sampling_params"), pl.lit(None, pl.String).alias("param_seed")
