@@ -371,6 +371,10 @@ def _open_file(
         result.decode, found = _detect(head, engine == "auto")
         if engine == "auto":
             result.engine, result.detected_score = found
+    if known is None and engine == "auto" and result.engine == "unknown":
+        further = _detect_beyond_head(path, size, result.decode)
+        if further is not None:
+            result.engine, result.detected_score = further
     parser = wrappers.wrap(get_parser(result.engine), result.decode, labels)
 
     ctx = ParseContext(engine=result.engine, source=source, instance=result.instance, year=year,
@@ -419,6 +423,28 @@ def _detect(head: bytes, engine: bool = True) -> tuple[tuple[str, ...], tuple[st
     sample = wrappers.head_sample(head)
     decode = wrappers.detect(sample)
     return decode, detect_engine(wrappers.decode_texts(sample, decode)) if engine else ("unknown", None)
+
+
+def _detect_beyond_head(path: Path, size: int, decode: tuple[str, ...]) -> tuple[str, float] | None:
+    """The engine of a file whose first lines name none, from samples of its middle and its
+    end: a newest-first platform export starts with the server's last lines (a shutdown's
+    noise), a log may start with an installer's output. None when neither names one (or the
+    file is compressed: its middle is a decompression away)."""
+    if size <= DETECT_BYTES or fp.is_gzip(path):
+        return None
+    best = None
+    for start in sorted({size // 2, max(size - DETECT_BYTES, DETECT_BYTES // 2)}):
+        try:
+            block = fp.read_range(path, start, start + DETECT_BYTES)
+        except (OSError, EOFError):
+            return best
+        lines = block.decode("utf-8", errors="replace").split("\n")[1:]  # the first is cut short
+        if start + len(block) < size:
+            lines = lines[:-1]  # and so is the last, but at the file's end
+        found = detect_engine(wrappers.decode_texts([ln.rstrip("\r") for ln in lines[:wrappers.SAMPLE_LINES]], decode))
+        if found[0] != "unknown" and (best is None or found[1] > best[1]):
+            best = found
+    return best
 
 
 def _read_file(

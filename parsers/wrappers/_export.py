@@ -168,8 +168,13 @@ def time_order(df: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     keys = [k for k in keys if k in df.columns]
     ts = pl.col("_wts")
     named = pl.concat_str([pl.col(k).fill_null("") for k in keys], separator="\x1f") if keys else pl.lit("")
-    # lines without a time (punctuation, an undecodable part) go with the entry before them
-    df = df.with_columns(pl.when(ts.is_not_null()).then(named).forward_fill().backward_fill().fill_null("").alias("_key_grp"))
+    # lines without a time (punctuation, an undecodable part) go with the entry before them;
+    # where an inner layer brings the times (`kubectl logs --prefix --timestamps`), a line
+    # naming its stream opens an entry
+    opens = ts.is_not_null()
+    if keys and df["_wts"].null_count() == df.height:
+        opens = pl.any_horizontal([pl.col(k).is_not_null() for k in keys])
+    df = df.with_columns(pl.when(opens).then(named).forward_fill().backward_fill().fill_null("").alias("_key_grp"))
     grp = pl.col("_key_grp")
     back, runs, streams = df.select(
         (ts.diff().over(grp) < pl.duration(nanoseconds=0)).fill_null(False).any().alias("back"),

@@ -83,7 +83,7 @@ def peel_labels(df: pl.DataFrame, pattern: str, labels: tuple[str, ...]) -> pl.D
     """`peel` of a per-line prefix whose named groups are the `_lab_*` columns `labels`; an
     outer layer's value of a label wins over this one's."""
     prior = {c: df[c] for c in labels if c in df.columns}
-    df = peel(df, pattern, {c: c for c in labels})
+    df = peel(df.drop(list(prior)), pattern, {c: c for c in labels})
     return df.with_columns([pl.coalesce(s, pl.col(c)).alias(c) for c, s in prior.items()]) if prior else df
 
 
