@@ -380,6 +380,7 @@ def _open_file(
     ctx = ParseContext(engine=result.engine, source=source, instance=result.instance, year=year,
                        directory_instance=directory_instance(source))
     ctx.file["instance_explicit"] = explicit  # (else an export's pod labels name instances)
+    ctx.file["engine_explicit"] = engine != "auto"  # (else a stream of another engine is its own)
     ctx.mtime = dt.datetime.fromtimestamp(path.stat().st_mtime, dt.timezone.utc)
     offset, next_line = 0, 1
     # a file written to in the last minute is live: its unterminated last line is not

@@ -248,7 +248,9 @@ STREAM_LABELS = ("_lab_namespace", "_lab_pod", "_lab_container", "_lab_log_group
 
 def _parse_streams(parser, view: pl.DataFrame, dec: pl.DataFrame, ctx) -> pl.DataFrame:
     """The engine parser over `view`, once per run of one stream's lines when the decoded
-    lines name several (a record never joins lines of two servers)."""
+    lines name several (a record never joins lines of two servers). A stream whose lines are
+    another engine's (one export of a namespace serving with several) goes to that engine's
+    parser, found from its first lines and kept for the file."""
     keys = [c for c in STREAM_LABELS if c in dec.columns]
     if not keys:
         return parser.parse(view, ctx)
@@ -256,12 +258,75 @@ def _parse_streams(parser, view: pl.DataFrame, dec: pl.DataFrame, ctx) -> pl.Dat
     # lines naming no stream (an undecodable part) stay with the run before them
     runs = dec.select(pl.when(name != "").then(name).forward_fill().fill_null("").alias("_s"))["_s"]
     change = (runs != runs.shift(1)).fill_null(True)
-    if int(change.sum()) <= 1:
-        return parser.parse(view, ctx)
     run_id = change.cum_sum()
-    parts = [parser.parse(view.filter(run_id == r), ctx) for r in run_id.unique(maintain_order=True)]
+    firsts = runs.filter(change).to_list()
+    known = ctx.state.setdefault("stream_engines", {})
+    mixed = ctx.engine != "unknown" and not ctx.file.get("engine_explicit")
+    of_stream = {s: known.get(s) if s in known or not (mixed and s) else _stream_engine(s, view.filter(runs == s), ctx)
+                 for s in dict.fromkeys(firsts)}
+    engines = [of_stream[s] for s in firsts]
+    if len(firsts) <= 1 and engines[0] is None:
+        return parser.parse(view, ctx)
+    parts = []
+    for i, engine in enumerate(engines):
+        sub = view.filter(run_id == i + 1)
+        if engine is None:
+            parts.append(parser.parse(sub, ctx))
+        else:
+            from .. import get_parser
+
+            parts.append(get_parser(engine).parse(sub, ctx).with_columns(pl.lit(engine, pl.String).alias("engine")))
     parts = [p for p in parts if p.height]
+    if len(set(engines)) > 1:
+        parts = _same_times(parts)
     return pl.concat(parts, how="diagonal_relaxed") if parts else parser.parse(view.head(0), ctx)
+
+
+def _same_times(parts: list[pl.DataFrame]) -> list[pl.DataFrame]:
+    """Two engines' events side by side: a time column one parser gives naive (UTC, as
+    finalize reads it) and another with its zone, in UTC microseconds in both."""
+    zones: dict[str, set] = {}
+    for p in parts:
+        for c, t in p.schema.items():
+            if isinstance(t, pl.Datetime):
+                zones.setdefault(c, set()).add((t.time_unit, t.time_zone))
+    mixed = [c for c, z in zones.items() if len(z) > 1]
+    if not mixed:
+        return parts
+    out = []
+    for p in parts:
+        fix = []
+        for c in mixed:
+            t = p.schema.get(c)
+            if isinstance(t, pl.Datetime):
+                e = pl.col(c).dt.replace_time_zone("UTC") if t.time_zone is None else pl.col(c).dt.convert_time_zone("UTC")
+                fix.append(e.dt.cast_time_unit("us").alias(c))
+        out.append(p.with_columns(fix) if fix else p)
+    return out
+
+
+# the lines of a stream (in one block) its engine is decided on
+_STREAM_SAMPLE = 200
+
+
+def _stream_engine(stream: str, lines: pl.DataFrame, ctx) -> str | None:
+    """The engine of one stream of a file holding several, when it is not the file's own
+    (None: the file's parser reads it). Decided once per stream, on its first lines that
+    name an engine."""
+    known = ctx.state["stream_engines"]
+    from .. import DETECT_THRESHOLD, detect_engine, get_parser
+
+    texts = lines["text"].head(_STREAM_SAMPLE).to_list()
+    # the file's own engine keeps every stream it recognises (lines several engines share,
+    # such as uvicorn's, move nothing)
+    if float(get_parser(ctx.engine).detect(texts)) >= DETECT_THRESHOLD:
+        known[stream] = None
+        return None
+    engine, _score = detect_engine(texts)
+    if engine == "unknown":
+        return None  # decided on a later block of its lines, if they name one
+    known[stream] = engine
+    return engine
 
 
 def apply_wrapper(events: pl.DataFrame, dec: pl.DataFrame, first: int, joined: bool, labels: dict[str, str],

@@ -90,3 +90,36 @@ def test_an_otlp_export_of_compose_prefixed_tgi_lines(tmp_path):
     got = run(tmp_path / "store", "select instance, labels from events where labels like '%service%'")
     assert got.height == 1 and got["instance"].to_list() == ["tgi-0"]
     assert json.loads(got["labels"][0])["service"] == "chat_inference-text_generation_inference-1"
+
+
+NAMESPACE = {  # pod -> a real log of its engine
+    "vllm-0": ("vllm", LINES),
+    "sglang-0": ("sglang", (SAMPLE_LOGS / "sglang" / "real" / "v0_5_2026.log").read_text().split("\n")[:-1]),
+    "llama-0": ("llamacpp", (SAMPLE_LOGS / "llamacpp" / "real" / "era_c_2026_router_hip_26222.log").read_text().split("\n")[:-1]),
+    "trtllm-0": ("trtllm", (SAMPLE_LOGS / "trtllm" / "real" / "pytorch_backend.log").read_text().split("\n")[:-1]),
+}
+
+
+def test_one_export_of_a_namespace_serving_with_four_engines(tmp_path):
+    # each pod's own file, as the server wrote it
+    want = {}
+    for pod, (engine, lines) in NAMESPACE.items():
+        d = tmp_path / pod
+        summary = ingest([write(d / f"{pod}.log", "\n".join(lines) + "\n")], d / "store", rollups=False)
+        assert [f.engine for f in summary.files] == [engine]
+        want[pod] = run(d / "store", Q)
+    # one Cloud Logging download of the namespace, its pods interleaved, newest first
+    entries = sorted(((stamp(k, i), pod, ln) for i, (pod, (_e, lines)) in enumerate(NAMESPACE.items())
+                      for k, ln in enumerate(lines)), reverse=True)
+    doc = [{"insertId": f"i{n}", "severity": "INFO", "timestamp": rfc(t), "textPayload": ln + "\n",
+            "resource": {"type": "k8s_container", "labels": {"pod_name": pod, "namespace_name": "llm"}}}
+           for n, (t, pod, ln) in enumerate(entries)]
+    ingest([write(tmp_path / "namespace.json", json.dumps(doc, indent=2))], tmp_path / "all", rollups=False)
+    engines = run(tmp_path / "all", "select instance, any_value(engine) as e, count(distinct engine) as n from events group by all")
+    assert {r["instance"]: (r["e"], r["n"]) for r in engines.iter_rows(named=True)} == {
+        pod: (engine, 1) for pod, (engine, _l) in NAMESPACE.items()}
+    for pod in NAMESPACE:
+        got = run(tmp_path / "all", Q.replace("from events", f"from events where instance = '{pod}'"))
+        assert got.equals(want[pod]), pod
+    assert run(tmp_path / "all", "select count(*) from events where event = 'request_arrived'").item() == arrivals() + sum(
+        want[p].filter(want[p]["event"] == "request_arrived").height for p in ("sglang-0", "llama-0", "trtllm-0"))
