@@ -16,14 +16,37 @@ from typer.testing import CliRunner
 from tests.helpers.dashboard_store import INCIDENT, build_store, chart_specs
 from servelens.pipeline.report import chart_specs as charts
 from servelens.pipeline.report import verdict as vd
-from servelens.pipeline.query.connect import QueryError, run
+from servelens.pipeline.query.connect import QueryError, connect, run_on
+from servelens.pipeline.query.connect import run as _run
 
 APP = Path(__file__).resolve().parents[2] / "dashboards" / "app.py"
+_read_only: set[Path] = set()  # the shared incident store: only read
+_connections: dict[Path, object] = {}
 
 
 @pytest.fixture(scope="session")
 def store(incident_store) -> Path:
+    _read_only.add(incident_store)
     return incident_store
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_connections():
+    yield
+    while _connections:
+        _connections.popitem()[1].close()
+
+
+def run(store: Path, sql: str, params=None, **kw) -> pl.DataFrame:
+    """The truth: what `servelens.pipeline.query.connect` answers. Over the shared incident
+    store (only read) the queries share one connection with every view bound once
+    (`shared=True`, whose answers tests/sql/test_shared_views.py shows equal `run`'s); any
+    other store, or other variables: `run`, a connection per query."""
+    if kw or store not in _read_only:
+        return _run(store, sql, params, **kw)
+    if store not in _connections:
+        _connections[store] = connect(store, shared=True)
+    return run_on(_connections[store], sql, params)
 
 
 def _start(store: Path) -> AppTest:
@@ -157,7 +180,7 @@ def test_sql_page_shows_a_bad_query_error_in_one_line(app, store):
     app.button[0].click().run()
     assert not app.exception
     with pytest.raises(QueryError) as e:
-        run(store, bad)
+        _run(store, bad)  # the guarded path for typed SQL, whose error the page shows
     assert [err.value for err in app.error] == [str(e.value)]
     assert "\n" not in app.error[0].value
 

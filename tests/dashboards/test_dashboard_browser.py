@@ -18,7 +18,6 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from tests.helpers.dashboard_store import build_store
 from servelens.pipeline.query.connect import run
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -63,8 +62,8 @@ def _servelens() -> str:
 
 
 @pytest.fixture(scope="module")
-def dashboard(tmp_path_factory):
-    store = build_store(tmp_path_factory.mktemp("browser"))
+def dashboard(tmp_path_factory, incident_store):
+    store = incident_store  # the session's incident store: the dashboard only reads it
     port = _free_port()
     log = tmp_path_factory.mktemp("browser-log") / "dashboard.log"
     with open(log, "wb") as out:

@@ -15,17 +15,18 @@ import pytest
 import streamlit as st
 from polars.testing import assert_frame_equal
 from streamlit.testing.v1 import AppTest
-from tests.helpers.dashboard_store import build_store, chart_specs
+from tests.helpers.dashboard_store import chart_specs
 from servelens.dashboards import data, sidebar
-from servelens.pipeline.query.connect import run
+from servelens.pipeline.query.connect import connect, run_on
+from servelens.pipeline.query.connect import run as _run
 
 APP = Path(__file__).resolve().parents[2] / "dashboards" / "app.py"
 UTC = dt.timezone.utc
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory) -> Path:
-    return build_store(tmp_path_factory.mktemp("dashboard-cache"))
+def store(incident_store) -> Path:
+    return incident_store
 
 
 @pytest.fixture(autouse=True)
@@ -40,6 +41,18 @@ def fresh_caches():
 def _connection(store: Path) -> data._Connection:
     cfg = data.Settings(store=str(store))
     return data._connection(cfg.store, data.store_version(cfg.store), data._variables(cfg), None)
+
+
+_truths: dict[str, pl.DataFrame] = {}
+
+
+def run(store: Path, sql: str, params=None, **kw) -> pl.DataFrame:
+    """`servelens.pipeline.query.connect.run`, the truth the dashboard's rows are checked
+    against, each distinct query computed once per test process (the store only read)."""
+    key = repr((str(store), sql, params, sorted(kw.items())))
+    if key not in _truths:
+        _truths[key] = _run(store, sql, params, **kw)
+    return _truths[key].clone()
 
 
 def _sorted(df: pl.DataFrame) -> pl.DataFrame:
@@ -69,17 +82,47 @@ def test_a_window_change_evaluates_only_the_views_of_that_width(store):
     assert _connection(store) is conn
 
 
-@pytest.mark.parametrize("view", ["latency_percentiles", "throughput", "scaling_signals", "errors", "window_metrics"])
-def test_after_a_window_change_the_tables_are_the_views_at_that_width(store, view):
+CHANGED = ["latency_percentiles", "throughput", "scaling_signals", "errors", "window_metrics"]
+WIDTH_CHANGES = (60.0, 300.0, 120.0, 60.0, 300.0)  # new widths, then kept ones
+
+
+@pytest.fixture(scope="module")
+def after_window_changes(store) -> list[tuple[float, dict[str, pl.DataFrame]]]:
+    """What each view of CHANGED gives on one connection after each change of WIDTH_CHANGES
+    (read once per module for the test below, one case per view)."""
+    st.cache_resource.clear()
     conn = _connection(store)
-    for width in (60.0, 300.0, 120.0, 60.0, 300.0):  # new widths, then kept ones
+    seen = []
+    for width in WIDTH_CHANGES:
         with conn.lock:
             conn.use_window(width)
-            got = data.run_on(conn.con, f"select * from {view}")
-        want = run(store, f"select * from {view}", variables={"window_s": width})
+            seen.append((width, {view: data.run_on(conn.con, f"select * from {view}") for view in CHANGED}))
+    st.cache_resource.clear()
+    return seen
+
+
+@pytest.fixture(scope="module")
+def views_at_width(store) -> dict[float, dict[str, pl.DataFrame]]:
+    """The truth for the test below: CHANGED and `windows` as `servelens.pipeline.query.connect`
+    binds them at each width, one connection per width."""
+    out = {}
+    for width in sorted(set(WIDTH_CHANGES)):
+        con = connect(store, {"window_s": width}, views={*CHANGED, "windows"})
+        try:
+            out[width] = {view: run_on(con, f"select * from {view}") for view in [*CHANGED, "windows"]}
+        finally:
+            con.close()
+    return out
+
+
+@pytest.mark.parametrize("view", CHANGED)
+def test_after_a_window_change_the_tables_are_the_views_at_that_width(after_window_changes, views_at_width, view):
+    assert [w for w, _ in after_window_changes] == list(WIDTH_CHANGES)
+    for width, got in after_window_changes:
+        got, want = got[view], views_at_width[width][view]
         assert got.height == want.height and got.height > 0 or view in ("errors",) and got.height == want.height
         assert_frame_equal(_sorted(got), _sorted(want))
-    rows = {w: run(store, "select count(*) as n from windows", variables={"window_s": w})["n"][0] for w in (60.0, 120.0)}
+    rows = {w: views_at_width[w]["windows"].height for w in (60.0, 120.0)}
     assert rows[60.0] > rows[120.0]  # the widths do differ: the comparison above can fail
 
 

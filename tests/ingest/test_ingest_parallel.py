@@ -14,7 +14,13 @@ from tests.helpers.common import events, write
 
 from servelens.pipeline import ingest as ingest_mod
 from servelens.pipeline.sources import lines as lines_mod
-from servelens.pipeline.ingest import ingest
+from servelens.pipeline.ingest import ingest as _ingest
+
+
+def ingest(*args, **kw):
+    """The library ingest without the rollup refresh after each commit: these tests compare
+    the events, the manifest's file entries and the per-file results, never a rollup."""
+    return _ingest(*args, rollups=False, **kw)
 
 
 def fake_lines(n: int, start: int = 0, tag: str = "") -> str:

@@ -5,6 +5,7 @@ cause is gone the same command does its job. Needs root (a small tmpfs, chattr);
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,11 +19,24 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to mount a
 
 
 def sl(*args: str) -> subprocess.CompletedProcess:
+    """`servelens ARGS` as a process of its own: the command whose failure a test is about."""
     return subprocess.run([EXE, *args], capture_output=True, text=True, timeout=300)
 
 
+def cli(*args: str) -> subprocess.CompletedProcess:
+    """`servelens ARGS` run in this process: the set-up, the reads and the re-run after the
+    cause is gone, which are not about the process."""
+    from typer.testing import CliRunner
+
+    from servelens.pipeline.cli.app import app, build_app
+
+    build_app()
+    r = CliRunner().invoke(app, list(args))
+    return subprocess.CompletedProcess(["servelens", *args], r.exit_code, r.stdout, r.stderr)
+
+
 def count(store: Path) -> str:
-    r = sl("sql", "select count(*) as n, max(line) as m from events", "--store", str(store), "-f", "csv")
+    r = cli("sql", "select count(*) as n, max(line) as m from events", "--store", str(store), "-f", "csv")
     assert r.returncode == 0, r.stderr
     return r.stdout
 
@@ -32,7 +46,21 @@ def grow(store: Path, work: Path, pieces: int = 4) -> None:
     log = work / "vllm.log"
     for i in range(1, pieces + 1):
         log.write_bytes(LOG[: LOG.index(b"\n", len(LOG) * i // (pieces + 1)) + 1])
-        assert sl("ingest", str(log), "--store", str(store), "-q").returncode == 0
+        assert cli("ingest", str(log), "--store", str(store), "-q").returncode == 0
+
+
+@pytest.fixture(scope="module")
+def grown(tmp_path_factory) -> Path:
+    """A store of four parts (the log ingested as it grew), built once per module: each test
+    that changes it changes a copy."""
+    work = tmp_path_factory.mktemp("grown")
+    grow(work / "store", work)
+    return work / "store"
+
+
+def copy_of(store: Path, to: Path) -> Path:
+    shutil.copytree(store, to)  # file times kept: the manifest records them
+    return to
 
 
 @pytest.fixture
@@ -53,10 +81,8 @@ def one_line(r: subprocess.CompletedProcess, *words: str) -> None:
 
 
 @pytest.mark.parametrize("command", [["compact"], ["prune", "--before", "2026-05-12T08:02Z"]])
-def test_a_full_disk(tiny_fs, tmp_path, command):
-    store = tiny_fs / "store"
-    grow(store, tiny_fs)
-    (tiny_fs / "vllm.log").unlink()
+def test_a_full_disk(tiny_fs, tmp_path, grown, command):
+    store = copy_of(grown, tiny_fs / "store")
     before = count(store)
     fill = tiny_fs / "fill"
     with open(fill, "wb") as f:
@@ -68,14 +94,17 @@ def test_a_full_disk(tiny_fs, tmp_path, command):
     one_line(sl(*command, "--store", str(store)), "No space left on device", "free some space")
     fill.unlink()
     assert count(store) == before
-    assert sl("check", "--store", str(store)).returncode == 0
-    assert sl(*command, "--store", str(store)).returncode == 0
+    assert cli("check", "--store", str(store)).returncode == 0
+    assert cli(*command, "--store", str(store)).returncode == 0
 
 
 @pytest.mark.parametrize("command", ["ingest", "compact", "prune"])
-def test_an_immutable_manifest(tmp_path, command):
+def test_an_immutable_manifest(tmp_path, grown, command):
     store = tmp_path / "store"
-    grow(store, tmp_path, pieces=2 if command == "ingest" else 4)
+    if command == "ingest":
+        grow(store, tmp_path, pieces=2)
+    else:
+        copy_of(grown, store)
     manifest = store / "manifest.json"
     args = {"ingest": ["ingest", str(tmp_path / "vllm.log"), "-q"], "compact": ["compact"],
             "prune": ["prune", "--before", "2026-05-12T08:02Z"]}[command]
@@ -89,9 +118,9 @@ def test_an_immutable_manifest(tmp_path, command):
         assert count(store) == before
     finally:
         subprocess.run(["chattr", "-i", str(manifest)], check=True)
-    assert sl(*args, "--store", str(store)).returncode == 0
+    assert cli(*args, "--store", str(store)).returncode == 0
     if command == "ingest":
         # every line once: as a store that ingested the whole log in one go holds it
         ref = tmp_path / "ref"
-        assert sl("ingest", str(tmp_path / "vllm.log"), "--store", str(ref), "-q").returncode == 0
+        assert cli("ingest", str(tmp_path / "vllm.log"), "--store", str(ref), "-q").returncode == 0
         assert count(store) == count(ref) and count(store).split(",")[-1].strip() == str(LOG.count(b"\n"))

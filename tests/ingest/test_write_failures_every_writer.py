@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import random
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +26,6 @@ from servelens.pipeline.ingest import ingest
 from servelens.pipeline.store import commit as commit_mod
 from servelens.pipeline.store.manifest import committed_parts, read_manifest, write_failure
 
-EXE = str(Path(sys.executable).parent / "servelens")
 FAULTS = {
     errno.ENOSPC: "free some space",
     errno.EDQUOT: "raise the disk quota",
@@ -65,14 +65,21 @@ def lines_stored(store: Path) -> list[int]:
     return sorted(pl.read_parquet(committed_parts(store))["line"].to_list())
 
 
-def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str]:
+def run_cli_out(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    """`servelens ARGS` in this process: exit code, stdout, stderr."""
     monkeypatch.setattr(sys, "argv", ["servelens", *args])
     code = 0
     try:
         cli_mod.main()
     except SystemExit as e:
         code = int(e.code or 0)
-    return code, capsys.readouterr().err
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str]:
+    code, _, err = run_cli_out(monkeypatch, capsys, *args)
+    return code, err
 
 
 def one_line(code: int, err: str, advice: str) -> None:
@@ -96,18 +103,47 @@ def log(tmp_path) -> Path:
     return p
 
 
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> dict[str, Path]:
+    """The stores the tests start from, built once per module (each test changes a copy):
+    `grown`, the log ingested as it grew (several parts); `half`, the first half of the log
+    at `log` ingested. A test that ingests on top of `half` rewrites that same file whole
+    (the same path and inode: a log that grew), as the test did when it built its own."""
+    root = tmp_path_factory.mktemp("built")
+    log = root / "logs" / "vllm.log"
+    log.parent.mkdir()
+    write_log(log)
+    grow(root / "grown", log)
+    first = log.read_bytes()[: len(log.read_bytes()) // 2]
+    log.write_bytes(first[: first.rindex(b"\n") + 1])
+    os.utime(log, (1_781_100_000, 1_781_100_000))
+    ingest([log], root / "half", rollups=False)
+    return {"grown": root / "grown", "half": root / "half", "log": log}
+
+
+def copy_store(built: dict[str, Path], which: str, tmp_path: Path) -> Path:
+    """A store of the test's own: a copy of a built one (file times kept: the manifest
+    records them)."""
+    store = tmp_path / "store"
+    shutil.copytree(built[which], store)
+    return store
+
+
+def store_for(built: dict[str, Path], command: str, tmp_path: Path, log: Path) -> tuple[Path, Path]:
+    """(store, log) a command starts from: for `ingest`, the first half of the log stored and
+    the log then written whole; otherwise the log ingested as it grew."""
+    if command == "ingest":
+        store = copy_store(built, "half", tmp_path)
+        log = built["log"]
+        write_log(log)
+        return store, log
+    return copy_store(built, "grown", tmp_path), log
+
+
 @pytest.mark.parametrize("eno", list(FAULTS))
 @pytest.mark.parametrize("command", ["ingest", "compact", "prune", "repair"])
-def test_every_writer_every_errno_is_one_line_and_the_store_unchanged(tmp_path, log, monkeypatch, capsys, command, eno):
-    store = tmp_path / "store"
-    if command == "ingest":
-        half = log.read_bytes()[: len(log.read_bytes()) // 2]
-        log.write_bytes(half[: half.rindex(b"\n") + 1])
-        os.utime(log, (1_781_100_000, 1_781_100_000))
-        ingest([log], store, rollups=False)
-        write_log(log)
-    else:
-        grow(store, log)
+def test_every_writer_every_errno_is_one_line_and_the_store_unchanged(tmp_path, log, built, monkeypatch, capsys, command, eno):
+    store, log = store_for(built, command, tmp_path, log)
     if command == "repair":
         (store / read_manifest(store)["parts"][0]).unlink()
     before = read_manifest(store)
@@ -170,12 +206,11 @@ def test_the_tailer_under_each_errno(tmp_path, log, monkeypatch, eno):
 
 @pytest.mark.parametrize("eno", list(FAULTS))
 @pytest.mark.parametrize("command", ["ingest", "compact", "prune", "repair"])
-def test_the_rollup_refresh_under_each_errno_is_a_warning(tmp_path, log, monkeypatch, capsys, command, eno):
+def test_the_rollup_refresh_under_each_errno_is_a_warning(tmp_path, log, built, monkeypatch, capsys, command, eno):
     """The refresh runs after the command's commit: the data is committed and right, the
     rollups stay marked stale (readers compute those views from the events), a warning says
     so, and no half-written rollup file is left."""
-    store = tmp_path / "store"
-    grow(store, log)
+    store = copy_store(built, "grown", tmp_path)
     if command == "repair":
         (store / read_manifest(store)["parts"][0]).unlink()
 
@@ -197,9 +232,8 @@ def test_the_rollup_refresh_under_each_errno_is_a_warning(tmp_path, log, monkeyp
         assert run_cli(monkeypatch, capsys, "ingest", str(log), "--store", str(store))[0] == 0
     expected = {"ingest": range(1, N + 61), "prune": range(10 * 60 + 1, N + 1)}.get(command, range(1, N + 1))
     assert lines_stored(store) == list(expected)
-    r = subprocess.run([EXE, "sql", "select count(*) from requests", "--store", str(store), "-f", "csv"],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
+    code, err = run_cli(monkeypatch, capsys, "sql", "select count(*) from requests", "--store", str(store), "-f", "csv")
+    assert code == 0, err
 
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0 and not os.environ.get("CI"),
@@ -208,55 +242,46 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0 and not os.environ.get("CI"),
 
 @needs_root
 @pytest.mark.parametrize("command", ["ingest", "compact", "prune"])
-def test_an_immutable_partition_directory(tmp_path, log, command):
+def test_an_immutable_partition_directory(tmp_path, log, built, monkeypatch, capsys, command):
     """A partition directory the writer cannot move a part into (or out of): refused before
     the commit (it used to commit, then fail to move the part: a missing part until the
     next writer, and the command said it succeeded)."""
-    store = tmp_path / "store"
-    if command == "ingest":
-        first = log.read_bytes()[: len(log.read_bytes()) // 2]
-        log.write_bytes(first[: first.rindex(b"\n") + 1])
-        os.utime(log, (1_781_100_000, 1_781_100_000))
-        ingest([log], store, rollups=False)
-        write_log(log)
-    else:
-        grow(store, log)
+    store, log = store_for(built, command, tmp_path, log)
     part_dir = (store / read_manifest(store)["parts"][0]).parent
     before = read_manifest(store)
     args = {"ingest": ["ingest", str(log), "-q"], "compact": ["compact"],
             "prune": ["prune", "--before", "2026-06-10T14:10Z"]}[command]
     subprocess.run(["chattr", "+i", str(part_dir)], check=True)
     try:
-        r = subprocess.run([EXE, *args, "--store", str(store)], capture_output=True, text=True, timeout=300)
+        code, err = run_cli(monkeypatch, capsys, *args, "--store", str(store))
     finally:
         subprocess.run(["chattr", "-i", str(part_dir)], check=True)
-    one_line(r.returncode, r.stderr, "check the permissions")
+    one_line(code, err, "check the permissions")
     after = read_manifest(store)
     assert (after["parts"], after["files"]) == (before["parts"], before["files"])
-    assert subprocess.run([EXE, "check", "--store", str(store)], capture_output=True).returncode == 0
-    r = subprocess.run([EXE, *args, "--store", str(store)], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
+    assert run_cli(monkeypatch, capsys, "check", "--store", str(store))[0] == 0
+    code, err = run_cli(monkeypatch, capsys, *args, "--store", str(store))
+    assert code == 0, err
     expected = range(10 * 60 + 1, N + 1) if command == "prune" else range(1, N + 1)
     assert lines_stored(store) == list(expected)
 
 
 @needs_root
-def test_repair_that_cannot_delete_a_dropped_part_commits_and_says_so(tmp_path, log):
-    store = tmp_path / "store"
-    grow(store, log)
+def test_repair_that_cannot_delete_a_dropped_part_commits_and_says_so(tmp_path, log, built, monkeypatch, capsys):
+    store = copy_store(built, "grown", tmp_path)
     parts = read_manifest(store)["parts"]
     (store / parts[0]).unlink()
     part_dir = (store / parts[1]).parent
     subprocess.run(["chattr", "+i", str(part_dir)], check=True)
     try:
-        r = subprocess.run([EXE, "repair", "--store", str(store)], capture_output=True, text=True, timeout=300)
+        code, out, err = run_cli_out(monkeypatch, capsys, "repair", "--store", str(store))
     finally:
         subprocess.run(["chattr", "-i", str(part_dir)], check=True)
-    assert r.returncode == 0, r.stderr
-    assert "Traceback" not in r.stderr and "warning: could not delete" in r.stdout, r.stdout
-    assert subprocess.run([EXE, "ingest", str(log), "--store", str(store)], capture_output=True).returncode == 0
+    assert code == 0, err
+    assert "Traceback" not in err and "warning: could not delete" in out, out
+    assert run_cli(monkeypatch, capsys, "ingest", str(log), "--store", str(store))[0] == 0
     assert lines_stored(store) == list(range(1, N + 1))
-    r = subprocess.run([EXE, "repair", "--store", str(store)], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0 and "delete" in r.stdout, r.stdout
-    assert subprocess.run([EXE, "check", "--store", str(store)], capture_output=True).returncode == 0
+    code, out, err = run_cli_out(monkeypatch, capsys, "repair", "--store", str(store))
+    assert code == 0 and "delete" in out, out
+    assert run_cli(monkeypatch, capsys, "check", "--store", str(store))[0] == 0
     assert lines_stored(store) == list(range(1, N + 1))
