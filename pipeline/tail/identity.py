@@ -309,6 +309,8 @@ class IdentityMixin:
                                directory_instance=directory_instance(fol.source))
         # --instance names the whole file, an export's too (as ingest: else its pods do)
         fol.ctx.file["instance_explicit"] = self.instance is not None
+        # --engine names every stream's engine (else a pod of another engine is read as its own)
+        fol.ctx.file["engine_explicit"] = self.engine != "auto"
         # a store ingested with --keep-lines keeps every line's text when tailed too
         fol.ctx.keep_lines = bool(self.store.manifest.get("keep_lines"))
         try:
