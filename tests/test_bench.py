@@ -24,7 +24,7 @@ def quick(tmp_path_factory):
     out, raw = tmp_path / "RESULTS.md", tmp_path / "results.json"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "run.py"), "--quick", "--only", "ingest", "--no-memory",
-         "--in-process", "--size-gb", "0.001", "--runs", "1", "--data-dir", str(tmp_path / "data"),
+         "--in-process", "--size-gb", "0.003", "--runs", "1", "--data-dir", str(tmp_path / "data"),
          "--out", str(out), "--json", str(raw)],
         capture_output=True, text=True, timeout=900,  # five engines; minutes on a loaded machine
     )
