@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 from collections import defaultdict
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -53,7 +54,10 @@ def runtime_imports(tree: ast.AST):
             yield node
 
 
+@cache
 def graph() -> tuple[dict[str, set[str]], list[tuple[str, str, str]]]:
+    """(module -> the modules it imports, the private names imported across modules); read
+    once per process, and only read by the tests."""
     mods = modules()
     edges: dict[str, set[str]] = {m: set() for m in mods}
     private = []

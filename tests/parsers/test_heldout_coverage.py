@@ -71,13 +71,18 @@ def matches(got, want: str) -> bool:
     return False
 
 
-def events(path: Path, engine: str, tmp: Path) -> pl.DataFrame:
-    copy = tmp / path.name
-    copy.write_bytes(path.read_bytes())
-    os.utime(copy, (MTIME, MTIME))
-    store = tmp / ("store-" + path.stem)
-    ingest([copy], store, engine=engine, rollups=False)  # the events are what is scored
-    return pl.read_parquet(committed_parts(store)).sort("line")
+def events(paths: list[Path], engine: str, tmp: Path) -> dict[str, pl.DataFrame]:
+    """The events of each log, by file name: the logs ingested together (each is its own
+    source and instance, its events those of an ingest of it alone)."""
+    logs = tmp / "logs"
+    logs.mkdir()
+    for path in paths:
+        copy = logs / path.name
+        copy.write_bytes(path.read_bytes())
+        os.utime(copy, (MTIME, MTIME))
+    ingest([logs], tmp / "store", engine=engine, rollups=False)  # the events are what is scored
+    ev = pl.read_parquet(committed_parts(tmp / "store"))
+    return {path.name: ev.filter(pl.col("source").str.ends_with("/" + path.name)).sort("line") for path in paths}
 
 
 def got_field(row: dict, field: str):
@@ -95,8 +100,10 @@ def got_field(row: dict, field: str):
 def score(engine: str, tmp: Path, folder: Path = HELDOUT) -> tuple[int, int, list[str]]:
     right = total = 0
     misses: list[str] = []
-    for path in sorted((folder / engine).glob("*.log")):
-        ev = events(path, engine, tmp)
+    paths = sorted((folder / engine).glob("*.log"))
+    by_file = events(paths, engine, tmp)
+    for path in paths:
+        ev = by_file[path.name]
         n_text = len(path.read_text().splitlines())
         covered = set()
         for start, n in zip(ev["line"].to_list(), ev["n_lines"].to_list()):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+from functools import cache
 from pathlib import Path
 
 import polars as pl
@@ -50,12 +51,23 @@ def parse(engine: str, text: str) -> tuple[tuple[str, ...], list[str], pl.DataFr
     return layers, texts, parse_lines(W.wrap(get_parser(engine), layers), lines_frame(texts), ctx)
 
 
+@cache
+def _verbatim(engine: str, rel: str):
+    # the verbatim file's parse is the same for every wrapping of it: once per process
+    lines = wr.split_lines((ROOT / rel).read_text())
+    return tuple(lines), tuple(wr.line_times(lines, engine)), parse_text(engine, "\n".join(lines) + "\n")
+
+
+def verbatim(engine: str, rel: str) -> tuple[list[str], list[int], pl.DataFrame]:
+    """The lines of a sample, a wrapper time per line (ns), and the events of the file as it is."""
+    lines, times, base = _verbatim(engine, rel)
+    return list(lines), list(times), base
+
+
 @pytest.mark.parametrize("engine,rel", SAMPLES, ids=[Path(r).name for _, r in SAMPLES])
 @pytest.mark.parametrize("wrapping", list(WRAPPINGS))
 def test_wrapped_copy_gives_the_verbatim_events_with_the_wrappers_time(engine, rel, wrapping):
-    lines = wr.split_lines((ROOT / rel).read_text())
-    base = parse_text(engine, "\n".join(lines) + "\n")
-    times = wr.line_times(lines, engine)
+    lines, times, base = verbatim(engine, rel)
     make, expected_layers, precision = WRAPPINGS[wrapping]
     layers, _, ev = parse(engine, make(lines, times=times))
     assert layers[0] == expected_layers[0] and set(expected_layers) <= set(layers)

@@ -4,6 +4,7 @@ the platform's time and instance labels, newest-first exports included."""
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 
 import polars as pl
@@ -44,11 +45,18 @@ def parse(engine: str, text: str):
 def truth(rel: str, engine: str):
     """The lines, a platform time per line (ns), and the events of the plain file. A
     platform stamps a stream's lines as they arrive: the times never go backwards."""
+    lines, times, base = _truth(rel, engine)
+    return list(lines), list(times), base
+
+
+@cache
+def _truth(rel: str, engine: str):
+    # the plain file's parse is the same for every export of it: once per process
     lines = wr.split_lines((ROOT / rel).read_text())
     times = wr.line_times(lines, engine)
     for i in range(1, len(times)):
         times[i] = max(times[i], times[i - 1] + 1_000)
-    return lines, times, parse_text(engine, "\n".join(lines) + "\n")
+    return tuple(lines), tuple(times), parse_text(engine, "\n".join(lines) + "\n")
 
 
 def in_time_order(ev: pl.DataFrame) -> pl.DataFrame:

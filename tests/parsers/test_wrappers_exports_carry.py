@@ -1,4 +1,4 @@
-"""A newest-first platform export larger than one read block (8 MiB): the model the server
+"""A newest-first platform export spanning several read blocks: the model the server
 names at start-up is carried to every later request although the reader meets that line
 last (pipeline/sources/carry_scan.py), and a restart naming another model takes over from
 its own line on, as in the server's own file."""
@@ -10,7 +10,7 @@ import os
 import polars as pl
 
 from servelens.pipeline.ingest import ingest
-from servelens.pipeline.sources.lines import DEFAULT_BLOCK_BYTES
+from servelens.parsers.wrappers import MAX_BLOCK_SCALE
 from servelens.pipeline.store.manifest import committed_parts
 
 from tests.helpers import wrapping as wr
@@ -18,6 +18,9 @@ from tests.parsers.test_wrappers_exports import ROOT
 from tests.helpers.wrapping_exports import gcp_array
 
 OTHER = "/models/other-13b"
+# the reader's block (the ingest parameter): small, so that a small export spans several
+BLOCK = 8 * 1024
+COPIES = 3
 
 
 def _lines() -> list[str]:
@@ -26,21 +29,22 @@ def _lines() -> list[str]:
     assert len(names) == 1  # the one line naming the model
     rest = [ln for ln in sample if ln not in names]
     # start-up, then the server's lines again and again; a restart with another model
-    return sample + rest * 160 + [names[0].replace("/models/mistral-7b", OTHER)] + rest * 160
+    return sample + rest * COPIES + [names[0].replace("/models/mistral-7b", OTHER)] + rest * COPIES
 
 
 def test_model_reaches_every_block_of_a_newest_first_export(tmp_path):
     lines = _lines()
     times = [wr.wrapper_time_ns(i) for i in range(len(lines))]
     export = gcp_array(lines, times)
-    assert len(export.encode()) > DEFAULT_BLOCK_BYTES  # two blocks
+    # more than two blocks, even at the largest scale a download's block takes
+    assert len(export.encode()) > 2 * MAX_BLOCK_SCALE * BLOCK
     plain, wrapped = tmp_path / "plain.log", tmp_path / "export.json"
     plain.write_text("\n".join(lines) + "\n")
     wrapped.write_text(export)
     for p in (plain, wrapped):
         os.utime(p, (times[-1] / 1e9, times[-1] / 1e9))
-    ingest([plain], tmp_path / "a", engine="vllm", rollups=False)
-    ingest([wrapped], tmp_path / "b", engine="vllm", rollups=False)
+    ingest([plain], tmp_path / "a", engine="vllm", rollups=False, block_bytes=BLOCK)
+    ingest([wrapped], tmp_path / "b", engine="vllm", rollups=False, block_bytes=BLOCK)
     base = pl.read_parquet(committed_parts(tmp_path / "a")).sort("line")
     ev = pl.read_parquet(committed_parts(tmp_path / "b")).sort("wrapper_ts", "line", descending=[False, True])
     assert ev.height == base.height

@@ -1,6 +1,5 @@
-"""Newest-first exports of every platform larger than one read block (8 MiB): each event
-takes the model its server had named by then, though the reader meets the start-up line
-last. The truth is counted from the lines written, not from any parse: the server's routes
+"""Newest-first exports of every platform spanning several read blocks: each event takes
+the model its server had named by then, though the reader meets the start-up line last. The truth is counted from the lines written, not from any parse: the server's routes
 before its restart belong to the first model, those after it to the second."""
 
 from __future__ import annotations
@@ -11,7 +10,7 @@ import polars as pl
 import pytest
 
 from servelens.pipeline.ingest import ingest
-from servelens.pipeline.sources.lines import DEFAULT_BLOCK_BYTES
+from servelens.parsers.wrappers import MAX_BLOCK_SCALE
 from servelens.pipeline.store.manifest import committed_parts
 
 from tests.helpers import wrapping as wr
@@ -22,7 +21,9 @@ FIRST, OTHER = "/models/mistral-7b", "/models/other-13b"
 # the lines that name a model (vLLM's CARRY_HINT texts)
 NAMING = ("with config: ", "non-default args: ", "args: Namespace(")
 ROUTE = "Route: "
-COPIES = 360  # of the server's lines after each start-up: every export then exceeds a block
+COPIES = 3  # of the server's lines after each start-up: every export then spans several blocks
+# the reader's block (the ingest parameter): small, so that a small export spans several
+BLOCK = 8 * 1024
 
 
 def _lines() -> tuple[list[str], int, int]:
@@ -54,11 +55,12 @@ def test_model_reaches_every_block_of_each_newest_first_export(tmp_path, form):
     assert n_first > 0 and n_other > 0
     times = [wr.wrapper_time_ns(i) for i in range(len(lines))]
     export = FORMS[form](lines, times=times)
-    assert len(export.encode()) > DEFAULT_BLOCK_BYTES  # read in more than one block
+    # read in more than two blocks, even at the largest scale a download's block takes
+    assert len(export.encode()) > 2 * MAX_BLOCK_SCALE * BLOCK
     path = tmp_path / f"export-{form}.log"
     path.write_text(export)
     os.utime(path, (times[-1] / 1e9, times[-1] / 1e9))
-    ingest([path], tmp_path / "store", engine="vllm", rollups=False)
+    ingest([path], tmp_path / "store", engine="vllm", rollups=False, block_bytes=BLOCK)
     ev = pl.read_parquet(committed_parts(tmp_path / "store"))
     routes = ev.filter(pl.col("message").str.contains(ROUTE, literal=True))
     assert routes.height == n_first + n_other

@@ -4,6 +4,7 @@ give the events of the server's own file, with the platform's time and the pod's
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 
 import polars as pl
@@ -120,6 +121,15 @@ def test_a_namespace_export_gives_one_instance_per_pod(tmp_path, explicit):
         assert mine.select(key).sort(key, nulls_last=True).equals(base.select(key).sort(key, nulls_last=True)), pod
 
 
+@cache
+def _copies(engine: str, rel: str, block: int) -> tuple[tuple[str, ...], pl.DataFrame]:
+    """The sample written several times over, so that its export spans several blocks, and
+    the events of that plain text (the same for every export of it: once per process)."""
+    lines, _, _ = truth(rel, engine)
+    lines = lines * max(1, -(-3 * block // len("\n".join(lines))))
+    return tuple(lines), parse_text(engine, "\n".join(lines) + "\n")
+
+
 @pytest.mark.parametrize("engine,rel", [("tgi", "sample_logs/tgi/real/launcher_traceback.log"), ("sglang", "sample_logs/sglang/real/startup_and_crash.log"),
                                         ("trtllm", "sample_logs/trtllm/real/backtraces.log"), ("vllm", "sample_logs/vllm/real/v1_0_11.log")])
 @pytest.mark.parametrize("export", ["gcp_array", "cw_insights", "loki_jsonl", "cw_insights_csv", "datadog_json", "elastic_ndjson", "grafana_txt",
@@ -134,12 +144,10 @@ def test_a_newest_first_export_bigger_than_a_block_gives_the_servers_events(engi
     from tests.helpers import wrapping_exports as X
     from servelens.pipeline.sources.lines import parse_stream
 
-    lines, _, _ = truth(rel, engine)
-    # the sample written several times over, so that its export spans several blocks
-    lines = lines * max(1, -(-3 * block // len("\n".join(lines))))
+    copies, base = _copies(engine, rel, block)
+    lines = list(copies)
     # (the copies' own times go back at each copy: the platform's are its arrival times)
     times = [1_781_101_425_000_000_000 + i * 1_500_000 for i in range(len(lines))]
-    base = parse_text(engine, "\n".join(lines) + "\n")
     data = getattr(X, export)(lines, times).encode()
     assert len(data) > 2 * block
     layers = W.detect(wr.split_lines(data[:65536].decode(errors="replace"))[:300])
