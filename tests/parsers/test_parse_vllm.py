@@ -503,28 +503,17 @@ def test_format_built_lines_of_the_catalogue() -> None:
     assert r["attrs"]["src"] == "async_llm.py:316"
 
 
-@pytest.mark.slow
-def test_parsing_is_vectorised() -> None:
-    # 200k stats / request / access lines: ~1.5 s of CPU when vectorised; a per-line Python
-    # path would take minutes. CPU time, not wall time, so a busy machine does not fail it.
-    import resource
-
+def test_a_large_chunk_of_repeated_lines_parses_each_one() -> None:
+    # (the parse's speed is bench/'s: bench/phases.py profiles each phase per engine)
     base = (FIXTURES / "stats.log").read_text().splitlines() + (
         FIXTURES / "requests.log"
     ).read_text().splitlines()
-    texts = (base * (200_000 // len(base) + 1))[:200_000]
+    texts = (base * (20_000 // len(base) + 1))[:20_000]
     ctx = ParseContext(engine="vllm", source="b.log", instance="b", year=2026)
-
-    def cpu() -> float:
-        r = resource.getrusage(resource.RUSAGE_SELF)
-        return r.ru_utime + r.ru_stime
-
-    start = cpu()
     ev = parse_lines(vllm, lines_frame(texts), ctx)
-    assert cpu() - start < 20
     assert ev.filter(pl.col("event") == "engine_stats").height == sum(
         "Avg prompt throughput" in t for t in texts
-    )
+    ) > 1000
 
 
 def test_newest_stats_and_kv_forms_parse_by_name() -> None:
