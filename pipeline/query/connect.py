@@ -99,7 +99,7 @@ def connect(
     if remote.store_url(store) is not None or remote.is_fleet(store):  # s3://..., a fleet
         from .fleet import connect as connect_fleet
 
-        return connect_fleet(store, variables, limits, readable=readable)
+        return connect_fleet(store, variables, limits, readable=readable, views=views)
     store = remote.local_store(store)
     if not store.exists():
         raise StoreError(

@@ -18,7 +18,7 @@ import duckdb
 
 
 from ..store.layout import events_select, no_events_sql, read_parquet_sql
-from .views import load_views
+from .views import closure, load_views
 from ..store.remote import dataset, expand, store_url
 from .parts import READ_RETRIES, mixed_schemas, one_line, settled_parts, vanished
 from .sandbox import Limits, QueryError, connection_config, lock_down
@@ -32,8 +32,10 @@ def connect(
     limits: Limits | None = None,
     *,
     readable: tuple[Path | str, ...] = (),
+    views: set[str] | None = None,
 ) -> duckdb.DuckDBPyConnection:
-    """query.connect for a remote store or a fleet of stores."""
+    """query.connect for a remote store or a fleet of stores. `views`: bind only these and
+    the views they read (None: all), as query.connect does for one query's connection."""
     stores = expand(store)
     if not stores:
         raise StoreError(f"no store matches {store} (a store is a directory or prefix holding manifest.json)")
@@ -70,7 +72,7 @@ def connect(
             if not sources:
                 sources.append(no_events_sql())
             con.execute("create or replace view events as " + " union all ".join(sources))
-            load_views(con, variables=variables)
+            load_views(con, variables=variables, only=None if views is None else closure(views))
             lock_down(con, [*parts, *readable])
             return con
         except (duckdb.IOException, RuntimeError) as e:

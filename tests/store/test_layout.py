@@ -7,6 +7,7 @@ older layout reads the same and `servelens compact` rewrites it."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import duckdb
@@ -54,15 +55,24 @@ def other_engines(store: Path) -> dict[str, dict[str | None, int]]:
     }
 
 
-@pytest.fixture
-def store(tmp_path) -> Path:
-    root = tmp_path / "store"
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    """The store, ingested once per module; each test gets a copy (`store`)."""
+    base = tmp_path_factory.mktemp("layout")
+    root = base / "store"
     for log in sorted(INCIDENT.rglob("*.log")):  # a commit per file: several parts per partition
         assert cli("ingest", str(log), "--store", str(root), "-q").exit_code == 0
     # events without a time (the default partition): lines of an unrecognised, untimed log
-    untimed = tmp_path / "notes.log"
+    untimed = base / "notes.log"
     untimed.write_text("no time here\nnor here\n")
     assert cli("ingest", str(untimed), "--store", str(root), "-q").exit_code == 0
+    return root
+
+
+@pytest.fixture
+def store(tmp_path, built) -> Path:
+    root = tmp_path / "store"
+    shutil.copytree(built, root)
     return root
 
 

@@ -24,24 +24,39 @@ def lines_in(logs: Path) -> int:
     return sum(p.read_bytes().count(b"\n") for p in logs.rglob("*.log"))
 
 
-@pytest.fixture
-def logs(tmp_path):
-    d = tmp_path / "logs"
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    """The logs and the store ingested from them, once per module: each test damages a copy
+    of the store (`store`); the logs are only read."""
+    base = tmp_path_factory.mktemp("checksums")
+    d = base / "logs"
     for sub in ("vllm/real", "tgi/real"):
         for p in (SAMPLES / sub).glob("*.log"):
             dest = d / sub.replace("/", "_") / p.name
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_bytes(p.read_bytes())
-    return d
+    (base / "cwd").mkdir()
+    with pytest.MonkeyPatch.context() as mp:
+        # outside the logs, as each test's working directory is: the sources keep their
+        # whole paths, and a test's re-ingest names them as this ingest did
+        mp.chdir(base / "cwd")
+        mp.setattr(ingest_mod, "FLUSH_ROWS", 700)  # several parts per file
+        r = cli("ingest", str(d), "--store", str(base / "store"), "-q")
+    assert r.exit_code == 0, r.output
+    return base
 
 
 @pytest.fixture
-def store(tmp_path, logs, monkeypatch):
+def logs(built):
+    return built / "logs"
+
+
+@pytest.fixture
+def store(tmp_path, built, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(ingest_mod, "FLUSH_ROWS", 700)  # several parts per file
+    monkeypatch.setattr(ingest_mod, "FLUSH_ROWS", 700)  # a re-ingest commits as the first did
     s = tmp_path / "store"
-    r = cli("ingest", str(logs), "--store", str(s), "-q")
-    assert r.exit_code == 0, r.output
+    shutil.copytree(built / "store", s)  # with the parts' times, as the ingest left them
     return s
 
 

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from servelens.pipeline.cli.app import app, build_app
 from servelens.pipeline.ingest import ingest
 from servelens.pipeline.query import rollups as rollup
-from servelens.pipeline.query.connect import run
+from servelens.pipeline.query.connect import connect, run, run_on
 from servelens.pipeline.simulate import simulate
 
 build_app()
@@ -39,6 +39,27 @@ def stored_rows(store: Path, view: str) -> pl.DataFrame:
 def raw_rows(store: Path, view: str) -> pl.DataFrame:
     """The view computed from the events (its SQL over every event, no rollup read)."""
     return run(store, f"select * from {view}", rollups=False)
+
+
+def raw_views(store: Path) -> dict[str, pl.DataFrame]:
+    """raw_rows of every stored view, from one connection (the views several others read
+    computed once: tests/sql/test_shared_views.py proves the answers the same)."""
+    con = connect(store, views=set(rollup.VIEWS), rollups=False, shared=True)
+    try:
+        return {view: run_on(con, f"select * from {view}") for view in rollup.VIEWS}
+    finally:
+        con.close()
+
+
+@pytest.fixture(scope="module")
+def sims(tmp_path_factory) -> dict[str, Path]:
+    """The simulated logs the tests ingest (only read): two instances for 300 s, one for 120 s."""
+    base = tmp_path_factory.mktemp("sims")
+    simulate("vllm", "steady", 300, seed=5, out_dir=base / "two", instances=2, rate=4, variant="v1",
+             start="2026-05-12T08:00:00Z")
+    simulate("vllm", "steady", 120, seed=5, out_dir=base / "one", instances=1, rate=4, variant="v1",
+             start="2026-05-12T08:00:00Z")
+    return {"two": base / "two", "one": base / "one"}
 
 
 def utc(df: pl.DataFrame) -> pl.DataFrame:
@@ -76,10 +97,8 @@ def refresh_by_query(store: Path) -> None:
 
 
 @pytest.mark.parametrize("mode", ["at-ingest", "deferred"])
-def test_second_ingest_rolls_up_what_the_views_compute(tmp_path, mode):
-    sim = tmp_path / "sim"
-    simulate("vllm", "steady", 300, seed=5, out_dir=sim, instances=2, rate=4, variant="v1",
-             start="2026-05-12T08:00:00Z")
+def test_second_ingest_rolls_up_what_the_views_compute(tmp_path, mode, sims):
+    sim = sims["two"]
     a, b = sim / "vllm-a.log", sim / "vllm-b.log"
     lines = b.read_bytes().splitlines(keepends=True)
     cut, minute = cut_mid_minute(lines)
@@ -95,8 +114,9 @@ def test_second_ingest_rolls_up_what_the_views_compute(tmp_path, mode):
         assert manifest(store).get("dirty") and "rollups" not in manifest(store)  # nothing computed yet
         refresh_by_query(store)
     first = {v: stored_rows(store, v) for v in rollup.VIEWS}
+    raw = raw_views(store)
     for view in rollup.VIEWS:
-        same_rows(first[view], raw_rows(store, view))
+        same_rows(first[view], raw[view])
     before = first["window_metrics"].filter(pl.col("instance") == "vllm-b")
     # the minute of the cut was rolled up already, from its first lines only
     rolled = before.filter(pl.col("window_start").dt.strftime("%m-%d %H:%M") == minute)
@@ -113,8 +133,9 @@ def test_second_ingest_rolls_up_what_the_views_compute(tmp_path, mode):
         assert summary.rollup is not None and not summary.rollup.whole and summary.rollup.instances == 1
     m = manifest(store)
     assert "dirty" not in m and "dirty_all" not in m and "rollups_deferred" not in m
+    raw = raw_views(store)
     for view in rollup.VIEWS:
-        same_rows(stored_rows(store, view), raw_rows(store, view))
+        same_rows(stored_rows(store, view), raw[view])
     after = stored_rows(store, "window_metrics").filter(pl.col("instance") == "vllm-b")
     # that window now counts the requests of both ingests, as the whole log says
     grown = after.filter(pl.col("window_start").dt.strftime("%m-%d %H:%M") == minute)
@@ -128,15 +149,13 @@ def test_second_ingest_rolls_up_what_the_views_compute(tmp_path, mode):
     assert_frame_equal(run(store, q), run(store, q, rollups=False), check_exact=False, rel_tol=1e-9, abs_tol=1e-9)
 
 
-def test_a_query_on_a_store_in_use_reads_the_raw_views(tmp_path):
+def test_a_query_on_a_store_in_use_reads_the_raw_views(tmp_path, sims):
     """A deferred refresh needs the writer's lock: held (a tailer), the query does not wait
     for it and answers from the events. The library's queries (a server's, the dashboard's)
     never run it: only a command's start does."""
     from servelens.pipeline.store.commit import Store
 
-    sim = tmp_path / "sim"
-    simulate("vllm", "steady", 120, seed=5, out_dir=sim, instances=1, rate=4, variant="v1",
-             start="2026-05-12T08:00:00Z")
+    sim = sims["one"]
     store = tmp_path / "store"
     ingest([sim / "vllm-a.log"], store, year=2026, rollups="defer")
     deferred = manifest(store)
@@ -153,10 +172,8 @@ def test_a_query_on_a_store_in_use_reads_the_raw_views(tmp_path):
     same_rows(stored_rows(store, "window_metrics"), raw)
 
 
-def test_the_cli_defers_by_default_refreshes_when_asked_and_not_with_rollups_off(tmp_path, monkeypatch):
-    sim = tmp_path / "sim"
-    simulate("vllm", "steady", 120, seed=5, out_dir=sim, instances=1, rate=4, variant="v1",
-             start="2026-05-12T08:00:00Z")
+def test_the_cli_defers_by_default_refreshes_when_asked_and_not_with_rollups_off(tmp_path, monkeypatch, sims):
+    sim = sims["one"]
     store = tmp_path / "store"
     runner = CliRunner()
     for flag in ("--defer-rollups", "--refresh-rollups"):
@@ -178,12 +195,10 @@ def test_the_cli_defers_by_default_refreshes_when_asked_and_not_with_rollups_off
     assert "rollups_deferred" not in manifest(now) and "dirty" not in manifest(now)
 
 
-def test_a_deferring_ingest_that_commits_nothing_still_marks_a_stale_store(tmp_path):
+def test_a_deferring_ingest_that_commits_nothing_still_marks_a_stale_store(tmp_path, sims):
     """Left stale by an ingest without rollups, then ingested again with --defer-rollups and
     nothing new: the mark is written all the same, and the first query refreshes."""
-    sim = tmp_path / "sim"
-    simulate("vllm", "steady", 120, seed=5, out_dir=sim, instances=1, rate=4, variant="v1",
-             start="2026-05-12T08:00:00Z")
+    sim = sims["one"]
     store = tmp_path / "store"
     ingest([sim / "vllm-a.log"], store, year=2026, rollups=False)
     assert manifest(store).get("dirty") and "rollups_deferred" not in manifest(store)

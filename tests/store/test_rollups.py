@@ -23,7 +23,7 @@ from servelens.pipeline.tail import identity as tail_identity
 from servelens.pipeline.cli.app import app, build_app
 from servelens.pipeline.ingest import ingest
 from servelens.pipeline.query.connect import connect
-from servelens.pipeline.query.connect import run
+from servelens.pipeline.query.connect import run, run_on
 from servelens.pipeline.store.commit import Store
 from servelens.pipeline.store.manifest import read_manifest
 from servelens.pipeline.tail.tailer import Tailer
@@ -68,6 +68,16 @@ def over_rollups(store: Path, view: str, **kw) -> set[str]:
     return {name for name, sql in rows if f"/{rollup.ROLLUP_DIR}/" in sql}
 
 
+def answers(store: Path, views, raw: bool, **kw) -> dict[str, pl.DataFrame]:
+    """Each view's rows, every view from one connection (shared: the views read through
+    several others computed once; tests/sql/test_shared_views.py proves the answers the same)."""
+    con = connect(store, views=set(views), rollups=not raw, shared=True, **kw)
+    try:
+        return {view: run_on(con, f"select * from {view} order by all") for view in views}
+    finally:
+        con.close()
+
+
 def assert_same(store: Path, views=VIEWS, **kw) -> dict[str, int]:
     """The rollup's answer equals the raw answer, row for row (floats to 1e-9: DuckDB may sum
     in another order); the rows compared, per view."""
@@ -82,11 +92,11 @@ def assert_same(store: Path, views=VIEWS, **kw) -> dict[str, int]:
         "latency_percentiles", "requests", "scraped_latency"}
     assert bound_views(store, "queue_depth", **kw) >= {"queue_depth", "request_state"}
     assert "requests" not in bound_views(store, "queue_depth", **kw)
+    raw, rolled = answers(store, views, True, **kw), answers(store, views, False, **kw)
     counts = {}
     for view in views:
-        raw, rolled = answer(store, view, True, **kw), answer(store, view, False, **kw)
-        assert_frame_equal(rolled, raw, check_exact=False, rel_tol=1e-9, abs_tol=1e-9)
-        counts[view] = rolled.height
+        assert_frame_equal(rolled[view], raw[view], check_exact=False, rel_tol=1e-9, abs_tol=1e-9)
+        counts[view] = rolled[view].height
     return counts
 
 
@@ -125,9 +135,8 @@ def test_rollup_equals_raw_on_every_sample_set(tmp_path, name):
         assert counts["scaling_signals"] > 0  # the incident fires signals: compared for real
 
 
-def test_the_cli_forces_the_raw_path(tmp_path):
-    store = tmp_path / "store"
-    cli("ingest", SAMPLES / "incident", "--store", store, "--refresh-rollups")
+def test_the_cli_forces_the_raw_path(incident_store):
+    store = incident_store
     q = "select signal, count(*) as n from scaling_signals group by all order by all"
     assert cli("sql", q, "--store", store, "-f", "csv") == cli("sql", q, "--store", store, "-f", "csv", "--no-rollups")
 
@@ -231,10 +240,13 @@ def test_an_incremental_refresh_recomputes_only_the_dirty_instance(tmp_path):
 
 # -- re-ingest, compact, a lost rollup, repair ------------------------------------------------
 
+# `incident_store` (tests/conftest.py): the incident ingested once per process with its rollups
+# refreshed, for the tests that only read it; a test that changes the store changes a copy
+
 @pytest.fixture
-def incident_store(tmp_path) -> Path:
+def own_store(incident_store, tmp_path) -> Path:
     store = tmp_path / "store"
-    cli("ingest", SAMPLES / "incident", "--store", store, "--refresh-rollups")
+    shutil.copytree(incident_store, store)
     return store
 
 
@@ -257,8 +269,8 @@ def test_a_refresh_short_of_its_memory_bound_is_computed_again_without_it(tmp_pa
     assert_same(store)
 
 
-def test_reingest_doubles_nothing_and_leaves_the_rollup(incident_store):
-    store = incident_store
+def test_reingest_doubles_nothing_and_leaves_the_rollup(own_store):
+    store = own_store
     before = manifest(store)
     first = answer(store, "window_metrics", raw=False)
     cli("ingest", SAMPLES / "incident", "--store", store, "--refresh-rollups")
@@ -281,8 +293,8 @@ def test_compaction_keeps_the_rollup_fresh(tmp_path, no_waits):
     assert_same(store)
 
 
-def test_lost_or_damaged_rollup_falls_back_and_repair_or_compact_rebuild_it(incident_store):
-    store = incident_store
+def test_lost_or_damaged_rollup_falls_back_and_repair_or_compact_rebuild_it(own_store):
+    store = own_store
     raw = answer(store, "scaling_signals", raw=True)
     path = store / manifest(store)["rollups"]["window_metrics"]["path"]
     path.unlink()
@@ -307,8 +319,8 @@ def test_lost_or_damaged_rollup_falls_back_and_repair_or_compact_rebuild_it(inci
     assert_same(store)
 
 
-def test_repair_that_drops_parts_rebuilds_the_rollup(incident_store):
-    store = incident_store
+def test_repair_that_drops_parts_rebuilds_the_rollup(own_store):
+    store = own_store
     m = manifest(store)
     victim = next(p for p in m["parts"] if "engine=vllm" in p)
     (store / victim).write_bytes(b"garbage")
@@ -319,27 +331,28 @@ def test_repair_that_drops_parts_rebuilds_the_rollup(incident_store):
     assert_same(store)
 
 
-def test_a_dirty_store_falls_back_to_raw(incident_store, tmp_path):
-    store = incident_store
+def test_a_dirty_store_falls_back_to_raw(own_store, tmp_path):
+    store = own_store
     # commit more events without refreshing (what a tailer does between refreshes)
     extra = tmp_path / "extra"
-    ingest([SAMPLES / "tgi" / "real"], extra)
+    ingest([SAMPLES / "tgi" / "real"], extra, rollups=False)  # only its events are read
     frame = run(extra, "select * from events")
     with Store.open(store) as st:
         st.commit_events([frame], {})
     m = manifest(store)
     assert m["dirty"] and rollup.status(store) == "dirty"
     assert over_rollups(store, "scaling_signals") == set()
+    rolled, raw = answers(store, VIEWS, raw=False), answers(store, VIEWS, raw=True)
     for view in VIEWS:
-        assert_frame_equal(answer(store, view, raw=False), answer(store, view, raw=True))
+        assert_frame_equal(rolled[view], raw[view])
     with Store.open(store) as st:
         r = rollup.refresh(st)
     assert r is not None and not r.whole
     assert_same(store)
 
 
-def test_prune_marks_everything_dirty(incident_store):
-    store = incident_store
+def test_prune_marks_everything_dirty(own_store):
+    store = own_store
     from servelens.pipeline.store.prune import prune
 
     with Store.open(store) as st:
@@ -391,10 +404,11 @@ def test_ranged_answers_through_the_rollups_equal_the_raw_ranged_answers(inciden
     rng = TimeRange(since, until)
     assert over_rollups(store, "latency_percentiles", time_range=rng) == {"requests"}
     whole = answer(store, "requests", raw=False)
-    for view in ("requests", "request_state", "latency_percentiles", "queue_depth", "throughput", "scaling_signals"):
-        got = answer(store, view, raw=False, time_range=rng)
-        assert_frame_equal(got, answer(store, view, raw=True, time_range=rng),
-                           check_exact=False, rel_tol=1e-9, abs_tol=1e-9)
+    views = ("requests", "request_state", "latency_percentiles", "queue_depth", "throughput", "scaling_signals")
+    rolled, raw = answers(store, views, raw=False, time_range=rng), answers(store, views, raw=True, time_range=rng)
+    for view in views:
+        got = rolled[view]
+        assert_frame_equal(got, raw[view], check_exact=False, rel_tol=1e-9, abs_tol=1e-9)
         if view == "requests":  # really a part of the store
             assert 0 < got.height < whole.height
 
@@ -417,8 +431,8 @@ def test_the_dashboard_connection_reads_the_width_independent_rollups(incident_s
                        check_exact=False, rel_tol=1e-9, abs_tol=1e-9)
 
 
-def test_rollup_of_other_sql_is_not_used(incident_store, monkeypatch):
-    store = incident_store
+def test_rollup_of_other_sql_is_not_used(own_store, monkeypatch):
+    store = own_store
     for module in (stored, rollup):  # the readers' check and the refresh's key
         monkeypatch.setattr(module, "sql_key", lambda view=stored.VIEW: "another-servelens")
     assert rollup.status(store) == "unusable"
@@ -439,12 +453,12 @@ def test_no_rollups_environment_forces_raw(incident_store, monkeypatch):
     assert os.environ.get(stored.NO_ROLLUPS_ENV) is None
 
 
-def test_a_commit_during_a_background_refresh_stays_dirty(incident_store, tmp_path):
+def test_a_commit_during_a_background_refresh_stays_dirty(own_store, tmp_path):
     """The tailer computes a refresh on a thread of its own and commits it later: what was
     committed in between must stay marked, or the rollup would miss it."""
-    store = incident_store
+    store = own_store
     extra = tmp_path / "extra"
-    ingest([SAMPLES / "tgi" / "real"], extra)
+    ingest([SAMPLES / "tgi" / "real"], extra, rollups=False)  # only its events are read
     frame = run(extra, "select * from events")
     first, second = frame.head(frame.height // 2), frame.tail(frame.height - frame.height // 2)
     with Store.open(store) as st:

@@ -57,6 +57,15 @@ def s3(tmp_path_factory):
                 os.environ[k] = v
 
 
+@pytest.fixture(scope="module")
+def incident_truth(tmp_path_factory) -> tuple[Path, int]:
+    """The incident ingested into a local store, and its events counted there: the truth the
+    remote stores are held to (read only)."""
+    local = tmp_path_factory.mktemp("truth") / "local.store"
+    assert cli("ingest", str(INCIDENT), "--store", str(local), "-q").exit_code == 0
+    return local, count(str(local))
+
+
 def cli(*args: str):
     return CliRunner().invoke(app, list(args))
 
@@ -79,10 +88,8 @@ def glob_count(fs: pafs.FileSystem, prefix: str) -> int:
     return ds.dataset(f"{prefix}/events", filesystem=fs, format="parquet", partitioning="hive").count_rows()
 
 
-def test_ingest_query_exactly_once_even_with_a_lost_mirror(s3, tmp_path):
-    local = tmp_path / "local.store"
-    assert cli("ingest", str(INCIDENT), "--store", str(local), "-q").exit_code == 0
-    truth = count(str(local))
+def test_ingest_query_exactly_once_even_with_a_lost_mirror(s3, incident_truth):
+    local, truth = incident_truth
     url = "s3://fleet/once/node-1"
     r = cli("ingest", str(INCIDENT), "--store", url, "-q")
     assert r.exit_code == 0, r.output
@@ -184,7 +191,7 @@ def test_missing_remote_store_is_a_clear_error(s3):
     assert r.exit_code == 1 and "not a servelens store" in r.output
 
 
-def test_an_unreachable_store_keeps_commits_locally_and_publishes_them_later(s3, monkeypatch):
+def test_an_unreachable_store_keeps_commits_locally_and_publishes_them_later(s3, monkeypatch, incident_truth):
     from servelens.pipeline.store import remote
 
     url = "s3://fleet/outage/node-1"
@@ -208,12 +215,10 @@ def test_an_unreachable_store_keeps_commits_locally_and_publishes_them_later(s3,
     assert count(url) == truth  # readers still see the last published commit, whole
     # the next run publishes what was committed locally; nothing is read twice
     assert "0 ingested, 6 unchanged" in cli("ingest", str(INCIDENT), "--store", url, "-q").output
-    local = Path(os.environ["SERVELENS_CACHE_DIR"]) / "alone.store"
-    assert cli("ingest", str(INCIDENT), "--store", str(local), "-q").exit_code == 0
-    assert count(url) == truth + count(str(local)) == glob_count(s3, "fleet/outage/node-1")
+    assert count(url) == truth + incident_truth[1] == glob_count(s3, "fleet/outage/node-1")
 
 
-def test_a_crash_after_the_remote_commit_point_rolls_forward(s3, monkeypatch):
+def test_a_crash_after_the_remote_commit_point_rolls_forward(s3, monkeypatch, incident_truth):
     from servelens.pipeline.store import remote
 
     url = "s3://fleet/crash/node-1"
@@ -232,12 +237,38 @@ def test_a_crash_after_the_remote_commit_point_rolls_forward(s3, monkeypatch):
         ingest([INCIDENT], url)
     keys = objects(s3, "fleet/crash/node-1")
     assert [k for k in keys if k.startswith("_staging/")] and not [k for k in keys if k.startswith("events/")]
-    local = Path(os.environ["SERVELENS_CACHE_DIR"]) / "crash-truth.store"
-    assert cli("ingest", str(INCIDENT), "--store", str(local), "-q").exit_code == 0
-    truth = count(str(local))
+    truth = incident_truth[1]
     assert count(url) == truth  # a reader finds the committed parts where they are (staging)
     assert glob_count(s3, "fleet/crash/node-1") == 0  # a glob sees nothing uncommitted, nor half
     # the next writer finishes the moves; nothing is read twice
     assert "0 ingested, 6 unchanged" in cli("ingest", str(INCIDENT), "--store", url, "-q").output
     assert count(url) == truth == glob_count(s3, "fleet/crash/node-1")
     assert not [k for k in objects(s3, "fleet/crash/node-1") if k.startswith("_staging/")]
+
+
+def test_a_fleet_query_binds_only_the_views_it_reads(tmp_path):
+    """One query's connection to a fleet binds the views the query reads, as one store's
+    does (query.connect); its answers are the store's own."""
+    from servelens.pipeline.ingest import ingest
+    from servelens.pipeline.query.connect import connect, run
+    from servelens.pipeline.query.views import closure
+
+    store = tmp_path / "node.store"
+    ingest([TGI], store, rollups=False)
+    fleet = tmp_path / "fleet.txt"
+    fleet.write_text(f"{store}\n")
+
+    def bound(**kw) -> set[str]:
+        con = connect(str(fleet), **kw)
+        try:
+            return {r[0] for r in con.execute("select view_name from duckdb_views() where not internal").fetchall()}
+        finally:
+            con.close()
+
+    assert bound(views=set()) == {"events", "samples"}
+    assert bound(views={"latency_percentiles"}) == {"events", "samples"} | closure({"latency_percentiles"})
+    q = "select * from latency_percentiles order by all"
+    got = run(str(fleet), q)
+    assert got.height > 0
+    assert got.equals(run(store, q, rollups=False))
+    assert run(str(fleet), "select count(*) from events").item() == run(store, "select count(*) from events").item() > 0

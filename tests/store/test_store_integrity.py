@@ -5,6 +5,7 @@ a deleted or malformed manifest, files no manifest references. The end-to-end tr
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import polars as pl
@@ -40,10 +41,32 @@ def all_events(store: Path) -> pl.DataFrame:
     return pl.read_parquet(parts).select(cols).sort("source", "line", "event", "message", nulls_last=True)
 
 
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    """The logs and the store ingested from them, once per module: each test changes a copy
+    of the store (`store`); the logs are only read."""
+    base = tmp_path_factory.mktemp("integrity")
+    logs = _write_logs(base / "logs")
+    (base / "cwd").mkdir()
+    with pytest.MonkeyPatch.context() as mp:
+        # outside the logs, as each test's working directory is: the sources keep their
+        # whole paths (a source under the working directory is named relative to it), so a
+        # test's re-ingest names them as this ingest did
+        mp.chdir(base / "cwd")
+        # many small commits, so that parts hold different byte ranges of the same file
+        mp.setattr(ingest_mod, "FLUSH_ROWS", 700)
+        r = cli("ingest", str(logs), "--store", str(base / "store"), "-q")
+    assert r.exit_code == 0, r.output
+    return base
+
+
 @pytest.fixture
-def logs(tmp_path):
+def logs(built):
+    return built / "logs"
+
+
+def _write_logs(d: Path) -> Path:
     """Real logs of three engines plus a simulated incident: several files and days."""
-    d = tmp_path / "logs"
     for sub in ("vllm/real", "tgi/real", "trtllm/real", "incident/vllm"):
         for p in (SAMPLES / sub).glob("*.log"):
             dest = d / sub.replace("/", "_") / p.name
@@ -56,13 +79,11 @@ def logs(tmp_path):
 
 
 @pytest.fixture
-def store(tmp_path, logs, monkeypatch):
+def store(tmp_path, built, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    # many small commits, so that parts hold different byte ranges of the same file
-    monkeypatch.setattr(ingest_mod, "FLUSH_ROWS", 700)
+    monkeypatch.setattr(ingest_mod, "FLUSH_ROWS", 700)  # a re-ingest commits as the first did
     s = tmp_path / "store"
-    r = cli("ingest", str(logs), "--store", str(s), "-q")
-    assert r.exit_code == 0, r.output
+    shutil.copytree(built / "store", s)
     return s
 
 
