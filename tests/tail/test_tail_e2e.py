@@ -143,25 +143,15 @@ def test_exactly_once_through_rotation_and_sigkill(tmp_path):
         expected = n_files * n_lines
         assert wait_for(lambda: count(store) >= expected, 30, 0.3), f"{count(store)} of {expected} lines"
 
-        # freshness: a line appended now, how long until it is committed (read straight from
-        # the committed parts, polled every 20 ms) and until `servelens sql` returns it
-        commit_delays, sql_delays = [], []
+        # a line appended to the live file is committed, and `servelens sql` returns it once
+        # (how soon is bench/'s: the tailer's freshness is measured there)
         for k in range(N_FRESH):
             time.sleep(0.2)
             marker = f"fresh-{k}-{time.time_ns()}"
             with open(logs / "f0.log", "a") as f:
                 f.write(marker + "\n")
-            t0 = time.monotonic()
             assert wait_for(lambda: marker in committed_messages(store), 20, 0.02)
-            commit_delays.append(time.monotonic() - t0)
             assert run(store, "select count(*) from events where message = ?", [marker]).item() == 1
-            sql_delays.append(time.monotonic() - t0)
-        print(
-            f"freshness over {N_FRESH} appends: committed after max {max(commit_delays):.2f}s "
-            f"(mean {sum(commit_delays) / N_FRESH:.2f}s), returned by servelens sql after max "
-            f"{max(sql_delays):.2f}s; {kills} SIGKILLs"
-        )
-        assert max(sql_delays) < 10  # a sanity bound, not the 2 s target (machines vary)
 
         tailer.send_signal(signal.SIGTERM)
         _, err = tailer.communicate(timeout=20)
