@@ -51,13 +51,14 @@ class DialectError(ValueError):
 
 
 class _Probe:
-    """A DuckDB connection with every view bound over an empty `events`: asked for the columns
-    of a (DuckDB) select, it binds the select and reads them off, so a `*` can be spelled out."""
+    """A DuckDB connection with every view bound over an empty `events` (or those of `only`,
+    which must hold the views they read): asked for the columns of a (DuckDB) select, it binds
+    the select and reads them off, so a `*` can be spelled out."""
 
-    def __init__(self, variables: Mapping[str, Any]):
+    def __init__(self, variables: Mapping[str, Any], only: set[str] | None = None):
         self.con = duckdb.connect(":memory:")
         self.con.execute(f"create view events as {no_events_sql()}")
-        load_views(self.con, variables=dict(variables))
+        load_views(self.con, variables=dict(variables), only=only)
 
     def columns(self, select: exp.Expression, ctes: list[exp.CTE]) -> list[str]:
         return [name for name, _ in self.typed_columns(select, ctes)]
@@ -549,7 +550,9 @@ def views(
         wanted = _with_dependencies(files, names)
     if names_only:
         return [(n, "") for n, _ in files if n in wanted]
-    probe = _Probe(resolved) if dialect != "duckdb" else None
+    # binding the deep views costs seconds: bind only the views translated (each reads only
+    # views among them)
+    probe = _Probe(resolved, wanted if names else None) if dialect != "duckdb" else None
     out = []
     for name, path in files:
         if name not in wanted:

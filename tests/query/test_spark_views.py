@@ -12,6 +12,7 @@ directory (where it would put them) stays empty.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import shutil
@@ -36,6 +37,13 @@ REPO = Path(__file__).resolve().parents[2]
 COMPARED = ("latency_percentiles", "queue_depth", "scaling_signals")
 
 
+@functools.lru_cache(maxsize=None)
+def statements() -> tuple[tuple[str, str], ...]:
+    """(name, Spark SQL) of the compared views and those they read: translated once for the
+    module (a translation binds the views to read the columns of their stars)."""
+    return tuple(views("spark", list(COMPARED)))
+
+
 @pytest.fixture(scope="module")
 def spark(tmp_path_factory):
     from pyspark.sql import SparkSession
@@ -50,6 +58,10 @@ def spark(tmp_path_factory):
         .config("spark.ui.showConsoleProgress", "false")
         # (set before the JVM starts: the builder passes it to spark-submit)
         .config("spark.driver.memory", "2g")
+        # a JVM living a minute on a few shared cores: the quick JIT tier alone and one GC
+        # thread cost less CPU than optimising compiles and parallel collection save (the
+        # answers are the same)
+        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.jars.ivy", str(ivy))
@@ -77,9 +89,8 @@ def spark_views(spark, incident_store):
     empty = incident_store.parent / "no-samples.parquet"
     pq.write_table(SAMPLE_SCHEMA.empty_table(), empty)
     spark.read.parquet(str(empty)).createOrReplaceTempView("samples")
-    statements = views("spark", list(COMPARED))
     rows = incident_store.parent / "spark-views"
-    for name, sql in statements:
+    for name, sql in statements():
         spark.sql(sql.rstrip().rstrip(";"))
         # materialised, and the view replaced by its rows: Spark expands a view's definition
         # into every query that reads it while analysing it, before any cache is consulted.
@@ -87,22 +98,30 @@ def spark_views(spark, incident_store):
         # themselves (requests matches client rows twice), fail Spark's analysis
         spark.table(name).write.parquet(str(rows / name))
         spark.read.parquet(str(rows / name)).createOrReplaceTempView(name)
-    return [name for name, _ in statements]
+    return [name for name, _ in statements()]
 
 
 def test_cli_prints_the_same_script(spark_views) -> None:
     result = CliRunner().invoke(app, ["views", "--dialect", "spark", *[a for v in COMPARED for a in ("--view", v)]])
     assert result.exit_code == 0, result.output
-    assert result.output == "\n".join(sql for _, sql in views("spark", list(COMPARED)))
+    assert result.output == "\n".join(sql for _, sql in statements())
     # every view the three read came along, each created after what it reads
     assert spark_views.index("requests") < spark_views.index("request_state") < spark_views.index("queue_depth")
     assert spark_views[-1] == "scaling_signals"
 
 
-def _duckdb_rows(store: Path, view: str) -> tuple[list[str], list[tuple]]:
+@pytest.fixture(scope="module")
+def duck_con(incident_store):
+    """One DuckDB connection for the three views compared (the views they read computed
+    once: tests/sql/test_shared_views.py shows that answers the same)."""
     from servelens.pipeline.query.connect import connect
 
-    con = connect(store)
+    con = connect(incident_store, views=set(COMPARED), shared=True)
+    yield con
+    con.close()
+
+
+def _duckdb_rows(con, view: str) -> tuple[list[str], list[tuple]]:
     cur = con.execute(f"select * from {view}")
     names = [d[0] for d in cur.description]
     return names, [tuple(r) for r in cur.fetchall()]
@@ -134,8 +153,8 @@ def _same(a, b) -> bool:
 
 
 @pytest.mark.parametrize("view", COMPARED)
-def test_spark_answers_equal_duckdb(spark, spark_views, incident_store, view) -> None:
-    duck_names, duck = _duckdb_rows(incident_store, view)
+def test_spark_answers_equal_duckdb(spark, spark_views, duck_con, view) -> None:
+    duck_names, duck = _duckdb_rows(duck_con, view)
     spark_names, sparked = _spark_rows(spark, view)
     assert spark_names == duck_names
     duck = sorted((tuple(_normal(v) for v in r) for r in duck), key=_sort_key)

@@ -269,10 +269,18 @@ def test_a_results_file_is_never_an_instance(tmp_path):
     ingest([rec], store)
     assert {r["instance"] for r in run(store, "select distinct instance from events where engine = 'client'").to_dicts()} == {
         "bench-low", "bench-over"}
-    for view in ("windows", "window_metrics", "scaling_signals", "metric_series", "metric_snapshot", "calibration",
-                 "incident_summary"):
-        got = {r["instance"] for r in run(store, f"select distinct instance from {view}", rollups=False).to_dicts()}
-        assert got <= servers, view
+    from servelens.pipeline.query.connect import connect, run_on
+
+    # the views derived from the events (no rollup), on one connection: the views read by
+    # several computed once (tests/sql/test_shared_views.py: the same answers)
+    con = connect(store, rollups=False, shared=True)
+    try:
+        for view in ("windows", "window_metrics", "scaling_signals", "metric_series", "metric_snapshot", "calibration",
+                     "incident_summary"):
+            got = {r["instance"] for r in run_on(con, f"select distinct instance from {view}").to_dicts()}
+            assert got <= servers, view
+    finally:
+        con.close()
     from servelens.dashboards import data
 
     assert set(data.catalog(data.Settings(store=str(store)))["instance"].to_list()) == servers

@@ -25,18 +25,29 @@ SAMPLES = REPO / "sample_logs"
 UTC = dt.timezone.utc
 
 
-def answer(store: Path, view: str, shared: bool, time_range=None) -> pl.DataFrame:
+def answered(store: Path, view: str, shared: bool, time_range=None) -> tuple[pl.DataFrame, set[str]]:
+    """The view's rows and the temporary tables of the one-query connection that read them
+    (read before the query: the tables connect made)."""
     con = connect(store, views={view}, rollups=False, shared=shared, time_range=time_range)
     try:
-        return pl.from_arrow(con.sql(f"select * from {view} order by all").to_arrow_table())
+        temps = _temps(con)
+        return pl.from_arrow(con.sql(f"select * from {view} order by all").to_arrow_table()), temps
     finally:
         con.close()
+
+
+def answer(store: Path, view: str, shared: bool, time_range=None) -> pl.DataFrame:
+    return answered(store, view, shared, time_range)[0]
+
+
+def _temps(con) -> set[str]:
+    return {r[0] for r in con.execute("select table_name from duckdb_tables() where temporary").fetchall()}
 
 
 def temp_tables(store: Path, view: str, **kw) -> set[str]:
     con = connect(store, views={view}, rollups=False, **kw)
     try:
-        return {r[0] for r in con.execute("select table_name from duckdb_tables() where temporary").fetchall()}
+        return _temps(con)
     finally:
         con.close()
 
@@ -55,23 +66,35 @@ def test_reads_counts_the_paths_to_a_view():
     assert both["requests"] == 1 and "throughput" not in both
 
 
+class _Stores(dict):
+    """Each sample set ingested when a test first asks for it: under xdist a worker ingests
+    only the sets of the tests it runs."""
+
+    def __init__(self, tmp_path_factory):
+        super().__init__()
+        self.tmp = tmp_path_factory
+
+    def __missing__(self, name: str) -> Path:
+        store = self.tmp.mktemp(f"st-{name}")
+        ingest([SAMPLES / name], store, rollups=False)
+        self[name] = store
+        return store
+
+
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory) -> dict[str, Path]:
-    out = {}
-    for name in ("incident", "vllm", "tgi", "client"):
-        store = tmp_path_factory.mktemp(f"st-{name}")
-        ingest([SAMPLES / name], store, rollups=False)
-        out[name] = store
-    return out
+    return _Stores(tmp_path_factory)
 
 
 @pytest.mark.parametrize("name", ["incident", "vllm", "tgi", "client"])
 @pytest.mark.parametrize("view", ["window_metrics", "incident_summary", "metric_availability"])
 def test_shared_answers_equal_the_views(stores, name, view):
     store = stores[name]
-    assert "shared_requests" in temp_tables(store, view)
-    assert "shared_requests" not in temp_tables(store, view, shared=False)
-    a, b = answer(store, view, True), answer(store, view, False)
+    # each answer comes from the connection whose tables are checked
+    a, shared_temps = answered(store, view, True)
+    b, unshared_temps = answered(store, view, False)
+    assert "shared_requests" in shared_temps
+    assert "shared_requests" not in unshared_temps
     if name == "client" and view != "metric_availability":
         # benchmark results files only, no server log: no instance has windows or a summary
         assert a.height == 0
@@ -89,10 +112,12 @@ def test_shared_in_a_time_range(stores):
     store = stores["incident"]
     lo, hi = run(store, "select min(ts) as lo, max(ts) as hi from events").row(0)
     rng = TimeRange(lo + (hi - lo) / 3, lo + 2 * (hi - lo) / 3)
+    unshared = {}
     for view in ("window_metrics", "incident_summary"):
         a, b = answer(store, view, True, rng), answer(store, view, False, rng)
         assert a.height > 0
         assert_frame_equal(a, b, check_exact=False, rel_tol=1e-9, abs_tol=1e-12)
+        unshared[view] = b
     # run's own path (the user's SQL) shares too, and answers the same
     got = run(store, "select * from window_metrics order by all", rollups=False, time_range=rng)
-    assert_frame_equal(got, answer(store, "window_metrics", False, rng), check_exact=False, rel_tol=1e-9, abs_tol=1e-12)
+    assert_frame_equal(got, unshared["window_metrics"], check_exact=False, rel_tol=1e-9, abs_tol=1e-12)

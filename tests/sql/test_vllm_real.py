@@ -20,7 +20,7 @@ import pytest
 from tests.helpers.common import SAMPLE_LOGS
 from typer.testing import CliRunner
 
-from servelens.pipeline.query.connect import run
+from servelens.pipeline.query.connect import connect, run, run_on
 
 # (real-0.32-overload, whose client saw failures, and the data-parallel real-0.32-dp have
 # their own checks: test_vllm_real_overload.py, test_vllm_real_dp.py)
@@ -40,6 +40,9 @@ class Recording:
     truth: pl.DataFrame
     extra: pl.DataFrame
     meta: dict
+    # one connection for the queries at the default settings (the views read by several
+    # computed once: tests/sql/test_shared_views.py shows that answers the same as `run`)
+    con: object = None
 
 
 @pytest.fixture(scope="module", params=RECORDINGS, ids=lambda p: p.name)
@@ -55,12 +58,18 @@ def rec(request, tmp_path_factory) -> Recording:
         pl.from_epoch((pl.col("ts") * 1e6).round().cast(pl.Int64), time_unit="us")
         .dt.replace_time_zone("UTC").alias("at")
     )
-    return Recording(d, store, truth, pl.read_csv(d / "_extra_clients.csv"), json.loads((d / "_run.json").read_text()))
+    con = connect(store, shared=True)
+    yield Recording(d, store, truth, pl.read_csv(d / "_extra_clients.csv"), json.loads((d / "_run.json").read_text()), con)
+    con.close()
+
+
+def ask(rec: Recording, sql: str) -> pl.DataFrame:
+    return run_on(rec.con, sql)
 
 
 def _stats(rec: Recording) -> pl.DataFrame:
-    return run(rec.store, "select epoch(ts) as t, waiting, running, kv_usage from engine_stats "
-                          "where engine = 'vllm' order by ts")
+    return ask(rec, "select epoch(ts) as t, waiting, running, kv_usage from engine_stats "
+                    "where engine = 'vllm' order by ts")
 
 
 def _truth_around(rec: Recording, t: float) -> pl.DataFrame:
@@ -138,21 +147,21 @@ def test_the_backlog_signal_fires_when_the_truths_queue_stays_above_10(rec: Reco
 def test_the_clients_that_hung_up_are_aborted_requests(rec: Recording) -> None:
     hung_up = sorted(f"chatcmpl-{r}" for r in rec.extra.filter(pl.col("kind") == "disconnect")["request_id"])
     assert len(hung_up) >= 2
-    got = run(rec.store, "select request_id from requests where status = 'aborted' order by request_id")
+    got = ask(rec, "select request_id from requests where status = 'aborted' order by request_id")
     assert got["request_id"].to_list() == hung_up
 
 
 def test_an_orderly_sigterm_is_no_critical_error(rec: Recording) -> None:
     text = gzip.decompress((rec.dir / "vllm-cpu.log.gz").read_bytes()).decode()
     assert "trigger received signal=SIGTERM" in text
-    kinds = run(rec.store, "select kind from errors")["kind"].to_list()
+    kinds = ask(rec, "select kind from errors")["kind"].to_list()
     assert set(kinds) <= {"shutdown"}
-    assert run(rec.store, "select count(*) as n from scaling_signals where signal = 'errors'")["n"][0] == 0
-    assert run(rec.store, "select count(*) as n from events where event = 'shutdown'")["n"][0] >= 2
+    assert ask(rec, "select count(*) as n from scaling_signals where signal = 'errors'")["n"][0] == 0
+    assert ask(rec, "select count(*) as n from events where event = 'shutdown'")["n"][0] >= 2
 
 
 def _server_and_client(rec: Recording) -> pl.DataFrame:
-    return run(rec.store, """
+    return ask(rec, """
         select request_id, e2e_log_s as e2e_s, ttft_log_s as ttft_s, client_e2e_s, client_ttft_s, client_itl_s,
                client_index, client_source, client_match, time_resolution_s, latency_source,
                latency_resolution_s, e2e_s as best_e2e_s, ttft_s as best_ttft_s, e2e_estimated, ttft_estimated
@@ -195,8 +204,8 @@ def test_a_pinned_api_server_logs_each_request_in_the_second_the_client_sent_it(
     # `vllm bench serve` start_times are perf_counter values; the recorder's time/perf_counter
     # pair puts them on the epoch exactly (not just to the `date` second)
     off = rec.meta["clock"]["time"] - rec.meta["clock"]["perf_counter"]
-    r = run(rec.store, "select request_id, epoch(arrival_ts) as arr from requests where engine = 'vllm' "
-                       "and (request_id like 'chatcmpl-low-%' or request_id like 'chatcmpl-over-%')")
+    r = ask(rec, "select request_id, epoch(arrival_ts) as arr from requests where engine = 'vllm' "
+                 "and (request_id like 'chatcmpl-low-%' or request_id like 'chatcmpl-over-%')")
     arrived = dict(zip(r["request_id"], r["arr"]))
     n = 0
     for phase in ("low", "over"):
@@ -236,8 +245,8 @@ def test_the_bench_results_join_gives_exact_client_figures_per_request(rec: Reco
 
 def test_non_streaming_answers_are_finished_requests(rec: Recording) -> None:
     ns = rec.extra.filter(pl.col("kind") == "non_streaming")
-    got = run(rec.store, "select request_id, status, e2e_s, output_tokens from requests "
-                         "where request_id like 'chatcmpl-nostream-%' order by request_id")
+    got = ask(rec, "select request_id, status, e2e_s, output_tokens from requests "
+                   "where request_id like 'chatcmpl-nostream-%' order by request_id")
     assert got["request_id"].to_list() == sorted(f"chatcmpl-{x}" for x in ns["request_id"])
     assert set(got["status"]) == {"finished"}
     client_e2e = dict(zip((f"chatcmpl-{x}" for x in ns["request_id"]), ns["end"] - ns["start"]))
@@ -246,7 +255,7 @@ def test_non_streaming_answers_are_finished_requests(rec: Recording) -> None:
 
 
 def test_tail_latency_is_explained_by_queueing(rec: Recording) -> None:
-    q = run(rec.store, "select * from ttft_queueing where engine = 'vllm'").row(0, named=True)
+    q = ask(rec, "select * from ttft_queueing where engine = 'vllm'").row(0, named=True)
     # the overload phase queued requests for seconds; the queue, not the model, is the p99
     assert q["p99_ttft_s"] > 3 and q["queueing_share_p99"] > 0.9
     assert q["slow_waiting_avg"] > 10
@@ -259,7 +268,7 @@ def test_the_html_report_carries_the_tail_latency_section(rec: Recording, tmp_pa
     res = CliRunner().invoke(app, ["report", "--store", str(rec.store), "--format", "html", "-o", str(out)])
     assert res.exit_code == 0, res.output
     page = out.read_text()
-    q = run(rec.store, "select p99_ttft_s, n_slow from ttft_queueing where engine = 'vllm'").row(0, named=True)
+    q = ask(rec, "select p99_ttft_s, n_slow from ttft_queueing where engine = 'vllm'").row(0, named=True)
     assert "<a href='#tail-latency'>" in page and "<h2 id='tail-latency'>" in page
     section = page[page.index("<h2 id='tail-latency'>"):page.index("<h2>Instances</h2>")]
     assert f"<td>{q['p99_ttft_s']:.3g} s</td>" in section
@@ -321,7 +330,7 @@ def test_every_headline_figure_is_the_clients(rec: Recording, tmp_path) -> None:
     # the log's estimates are whole seconds apart from these
     assert p99_ttft != float(round(p99_ttft))
 
-    q = run(rec.store, "select ttft_source, n_requests, p99_ttft_s from ttft_queueing where engine = 'vllm'").row(0, named=True)
+    q = ask(rec, "select ttft_source, n_requests, p99_ttft_s from ttft_queueing where engine = 'vllm'").row(0, named=True)
     assert q["ttft_source"] == "client" and q["n_requests"] == len(ttfts)
     assert q["p99_ttft_s"] == pytest.approx(p99_ttft, abs=1e-6)
     # one window holding the whole run: its percentiles and the SLO signals' values

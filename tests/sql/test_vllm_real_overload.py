@@ -161,13 +161,21 @@ def test_no_results_file_is_an_instance(store) -> None:
     from servelens.pipeline.query.views import resolve_variables
     from servelens.pipeline.serve.snapshot import Exporter
 
+    from servelens.pipeline.query.connect import connect, run_on
+
     files = {f"bench-{p}" for p in PHASES}
-    for view in ("requests", "engine_stats", "windows", "window_metrics", "latency_percentiles", "ttft_queueing",
-                 "scaling_signals", "metric_series", "metric_snapshot", "calibration", "incident_summary"):
-        got = {r[0] for r in run(store, f"select distinct instance from {view}", rollups=False).rows()}
-        assert got <= {"vllm-cpu"}, (view, got)
-        # (calibration needs an autoscaler's decisions, which this run has none of)
-        assert got or view == "calibration", view
+    # every view derived from the events (no rollup), on one connection: the views read by
+    # several computed once (tests/sql/test_shared_views.py: the same answers)
+    con = connect(store, rollups=False, shared=True)
+    try:
+        for view in ("requests", "engine_stats", "windows", "window_metrics", "latency_percentiles", "ttft_queueing",
+                     "scaling_signals", "metric_series", "metric_snapshot", "calibration", "incident_summary"):
+            got = {r[0] for r in run_on(con, f"select distinct instance from {view}").rows()}
+            assert got <= {"vllm-cpu"}, (view, got)
+            # (calibration needs an autoscaler's decisions, which this run has none of)
+            assert got or view == "calibration", view
+    finally:
+        con.close()
     assert set(data.catalog(data.Settings(store=str(store)))["instance"].to_list()) == {"vllm-cpu"}
     report = CliRunner().invoke(app, ["report", "--store", str(store), "--format", "json"])
     assert report.exit_code == 0, report.output
