@@ -11,7 +11,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from tests.store.test_store_integrity import all_events, cli
+from tests.store.test_store_integrity import all_events, cli, ingest_once
 
 from servelens.pipeline import ingest as ingest_mod
 from servelens.pipeline.store.manifest import committed_parts, read_manifest
@@ -35,14 +35,7 @@ def built(tmp_path_factory) -> Path:
             dest = d / sub.replace("/", "_") / p.name
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_bytes(p.read_bytes())
-    (base / "cwd").mkdir()
-    with pytest.MonkeyPatch.context() as mp:
-        # outside the logs, as each test's working directory is: the sources keep their
-        # whole paths, and a test's re-ingest names them as this ingest did
-        mp.chdir(base / "cwd")
-        mp.setattr(ingest_mod, "FLUSH_ROWS", 700)  # several parts per file
-        r = cli("ingest", str(d), "--store", str(base / "store"), "-q")
-    assert r.exit_code == 0, r.output
+    ingest_once(d, base)
     return base
 
 

@@ -47,17 +47,21 @@ def built(tmp_path_factory) -> Path:
     of the store (`store`); the logs are only read."""
     base = tmp_path_factory.mktemp("integrity")
     logs = _write_logs(base / "logs")
+    ingest_once(logs, base)
+    return base
+
+
+def ingest_once(logs: Path, base: Path) -> None:
+    """`logs` ingested into `base`/store in many small commits (parts holding different byte
+    ranges of the same file), from a working directory outside the logs, as each test's is:
+    the sources keep their whole paths (a source under the working directory is named
+    relative to it), so a test's re-ingest names them as this ingest did."""
     (base / "cwd").mkdir()
     with pytest.MonkeyPatch.context() as mp:
-        # outside the logs, as each test's working directory is: the sources keep their
-        # whole paths (a source under the working directory is named relative to it), so a
-        # test's re-ingest names them as this ingest did
         mp.chdir(base / "cwd")
-        # many small commits, so that parts hold different byte ranges of the same file
         mp.setattr(ingest_mod, "FLUSH_ROWS", 700)
         r = cli("ingest", str(logs), "--store", str(base / "store"), "-q")
     assert r.exit_code == 0, r.output
-    return base
 
 
 @pytest.fixture
