@@ -60,8 +60,9 @@ def spark(tmp_path_factory):
         .config("spark.driver.memory", "2g")
         # a JVM living a minute on a few shared cores: the quick JIT tier alone and one GC
         # thread cost less CPU than optimising compiles and parallel collection save (the
-        # answers are the same)
-        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+        # answers are the same); that tier alone gets the small code cache of a JVM without
+        # tiers, which Spark's generated classes fill, so the tiered size is asked for
+        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m -XX:+UseSerialGC")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.jars.ivy", str(ivy))
