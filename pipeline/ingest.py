@@ -439,10 +439,8 @@ def _detect_beyond_head(path: Path, size: int, decode: tuple[str, ...]) -> tuple
             block = fp.read_range(path, start, start + DETECT_BYTES)
         except (OSError, EOFError):
             return best
-        lines = block.decode("utf-8", errors="replace").split("\n")[1:]  # the first is cut short
-        if start + len(block) < size:
-            lines = lines[:-1]  # and so is the last, but at the file's end
-        found = detect_engine(wrappers.decode_texts([ln.rstrip("\r") for ln in lines[:wrappers.SAMPLE_LINES]], decode))
+        # (the block's first line is cut short; head_sample leaves out its last)
+        found = detect_engine(wrappers.decode_texts(wrappers.head_sample(block)[1:], decode))
         if found[0] != "unknown" and (best is None or found[1] > best[1]):
             best = found
     return best

@@ -260,21 +260,27 @@ def _parse_streams(parser, view: pl.DataFrame, dec: pl.DataFrame, ctx) -> pl.Dat
     change = (runs != runs.shift(1)).fill_null(True)
     run_id = change.cum_sum()
     firsts = runs.filter(change).to_list()
+    # the engine of each stream, once per file (ctx state): None for the file's own
     known = ctx.state.setdefault("stream_engines", {})
     mixed = ctx.engine != "unknown" and not ctx.file.get("engine_explicit")
-    of_stream = {s: known.get(s) if s in known or not (mixed and s) else _stream_engine(s, view.filter(runs == s), ctx)
-                 for s in dict.fromkeys(firsts)}
+
+    def engine_of(stream: str) -> str | None:
+        if stream in known or not (mixed and stream):
+            return known.get(stream)
+        return _stream_engine(stream, view.filter(runs == stream)["text"], ctx.engine, known)
+
+    of_stream = {s: engine_of(s) for s in dict.fromkeys(firsts)}
     engines = [of_stream[s] for s in firsts]
     if len(firsts) <= 1 and engines[0] is None:
         return parser.parse(view, ctx)
+    from .. import get_parser
+
     parts = []
     for i, engine in enumerate(engines):
         sub = view.filter(run_id == i + 1)
         if engine is None:
             parts.append(parser.parse(sub, ctx))
         else:
-            from .. import get_parser
-
             parts.append(get_parser(engine).parse(sub, ctx).with_columns(pl.lit(engine, pl.String).alias("engine")))
     parts = [p for p in parts if p.height]
     if len(set(engines)) > 1:
@@ -305,26 +311,22 @@ def _same_times(parts: list[pl.DataFrame]) -> list[pl.DataFrame]:
     return out
 
 
-# the lines of a stream (in one block) its engine is decided on
-_STREAM_SAMPLE = 200
-
-
-def _stream_engine(stream: str, lines: pl.DataFrame, ctx) -> str | None:
+def _stream_engine(stream: str, text: pl.Series, file_engine: str, known: dict[str, str | None]) -> str | None:
     """The engine of one stream of a file holding several, when it is not the file's own
-    (None: the file's parser reads it). Decided once per stream, on its first lines that
-    name an engine."""
-    known = ctx.state["stream_engines"]
+    (None: the file's parser reads it), from its lines `text` in this block (at most a
+    detection sample of them). Kept in `known` once decided; a stream whose lines name no
+    engine yet is decided on a later block."""
     from .. import DETECT_THRESHOLD, detect_engine, get_parser
 
-    texts = lines["text"].head(_STREAM_SAMPLE).to_list()
+    texts = text.head(SAMPLE_LINES).to_list()
     # the file's own engine keeps every stream it recognises (lines several engines share,
     # such as uvicorn's, move nothing)
-    if float(get_parser(ctx.engine).detect(texts)) >= DETECT_THRESHOLD:
+    if float(get_parser(file_engine).detect(texts)) >= DETECT_THRESHOLD:
         known[stream] = None
         return None
     engine, _score = detect_engine(texts)
     if engine == "unknown":
-        return None  # decided on a later block of its lines, if they name one
+        return None
     known[stream] = engine
     return engine
 
