@@ -8,6 +8,7 @@ chunk boundaries (kept in `ctx.state`)."""
 
 from __future__ import annotations
 
+import calendar
 import datetime as dt
 from typing import TYPE_CHECKING
 
@@ -262,8 +263,7 @@ def _resolve_timestamps(events: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame
             # 29 February of a year without one (a wrong --year, or a year guessed from the
             # file's mtime): that line's own time is unknown, and it takes the time before it
             # (ts_inferred) instead of failing the whole chunk
-            no_such_day = (noyear.dt.month() == 2) & (noyear.dt.day() == 29) & ~(
-                (y % 4 == 0) & ((y % 100 != 0) | (y % 400 == 0)))
+            no_such_day = (noyear.dt.month() == 2) & (noyear.dt.day() == 29) & ~pl.date(y, 1, 1).dt.is_leap_year()
             from_noyear = pl.when(~no_such_day).then(pl.datetime(
                 y,
                 noyear.dt.month(),
@@ -298,7 +298,7 @@ def _year_shift(year: int, month: pl.Series, events: pl.DataFrame) -> pl.Expr | 
     built from its parts)."""
     if not dt.MINYEAR <= year <= dt.MAXYEAR:
         return None
-    leap = year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
+    leap = calendar.isleap(year)
     if not leap and events.select(
         ((pl.col("ts_noyear").dt.month() == 2) & (pl.col("ts_noyear").dt.day() == 29)).any()
     ).item():
