@@ -404,15 +404,45 @@ def load_views(
     keep = None if only is None else set(only)
     if keep is not None and not keep:  # a query that reads no view (`select 1`): no load order to compute
         return names
+    statements = []
     for path in sql_files(Path(sql_dir) if sql_dir is not None else None):
         name = view_name(path)
         if keep is not None and name not in keep:
             continue
         names.append(name)
-        try:
-            con.execute((overrides or {}).get(name) or view_sql(path))
-        except duckdb.Error as e:
-            raise RuntimeError(f"{path.name}: {e}") from e
-        if after is not None:
+        statements.append((name, path, (overrides or {}).get(name) or view_sql(path)))
+    _create_over_stubs(con, statements)
+    if after is not None:
+        for name in names:
             after(name)
     return names
+
+
+def _create_over_stubs(con: duckdb.DuckDBPyConnection, statements: list[tuple[str, Path, str]]) -> None:
+    """Create the views of `statements` (in load order), each bound over empty tables of the
+    views it reads rather than over their whole derivation.
+
+    DuckDB binds a view's query when it is created, and binding a reference to a view binds
+    that view's query again: a view near the top (`incident_summary`) reaches `requests` by a
+    dozen paths and each path is bound anew, so creating the views one over another costs
+    seconds on any store. Here each view is first created over empty tables standing in for
+    the views beneath it, then replaced by an empty table of its own columns (the stand-in
+    for the views above); then, from the top down, each stand-in is replaced by its view,
+    while the views it reads are still stand-ins. A query binds the real views beneath
+    (DuckDB checks that their columns have the types the view was created with: the
+    stand-ins were made from the same statements over stand-ins of the same types)."""
+    def run(path: Path, sql: str) -> None:
+        try:
+            con.execute(sql)
+        except duckdb.Error as e:
+            raise RuntimeError(f"{path.name}: {e}") from e
+
+    stub = '"servelens_view_columns"'
+    for name, path, sql in statements:
+        run(path, sql)
+        con.execute(f"create table {stub} as select * from \"{name}\" limit 0")
+        con.execute(f"drop view \"{name}\"")
+        con.execute(f"alter table {stub} rename to \"{name}\"")
+    for name, path, sql in reversed(statements):
+        con.execute(f"drop table \"{name}\"")
+        run(path, sql)
