@@ -99,10 +99,22 @@ def _values_sql(rows: tuple[tuple, ...]) -> str:
     return ",\n    ".join("(" + ", ".join(_sql_literal(v) for v in row) + ")" for row in rows)
 
 
+def _text(path: Path) -> str:
+    """A view file's text, read once per version of the file: every connection reads each
+    file's name and statement."""
+    st = path.stat()
+    return _read_text(path, st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=256)
+def _read_text(path: Path, mtime_ns: int, size: int) -> str:
+    return path.read_text(encoding="utf-8")
+
+
 def view_sql(path: Path) -> str:
     """The statement of a view file, with the engines' availability rows (parsers/engines/)
     written in where the file asks for them: what every reader of a view's SQL reads."""
-    text = path.read_text(encoding="utf-8")
+    text = _text(path)
     if AVAILABILITY_ROWS in text:
         text = text.replace(AVAILABILITY_ROWS, _values_sql(catalogue()))
     return text
@@ -110,7 +122,7 @@ def view_sql(path: Path) -> str:
 
 def view_name(path: Path) -> str:
     """The view a file defines; raises if the file is not one `create or replace view`."""
-    text = path.read_text(encoding="utf-8")
+    text = _text(path)
     names = _VIEW_RE.findall(text)
     if len(names) != 1:
         raise ValueError(f"{path.name}: expected exactly one `create or replace view`, found {len(names)}")
@@ -392,7 +404,9 @@ def load_views(
     `overrides`: view name -> the statement that creates it instead of its file (a view
     bound over a stored rollup, pipeline/query/rollups.py). `samples_bound`: the caller has
     bound `samples` (connect does), so no catalog query looks for it. `after(name)`: called
-    once each view is created, before the views that read it.
+    once each view is created, before the views that read it (a view it replaces by a table
+    makes the views above cheap to bind); without it, the views are created over stand-ins
+    (_create_over_stubs).
 
     `con` must already have an `events` table or view with the event schema. Returns the
     view names created."""
@@ -411,14 +425,26 @@ def load_views(
             continue
         names.append(name)
         statements.append((name, path, (overrides or {}).get(name) or view_sql(path)))
-    _create_over_stubs(con, statements)
     if after is not None:
-        for name in names:
+        for name, path, sql in statements:
+            _create(con, path, sql)
             after(name)
+        return names
+    reads = view_dependencies(Path(sql_dir) if sql_dir is not None else None)
+    _create_over_stubs(con, statements, {n: frozenset() if n in (overrides or {}) else reads.get(n, frozenset())
+                                         for n in names})
     return names
 
 
-def _create_over_stubs(con: duckdb.DuckDBPyConnection, statements: list[tuple[str, Path, str]]) -> None:
+def _create(con: duckdb.DuckDBPyConnection, path: Path, sql: str) -> None:
+    try:
+        con.execute(sql)
+    except duckdb.Error as e:
+        raise RuntimeError(f"{path.name}: {e}") from e
+
+
+def _create_over_stubs(con: duckdb.DuckDBPyConnection, statements: list[tuple[str, Path, str]],
+                       reads: Mapping[str, frozenset[str]]) -> None:
     """Create the views of `statements` (in load order), each bound over empty tables of the
     views it reads rather than over their whole derivation.
 
@@ -430,19 +456,21 @@ def _create_over_stubs(con: duckdb.DuckDBPyConnection, statements: list[tuple[st
     for the views above); then, from the top down, each stand-in is replaced by its view,
     while the views it reads are still stand-ins. A query binds the real views beneath
     (DuckDB checks that their columns have the types the view was created with: the
-    stand-ins were made from the same statements over stand-ins of the same types)."""
-    def run(path: Path, sql: str) -> None:
-        try:
-            con.execute(sql)
-        except duckdb.Error as e:
-            raise RuntimeError(f"{path.name}: {e}") from e
+    stand-ins were made from the same statements over stand-ins of the same types).
 
+    Only a view that reads views and is read by one needs a stand-in: one that reads none
+    costs its own statement wherever it is bound. `reads`: view -> the views it reads."""
+    created = {name for name, _, _ in statements}
+    read = {v for name in created for v in reads.get(name, ()) if v in created}
+    stood_in = {name for name in read if reads.get(name, frozenset()) & created}
     stub = '"servelens_view_columns"'
     for name, path, sql in statements:
-        run(path, sql)
-        con.execute(f"create table {stub} as select * from \"{name}\" limit 0")
-        con.execute(f"drop view \"{name}\"")
-        con.execute(f"alter table {stub} rename to \"{name}\"")
+        _create(con, path, sql)
+        if name in stood_in:
+            con.execute(f"create table {stub} as select * from \"{name}\" limit 0")
+            con.execute(f"drop view \"{name}\"")
+            con.execute(f"alter table {stub} rename to \"{name}\"")
     for name, path, sql in reversed(statements):
-        con.execute(f"drop table \"{name}\"")
-        run(path, sql)
+        if name in stood_in:
+            con.execute(f"drop table \"{name}\"")
+            _create(con, path, sql)
