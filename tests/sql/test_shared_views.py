@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
+import duckdb
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
@@ -17,7 +18,9 @@ from servelens.pipeline.ingest import ingest
 from servelens.pipeline.query.connect import connect
 from servelens.pipeline.query.connect import run
 from servelens.pipeline.query.shared import reads
-from servelens.pipeline.query.views import closure
+from servelens.pipeline.query.views import closure, load_views
+from servelens.pipeline.store.layout import read_parquet_sql
+from servelens.pipeline.store.manifest import committed_parts
 from servelens.pipeline.query.timerange import TimeRange
 
 REPO = Path(__file__).resolve().parents[2]
@@ -121,3 +124,36 @@ def test_shared_in_a_time_range(stores):
     # run's own path (the user's SQL) shares too, and answers the same
     got = run(store, "select * from window_metrics order by all", rollups=False, time_range=rng)
     assert_frame_equal(got, unshared["window_metrics"], check_exact=False, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def _bound(store: Path, stand_ins: bool) -> duckdb.DuckDBPyConnection:
+    """A plain connection with `events` over the store's parts and the views incident_summary
+    reads, created over stand-ins (load_views' default) or each over the real ones beneath (a
+    hook after each view keeps that order)."""
+    con = duckdb.connect()
+    con.execute(f"create view events as {read_parquet_sql([str(p) for p in committed_parts(store)], False)}")
+    load_views(con, only=closure(["incident_summary"]), after=None if stand_ins else (lambda name: None))
+    return con
+
+
+def test_views_created_over_stand_ins_are_the_views_created_in_order(stores):
+    store = stores["incident"]
+    over, plain = _bound(store, True), _bound(store, False)
+    try:
+        def catalog(con):
+            views = con.execute("select view_name from duckdb_views() where not internal order by 1").fetchall()
+            tables = con.execute("select table_name from duckdb_tables()").fetchall()
+            columns = con.execute("select table_name, column_name, data_type from duckdb_columns() "
+                                  "where not internal order by all").fetchall()
+            return views, tables, columns
+        views, tables, columns = catalog(over)
+        assert tables == []  # no stand-in is left behind
+        assert {v for (v,) in views} >= closure(["incident_summary"])
+        assert (views, tables, columns) == catalog(plain)
+        a = pl.from_arrow(over.sql("select * from incident_summary order by all").to_arrow_table())
+        b = pl.from_arrow(plain.sql("select * from incident_summary order by all").to_arrow_table())
+        assert a.height > 0
+        assert_frame_equal(a, b)
+    finally:
+        over.close()
+        plain.close()
