@@ -113,12 +113,16 @@ def sniff_export(texts: list[str], entry: str, marks: str) -> float:
     return float((one_line & has_entry & has_mark).mean()) if one_line.mean() > 0.5 else 1.0
 
 
-def decode_objects(df: pl.DataFrame, dtype: pl.Struct) -> pl.DataFrame:
+def decode_objects(df: pl.DataFrame, dtype: pl.Struct, envelope: tuple[str, ...] = ()) -> pl.DataFrame:
     """`join_objects`, then each object decoded into the struct column `_j` (null where a
     line is not a whole object: an export cut short leaves its text to the engine parser,
-    which keeps it as `unparsed`)."""
+    which keeps it as `unparsed`). `envelope`: the members down to the entries where the
+    export wraps them in an object (`{"events": [...]}`, `{"hits": {"hits": [...]}}`), which
+    a compact download puts on one line."""
     df = join_objects(df)
     df = _split_arrays(df, dtype)
+    if envelope:
+        df = _split_envelopes(df, dtype, envelope)
     obj = pl.col("text").str.starts_with("{")
     try:
         return df.with_columns(pl.when(obj).then(pl.col("text")).str.json_decode(dtype).alias("_j"))
@@ -148,6 +152,29 @@ def _split_arrays(df: pl.DataFrame, dtype: pl.Struct) -> pl.DataFrame:
     df = df.with_columns(pl.when(pl.col("_arr").list.len() > 0).then(pl.col("_arr"))).explode("_arr")
     one = pl.col("_arr").is_not_null()
     return df.with_columns(pl.when(one).then(pl.col("_arr").struct.json_encode()).otherwise(pl.col("text")).alias("text")).drop("_arr")
+
+
+def _split_envelopes(df: pl.DataFrame, dtype: pl.Struct, path: tuple[str, ...]) -> pl.DataFrame:
+    """A line holding a whole envelope object (`{"events": [{...}, ...], ...}`; `path`: the
+    members down to the entries' array) -> one line per entry, as _split_arrays does for a
+    bare array."""
+    env = pl.col("text").str.contains(f'^\\{{.*"{path[-1]}"\\s*:\\s*\\[.*\\}}\\s*$')
+    if df.height == 0 or not df.select(env.any()).item():
+        return df
+    shape: pl.DataType = pl.List(dtype)
+    for member in reversed(path):
+        shape = pl.Struct({member: shape})
+    try:
+        items = pl.when(env).then(pl.col("text")).str.json_decode(shape)
+        for member in path:
+            items = items.struct.field(member)
+        df = df.with_columns(items.alias("_arr"), env.alias("_env"))
+    except pl.exceptions.PolarsError:
+        return df  # a broken envelope stays one line: the engine parser keeps it as it is
+    # an envelope with no entry gives no line (the platform's, not the server's)
+    df = df.filter(~pl.col("_env") | (pl.col("_arr").list.len() > 0)).explode("_arr")
+    one = pl.col("_arr").is_not_null()
+    return df.with_columns(pl.when(one).then(pl.col("_arr").struct.json_encode()).otherwise(pl.col("text")).alias("text")).drop("_arr", "_env")
 
 
 def decode_one(text: str | None):

@@ -45,7 +45,7 @@ def sniff(texts: list[str]) -> float:
 
 def decode(df: pl.DataFrame) -> pl.DataFrame:
     fast = _members(df)
-    df = fast if fast is not None else _query_rows(decode_objects(df, _DTYPE))
+    df = fast if fast is not None else _query_rows(decode_objects(df, _DTYPE, envelope=("events",)))
     f = pl.col("_j").struct.field
     msg = pl.coalesce(f("message"), f("@message"))
     # an object of the envelope's own (filter-log-events' `searchedLogStreams`) is no event

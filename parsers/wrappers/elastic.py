@@ -53,7 +53,7 @@ def sniff(texts: list[str]) -> float:
 
 
 def decode(df: pl.DataFrame) -> pl.DataFrame:
-    df = decode_objects(df, _DTYPE)
+    df = decode_objects(df, _DTYPE, envelope=("hits", "hits"))
     j = pl.col("_j")
     # a hit's document is its `_source`; a bare document is itself
     s = pl.when(j.struct.field("_source").is_not_null()).then(j.struct.field("_source")).otherwise(pl.struct([j.struct.field(k) for k in _DOC]))

@@ -136,6 +136,14 @@ def gcloud_compact(es):
     return json.dumps(json.loads(gcloud_json(es)), separators=(",", ":"))
 
 
+def compact(writer):
+    """The same export saved on one line (`jq -c .`, an SDK's `json.dumps`)."""
+    def write(es):
+        return json.dumps(json.loads(writer(es)), separators=(",", ":"))
+    write.__name__ = writer.__name__ + "_compact"
+    return write
+
+
 def gcp_explorer_csv(es):
     head = ["insertId", "logName", "receiveTimestamp", "resource.labels.cluster_name", "resource.labels.container_name",
             "resource.labels.namespace_name", "resource.labels.pod_name", "resource.type", "severity", "textPayload", "timestamp"]
@@ -292,6 +300,10 @@ VARIANTS = {
     "gcp-explorer-csv": (gcp_explorer_csv, 1, True, True),
     "cw-filter-log-events": (cw_filter, 10**6, True, False),
     "cw-get-log-events": (cw_get, 10**6, False, False),
+    "cw-filter-log-events-one-line": (compact(cw_filter), 10**6, True, False),
+    "cw-get-log-events-one-line": (compact(cw_get), 10**6, False, False),
+    "datadog-json-one-line": (compact(lambda es: datadog_json(es)), 10**6, True, False),
+    "es-search-one-line": (compact(lambda es: es_search(es)), 10**6, True, False),
     "cw-get-query-results": (cw_query_results, 10**6, True, False),
     "cw-insights-csv": (cw_insights_csv, 10**6, True, True),
     "cw-insights-json": (cw_insights_json, 10**6, True, False),
