@@ -38,14 +38,15 @@ _KEYS = ["_lab_log_group", "_lab_log_stream"]
 
 
 def sniff(texts: list[str]) -> float:
-    if share(texts, _QUERY_ROW) > 0 and share(texts, r'^\s*"results"\s*:\s*\[') > 0:
+    # indented, or saved on one line (`{"results":[[{"field": ...`)
+    if share(texts, _QUERY_ROW) > 0 and share(texts, r'^\s*(?:\{\s*)?"results"\s*:\s*\[') > 0:
         return 1.0
     return sniff_export(texts, "@?message", "ingestionTime|eventId|logStreamName|@timestamp|@logStream|nextForwardToken|searchedLogStreams")
 
 
 def decode(df: pl.DataFrame) -> pl.DataFrame:
     fast = _members(df)
-    df = fast if fast is not None else _query_rows(decode_objects(df, _DTYPE, envelope=("events",)))
+    df = fast if fast is not None else _query_rows(decode_objects(_compact_results(df), _DTYPE, envelope=("events",)))
     f = pl.col("_j").struct.field
     msg = pl.coalesce(f("message"), f("@message"))
     # an object of the envelope's own (filter-log-events' `searchedLogStreams`) is no event
@@ -71,6 +72,28 @@ def k8s_of_streams(df: pl.DataFrame, stream: pl.Expr) -> list[pl.Series]:
     table = names.unique().drop_nulls().with_columns(pl.col("_s").str.extract_groups(K8S_STREAM).alias("_k"))
     k = names.join(table, on="_s", how="left", maintain_order="left")["_k"]
     return [k.struct.field(g).alias(f"_lab_{v}") for g, v in (("pod", "pod"), ("ns", "namespace"), ("ctr", "container"))]
+
+
+_PAIR = pl.Struct({"field": pl.String, "value": pl.String})
+
+
+def _compact_results(df: pl.DataFrame) -> pl.DataFrame:
+    """`aws logs get-query-results` saved on one line (`{"results":[[{"field","value"},...],...]}`)
+    -> one line per row, the row an object `{"@timestamp": ..., "@message": ..., ...}`."""
+    whole = pl.col("text").str.contains(r'^\{.*"results"\s*:\s*\[\s*\[.*\}\s*$')
+    if df.height == 0 or not df.select(whole.any()).item():
+        return df
+    try:
+        rows = pl.when(whole).then(pl.col("text")).str.json_decode(pl.Struct({"results": pl.List(pl.List(_PAIR))}))
+        df = df.with_columns(rows.struct.field("results").alias("_rows"), whole.alias("_whole"))
+    except pl.exceptions.PolarsError:
+        return df  # a broken response stays one line: the engine parser keeps it as it is
+    df = df.filter(~pl.col("_whole") | (pl.col("_rows").list.len() > 0)).explode("_rows")
+    # each pair as `"<field>":<value as JSON>` (the struct's JSON with its key cut off)
+    member = pl.element().struct.field("field").pipe(lambda f: pl.struct(f.alias("k")).struct.json_encode().str.slice(5).str.strip_suffix("}")) \
+        + pl.lit(":") + pl.struct(pl.element().struct.field("value").alias("v")).struct.json_encode().str.slice(5).str.strip_suffix("}")
+    obj = pl.lit("{") + pl.col("_rows").list.eval(member).list.join(",") + pl.lit("}")
+    return df.with_columns(pl.when(pl.col("_rows").is_not_null()).then(obj).otherwise(pl.col("text")).alias("text")).drop("_rows", "_whole")
 
 
 def _query_rows(df: pl.DataFrame) -> pl.DataFrame:

@@ -302,6 +302,7 @@ VARIANTS = {
     "cw-get-log-events": (cw_get, 10**6, False, False),
     "cw-filter-log-events-one-line": (compact(cw_filter), 10**6, True, False),
     "cw-get-log-events-one-line": (compact(cw_get), 10**6, False, False),
+    "cw-get-query-results-one-line": (compact(lambda es: cw_query_results(es)), 10**6, True, False),
     "datadog-json-one-line": (compact(lambda es: datadog_json(es)), 10**6, True, False),
     "es-search-one-line": (compact(lambda es: es_search(es)), 10**6, True, False),
     "cw-get-query-results": (cw_query_results, 10**6, True, False),
