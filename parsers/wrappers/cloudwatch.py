@@ -77,6 +77,12 @@ def k8s_of_streams(df: pl.DataFrame, stream: pl.Expr) -> list[pl.Series]:
 _PAIR = pl.Struct({"field": pl.String, "value": pl.String})
 
 
+def _json(value: pl.Expr) -> pl.Expr:
+    """A string as its JSON literal: the JSON of a one-member struct `{"v":...}` with the
+    key and the braces cut off."""
+    return pl.struct(value.alias("v")).struct.json_encode().str.slice(5).str.strip_suffix("}")
+
+
 def _compact_results(df: pl.DataFrame) -> pl.DataFrame:
     """`aws logs get-query-results` saved on one line (`{"results":[[{"field","value"},...],...]}`)
     -> one line per row, the row an object `{"@timestamp": ..., "@message": ..., ...}`."""
@@ -89,9 +95,8 @@ def _compact_results(df: pl.DataFrame) -> pl.DataFrame:
     except pl.exceptions.PolarsError:
         return df  # a broken response stays one line: the engine parser keeps it as it is
     df = df.filter(~pl.col("_whole") | (pl.col("_rows").list.len() > 0)).explode("_rows")
-    # each pair as `"<field>":<value as JSON>` (the struct's JSON with its key cut off)
-    member = pl.element().struct.field("field").pipe(lambda f: pl.struct(f.alias("k")).struct.json_encode().str.slice(5).str.strip_suffix("}")) \
-        + pl.lit(":") + pl.struct(pl.element().struct.field("value").alias("v")).struct.json_encode().str.slice(5).str.strip_suffix("}")
+    pair = pl.element().struct.field
+    member = _json(pair("field")) + pl.lit(":") + _json(pair("value"))
     obj = pl.lit("{") + pl.col("_rows").list.eval(member).list.join(",") + pl.lit("}")
     return df.with_columns(pl.when(pl.col("_rows").is_not_null()).then(obj).otherwise(pl.col("text")).alias("text")).drop("_rows", "_whole")
 
@@ -104,8 +109,8 @@ def _query_rows(df: pl.DataFrame) -> pl.DataFrame:
         return df
     pair = f("field").is_not_null()
     # each pair as `,"<field>":<value as JSON>`, joined per row, read again as one object
-    member = pl.struct(f("value").alias("v")).struct.json_encode().str.slice(5).str.strip_suffix("}")
-    key = pl.struct(f("field").alias("k")).struct.json_encode().str.slice(5).str.strip_suffix("}")
+    member = _json(f("value"))
+    key = _json(f("field"))
     df = df.with_columns(pl.when(pair).then(pl.lit(",") + key + pl.lit(":") + member).otherwise(pl.col("text")).alias("text"))
     ends = ~pair | (f("field") == "@ptr") | ~pair.shift(-1).fill_null(False)
     df = join_fragments(df.with_columns(ends.alias("_qend")).drop("_j"), pl.col("_qend")).drop("_qend", strict=False)
