@@ -120,9 +120,9 @@ def decode_objects(df: pl.DataFrame, dtype: pl.Struct, envelope: tuple[str, ...]
     export wraps them in an object (`{"events": [...]}`, `{"hits": {"hits": [...]}}`), which
     a compact download puts on one line."""
     df = join_objects(df)
-    df = _split_arrays(df, dtype)
+    df = _split_whole(df, dtype)
     if envelope:
-        df = _split_envelopes(df, dtype, envelope)
+        df = _split_whole(df, dtype, envelope)
     obj = pl.col("text").str.starts_with("{")
     try:
         return df.with_columns(pl.when(obj).then(pl.col("text")).str.json_decode(dtype).alias("_j"))
@@ -138,43 +138,39 @@ def decode_objects(df: pl.DataFrame, dtype: pl.Struct, envelope: tuple[str, ...]
 _ARRAY = r"^\[\s*\{.*\}\s*\]$"
 
 
-def _split_arrays(df: pl.DataFrame, dtype: pl.Struct) -> pl.DataFrame:
-    """A line holding a whole array of objects -> one line per object (each keeps the
-    array's line number), each object's text its JSON."""
-    arr = pl.col("text").str.contains(_ARRAY)
-    if df.height == 0 or not df.select(arr.any()).item():
-        return df
-    try:
-        items = pl.when(arr).then(pl.col("text")).str.json_decode(pl.List(dtype))
-        df = df.with_columns(items.alias("_arr"))
-    except pl.exceptions.PolarsError:
-        return df  # a broken array stays one line: the engine parser keeps it as it is
-    df = df.with_columns(pl.when(pl.col("_arr").list.len() > 0).then(pl.col("_arr"))).explode("_arr")
-    one = pl.col("_arr").is_not_null()
-    return df.with_columns(pl.when(one).then(pl.col("_arr").struct.json_encode()).otherwise(pl.col("text")).alias("text")).drop("_arr")
-
-
-def _split_envelopes(df: pl.DataFrame, dtype: pl.Struct, path: tuple[str, ...]) -> pl.DataFrame:
-    """A line holding a whole envelope object (`{"events": [{...}, ...], ...}`; `path`: the
-    members down to the entries' array) -> one line per entry, as _split_arrays does for a
-    bare array."""
-    env = pl.col("text").str.contains(f'^\\{{.*"{path[-1]}"\\s*:\\s*\\[.*\\}}\\s*$')
-    if df.height == 0 or not df.select(env.any()).item():
-        return df
-    shape: pl.DataType = pl.List(dtype)
+def explode_whole(df: pl.DataFrame, pattern: str, item: pl.DataType, path: tuple[str, ...] = ()) -> pl.DataFrame | None:
+    """The lines matching `pattern` (a whole JSON value on one line) decoded, followed down
+    the members `path` to a list of `item`, and exploded: one row per item, in `_item` (null
+    on the other lines, which stay as they are). A value with no item gives no row (the
+    platform's envelope, not the server's). None where no line matches or the value cannot
+    be decoded: the lines then stay whole, and the engine parser keeps them as they are."""
+    whole = pl.col("text").str.contains(pattern)
+    if df.height == 0 or not df.select(whole.any()).item():
+        return None
+    shape: pl.DataType = pl.List(item)
     for member in reversed(path):
         shape = pl.Struct({member: shape})
     try:
-        items = pl.when(env).then(pl.col("text")).str.json_decode(shape)
+        items = pl.when(whole).then(pl.col("text")).str.json_decode(shape)
         for member in path:
             items = items.struct.field(member)
-        df = df.with_columns(items.alias("_arr"), env.alias("_env"))
+        df = df.with_columns(items.alias("_item"), whole.alias("_whole"))
     except pl.exceptions.PolarsError:
-        return df  # a broken envelope stays one line: the engine parser keeps it as it is
-    # an envelope with no entry gives no line (the platform's, not the server's)
-    df = df.filter(~pl.col("_env") | (pl.col("_arr").list.len() > 0)).explode("_arr")
-    one = pl.col("_arr").is_not_null()
-    return df.with_columns(pl.when(one).then(pl.col("_arr").struct.json_encode()).otherwise(pl.col("text")).alias("text")).drop("_arr", "_env")
+        return None
+    empty = (pl.col("_item").list.len() == 0).fill_null(False)
+    return df.filter(~(pl.col("_whole") & empty)).explode("_item").drop("_whole")
+
+
+def _split_whole(df: pl.DataFrame, dtype: pl.Struct, envelope: tuple[str, ...] = ()) -> pl.DataFrame:
+    """A line holding a whole array of objects, or (`envelope`: the members down to it) an
+    envelope object around one -> one line per object (each keeps the line's number), each
+    object's text its JSON."""
+    pattern = f'^\\{{.*"{envelope[-1]}"\\s*:\\s*\\[.*\\}}\\s*$' if envelope else _ARRAY
+    out = explode_whole(df, pattern, dtype, envelope)
+    if out is None:
+        return df
+    one = pl.col("_item").is_not_null()
+    return out.with_columns(pl.when(one).then(pl.col("_item").struct.json_encode()).otherwise(pl.col("text")).alias("text")).drop("_item")
 
 
 def decode_one(text: str | None):

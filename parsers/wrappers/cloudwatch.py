@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ._export import Entries, decode_objects, sniff_export, time_order
+from ._export import Entries, decode_objects, explode_whole, sniff_export, time_order
 from ._frame import WTS, join_fragments, set_time, share
 
 NAME = "cloudwatch"
@@ -86,19 +86,13 @@ def _json(value: pl.Expr) -> pl.Expr:
 def _compact_results(df: pl.DataFrame) -> pl.DataFrame:
     """`aws logs get-query-results` saved on one line (`{"results":[[{"field","value"},...],...]}`)
     -> one line per row, the row an object `{"@timestamp": ..., "@message": ..., ...}`."""
-    whole = pl.col("text").str.contains(r'^\{.*"results"\s*:\s*\[\s*\[.*\}\s*$')
-    if df.height == 0 or not df.select(whole.any()).item():
+    out = explode_whole(df, r'^\{.*"results"\s*:\s*\[\s*\[.*\}\s*$', pl.List(_PAIR), ("results",))
+    if out is None:
         return df
-    try:
-        rows = pl.when(whole).then(pl.col("text")).str.json_decode(pl.Struct({"results": pl.List(pl.List(_PAIR))}))
-        df = df.with_columns(rows.struct.field("results").alias("_rows"), whole.alias("_whole"))
-    except pl.exceptions.PolarsError:
-        return df  # a broken response stays one line: the engine parser keeps it as it is
-    df = df.filter(~pl.col("_whole") | (pl.col("_rows").list.len() > 0)).explode("_rows")
     pair = pl.element().struct.field
     member = _json(pair("field")) + pl.lit(":") + _json(pair("value"))
-    obj = pl.lit("{") + pl.col("_rows").list.eval(member).list.join(",") + pl.lit("}")
-    return df.with_columns(pl.when(pl.col("_rows").is_not_null()).then(obj).otherwise(pl.col("text")).alias("text")).drop("_rows", "_whole")
+    obj = pl.lit("{") + pl.col("_item").list.eval(member).list.join(",") + pl.lit("}")
+    return out.with_columns(pl.when(pl.col("_item").is_not_null()).then(obj).otherwise(pl.col("text")).alias("text")).drop("_item")
 
 
 def _query_rows(df: pl.DataFrame) -> pl.DataFrame:
