@@ -129,7 +129,7 @@ def decode_objects(df: pl.DataFrame, dtype: pl.Struct, envelope: tuple[str, ...]
     except pl.exceptions.PolarsError:
         # some object is broken: only then one object at a time, the broken one labelled
         # with why it is left to the engine parser
-        df = df.with_columns(pl.col("text").map_elements(decode_one, return_dtype=dtype).alias("_j"))
+        df = df.with_columns(pl.col("text").map_elements(decoder(dtype), return_dtype=dtype).alias("_j"))
         broken = obj & pl.col("_j").is_null()
         return df.with_columns(pl.when(broken).then(pl.lit("not a whole JSON object (the export cut short?)")).alias("_lab_decode_error"))
 
@@ -180,6 +180,39 @@ def decode_one(text: str | None):
         return json.loads(text)
     except ValueError:
         return None
+
+
+def decoder(dtype: pl.DataType):
+    """One object's text -> its value in the shape of `dtype` (None where it is no whole
+    object), for the lines a whole column's decode refused: a member of another type than
+    the platform's usual one (a shipper's `log` object where another's is a string) is left
+    out rather than failing the file."""
+    def decode(text: str | None):
+        return fit(decode_one(text), dtype)
+    return decode
+
+
+def fit(value, dtype: pl.DataType):
+    """`value` (decoded JSON) as `dtype` holds it: a member of another type becomes null."""
+    if value is None:
+        return None
+    if isinstance(dtype, pl.Struct):
+        if not isinstance(value, dict):
+            return None
+        return {f.name: fit(value.get(f.name), f.dtype) for f in dtype.fields}
+    if isinstance(dtype, pl.List):
+        return [fit(v, dtype.inner) for v in value] if isinstance(value, list) else None
+    if dtype == pl.String:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+        return value if isinstance(value, str) else None
+    if dtype.is_integer():
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+    if dtype.is_float():
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    if dtype == pl.Boolean:
+        return value if isinstance(value, bool) else None
+    return None
 
 
 def time_order(df: pl.DataFrame, keys: list[str]) -> pl.DataFrame:

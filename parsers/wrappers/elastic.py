@@ -25,14 +25,20 @@ DOC = "Elasticsearch / OpenSearch `_source` NDJSON, hits, indented search respon
 JOINS = True
 
 _NAME = pl.Struct({"name": pl.String})
+# members whose type depends on the shipper, renamed before the decode so one type holds
+# each: `log` is Fluent Bit's line but ECS's object (`log.file.path`, `log.level`: Filebeat,
+# Elastic Agent); `host` is ECS's object but a string for Logstash, Fluentd and Fluent Bit's
+# `kubernetes.host`
+_LOG_OBJECT, _HOST_TEXT = "servelens.log_object", "servelens.host_text"
+_RENAMES = ((r'"log"(\s*:\s*\{)', '"' + _LOG_OBJECT + '"$1'), (r'"host"(\s*:\s*")', '"' + _HOST_TEXT + '"$1'))
 _K8S = pl.Struct({
     "pod": _NAME, "container": _NAME, "node": _NAME, "namespace": pl.String,
-    "pod_name": pl.String, "namespace_name": pl.String, "container_name": pl.String, "host": pl.String,
+    "pod_name": pl.String, "namespace_name": pl.String, "container_name": pl.String, _HOST_TEXT: pl.String,
 })
 _DOC = {"@timestamp": pl.String, "message": pl.String, "log": pl.String, "stream": pl.String,
-        "kubernetes": _K8S, "host": _NAME}
+        "kubernetes": _K8S, "host": _NAME, _HOST_TEXT: pl.String}
 _DTYPE = pl.Struct({**_DOC, "_source": pl.Struct(_DOC)})
-_KEYS = ["_lab_namespace", "_lab_pod", "_lab_container"]
+_KEYS = ["_lab_namespace", "_lab_pod", "_lab_container", "_lab_host"]
 # a document's own marks besides its time: Elastic's metadata or a shipper's fields
 _MARKS = r'"(?:_source|_index|kubernetes|ecs|agent|host|input|fields)"\s*:'
 
@@ -53,6 +59,9 @@ def sniff(texts: list[str]) -> float:
 
 
 def decode(df: pl.DataFrame) -> pl.DataFrame:
+    for pattern, to in _RENAMES:
+        if df.height and df.select(pl.col("text").str.contains(pattern).any()).item():
+            df = df.with_columns(pl.col("text").str.replace_all(pattern, to))
     df = decode_objects(df, _DTYPE, envelope=("hits", "hits"))
     j = pl.col("_j")
     # a hit's document is its `_source`; a bare document is itself
@@ -67,8 +76,8 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
         pl.coalesce(k("pod").struct.field("name"), k("pod_name")).alias("_lab_pod"),
         pl.coalesce(k("namespace"), k("namespace_name")).alias("_lab_namespace"),
         pl.coalesce(k("container").struct.field("name"), k("container_name")).alias("_lab_container"),
-        pl.coalesce(k("node").struct.field("name"), k("host")).alias("_lab_node"),
-        f("host").struct.field("name").alias("_lab_host"),
+        pl.coalesce(k("node").struct.field("name"), k(_HOST_TEXT)).alias("_lab_node"),
+        pl.coalesce(f("host").struct.field("name"), f(_HOST_TEXT)).alias("_lab_host"),
         pl.coalesce(pl.col("_stream"), f("stream")).alias("_stream"),
     ).drop("_j", "_d", strict=False)
     return time_order(df, _KEYS)

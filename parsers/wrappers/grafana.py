@@ -24,7 +24,7 @@ from ._export import time_order
 from ._frame import WTS, rfc3339_ns, set_time, share
 
 NAME = "grafana-explore"
-DOC = "Grafana Explore \"Download logs\" text (`<ms>\\t<ISO time>\\t<line>` after the common labels) and JSON (`[{\"line\",\"timestamp\",\"date\",\"fields\"}]`): time (ms text, ns JSON); labels `pod`, `container`, `namespace`, `node`, `job`, `app`; newest first put back in time order per stream"
+DOC = "Grafana Explore \"Download logs\" text (`<ms>\\t<ISO time>\\t<line>` after the common labels) and JSON (`[{\"line\",\"timestamp\",\"date\",\"fields\"}]`): time (ms text, ns JSON); labels `pod`, `container`, `namespace`, `node`, `job`, `app`, `host`; newest first put back in time order per stream"
 JOINS = False
 
 _ROW = r"^(?P<_ms>[0-9]{10,16})\t(?P<_iso>[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z)\t"
@@ -32,9 +32,10 @@ _OLD = r"^(?P<_old>[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{
 _JSON = r'^\[\{"line"\s*:'
 _META = r'^[A-Z][A-Za-z ]*: (?:\{.*\}|".*"|[0-9.]+)$'
 _LABELS = {"pod": "pod", "container": "container", "namespace": "namespace", "node_name": "node", "job": "job", "app": "app",
-           "k8s_pod_name": "pod", "k8s_container_name": "container", "k8s_namespace_name": "namespace"}
+           "k8s_pod_name": "pod", "k8s_container_name": "container", "k8s_namespace_name": "namespace",
+           "host": "host", "hostname": "host", "instance": "host"}
 _DTYPE = pl.List(pl.Struct({"line": pl.String, "timestamp": pl.String, "fields": pl.Struct({k: pl.String for k in _LABELS})}))
-_KEYS = ["_lab_namespace", "_lab_pod", "_lab_container", "_lab_job"]
+_KEYS = ["_lab_namespace", "_lab_pod", "_lab_container", "_lab_job", "_lab_host"]
 
 
 def sniff(texts: list[str]) -> float:
@@ -135,9 +136,9 @@ def _entries(df: pl.DataFrame) -> pl.DataFrame:
     try:
         df = df.with_columns(pl.col("_p").str.json_decode(_DTYPE.inner).alias("_j"))
     except pl.exceptions.PolarsError:
-        from ._export import decode_one
+        from ._export import decoder
 
-        df = df.with_columns(pl.col("_p").map_elements(decode_one, return_dtype=_DTYPE.inner).alias("_j"))
+        df = df.with_columns(pl.col("_p").map_elements(decoder(_DTYPE.inner), return_dtype=_DTYPE.inner).alias("_j"))
     # an entry that is no whole object keeps its text (the engine parser keeps it unparsed);
     # the last one is unfinished (a head read for detection, or a download cut short)
     broken = pl.col("_p").is_not_null() & pl.col("_j").is_null()

@@ -17,7 +17,7 @@ from ._export import time_order
 from ._frame import WTS, set_time, share
 
 NAME = "otlp"
-DOC = "OpenTelemetry Collector file exporter (OTLP JSON `resourceLogs` > `scopeLogs` > `logRecords`): `body.stringValue`, `timeUnixNano`; labels `pod`, `container`, `namespace`, `node`, `service` from the resource attributes"
+DOC = "OpenTelemetry Collector file exporter (OTLP JSON `resourceLogs` > `scopeLogs` > `logRecords`): `body.stringValue`, `timeUnixNano`; labels `pod`, `container`, `namespace`, `node`, `service`, `host` from the resource attributes"
 JOINS = True
 
 _HINT = r'^\{"resourceLogs"\s*:'
@@ -28,8 +28,8 @@ _DTYPE = pl.Struct({"resourceLogs": pl.List(pl.Struct({
     "scopeLogs": pl.List(pl.Struct({"logRecords": pl.List(_RECORD)})),
 }))})
 _ATTRS = {"k8s.pod.name": "pod", "k8s.container.name": "container", "k8s.namespace.name": "namespace",
-          "k8s.node.name": "node", "service.name": "service"}
-_KEYS = ["_lab_namespace", "_lab_pod", "_lab_container", "_lab_service"]
+          "k8s.node.name": "node", "service.name": "service", "host.name": "host"}
+_KEYS = ["_lab_namespace", "_lab_pod", "_lab_container", "_lab_service", "_lab_host"]
 
 
 def sniff(texts: list[str]) -> float:
@@ -41,9 +41,9 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
     try:
         df = df.with_columns(pl.when(ours).then(pl.col("text")).str.json_decode(_DTYPE).alias("_j"))
     except pl.exceptions.PolarsError:
-        from ._export import decode_one
+        from ._export import decoder
 
-        df = df.with_columns(pl.col("text").map_elements(decode_one, return_dtype=_DTYPE).alias("_j"))
+        df = df.with_columns(pl.col("text").map_elements(decoder(_DTYPE), return_dtype=_DTYPE).alias("_j"))
         df = df.with_columns(pl.when(ours & pl.col("_j").is_null()).then(pl.lit("not a whole JSON object (the export cut short?)"))
                              .alias("_lab_decode_error"))
     # one row per resource, then per scope, then per record; a line that is no batch stays
