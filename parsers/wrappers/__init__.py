@@ -199,18 +199,30 @@ class DecodedParser:
         # a parser that anchors the engine's own relative clock on the wrapper's times reads them
         wts = [pl.col("_wts").alias("wrapper_ts")] if getattr(self.parser, "WANTS_WRAPPER_TS", False) else []
         view = dec.select(pl.int_range(first, first + dec.height, dtype=pl.Int64).alias("line"), "text", *wts)
-        events = _parse_streams(self.parser, view, dec, ctx)
+        export = any(_base(n) in INSTANCE_LAYERS for n in self.layers)
+        events = _parse_streams(self.parser, view, dec, ctx, STREAM_LABELS + (("_lab_host",) if export else ()))
         if events.height == 0:
             return events
-        # a platform's export names the pod of each entry: one instance per pod, unless the
-        # user named the file's instance (`--instance`)
-        by_pod = "_lab_pod" in dec.columns and not ctx.file.get("instance_explicit") and any(
-            _base(n) in POD_INSTANCE_LAYERS for n in self.layers)
-        return apply_wrapper(events, dec, first, joined, self.labels, by_pod)
+        # a platform's export names the server of each entry: one instance per server, unless
+        # the user named the file's instance (`--instance`)
+        by_server = export and not ctx.file.get("instance_explicit")
+        return apply_wrapper(events, dec, first, joined, self.labels, export, by_server)
 
 
-# the platform exports whose pod label names the instance of each entry
-POD_INSTANCE_LAYERS = frozenset({"gcp-logging", "gcp-logging-yaml", "cloudwatch", "loki", "otlp", "csv-export", "datadog", "elastic", "grafana-explore", "kubectl-prefix"})
+# the platform exports whose labels name the server (the instance) of each entry
+INSTANCE_LAYERS = frozenset({"gcp-logging", "gcp-logging-yaml", "cloudwatch", "loki", "otlp", "csv-export", "datadog", "elastic", "grafana-explore", "kubectl-prefix"})
+
+# the labels naming an entry's server, the first present wins: a Kubernetes pod; else a
+# CloudWatch log stream (an ECS task's `<prefix>/<container>/<task id>`, an EC2 instance's
+# `i-...`); else the host (the Datadog Agent's, Filebeat's `host.name`, an OpenTelemetry
+# resource's, a Loki stream's, a Compute Engine VM's name)
+SERVER_LABELS = ("_lab_pod", "_lab_log_stream", "_lab_host")
+
+
+def server_of(dec: pl.DataFrame) -> pl.Expr:
+    """The name of each decoded line's server (SERVER_LABELS; null where none is named)."""
+    named = [pl.col(c) for c in SERVER_LABELS if c in dec.columns]
+    return pl.coalesce(named) if named else pl.lit(None, pl.String)
 
 # downloads a platform writes whole (a JSON download often ends without a newline): never a
 # live file whose last line is still being written
@@ -246,12 +258,13 @@ def block_scale(layers: tuple[str, ...] | list[str], head: bytes) -> float:
 STREAM_LABELS = ("_lab_namespace", "_lab_pod", "_lab_container", "_lab_log_group", "_lab_log_stream")
 
 
-def _parse_streams(parser, view: pl.DataFrame, dec: pl.DataFrame, ctx) -> pl.DataFrame:
+def _parse_streams(parser, view: pl.DataFrame, dec: pl.DataFrame, ctx, labels: tuple[str, ...] = STREAM_LABELS) -> pl.DataFrame:
     """The engine parser over `view`, once per run of one stream's lines when the decoded
-    lines name several (a record never joins lines of two servers). A stream whose lines are
-    another engine's (one export of a namespace serving with several) goes to that engine's
-    parser, found from its first lines and kept for the file."""
-    keys = [c for c in STREAM_LABELS if c in dec.columns]
+    lines name several (`labels`: the columns naming a stream; a record never joins lines of
+    two servers). A stream whose lines are another engine's (one export of a namespace
+    serving with several) goes to that engine's parser, found from its first lines and kept
+    for the file."""
+    keys = [c for c in labels if c in dec.columns]
     if not keys:
         return parser.parse(view, ctx)
     name = pl.concat_str([pl.col(k).fill_null("") for k in keys], separator="\x1f")
@@ -332,7 +345,7 @@ def _stream_engine(stream: str, text: pl.Series, file_engine: str, known: dict[s
 
 
 def apply_wrapper(events: pl.DataFrame, dec: pl.DataFrame, first: int, joined: bool, labels: dict[str, str],
-                  by_pod: bool = False) -> pl.DataFrame:
+                  export: bool = False, by_server: bool = False) -> pl.DataFrame:
     """Give each event its line's wrapper columns, the wrapper's time where it is finer than
     the engine's, and (when fragments were joined) spans over physical lines."""
     idx = (events["line"] - first).cast(pl.Int64)
@@ -348,13 +361,15 @@ def apply_wrapper(events: pl.DataFrame, dec: pl.DataFrame, first: int, joined: b
         cols["_wts"].alias("wrapper_ts"), cols["_stream"].alias("stream"), cols["_labels"].alias("labels"),
         cols["_pre"].alias("_pre"),
     )
-    if "_lab_pod" in dec.columns:
-        # (a value carried from line to line, the model, is carried within each pod)
-        events = events.with_columns(dec["_lab_pod"].gather(idx).alias("_carry_by"))
-    if by_pod:
-        pod = dec["_lab_pod"].gather(idx)
-        own = events["instance"] if "instance" in events.columns else pl.Series([None] * events.height, dtype=pl.String)
-        events = events.with_columns(pl.coalesce(pod, own).alias("instance"))
+    if export and any(c in dec.columns for c in SERVER_LABELS):
+        # (a line naming no server, such as an entry whose labels could not be read, is the
+        # server's of the line before it, as its stream is)
+        server = dec.select(server_of(dec).forward_fill().alias("_server"))["_server"].gather(idx)
+        # (a value carried from line to line, the model, is carried within each server)
+        events = events.with_columns(server.alias("_carry_by"))
+        if by_server:
+            own = events["instance"] if "instance" in events.columns else pl.Series([None] * events.height, dtype=pl.String)
+            events = events.with_columns(pl.coalesce(server, own).alias("instance"))
     if joined:
         phys = dec["line"].cast(pl.Int64)
         ends = (phys + dec["_n"].cast(pl.Int64))

@@ -50,7 +50,7 @@ ROLES: dict[str, tuple[str, ...]] = {
     "log_group": ("@log", "loggroupname", "log_group"),
     "severity": ("severity", "status", "log.level", "level"),
 }
-_KEYS = ["_lab_namespace", "_lab_pod", "_lab_container", "_lab_log_group", "_lab_log_stream"]
+_KEYS = ["_lab_namespace", "_lab_pod", "_lab_container", "_lab_log_group", "_lab_log_stream", "_lab_host"]
 # a time as the first field of a row (quoted or not), in the forms the platforms print; the
 # space-separated form needs its fraction so that a Python logging line (`... 14:23:45,123`)
 # inside a message is never taken for a row

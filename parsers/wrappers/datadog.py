@@ -28,7 +28,7 @@ _ATTRS = pl.Struct({"message": pl.String, "timestamp": pl.String, "host": pl.Str
 _LOG = pl.Struct({"attributes": _ATTRS, "type": pl.String})
 _DTYPE = pl.Struct({"attributes": _ATTRS, "type": pl.String, "data": pl.List(_LOG)})
 _TAGS = {"pod_name": "pod", "kube_namespace": "namespace", "kube_container_name": "container"}
-_KEYS = ["_lab_namespace", "_lab_pod", "_lab_container"]
+_KEYS = ["_lab_namespace", "_lab_pod", "_lab_container", "_lab_host"]
 
 
 def sniff(texts: list[str]) -> float:

@@ -20,19 +20,23 @@ from ._export import indent_of, decode_objects, sniff_export, time_order
 from ._frame import rfc3339_ns_of, set_time
 
 NAME = "gcp-logging"
-DOC = "Google Cloud Logging JSON (`gcloud logging read --format=json`, Logs Explorer download, one LogEntry per line): `textPayload` / `jsonPayload.message`, `timestamp` (ns); labels `pod`, `container`, `namespace`, `node`, `cluster`, `severity`; newest-first put back in time order per pod"
+DOC = "Google Cloud Logging JSON (`gcloud logging read --format=json`, Logs Explorer download, one LogEntry per line): `textPayload` / `jsonPayload.message`, `timestamp` (ns); labels `pod`, `container`, `namespace`, `node`, `cluster`, `severity`, and `host` for a Compute Engine VM; newest-first put back in time order per pod"
 JOINS = True
 
 # the members only a LogEntry has, on a line of its own (pretty-printed) or in one object
 _RES = {"pod_name": "pod", "container_name": "container", "namespace_name": "namespace", "node_name": "node", "cluster_name": "cluster"}
+# a Compute Engine VM (resource `gce_instance`) names the host: by the name the Ops Agent puts
+# in the entry's labels, else by the resource's numeric id
+_VM_NAME, _VM_ID = "compute.googleapis.com/resource_name", "instance_id"
 _DTYPE = pl.Struct({
     "textPayload": pl.String,
     "jsonPayload": pl.Struct({"message": pl.String}),
     "timestamp": pl.String,
     "severity": pl.String,
-    "resource": pl.Struct({"labels": pl.Struct({k: pl.String for k in _RES})}),
+    "resource": pl.Struct({"labels": pl.Struct({k: pl.String for k in (*_RES, _VM_ID)})}),
+    "labels": pl.Struct({_VM_NAME: pl.String}),
 })
-_KEYS = ["_lab_namespace", "_lab_pod", "_lab_container"]
+_KEYS = ["_lab_namespace", "_lab_pod", "_lab_container", "_lab_host"]
 
 
 def sniff(texts: list[str]) -> float:
@@ -49,6 +53,7 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
         pl.when(msg.is_not_null()).then(msg.str.strip_suffix("\n").str.strip_suffix("\r")).otherwise(pl.col("text")).alias("text"),
         set_time(df, rfc3339_ns_of(df, f("timestamp"))),
         *[res(k).alias(f"_lab_{v}") for k, v in _RES.items()],
+        pl.coalesce(f("labels").struct.field(_VM_NAME), res(_VM_ID)).alias("_lab_host"),
         f("severity").alias("_lab_severity"),
     ).drop("_j")
     return time_order(df, _KEYS)
@@ -83,9 +88,11 @@ def _members(df: pl.DataFrame) -> pl.DataFrame | None:
     if not ((close_at > open_at).all() and (open_at.slice(1) > close_at.slice(0, n_open - 1)).all()):
         return None
     member = text.str.starts_with(mpad + '"') & ~text.str.starts_with(mpad + '" ')
-    top = pl.when(member).then(text.str.starts_with(mpad + '"resource": ')).forward_fill().fill_null(False)
+    def within(name: str) -> pl.Expr:
+        return pl.when(member).then(text.str.starts_with(f'{mpad}"{name}": ')).forward_fill().fill_null(False)
+
     g = o.cum_sum().alias("_g")
-    side = df.select("line", "text", g, top.alias("_res"), member.alias("_m"))
+    side = df.select("line", "text", g, within("resource").alias("_res"), within("labels").alias("_lab"), member.alias("_m"))
     # outside the entries: only the array's brackets
     inside = side["_g"].cast(pl.Int64) > 0
     outside = side.filter(~inside | (pl.col("line") > close_at[-1]))
@@ -101,18 +108,18 @@ def _members(df: pl.DataFrame) -> pl.DataFrame | None:
         fields[k] = side.filter(text.str.starts_with(pre)).select("_g", text.str.slice(len(pre)).str.strip_suffix(",")
                                                                         .str.json_decode(pl.String).alias(k))
     lpad = mpad + "    "
-    for k in _RES:
-        pre = f'{lpad}"{k}": '
-        fields[k] = side.filter(pl.col("_res") & text.str.starts_with(pre)).select(
+    for k, within_, pre in [*[(k, "_res", f'{lpad}"{k}": ') for k in (*_RES, _VM_ID)], (_VM_NAME, "_lab", f'{mpad}  "{_VM_NAME}": ')]:
+        fields[k] = side.filter(pl.col(within_) & text.str.starts_with(pre)).select(
             "_g", text.str.slice(len(pre)).str.strip_suffix(",").str.json_decode(pl.String).alias(k))
     if fields["textPayload"].height != n_open:
         return None
     for k, f in fields.items():
         heads = heads.join(f, on="_g", how="left", maintain_order="left")
     first = df.filter(o)
-    res = pl.struct([pl.col(k) for k in _RES]).alias("labels")
+    res = pl.struct([pl.col(k) for k in (*_RES, _VM_ID)]).alias("labels")
     j = pl.struct(pl.col("textPayload"), pl.lit(None, pl.Struct({"message": pl.String})).alias("jsonPayload"),
-                  pl.col("timestamp"), pl.col("severity"), pl.struct(res).alias("resource"))
+                  pl.col("timestamp"), pl.col("severity"), pl.struct(res).alias("resource"),
+                  pl.struct(pl.col(_VM_NAME)).alias("labels"))
     out = heads.select("line", j.alias("_j"), "_n").with_columns(
         pl.col("_j").struct.field("textPayload").alias("text"),
         first["_wts"], first["_stream"], pl.lit(False).alias("_open"), first["_pre"],

@@ -34,7 +34,10 @@ DOC = "Google Cloud Logging YAML (`gcloud logging read`'s default output, `---` 
 JOINS = True
 
 _RES = {"pod_name": "pod", "container_name": "container", "namespace_name": "namespace", "node_name": "node", "cluster_name": "cluster"}
-_KEYS = ["_lab_namespace", "_lab_pod", "_lab_container"]
+# a Compute Engine VM (resource `gce_instance`) names the host: by the name the Ops Agent puts
+# in the entry's labels, else by the resource's numeric id
+_VM_NAME, _VM_ID = "compute.googleapis.com/resource_name", "instance_id"
+_KEYS = ["_lab_namespace", "_lab_pod", "_lab_container", "_lab_host"]
 _MARKS = r"^(?:insertId|logName|receiveTimestamp): "
 _PAYLOAD = r"^(?:textPayload|jsonPayload):"
 
@@ -60,7 +63,7 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
     under = lambda name: pl.when(pl.col("_top")).then(t.str.starts_with(name)).forward_fill().fill_null(False)  # noqa: E731
     json_payload = bool(df.select(t.str.starts_with("jsonPayload:").any()).item())
     in_text = under("textPayload:")
-    marks = [in_text.alias("_in_text"), under("resource:").alias("_in_res")]
+    marks = [in_text.alias("_in_text"), under("resource:").alias("_in_res"), under("labels:").alias("_in_lab")]
     if json_payload:
         # jsonPayload's own members, one level in: the lines of its `message`
         sub = pl.when(pl.col("_top")).then(pl.lit(None, pl.Boolean)).when(t.str.contains(r"^  [A-Za-z_]")).then(
@@ -74,11 +77,12 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
     )
     text = _scalars(payload)
     top_vals = _top_values(df)
-    # (the resource's lines four in, then their keys: a key holds no `: `)
-    res = df.filter(pl.col("_in_res") & t.str.starts_with("    ")).select(
-        "_g", t.str.slice(4).str.split_exact(": ", 1).alias("_kv")).select(
+    # (the resource's lines four in, the entry's labels' two in, then their keys: a key holds
+    # no `: `)
+    res = df.filter((pl.col("_in_res") & t.str.starts_with("    ")) | (pl.col("_in_lab") & t.str.starts_with(f"  {_VM_NAME}: "))).select(
+        "_g", t.str.strip_chars_start(" ").str.split_exact(": ", 1).alias("_kv")).select(
         "_g", pl.col("_kv").struct.field("field_0").alias("k"), pl.col("_kv").struct.field("field_1").alias("v")).filter(
-        pl.col("k").is_in(list(_RES)) & pl.col("v").is_not_null())
+        pl.col("k").is_in([*_RES, _VM_ID, _VM_NAME]) & pl.col("v").is_not_null())
     res = res.with_columns(_unquote_of(res, pl.col("v")))
     res = res.pivot(on="k", index="_g", values="v", aggregate_function="first") if res.height else pl.DataFrame(
         {"_g": pl.Series([], dtype=df["_g"].dtype)})
@@ -89,7 +93,7 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
         (pl.col("line").shift(-1).fill_null(df["line"][-1] + 1) - pl.col("line")).cast(pl.Int32).alias("_n_all"),
     ).unique("_g", keep="last", maintain_order=True)
     out = heads.join(text, on="_g", how="left").join(top_vals, on="_g", how="left").join(res, on="_g", how="left")
-    for k in _RES:
+    for k in (*_RES, _VM_ID, _VM_NAME):
         if k not in out.columns:
             out = out.with_columns(pl.lit(None, pl.String).alias(k))
     # (a document whose payload could not be found keeps its first line: `unparsed`)
@@ -102,10 +106,11 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
     out = out.with_columns(
         set_time(out, rfc3339_ns_of(out, pl.col("_ts"))),
         *[pl.col(k).alias(f"_lab_{v}") for k, v in _RES.items()],
+        pl.coalesce(_VM_NAME, _VM_ID).alias("_lab_host"),
         pl.col("_sev").alias("_lab_severity"),
     )
     cols = ["line", "text", "_n", "_wts", "_stream", "_open", "_pre"]
-    labels = sorted({*labels_in, *[f"_lab_{v}" for v in _RES.values()], "_lab_severity"})
+    labels = sorted({*labels_in, *[f"_lab_{v}" for v in _RES.values()], "_lab_host", "_lab_severity"})
     return time_order(out.select(*cols, *labels), _KEYS)
 
 

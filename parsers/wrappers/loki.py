@@ -17,7 +17,7 @@ from ._frame import rfc3339_ns, set_time, share
 from .docker_json import decode_json
 
 NAME = "loki"
-DOC = "Grafana Loki `logcli query` (`--output jsonl`, default `<time> {labels} <line>`): `line`, `timestamp` (ns; whole seconds in the default output); labels `pod`, `container`, `namespace`, `node`, `job`, `app`; newest first put back in time order per stream"
+DOC = "Grafana Loki `logcli query` (`--output jsonl`, default `<time> {labels} <line>`): `line`, `timestamp` (ns; whole seconds in the default output); labels `pod`, `container`, `namespace`, `node`, `job`, `app`, `host`; newest first put back in time order per stream"
 JOINS = False
 
 _JSONL = r'^\{"labels"\s*:\s*\{.*"line"\s*:'
@@ -25,9 +25,12 @@ _DEFAULT = (
     r"^(?P<_t>[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+(?:Z|[+-][0-9]{2}:[0-9]{2})) "
     r'(?P<_l>\{(?:[A-Za-z_]\w*="(?:[^"\\]|\\.)*"(?:, )?)*\}) '
 )
-_LABELS = {"pod": "pod", "container": "container", "namespace": "namespace", "node_name": "node", "job": "job", "app": "app"}
+# label -> what it names; a server outside Kubernetes is named by its host (Promtail's and the
+# Docker driver's `host`, a journal's `hostname`, Alloy's `instance`), the first present
+_LABELS = {"pod": "pod", "container": "container", "namespace": "namespace", "node_name": "node", "job": "job", "app": "app",
+           "host": "host", "hostname": "host", "instance": "host"}
 _DTYPE = pl.Struct({"line": pl.String, "timestamp": pl.String, "labels": pl.Struct({k: pl.String for k in _LABELS})})
-_KEYS = ["_lab_namespace", "_lab_pod", "_lab_container", "_lab_job"]
+_KEYS = ["_lab_namespace", "_lab_pod", "_lab_container", "_lab_job", "_lab_host"]
 
 
 def sniff(texts: list[str]) -> float:
@@ -46,7 +49,8 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
     d = pl.col("_d").struct.field
     lab = j("labels").struct.field
     # the default output prints the labels as `{k="v", ...}`
-    labels = [pl.coalesce(lab(k), d("_l").str.extract(f'[{{ ]{k}="([^"]*)"', 1)).alias(f"_lab_{v}") for k, v in _LABELS.items()]
+    labels = [pl.coalesce([pl.coalesce(lab(k), d("_l").str.extract(f'[{{ ]{k}="([^"]*)"', 1)) for k, w in _LABELS.items() if w == v])
+              .alias(f"_lab_{v}") for v in dict.fromkeys(_LABELS.values())]
     text = (
         pl.when(line.is_not_null()).then(line.str.strip_suffix("\n"))
         .when(d("_t").is_not_null()).then(pl.col("text").str.slice(d("_t").str.len_chars() + pl.col("_w") + 2))

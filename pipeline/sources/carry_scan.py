@@ -6,7 +6,7 @@ first, so the start-up line naming the model comes in the last block and a carry
 from chunk to chunk would never reach the requests above it on disk. Before parsing, the
 file's decoded lines that may name such a value (the parser's CARRY_HINT, literal texts such a
 line holds) are parsed alone,
-and each value is kept with the platform time of its line (and its pod): `finalize` then
+and each value is kept with the platform time of its line (and its server): `finalize` then
 gives an event without the value the one named last before the event's time
 (ctx.file["carry_seed"]). Files in time order, and files read in one block, need none of it."""
 
@@ -49,8 +49,7 @@ def scan_carry(path: Path, engine: str, layers: tuple[str, ...], ctx: ParseConte
         for lo, hi in _windows(data, hints_b, offset):
             lines, _ = decode_lines(data[lo:hi], next_line)
             dec = wrappers.decode(lines, layers)
-            pod = pl.col("_lab_pod") if "_lab_pod" in dec.columns else pl.lit(None, pl.String)
-            found.append(dec.filter(has_hint).select("text", "_wts", pod.alias("_pod")))
+            found.append(dec.filter(has_hint).select("text", "_wts", wrappers.server_of(dec).alias("_pod")))
     cands = pl.concat(found) if found else pl.DataFrame()
     if cands.height == 0:
         return
