@@ -20,6 +20,9 @@ NOT_LOGS = {
     ".parquet", ".png", ".jpg", ".jpeg", ".gif", ".svg", ".zip", ".tar", ".whl", ".pyc", ".so",
     ".db", ".md", ".rst", ".py", ".sh", ".toml", ".yaml", ".yml", ".html", ".ipynb",
 }
+# names that are mostly configuration, but also what `gcloud logging read` prints by default:
+# passed over unless their head reads as a log platform's export
+YAML = {".yaml", ".yml"}
 HIDDEN = re.compile(r"^[._]")
 ROTATION_SUFFIX = re.compile(r"(\.gz|\.\d+|[-_.]\d{8}(?:[-_]\d+)?|[-_.]\d{4}-\d{2}-\d{2}(?:[T_-][\d:.-]+)?)$")
 
@@ -99,13 +102,29 @@ def expand(paths: list[Path], skip_under: Path | None = None,
                 if not follow_symlinks and not is_under(f, top):
                     noted.append((f, f"a symlink out of {p} (--no-follow-symlinks)"))
                     continue
-                if f.suffix.lower() in NOT_LOGS:
+                if f.suffix.lower() in NOT_LOGS and not (f.suffix.lower() in YAML and exported_yaml(f)):
                     noted.append((f, f"not a log by its name ({f.suffix.lower()})"))
                     continue
                 out.append(Found(f, explicit=False))
         else:
             out.append(Found(p, explicit=True))
     return out
+
+
+# bytes of a YAML file's head read to tell an export from a configuration file
+YAML_HEAD = 64 * 1024
+
+
+def exported_yaml(f: Path) -> bool:
+    """A `.yaml` file that is a log platform's export (gcloud's default output), by its head."""
+    from servelens.parsers import wrappers
+
+    try:
+        with open(f, "rb") as fh:
+            head = fh.read(YAML_HEAD)
+    except OSError:
+        return False
+    return bool(wrappers.detect(wrappers.head_sample(head)))
 
 
 def is_under(f: Path, root: Path) -> bool:
