@@ -36,10 +36,11 @@ def start(lines: pl.DataFrame) -> pl.DataFrame:
 
 
 def rfc3339_ns(expr: pl.Expr) -> pl.Expr:
-    """`2026-06-10T14:23:45.123456789Z` / `...+00:00` / `...+0000` -> Datetime(ns, UTC)."""
+    """`2026-06-10T14:23:45.123456789Z` / `...+00:00` / `...+0000` -> Datetime(ns, UTC); a
+    time without its zone (`aws logs tail --format short`) is UTC."""
     norm = expr.str.replace(",", ".", literal=True).str.replace(r"Z$", "+00:00").str.replace(
         r"([+-][0-9]{2})([0-9]{2})$", "$1:$2"
-    )
+    ).str.replace(r"(T[0-9:.]+)$", "${1}+00:00")
     return norm.str.to_datetime("%Y-%m-%dT%H:%M:%S%.f%:z", time_unit="ns", time_zone="UTC", strict=False)
 
 

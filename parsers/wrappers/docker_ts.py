@@ -3,6 +3,9 @@ nanoseconds and one space (or, from some log viewers and pastes, a tab) before e
 
     2026-06-10T14:23:45.123456789Z INFO 06-10 14:23:45 ...
 
+`aws logs tail --format short` prints the time to the second without its zone (UTC):
+`2026-06-10T14:23:45 <line>`, read here too.
+
 A TGI text line opens with its own RFC 3339 time followed by the level and a target
 (`2024-01-15T08:47:27.123Z  INFO text_generation_router: ...`): that time is the engine's
 header, not a wrapper, and is left alone."""
@@ -14,12 +17,15 @@ import polars as pl
 from ._frame import peel
 
 NAME = "docker-ts"
-DOC = "`docker logs --timestamps`, `kubectl logs --timestamps`: `<RFC 3339 time> <line>`"
+DOC = "`docker logs --timestamps`, `kubectl logs --timestamps`, `aws logs tail --format short`: `<RFC 3339 time> <line>` (a time without its zone is UTC)"
 JOINS = False
 
-_TIME = r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]{1,9})?(?:Z|[+-][0-9]{2}:?[0-9]{2})"
+# (without a zone only to the second, as `aws logs tail --format short` prints it: a time
+# with a fraction and no zone is another wrapper's, TorchServe's, read by the prefix layer)
+_TIME = r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:(?:[.,][0-9]{1,9})?(?:Z|[+-][0-9]{2}:?[0-9]{2}))?"
 # a log viewer or a paste may put a tab where the runtimes put the space
-PATTERN = rf"(?P<_t>{_TIME})[ \t]"
+# (`aws logs tail` strips each event's end: an empty line leaves its time alone)
+PATTERN = rf"(?P<_t>{_TIME})(?:[ \t]|$)"
 # an engine header made of a time and a level word followed by a target, not a wrapper
 _ENGINE = rf"^{_TIME}\s+(?:TRACE|DEBUG|INFO|WARN|WARNING|ERROR)\s+[^0-9\s]"
 

@@ -19,7 +19,7 @@ import polars as pl
 import pytest
 
 from tests.parsers.test_wrappers_exports_unseen import (
-    PLACE, STEP, _ingest, _work, entries, insights_time, kibana_time, ms, plain, rfc3339, to_csv)
+    PLACE, STEP, _cli_time, _ingest, _work, entries, insights_time, kibana_time, ms, plain, rfc3339, to_csv)
 
 KEYS = ("vllm", "vllm2")
 TASK = {"vllm": "0f2b6c1e9a8d4b7c8e5f3a2b1c0d9e8f", "vllm2": "7d1e3a9b5c2f4e6a8b0c1d2e3f4a5b6c"}
@@ -46,6 +46,11 @@ def cw_filter(es):
     streams = sorted({e["logStreamName"] for e in ev})
     return json.dumps({"events": ev, "searchedLogStreams": [{"logStreamName": s, "searchedCompletely": True} for s in streams]},
                       indent=4) + "\n"
+
+
+def aws_tail(es):
+    # `aws logs tail /ecs/vllm > file`: the streams of the group interleaved by time
+    return "".join(f"{_cli_time(t).isoformat(timespec='microseconds')} {s} {msg}".rstrip() + "\n" for t, msg, s, _ in es)
 
 
 def cw_insights_json(es):
@@ -141,6 +146,8 @@ VARIANTS = {
     "cw-filter-log-events-ecs": (cw_filter, 10**6, ECS),
     "cw-filter-log-events-ec2": (cw_filter, 10**6, EC2),
     "cw-insights-json-ecs": (cw_insights_json, 10**6, ECS),
+    "aws-logs-tail-ecs": (aws_tail, 10**6, ECS),
+    "aws-logs-tail-ec2": (aws_tail, 10**6, EC2),
     "cw-insights-csv-ecs": (cw_insights_csv, 10**6, ECS),
     "datadog-json-hosts": (datadog_json, 10**6, HOST),
     "datadog-csv-hosts": (datadog_csv, 10**6, HOST),

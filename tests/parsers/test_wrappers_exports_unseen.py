@@ -188,6 +188,24 @@ def cw_insights_json(es):
                         "@log": "123456789012:/aws/containerinsights/c1/application"} for t, msg, pod, _ in reversed(es)], indent=2)
 
 
+def _cli_time(ns: int) -> dt.datetime:
+    # the CLI's datetime of an event's milliseconds, in UTC
+    m = ms(ns)
+    return dt.datetime.fromtimestamp(m // 1000, dt.timezone.utc).replace(microsecond=m % 1000 * 1000)
+
+
+def aws_tail(es):
+    """`aws logs tail GROUP > file` (`--format detailed`): `isoformat(timespec='microseconds')`,
+    the stream, the message; each event's text right-stripped and one newline added."""
+    return "".join(f"{_cli_time(t).isoformat(timespec='microseconds')} {fluent_stream(pod)} {msg}".rstrip() + "\n"
+                   for t, msg, pod, _ in es)
+
+
+def aws_tail_short(es):
+    """`aws logs tail --format short`: the time to the second, no zone, no stream."""
+    return "".join(f"{_cli_time(t).strftime('%Y-%m-%dT%H:%M:%S')} {msg}".rstrip() + "\n" for t, msg, _, _ in es)
+
+
 def cw_console_csv(es):
     return to_csv(["timestamp", "message"], [[ms(t), msg] for t, msg, _, _ in es])
 
@@ -309,6 +327,8 @@ VARIANTS = {
     "cw-insights-csv": (cw_insights_csv, 10**6, True, True),
     "cw-insights-json": (cw_insights_json, 10**6, True, False),
     "cw-console-csv": (cw_console_csv, 10**6, False, False),
+    "aws-logs-tail": (aws_tail, 10**6, True, False),
+    "aws-logs-tail-short": (aws_tail_short, 10**9, False, False),
     "logcli-default-forward": (logcli_default, 10**9, None, False),
     "logcli-jsonl-local-zone": (logcli_jsonl, 1, True, False),
     "grafana-txt": (grafana_txt, 10**6, False, False),
