@@ -65,6 +65,9 @@ class FileResult:
     nul_bytes: int = 0  # NUL bytes dropped from the text (zeros a crash left in the file)
     parse_failures: int = 0  # records the parser raised on (kept as unparsed): a servelens bug
     decode: tuple[str, ...] = ()  # the wrapper layers undone before the engine parser
+    # bytes of an unterminated last line left for the next ingest (a live file's writer may
+    # not have finished it)
+    held_bytes: int = 0
 
 
 @dataclass
@@ -497,6 +500,8 @@ def _read_file(
                 _progress(on_progress, max(0, min(pos, size) - done))
                 done = max(done, min(pos, size))
             _progress(on_progress, max(0, size - done))
+            if opened.live and raw is None and not result.reason:
+                result.held_bytes = max(0, size - read_to)
             lost = getattr(f, "problem", None)  # a damaged .gz: what could not be read
             if lost and not result.reason:
                 result.reason = lost

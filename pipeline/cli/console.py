@@ -82,6 +82,9 @@ def print_file_line(f: FileResult) -> None:
         extra.append(f"{sum(f.invalid.values()):,} impossible values nulled")
     if f.reason:
         extra.append(f.reason)
+    if f.held_bytes:
+        extra.append(f"its last line ({f.held_bytes:,} bytes, no newline yet) left for the next ingest: the file was "
+                     "written to in the last minute and may still be growing")
     tail = f"; {', '.join(extra)}" if extra else ""
     typer.echo(
         f"  ingested  {printable(f.source)} [{how}] instance={printable(f.instance)}: {f.lines:,} lines -> {f.events:,} events{tail}",
@@ -95,7 +98,7 @@ def summary_dict(s: IngestSummary, store: Path) -> dict:
         "store": str(__import__("servelens.pipeline.store.remote", fromlist=["store_url"]).store_url(store) or store),
         "files": [{"source": f.source, "engine": f.engine, "instance": f.instance, "status": f.status,
                    "lines": f.lines, "events": f.events, "reason": f.reason or None, "incomplete": f.failed,
-                   "invalid_utf8": f.invalid_utf8} for f in s.files],
+                   "invalid_utf8": f.invalid_utf8, "held_bytes": f.held_bytes} for f in s.files],
         "ingested": sum(1 for f in s.files if f.status == "ingested"),
         "unchanged": sum(1 for f in s.files if f.status == "unchanged"),
         "skipped": len(s.skipped),

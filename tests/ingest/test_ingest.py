@@ -195,10 +195,14 @@ def test_unterminated_last_line_of_a_finished_file_is_kept(tmp_path, fake_engine
 def test_unterminated_last_line_of_a_live_file_waits(tmp_path, fake_engine):
     log = write(tmp_path / "a.log", "FAKE 06-10 14:00:00 INFO a\nFAKE 06-10 14:00:01 INFO b", age_s=0)
     store = tmp_path / "store"
-    assert ingest([log], store).lines == 1
+    first = ingest([log], store)
+    assert first.lines == 1
+    # the summary says what waits: the bytes after the last newline
+    assert first.files[0].held_bytes == len("FAKE 06-10 14:00:01 INFO b")
     with open(log, "a") as f:
         f.write("cd\n")
-    assert ingest([log], store).lines == 1
+    again = ingest([log], store)
+    assert again.lines == 1 and again.files[0].held_bytes == 0
     assert events(store)["message"].to_list() == ["a", "bcd"]
 
 
