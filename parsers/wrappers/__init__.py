@@ -56,7 +56,7 @@ OLDEST_UNKNOWN = 256
 def head_sample(head: bytes) -> list[str]:
     """The sample lines of a file's first SAMPLE_BYTES that `detect` (and engine
     detection) read: at most SAMPLE_LINES, without a last line cut short."""
-    text = head.decode("utf-8", errors="replace")
+    text = head.decode("utf-8", errors="replace").removeprefix("\ufeff")
     lines = text.split("\n")
     if len(head) >= SAMPLE_BYTES and len(lines) > 1:
         lines = lines[:-1]  # the last one is probably cut short

@@ -82,6 +82,9 @@ def _decode_lines(data: bytes, first_line: int) -> tuple[pl.DataFrame, bool, np.
         s = s.str.replace_all("\x00", "", literal=True)
     if b"\r" in data:
         s = s.str.strip_suffix("\r")
+    if first_line == 1 and data.startswith(_BOM):
+        # a file saved by a Windows tool opens with a byte order mark: no part of its line
+        s = s.str.strip_prefix("\ufeff")
     n = len(s)
     df = pl.DataFrame(
         {
@@ -90,6 +93,9 @@ def _decode_lines(data: bytes, first_line: int) -> tuple[pl.DataFrame, bool, np.
         }
     )
     return df, bad, own
+
+
+_BOM = "\ufeff".encode()
 
 
 def line_start_offsets(data: bytes) -> np.ndarray:

@@ -206,6 +206,18 @@ def test_unterminated_last_line_of_a_live_file_waits(tmp_path, fake_engine):
     assert events(store)["message"].to_list() == ["a", "bcd"]
 
 
+def test_a_byte_order_mark_is_no_part_of_the_first_line(tmp_path, fake_engine):
+    # a log or an export saved by a Windows tool opens with U+FEFF
+    text = "FAKE 06-10 14:00:00 INFO a\nFAKE 06-10 14:00:01 INFO b\n"
+    log = tmp_path / "a.log"
+    log.write_bytes("\ufeff".encode() + text.encode())
+    os.utime(log, (1_781_100_000, 1_781_100_000))
+    store = tmp_path / "store"
+    s = ingest([log], store)
+    assert (s.files[0].engine, s.lines, s.unparsed) == ("fake", 2, 0)
+    assert events(store)["message"].to_list() == ["a", "b"]
+
+
 def test_store_layout_is_hive_partitioned_parquet(tmp_path, fake_engine):
     log = write(tmp_path / "a.log", fake_lines(3))
     store = tmp_path / "store"

@@ -314,6 +314,8 @@ def gcloud_cut(es):
 VARIANTS = {
     "gcloud-json": (gcloud_json, 1, True, False),
     "gcloud-json-one-line": (gcloud_compact, 1, True, False),
+    # saved by a Windows tool (PowerShell's `Set-Content -Encoding UTF8`): a byte order mark first
+    "gcloud-json-bom": (lambda es: "\ufeff" + gcloud_json(es), 1, True, False),
     "gcloud-json-cut-short": (gcloud_cut, 1, True, False),
     "gcp-explorer-csv": (gcp_explorer_csv, 1, True, True),
     "cw-filter-log-events": (cw_filter, 10**6, True, False),
