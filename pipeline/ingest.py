@@ -355,7 +355,7 @@ def _open_file(
         return _skip(result, "binary file, not a text log")
 
     key, known = known_files.find(path, head)
-    if known is not None and known["offset"] == size and not fp.is_gzip(path):
+    if known is not None and known["offset"] == size and not fp.is_transcoded(path):
         # read to its end before: nothing to detect or parse (a re-ingest of many files)
         result.engine, result.instance = known["engine"], instance if explicit else known["instance"]
         result.status, result.reason = "unchanged", "already ingested"
@@ -434,7 +434,7 @@ def _detect_beyond_head(path: Path, size: int, decode: tuple[str, ...]) -> tuple
     end: a newest-first platform export starts with the server's last lines (a shutdown's
     noise), a log may start with an installer's output. None when neither names one (or the
     file is compressed: its middle is a decompression away)."""
-    if size <= DETECT_BYTES or fp.is_gzip(path):
+    if size <= DETECT_BYTES or fp.is_transcoded(path):
         return None
     best = None
     for start in sorted({size // 2, max(size - DETECT_BYTES, DETECT_BYTES // 2)}):
@@ -578,7 +578,7 @@ def _replay(parsed: Future) -> Iterator[tuple]:
 
 def _small(opened: _Opened, block_bytes: int) -> bool:
     """Is what is left of the file one read block (in memory whole without harm)?"""
-    return opened.size - opened.offset <= _block(opened, block_bytes) and not fp.is_gzip(opened.path)
+    return opened.size - opened.offset <= _block(opened, block_bytes) and not fp.is_transcoded(opened.path)
 
 
 def _independent(a: _Opened, b: _Opened) -> bool:
@@ -633,7 +633,7 @@ def _scan_file(path: Path, result: FileResult, ctx: ParseContext, offset: int, n
     (llama.cpp: where each process run's relative times end, to anchor them)."""
     scan = getattr(get_parser(result.engine), "scan_file", None)
     # (what is left fits in one read block: its one chunk sees all of it already)
-    if scan is None or (not fp.is_gzip(path) and path.stat().st_size - offset <= block_bytes):
+    if scan is None or (not fp.is_transcoded(path) and path.stat().st_size - offset <= block_bytes):
         return
     with fp.open_stream(path) as f:
         if offset:

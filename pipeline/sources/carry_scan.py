@@ -31,7 +31,7 @@ def scan_carry(path: Path, engine: str, layers: tuple[str, ...], ctx: ParseConte
     carry = [c for c in getattr(parser, "CARRY_FORWARD", ()) if c != "instance"]
     if not layers or not hints or not carry:
         return
-    if fp.is_gzip(path) or path.stat().st_size - offset <= block_bytes:
+    if fp.is_transcoded(path) or path.stat().st_size - offset <= block_bytes:
         return
     found: list[pl.DataFrame] = []
     # searched for by the longest piece without a space: a YAML export folds a long line

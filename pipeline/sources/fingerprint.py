@@ -8,10 +8,14 @@ before the offset already ingested (the *tail check*). Together they recognise:
 - a different file that happens to begin with the same bytes (two instances printing the same
   start-up banner): the head matches but the tail check does not, so it is a new file;
 - a truncated file (copytruncate): shorter than the offset or a different head, so new.
+
+A UTF-16 file (what Windows PowerShell 5's `>` writes) is read as its UTF-8 transcoding, as a
+`.gz` is read as its decompressed bytes: offsets are those of the content read.
 """
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import io
 import os
@@ -28,6 +32,23 @@ GZIP_MAGIC = b"\x1f\x8b"
 def is_gzip(path: Path) -> bool:
     with open(path, "rb") as f:
         return f.read(2) == GZIP_MAGIC
+
+
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+
+def is_utf16(path: Path) -> bool:
+    """Opens with a UTF-16 byte order mark (Windows PowerShell 5 redirects output so)."""
+    with open(path, "rb") as f:
+        return f.read(2) in UTF16_BOMS
+
+
+def is_transcoded(path: Path) -> bool:
+    """Read through a transformation (gzip, UTF-16): its content's offsets are not the
+    file's, and its size on disk is not its content's."""
+    with open(path, "rb") as f:
+        head = f.read(2)
+    return head == GZIP_MAGIC or head in UTF16_BOMS
 
 
 GZ_CHUNK = 1 << 20
@@ -156,11 +177,39 @@ class GzipStream(io.BufferedReader):
         return self.raw.problem  # type: ignore[attr-defined]
 
 
+class _Utf16Raw(_GzipRaw):
+    """The UTF-8 bytes of a UTF-16 file (its byte order mark dropped), read piece by piece:
+    a stream like _GzipRaw's, seeking from its start by reading again."""
+
+    def _reset(self) -> None:
+        self.fileobj.seek(0)
+        self._d = codecs.getincrementaldecoder("utf-16")(errors="replace")
+        self._pending = b""
+        self._pos = 0
+        self._done = False
+
+    def _more(self) -> bytes:
+        while not self._done:
+            data = self.fileobj.read(GZ_CHUNK)
+            if not data:
+                self._done = True
+                return self._d.decode(b"", final=True).encode("utf-8")
+            out = self._d.decode(data).encode("utf-8")
+            if out:
+                return out
+        return b""
+
+
 def open_stream(path: Path, *, cut_ok: bool = True) -> BinaryIO:
     """The file's content as a binary stream, decompressed when it is gzip (see _GzipRaw for
-    damaged ones; `cut_ok` False: a .gz cut short raises EOFError)."""
-    if is_gzip(path):
+    damaged ones; `cut_ok` False: a .gz cut short raises EOFError), as UTF-8 when it is
+    UTF-16."""
+    with open(path, "rb") as f:
+        head = f.read(2)
+    if head == GZIP_MAGIC:
         return GzipStream(_GzipRaw(path, cut_ok), buffer_size=GZ_CHUNK)  # type: ignore[return-value]
+    if head in UTF16_BOMS:
+        return GzipStream(_Utf16Raw(path, cut_ok), buffer_size=GZ_CHUNK)  # type: ignore[return-value]
     return open(path, "rb")
 
 

@@ -32,7 +32,7 @@ def _preference(path: Path) -> tuple:
     before a compressed one, a name without a rotation suffix before a rotated one, then the
     shorter path."""
     try:
-        gz = fp.is_gzip(path)
+        gz = fp.is_transcoded(path)
     except OSError:
         gz = False  # unreadable: ingest says why when it opens it
     return (path.is_symlink(), gz, bool(ROTATION_SUFFIX.search(path.name)), len(str(path)), str(path))
