@@ -30,7 +30,7 @@ from .cloudwatch import k8s_of_streams
 from ._frame import WTS, join_fragments, rfc3339_ns, set_time
 
 NAME = "csv-export"
-DOC = "Log-platform CSV downloads with a header row (Cloud Logging Logs Explorer, CloudWatch console and Logs Insights, Datadog, Kibana / OpenSearch Dashboards): message column (`textPayload`, `message`, `@message`, `content`, `log`), time column (RFC 3339, `2026-06-10 14:23:45.123`, `Jun 10, 2026 @ 14:23:45.123`, epoch s/ms/us/ns); labels `pod`, `container`, `namespace`, `node`, `host`, `service`, `log_stream`, `log_group`, `severity`; quoted multi-line messages; newest-first put back in time order per stream"
+DOC = "Log-platform CSV downloads with a header row (Cloud Logging Logs Explorer, CloudWatch console and Logs Insights, Datadog, Kibana / OpenSearch Dashboards, Grafana), comma or tab separated: message column (`textPayload`, `message`, `@message`, `content`, `log`), time column (RFC 3339, `2026-06-10 14:23:45.123`, `Jun 10, 2026 @ 14:23:45.123`, epoch s/ms/us/ns); labels `pod`, `container`, `namespace`, `node`, `host`, `service`, `log_stream`, `log_group`, `severity`; quoted multi-line messages; newest-first put back in time order per stream"
 JOINS = True
 
 # column names (lower case) that play each part, the first present wins
@@ -58,8 +58,14 @@ _ROW_TIME = (
     r'^"?(?:[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?(?:Z|[+-][0-9]{2}:?[0-9]{2})?'
     r"|[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]+"
     r"|[A-Z][a-z]{2} [0-9]{1,2}, [0-9]{4} @ [0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?"
-    r'|[0-9]{10,19})"?,'
+    r'|[0-9]{10,19})"?'
 )
+
+
+def delimiter(header: str) -> str:
+    """`,`, or a tab where the header row is tab-separated (Grafana's CSV for Excel: UTF-16
+    with tabs)."""
+    return "\t" if header.count("\t") > header.count(",") else ","
 
 
 def _header(texts: list[str]) -> tuple[str, list[str]] | None:
@@ -67,10 +73,10 @@ def _header(texts: list[str]) -> tuple[str, list[str]] | None:
     if first is None:
         return None
     raw = first.removeprefix("\ufeff")
-    if raw.lstrip().startswith(("{", "[")) or "," not in raw:
+    if raw.lstrip().startswith(("{", "[")) or ("," not in raw and "\t" not in raw):
         return None
     try:
-        cols = next(csv.reader([raw]))
+        cols = next(csv.reader([raw], delimiter=delimiter(raw)))
     except (csv.Error, StopIteration):
         return None
     return raw, [c.strip() for c in cols]
@@ -101,13 +107,14 @@ def layer(texts: list[str]) -> str:
 
 
 def decode(df: pl.DataFrame, header: str) -> pl.DataFrame:
-    cols = next(csv.reader([header]))
+    sep = delimiter(header)
+    cols = next(csv.reader([header], delimiter=sep))
     role = roles([c.strip() for c in cols])
     text = pl.col("text").str.strip_prefix("\ufeff")
     is_header = text == header
     # a record ends where its quotes balance, counted from the last row that opens with
     # its time (an unclosed quote cannot swallow the rows after it)
-    starts = (text.str.contains(_ROW_TIME) & ~is_header) if role["time"] == 0 else pl.lit(False)
+    starts = (text.str.contains(_ROW_TIME + ("\t" if sep == "\t" else ",")) & ~is_header) if role["time"] == 0 else pl.lit(False)
     df = df.with_columns(starts.alias("_rs"), text.str.count_matches('"', literal=True).alias("_q"))
     # (the quotes counted since the segment's start: the running count less its value
     # where the segment began, no grouping)
@@ -126,7 +133,7 @@ def decode(df: pl.DataFrame, header: str) -> pl.DataFrame:
     # a record is whole when its quotes balance (join_fragments kept the first fragment's flag)
     whole = (pl.col("text").str.count_matches('"', literal=True) % 2 == 0) & ~pl.col("_open")
     df = df.with_columns(whole.alias("_whole"))
-    fields = _read_rows(df.filter(pl.col("_whole"))["text"], len(cols))
+    fields = _read_rows(df.filter(pl.col("_whole"))["text"], len(cols), sep)
     df = pl.concat([df.filter(pl.col("_whole")).hstack(fields), df.filter(~pl.col("_whole"))], how="diagonal_relaxed")
     df = df.sort("line")
     f = {r: pl.col(f"_c{i}") for r, i in role.items()}
@@ -151,7 +158,7 @@ def decode(df: pl.DataFrame, header: str) -> pl.DataFrame:
     )
 
 
-def _read_rows(rows: pl.Series, n: int) -> pl.DataFrame:
+def _read_rows(rows: pl.Series, n: int, sep: str = ",") -> pl.DataFrame:
     """The fields of whole CSV records as String columns `_c0`..: one read of them all by
     polars' CSV reader; the csv module where that disagrees with the row count."""
     names = [f"_c{i}" for i in range(n)]
@@ -165,12 +172,12 @@ def _read_rows(rows: pl.Series, n: int) -> pl.DataFrame:
     blob = memoryview(data)[lo:hi]
     try:
         out = pl.read_csv(io.BytesIO(blob), has_header=False, new_columns=names, schema={c: pl.String for c in names},
-                          quote_char='"', truncate_ragged_lines=True)
+                          quote_char='"', truncate_ragged_lines=True, separator=sep)
         if out.height == len(rows):
             return out
     except pl.exceptions.PolarsError:
         pass
-    parsed = [next(csv.reader([r]), []) if r else [] for r in rows.to_list()]
+    parsed = [next(csv.reader([r], delimiter=sep), []) if r else [] for r in rows.to_list()]
     return pl.DataFrame([(p + [None] * n)[:n] for p in parsed], schema={c: pl.String for c in names}, orient="row")
 
 

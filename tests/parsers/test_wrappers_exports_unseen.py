@@ -241,6 +241,17 @@ def grafana_json(es):
                       separators=(",", ":"))
 
 
+def grafana_csv(es, excel: bool = False):
+    """Grafana's logs "Download csv": the Loki frame (`Time` ms, `Line`, `tsNs`, `id`) with the
+    labels as columns, every field quoted, CRLF; for Excel, UTF-16LE with a byte order mark and
+    tabs."""
+    buf = io.StringIO()
+    w = csv.writer(buf, delimiter="\t" if excel else ",", quoting=csv.QUOTE_ALL, lineterminator="\r\n")
+    w.writerow(["Time", "Line", "tsNs", "id", "app", "container", "namespace", "pod"])
+    w.writerows([ms(t), msg, t, f"{t}_{k:x}", "llm", CONTAINER, NS, pod] for k, (t, msg, pod, _) in enumerate(reversed(es)))
+    return ("\ufeff" + buf.getvalue()).encode("utf-16-le") if excel else buf.getvalue()
+
+
 def datadog_json(es):
     data = [{"attributes": {"status": "info", "service": "llm", "tags": [f"pod_name:{pod}", f"kube_namespace:{NS}",
                                                                           f"kube_container_name:{CONTAINER}", "env:prod"],
@@ -335,6 +346,8 @@ VARIANTS = {
     "logcli-jsonl-local-zone": (logcli_jsonl, 1, True, False),
     "grafana-txt": (grafana_txt, 10**6, False, False),
     "grafana-json": (grafana_json, 1, True, False),
+    "grafana-csv": (grafana_csv, 10**6, True, True),
+    "grafana-csv-excel-utf16": (lambda es: grafana_csv(es, excel=True), 10**6, True, True),
     "datadog-json": (datadog_json, 10**6, True, False),
     "datadog-csv": (datadog_csv, 10**6, True, True),
     "es-search-pretty": (es_search, 10**6, True, False),
@@ -379,10 +392,13 @@ def wrapped(variant: str) -> pl.DataFrame:
     write, _, _, multiline = VARIANTS[variant]
     d = _work() / variant
     d.mkdir()
+    def save(path: Path, content: str | bytes) -> None:
+        path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
+
     for key in ENGINES:
-        (d / f"{key}.export").write_text(write(entries(key, multiline=multiline)))
+        save(d / f"{key}.export", write(entries(key, multiline=multiline)))
     if VARIANTS[variant][2] is not False:
-        (d / "two-pods.export").write_text(write(two_pods(multiline)))
+        save(d / "two-pods.export", write(two_pods(multiline)))
     return _ingest(d)
 
 
