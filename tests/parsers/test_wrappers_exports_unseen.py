@@ -226,6 +226,21 @@ def logcli_jsonl(es):
                    for t, msg, pod, _ in reversed(es))
 
 
+def loki_api(es, indent: int | None = None):
+    """`curl /loki/api/v1/query_range` (one line, no final newline) or piped through `jq .`:
+    a stream per label set with its `[ns, line]` pairs, newest first (`direction=backward`)."""
+    streams: dict[str, list] = {}
+    for t, msg, pod, _ in reversed(es):
+        streams.setdefault(pod, []).append([str(t), msg])
+    result = [{"stream": {"app": "llm", "container": CONTAINER, "namespace": NS, "pod": pod}, "values": v} for pod, v in streams.items()]
+    body = {"status": "success", "data": {"resultType": "streams", "result": result,
+                                          "stats": {"summary": {"bytesProcessedPerSecond": 53_123, "execTime": 0.0123,
+                                                                "totalEntriesReturned": len(es)}, "querier": {"store": {"totalChunksRef": 2}}}}}
+    if indent is None:
+        return json.dumps(body, separators=(",", ":"))
+    return json.dumps(body, indent=indent) + "\n"
+
+
 def grafana_txt(es):
     """`label: JSON.stringify(value)` per meta item, two blank lines, then `ms\tISO\tentry`."""
     meta = {"Common labels": {"namespace": NS, "container": CONTAINER}, "Line limit": f"1000 ({len(es)} returned)",
@@ -346,6 +361,8 @@ VARIANTS = {
     "logcli-jsonl-local-zone": (logcli_jsonl, 1, True, False),
     "grafana-txt": (grafana_txt, 10**6, False, False),
     "grafana-json": (grafana_json, 1, True, False),
+    "loki-api-curl": (loki_api, 1, True, False),
+    "loki-api-jq": (lambda es: loki_api(es, indent=2), 1, True, False),
     "grafana-csv": (grafana_csv, 10**6, True, True),
     "grafana-csv-excel-utf16": (lambda es: grafana_csv(es, excel=True), 10**6, True, True),
     "datadog-json": (datadog_json, 10**6, True, False),
