@@ -21,7 +21,7 @@ from ._export import decode_objects, time_order
 from ._frame import rfc3339_ns_of, set_time
 
 NAME = "elastic"
-DOC = "Elasticsearch / OpenSearch `_source` NDJSON, hits, indented search responses: `message` / `log`, `@timestamp`; labels `pod`, `namespace`, `container`, `node` from `kubernetes.*` (Filebeat / Elastic Agent or Fluent Bit), `host` from `host.name`, `stream`; newest first put back in time order per pod"
+DOC = "Elasticsearch / OpenSearch `_source` NDJSON, hits, indented search responses: `message` / `log`, `@timestamp`; labels `pod`, `namespace`, `container`, `node` from `kubernetes.*` (Filebeat / Elastic Agent or Fluent Bit), `host` from `host.name`, `severity` from ECS `log.level`, `stream`; newest first put back in time order per pod"
 JOINS = True
 
 _NAME = pl.Struct({"name": pl.String})
@@ -36,7 +36,7 @@ _K8S = pl.Struct({
     "pod_name": pl.String, "namespace_name": pl.String, "container_name": pl.String, _HOST_TEXT: pl.String,
 })
 _DOC = {"@timestamp": pl.String, "message": pl.String, "log": pl.String, "stream": pl.String,
-        "kubernetes": _K8S, "host": _NAME, _HOST_TEXT: pl.String}
+        "kubernetes": _K8S, "host": _NAME, _HOST_TEXT: pl.String, _LOG_OBJECT: pl.Struct({"level": pl.String})}
 _DTYPE = pl.Struct({**_DOC, "_source": pl.Struct(_DOC)})
 _KEYS = ["_lab_namespace", "_lab_pod", "_lab_container", "_lab_host"]
 # a document's own marks besides its time: Elastic's metadata or a shipper's fields
@@ -78,6 +78,7 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
         pl.coalesce(k("container").struct.field("name"), k("container_name")).alias("_lab_container"),
         pl.coalesce(k("node").struct.field("name"), k(_HOST_TEXT)).alias("_lab_node"),
         pl.coalesce(f("host").struct.field("name"), f(_HOST_TEXT)).alias("_lab_host"),
+        f(_LOG_OBJECT).struct.field("level").alias("_lab_severity"),
         pl.coalesce(pl.col("_stream"), f("stream")).alias("_stream"),
     ).drop("_j", "_d", strict=False)
     return time_order(df, _KEYS)

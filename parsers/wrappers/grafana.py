@@ -33,7 +33,7 @@ _JSON = r'^\[\{"line"\s*:'
 _META = r'^[A-Z][A-Za-z ]*: (?:\{.*\}|".*"|[0-9.]+)$'
 _LABELS = {"pod": "pod", "container": "container", "namespace": "namespace", "node_name": "node", "job": "job", "app": "app",
            "k8s_pod_name": "pod", "k8s_container_name": "container", "k8s_namespace_name": "namespace",
-           "host": "host", "hostname": "host", "instance": "host"}
+           "host": "host", "hostname": "host", "instance": "host", "level": "severity", "detected_level": "severity"}
 _DTYPE = pl.List(pl.Struct({"line": pl.String, "timestamp": pl.String, "fields": pl.Struct({k: pl.String for k in _LABELS})}))
 _KEYS = ["_lab_namespace", "_lab_pod", "_lab_container", "_lab_job", "_lab_host"]
 

@@ -17,7 +17,7 @@ from ._frame import rfc3339_ns, set_time, share
 from .docker_json import decode_json
 
 NAME = "loki"
-DOC = "Grafana Loki `logcli query` (`--output jsonl`, default `<time> {labels} <line>`): `line`, `timestamp` (ns; whole seconds in the default output); labels `pod`, `container`, `namespace`, `node`, `job`, `app`, `host`; newest first put back in time order per stream"
+DOC = "Grafana Loki `logcli query` (`--output jsonl`, default `<time> {labels} <line>`): `line`, `timestamp` (ns; whole seconds in the default output); labels `pod`, `container`, `namespace`, `node`, `job`, `app`, `host`, `severity` (`level`, `detected_level`); newest first put back in time order per stream"
 JOINS = False
 
 _JSONL = r'^\{"labels"\s*:\s*\{.*"line"\s*:'
@@ -28,7 +28,7 @@ _DEFAULT = (
 # label -> what it names; a server outside Kubernetes is named by its host (Promtail's and the
 # Docker driver's `host`, a journal's `hostname`, Alloy's `instance`), the first present
 _LABELS = {"pod": "pod", "container": "container", "namespace": "namespace", "node_name": "node", "job": "job", "app": "app",
-           "host": "host", "hostname": "host", "instance": "host"}
+           "host": "host", "hostname": "host", "instance": "host", "level": "severity", "detected_level": "severity"}
 _DTYPE = pl.Struct({"line": pl.String, "timestamp": pl.String, "labels": pl.Struct({k: pl.String for k in _LABELS})})
 _KEYS = ["_lab_namespace", "_lab_pod", "_lab_container", "_lab_job", "_lab_host"]
 

@@ -17,12 +17,13 @@ from ._export import time_order
 from ._frame import WTS, set_time, share
 
 NAME = "otlp"
-DOC = "OpenTelemetry Collector file exporter (OTLP JSON `resourceLogs` > `scopeLogs` > `logRecords`): `body.stringValue`, `timeUnixNano`; labels `pod`, `container`, `namespace`, `node`, `service`, `host` from the resource attributes"
+DOC = "OpenTelemetry Collector file exporter (OTLP JSON `resourceLogs` > `scopeLogs` > `logRecords`): `body.stringValue`, `timeUnixNano`; labels `pod`, `container`, `namespace`, `node`, `service`, `host` from the resource attributes, `severity` from `severityText`"
 JOINS = True
 
 _HINT = r'^\{"resourceLogs"\s*:'
 _ATTR = pl.List(pl.Struct({"key": pl.String, "value": pl.Struct({"stringValue": pl.String})}))
-_RECORD = pl.Struct({"timeUnixNano": pl.String, "observedTimeUnixNano": pl.String, "body": pl.Struct({"stringValue": pl.String})})
+_RECORD = pl.Struct({"timeUnixNano": pl.String, "observedTimeUnixNano": pl.String, "severityText": pl.String,
+                     "body": pl.Struct({"stringValue": pl.String})})
 _DTYPE = pl.Struct({"resourceLogs": pl.List(pl.Struct({
     "resource": pl.Struct({"attributes": _ATTR}),
     "scopeLogs": pl.List(pl.Struct({"logRecords": pl.List(_RECORD)})),
@@ -61,6 +62,7 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
     df = df.with_columns(
         pl.when(body.is_not_null()).then(body.str.strip_suffix("\n")).otherwise(pl.col("text")).alias("text"),
         set_time(df, ns.cast(pl.Datetime("ns")).dt.replace_time_zone("UTC").cast(WTS)),
+        rec("severityText").alias("_lab_severity"),
     ).drop("_j", "_r", "_s", "_rec")
     # a batch's records come from one physical line: only the last may be unfinished
     last = pl.int_range(pl.len()) == pl.len() - 1

@@ -78,7 +78,7 @@ def datadog_csv(es):
 def filebeat_ndjson(es):
     # Filebeat's log input on a VM: ECS `host.*`, `log.file.path`, no `kubernetes.*`
     return "".join(json.dumps({"@timestamp": rfc3339(t, 3), "message": msg, "host": {"name": h, "hostname": h},
-                               "log": {"file": {"path": "/var/log/vllm/server.log"}, "offset": n * 100},
+                               "log": {"file": {"path": "/var/log/vllm/server.log"}, "offset": n * 100, "level": "info"},
                                "input": {"type": "log"}, "agent": {"type": "filebeat"}, "ecs": {"version": "8.0.0"}}) + "\n"
                    for t, msg, h, n in es)
 
@@ -111,7 +111,7 @@ def otel_file(es, batch: int = 7):
 
 
 def logcli_jsonl(es):
-    return "".join(json.dumps({"labels": {"filename": "/var/log/vllm/server.log", "host": h, "job": "vllm"},
+    return "".join(json.dumps({"labels": {"filename": "/var/log/vllm/server.log", "host": h, "job": "vllm", "level": "info"},
                                "line": msg, "timestamp": rfc3339(t)}, separators=(",", ":")) + "\n"
                    for t, msg, h, _ in reversed(es))
 
@@ -162,6 +162,9 @@ VARIANTS = {
 }
 
 
+SEVERITY = {"filebeat-ndjson-hosts": "info", "logcli-jsonl-hosts": "info"}
+
+
 @cache
 def wrapped(variant: str) -> pl.DataFrame:
     write, _, names = VARIANTS[variant]
@@ -187,6 +190,9 @@ def test_two_servers_outside_kubernetes_are_two_instances(variant):
         offset = STEP // 2 if key == "vllm2" else 0
         times = {t // precision * precision for t, *_ in entries(key, offset)}
         assert set(mine["wrapper_ts"].cast(pl.Int64).to_list()) <= times
+    if variant in SEVERITY:
+        # the level the shipper read (ECS `log.level`, a Loki stream's `level` label) is kept
+        assert got.select(pl.col("labels").str.json_path_match("$.severity").alias("s"))["s"].unique().to_list() == [SEVERITY[variant]]
 
 
 

@@ -492,3 +492,15 @@ def test_an_unseen_export_gives_the_servers_events(variant, case):
     else:
         # logcli leaves out labels common to a whole single-stream export: no pod to name
         check(variant, case, case, POD[case] if named else None)
+
+
+# the platform's own severity of each entry, as each writer above puts it
+SEVERITY = {"gcloud-json": {"INFO", "ERROR"}, "otel-file-exporter": {"INFO"}, "datadog-json": {"info"},
+            "datadog-csv": {"info"}, "gcp-explorer-csv": {"INFO"}}
+
+
+@pytest.mark.parametrize("variant", list(SEVERITY))
+def test_the_platforms_severity_is_kept_with_each_event(variant):
+    got = wrapped(variant)
+    sev = got.select(pl.col("labels").str.json_path_match("$.severity").alias("s"))["s"]
+    assert sev.null_count() == 0 and set(sev.unique().to_list()) == SEVERITY[variant]
