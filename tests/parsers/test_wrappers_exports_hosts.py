@@ -19,7 +19,7 @@ import polars as pl
 import pytest
 
 from tests.parsers.test_wrappers_exports_unseen import (
-    PLACE, STEP, _cli_time, _ingest, _work, entries, insights_time, kibana_time, ms, plain, rfc3339, to_csv)
+    PLACE, STEP, cli_time, ingest_dir, work_dir, entries, insights_time, kibana_time, ms, plain, rfc3339, to_csv)
 
 KEYS = ("vllm", "vllm2")
 TASK = {"vllm": "0f2b6c1e9a8d4b7c8e5f3a2b1c0d9e8f", "vllm2": "7d1e3a9b5c2f4e6a8b0c1d2e3f4a5b6c"}
@@ -50,7 +50,7 @@ def cw_filter(es):
 
 def aws_tail(es):
     # `aws logs tail /ecs/vllm > file`: the streams of the group interleaved by time
-    return "".join(f"{_cli_time(t).isoformat(timespec='microseconds')} {s} {msg}".rstrip() + "\n" for t, msg, s, _ in es)
+    return "".join(f"{cli_time(t).isoformat(timespec='microseconds')} {s} {msg}".rstrip() + "\n" for t, msg, s, _ in es)
 
 
 def cw_insights_json(es):
@@ -168,10 +168,10 @@ SEVERITY = {"filebeat-ndjson-hosts": "info", "logcli-jsonl-hosts": "info"}
 @cache
 def wrapped(variant: str) -> pl.DataFrame:
     write, _, names = VARIANTS[variant]
-    d = _work() / f"hosts-{variant}"
+    d = work_dir() / f"hosts-{variant}"
     d.mkdir()
     (d / "export.json").write_text(write(two_servers(names)))
-    return _ingest(d)
+    return ingest_dir(d)
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -205,7 +205,7 @@ def test_a_member_of_another_type_than_usual_costs_that_member_not_the_file(tmp_
     docs[5]["stream"] = {"type": "stdout"}
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "export.json").write_text("".join(json.dumps(d) + "\n" for d in docs))
-    got = _ingest(tmp_path / "logs")
+    got = ingest_dir(tmp_path / "logs")
     base = plain().filter(pl.col("source").str.ends_with("/vllm.log"))
     cols = sorted(c for c in base.columns if c not in PLACE and not c.startswith("_") and c in got.columns)
     assert got.select(cols).sort(cols, nulls_last=True).equals(base.select(cols).sort(cols, nulls_last=True))

@@ -188,7 +188,7 @@ def cw_insights_json(es):
                         "@log": "123456789012:/aws/containerinsights/c1/application"} for t, msg, pod, _ in reversed(es)], indent=2)
 
 
-def _cli_time(ns: int) -> dt.datetime:
+def cli_time(ns: int) -> dt.datetime:
     # the CLI's datetime of an event's milliseconds, in UTC
     m = ms(ns)
     return dt.datetime.fromtimestamp(m // 1000, dt.timezone.utc).replace(microsecond=m % 1000 * 1000)
@@ -197,13 +197,13 @@ def _cli_time(ns: int) -> dt.datetime:
 def aws_tail(es):
     """`aws logs tail GROUP > file` (`--format detailed`): `isoformat(timespec='microseconds')`,
     the stream, the message; each event's text right-stripped and one newline added."""
-    return "".join(f"{_cli_time(t).isoformat(timespec='microseconds')} {fluent_stream(pod)} {msg}".rstrip() + "\n"
+    return "".join(f"{cli_time(t).isoformat(timespec='microseconds')} {fluent_stream(pod)} {msg}".rstrip() + "\n"
                    for t, msg, pod, _ in es)
 
 
 def aws_tail_short(es):
     """`aws logs tail --format short`: the time to the second, no zone, no stream."""
-    return "".join(f"{_cli_time(t).strftime('%Y-%m-%dT%H:%M:%S')} {msg}".rstrip() + "\n" for t, msg, _, _ in es)
+    return "".join(f"{cli_time(t).strftime('%Y-%m-%dT%H:%M:%S')} {msg}".rstrip() + "\n" for t, msg, _, _ in es)
 
 
 def cw_console_csv(es):
@@ -377,7 +377,7 @@ VARIANTS = {
 ENGINES = ["vllm", "sglang", "llamacpp", "trtllm", "tgi"]
 
 
-def _ingest(directory: Path) -> pl.DataFrame:
+def ingest_dir(directory: Path) -> pl.DataFrame:
     from servelens.pipeline.ingest import ingest
     from servelens.pipeline.query.connect import run
 
@@ -387,7 +387,7 @@ def _ingest(directory: Path) -> pl.DataFrame:
 
 
 @cache
-def _work() -> Path:
+def work_dir() -> Path:
     import tempfile
 
     return Path(tempfile.mkdtemp(prefix="servelens-unseen-"))
@@ -395,19 +395,19 @@ def _work() -> Path:
 
 @cache
 def plain() -> pl.DataFrame:
-    d = _work() / "plain"
+    d = work_dir() / "plain"
     d.mkdir()
     for key in LOGS:
         (d / f"{key}.log").write_text("\n".join(lines_of(key)) + "\n")
         # what is left of a download cut inside its oldest entry (the file's first line)
         (d / f"{key}.cut.log").write_text("\n".join(lines_of(key)[1:]) + "\n")
-    return _ingest(d)
+    return ingest_dir(d)
 
 
 @cache
 def wrapped(variant: str) -> pl.DataFrame:
     write, _, _, multiline = VARIANTS[variant]
-    d = _work() / variant
+    d = work_dir() / variant
     d.mkdir()
     def save(path: Path, content: str | bytes) -> None:
         path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
@@ -416,7 +416,7 @@ def wrapped(variant: str) -> pl.DataFrame:
         save(d / f"{key}.export", write(entries(key, multiline=multiline)))
     if VARIANTS[variant][2] is not False:
         save(d / "two-pods.export", write(two_pods(multiline)))
-    return _ingest(d)
+    return ingest_dir(d)
 
 
 def _what(ev: pl.DataFrame) -> list[str]:
