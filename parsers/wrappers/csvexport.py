@@ -35,7 +35,9 @@ JOINS = True
 
 # column names (lower case) that play each part, the first present wins
 ROLES: dict[str, tuple[str, ...]] = {
-    "message": ("textpayload", "jsonpayload.message", "@message", "message", "content", "log", "line", "body",
+    # (`gcloud logging read --format="csv(timestamp,textPayload)"` heads its columns in
+    # snake case: `timestamp,text_payload`)
+    "message": ("textpayload", "text_payload", "jsonpayload.message", "@message", "message", "content", "log", "line", "body",
                 "json_payload", "jsonpayload"),
     "time": ("timestamp", "@timestamp", "date", "time", "_time"),
     "pod": ("resource.labels.pod_name", "kubernetes.pod.name", "kubernetes.pod_name", "k8s.pod.name", "pod_name", "@kubernetes.pod_name", "pod"),

@@ -152,6 +152,12 @@ def gcp_explorer_csv(es):
     return to_csv(head, rows)
 
 
+def gcloud_csv(es):
+    """`gcloud logging read --format="csv(timestamp,resource.labels.pod_name,textPayload)"`:
+    the projection's last keys in snake case head the columns, newest first."""
+    return to_csv(["timestamp", "pod_name", "text_payload"], [[rfc3339(t), pod, msg] for t, msg, pod, _ in reversed(es)])
+
+
 def fluent_stream(pod: str) -> str:
     return f"ip-10-0-1-23.ec2.internal-application.var.log.containers.{pod}_{NS}_{CONTAINER}-{'0a1b2c3d' * 8}.log"
 
@@ -344,6 +350,7 @@ VARIANTS = {
     "gcloud-json-bom": (lambda es: "\ufeff" + gcloud_json(es), 1, True, False),
     "gcloud-json-cut-short": (gcloud_cut, 1, True, False),
     "gcp-explorer-csv": (gcp_explorer_csv, 1, True, True),
+    "gcloud-format-csv": (gcloud_csv, 1, True, True),
     "cw-filter-log-events": (cw_filter, 10**6, True, False),
     "cw-get-log-events": (cw_get, 10**6, False, False),
     "cw-filter-log-events-one-line": (compact(cw_filter), 10**6, True, False),
