@@ -53,6 +53,11 @@ def aws_tail(es):
     return "".join(f"{cli_time(t).isoformat(timespec='microseconds')} {s} {msg}".rstrip() + "\n" for t, msg, s, _ in es)
 
 
+def cw_filter_text(es):
+    # `aws logs filter-log-events --output text`
+    return "".join(f"EVENTS\t3{k:055d}\t{ms(t) + 380}\t{s}\t{msg}\t{ms(t)}\n" for k, (t, msg, s, _) in enumerate(es))
+
+
 def cw_insights_json(es):
     return json.dumps([{"@timestamp": insights_time(t), "@message": msg, "@logStream": s, "@log": "123456789012:/ecs/vllm"}
                        for t, msg, s, _ in reversed(es)], indent=2)
@@ -148,6 +153,7 @@ VARIANTS = {
     "cw-insights-json-ecs": (cw_insights_json, 10**6, ECS),
     "aws-logs-tail-ecs": (aws_tail, 10**6, ECS),
     "aws-logs-tail-ec2": (aws_tail, 10**6, EC2),
+    "cw-filter-text-ecs": (cw_filter_text, 10**6, ECS),
     "cw-insights-csv-ecs": (cw_insights_csv, 10**6, ECS),
     "datadog-json-hosts": (datadog_json, 10**6, HOST),
     "datadog-csv-hosts": (datadog_csv, 10**6, HOST),

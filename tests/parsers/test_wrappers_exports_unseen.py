@@ -175,6 +175,20 @@ def cw_get(es):
     return json.dumps({"events": ev, "nextForwardToken": "f/3" + "1" * 55, "nextBackwardToken": "b/3" + "0" * 55}, indent=4) + "\n"
 
 
+def cw_filter_text(es):
+    """`aws logs filter-log-events --output text`: a tab-separated EVENTS row per event, its
+    members in the order of their names, then the searched streams."""
+    rows = [f"EVENTS\t3{k:055d}\t{ms(t) + 512}\t{fluent_stream(pod)}\t{msg}\t{ms(t)}\n" for k, (t, msg, pod, _) in enumerate(es)]
+    streams = sorted({fluent_stream(pod) for _, _, pod, _ in es})
+    return "".join(rows) + "".join(f"SEARCHEDLOGSTREAMS\t{s}\tTrue\n" for s in streams)
+
+
+def cw_get_text(es):
+    """`aws logs get-log-events --output text`: the paging tokens, then EVENTS rows."""
+    return (f"NEXTBACKWARDTOKEN\tb/3{'0' * 55}\nNEXTFORWARDTOKEN\tf/3{'1' * 55}\n"
+            + "".join(f"EVENTS\t{ms(t) + 512}\t{msg}\t{ms(t)}\n" for t, msg, _, _ in es))
+
+
 def cw_query_results(es):
     rows = [[{"field": "@timestamp", "value": insights_time(t)}, {"field": "@message", "value": msg},
              {"field": "@logStream", "value": fluent_stream(pod)}, {"field": "@ptr", "value": f"CmAKJwoj{k:08d}"}]
@@ -353,6 +367,8 @@ VARIANTS = {
     "gcloud-format-csv": (gcloud_csv, 1, True, True),
     "cw-filter-log-events": (cw_filter, 10**6, True, False),
     "cw-get-log-events": (cw_get, 10**6, False, False),
+    "cw-filter-log-events-text": (cw_filter_text, 10**6, True, True),
+    "cw-get-log-events-text": (cw_get_text, 10**6, False, True),
     "cw-filter-log-events-one-line": (compact(cw_filter), 10**6, True, False),
     "cw-get-log-events-one-line": (compact(cw_get), 10**6, False, False),
     "cw-get-query-results-one-line": (compact(cw_query_results), 10**6, True, False),
