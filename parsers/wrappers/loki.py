@@ -27,10 +27,10 @@ _DEFAULT = (
 )
 # label -> what it names; a server outside Kubernetes is named by its host (Promtail's and the
 # Docker driver's `host`, a journal's `hostname`, Alloy's `instance`), the first present
-_LABELS = {"pod": "pod", "container": "container", "namespace": "namespace", "node_name": "node", "job": "job", "app": "app",
+LABELS = {"pod": "pod", "container": "container", "namespace": "namespace", "node_name": "node", "job": "job", "app": "app",
            "host": "host", "hostname": "host", "instance": "host", "level": "severity", "detected_level": "severity"}
-_DTYPE = pl.Struct({"line": pl.String, "timestamp": pl.String, "labels": pl.Struct({k: pl.String for k in _LABELS})})
-_KEYS = ["_lab_namespace", "_lab_pod", "_lab_container", "_lab_job", "_lab_host"]
+_DTYPE = pl.Struct({"line": pl.String, "timestamp": pl.String, "labels": pl.Struct({k: pl.String for k in LABELS})})
+KEYS = ["_lab_namespace", "_lab_pod", "_lab_container", "_lab_job", "_lab_host"]
 
 
 def sniff(texts: list[str]) -> float:
@@ -49,8 +49,8 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
     d = pl.col("_d").struct.field
     lab = j("labels").struct.field
     # the default output prints the labels as `{k="v", ...}`
-    labels = [pl.coalesce([pl.coalesce(lab(k), d("_l").str.extract(f'[{{ ]{k}="([^"]*)"', 1)) for k, w in _LABELS.items() if w == v])
-              .alias(f"_lab_{v}") for v in dict.fromkeys(_LABELS.values())]
+    labels = [pl.coalesce([pl.coalesce(lab(k), d("_l").str.extract(f'[{{ ]{k}="([^"]*)"', 1)) for k, w in LABELS.items() if w == v])
+              .alias(f"_lab_{v}") for v in dict.fromkeys(LABELS.values())]
     text = (
         pl.when(line.is_not_null()).then(line.str.strip_suffix("\n"))
         .when(d("_t").is_not_null()).then(pl.col("text").str.slice(d("_t").str.len_chars() + pl.col("_w") + 2))
@@ -59,4 +59,4 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
     broken = pl.col("text").str.starts_with("{") & line.is_null()
     df = df.with_columns(text.alias("text"), set_time(df, rfc3339_ns(pl.coalesce(j("timestamp"), d("_t")))), *labels,
                          pl.when(broken).then(pl.lit("not a whole JSON object (the export cut short?)")).alias("_lab_decode_error"))
-    return time_order(df.drop("_j", "_d", "_w"), _KEYS)
+    return time_order(df.drop("_j", "_d", "_w"), KEYS)

@@ -17,14 +17,14 @@ import polars as pl
 
 from ._export import decode_objects, time_order
 from ._frame import WTS, set_time
-from .loki import _KEYS, _LABELS
+from .loki import KEYS, LABELS
 
 NAME = "loki-api"
 DOC = "Grafana Loki HTTP API responses (`/loki/api/v1/query_range`, as curl saves them or `jq .` prints them): `data.result[].stream` labels, `values` of `[ns, line]`; labels as `loki`; newest first put back in time order per stream"
 JOINS = True
 
 _RESULT = r'"resultType"\s*:\s*"streams"'
-_STREAM = pl.Struct({"stream": pl.Struct({k: pl.String for k in _LABELS}), "values": pl.List(pl.List(pl.String))})
+_STREAM = pl.Struct({"stream": pl.Struct({k: pl.String for k in LABELS}), "values": pl.List(pl.List(pl.String))})
 # an indented pair: its time alone on a line (a JSON string of digits), the line on the next
 _TIME = r'^\s*"([0-9]{1,19})",\s*$'
 _TEXT = r'^\s*(".*")\s*$'
@@ -45,8 +45,8 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def _labels(stream: pl.Expr) -> list[pl.Expr]:
-    return [pl.coalesce([stream.struct.field(k) for k, w in _LABELS.items() if w == v]).alias(f"_lab_{v}")
-            for v in dict.fromkeys(_LABELS.values())]
+    return [pl.coalesce([stream.struct.field(k) for k, w in LABELS.items() if w == v]).alias(f"_lab_{v}")
+            for v in dict.fromkeys(LABELS.values())]
 
 
 def _compact(df: pl.DataFrame) -> pl.DataFrame:
@@ -63,7 +63,7 @@ def _compact(df: pl.DataFrame) -> pl.DataFrame:
         pl.when(pair.is_not_null()).then(pair.list.get(1, null_on_oob=True)).otherwise(pl.col("text")).alias("text"),
         set_time(df, ns.cast(pl.Datetime("ns")).dt.replace_time_zone("UTC").cast(WTS)),
     ).drop("_v")
-    return time_order(df, _KEYS)
+    return time_order(df, KEYS)
 
 
 def _string(quoted: str | None) -> str | None:
@@ -87,12 +87,12 @@ def _indented(df: pl.DataFrame) -> pl.DataFrame:
     # the labels of each stream, one column per label this decoder knows
     lab = df.filter(pl.col("_in")).select("_s", text.str.extract_groups(_LABEL).alias("_kv")).select(
         "_s", pl.col("_kv").struct.field("1").alias("k"), pl.col("_kv").struct.field("2").str.json_decode(pl.String).alias("v"))
-    lab = lab.filter(pl.col("k").is_in(list(_LABELS)))
+    lab = lab.filter(pl.col("k").is_in(list(LABELS)))
     wide = lab.pivot(on="k", index="_s", values="v", aggregate_function="first") if lab.height else lab.select("_s")
-    for k in _LABELS:
+    for k in LABELS:
         if k not in wide.columns:
             wide = wide.with_columns(pl.lit(None, pl.String).alias(k))
-    wide = wide.select("_s", *_labels(pl.struct([pl.col(k) for k in _LABELS])))
+    wide = wide.select("_s", *_labels(pl.struct([pl.col(k) for k in LABELS])))
     # a pair: the time's line, the line after it (its `[` before, `]` after)
     nxt = text.shift(-1)
     is_time = text.str.contains(_TIME) & nxt.str.contains(_TEXT).fill_null(False)
@@ -113,4 +113,4 @@ def _indented(df: pl.DataFrame) -> pl.DataFrame:
     ).join(wide, on="_s", how="left", maintain_order="left").drop("_s")
     if last_open and out.height:
         out = out.with_columns((pl.int_range(pl.len()) == pl.len() - 1).alias("_open"))
-    return time_order(out, _KEYS)
+    return time_order(out, KEYS)
