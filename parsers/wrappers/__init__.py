@@ -32,13 +32,13 @@ from types import ModuleType
 import numpy as np
 import polars as pl
 
-from . import ansi, csvexport, cloudwatch, cloudwatch_tail, cloudwatch_text, datadog, elastic, grafana, compose, cri, docker_json, docker_ts, gcp, gcp_yaml, journald, jsonfmt, kubectl, loki, loki_api, otlp, prefix, syslog
+from . import ansi, csvexport, cloudwatch, cloudwatch_tail, cloudwatch_text, datadog, elastic, grafana, compose, cri, docker_json, docker_ts, gcp, gcp_yaml, journald, jsonfmt, kubectl, loki, loki_api, otlp, prefix, splunk, syslog
 from ._frame import start
 
 # tried in this order at each depth; the first whose share of the sample reaches
 # SNIFF_THRESHOLD is the next layer (each format at most once per file)
 DECODERS: dict[str, ModuleType] = {
-    m.NAME: m for m in (gcp, gcp_yaml, datadog, elastic, cloudwatch, cloudwatch_text, loki, loki_api, grafana, otlp, csvexport, docker_json, journald, cri, ansi, syslog, kubectl, cloudwatch_tail, docker_ts, compose, jsonfmt, prefix)
+    m.NAME: m for m in (gcp, gcp_yaml, datadog, elastic, splunk, cloudwatch, cloudwatch_text, loki, loki_api, grafana, otlp, csvexport, docker_json, journald, cri, ansi, syslog, kubectl, cloudwatch_tail, docker_ts, compose, jsonfmt, prefix)
 }
 SNIFF_THRESHOLD = 0.6
 # the head of a file that ingest and the tailer read to find its layers and its engine
@@ -210,7 +210,7 @@ class DecodedParser:
 
 
 # the platform exports whose labels name the server (the instance) of each entry
-INSTANCE_LAYERS = frozenset({"gcp-logging", "gcp-logging-yaml", "cloudwatch", "cloudwatch-tail", "cloudwatch-text", "loki", "loki-api", "otlp", "csv-export", "datadog", "elastic", "grafana-explore", "kubectl-prefix"})
+INSTANCE_LAYERS = frozenset({"gcp-logging", "gcp-logging-yaml", "cloudwatch", "cloudwatch-tail", "cloudwatch-text", "loki", "loki-api", "splunk", "otlp", "csv-export", "datadog", "elastic", "grafana-explore", "kubectl-prefix"})
 
 # the labels naming an entry's server, the first present wins: a Kubernetes pod; else a
 # CloudWatch log stream (an ECS task's `<prefix>/<container>/<task id>`, an EC2 instance's
@@ -226,7 +226,7 @@ def server_of(dec: pl.DataFrame) -> pl.Expr:
 
 # downloads a platform writes whole (a JSON download often ends without a newline): never a
 # live file whose last line is still being written
-WRITTEN_WHOLE = frozenset({"gcp-logging", "gcp-logging-yaml", "cloudwatch", "cloudwatch-text", "loki-api", "csv-export", "datadog", "elastic", "grafana-explore"})
+WRITTEN_WHOLE = frozenset({"gcp-logging", "gcp-logging-yaml", "cloudwatch", "cloudwatch-text", "loki-api", "splunk", "csv-export", "datadog", "elastic", "grafana-explore"})
 
 
 def written_whole(layers: tuple[str, ...] | list[str]) -> bool:

@@ -38,7 +38,7 @@ ROLES: dict[str, tuple[str, ...]] = {
     # (`gcloud logging read --format="csv(timestamp,textPayload)"` heads its columns in
     # snake case: `timestamp,text_payload`)
     "message": ("textpayload", "text_payload", "jsonpayload.message", "@message", "message", "content", "log", "line", "body",
-                "json_payload", "jsonpayload"),
+                "json_payload", "jsonpayload", "_raw"),
     "time": ("timestamp", "@timestamp", "date", "time", "_time"),
     "pod": ("resource.labels.pod_name", "kubernetes.pod.name", "kubernetes.pod_name", "k8s.pod.name", "pod_name", "@kubernetes.pod_name", "pod"),
     "container": ("resource.labels.container_name", "kubernetes.container.name", "kubernetes.container_name", "k8s.container.name",

@@ -261,6 +261,23 @@ def loki_api(es, indent: int | None = None):
     return json.dumps(body, indent=indent) + "\n"
 
 
+def splunk_json(es):
+    """Splunk's REST export (`search/jobs/export?output_mode=json`): one result a line, newest
+    first, `_time` with its offset, Splunk Connect for Kubernetes' fields."""
+    return "".join(json.dumps({"preview": False, "offset": k, "result": {
+        "_raw": msg, "_time": rfc3339(t, 3).replace("Z", "+00:00"), "host": NODE, "index": "k8s", "linecount": str(msg.count("\n") + 1),
+        "source": f"/var/log/containers/{pod}_{NS}_{CONTAINER}-0a1b.log", "sourcetype": "kube:container:engine",
+        "pod": pod, "namespace": NS, "container_name": CONTAINER, "splunk_server": "idx-1"}}, separators=(",", ":")) + "\n"
+        for k, (t, msg, pod, _) in enumerate(reversed(es)))
+
+
+def splunk_csv(es):
+    """Splunk Web's CSV export: `_raw`, `_time` (ISO with `+0000`), host, source, and the fields."""
+    return to_csv(["_raw", "_time", "host", "source", "sourcetype", "pod", "namespace", "container_name"],
+                  [[msg, rfc3339(t, 3).replace("Z", "+0000"), NODE, f"/var/log/containers/{pod}.log", "kube:container:engine",
+                    pod, NS, CONTAINER] for t, msg, pod, _ in reversed(es)])
+
+
 def grafana_txt(es):
     """`label: JSON.stringify(value)` per meta item, two blank lines, then `ms\tISO\tentry`."""
     meta = {"Common labels": {"namespace": NS, "container": CONTAINER}, "Line limit": f"1000 ({len(es)} returned)",
@@ -385,6 +402,8 @@ VARIANTS = {
     "grafana-txt": (grafana_txt, 10**6, False, False),
     "grafana-json": (grafana_json, 1, True, False),
     "loki-api-curl": (loki_api, 1, True, False),
+    "splunk-json": (splunk_json, 10**6, True, True),
+    "splunk-csv": (splunk_csv, 10**6, True, True),
     "loki-api-jq": (lambda es: loki_api(es, indent=2), 1, True, False),
     "grafana-csv": (grafana_csv, 10**6, True, True),
     "grafana-csv-excel-utf16": (lambda es: grafana_csv(es, excel=True), 10**6, True, True),
