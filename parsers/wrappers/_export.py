@@ -215,6 +215,13 @@ def fit(value, dtype: pl.DataType):
     return None
 
 
+def message_lines(df: pl.DataFrame) -> pl.DataFrame:
+    """Each line of an entry's message (a traceback a log agent kept as one entry) a line to
+    the engine parser, all at the entry's place; only the very last may be unfinished."""
+    return df.with_columns(pl.col("text").str.split("\n")).explode("text").with_columns(
+        (pl.col("_open") & (pl.int_range(pl.len()) == pl.len() - 1)).alias("_open"))
+
+
 def time_order(df: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     """Entries in time order within each stream (`keys`: label columns naming it), streams
     kept apart; a block already in order (the usual case for a file) is returned as it is.

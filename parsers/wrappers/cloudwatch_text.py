@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ._export import time_order
+from ._export import message_lines, time_order
 from ._frame import WTS, join_fragments, set_time, share
 from .cloudwatch import k8s_of_streams
 
@@ -56,7 +56,4 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
         set_time(df, (pl.col("_ms") * 1_000_000).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC").cast(WTS)),
     ).drop("_m", "_ms")
     df = df.with_columns(k8s_of_streams(df, pl.col("_lab_log_stream")))
-    df = time_order(df, ["_lab_log_stream"])
-    # each line of a message is a line to the engine parser (all at the event's place)
-    return df.with_columns(text.str.split("\n")).explode("text").with_columns(
-        (pl.col("_open") & (pl.int_range(pl.len()) == pl.len() - 1)).alias("_open"))
+    return message_lines(time_order(df, ["_lab_log_stream"]))

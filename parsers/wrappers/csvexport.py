@@ -25,7 +25,7 @@ import io
 import polars as pl
 import pyarrow as pa
 
-from ._export import time_order
+from ._export import message_lines, time_order
 from .cloudwatch import k8s_of_streams
 from ._frame import WTS, join_fragments, rfc3339_ns, set_time
 
@@ -153,11 +153,7 @@ def decode(df: pl.DataFrame, header: str) -> pl.DataFrame:
         *labels,
         pl.when(~pl.col("_whole")).then(pl.lit("a CSV row with an unclosed quote (cut short?)")).alias("_lab_decode_error"),
     ).drop([f"_c{i}" for i in range(len(cols))] + ["_whole"])
-    df = time_order(df, _KEYS)
-    # each line of a message is a line to the engine parser (all at the entry's place)
-    return df.with_columns(pl.col("text").str.split("\n")).explode("text").with_columns(
-        (pl.col("_open") & (pl.int_range(pl.len()) == pl.len() - 1)).alias("_open")
-    )
+    return message_lines(time_order(df, _KEYS))
 
 
 def _read_rows(rows: pl.Series, n: int, sep: str = ",") -> pl.DataFrame:

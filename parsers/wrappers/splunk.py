@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ._export import decode_objects, time_order
+from ._export import decode_objects, message_lines, time_order
 from ._frame import rfc3339_ns_of, set_time, share
 
 NAME = "splunk"
@@ -42,7 +42,4 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
         set_time(df, rfc3339_ns_of(df, r("_time"))),
         *labels,
     ).drop("_j")
-    df = time_order(df, _KEYS)
-    # each line of a multi-line event is a line to the engine parser (all at the event's place)
-    return df.with_columns(pl.col("text").str.split("\n")).explode("text").with_columns(
-        (pl.col("_open") & (pl.int_range(pl.len()) == pl.len() - 1)).alias("_open"))
+    return message_lines(time_order(df, _KEYS))
