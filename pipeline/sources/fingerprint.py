@@ -29,25 +29,20 @@ TAIL_BYTES = 4096
 GZIP_MAGIC = b"\x1f\x8b"
 
 
-def is_gzip(path: Path) -> bool:
-    with open(path, "rb") as f:
-        return f.read(2) == GZIP_MAGIC
-
-
+# a UTF-16 file's byte order mark (Windows PowerShell 5 redirects output so)
 UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 
 
-def is_utf16(path: Path) -> bool:
-    """Opens with a UTF-16 byte order mark (Windows PowerShell 5 redirects output so)."""
+def _magic(path: Path) -> bytes:
+    """A file's first two bytes: what says whether it is read through a transformation."""
     with open(path, "rb") as f:
-        return f.read(2) in UTF16_BOMS
+        return f.read(2)
 
 
 def is_transcoded(path: Path) -> bool:
     """Read through a transformation (gzip, UTF-16): its content's offsets are not the
     file's, and its size on disk is not its content's."""
-    with open(path, "rb") as f:
-        head = f.read(2)
+    head = _magic(path)
     return head == GZIP_MAGIC or head in UTF16_BOMS
 
 
@@ -164,9 +159,9 @@ class _GzipRaw(io.RawIOBase):
         super().close()
 
 
-class GzipStream(io.BufferedReader):
-    """A buffered _GzipRaw that shows the compressed file (`fileobj`, for progress in bytes
-    on disk) and what was lost (`problem`)."""
+class TranscodedStream(io.BufferedReader):
+    """A buffered _GzipRaw (or _Utf16Raw) that shows the file on disk (`fileobj`, for progress
+    in bytes on disk) and what was lost (`problem`)."""
 
     @property
     def fileobj(self) -> BinaryIO:
@@ -204,12 +199,11 @@ def open_stream(path: Path, *, cut_ok: bool = True) -> BinaryIO:
     """The file's content as a binary stream, decompressed when it is gzip (see _GzipRaw for
     damaged ones; `cut_ok` False: a .gz cut short raises EOFError), as UTF-8 when it is
     UTF-16."""
-    with open(path, "rb") as f:
-        head = f.read(2)
+    head = _magic(path)
     if head == GZIP_MAGIC:
-        return GzipStream(_GzipRaw(path, cut_ok), buffer_size=GZ_CHUNK)  # type: ignore[return-value]
+        return TranscodedStream(_GzipRaw(path, cut_ok), buffer_size=GZ_CHUNK)  # type: ignore[return-value]
     if head in UTF16_BOMS:
-        return GzipStream(_Utf16Raw(path, cut_ok), buffer_size=GZ_CHUNK)  # type: ignore[return-value]
+        return TranscodedStream(_Utf16Raw(path, cut_ok), buffer_size=GZ_CHUNK)  # type: ignore[return-value]
     return open(path, "rb")
 
 
