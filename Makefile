@@ -33,8 +33,11 @@ test: $(VENV)/.test-deps
 	@# CPU of its own (docs/spark.md). Alone: $(BIN)/python -m pytest -q -m spark
 	PYTHON=$(BIN)/python tests/e2e/install_spark.sh
 	@# one worker per core (pytest-xdist);
-	@# the slowest tests are listed at the end. Under CI=true a skip is a failure (tests/conftest.py)
-	$(BIN)/python -m pytest -q -n auto --durations=15
+	@# the slowest tests are listed at the end. Under CI=true a skip is a failure (tests/conftest.py).
+	@# Byte code is written even where the environment says not to: the suite starts many
+	@# Python processes, and each would otherwise compile the modules it imports afresh
+	$(BIN)/python -m compileall -q pipeline parsers dashboards
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q -n auto --durations=15
 
 # the whole benchmark, ~30 min on 2 quiet cores (bench/RESULTS.md); its dashboard part drives
 # headless Chromium through Playwright (the test extra), so it installs both first; then the
