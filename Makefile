@@ -14,8 +14,10 @@ $(BIN)/servelens: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
+# the test tools and the Spark extra in one pip run; not compiled at install, since most of
+# their modules are never imported: the test run writes the byte code of those it imports
 $(VENV)/.test-deps: $(BIN)/servelens pyproject.toml
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet --no-compile -e '.[test,spark]'
 	touch $@
 
 demo: $(BIN)/servelens
