@@ -23,6 +23,7 @@ from servelens.parsers.base import ParseContext
 
 from ..sources import fingerprint as fp
 from ..sources.checkpoint import inherit_lineage, restore_ctx
+from ..sources.detect_memo import DetectMemo
 from ..sources.discover import display_path, looks_binary
 from ..sources.lines import MAX_LINE_BYTES
 from ..sources.naming import directory_instance
@@ -142,13 +143,21 @@ class IdentityMixin:
         if self._copy_of_open_file(fol):
             return False
         engine = fol.engine or (self.engine if self.engine != "auto" else None)
-        sample = wrappers.head_sample(head)
-        fol.decode = wrappers.detect(sample)
+        fol.decode, found = self._detected(head, engine is None)
         if engine is None:
-            engine, _score = detect_engine(wrappers.decode_texts(sample, fol.decode))
+            engine, _score = found
             if engine == "unknown" and len(head) < fp.HEAD_BYTES and now - fol.first_seen < DETECT_WAIT_S and not fol.initial:
                 return False  # a few lines more may tell
         return self._start_new(fol, engine, head)
+
+    def _detected(self, head: bytes, engine: bool) -> tuple[tuple[str, ...], tuple[str, float | None] | None]:
+        """A new file's wrapper layers and (`engine`) its engine and score, once per shape of
+        its first lines (sources/detect_memo.py): a directory of many small files, one per
+        pod, pays detection once, as ingest does."""
+        memos = self.__dict__.setdefault("_detect_memos", {})
+        if engine not in memos:
+            memos[engine] = DetectMemo(lambda h: _detect(h, engine))
+        return memos[engine](head)
 
     def _holds(self, fol: Followed, known: dict) -> bool:
         """Does this open file still hold the content of the entry (not truncated since)?"""
@@ -360,6 +369,12 @@ def _crc_fd(fd: int, offset: int) -> int | None:
         crc = zlib.crc32(block, crc)
         pos += len(block)
     return crc
+
+
+def _detect(head: bytes, engine: bool) -> tuple[tuple[str, ...], tuple[str, float | None] | None]:
+    sample = wrappers.head_sample(head)
+    decode = wrappers.detect(sample)
+    return decode, detect_engine(wrappers.decode_texts(sample, decode)) if engine else None
 
 
 def _skip_stream(stream: Any, offset: int) -> tuple[bytes | None, bytes]:
