@@ -16,6 +16,7 @@ from servelens.pipeline.store.commit import Store
 from servelens.pipeline.store.manifest import committed_parts
 from servelens.pipeline.tail.tailer import Tailer
 from servelens.pipeline.tail.watch import Targets
+from tests.helpers.tailing import events_only
 
 
 @pytest.fixture(autouse=True)
@@ -28,8 +29,9 @@ def _no_waits(monkeypatch, tmp_path):
 
 def make_tailer(logs: Path, store_dir: Path) -> tuple[Store, Tailer, list[str]]:
     store = Store.open(store_dir, purpose="tail")
-    tailer = Tailer(store, Targets([logs], None, skip_under=store_dir), engine="unknown", quiet_s=0.0,
-                    compact_min_parts=0)
+    # (only the committed lines are read: no rollups)
+    tailer = events_only(Tailer(store, Targets([logs], None, skip_under=store_dir), engine="unknown", quiet_s=0.0,
+                                compact_min_parts=0))
     said: list[str] = []
     tailer.say = said.append
     return store, tailer, said

@@ -23,6 +23,7 @@ from servelens.pipeline.store.commit import Store
 from servelens.pipeline.store.manifest import committed_parts
 from servelens.pipeline.tail.tailer import Tailer
 from servelens.pipeline.tail.watch import Targets
+from tests.helpers.tailing import events_only
 
 FILES = ("a", "b")
 WAITS = {(tail_mod, "ROTATE_WAIT_S"): 0.0, (tail_identity, "COPY_WAIT_S"): 0.0, (tail_mod, "GZ_SETTLE_S"): 0.0}
@@ -46,10 +47,11 @@ class TailModel(RuleBasedStateMachine):
 
     def open(self):
         self.store = Store.open(self.store_dir, purpose="tail")
-        self.tailer = Tailer(
+        # (the model is about the lines stored: no rollups)
+        self.tailer = events_only(Tailer(
             self.store, Targets([self.logs], None, skip_under=self.store_dir),
             engine="unknown", quiet_s=0.0, compact_min_parts=0,
-        )
+        ))
 
     def path(self, f: str) -> Path:
         return self.logs / f"{f}.log"
