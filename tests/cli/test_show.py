@@ -45,6 +45,16 @@ def incident(tmp_path_factory):
     return logs, d / "store"
 
 
+@pytest.fixture(scope="module")
+def mid_json(incident) -> dict:
+    """`show REQUEST --format json --full` of the middle request on the shared store, read by
+    several tests (each checks its own part of it against its own truth)."""
+    _, store = incident
+    r = invoke("show", mid_request()["request_id"], "--store", store, "--format", "json", "--full")
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
 def mid_request(instance: str = "vllm-b") -> dict:
     """A finished request of the middle of the run (stats lines before and after it)."""
     truth = pl.read_parquet(SAMPLE / "incident" / "vllm" / "truth_requests.parquet")
@@ -76,11 +86,10 @@ def test_show_reads_back_every_line_that_names_the_request(incident):
     assert "lines read back by offset (fingerprint matches)" in r.stdout
 
 
-def test_show_json_has_the_truths_times_and_lines(incident):
+def test_show_json_has_the_truths_times_and_lines(incident, mid_json):
     logs, store = incident
     req = mid_request()
-    r = invoke("show", req["request_id"], "--store", store, "--format", "json", "--full")
-    doc = json.loads(r.stdout)
+    doc = mid_json
     (row,) = doc["requests"]
     # the log stamps the `Received request` line when the request is queued (docker ns times)
     arrival = dt.datetime.fromisoformat(row["arrival_ts"])
@@ -91,7 +100,7 @@ def test_show_json_has_the_truths_times_and_lines(incident):
     assert all(e["origin"] == "source" for e in doc["events"])
 
 
-def test_the_state_around_arrival_is_the_stats_line_before_it(incident):
+def test_the_state_around_arrival_is_the_stats_line_before_it(incident, mid_json):
     logs, store = incident
     req = mid_request()
     rows = (logs / "vllm-b.log").read_text().splitlines()
@@ -100,7 +109,7 @@ def test_the_state_around_arrival_is_the_stats_line_before_it(incident):
     after = min(n for n, ln in enumerate(rows, 1) if n > arrival_line and STATS in ln)
     pending = int(re.search(r"Pending: (\d+) reqs", rows[before - 1]).group(1))
     running = int(re.search(r"Running: (\d+) reqs", rows[before - 1]).group(1))
-    doc = json.loads(invoke("show", req["request_id"], "--store", store, "--format", "json", "--full").stdout)
+    doc = mid_json
     at = next(s for s in doc["state"] if s["at"] == "arrival")
     assert (at["waiting"], at["running"]) == (pending, running)
     assert [e["line"] for e in at["lines"]] == [before, after]
