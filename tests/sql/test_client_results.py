@@ -18,10 +18,13 @@ import polars as pl
 import pytest
 
 from servelens.pipeline.ingest import ingest
-from servelens.pipeline.query.connect import run
+from servelens.pipeline.query.connect import connect, run, run_on
 from servelens.pipeline.simulate import simulate
 
 NS = 1_000_000_000
+# Stores are ingested without refreshing the rollups (rollups=False), but for `_store`: the
+# views then come from the events, which tests/store/test_rollups.py shows the rollups
+# equal (client results included); `_store`'s checks against the truth read the rollups.
 
 
 @lru_cache(maxsize=None)
@@ -205,9 +208,12 @@ def test_a_results_file_alone_is_a_request_source(tmp_path) -> None:
     path = tmp_path / "results.json"
     path.write_text(json.dumps(obj))
     _old(path)
-    ingest([path], tmp_path / "store")
-    got = run(tmp_path / "store", "select engine, status, arrival_ts, ttft_s, e2e_s, tpot_s, client_itl_s, client_error "
-                                  "from requests order by arrival_ts").rows()
+    ingest([path], tmp_path / "store", rollups=False)
+    # both queries on one connection (the views read by several computed once:
+    # tests/sql/test_shared_views.py shows that answers the same as `run`)
+    con = connect(tmp_path / "store", shared=True)
+    got = run_on(con, "select engine, status, arrival_ts, ttft_s, e2e_s, tpot_s, client_itl_s, client_error "
+                      "from requests order by arrival_ts").rows()
     # `date` is when the last answer came (start 1030 + 2.25 + 0.3 + 0.3 s); `duration` also
     # holds the gap before the first request, so it does not place the first
     t0 = dt.datetime(2026, 5, 12, 8, 1, 0, tzinfo=dt.timezone.utc) - dt.timedelta(seconds=32.85)
@@ -217,7 +223,8 @@ def test_a_results_file_alone_is_a_request_source(tmp_path) -> None:
     assert [r[3] for r in got] == [0.5, None, 2.25]
     assert got[0][4] == pytest.approx(0.9) and got[0][5] == pytest.approx(0.4 / 3) and got[2][6] == pytest.approx(0.3)
     assert got[1][7] == "ServerDisconnectedError"
-    avail = dict(run(tmp_path / "store", "select metric, available from metric_availability where engine = 'client'").rows())
+    avail = dict(run_on(con, "select metric, available from metric_availability where engine = 'client'").rows())
+    con.close()
     assert avail == {"e2e_s": True, "ttft_s": True, "tpot_s": True}
 
 
@@ -244,7 +251,7 @@ def test_index_match_keeps_to_the_runs_own_id_prefix(tmp_path) -> None:
     log.write_text("".join(lines))
     _old(log)
     client = _vllm_bench_file(work, truth)
-    ingest([log, client], tmp_path / "store", year=2026)
+    ingest([log, client], tmp_path / "store", year=2026, rollups=False)
     got = run(tmp_path / "store", "select request_id, client_index from requests where client_match = 'index_time'")
     by_index = dict(zip(got["client_index"], got["request_id"]))
     assert by_index[0].startswith("chatcmpl-bench-") and by_index[0].endswith("-0")
@@ -266,7 +273,7 @@ def test_a_results_file_is_never_an_instance(tmp_path):
     servers = {p.name.split(".")[0] for p in rec.glob("*.log*")}  # the server logs, by name
     assert servers == {"vllm-cpu"} and len(list(rec.glob("bench-*.json.gz"))) == 2
     store = tmp_path / "store"
-    ingest([rec], store)
+    ingest([rec], store, rollups=False)
     assert {r["instance"] for r in run(store, "select distinct instance from events where engine = 'client'").to_dicts()} == {
         "bench-low", "bench-over"}
     from servelens.pipeline.query.connect import connect, run_on
@@ -329,7 +336,7 @@ def test_requests_the_client_saw_fail_are_failures_in_every_count(tmp_path) -> N
         obj["errors"].append(CLIENT_OS_ERROR)
     path.write_text(json.dumps(obj))
     store = tmp_path / "store"
-    ingest([log, path], store, year=2026)
+    ingest([log, path], store, year=2026, rollups=False)
 
     # the truth, from the bench file alone
     bench = json.loads(path.read_text())
@@ -337,15 +344,17 @@ def test_requests_the_client_saw_fail_are_failures_in_every_count(tmp_path) -> N
     n_reset = sum(1 for e in bench["errors"] if "ClientOSError" in e)
     assert n_reset == extra and n_failed > n_reset  # and the ones the run's end cut off
 
-    got = run(store, "select engine, instance, status, failure_reason, client_match from requests where status = 'failed'")
+    con = connect(store, shared=True)  # the three queries on one connection
+    got = run_on(con, "select engine, instance, status, failure_reason, client_match from requests where status = 'failed'")
     assert got.height == n_failed and set(got["engine"]) == {"vllm"} and set(got["instance"]) == {"vllm-a"}
     reset = got.filter(pl.col("client_match").is_null())
     assert reset.height == n_reset
     assert set(reset["failure_reason"]) == {
         f"client: aiohttp.client_exceptions.ClientOSError: [Errno 104] Connection reset by peer [{path}]"}
-    assert run(store, "select count(*) as n from requests where status = 'aborted'")["n"][0] == 0
+    assert run_on(con, "select count(*) as n from requests where status = 'aborted'")["n"][0] == 0
 
-    summary = run(store, "select engine, instance, failed, aborted from incident_summary").rows()
+    summary = run_on(con, "select engine, instance, failed, aborted from incident_summary").rows()
+    con.close()
     assert summary == [("vllm", "vllm-a", n_failed, 0)]
     build_app()
     res = CliRunner().invoke(app, ["report", "--store", str(store), "--format", "json", "-o", str(tmp_path / "r.json")])
@@ -372,10 +381,12 @@ def test_a_request_the_client_cancelled_is_aborted_not_failed(tmp_path) -> None:
     path = tmp_path / "profile_export.jsonl"
     path.write_text(src.read_text())
     _old(path)
-    ingest([path], tmp_path / "store")
-    got = dict(run(tmp_path / "store", "select status, count(*) as n from requests group by status").rows())
+    ingest([path], tmp_path / "store", rollups=False)
+    con = connect(tmp_path / "store", shared=True)  # both queries on one connection
+    got = dict(run_on(con, "select status, count(*) as n from requests group by status").rows())
     assert got == {k: v for k, v in {"finished": n_ok, "aborted": n_cancelled, "failed": n_failed}.items() if v}
-    reasons = run(tmp_path / "store", "select failure_reason from requests where status = 'aborted'")["failure_reason"]
+    reasons = run_on(con, "select failure_reason from requests where status = 'aborted'")["failure_reason"]
+    con.close()
     assert reasons.null_count() == reasons.len()
 
 
@@ -396,7 +407,7 @@ def test_a_container_wrappers_times_are_the_wrapper_source(tmp_path) -> None:
     log = tmp_path / "vllm-cpu.log"
     log.write_text(to_cri(lines, times=times))
     _old(log)
-    ingest([log], tmp_path / "store", year=2026)
+    ingest([log], tmp_path / "store", year=2026, rollups=False)
     idx = {k: next(i for i, l in enumerate(lines) if k in l) for k in (
         "Received request chatcmpl-nostream-0:", "Generated response chatcmpl-nostream-0:")}
     want = (idx["Generated response chatcmpl-nostream-0:"] - idx["Received request chatcmpl-nostream-0:"]) * STEP_NS / 1e9
@@ -440,7 +451,7 @@ def _lagged() -> tuple[Path, pl.DataFrame, list[float]]:
         obj["errors"].append(oserror)
     obj["num_prompts"] = n + N_OSERROR
     path.write_text(json.dumps(obj))
-    ingest([log, path], work / "store", year=2026)
+    ingest([log, path], work / "store", year=2026, rollups=False)
     return work / "store", truth, lag
 
 
@@ -479,7 +490,10 @@ def test_the_front_end_delay_is_the_clients_lag_per_request_window_and_tail() ->
 
     store, truth, lag = _lagged()
     truth = truth.with_columns(pl.Series("lag", lag))
-    got = run(store, "select request_id, frontend_delay_s from requests where client_match is not null")
+    # one connection at the default settings, one at 20 s windows (frontend_p90_s is read by
+    # scaling_signals alone)
+    con = connect(store, shared=True)
+    got = run_on(con, "select request_id, frontend_delay_s from requests where client_match is not null")
     j = truth.join(got, on="request_id")
     assert j.height == truth.height
     assert (j["frontend_delay_s"] - j["lag"]).abs().max() <= FRONTEND_RES_S
@@ -488,13 +502,15 @@ def test_the_front_end_delay_is_the_clients_lag_per_request_window_and_tail() ->
     w = 20
     win = (truth.with_columns((pl.col("arrival_ts").dt.epoch("s") // w * w).alias("ws"))
            .group_by("ws").agg(pl.col("lag").quantile(0.9, "linear").alias("p90"), pl.len().alias("n")))
-    wm = run(store, "select epoch(window_start)::bigint as ws, n_frontend, frontend_delay_p90_s from window_metrics "
-                    "where n_frontend > 0", variables={"window_s": w})
+    con20 = connect(store, variables={"window_s": w, "frontend_p90_s": 5.0}, shared=True)
+    wm = run_on(con20, "select epoch(window_start)::bigint as ws, n_frontend, frontend_delay_p90_s from window_metrics "
+                       "where n_frontend > 0")
     both = win.join(wm, on="ws")
     assert both.height == win.height and (both["n"] == both["n_frontend"]).all()
     assert (both["frontend_delay_p90_s"] - both["p90"]).abs().max() <= FRONTEND_RES_S
-    episodes = run(store, "select epoch(window_start)::bigint as a, epoch(window_end)::bigint as b from scaling_signals "
-                          "where signal = 'frontend_delay'", variables={"window_s": w, "frontend_p90_s": 5.0}).rows()
+    episodes = run_on(con20, "select epoch(window_start)::bigint as a, epoch(window_end)::bigint as b from scaling_signals "
+                             "where signal = 'frontend_delay'").rows()
+    con20.close()
     fired = {ws for ws in both["ws"] if any(a <= ws < b for a, b in episodes)}
     long = set(both.filter(pl.col("p90") > 5.0 + FRONTEND_RES_S)["ws"])
     short = set(both.filter(pl.col("p90") < 5.0 - FRONTEND_RES_S)["ws"])
@@ -502,7 +518,8 @@ def test_the_front_end_delay_is_the_clients_lag_per_request_window_and_tail() ->
 
     # the tail: the slow requests (the client's TTFT at or above its p99) reached the server
     # that much later than the ones that found no queue (the first of the run: no lag)
-    row = run(store, "select * from ttft_queueing where engine = 'vllm'").row(0, named=True)
+    row = run_on(con, "select * from ttft_queueing where engine = 'vllm'").row(0, named=True)
+    con.close()
     ok = j.filter(pl.col("status") == "ok").with_columns((pl.col("ttft_s") + pl.col("lag")).alias("client_ttft"))
     p99 = ok["client_ttft"].quantile(0.99, "linear")
     assert row["p99_ttft_s"] == pytest.approx(p99, rel=1e-6)
@@ -550,10 +567,10 @@ def test_a_results_file_belongs_to_the_server_it_names_or_says_it_cannot_tell(tm
     files = tmp_path / "results"
     files.mkdir()
     store = tmp_path / "store"
-    ingest(sorted(logs.iterdir()), store, year=2026)
-    ingest([_all_failed_results(files / "over-other.json", "other-model")], store, year=2026)
-    ingest([_all_failed_results(files / "over-named.json", "tiny-llama")], store, year=2026, instance="gpu-2")
-    ingest([_all_failed_results(files / "over-twice.json", "tiny-llama", n=12)], store, year=2026)
+    ingest(sorted(logs.iterdir()), store, year=2026, rollups=False)
+    ingest([_all_failed_results(files / "over-other.json", "other-model")], store, year=2026, rollups=False)
+    ingest([_all_failed_results(files / "over-named.json", "tiny-llama")], store, year=2026, instance="gpu-2", rollups=False)
+    ingest([_all_failed_results(files / "over-twice.json", "tiny-llama", n=12)], store, year=2026, rollups=False)
     got = run(store, "select split_part(client_source, '/', -1) as file, engine, instance, status, client_unmatched, "
                      "count(*) as n from requests where client_source like '%over-%' group by all order by file")
     rows = {r["file"]: r for r in got.iter_rows(named=True)}
@@ -620,6 +637,6 @@ def test_the_queue_at_arrival_is_the_one_the_client_sent_into_summed_over_engine
     _old(work / "vllm-a.log")
     lagged_dir = Path(store).parent
     client = next(p for p in lagged_dir.iterdir() if p.name == "vllm-bench-results.json")
-    ingest([work / "vllm-a.log", client], tmp_path / "store", year=2026)
+    ingest([work / "vllm-a.log", client], tmp_path / "store", year=2026, rollups=False)
     ok, n = _queue_within_one_period(tmp_path / "store", truth, lag, engines=2)
     assert n >= truth.height * 0.95 and ok == n
