@@ -23,7 +23,7 @@ from tests.helpers.common import SAMPLE_LOGS
 from tests.sql.test_vllm_real import linear_quantile
 from typer.testing import CliRunner
 
-from servelens.pipeline.query.connect import run
+from servelens.pipeline.query.connect import connect, run, run_on
 
 REC = SAMPLE_LOGS / "vllm" / "real-0.32-overload"
 PHASES = ("low", "over", "low2")
@@ -111,12 +111,14 @@ def test_failed_aborted_and_slow_counts_are_the_clients(store, client, tmp_path)
     # the EngineDeadError traceback the SIGTERM at the end brought is no cause of the overload
     assert "sigterm_at" in client["meta"] and "EngineDeadError" in _log_text()
     assert summary["likely_cause"] is None and "Likely cause" not in summary["headline"]
-    got = run(store, "select status, count(*) as n from requests group by status")
+    con = connect(store, shared=True)  # the three queries on one connection
+    got = run_on(con, "select status, count(*) as n from requests group by status")
     counts = dict(got.rows())
     assert counts.get("failed") == n_failed and counts.get("aborted") == n_hung_up
-    reasons = run(store, "select failure_reason from requests where status = 'failed'")["failure_reason"]
+    reasons = run_on(con, "select failure_reason from requests where status = 'failed'")["failure_reason"]
     assert all(r.startswith("client: aiohttp.client_exceptions.Client") for r in reasons)
-    inc = run(store, "select sum(failed) as f, sum(aborted) as a from incident_summary").row(0)
+    inc = run_on(con, "select sum(failed) as f, sum(aborted) as a from incident_summary").row(0)
+    con.close()
     assert inc == (n_failed, n_hung_up)
     # the dashboard's tiles
     from servelens.dashboards import data, sidebar
@@ -139,13 +141,13 @@ def test_headline_p99_ttft_and_e2e_are_the_clients(store, client, tmp_path) -> N
     q = run(store, "select ttft_source, n_requests, p99_ttft_s from ttft_queueing where engine = 'vllm'").row(0, named=True)
     assert q["ttft_source"] == "client" and q["n_requests"] == len(ttfts)
     assert q["p99_ttft_s"] == pytest.approx(p99_ttft, abs=1e-6)
-    lp = run(store, "select n_ttft, n_e2e, p99_ttft_s, p99_e2e_s from latency_percentiles where engine = 'vllm'",
-             variables=ONE).row(0, named=True)
+    con = connect(store, variables=ONE, shared=True)  # both queries at these settings
+    lp = run_on(con, "select n_ttft, n_e2e, p99_ttft_s, p99_e2e_s from latency_percentiles where engine = 'vllm'").row(0, named=True)
     assert (lp["n_ttft"], lp["n_e2e"]) == (len(ttfts), len(lats))
     assert lp["p99_ttft_s"] == pytest.approx(p99_ttft, abs=1e-6)
     assert lp["p99_e2e_s"] == pytest.approx(p99_e2e, abs=1e-6)
-    sig = dict(run(store, "select signal, value from scaling_signals where signal like 'latency_slo_%'",
-                   variables=ONE).rows())
+    sig = dict(run_on(con, "select signal, value from scaling_signals where signal like 'latency_slo_%'").rows())
+    con.close()
     assert sig["latency_slo_ttft"] == pytest.approx(p99_ttft, abs=1e-6)
     assert sig["latency_slo_e2e"] == pytest.approx(p99_e2e, abs=1e-6)
     # the report's tail-latency section names the client's p99 TTFT
