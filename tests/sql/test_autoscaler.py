@@ -105,14 +105,13 @@ def test_no_preset_no_rows():
     assert rows(con, "select count(*) as n from calibration") == [{"n": 0}]
 
 
-def test_report_has_a_calibration_section_on_the_sample_incident(tmp_path):
+def test_report_has_a_calibration_section_on_the_sample_incident(incident_store):
     from servelens.pipeline.cli.app import app, build_app
 
     build_app()
     runner = CliRunner()
-    store = tmp_path / "s"
-    assert runner.invoke(app, ["ingest", "sample_logs/incident", "--store", str(store), "-q"]).exit_code == 0
-    res = runner.invoke(app, ["report", "--store", str(store)])
+    # the session's ingested sample incident (the report only reads it)
+    res = runner.invoke(app, ["report", "--store", str(incident_store)])
     assert res.exit_code == 0, res.output
     text = res.output
     assert "## Autoscaler calibration" in text
