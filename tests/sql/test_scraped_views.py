@@ -18,7 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from servelens.pipeline.cli.app import app, build_app
-from servelens.pipeline.query.connect import run as run_query
+from servelens.pipeline.query.connect import connect, run_on, run as run_query
 
 build_app()
 VLLM = Path(__file__).parents[1] / "fixtures" / "vllm" / "scraped"
@@ -99,6 +99,10 @@ def invoke(*args):
 
 def rows(store: Path, sql: str, **variables) -> list[dict]:
     return run_query(store, sql, variables=variables or None).to_dicts()
+
+
+def _rows_on(con, sql: str) -> list[dict]:
+    return run_on(con, sql).to_dicts()
 
 
 @pytest.fixture(scope="module")
@@ -220,27 +224,37 @@ def test_report_says_where_each_figure_comes_from(store, tmp_path):
 
 def test_without_stats_lines_queue_running_and_kv_are_the_scrapes(statless_store):
     s = statless_store
-    queue = rows(s, "select epoch_ms(ts) / 1000.0 as t, waiting, source, estimated from queue_depth order by ts")
+    # the queries at the default settings on one shared connection (test_shared_views.py:
+    # the same answers as `run`)
+    con = connect(s, shared=True)
+    try:
+        _statless_checks(s, con)
+    finally:
+        con.close()
+
+
+def _statless_checks(s: Path, con) -> None:
+    queue = _rows_on(con, "select epoch_ms(ts) / 1000.0 as t, waiting, source, estimated from queue_depth order by ts")
     assert [(round(q["t"], 3), q["waiting"]) for q in queue] == [(round(t, 3), v) for t, v in gauge("vllm:num_requests_waiting")]
     assert {(q["source"], q["estimated"]) for q in queue} == {("scraped", False)}
-    run_rows = rows(s, "select running, max_num_seqs, fill, source from batch_fill order by ts")
+    run_rows = _rows_on(con, "select running, max_num_seqs, fill, source from batch_fill order by ts")
     assert [x["running"] for x in run_rows] == [v for _, v in gauge("vllm:num_requests_running")]
     assert {x["source"] for x in run_rows} == {"scraped"}
     # max_num_seqs 4 from the log's args: the fill of the scraped running count
     assert all(x["max_num_seqs"] == 4 and x["fill"] == x["running"] / 4 for x in run_rows)
-    kv = rows(s, "select kv_usage from kv_cache where kv_usage is not null order by ts")
+    kv = _rows_on(con, "select kv_usage from kv_cache where kv_usage is not null order by ts")
     assert [x["kv_usage"] for x in kv] == [v for _, v in gauge("vllm:kv_cache_usage_perc")]
     # the queue signal from the scraped queue: window averages of the gauge, counted here
     by_window: dict[int, list[float]] = {}
     for t, v in gauge("vllm:num_requests_waiting"):
         by_window.setdefault(int(t // WINDOW_S), []).append(v)
-    wm = {int(r["w"]) // WINDOW_S: r["waiting_avg"] for r in rows(s, "select epoch(window_start) as w, waiting_avg from window_metrics")}
+    wm = {int(r["w"]) // WINDOW_S: r["waiting_avg"] for r in _rows_on(con, "select epoch(window_start) as w, waiting_avg from window_metrics")}
     assert {w: wm[w] for w in by_window} == {w: pytest.approx(sum(v) / len(v)) for w, v in by_window.items()}
     peak = max(sum(v) / len(v) for v in by_window.values())
     sig = rows(s, "select value, estimated from scaling_signals where signal = 'queue_backlog'",
                queue_waiting=10, queue_sustain_s=WINDOW_S)
     assert sig == [{"value": pytest.approx(peak), "estimated": False}]
-    avail = {r["metric"]: r for r in rows(s, "select * from metric_availability where engine = 'vllm'")}
+    avail = {r["metric"]: r for r in _rows_on(con, "select * from metric_availability where engine = 'vllm'")}
     assert avail["waiting"]["sources"] == f"scrape {len(queue)}"
     assert "vllm:num_requests_waiting" in avail["waiting"]["reason"]
 
