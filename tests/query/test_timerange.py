@@ -45,11 +45,13 @@ def sample_store(tmp_path_factory) -> Path:
     return store
 
 
-def _restricted_equals_filtered(store: Path, rng: TimeRange, views=TIMED_VIEWS) -> dict[str, int]:
+def _restricted_equals_filtered(store: Path, rng: TimeRange, views=TIMED_VIEWS, full=None) -> dict[str, int]:
     """Compare every view over `rng` with the unrestricted view filtered afterwards; the row
-    counts compared, per view."""
+    counts compared, per view. `full`: an unrestricted connection binding at least those
+    views, kept open by the caller (else one is made)."""
     need = views_for(" ".join(v for v in views))  # bind only what is compared (fast)
-    full, part = connect(store, views=need), connect(store, time_range=rng, views=need)
+    own = full is None
+    full, part = connect(store, views=need) if own else full, connect(store, time_range=rng, views=need)
     counts = {}
     try:
         for view in views:
@@ -62,7 +64,8 @@ def _restricted_equals_filtered(store: Path, rng: TimeRange, views=TIMED_VIEWS) 
             assert_frame_equal(got, expected, check_exact=False, rel_tol=1e-9, abs_tol=1e-9), view
             counts[view] = got.height
     finally:
-        full.close()
+        if own:
+            full.close()
         part.close()
     return counts
 
@@ -79,10 +82,15 @@ def test_sample_incident_range_equals_the_whole_store_filtered(sample_store):
 def test_open_ended_ranges(sample_store):
     # (not `windows`: an instance silent past the widened range gets no empty windows up to
     # its next event, which the whole store fills; see docs/performance.md)
-    _restricted_equals_filtered(sample_store, TimeRange(dt.datetime(2026, 5, 12, 8, 2, 15, tzinfo=UTC), None),
-                                ("events", "requests", "latency_percentiles", "queue_depth"))
-    _restricted_equals_filtered(sample_store, TimeRange(None, dt.datetime(2026, 5, 12, 8, 1, 45, tzinfo=UTC)),
-                                ("events", "requests", "latency_percentiles", "queue_depth"))
+    compared = ("events", "requests", "latency_percentiles", "queue_depth")
+    full = connect(sample_store, views=views_for(" ".join(compared)))  # the whole store, for both ranges
+    try:
+        _restricted_equals_filtered(sample_store, TimeRange(dt.datetime(2026, 5, 12, 8, 2, 15, tzinfo=UTC), None),
+                                    compared, full)
+        _restricted_equals_filtered(sample_store, TimeRange(None, dt.datetime(2026, 5, 12, 8, 1, 45, tzinfo=UTC)),
+                                    compared, full)
+    finally:
+        full.close()
 
 
 def _simulated(tmp: Path, engine: str) -> Path:
