@@ -211,7 +211,7 @@ def test_a_results_file_alone_is_a_request_source(tmp_path) -> None:
     ingest([path], tmp_path / "store", rollups=False)
     # both queries on one connection (the views read by several computed once:
     # tests/sql/test_shared_views.py shows that answers the same as `run`)
-    con = connect(tmp_path / "store", shared=True)
+    con = connect(tmp_path / "store", views={"requests", "metric_availability"}, shared=True)
     got = run_on(con, "select engine, status, arrival_ts, ttft_s, e2e_s, tpot_s, client_itl_s, client_error "
                       "from requests order by arrival_ts").rows()
     # `date` is when the last answer came (start 1030 + 2.25 + 0.3 + 0.3 s); `duration` also
@@ -344,7 +344,7 @@ def test_requests_the_client_saw_fail_are_failures_in_every_count(tmp_path) -> N
     n_reset = sum(1 for e in bench["errors"] if "ClientOSError" in e)
     assert n_reset == extra and n_failed > n_reset  # and the ones the run's end cut off
 
-    con = connect(store, shared=True)  # the three queries on one connection
+    con = connect(store, views={"requests", "incident_summary"}, shared=True)  # the three queries on one connection
     got = run_on(con, "select engine, instance, status, failure_reason, client_match from requests where status = 'failed'")
     assert got.height == n_failed and set(got["engine"]) == {"vllm"} and set(got["instance"]) == {"vllm-a"}
     reset = got.filter(pl.col("client_match").is_null())
@@ -382,7 +382,7 @@ def test_a_request_the_client_cancelled_is_aborted_not_failed(tmp_path) -> None:
     path.write_text(src.read_text())
     _old(path)
     ingest([path], tmp_path / "store", rollups=False)
-    con = connect(tmp_path / "store", shared=True)  # both queries on one connection
+    con = connect(tmp_path / "store", views={"requests"}, shared=True)  # both queries on one connection
     got = dict(run_on(con, "select status, count(*) as n from requests group by status").rows())
     assert got == {k: v for k, v in {"finished": n_ok, "aborted": n_cancelled, "failed": n_failed}.items() if v}
     reasons = run_on(con, "select failure_reason from requests where status = 'aborted'")["failure_reason"]
@@ -492,7 +492,7 @@ def test_the_front_end_delay_is_the_clients_lag_per_request_window_and_tail() ->
     truth = truth.with_columns(pl.Series("lag", lag))
     # one connection at the default settings, one at 20 s windows (frontend_p90_s is read by
     # scaling_signals alone)
-    con = connect(store, shared=True)
+    con = connect(store, views={"requests", "ttft_queueing"}, shared=True)
     got = run_on(con, "select request_id, frontend_delay_s from requests where client_match is not null")
     j = truth.join(got, on="request_id")
     assert j.height == truth.height
@@ -502,7 +502,8 @@ def test_the_front_end_delay_is_the_clients_lag_per_request_window_and_tail() ->
     w = 20
     win = (truth.with_columns((pl.col("arrival_ts").dt.epoch("s") // w * w).alias("ws"))
            .group_by("ws").agg(pl.col("lag").quantile(0.9, "linear").alias("p90"), pl.len().alias("n")))
-    con20 = connect(store, variables={"window_s": w, "frontend_p90_s": 5.0}, shared=True)
+    con20 = connect(store, variables={"window_s": w, "frontend_p90_s": 5.0}, views={"window_metrics", "scaling_signals"},
+                    shared=True)
     wm = run_on(con20, "select epoch(window_start)::bigint as ws, n_frontend, frontend_delay_p90_s from window_metrics "
                        "where n_frontend > 0")
     both = win.join(wm, on="ws")

@@ -335,7 +335,8 @@ def test_every_headline_figure_is_the_clients(rec: Recording, tmp_path) -> None:
     assert q["p99_ttft_s"] == pytest.approx(p99_ttft, abs=1e-6)
     # one window holding the whole run: its percentiles and the SLO signals' values
     one = {"window_s": 10_000_000, "slo_p99_ttft_s": 0.001, "slo_p99_e2e_s": 0.001}
-    con = connect(rec.store, variables=one, shared=True)  # both queries at these settings
+    # both queries at these settings, on one connection binding what they read
+    con = connect(rec.store, variables=one, views={"latency_percentiles", "scaling_signals"}, shared=True)
     lp = run_on(con, "select n_ttft, n_e2e, p99_ttft_s, p99_e2e_s, latency_source, e2e_estimated "
                      "from latency_percentiles where engine = 'vllm'").row(0, named=True)
     assert lp["n_ttft"] == len(ttfts) and lp["n_e2e"] == len(lats) + len(nostream)

@@ -111,7 +111,7 @@ def test_failed_aborted_and_slow_counts_are_the_clients(store, client, tmp_path)
     # the EngineDeadError traceback the SIGTERM at the end brought is no cause of the overload
     assert "sigterm_at" in client["meta"] and "EngineDeadError" in _log_text()
     assert summary["likely_cause"] is None and "Likely cause" not in summary["headline"]
-    con = connect(store, shared=True)  # the three queries on one connection
+    con = connect(store, views={"requests", "incident_summary"}, shared=True)  # the three queries on one connection
     got = run_on(con, "select status, count(*) as n from requests group by status")
     counts = dict(got.rows())
     assert counts.get("failed") == n_failed and counts.get("aborted") == n_hung_up
@@ -141,7 +141,8 @@ def test_headline_p99_ttft_and_e2e_are_the_clients(store, client, tmp_path) -> N
     q = run(store, "select ttft_source, n_requests, p99_ttft_s from ttft_queueing where engine = 'vllm'").row(0, named=True)
     assert q["ttft_source"] == "client" and q["n_requests"] == len(ttfts)
     assert q["p99_ttft_s"] == pytest.approx(p99_ttft, abs=1e-6)
-    con = connect(store, variables=ONE, shared=True)  # both queries at these settings
+    # both queries at these settings, on one connection binding what they read
+    con = connect(store, variables=ONE, views={"latency_percentiles", "scaling_signals"}, shared=True)
     lp = run_on(con, "select n_ttft, n_e2e, p99_ttft_s, p99_e2e_s from latency_percentiles where engine = 'vllm'").row(0, named=True)
     assert (lp["n_ttft"], lp["n_e2e"]) == (len(ttfts), len(lats))
     assert lp["p99_ttft_s"] == pytest.approx(p99_ttft, abs=1e-6)
