@@ -170,9 +170,12 @@ def no_waits(monkeypatch, tmp_path):
     monkeypatch.setattr(tail_mod, "GZ_SETTLE_S", 0.0)
 
 
-def _tail_in_steps(tmp: Path, sources: list[Path], steps: int, background: bool = False) -> tuple[Path, list]:
+def _tail_in_steps(tmp: Path, sources: list[Path], steps: int, background: bool = False,
+                   refresh_each: bool = True) -> tuple[Path, list]:
     """Write `sources` into a followed directory in `steps` slices of lines, one tailer poll
-    (one commit) and one rollup refresh after each: the rollups are refreshed incrementally."""
+    (one commit) and one rollup refresh after each: the rollups are refreshed incrementally.
+    Without `refresh_each` only the stopping tailer refreshes them (once, whole): a store of
+    many small commits with fresh rollups, for a test about what comes after."""
     logs, store_dir = tmp / "logs", tmp / "store"
     logs.mkdir()
     texts = {src: src.read_text().splitlines(keepends=True) for src in sources}
@@ -185,7 +188,7 @@ def _tail_in_steps(tmp: Path, sources: list[Path], steps: int, background: bool 
             a, b = len(lines) * k // steps, len(lines) * (k + 1) // steps
             with open(logs / src.name, "a") as f:
                 f.writelines(lines[a:b])
-        tailer._next_rollup = 0.0
+        tailer._next_rollup = 0.0 if refresh_each else float("inf")
         tailer.poll_once(rescan=True)
         if tailer._rollup_job is not None:
             tailer._rollup_job.result()  # ready: committed by the next poll
@@ -283,8 +286,13 @@ def test_reingest_doubles_nothing_and_leaves_the_rollup(own_store):
 
 def test_compaction_keeps_the_rollup_fresh(tmp_path, no_waits):
     inc = SAMPLES / "incident"
-    store, _ = _tail_in_steps(tmp_path, [inc / "tgi" / "tgi-b.log", inc / "vllm" / "vllm-b.log"], steps=6)
+    # the incremental refreshes are test_rollup_after_a_tail_of_many_small_commits' subject:
+    # here only the many parts and a fresh rollup matter
+    store, refreshes = _tail_in_steps(tmp_path, [inc / "tgi" / "tgi-b.log", inc / "vllm" / "vllm-b.log"], steps=6,
+                                      refresh_each=False)
     before = manifest(store)
+    assert len(before["parts"]) >= 6 * 2 and len(refreshes) == 1
+    assert rollup.status(store) == "fresh"
     cli("compact", "--store", store)
     after = manifest(store)
     assert len(after["parts"]) < len(before["parts"])
