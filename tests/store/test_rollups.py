@@ -339,12 +339,19 @@ def test_repair_that_drops_parts_rebuilds_the_rollup(own_store):
     assert_same(store)
 
 
-def test_a_dirty_store_falls_back_to_raw(own_store, tmp_path):
+@pytest.fixture(scope="module")
+def tgi_events(tmp_path_factory) -> pl.DataFrame:
+    """The events of the real TGI logs, to commit into a store as a tailer would (read only:
+    a frame is never changed in place)."""
+    extra = tmp_path_factory.mktemp("tgi-events") / "store"
+    ingest([SAMPLES / "tgi" / "real"], extra, rollups=False)  # only its events are read
+    return run(extra, "select * from events")
+
+
+def test_a_dirty_store_falls_back_to_raw(own_store, tgi_events):
     store = own_store
     # commit more events without refreshing (what a tailer does between refreshes)
-    extra = tmp_path / "extra"
-    ingest([SAMPLES / "tgi" / "real"], extra, rollups=False)  # only its events are read
-    frame = run(extra, "select * from events")
+    frame = tgi_events
     with Store.open(store) as st:
         st.commit_events([frame], {})
     m = manifest(store)
@@ -461,13 +468,11 @@ def test_no_rollups_environment_forces_raw(incident_store, monkeypatch):
     assert os.environ.get(stored.NO_ROLLUPS_ENV) is None
 
 
-def test_a_commit_during_a_background_refresh_stays_dirty(own_store, tmp_path):
+def test_a_commit_during_a_background_refresh_stays_dirty(own_store, tgi_events):
     """The tailer computes a refresh on a thread of its own and commits it later: what was
     committed in between must stay marked, or the rollup would miss it."""
     store = own_store
-    extra = tmp_path / "extra"
-    ingest([SAMPLES / "tgi" / "real"], extra, rollups=False)  # only its events are read
-    frame = run(extra, "select * from events")
+    frame = tgi_events
     first, second = frame.head(frame.height // 2), frame.tail(frame.height - frame.height // 2)
     with Store.open(store) as st:
         st.commit_events([first], {})
