@@ -136,7 +136,7 @@ def test_a_deep_link_on_a_fresh_server_and_the_first_screen(screen, dashboard):
     screen.get_by_text("Fleet summary").wait_for(timeout=90_000)
     screen.get_by_text("Slowest requests").wait_for(timeout=90_000)
     _settle(screen)
-    screen.wait_for_timeout(2_000)
+    _painted(screen)
     screen.screenshot(path=str(ARTIFACTS / "dashboard-first-screen.png"))
     assert screen.get_by_text("Page not found").count() == 0  # /overview is a page of its own
     nav = screen.locator('[data-testid="stSidebarNav"]').inner_text()
@@ -174,7 +174,7 @@ def test_cards_charts_and_tables_read_at_1400(screen, dashboard):
     for name, heading in shots.items():
         h = screen.get_by_role("heading", name=heading, exact=True).first
         h.scroll_into_view_if_needed()
-        screen.wait_for_timeout(1_500)  # Vega paints after scrolling into view
+        _painted(screen)  # Vega paints after scrolling into view
         screen.screenshot(path=str(ARTIFACTS / name))
     # every chart is drawn inside its frame: no legend or axis title clipped at the right edge
     charts = screen.locator('[data-testid="stVegaLiteChart"]')
@@ -192,6 +192,17 @@ def _settle(pg) -> None:
     pg.wait_for_timeout(500)
 
 
+def _painted(pg) -> None:
+    """Wait until every chart inside the viewport has drawn (a sized canvas or svg in its
+    frame), checked at each animation frame, instead of a fixed pause."""
+    pg.wait_for_function("""() => [...document.querySelectorAll('[data-testid="stVegaLiteChart"]')]
+        .filter(e => { const r = e.getBoundingClientRect(); return r.bottom > 0 && r.top < window.innerHeight; })
+        .every(e => [...e.querySelectorAll('canvas, svg')].some(c => c.getBoundingClientRect().width > 0
+                                                                      && c.getBoundingClientRect().height > 0))""",
+                         timeout=30_000)
+    pg.wait_for_timeout(100)  # the frame after the last one drawn
+
+
 def test_overview_shows_the_incident_signals_without_exception(page, dashboard):
     url, store = dashboard
     page.goto(url + "/")
@@ -201,7 +212,7 @@ def test_overview_shows_the_incident_signals_without_exception(page, dashboard):
     # charts paint after the script has finished (Vega renders in the browser)
     page.locator('[data-testid="stVegaLiteChart"] canvas, [data-testid="stVegaLiteChart"] svg').first.wait_for(
         timeout=30_000)
-    page.wait_for_timeout(2_000)
+    _painted(page)
     page.screenshot(path=str(ARTIFACTS / "dashboard-overview.png"))
     assert page.locator('[data-testid="stException"]').count() == 0
     sig = run(store, "select instance, signal, severity from scaling_signals")
