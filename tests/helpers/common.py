@@ -1,8 +1,10 @@
-"""Helpers many tests share: the repository's paths, writing aged log files, a store's events."""
+"""Helpers many tests share: the repository's paths, writing aged log files, a store's events,
+small files of one shape per engine."""
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import polars as pl
@@ -80,3 +82,29 @@ def returns(fn, *, guard_s: float = 600.0, what: str = "the call"):
     if "error" in box:
         raise box["error"]
     return box["value"]
+
+
+# a real log of each engine (the simulator's for TensorRT-LLM) whose first lines make files of
+# one shape (pipeline/sources/detect_memo.py)
+SHAPE_SOURCES = {
+    "vllm": SAMPLE_LOGS / "vllm" / "real" / "v1_0_11.log",
+    "tgi": SAMPLE_LOGS / "tgi" / "real" / "router_text.log",
+    "trtllm": SAMPLE_LOGS / "incident" / "trtllm" / "trtllm-a.log",
+    "sglang": SAMPLE_LOGS / "sglang" / "real" / "v0_5_2026.log",
+    "llamacpp": SAMPLE_LOGS / "llamacpp" / "real" / "era_c_2026_router_hip_26222.log",
+}
+
+
+def same_shape_files(logs: Path, copies: int) -> dict[str, str]:
+    """`copies` small files per engine in `logs`, each the first lines of its engine's
+    SHAPE_SOURCES log with other numbers (one shape per engine), dated long ago: file name ->
+    the engine it came from."""
+    logs.mkdir(parents=True, exist_ok=True)
+    expected = {}
+    for engine, src in SHAPE_SOURCES.items():
+        head = b"".join(src.read_bytes().splitlines(keepends=True)[:6])
+        for i in range(copies):
+            text = re.sub(rb"\d", lambda m: str((int(m.group()) + i) % 10).encode(), head)
+            write(logs / f"{engine}-{i}.log", text, mtime=1_781_100_000)
+            expected[f"{engine}-{i}.log"] = engine
+    return expected

@@ -4,21 +4,11 @@ its numbers changed, is detected file by file as the engine whose log it came fr
 
 from __future__ import annotations
 
-import os
-import re
 from pathlib import Path
 
 from servelens.pipeline.sources.detect_memo import shape
 from servelens.pipeline.ingest import ingest
-
-REAL = Path(__file__).parents[2] / "sample_logs"
-SOURCES = {
-    "vllm": REAL / "vllm" / "real" / "v1_0_11.log",
-    "tgi": REAL / "tgi" / "real" / "router_text.log",
-    "trtllm": REAL / "incident" / "trtllm" / "trtllm-a.log",
-    "sglang": REAL / "sglang" / "real" / "v0_5_2026.log",
-    "llamacpp": REAL / "llamacpp" / "real" / "era_c_2026_router_hip_26222.log",
-}
+from tests.helpers.common import same_shape_files
 
 
 def test_numbers_do_not_change_the_shape_and_words_do():
@@ -29,17 +19,7 @@ def test_numbers_do_not_change_the_shape_and_words_do():
 
 def test_many_small_files_of_five_engines_each_detected_as_its_own(tmp_path):
     logs = tmp_path / "logs"
-    logs.mkdir()
-    expected = {}
-    for engine, src in SOURCES.items():
-        head = b"".join(src.read_bytes().splitlines(keepends=True)[:6])
-        for i in range(8):
-            # the same lines with other numbers: one shape per engine
-            text = re.sub(rb"\d", lambda m: str((int(m.group()) + i) % 10).encode(), head)
-            p = logs / f"{engine}-{i}.log"
-            p.write_bytes(text)
-            os.utime(p, (1_781_100_000, 1_781_100_000))
-            expected[p.name] = engine
+    expected = same_shape_files(logs, 8)
     s = ingest([logs], tmp_path / "store", rollups=False)
     got = {Path(f.source).name: f.engine for f in s.files if f.status == "ingested"}
     assert got == expected

@@ -5,8 +5,6 @@ file as the engine whose log it came from, and files of one shape are detected o
 
 from __future__ import annotations
 
-import os
-import re
 from pathlib import Path
 
 import polars as pl
@@ -17,31 +15,13 @@ from servelens.pipeline.store.manifest import committed_parts
 from servelens.pipeline.tail import identity as identity_mod
 from servelens.pipeline.tail.tailer import Tailer
 from servelens.pipeline.tail.watch import Targets
+from tests.helpers.common import SHAPE_SOURCES, same_shape_files
 from tests.helpers.tailing import events_only
-
-REAL = Path(__file__).parents[2] / "sample_logs"
-SOURCES = {
-    "vllm": REAL / "vllm" / "real" / "v1_0_11.log",
-    "tgi": REAL / "tgi" / "real" / "router_text.log",
-    "trtllm": REAL / "incident" / "trtllm" / "trtllm-a.log",
-    "sglang": REAL / "sglang" / "real" / "v0_5_2026.log",
-    "llamacpp": REAL / "llamacpp" / "real" / "era_c_2026_router_hip_26222.log",
-}
 
 
 def test_many_small_files_of_five_engines_each_detected_as_its_own(tmp_path, monkeypatch):
     logs = tmp_path / "logs"
-    logs.mkdir()
-    expected = {}
-    for engine, src in SOURCES.items():
-        head = b"".join(src.read_bytes().splitlines(keepends=True)[:6])
-        for i in range(4):
-            # the same lines with other numbers: one shape per engine
-            text = re.sub(rb"\d", lambda m: str((int(m.group()) + i) % 10).encode(), head)
-            p = logs / f"{engine}-{i}.log"
-            p.write_bytes(text)
-            os.utime(p, (1_781_100_000, 1_781_100_000))
-            expected[p.name] = engine
+    expected = same_shape_files(logs, 4)
     calls = []
     real = wrappers.detect
     monkeypatch.setattr(identity_mod.wrappers, "detect", lambda sample: calls.append(1) or real(sample))
@@ -58,4 +38,4 @@ def test_many_small_files_of_five_engines_each_detected_as_its_own(tmp_path, mon
     got = pl.read_parquet(committed_parts(store_dir), hive_partitioning=True)
     by_file = {Path(s).name: set(e) for s, e in got.group_by("source").agg(pl.col("engine").unique()).iter_rows()}
     assert by_file == {name: {engine} for name, engine in expected.items()}
-    assert len(calls) == len(SOURCES)  # once per shape, not per file
+    assert len(calls) == len(SHAPE_SOURCES)  # once per shape, not per file
