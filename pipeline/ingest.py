@@ -240,7 +240,7 @@ def ingest(
         keep_lines = bool(store.manifest.get("keep_lines"))
         batch = _Batch(store)
         known_files = KnownFiles(store)
-        memo = DetectMemo(lambda head: _detect(head, engine == "auto"))
+        memo = DetectMemo(engine == "auto")
 
         def open_file(item, reserved: set[str] | frozenset[str] = frozenset()) -> _Opened | FileResult:
             opened = _open_file(item.path, store, known_files, batch, engine, instance or namer.name(item.path), year,
@@ -330,7 +330,7 @@ def _open_file(
     explicit: bool = False,
     labels: dict[str, str] | None = None,
     reserved: set[str] | frozenset[str] = frozenset(),
-    memo: DetectMemo | None = None,
+    memo: DetectMemo,
 ) -> _Opened | FileResult:
     """Detect, find in the manifest and set up the parse of one file; a FileResult when there
     is nothing to parse (empty, binary, unreadable). `reserved`: manifest keys taken by files
@@ -366,12 +366,8 @@ def _open_file(
         # (the engine parsers no longer undo wrappers themselves)
         result.decode = tuple(known["decode"]) if "decode" in known else wrappers.detect(wrappers.head_sample(head))
         result.engine, result.instance = known["engine"], instance if explicit else known["instance"]
-    elif memo is not None:
-        result.decode, found = memo(head)
-        if engine == "auto":
-            result.engine, result.detected_score = found
     else:
-        result.decode, found = _detect(head, engine == "auto")
+        result.decode, found = memo(head)
         if engine == "auto":
             result.engine, result.detected_score = found
     if known is None and engine == "auto" and result.engine == "unknown":
@@ -419,14 +415,6 @@ def _open_file(
 def _block(opened: _Opened, block_bytes: int) -> int:
     """The read block of an opened file (`block_bytes`, scaled for a platform download)."""
     return max(block_bytes, int(block_bytes * opened.block_scale))
-
-
-def _detect(head: bytes, engine: bool = True) -> tuple[tuple[str, ...], tuple[str, float | None]]:
-    """A new file's wrapper layers, and (`engine`) its engine and score as detected from its
-    first lines."""
-    sample = wrappers.head_sample(head)
-    decode = wrappers.detect(sample)
-    return decode, detect_engine(wrappers.decode_texts(sample, decode)) if engine else ("unknown", None)
 
 
 def _detect_beyond_head(path: Path, size: int, decode: tuple[str, ...]) -> tuple[str, float] | None:

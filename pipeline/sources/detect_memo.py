@@ -13,7 +13,8 @@ its detection, and its sample rarely shares a shape with another's.
 from __future__ import annotations
 
 import re
-from typing import Callable
+
+from servelens.parsers import detect_engine, wrappers
 
 # a run of hex digits holding at least one decimal digit: a number, a time, a hex id
 _NUMBERS = re.compile(rb"[0-9A-Fa-f]*[0-9][0-9A-Fa-f]*")
@@ -28,20 +29,31 @@ def shape(head: bytes) -> bytes | None:
     return _NUMBERS.sub(lambda m: b"0" * len(m.group()), head)
 
 
+Detected = tuple[tuple[str, ...], tuple[str, float | None]]
+
+
+def detect(head: bytes, engine: bool = True) -> Detected:
+    """A file's wrapper layers, outside in, and (`engine`) its engine and score, from its
+    first bytes; ("unknown", None) when the engine is not asked for."""
+    sample = wrappers.head_sample(head)
+    layers = wrappers.detect(sample)
+    return layers, detect_engine(wrappers.decode_texts(sample, layers)) if engine else ("unknown", None)
+
+
 class DetectMemo:
-    """Detection results by shape, for one command (`detect(head)` does the real work)."""
+    """`detect` by shape, for one command (`engine`: detect the engine too)."""
 
-    def __init__(self, detect: Callable[[bytes], tuple]):
-        self._detect = detect
-        self._by_shape: dict[bytes, tuple] = {}
+    def __init__(self, engine: bool = True):
+        self._engine = engine
+        self._by_shape: dict[bytes, Detected] = {}
 
-    def __call__(self, head: bytes) -> tuple:
+    def __call__(self, head: bytes) -> Detected:
         key = shape(head)
         if key is None:
-            return self._detect(head)
+            return detect(head, self._engine)
         found = self._by_shape.get(key)
         if found is None:
-            found = self._detect(head)
+            found = detect(head, self._engine)
             if len(self._by_shape) < MAX_SHAPES:
                 self._by_shape[key] = found
         return found

@@ -11,6 +11,7 @@ resumed by a second one at the same time, and a file that is a copy of an open o
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import gzip
 import os
 import zlib
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from servelens.parsers import detect_engine, get_parser, wrappers
+from servelens.parsers import get_parser, wrappers
 from servelens.parsers.base import ParseContext
 
 from ..sources import fingerprint as fp
@@ -143,21 +144,19 @@ class IdentityMixin:
         if self._copy_of_open_file(fol):
             return False
         engine = fol.engine or (self.engine if self.engine != "auto" else None)
-        fol.decode, found = self._detected(head, engine is None)
+        fol.decode, found = self._detect_memos[engine is None](head)
         if engine is None:
             engine, _score = found
             if engine == "unknown" and len(head) < fp.HEAD_BYTES and now - fol.first_seen < DETECT_WAIT_S and not fol.initial:
                 return False  # a few lines more may tell
         return self._start_new(fol, engine, head)
 
-    def _detected(self, head: bytes, engine: bool) -> tuple[tuple[str, ...], tuple[str, float | None] | None]:
-        """A new file's wrapper layers and (`engine`) its engine and score, once per shape of
-        its first lines (sources/detect_memo.py): a directory of many small files, one per
-        pod, pays detection once, as ingest does."""
-        memos = self.__dict__.setdefault("_detect_memos", {})
-        if engine not in memos:
-            memos[engine] = DetectMemo(lambda h: _detect(h, engine))
-        return memos[engine](head)
+    @functools.cached_property
+    def _detect_memos(self) -> dict[bool, DetectMemo]:
+        """Detection once per shape of a new file's first lines (sources/detect_memo.py), with
+        the engine and without: a directory of many small files, one per pod, pays it once,
+        as ingest does."""
+        return {True: DetectMemo(engine=True), False: DetectMemo(engine=False)}
 
     def _holds(self, fol: Followed, known: dict) -> bool:
         """Does this open file still hold the content of the entry (not truncated since)?"""
@@ -369,12 +368,6 @@ def _crc_fd(fd: int, offset: int) -> int | None:
         crc = zlib.crc32(block, crc)
         pos += len(block)
     return crc
-
-
-def _detect(head: bytes, engine: bool) -> tuple[tuple[str, ...], tuple[str, float | None] | None]:
-    sample = wrappers.head_sample(head)
-    decode = wrappers.detect(sample)
-    return decode, detect_engine(wrappers.decode_texts(sample, decode)) if engine else None
 
 
 def _skip_stream(stream: Any, offset: int) -> tuple[bytes | None, bytes]:
