@@ -15,6 +15,8 @@ of the line's first physical line) and `text`, the frame carries:
 
 from __future__ import annotations
 
+from typing import Callable
+
 import polars as pl
 
 WTS = pl.Datetime("ns", "UTC")
@@ -86,6 +88,19 @@ def peel_labels(df: pl.DataFrame, pattern: str, labels: tuple[str, ...]) -> pl.D
     prior = {c: df[c] for c in labels if c in df.columns}
     df = peel(df.drop(list(prior)), pattern, {c: c for c in labels})
     return df.with_columns([pl.coalesce(s, pl.col(c)).alias(c) for c, s in prior.items()]) if prior else df
+
+
+def label_columns(names: dict[str, str], of: Callable[[str], pl.Expr], constants: dict[str, str] | None = None) -> list[pl.Expr]:
+    """A `_lab_<label>` column for each label that `names` (a platform's field -> the label it
+    gives) names: the first of its fields present (`of(field)`, in the order of `names`), else
+    the file's constant for that label (`constants`)."""
+    out = []
+    for label in dict.fromkeys(names.values()):
+        fields = [of(k) for k, w in names.items() if w == label]
+        if constants is not None:
+            fields.append(pl.lit(constants.get(label), pl.String))
+        out.append(pl.coalesce(fields).alias(f"_lab_{label}"))
+    return out
 
 
 def any_line(texts: list[str], pattern: str) -> float:

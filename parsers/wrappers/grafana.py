@@ -21,7 +21,7 @@ import json
 import polars as pl
 
 from ._export import time_order
-from ._frame import WTS, rfc3339_ns, set_time, share
+from ._frame import WTS, label_columns, rfc3339_ns, set_time, share
 
 NAME = "grafana-explore"
 DOC = "Grafana Explore \"Download logs\" text (`<ms>\\t<ISO time>\\t<line>` after the common labels) and JSON (`[{\"line\",\"timestamp\",\"date\",\"fields\"}]`): time (ms text, ns JSON); labels `pod`, `container`, `namespace`, `node`, `job`, `app`, `host`; newest first put back in time order per stream"
@@ -90,10 +90,7 @@ def decode(df: pl.DataFrame, common: str = "") -> pl.DataFrame:
     oldts = old("_old").str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="ns", strict=False).dt.replace_time_zone("UTC")
     ns = j("timestamp").cast(pl.Int64, strict=False).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC")
     const = json.loads(common) if common else {}
-    labels = []
-    for v in dict.fromkeys(_LABELS.values()):
-        srcs = [fields(k) for k, w in _LABELS.items() if w == v]
-        labels.append(pl.coalesce(*srcs, pl.lit(const.get(v), pl.String)).alias(f"_lab_{v}"))
+    labels = label_columns(_LABELS, fields, const)
     out = (
         pl.when(j("line").is_not_null()).then(j("line").str.strip_suffix("\n"))
         .when(row("_ms").is_not_null()).then(text.str.slice(row("_ms").str.len_chars() + row("_iso").str.len_chars() + 2))

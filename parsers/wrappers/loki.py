@@ -13,7 +13,7 @@ from __future__ import annotations
 import polars as pl
 
 from ._export import time_order
-from ._frame import rfc3339_ns, set_time, share
+from ._frame import label_columns, rfc3339_ns, set_time, share
 from .docker_json import decode_json
 
 NAME = "loki"
@@ -49,8 +49,7 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
     d = pl.col("_d").struct.field
     lab = j("labels").struct.field
     # the default output prints the labels as `{k="v", ...}`
-    labels = [pl.coalesce([pl.coalesce(lab(k), d("_l").str.extract(f'[{{ ]{k}="([^"]*)"', 1)) for k, w in LABELS.items() if w == v])
-              .alias(f"_lab_{v}") for v in dict.fromkeys(LABELS.values())]
+    labels = label_columns(LABELS, lambda k: pl.coalesce(lab(k), d("_l").str.extract(f'[{{ ]{k}="([^"]*)"', 1)))
     text = (
         pl.when(line.is_not_null()).then(line.str.strip_suffix("\n"))
         .when(d("_t").is_not_null()).then(pl.col("text").str.slice(d("_t").str.len_chars() + pl.col("_w") + 2))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import polars as pl
 
 from ._export import decode_objects, time_order
-from ._frame import WTS, set_time
+from ._frame import WTS, label_columns, set_time
 from .loki import KEYS, LABELS
 
 NAME = "loki-api"
@@ -45,8 +45,7 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def _labels(stream: pl.Expr) -> list[pl.Expr]:
-    return [pl.coalesce([stream.struct.field(k) for k, w in LABELS.items() if w == v]).alias(f"_lab_{v}")
-            for v in dict.fromkeys(LABELS.values())]
+    return label_columns(LABELS, stream.struct.field)
 
 
 def _compact(df: pl.DataFrame) -> pl.DataFrame:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import polars as pl
 
 from ._export import decode_objects, message_lines, time_order
-from ._frame import rfc3339_ns_of, set_time, share
+from ._frame import label_columns, rfc3339_ns_of, set_time, share
 
 NAME = "splunk"
 DOC = "Splunk search results as JSON (Splunk Web export, REST `search/jobs/export?output_mode=json`): `result._raw`, `result._time`; labels `host`, `pod`, `namespace`, `container` (Splunk Connect for Kubernetes or the Splunk OTel Collector's fields); newest first put back in time order per pod"
@@ -36,10 +36,9 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
     df = decode_objects(df, _DTYPE)
     r = pl.col("_j").struct.field("result").struct.field
     raw = r("_raw")
-    labels = [pl.coalesce([r(k) for k, w in _FIELDS.items() if w == v]).alias(f"_lab_{v}") for v in dict.fromkeys(_FIELDS.values())]
     df = df.with_columns(
         pl.when(raw.is_not_null()).then(raw.str.strip_suffix("\n")).otherwise(pl.col("text")).alias("text"),
         set_time(df, rfc3339_ns_of(df, r("_time"))),
-        *labels,
+        *label_columns(_FIELDS, r),
     ).drop("_j")
     return message_lines(time_order(df, _KEYS))
