@@ -65,8 +65,16 @@ def head_sample(head: bytes) -> list[str]:
 
 def detect(sample: list[str]) -> tuple[str, ...]:
     """The wrapper layers of a file, outside in, from the first lines of it."""
+    return detect_lines(sample)[0]
+
+
+def detect_lines(sample: list[str]) -> tuple[tuple[str, ...], list[str]]:
+    """`detect`, and the engine lines inside the sample that engine detection reads: the
+    sample decoded through the layers found, as each depth decoded it for the next, so the
+    sample is decoded once (an unfinished last entry of the innermost layer kept, as a
+    block's decode keeps it)."""
     layers: list[str] = []
-    texts = sample
+    texts = inner = sample
     for _ in range(MAX_DEPTH):
         for name, mod in DECODERS.items():
             if any(_base(n) == name for n in layers):
@@ -74,11 +82,11 @@ def detect(sample: list[str]) -> tuple[str, ...]:
             if mod.sniff(texts) >= SNIFF_THRESHOLD:
                 name = mod.layer(texts) if hasattr(mod, "layer") else name
                 layers.append(name)
-                texts = _decoded_sample(texts, name)
+                inner, texts = _decoded_sample(texts, name)
                 break
         else:
             break
-    return tuple(layers)
+    return tuple(layers), inner
 
 
 def decode(lines: pl.DataFrame, layers: tuple[str, ...]) -> pl.DataFrame:
@@ -95,16 +103,18 @@ def _base(layer: str) -> str:
     return layer.partition(":")[0]
 
 
-def _decoded_sample(texts: list[str], layer: str) -> list[str]:
-    """The lines inside one layer of a sample, without an unfinished last one (the sample's
-    end cuts an export's last object short: its raw text would be taken for another format)."""
+def _decoded_sample(texts: list[str], layer: str) -> tuple[list[str], list[str]]:
+    """The lines inside one layer of a sample: all of them, and those the next depth sniffs,
+    without an unfinished last one (the sample's end cuts an export's last object short: its
+    raw text would be taken for another format)."""
     if not texts:
-        return []
+        return [], []
     lines = pl.DataFrame({"line": pl.int_range(1, len(texts) + 1, eager=True), "text": pl.Series(texts, dtype=pl.String)})
     dec = decode(lines, (layer,))
+    inner = dec["text"].to_list()
     if dec.height and bool(dec["_open"][-1]):
-        dec = dec.head(dec.height - 1)
-    return dec["text"].to_list()
+        return inner, inner[:-1]
+    return inner, inner
 
 
 def decode_texts(texts: list[str], layers: tuple[str, ...]) -> list[str]:

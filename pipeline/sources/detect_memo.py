@@ -35,9 +35,8 @@ Detected = tuple[tuple[str, ...], tuple[str, float | None]]
 def detect(head: bytes, engine: bool = True) -> Detected:
     """A file's wrapper layers, outside in, and (`engine`) its engine and score, from its
     first bytes; ("unknown", None) when the engine is not asked for."""
-    sample = wrappers.head_sample(head)
-    layers = wrappers.detect(sample)
-    return layers, detect_engine(wrappers.decode_texts(sample, layers)) if engine else ("unknown", None)
+    layers, lines = wrappers.detect_lines(wrappers.head_sample(head))
+    return layers, detect_engine(lines) if engine else ("unknown", None)
 
 
 class DetectMemo:
