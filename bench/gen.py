@@ -53,6 +53,10 @@ class Generated:
     cached: bool
 
 
+# below this many bytes the input is written in this process, without a pool of workers
+IN_PROCESS_BYTES = 32 * 2**20
+
+
 def _stamp(engine: str, target: int, instances: int, seed: int, duration: float) -> dict:
     return {"version": VERSION, "engine": engine, "target_bytes": target, "instances": instances,
             "seed": seed, "scenario": SCENARIO, **ENGINE_OPTS[engine], "duration": duration}
@@ -81,9 +85,13 @@ def generate(engine: str, target_bytes: int, out_dir: Path, *, seed: int = 1, in
     t0 = time.perf_counter()
     per_file = math.ceil(target_bytes / instances)
     jobs = [(engine, i, instances, seed, per_file, str(out_dir), duration) for i in range(instances)]
-    ctx = get_context("spawn")  # polars' thread pools do not survive fork
-    with ProcessPoolExecutor(max_workers=min(workers, instances), mp_context=ctx) as pool:
-        results = list(pool.map(_instance_job, jobs))
+    if target_bytes < IN_PROCESS_BYTES:
+        # a worker's start (an interpreter importing the simulator) costs more than a small input
+        results = [_instance_job(job) for job in jobs]
+    else:
+        ctx = get_context("spawn")  # polars' thread pools do not survive fork
+        with ProcessPoolExecutor(max_workers=min(workers, instances), mp_context=ctx) as pool:
+            results = list(pool.map(_instance_job, jobs))
     seconds = time.perf_counter() - t0
     files = sorted(out_dir.glob("*.log"))
     total = sum(b for b, _ in results)
