@@ -14,9 +14,13 @@ $(BIN)/servelens: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
-# the test tools and the Spark extra in one pip run; not compiled at install, since most of
-# their modules are never imported: the test run writes the byte code of those it imports
-$(VENV)/.test-deps: $(BIN)/servelens pyproject.toml
+# servelens, the test tools and the Spark extra in one pip run (a separate install of
+# servelens first would build it and resolve its dependencies twice); not compiled at install,
+# since most of those modules are never imported: the test run writes the byte code of those
+# it imports
+$(VENV)/.test-deps: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet --no-compile -e '.[test,spark]'
 	touch $@
 
