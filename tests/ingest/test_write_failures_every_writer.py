@@ -221,18 +221,25 @@ def test_the_rollup_refresh_under_each_errno_is_a_warning(tmp_path, log, built, 
     if command == "repair":
         (store / read_manifest(store)["parts"][0]).unlink()
 
+    refused: list[str] = []
+
     def refuse(path, *a, **k):
+        refused.append(str(path))
         raise OSError(eno, os.strerror(eno), str(path))
 
     monkeypatch.setattr(rollup_mod, "_write", refuse)
-    args = {"ingest": ["ingest", str(log), "-q"], "compact": ["compact"], "repair": ["repair"],
+    # the CLI's ingest leaves the refresh to the first query unless asked: asked, it runs here
+    args = {"ingest": ["ingest", str(log), "-q", "--refresh-rollups"], "compact": ["compact"], "repair": ["repair"],
             "prune": ["prune", "--before", "2026-06-10T14:10Z"]}[command]
     if command == "ingest":
         write_log(log, N + 60)  # a minute more to commit
-    code, err = run_cli(monkeypatch, capsys, *args, "--store", str(store))
-    out = capsys.readouterr()
+    code, out, err = run_cli_out(monkeypatch, capsys, *args, "--store", str(store))
     assert code == 0, err
     assert "Traceback" not in err
+    assert refused  # the refresh ran, and its write was refused
+    # said (a warning; ingest's summary, a note), with the cause
+    said = [line for line in (out + err).splitlines() if line.startswith(("warning", "note")) and "rollup" in line]
+    assert said and os.strerror(eno) in said[0], (out, err)
     assert not list((store / "rollups").glob("*.parquet")) if (store / "rollups").exists() else True
     monkeypatch.undo()
     if command == "repair":
