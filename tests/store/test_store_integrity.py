@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from servelens.pipeline.store.layout import FILE_SCHEMA
 from servelens.pipeline.cli import app as cli_mod
 from servelens.pipeline import ingest as ingest_mod
+from servelens.pipeline.query import rollups as rollups_mod
 from servelens.pipeline.store.compact import compact
 from servelens.pipeline.store.commit import Store
 from servelens.pipeline.store.manifest import committed_parts, read_manifest
@@ -86,9 +87,17 @@ def _write_logs(d: Path) -> Path:
 def store(tmp_path, built, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(ingest_mod, "FLUSH_ROWS", 700)  # a re-ingest commits as the first did
+    # the rollup refresh a repair (or compact) runs after its commit is recorded, not computed:
+    # it changes no event, and the rollups rebuilt after a repair are tests/store/test_rollups.py's
+    # subject (test_repair_that_drops_parts_rebuilds_the_rollup)
+    monkeypatch.setattr(rollups_mod, "refresh", lambda st, *a, **k: REFRESHES.append(Path(st.root)))
+    REFRESHES.clear()
     s = tmp_path / "store"
     shutil.copytree(built / "store", s)
     return s
+
+
+REFRESHES: list[Path] = []  # the stores whose rollup refresh a command asked for (`store`)
 
 
 def count(store: Path) -> str:
@@ -133,6 +142,7 @@ def test_lost_part_is_an_error_then_repair_and_reingest_restore_exactly(store, l
     assert r.exit_code == 0, r.output
     assert f"drop {victim} (missing or damaged)" in r.output
     assert "roll back" in r.output
+    assert REFRESHES == [store]  # the rollups rebuilt over what is left
     assert cli("check", "--store", str(store)).exit_code == 0
     assert count(store).exit_code == 0
 
