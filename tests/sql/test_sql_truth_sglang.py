@@ -20,6 +20,8 @@ SEED = 7
 T0 = "2026-05-12T08:00:00Z"
 ACTION_SIGNALS = ("queue_backlog", "kv_pressure", "scheduler_limit", "latency_slo_e2e", "latency_slo_ttft", "errors")
 _ROOT = Path(tempfile.mkdtemp(prefix="servelens-truth-sglang-"))
+VIEWS = {"batch_fill", "capacity", "engine_stats", "latency_percentiles", "metric_availability", "queue_depth",
+         "requests", "scaling_signals", "window_metrics"}
 
 
 def teardown_module(module):
@@ -39,7 +41,9 @@ def connect(scenario: str, variant: str = "v0_5"):
     # rollup stores is checked equal to that in tests/store/test_rollups.py)
     ingest(sorted(out.rglob("*.log")), out / "store", year=2026, rollups=False)
     # the sandboxed connection opens the store's parts and the files named here, nothing else
-    con = connect_store(out / "store", readable=(out / "truth_requests.parquet", out / "truth_state.parquet"), shared=True)
+    # (bound: the views the tests below read, and those beneath them)
+    con = connect_store(out / "store", readable=(out / "truth_requests.parquet", out / "truth_state.parquet"), shared=True,
+                        views=VIEWS)
     con.execute(f"create view truth_requests as select * from read_parquet('{out / 'truth_requests.parquet'}')")
     con.execute(f"create view truth_state as select * from read_parquet('{out / 'truth_state.parquet'}')")
     return con
