@@ -26,6 +26,12 @@ UTC = dt.timezone.utc
 STATS = "Avg prompt throughput"
 
 
+# for a store shown several times: the rollups refreshed by the ingest (not left to a later
+# command) give each `show` the queue and batch state from them rather than from the events,
+# the same rows (tests/store/test_rollups.py), computed once
+REFRESHED = ("--refresh-rollups",)
+
+
 def invoke(*args):
     return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
 
@@ -41,7 +47,7 @@ def incident(tmp_path_factory):
     d = tmp_path_factory.mktemp("show")
     logs = d / "logs"
     shutil.copytree(SAMPLE / "incident" / "vllm", logs)
-    ingest(logs, d / "store")
+    ingest(logs, d / "store", *REFRESHED)
     return logs, d / "store"
 
 
@@ -119,7 +125,7 @@ def test_the_state_around_arrival_is_the_stats_line_before_it(incident, mid_json
 def test_a_rotated_and_gzipped_file_is_found_by_its_fingerprint(tmp_path):
     logs = tmp_path / "logs"
     shutil.copytree(SAMPLE / "incident" / "vllm", logs)
-    ingest(logs, tmp_path / "store")
+    ingest(logs, tmp_path / "store", *REFRESHED)
     req = mid_request()
     want = [ln for _, ln in lines_naming(logs / "vllm-b.log", req["request_id"])]
     # rotation: the file is renamed and compressed, a new file takes its name
@@ -147,7 +153,7 @@ def test_without_the_file_the_parsed_columns_and_with_keep_lines_the_kept_text(t
         shutil.copytree(SAMPLE / "incident" / "vllm", logs)
         want = [ln for _, ln in lines_naming(logs / "vllm-b.log", req["request_id"])]
         store = tmp_path / f"store-{keep}"
-        ingest(logs, store, *(["--keep-lines"] if keep else []))
+        ingest(logs, store, *REFRESHED, *(["--keep-lines"] if keep else []))
         (logs / "vllm-b.log").unlink()
         r = invoke("show", req["request_id"], "--store", store, "--full")
         assert r.exit_code == 0

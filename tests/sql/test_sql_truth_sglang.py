@@ -20,6 +20,8 @@ SEED = 7
 T0 = "2026-05-12T08:00:00Z"
 ACTION_SIGNALS = ("queue_backlog", "kv_pressure", "scheduler_limit", "latency_slo_e2e", "latency_slo_ttft", "errors")
 _ROOT = Path(tempfile.mkdtemp(prefix="servelens-truth-sglang-"))
+VIEWS = {"batch_fill", "capacity", "engine_stats", "latency_percentiles", "metric_availability", "queue_depth",
+         "requests", "scaling_signals", "window_metrics"}
 
 
 def teardown_module(module):
@@ -35,9 +37,13 @@ def connect(scenario: str, variant: str = "v0_5"):
     out = _ROOT / f"{scenario}-{variant}"
     simulate("sglang", scenario, SHORT.get(scenario, DURATION_S), seed=SEED, out_dir=out, start=T0, variant=variant)
     # the server logs and each instance's per-request metrics files (<instance>/...)
-    ingest(sorted(out.rglob("*.log")), out / "store", year=2026)
+    # (no rollups: the views are checked against the truth as the events give them; what a
+    # rollup stores is checked equal to that in tests/store/test_rollups.py)
+    ingest(sorted(out.rglob("*.log")), out / "store", year=2026, rollups=False)
     # the sandboxed connection opens the store's parts and the files named here, nothing else
-    con = connect_store(out / "store", readable=(out / "truth_requests.parquet", out / "truth_state.parquet"), shared=True)
+    # (bound: the views the tests below read, and those beneath them)
+    con = connect_store(out / "store", readable=(out / "truth_requests.parquet", out / "truth_state.parquet"), shared=True,
+                        views=VIEWS)
     con.execute(f"create view truth_requests as select * from read_parquet('{out / 'truth_requests.parquet'}')")
     con.execute(f"create view truth_state as select * from read_parquet('{out / 'truth_state.parquet'}')")
     return con

@@ -58,7 +58,8 @@ def rec(request, tmp_path_factory) -> Recording:
         pl.from_epoch((pl.col("ts") * 1e6).round().cast(pl.Int64), time_unit="us")
         .dt.replace_time_zone("UTC").alias("at")
     )
-    con = connect(store, shared=True)
+    # bound: the views `ask` reads below (and those beneath them)
+    con = connect(store, shared=True, views={"engine_stats", "requests", "errors", "scaling_signals", "ttft_queueing"})
     yield Recording(d, store, truth, pl.read_csv(d / "_extra_clients.csv"), json.loads((d / "_run.json").read_text()), con)
     con.close()
 

@@ -169,10 +169,11 @@ def test_no_results_file_is_an_instance(store) -> None:
     files = {f"bench-{p}" for p in PHASES}
     # every view derived from the events (no rollup), on one connection: the views read by
     # several computed once (tests/sql/test_shared_views.py: the same answers)
-    con = connect(store, rollups=False, shared=True)
+    views = ("requests", "engine_stats", "windows", "window_metrics", "latency_percentiles", "ttft_queueing",
+             "scaling_signals", "metric_series", "metric_snapshot", "calibration", "incident_summary")
+    con = connect(store, rollups=False, shared=True, views=set(views))  # bound: these and what they read
     try:
-        for view in ("requests", "engine_stats", "windows", "window_metrics", "latency_percentiles", "ttft_queueing",
-                     "scaling_signals", "metric_series", "metric_snapshot", "calibration", "incident_summary"):
+        for view in views:
             got = {r[0] for r in run_on(con, f"select distinct instance from {view}").rows()}
             assert got <= {"vllm-cpu"}, (view, got)
             # (calibration needs an autoscaler's decisions, which this run has none of)
