@@ -284,14 +284,14 @@ def test_ctrl_c_ends_cleanly_saying_what_was_committed(tmp_path):
     store = tmp_path / "store"
     with Metrics(answers) as srv:
         proc = subprocess.Popen([sys.executable, "-c", CHILD, "scrape", srv.url, "--store", str(store),
-                                 "--interval", "0.2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                 "--interval", "0.05"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             # wait for three commits, however long the machine takes
-            for _ in range(600):
+            for _ in range(3000):
                 m = store / "manifest.json"
                 if m.exists() and len(json.loads(m.read_text()).get("samples", {}).get("parts", [])) >= 3:
                     break
-                time.sleep(0.1)
+                time.sleep(0.02)
             proc.send_signal(signal.SIGINT)
             out, err = proc.communicate(timeout=60)
         finally:
