@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import shutil
 from pathlib import Path
 
 import polars as pl
@@ -38,11 +40,32 @@ TIMED_VIEWS = ("events", "requests", "latency_percentiles", "throughput", "queue
 HTTP_COLUMNS = ("http_requests", "http_errors", "http_requests_per_s")
 
 
+def _tree(store: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(store)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(store.rglob("*")) if p.is_file()}
+
+
 @pytest.fixture(scope="module")
 def sample_store(tmp_path_factory) -> Path:
-    store = tmp_path_factory.mktemp("range") / "store"
-    ingest([SAMPLE], store)
-    return store
+    """Every sample log ingested once per test run, read-only: under pytest-xdist the workers
+    that run tests of this module share one store (built by the first under a lock, in the
+    run's own temporary folder), as the tests only read it; the teardown fails if one changed it."""
+    if not os.environ.get("PYTEST_XDIST_WORKER") or os.name != "posix":
+        store = tmp_path_factory.mktemp("range") / "store"
+        ingest([SAMPLE], store)
+    else:
+        import fcntl
+
+        root = tmp_path_factory.getbasetemp().parent  # this run's, shared by its workers
+        store = root / "timerange-sample" / "store"
+        with open(root / "timerange-sample.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (store.parent / "built").exists():
+                shutil.rmtree(store, ignore_errors=True)  # a worker that failed while building it
+                ingest([SAMPLE], store)
+                (store.parent / "built").touch()
+    before = _tree(store)
+    yield store
+    assert _tree(store) == before, "a test changed the shared sample store: give it a store of its own"
 
 
 def _restricted_equals_filtered(store: Path, rng: TimeRange, views=TIMED_VIEWS, full=None) -> dict[str, int]:
@@ -73,10 +96,14 @@ def _restricted_equals_filtered(store: Path, rng: TimeRange, views=TIMED_VIEWS, 
 def test_sample_incident_range_equals_the_whole_store_filtered(sample_store):
     # edges inside windows and inside the surge: requests straddle both edges
     rng = TimeRange(dt.datetime(2026, 5, 12, 8, 1, 30, tzinfo=UTC), dt.datetime(2026, 5, 12, 8, 3, 10, tzinfo=UTC))
-    counts = _restricted_equals_filtered(sample_store, rng)
-    # the range really selects something of every view (an empty comparison proves nothing)
-    assert all(n > 0 for n in counts.values()), counts
-    assert counts["events"] < run(sample_store, "select count(*) as n from events")["n"][0]
+    full = connect(sample_store, views=views_for(" ".join(TIMED_VIEWS)))  # the whole store, kept for the count
+    try:
+        counts = _restricted_equals_filtered(sample_store, rng, full=full)
+        # the range really selects something of every view (an empty comparison proves nothing)
+        assert all(n > 0 for n in counts.values()), counts
+        assert counts["events"] < full.execute("select count(*) from events").fetchone()[0]
+    finally:
+        full.close()
 
 
 def test_open_ended_ranges(sample_store):

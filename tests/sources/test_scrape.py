@@ -116,7 +116,7 @@ def test_scraping_a_real_vllm_stores_every_sample_each_body_said(tmp_path):
     assert len(answers) == 14
     store = tmp_path / "store"
     with Metrics(answers) as srv:
-        r = invoke("scrape", srv.url, "--store", store, "--count", len(answers), "--interval", "50ms")
+        r = invoke("scrape", srv.url, "--store", store, "--count", len(answers), "--interval", "20ms")
     assert r.exit_code == 0, r.output
     got = stored(store)
     assert len(got) == len(answers)  # one scrape time per body
@@ -140,7 +140,7 @@ def test_a_scrape_is_stored_under_the_instance_of_the_same_servers_log(tmp_path)
     assert invoke("ingest", log, "--store", store, "-q").exit_code == 0
     answers = bodies(VLLM / "metrics.prom.gz")[:3]
     with Metrics(answers) as srv:
-        r = invoke("scrape", srv.url, "--store", store, "--count", 3, "--interval", "50ms")
+        r = invoke("scrape", srv.url, "--store", store, "--count", 3, "--interval", "20ms")
     assert r.exit_code == 0, r.output
     assert "-> vllm-a)" in r.stdout
     inst = run_query(store, "select distinct instance from samples")["instance"].to_list()
@@ -158,7 +158,7 @@ def test_without_a_log_the_instance_is_the_target(tmp_path):
     answers = bodies(LLAMA / "scrapes.prom")
     store = tmp_path / "store"
     with Metrics(answers) as srv:
-        r = invoke("scrape", srv.url, "--store", store, "--count", len(answers), "--interval", "50ms")
+        r = invoke("scrape", srv.url, "--store", store, "--count", len(answers), "--interval", "20ms")
         target = srv.url.split("/")[2]
     assert r.exit_code == 0, r.output
     assert run_query(store, "select distinct instance from samples")["instance"].to_list() == [target]
@@ -179,7 +179,7 @@ def test_samples_stored_before_add_nothing(tmp_path):
     n = len(truth(body))
     store = tmp_path / "store"
     with Metrics([stamped]) as srv:
-        r = invoke("scrape", srv.url, "--store", store, "--count", 3, "--interval", "50ms")
+        r = invoke("scrape", srv.url, "--store", store, "--count", 3, "--interval", "20ms")
         assert r.exit_code == 0, r.output
         assert f": {n:,} new samples committed in 1 commit(s) ({3 * n:,} read in 3 scrape(s)" in r.stdout
         r = invoke("scrape", srv.url, "--store", store, "--count", 1, "--instance", srv.url.split("/")[2])
@@ -284,14 +284,14 @@ def test_ctrl_c_ends_cleanly_saying_what_was_committed(tmp_path):
     store = tmp_path / "store"
     with Metrics(answers) as srv:
         proc = subprocess.Popen([sys.executable, "-c", CHILD, "scrape", srv.url, "--store", str(store),
-                                 "--interval", "0.2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                 "--interval", "0.05"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             # wait for three commits, however long the machine takes
-            for _ in range(600):
+            for _ in range(3000):
                 m = store / "manifest.json"
                 if m.exists() and len(json.loads(m.read_text()).get("samples", {}).get("parts", [])) >= 3:
                     break
-                time.sleep(0.1)
+                time.sleep(0.02)
             proc.send_signal(signal.SIGINT)
             out, err = proc.communicate(timeout=60)
         finally:
@@ -312,7 +312,7 @@ def test_samples_scraped_before_the_log_take_its_instance_when_the_log_comes(tmp
     answers = bodies(VLLM / "metrics.prom.gz")[:3]
     store = tmp_path / "store"
     with Metrics(answers) as srv:
-        r = invoke("scrape", srv.url, "--store", store, "--count", 3, "--interval", "50ms")
+        r = invoke("scrape", srv.url, "--store", store, "--count", 3, "--interval", "20ms")
         target = srv.url.split("/")[2]
     assert r.exit_code == 0, r.output
     assert run_query(store, "select distinct instance from samples")["instance"].to_list() == [target]
