@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -67,18 +68,15 @@ def fake_engine(monkeypatch):
 
 
 
-def _tree(store: Path) -> dict[str, tuple[int, int]]:
-    return {str(p.relative_to(store)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(store.rglob("*")) if p.is_file()}
-
-
 @pytest.fixture(scope="session")
-def incident_store(tmp_path_factory) -> Path:
-    """The bundled incident (`sample_logs/incident/`) ingested once per test process, as
+def incident_store(tmp_path_factory) -> Iterator[Path]:
+    """The bundled incident (`sample_logs/incident/`) ingested once per test run, as
     `servelens ingest` does, for the tests that only read it: one ingest instead of one per
-    module. A test that changes a store makes its own; the teardown fails if one changed this."""
-    from tests.helpers.dashboard_store import build_store
+    module (tests/helpers/run_store.py). A test that changes a store makes its own; the
+    teardown fails if one changed this."""
+    from servelens.pipeline.ingest import ingest
+    from tests.helpers.dashboard_store import INCIDENT
+    from tests.helpers.run_store import built_once, read_only
 
-    store = build_store(tmp_path_factory.mktemp("incident-shared"))
-    before = _tree(store)
-    yield store
-    assert _tree(store) == before, "a test changed the shared incident store: give it a store of its own"
+    yield from read_only(built_once(tmp_path_factory, "incident-shared", lambda store: ingest([INCIDENT], store)),
+                         "incident store")

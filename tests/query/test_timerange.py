@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
@@ -40,32 +39,14 @@ TIMED_VIEWS = ("events", "requests", "latency_percentiles", "throughput", "queue
 HTTP_COLUMNS = ("http_requests", "http_errors", "http_requests_per_s")
 
 
-def _tree(store: Path) -> dict[str, tuple[int, int]]:
-    return {str(p.relative_to(store)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(store.rglob("*")) if p.is_file()}
-
-
 @pytest.fixture(scope="module")
-def sample_store(tmp_path_factory) -> Path:
-    """Every sample log ingested once per test run, read-only: under pytest-xdist the workers
-    that run tests of this module share one store (built by the first under a lock, in the
-    run's own temporary folder), as the tests only read it; the teardown fails if one changed it."""
-    if not os.environ.get("PYTEST_XDIST_WORKER") or os.name != "posix":
-        store = tmp_path_factory.mktemp("range") / "store"
-        ingest([SAMPLE], store)
-    else:
-        import fcntl
+def sample_store(tmp_path_factory) -> Iterator[Path]:
+    """Every sample log ingested once per test run (tests/helpers/run_store.py), read-only:
+    the teardown fails if a test changed it."""
+    from tests.helpers.run_store import built_once, read_only
 
-        root = tmp_path_factory.getbasetemp().parent  # this run's, shared by its workers
-        store = root / "timerange-sample" / "store"
-        with open(root / "timerange-sample.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not (store.parent / "built").exists():
-                shutil.rmtree(store, ignore_errors=True)  # a worker that failed while building it
-                ingest([SAMPLE], store)
-                (store.parent / "built").touch()
-    before = _tree(store)
-    yield store
-    assert _tree(store) == before, "a test changed the shared sample store: give it a store of its own"
+    yield from read_only(built_once(tmp_path_factory, "timerange-sample", lambda store: ingest([SAMPLE], store)),
+                         "sample store")
 
 
 def _restricted_equals_filtered(store: Path, rng: TimeRange, views=TIMED_VIEWS, full=None) -> dict[str, int]:
