@@ -451,26 +451,36 @@ def _create_over_stubs(con: duckdb.DuckDBPyConnection, statements: list[tuple[st
     DuckDB binds a view's query when it is created, and binding a reference to a view binds
     that view's query again: a view near the top (`incident_summary`) reaches `requests` by a
     dozen paths and each path is bound anew, so creating the views one over another costs
-    seconds on any store. Here each view is first created over empty tables standing in for
-    the views beneath it, then replaced by an empty table of its own columns (the stand-in
-    for the views above); then, from the top down, each stand-in is replaced by its view,
-    while the views it reads are still stand-ins. A query binds the real views beneath
-    (DuckDB checks that their columns have the types the view was created with: the
-    stand-ins were made from the same statements over stand-ins of the same types).
+    seconds on any store. Here each view is created over empty tables standing in for the
+    views beneath it, then set aside under another name while an empty table of its columns
+    takes its name (the stand-in for the views above); once all are created, the stand-ins
+    are dropped and the views take their names back. Renaming does not bind the view again,
+    so each is bound once, over stand-ins. A query binds the real views beneath (DuckDB
+    checks that their columns have the types the view was created with: the stand-ins have
+    the types of the very views they stand for).
 
     Only a view that reads views and is read by one needs a stand-in: one that reads none
     costs its own statement wherever it is bound. `reads`: view -> the views it reads."""
     created = {name for name, _, _ in statements}
     read = {v for name in created for v in reads.get(name, ()) if v in created}
     stood_in = {name for name in read if reads.get(name, frozenset()) & created}
-    stub = '"servelens_view_columns"'
+    aside: list[tuple[str, str]] = []
     for name, path, sql in statements:
         _create(con, path, sql)
         if name in stood_in:
-            con.execute(f"create table {stub} as select * from \"{name}\" limit 0")
-            con.execute(f"drop view \"{name}\"")
-            con.execute(f"alter table {stub} rename to \"{name}\"")
-    for name, path, sql in reversed(statements):
-        if name in stood_in:
-            con.execute(f"drop table \"{name}\"")
-            _create(con, path, sql)
+            # the columns as the view's catalog entry holds them: a query over the view would
+            # bind (or plan) its statement again
+            columns = ", ".join(f"{_quoted(c)} {t}" for c, t in con.execute(
+                "select column_name, data_type from duckdb_columns() where database_name = current_database() "
+                "and schema_name = current_schema() and table_name = ? order by column_index", [name]).fetchall())
+            held = f"servelens_bound_{name}"
+            con.execute(f"alter view {_quoted(name)} rename to {_quoted(held)}")
+            con.execute(f"create table {_quoted(name)} ({columns})")
+            aside.append((name, held))
+    for name, held in aside:
+        con.execute(f"drop table {_quoted(name)}")
+        con.execute(f"alter view {_quoted(held)} rename to {_quoted(name)}")
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
