@@ -397,6 +397,8 @@ def load_views(
     overrides: Mapping[str, str] | None = None,
     samples_bound: bool = False,
     after: Callable[[str], None] | None = None,
+    compute: Callable[[str, str], None] | None = None,
+    computed: Iterable[str] = (),
 ) -> list[str]:
     """Set the variables and create the views of sql/ on `con`, in load order (sql_files):
     every view, or those of `only` (from `views_for`: it must hold the views they read too).
@@ -406,7 +408,10 @@ def load_views(
     bound `samples` (connect does), so no catalog query looks for it. `after(name)`: called
     once each view is created, before the views that read it (a view it replaces by a table
     makes the views above cheap to bind); without it, the views are created over stand-ins
-    (_create_over_stubs).
+    (_create_over_stubs). `compute(name, select)`: called for each view of `computed` in
+    its place, with the real views beneath it bound and `select` the query of its rows: it
+    must create the view (connect computes the rows into a table and binds the view over
+    that: pipeline/query/shared.py); the other views are still created over stand-ins.
 
     `con` must already have an `events` table or view with the event schema. Returns the
     view names created."""
@@ -432,7 +437,7 @@ def load_views(
         return names
     reads = view_dependencies(Path(sql_dir) if sql_dir is not None else None)
     _create_over_stubs(con, statements, {n: frozenset() if n in (overrides or {}) else reads.get(n, frozenset())
-                                         for n in names})
+                                         for n in names}, set(computed) if compute is not None else set(), compute)
     return names
 
 
@@ -444,7 +449,8 @@ def _create(con: duckdb.DuckDBPyConnection, path: Path, sql: str) -> None:
 
 
 def _create_over_stubs(con: duckdb.DuckDBPyConnection, statements: list[tuple[str, Path, str]],
-                       reads: Mapping[str, frozenset[str]]) -> None:
+                       reads: Mapping[str, frozenset[str]], computed: set[str] = frozenset(),  # type: ignore[assignment]
+                       compute: Callable[[str, str], None] | None = None) -> None:
     """Create the views of `statements` (in load order), each bound over empty tables of the
     views it reads rather than over their whole derivation.
 
@@ -460,26 +466,66 @@ def _create_over_stubs(con: duckdb.DuckDBPyConnection, statements: list[tuple[st
     the types of the very views they stand for).
 
     Only a view that reads views and is read by one needs a stand-in: one that reads none
-    costs its own statement wherever it is bound. `reads`: view -> the views it reads."""
+    costs its own statement wherever it is bound. `reads`: view -> the views it reads.
+
+    A view of `computed` is handed to `compute` in its turn, with the views beneath it back
+    under their names (computing it reads them); it then reads no view (a table), and those
+    of them that views still to come read are set aside again."""
     created = {name for name, _, _ in statements}
     read = {v for name in created for v in reads.get(name, ()) if v in created}
-    stood_in = {name for name in read if reads.get(name, frozenset()) & created}
-    aside: list[tuple[str, str]] = []
-    for name, path, sql in statements:
-        _create(con, path, sql)
-        if name in stood_in:
+    stood_in = {name for name in read if reads.get(name, frozenset()) & created and name not in computed}
+    columns: dict[str, str] = {}
+    aside: dict[str, str] = {}  # view -> the name it is held under while its stand-in has its own
+
+    def set_aside(name: str) -> None:
+        if name not in columns:
             # the columns as the view's catalog entry holds them: a query over the view would
             # bind (or plan) its statement again
-            columns = ", ".join(f"{_quoted(c)} {t}" for c, t in con.execute(
+            columns[name] = ", ".join(f"{_quoted(c)} {t}" for c, t in con.execute(
                 "select column_name, data_type from duckdb_columns() where database_name = current_database() "
                 "and schema_name = current_schema() and table_name = ? order by column_index", [name]).fetchall())
-            held = f"servelens_bound_{name}"
-            con.execute(f"alter view {_quoted(name)} rename to {_quoted(held)}")
-            con.execute(f"create table {_quoted(name)} ({columns})")
-            aside.append((name, held))
-    for name, held in aside:
+        held = f"servelens_bound_{name}"
+        con.execute(f"alter view {_quoted(name)} rename to {_quoted(held)}")
+        con.execute(f"create table {_quoted(name)} ({columns[name]})")
+        aside[name] = held
+
+    def restore(name: str) -> None:
         con.execute(f"drop table {_quoted(name)}")
-        con.execute(f"alter view {_quoted(held)} rename to {_quoted(name)}")
+        con.execute(f"alter view {_quoted(aside.pop(name))} rename to {_quoted(name)}")
+
+    for i, (name, path, sql) in enumerate(statements):
+        select = _select_of(sql, name) if name in computed and compute is not None else None
+        if select is None:
+            _create(con, path, sql)
+        if name in computed and compute is not None:
+            beneath, todo = set(), [name]
+            while todo:
+                for v in reads.get(todo.pop(), ()):
+                    if v in created and v not in computed and v not in beneath:
+                        beneath.add(v)
+                        todo.append(v)
+            back = [v for v in aside if v in beneath]
+            for v in back:
+                restore(v)
+            # from the statement itself when it has the usual form: the view created first
+            # would be bound once more only to be replaced
+            compute(name, select if select is not None else f"select * from {_quoted(name)}")
+            later = {v for later_name, _, _ in statements[i + 1:] for v in reads.get(later_name, ())}
+            for v in back:
+                if v in later:
+                    set_aside(v)
+        elif name in stood_in:
+            set_aside(name)
+    for name in list(aside):
+        restore(name)
+
+
+def _select_of(sql: str, name: str) -> str | None:
+    """The query of a `create or replace view name as ...` statement; None for another form."""
+    m = _VIEW_RE.search(sql)
+    if m is None or m.group(1) != name or _VIEW_RE.search(sql, m.end()) is not None:
+        return None
+    return sql[m.end():]
 
 
 def _quoted(name: str) -> str:
