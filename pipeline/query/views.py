@@ -18,6 +18,7 @@ import functools
 import importlib.resources
 import math
 import re
+import threading
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -443,7 +444,7 @@ def load_views(
 
 def _create(con: duckdb.DuckDBPyConnection, path: Path, sql: str) -> None:
     try:
-        con.execute(sql)
+        con.execute(_parsed(sql) or sql)
     except duckdb.Error as e:
         raise RuntimeError(f"{path.name}: {e}") from e
 
@@ -518,6 +519,28 @@ def _create_over_stubs(con: duckdb.DuckDBPyConnection, statements: list[tuple[st
             set_aside(name)
     for name in list(aside):
         restore(name)
+
+
+_parser_lock = threading.Lock()
+_parser: duckdb.DuckDBPyConnection | None = None
+
+
+@functools.lru_cache(maxsize=128)
+def _parsed(sql: str) -> Any:
+    """`sql` parsed once per process: every connection creates the same views, and DuckDB
+    runs a parsed statement (a copy of it) without parsing its text again, which is a good
+    part of creating a view over stand-ins. None when it is not one statement."""
+    global _parser
+    with _parser_lock:  # one parsing connection, used by one thread at a time
+        if _parser is None:
+            _parser = duckdb.connect(":memory:", config={"enable_external_access": False,
+                                                         "autoload_known_extensions": False,
+                                                         "autoinstall_known_extensions": False})
+        try:
+            statements = _parser.extract_statements(sql)
+        except duckdb.Error:  # let the connection's own execute say what is wrong
+            return None
+    return statements[0] if len(statements) == 1 else None
 
 
 def _select_of(sql: str, name: str) -> str | None:
