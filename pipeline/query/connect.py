@@ -170,8 +170,8 @@ def connect(
                 sharing = to_share(views if views is not None else every, bind if bind is not None else every, rolls)
             schema = "scan" if scan else "main"
             names = load_views(con, variables=variables, only=bind, overrides=overrides, samples_bound=True,  # binding a view over `events` opens the parts too
-                               after=(lambda name: materialise(con, name, schema, limits) if name in sharing else None)
-                               if sharing else None)
+                               compute=lambda name, select: materialise(con, name, schema, limits, select),
+                               computed=sharing)
             if scan:
                 con.execute("use memory.main")
                 bind_range_views(con, ["events", "samples", *names], time_range, lambda name: define_view(con, name))

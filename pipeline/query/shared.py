@@ -53,12 +53,15 @@ def to_share(named: Iterable[str], bound: Iterable[str], leaves: Iterable[str]) 
     return {name for name in SHARED if count.get(name, 0) >= 2 and name not in leaves}
 
 
-def materialise(con: duckdb.DuckDBPyConnection, name: str, schema: str, limits: Limits) -> None:
-    """Compute view `name` (bound in `schema`) into a temporary table once, and rebind the view
-    over it. Called as soon as the view is created, so that each view above it is bound over
-    the table, not over the whole derivation from the events: binding a view costs as much as
-    the plan beneath it. The table is computed under `limits` (sandbox.execute: the time
-    limit, one-line QueryError on running out of memory or spill), as the query then is."""
+def materialise(con: duckdb.DuckDBPyConnection, name: str, schema: str, limits: Limits,
+                select: str | None = None) -> None:
+    """Compute view `name` (bound in `schema`) into a temporary table once, and bind the view
+    over it; `select`: the view's own query, when the view is not created yet (load_views
+    hands it in the view's turn). Done before the views above it are created, so that each
+    is bound over the table, not over the whole derivation from the events: binding a view
+    costs as much as the plan beneath it. The table is computed under `limits`
+    (sandbox.execute: the time limit, one-line QueryError on running out of memory or spill),
+    as the query then is."""
     table = f"shared_{name}"
-    execute(con, f"create temp table {table} as select * from {schema}.{name}", None, limits)
+    execute(con, f"create temp table {table} as {select if select is not None else f'select * from {schema}.{name}'}", None, limits)
     con.execute(f"create or replace view {schema}.{name} as select * from temp.{table}")

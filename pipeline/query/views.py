@@ -18,6 +18,7 @@ import functools
 import importlib.resources
 import math
 import re
+import threading
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -397,6 +398,8 @@ def load_views(
     overrides: Mapping[str, str] | None = None,
     samples_bound: bool = False,
     after: Callable[[str], None] | None = None,
+    compute: Callable[[str, str], None] | None = None,
+    computed: Iterable[str] = (),
 ) -> list[str]:
     """Set the variables and create the views of sql/ on `con`, in load order (sql_files):
     every view, or those of `only` (from `views_for`: it must hold the views they read too).
@@ -406,7 +409,10 @@ def load_views(
     bound `samples` (connect does), so no catalog query looks for it. `after(name)`: called
     once each view is created, before the views that read it (a view it replaces by a table
     makes the views above cheap to bind); without it, the views are created over stand-ins
-    (_create_over_stubs).
+    (_create_over_stubs). `compute(name, select)`: called for each view of `computed` in
+    its place, with the real views beneath it bound and `select` the query of its rows: it
+    must create the view (connect computes the rows into a table and binds the view over
+    that: pipeline/query/shared.py); the other views are still created over stand-ins.
 
     `con` must already have an `events` table or view with the event schema. Returns the
     view names created."""
@@ -432,45 +438,118 @@ def load_views(
         return names
     reads = view_dependencies(Path(sql_dir) if sql_dir is not None else None)
     _create_over_stubs(con, statements, {n: frozenset() if n in (overrides or {}) else reads.get(n, frozenset())
-                                         for n in names})
+                                         for n in names}, set(computed) if compute is not None else set(), compute)
     return names
 
 
 def _create(con: duckdb.DuckDBPyConnection, path: Path, sql: str) -> None:
     try:
-        con.execute(sql)
+        con.execute(_parsed(sql) or sql)
     except duckdb.Error as e:
         raise RuntimeError(f"{path.name}: {e}") from e
 
 
 def _create_over_stubs(con: duckdb.DuckDBPyConnection, statements: list[tuple[str, Path, str]],
-                       reads: Mapping[str, frozenset[str]]) -> None:
+                       reads: Mapping[str, frozenset[str]], computed: set[str] = frozenset(),  # type: ignore[assignment]
+                       compute: Callable[[str, str], None] | None = None) -> None:
     """Create the views of `statements` (in load order), each bound over empty tables of the
     views it reads rather than over their whole derivation.
 
     DuckDB binds a view's query when it is created, and binding a reference to a view binds
     that view's query again: a view near the top (`incident_summary`) reaches `requests` by a
     dozen paths and each path is bound anew, so creating the views one over another costs
-    seconds on any store. Here each view is first created over empty tables standing in for
-    the views beneath it, then replaced by an empty table of its own columns (the stand-in
-    for the views above); then, from the top down, each stand-in is replaced by its view,
-    while the views it reads are still stand-ins. A query binds the real views beneath
-    (DuckDB checks that their columns have the types the view was created with: the
-    stand-ins were made from the same statements over stand-ins of the same types).
+    seconds on any store. Here each view is created over empty tables standing in for the
+    views beneath it, then set aside under another name while an empty table of its columns
+    takes its name (the stand-in for the views above); once all are created, the stand-ins
+    are dropped and the views take their names back. Renaming does not bind the view again,
+    so each is bound once, over stand-ins. A query binds the real views beneath (DuckDB
+    checks that their columns have the types the view was created with: the stand-ins have
+    the types of the very views they stand for).
 
     Only a view that reads views and is read by one needs a stand-in: one that reads none
-    costs its own statement wherever it is bound. `reads`: view -> the views it reads."""
+    costs its own statement wherever it is bound. `reads`: view -> the views it reads.
+
+    A view of `computed` is handed to `compute` in its turn, with the views beneath it back
+    under their names (computing it reads them); it then reads no view (a table), and those
+    of them that views still to come read are set aside again."""
     created = {name for name, _, _ in statements}
     read = {v for name in created for v in reads.get(name, ()) if v in created}
-    stood_in = {name for name in read if reads.get(name, frozenset()) & created}
-    stub = '"servelens_view_columns"'
-    for name, path, sql in statements:
-        _create(con, path, sql)
-        if name in stood_in:
-            con.execute(f"create table {stub} as select * from \"{name}\" limit 0")
-            con.execute(f"drop view \"{name}\"")
-            con.execute(f"alter table {stub} rename to \"{name}\"")
-    for name, path, sql in reversed(statements):
-        if name in stood_in:
-            con.execute(f"drop table \"{name}\"")
+    stood_in = {name for name in read if reads.get(name, frozenset()) & created and name not in computed}
+    columns: dict[str, str] = {}
+    aside: dict[str, str] = {}  # view -> the name it is held under while its stand-in has its own
+
+    def set_aside(name: str) -> None:
+        if name not in columns:
+            # the columns as the view's catalog entry holds them: a query over the view would
+            # bind (or plan) its statement again
+            columns[name] = ", ".join(f"{_quoted(c)} {t}" for c, t in con.execute(
+                "select column_name, data_type from duckdb_columns() where database_name = current_database() "
+                "and schema_name = current_schema() and table_name = ? order by column_index", [name]).fetchall())
+        held = f"servelens_bound_{name}"
+        con.execute(f"alter view {_quoted(name)} rename to {_quoted(held)}")
+        con.execute(f"create table {_quoted(name)} ({columns[name]})")
+        aside[name] = held
+
+    def restore(name: str) -> None:
+        con.execute(f"drop table {_quoted(name)}")
+        con.execute(f"alter view {_quoted(aside.pop(name))} rename to {_quoted(name)}")
+
+    for i, (name, path, sql) in enumerate(statements):
+        select = _select_of(sql, name) if name in computed and compute is not None else None
+        if select is None:
             _create(con, path, sql)
+        if name in computed and compute is not None:
+            beneath, todo = set(), [name]
+            while todo:
+                for v in reads.get(todo.pop(), ()):
+                    if v in created and v not in computed and v not in beneath:
+                        beneath.add(v)
+                        todo.append(v)
+            back = [v for v in aside if v in beneath]
+            for v in back:
+                restore(v)
+            # from the statement itself when it has the usual form: the view created first
+            # would be bound once more only to be replaced
+            compute(name, select if select is not None else f"select * from {_quoted(name)}")
+            later = {v for later_name, _, _ in statements[i + 1:] for v in reads.get(later_name, ())}
+            for v in back:
+                if v in later:
+                    set_aside(v)
+        elif name in stood_in:
+            set_aside(name)
+    for name in list(aside):
+        restore(name)
+
+
+_parser_lock = threading.Lock()
+_parser: duckdb.DuckDBPyConnection | None = None
+
+
+@functools.lru_cache(maxsize=128)
+def _parsed(sql: str) -> Any:
+    """`sql` parsed once per process: every connection creates the same views, and DuckDB
+    runs a parsed statement (a copy of it) without parsing its text again, which is a good
+    part of creating a view over stand-ins. None when it is not one statement."""
+    global _parser
+    with _parser_lock:  # one parsing connection, used by one thread at a time
+        if _parser is None:
+            _parser = duckdb.connect(":memory:", config={"enable_external_access": False,
+                                                         "autoload_known_extensions": False,
+                                                         "autoinstall_known_extensions": False})
+        try:
+            statements = _parser.extract_statements(sql)
+        except duckdb.Error:  # let the connection's own execute say what is wrong
+            return None
+    return statements[0] if len(statements) == 1 else None
+
+
+def _select_of(sql: str, name: str) -> str | None:
+    """The query of a `create or replace view name as ...` statement; None for another form."""
+    m = _VIEW_RE.search(sql)
+    if m is None or m.group(1) != name or _VIEW_RE.search(sql, m.end()) is not None:
+        return None
+    return sql[m.end():]
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'

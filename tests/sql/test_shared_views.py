@@ -157,3 +157,26 @@ def test_views_created_over_stand_ins_are_the_views_created_in_order(stores):
     finally:
         over.close()
         plain.close()
+
+
+def test_shared_views_leave_no_stand_in_and_keep_the_columns(stores):
+    # the views beneath a shared one are set aside behind stand-ins, brought back to compute
+    # it and set aside again: all must end under their own names, with their own columns
+    store = stores["incident"]
+    con = connect(store, views={"incident_summary"}, rollups=False, shared=True)
+    plain = _bound(store, False)
+    try:
+        def columns(c, views):
+            return c.execute("select table_name, column_name, data_type from duckdb_columns() "
+                             "where not internal and table_name in (select unnest(?)) order by all",
+                             [sorted(views)]).fetchall()
+        views = {v for (v,) in con.execute("select view_name from duckdb_views() where not internal").fetchall()}
+        assert views >= closure(["incident_summary"])
+        assert not any(v.startswith("servelens_bound_") for v in views)
+        tables = con.execute("select table_name from duckdb_tables() where not temporary").fetchall()
+        assert tables == []
+        assert _temps(con) == {"shared_requests", "shared_engine_stats", "shared_window_metrics"}
+        assert columns(con, closure(["incident_summary"])) == columns(plain, closure(["incident_summary"]))
+    finally:
+        con.close()
+        plain.close()
