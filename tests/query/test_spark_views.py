@@ -77,7 +77,7 @@ def spark(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def spark_views(spark, incident_store):
+def spark_views(spark, incident_store, tmp_path_factory):
     """The views of `servelens views --dialect spark` created on Spark over the store's parts."""
     parts = [str(p) for p in committed_parts(incident_store)]
     spark.read.option("basePath", str(incident_store / "events")).parquet(*parts).createOrReplaceTempView("events")
@@ -87,10 +87,12 @@ def spark_views(spark, incident_store):
 
     from servelens.pipeline.sources.samples import SAMPLE_SCHEMA
 
-    empty = incident_store.parent / "no-samples.parquet"
+    # (a folder of its own: the incident store and its folder are shared by the test run)
+    work = tmp_path_factory.mktemp("spark-views")
+    empty = work / "no-samples.parquet"
     pq.write_table(SAMPLE_SCHEMA.empty_table(), empty)
     spark.read.parquet(str(empty)).createOrReplaceTempView("samples")
-    rows = incident_store.parent / "spark-views"
+    rows = work / "rows"
     for name, sql in statements():
         spark.sql(sql.rstrip().rstrip(";"))
         # materialised, and the view replaced by its rows: Spark expands a view's definition
