@@ -23,8 +23,8 @@ def test_many_small_files_of_five_engines_each_detected_as_its_own(tmp_path, mon
     logs = tmp_path / "logs"
     expected = same_shape_files(logs, 4)
     calls = []
-    real = wrappers.detect
-    monkeypatch.setattr(identity_mod.wrappers, "detect", lambda sample: calls.append(1) or real(sample))
+    real = wrappers.detect_lines  # what detection by shape runs for each shape it has not seen
+    monkeypatch.setattr(identity_mod.wrappers, "detect_lines", lambda sample: calls.append(1) or real(sample))
     store_dir = tmp_path / "store"
     store = Store.open(store_dir, purpose="tail")
     # (only the committed events are read: no rollups)
