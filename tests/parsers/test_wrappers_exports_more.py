@@ -122,12 +122,30 @@ def test_a_namespace_export_gives_one_instance_per_pod(tmp_path, explicit):
 
 
 @cache
-def _copies(engine: str, rel: str, block: int) -> tuple[tuple[str, ...], pl.DataFrame]:
-    """The sample written several times over, so that its export spans several blocks, and
-    the events of that plain text (the same for every export of it: once per process)."""
+def _copies(engine: str, rel: str, k: int) -> tuple[tuple[str, ...], pl.DataFrame]:
+    """The sample written k times over, and the events of that plain text (the same for
+    every export of it: once per process)."""
     lines, _, _ = truth(rel, engine)
-    lines = lines * max(1, -(-3 * block // len("\n".join(lines))))
+    lines = lines * k
     return tuple(lines), parse_text(engine, "\n".join(lines) + "\n")
+
+
+def _export_of_copies(engine: str, rel: str, export: str, block: int):
+    """The fewest copies (two at least: a seam where the sample starts over) whose export
+    spans three blocks, so that it is read in several blocks; the export's bytes, lines and
+    the events of the plain text."""
+    from tests.helpers import wrapping_exports as X
+
+    k = 2
+    while True:
+        copies, base = _copies(engine, rel, k)
+        lines = list(copies)
+        # (the copies' own times go back at each copy: the platform's are its arrival times)
+        times = [1_781_101_425_000_000_000 + i * 1_500_000 for i in range(len(lines))]
+        data = getattr(X, export)(lines, times).encode()
+        if len(data) > 3 * block:
+            return data, base
+        k += 1
 
 
 @pytest.mark.parametrize("engine,rel", [("tgi", "sample_logs/tgi/real/launcher_traceback.log"), ("sglang", "sample_logs/sglang/real/startup_and_crash.log"),
@@ -141,14 +159,9 @@ def test_a_newest_first_export_bigger_than_a_block_gives_the_servers_events(engi
     blocks. (The model a vLLM file names once reaches only the blocks after it on disk.)"""
     import io
 
-    from tests.helpers import wrapping_exports as X
     from servelens.pipeline.sources.lines import parse_stream
 
-    copies, base = _copies(engine, rel, block)
-    lines = list(copies)
-    # (the copies' own times go back at each copy: the platform's are its arrival times)
-    times = [1_781_101_425_000_000_000 + i * 1_500_000 for i in range(len(lines))]
-    data = getattr(X, export)(lines, times).encode()
+    data, base = _export_of_copies(engine, rel, export, block)
     assert len(data) > 2 * block
     layers = W.detect(wr.split_lines(data[:65536].decode(errors="replace"))[:300])
     ctx = ParseContext(engine=engine, source="t", instance="t", year=2026, keep_lines=True)
