@@ -94,7 +94,7 @@ def test_one_huge_value_stops_in_its_worker_and_the_dashboard_goes_on(cfg, value
 def test_one_long_call_is_killed_at_the_time_limit(cfg, monkeypatch):
     from servelens.dashboards import data
 
-    monkeypatch.setenv("SERVELENS_DASHBOARD_QUERY_TIMEOUT", "3")
+    monkeypatch.setenv("SERVELENS_DASHBOARD_QUERY_TIMEOUT", "1")
     # one call that checks no interrupt: it runs for hours unbounded, so returning at all is the kill
     query = "select levenshtein(repeat('ab', 1000000), repeat('ba', 1000000)) as d"
 
@@ -103,8 +103,8 @@ def test_one_long_call_is_killed_at_the_time_limit(cfg, monkeypatch):
             data.run_user_sql(cfg, query)
         return str(e.value)
 
-    assert returns(stopped, what="one long call with a 3 s limit") == (
-        "the query ran past its 3 s time limit and was stopped; raise it with servelens "
+    assert returns(stopped, what="one long call with a 1 s limit") == (
+        "the query ran past its 1 s time limit and was stopped; raise it with servelens "
         "dashboard --query-timeout SECONDS (or $SERVELENS_DASHBOARD_QUERY_TIMEOUT)")
 
 
@@ -148,9 +148,10 @@ def test_the_page_shows_one_line_and_stays_up(cfg):
 
 def test_busy_workers_make_a_later_query_wait_then_say_so(cfg, monkeypatch):
     from servelens.dashboards import data
+    from servelens.pipeline.query import worker as query_worker
 
     monkeypatch.setenv("SERVELENS_DASHBOARD_QUERY_WORKERS", "1")
-    monkeypatch.setenv("SERVELENS_DASHBOARD_QUERY_TIMEOUT", "1")
+    monkeypatch.setenv("SERVELENS_DASHBOARD_QUERY_TIMEOUT", "0.5")
     outcome: dict[str, str] = {}
 
     def long_one() -> None:
@@ -161,12 +162,20 @@ def test_busy_workers_make_a_later_query_wait_then_say_so(cfg, monkeypatch):
 
     t = threading.Thread(target=long_one)
     t.start()
-    time.sleep(0.5)  # the first holds the only worker (it is killed at 1 s + the grace)
+    # wait until the first holds the only worker (it is killed at 0.5 s + the grace)
+    slot = query_worker._slot(1)
+    for _ in range(3000):
+        if not slot.acquire(blocking=False):
+            break
+        slot.release()
+        time.sleep(0.01)
+    else:
+        pytest.fail("the long query never took the worker")
     with pytest.raises(data.QueryError) as e:
         data.run_user_sql(cfg, "select 1 as n")
     t.join(60)
-    assert str(e.value) == "1 other queries were running for the whole 1 s time limit; try again in a moment"
-    assert outcome["long"].startswith("the query ran past its 1 s time limit")
+    assert str(e.value) == "1 other queries were running for the whole 0.5 s time limit; try again in a moment"
+    assert outcome["long"].startswith("the query ran past its 0.5 s time limit")
 
 
 def running(pid: int) -> bool:
@@ -191,20 +200,31 @@ def test_the_worker_dies_with_the_dashboard(store, tmp_path):
     host = subprocess.Popen([sys.executable, str(script)])
     try:
         worker = None
-        for _ in range(300):
+        for _ in range(1500):
             kids = Path(f"/proc/{host.pid}/task/{host.pid}/children").read_text().split()
             if kids:
                 worker = int(kids[0])
                 break
-            time.sleep(0.1)
+            time.sleep(0.02)
         assert worker is not None
-        time.sleep(1.0)  # past the worker's start (the death signal is set before it reads the query)
+        # past the worker's start: it sets the death signal before it imports DuckDB (its
+        # command line first: until the exec, the child shows the host's command and libraries)
+        for _ in range(3000):
+            try:
+                if (b"pipeline.query.worker" in Path(f"/proc/{worker}/cmdline").read_bytes()
+                        and "duckdb" in Path(f"/proc/{worker}/maps").read_text()):
+                    break
+            except OSError:
+                pass
+            time.sleep(0.02)
+        else:
+            pytest.fail("the worker never loaded DuckDB")
         host.send_signal(signal.SIGKILL)
         host.wait(30)
-        for _ in range(100):
+        for _ in range(500):
             if not running(worker):
                 break
-            time.sleep(0.1)
+            time.sleep(0.02)
         else:
             os.kill(worker, signal.SIGKILL)
             pytest.fail("the worker ran on after the dashboard was killed")

@@ -71,9 +71,9 @@ def test_one_long_call_is_stopped_at_the_time_limit(store):
     # checks its interrupt only between calls), so the time limit, not the memory limit, is
     # what stops it, and the command returning at all is the stop
     code, out, err, _ = sql(store, "select levenshtein(repeat('ab', 1000000), repeat('ba', 1000000)) as d",
-                            "--timeout", "1")
+                            "--timeout", "0.5")
     assert code == 1 and out == ""
-    assert err == ("servelens: error: the query ran past its 1 s time limit and was stopped; "
+    assert err == ("servelens: error: the query ran past its 0.5 s time limit and was stopped; "
                    "raise it with --timeout SECONDS or $SERVELENS_QUERY_TIMEOUT\n")
 
 
