@@ -236,6 +236,12 @@ _parser_lock = threading.Lock()
 _parser: duckdb.DuckDBPyConnection | None = None
 
 
+def parse_statements(sql: str) -> list[Any]:
+    """The statements of `sql`, parsed on this process's one parsing connection (no store, no
+    file, no extension); QueryError when it does not parse."""
+    return _statements(sql)
+
+
 def _statements(sql: str, parser: duckdb.DuckDBPyConnection | None = None) -> list[Any]:
     if parser is not None:
         return _extract(parser, sql)

@@ -18,13 +18,14 @@ import functools
 import importlib.resources
 import math
 import re
-import threading
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 import duckdb
 
 from servelens.parsers.availability import catalogue
+
+from .sandbox import QueryError, parse_statements
 
 try:  # Python 3.11+
     import tomllib
@@ -521,25 +522,15 @@ def _create_over_stubs(con: duckdb.DuckDBPyConnection, statements: list[tuple[st
         restore(name)
 
 
-_parser_lock = threading.Lock()
-_parser: duckdb.DuckDBPyConnection | None = None
-
-
 @functools.lru_cache(maxsize=128)
 def _parsed(sql: str) -> Any:
     """`sql` parsed once per process: every connection creates the same views, and DuckDB
     runs a parsed statement (a copy of it) without parsing its text again, which is a good
     part of creating a view over stand-ins. None when it is not one statement."""
-    global _parser
-    with _parser_lock:  # one parsing connection, used by one thread at a time
-        if _parser is None:
-            _parser = duckdb.connect(":memory:", config={"enable_external_access": False,
-                                                         "autoload_known_extensions": False,
-                                                         "autoinstall_known_extensions": False})
-        try:
-            statements = _parser.extract_statements(sql)
-        except duckdb.Error:  # let the connection's own execute say what is wrong
-            return None
+    try:
+        statements = parse_statements(sql)
+    except QueryError:  # let the connection's own execute say what is wrong
+        return None
     return statements[0] if len(statements) == 1 else None
 
 
