@@ -57,18 +57,37 @@ class _Probe:
 
     def __init__(self, variables: Mapping[str, Any], only: set[str] | None = None):
         self.con = duckdb.connect(":memory:")
+        # id -> (the CTE, kept so that its id is not reused; its DuckDB text)
+        self.cte_sql: dict[int, tuple[exp.CTE, str]] = {}
         self.con.execute(f"create view events as {no_events_sql()}")
-        load_views(self.con, variables=dict(variables), only=only)
+        created = load_views(self.con, variables=dict(variables), only=only)
+        # each view then becomes an empty table of its columns (as the catalog holds them,
+        # which binds nothing): a probe binds the select it is asked about over tables, not
+        # over every view beneath it, each time again
+        columns: dict[str, list[str]] = {}
+        for name, column, kind in self.con.execute(
+                "select table_name, column_name, data_type from duckdb_columns() where table_name in "
+                "(select view_name from duckdb_views() where not internal) order by table_name, column_index").fetchall():
+            columns.setdefault(name, []).append(f"{_ident(column)} {kind}")
+        for name in created:
+            self.con.execute(f"drop view {_ident(name)}")
+            self.con.execute(f"create table {_ident(name)} ({', '.join(columns[name])})")
 
     def columns(self, select: exp.Expression, ctes: list[exp.CTE]) -> list[str]:
         return [name for name, _ in self.typed_columns(select, ctes)]
 
     def typed_columns(self, select: exp.Expression, ctes: list[exp.CTE]) -> list[tuple[str, str]]:
         """(name, DuckDB type) of each column the select returns."""
-        query = select.copy()
-        if ctes:
-            query.set("with_", exp.With(expressions=[c.copy() for c in ctes]))
-        sql = query.sql("duckdb")
+        # the CTEs as text, each generated once per probe: a view's stars are probed one
+        # by one with the same CTEs, and generating copies the whole tree each time (a star
+        # spelled out since names the same columns, so an earlier text answers the same)
+        texts = []
+        for cte in ctes:
+            if id(cte) not in self.cte_sql:
+                self.cte_sql[id(cte)] = (cte, cte.sql("duckdb"))
+            texts.append(self.cte_sql[id(cte)][1])
+        recursive = bool(ctes) and isinstance(ctes[0].parent, exp.With) and ctes[0].parent.args.get("recursive")
+        sql = (f"with {'recursive ' if recursive else ''}{', '.join(texts)} " if texts else "") + select.sql("duckdb")
         try:
             return [(r[0], r[1]) for r in self.con.execute(f"describe {sql}").fetchall()]
         except duckdb.Error as e:  # pragma: no cover - the views bind, so their parts do
@@ -589,3 +608,7 @@ def script(dialect: str, names: list[str] | None = None, **kwargs: Any) -> str:
 
 
 Translate = Callable[[str], str]
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
