@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 from . import stored as stored_rollups
 from ..store.layout import instances_predicate, no_events_sql, partition_values, read_parquet_sql
-from .views import closure, define_view, load_views, named_views
+from .views import StandIns, closure, define_view, load_views, named_views
 from .shared import materialise, to_share
 from .sandbox import (
     REFUSED_HINT,
@@ -174,7 +174,14 @@ def connect(
                                computed=sharing)
             if scan:
                 con.execute("use memory.main")
-                bind_range_views(con, ["events", "samples", *names], time_range, lambda name: define_view(con, name))
+                ranged = ["events", "samples", *names]
+                # each view of main is created over empty tables standing in for the views it
+                # reads (of scan, and of main before it): binding `scan.X` or a summary
+                # defined again in main would otherwise bind X's whole derivation each time
+                with StandIns(con) as stand:
+                    stand.aside("scan", *ranged)
+                    bind_range_views(con, ranged, time_range, lambda name: define_view(con, name),
+                                     after=lambda name: stand.aside("main", name))
             # DuckDB checks the allowed paths each time a file is opened, at query time too:
             # the view keeps working over exactly these parts
             lock_down(con, [*(standing if scan else parts), *sparts, *rolls.values(), *readable])

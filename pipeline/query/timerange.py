@@ -189,12 +189,14 @@ def row_filter(columns: Iterable[str], rng: TimeRange) -> str | None:
 
 
 def bind_range_views(
-    con: duckdb.DuckDBPyConnection, names: Iterable[str], rng: TimeRange, define: Callable[[str], None]
+    con: duckdb.DuckDBPyConnection, names: Iterable[str], rng: TimeRange, define: Callable[[str], None],
+    after: Callable[[str], None] | None = None,
 ) -> None:
     """In the current schema (main), a view per view of schema `scan` (`names` in load order)
     keeping its rows in `rng`. A view whose rows carry no time (a summary over the whole
     range) is defined again by `define(name)` in main, so that it summarises the rows in the
-    range, not the margin. Columns come from the catalog (recorded when a view was bound)."""
+    range, not the margin. Columns come from the catalog (recorded when a view was bound).
+    `after(name)`: called once each is created, before the views that read it."""
     names = list(names)
     cols: dict[str, list[str]] = {}
     for view, col in con.execute(
@@ -207,5 +209,7 @@ def bind_range_views(
             define(name)
         else:
             con.execute(f"create view {name} as select * from scan.{name}" + (f" where {where}" if where else ""))
+        if after is not None:
+            after(name)
 
 

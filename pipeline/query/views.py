@@ -542,5 +542,44 @@ def _select_of(sql: str, name: str) -> str | None:
     return sql[m.end():]
 
 
+class StandIns:
+    """Views set aside behind empty tables of their columns while other views are created
+    over them (the reason is _create_over_stubs'): `aside(schema, name)` renames the view and
+    puts a table of its columns (read from the catalog, which binds nothing) in its place;
+    leaving the `with` block drops the tables and gives every view its name back."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self.con = con
+        self.held: list[tuple[str, str]] = []
+
+    def __enter__(self) -> "StandIns":
+        return self
+
+    def aside(self, schema: str, *names: str) -> None:
+        """Set these views of `schema` aside (a name that is not a view's is left as it is)."""
+        columns: dict[str, list[str]] = {}
+        for name, column, kind in self.con.execute(
+                "select c.table_name, c.column_name, c.data_type from duckdb_columns() as c "
+                "join duckdb_views() as v on v.database_name = c.database_name and v.schema_name = c.schema_name "
+                "and v.view_name = c.table_name where c.database_name = current_database() and c.schema_name = ? "
+                "and c.table_name in (select unnest(?)) order by c.table_name, c.column_index",
+                [schema, list(names)]).fetchall():
+            columns.setdefault(name, []).append(f"{_quoted(column)} {kind}")
+        for name in names:
+            if name not in columns:
+                continue  # a table already (a shared view's rows), or nothing of that name
+            self.con.execute(f"alter view {_quoted(schema)}.{_quoted(name)} rename to {_quoted('servelens_bound_' + name)}")
+            self.held.append((schema, name))
+            self.con.execute(f"create table {_quoted(schema)}.{_quoted(name)} ({', '.join(columns[name])})")
+
+    def __exit__(self, kind: object, *exc: object) -> None:
+        if kind is not None:  # the caller closes the connection
+            return
+        while self.held:
+            schema, name = self.held.pop()
+            self.con.execute(f"drop table if exists {_quoted(schema)}.{_quoted(name)}")
+            self.con.execute(f"alter view {_quoted(schema)}.{_quoted('servelens_bound_' + name)} rename to {_quoted(name)}")
+
+
 def _quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'

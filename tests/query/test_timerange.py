@@ -87,6 +87,31 @@ def test_sample_incident_range_equals_the_whole_store_filtered(sample_store):
         full.close()
 
 
+def test_ranged_views_are_left_under_their_names_with_their_columns(sample_store):
+    # main's views are created over tables standing in for the views they read (of scan and
+    # of main), then given back their names: none may be left aside or standing in, and each
+    # main view that keeps rows in the range has the columns of the view it filters
+    rng = TimeRange(dt.datetime(2026, 5, 12, 8, 1, 30, tzinfo=UTC), dt.datetime(2026, 5, 12, 8, 3, 10, tzinfo=UTC))
+    con = connect(sample_store, rollups=False, shared=False, time_range=rng)
+    try:
+        views = con.execute("select schema_name, view_name from duckdb_views() where not internal").fetchall()
+        assert not [v for v in views if v[1].startswith("servelens_bound_")]
+        assert con.execute("select table_name from duckdb_tables() where not temporary").fetchall() == []
+        names = {v for s, v in views if s == "main"}
+        assert names == {v for s, v in views if s == "scan"} and {"events", "requests", "incident_summary"} <= names
+
+        def columns(schema):
+            return con.execute("select table_name, column_name, data_type from duckdb_columns() where schema_name = ? "
+                               "and table_name in (select unnest(?)) order by all", [schema, sorted(names)]).fetchall()
+        kept = {t for t, c, _ in columns("main")}
+        same = {t for t in kept if [r[1:] for r in columns("main") if r[0] == t] == [r[1:] for r in columns("scan") if r[0] == t]}
+        assert {"events", "requests", "window_metrics", "queue_depth"} <= same
+        n = con.execute("select count(*) from requests").fetchone()[0]
+        assert 0 < n < con.execute("select count(*) from scan.requests").fetchone()[0]
+    finally:
+        con.close()
+
+
 def test_open_ended_ranges(sample_store):
     # (not `windows`: an instance silent past the widened range gets no empty windows up to
     # its next event, which the whole store fills; see docs/performance.md)
