@@ -1,8 +1,8 @@
-"""What lets detection skip work (parsers/wrappers `NEEDS`, llama.cpp's `_MAYBE_STRONG_RE`)
-never changes what it finds: over real logs, the test fixtures and every wrapping and export
-the test writers make of real logs (and the lines inside each layer of them), a format whose
-sniff reaches anything holds one of its NEEDS strings, and llama.cpp's score is the one of the
-lines taken apart."""
+"""What lets detection skip work (parsers/wrappers `NEEDS`; the vLLM, SGLang and llama.cpp
+detectors' first look over the raw lines) never changes what it finds: over real logs, the
+test fixtures and every wrapping and export the test writers make of real logs (and the
+lines inside each layer of them), a format whose sniff reaches anything holds one of its
+NEEDS strings, and an engine's score is the one of the lines taken apart."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from servelens.parsers import get_parser
 from servelens.parsers import wrappers as W
-from servelens.parsers.engines.llamacpp import parser as llamacpp
 
 from tests.helpers import wrapping as wr
 from tests.helpers import wrapping_exports as X
@@ -90,12 +90,19 @@ def test_a_format_sniffed_in_a_sample_holds_one_of_its_needs():
     assert set(NEEDY) <= found, set(NEEDY) - found
 
 
-def test_llamacpp_detection_skips_only_samples_it_scores_zero():
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "llamacpp"])
+def test_engine_detection_skips_only_samples_it_scores_zero(engine):
+    """An engine's detect, which first looks over the raw lines for what it scores, gives
+    the score of the lines taken apart: over what engine detection reads of each sample
+    (the lines inside its layers)."""
+    parser = get_parser(engine)
     scored = 0
-    for name, (texts, _) in samples().items():
-        if not texts or " inside " in name:
+    for name, (texts, layers) in samples().items():
+        inner = samples()[f"{name} inside {'/'.join(layers)}"][0] if layers else texts
+        if " inside " in name or not inner:
             continue
-        full = llamacpp._score(pl.Series(texts, dtype=pl.String))
-        assert llamacpp.detect(texts) == full, name
-        scored += full > 0
-    assert scored >= 10
+        assert None not in inner
+        full = parser._score(pl.Series(inner, dtype=pl.String))
+        assert parser.detect(inner) == full, name
+        scored += full > 0.2
+    assert scored >= 5
