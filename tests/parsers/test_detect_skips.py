@@ -106,3 +106,18 @@ def test_engine_detection_skips_only_samples_it_scores_zero(engine):
         assert parser.detect(inner) == full, name
         scored += full > 0.2
     assert scored >= 5
+
+
+def test_the_prefix_sniff_skips_only_samples_without_a_prefix():
+    """The prefix format's sniff, which first looks for a line holding a header after its
+    start, finds what taking every line apart finds: over every sample and the lines inside
+    its layers."""
+    from servelens.parsers.wrappers import prefix
+
+    found = 0
+    for name, (texts, _) in samples().items():
+        cut = prefix._cut(pl.DataFrame({"text": pl.Series("text", texts, dtype=pl.String)}))
+        full = 1.0 if cut.select((pl.col("_pos").is_not_null() & ~pl.col("_own")).sum()).item() else 0.0
+        assert prefix.sniff(texts) == full, name
+        found += full > 0
+    assert found >= 3
