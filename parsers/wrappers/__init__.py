@@ -9,6 +9,11 @@ Each format is one small module here with the same seam:
     JOINS: bool                              # whether it joins fragments into one line
     def sniff(texts: list[str]) -> float     # share of the sample lines in this format
     def decode(frame) -> frame               # logical lines in, logical lines out (_frame.py)
+    NEEDS: tuple[str, ...]                   # optional: strings one of which the sample holds
+                                             # wherever sniff can reach the threshold
+
+`NEEDS` lets detection skip a format's sniff (a few polars passes over the sample) on a
+sample that holds none of them: a plain engine log is asked about every format.
 
 A format whose lines cannot be read without something from the file's head (a CSV export's
 header row names its columns) also has `layer(texts) -> str`: the layer name it is stored
@@ -76,8 +81,12 @@ def detect_lines(sample: list[str]) -> tuple[tuple[str, ...], list[str]]:
     layers: list[str] = []
     texts = inner = sample
     for _ in range(MAX_DEPTH):
+        joined = "\n".join(t or "" for t in texts)
         for name, mod in DECODERS.items():
             if any(_base(n) == name for n in layers):
+                continue
+            needs = getattr(mod, "NEEDS", None)
+            if needs and not any(n in joined for n in needs):
                 continue
             if mod.sniff(texts) >= SNIFF_THRESHOLD:
                 name = mod.layer(texts) if hasattr(mod, "layer") else name

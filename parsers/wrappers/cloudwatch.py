@@ -21,6 +21,7 @@ from ._frame import WTS, join_fragments, set_time, share
 NAME = "cloudwatch"
 DOC = "AWS CloudWatch Logs JSON (`aws logs filter-log-events` / `get-log-events`, Logs Insights results): `message` / `@message`, `timestamp` (ms) / `@timestamp`; labels `log_stream`, `log_group`, and `pod`, `namespace`, `container` from a Kubernetes stream name; put back in time order per stream"
 JOINS = True
+NEEDS = ('"field"', '"message"', '"@message"')
 
 _DTYPE = pl.Struct({
     "message": pl.String, "timestamp": pl.Int64, "logStreamName": pl.String,

@@ -19,6 +19,7 @@ from .cloudwatch import k8s_of_streams
 NAME = "cloudwatch-tail"
 DOC = "`aws logs tail` (`--format detailed`, the default): `<UTC time to the µs>+00:00 <log stream> <line>`; label `log_stream`, and `pod`, `namespace`, `container` from a Kubernetes stream name; several streams parsed apart"
 JOINS = False
+NEEDS = ('+00:00',)
 
 # the CLI prints the time with `isoformat`: six digits of fraction (none where it prints
 # without `timespec` and the fraction is zero) and the UTC offset written out

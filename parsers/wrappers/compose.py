@@ -15,6 +15,7 @@ from ._frame import any_line, peel_labels
 NAME = "compose"
 DOC = "docker compose service prefix: `svc-1  | <line>`, podman-compose `[svc]  | <line>` (label `service`)"
 JOINS = False
+NEEDS = (' |',)
 
 # podman-compose writes the name in brackets: `[ocr]        | <line>`
 PATTERN = r"\[?(?P<_lab_service>[A-Za-z0-9][\w.-]*)\]? +\| ?"

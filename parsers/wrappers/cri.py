@@ -17,6 +17,7 @@ from ._frame import join_fragments, peel, share
 NAME = "cri"
 DOC = "Kubernetes CRI (containerd, CRI-O): `<time> <stream> <P|F> <line>`, `P` fragments joined up to their `F`"
 JOINS = True
+NEEDS = (' stdout ', ' stderr ')
 
 _TIME = r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?(?:Z|[+-][0-9]{2}:?[0-9]{2})"
 PATTERN = rf"(?P<_t>{_TIME}) (?P<_s>stdout|stderr) (?P<_tag>[PF])(?::[^ ]*)?(?: |$)"

@@ -22,6 +22,7 @@ from ._frame import rfc3339_ns_of, set_time
 NAME = "datadog"
 DOC = "Datadog Logs Search API JSON (`{\"data\":[{\"attributes\":{\"message\",\"timestamp\",\"host\",\"service\",\"tags\"},\"type\":\"log\"}]}`, indented, compact, or one log a line): `message`, `timestamp` (ms); labels `pod`, `namespace`, `container` from the Agent's tags, `host`, `service`, `severity`; newest first put back in time order per pod"
 JOINS = True
+NEEDS = ('"attributes"',)
 
 _ATTRS = pl.Struct({"message": pl.String, "timestamp": pl.String, "host": pl.String, "service": pl.String,
                     "status": pl.String, "tags": pl.List(pl.String)})

@@ -15,6 +15,7 @@ from ._frame import join_fragments, rfc3339_ns_of, set_time, share
 NAME = "docker-json"
 DOC = 'Docker json-file: `{"log": ..., "stream": ..., "time": ...}`, 16 KiB split pieces joined'
 JOINS = True
+NEEDS = ('"log"',)
 
 _HINT = r'^\{\s*"log"\s*:'
 _DTYPE = pl.Struct({"log": pl.String, "stream": pl.String, "time": pl.String})

@@ -23,6 +23,7 @@ from ._frame import rfc3339_ns_of, set_time
 NAME = "elastic"
 DOC = "Elasticsearch / OpenSearch `_source` NDJSON, hits, indented search responses: `message` / `log`, `@timestamp`; labels `pod`, `namespace`, `container`, `node` from `kubernetes.*` (Filebeat / Elastic Agent or Fluent Bit), `host` from `host.name`, `severity` from ECS `log.level`, `stream`; newest first put back in time order per pod"
 JOINS = True
+NEEDS = ('"@timestamp"',)
 
 _NAME = pl.Struct({"name": pl.String})
 # members whose type depends on the shipper, renamed before the decode so one type holds

@@ -22,6 +22,7 @@ from ._frame import rfc3339_ns_of, set_time
 NAME = "gcp-logging"
 DOC = "Google Cloud Logging JSON (`gcloud logging read --format=json`, Logs Explorer download, one LogEntry per line): `textPayload` / `jsonPayload.message`, `timestamp` (ns); labels `pod`, `container`, `namespace`, `node`, `cluster`, `severity`, and `host` for a Compute Engine VM; newest-first put back in time order per pod"
 JOINS = True
+NEEDS = ('"textPayload"', '"jsonPayload"')
 
 # the members only a LogEntry has, on a line of its own (pretty-printed) or in one object
 _RES = {"pod_name": "pod", "container_name": "container", "namespace_name": "namespace", "node_name": "node", "cluster_name": "cluster"}

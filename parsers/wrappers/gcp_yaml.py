@@ -32,6 +32,7 @@ from ._frame import rfc3339_ns_of, set_time
 NAME = "gcp-logging-yaml"
 DOC = "Google Cloud Logging YAML (`gcloud logging read`'s default output, `---` before each LogEntry): `textPayload` / `jsonPayload.message` in any YAML scalar style, `timestamp` (ns); labels `pod`, `container`, `namespace`, `node`, `cluster`, `severity`; newest-first put back in time order per pod"
 JOINS = True
+NEEDS = ('textPayload:', 'jsonPayload:')
 
 _RES = {"pod_name": "pod", "container_name": "container", "namespace_name": "namespace", "node_name": "node", "cluster_name": "cluster"}
 # a Compute Engine VM (resource `gce_instance`) names the host: by the name the Ops Agent puts

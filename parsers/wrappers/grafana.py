@@ -26,6 +26,7 @@ from ._frame import WTS, label_columns, rfc3339_ns, set_time, share
 NAME = "grafana-explore"
 DOC = "Grafana Explore \"Download logs\" text (`<ms>\\t<ISO time>\\t<line>` after the common labels) and JSON (`[{\"line\",\"timestamp\",\"date\",\"fields\"}]`): time (ms text, ns JSON); labels `pod`, `container`, `namespace`, `node`, `job`, `app`, `host`; newest first put back in time order per stream"
 JOINS = False
+NEEDS = ('[{"line"', '\t')
 
 _ROW = r"^(?P<_ms>[0-9]{10,16})\t(?P<_iso>[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z)\t"
 _OLD = r"^(?P<_old>[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3})\t"

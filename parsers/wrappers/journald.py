@@ -17,6 +17,7 @@ from .docker_json import decode_json
 NAME = "journald"
 DOC = "journald JSON (`journalctl -o json`): `MESSAGE`, `__REALTIME_TIMESTAMP`, host/unit/identifier as labels"
 JOINS = True
+NEEDS = ('"__REALTIME_TIMESTAMP"',)
 
 _HINT = r'^\{.*"__REALTIME_TIMESTAMP"\s*:'
 _LABELS = {"_HOSTNAME": "host", "_SYSTEMD_UNIT": "unit", "SYSLOG_IDENTIFIER": "ident", "_PID": "pid", "CONTAINER_NAME": "container"}

@@ -29,6 +29,7 @@ from .prefix import HEADER_AT_START
 NAME = "jsonfmt"
 DOC = "JSON-lines formatters (NIM, python-json-logger, vLLM `--logging-config`): `message`/`msg`, `level`/`levelname`, `time`/`timestamp`/`asctime`, file/line"
 JOINS = False
+NEEDS = ('"message"', '"msg"')
 
 _HINT = r'^\s*\{.*"(?:message|msg)"\s*:'
 # an engine's own JSON format (llama.cpp's 2024 server_log records name their thread `tid`,

@@ -17,6 +17,7 @@ from ._frame import any_line, peel_labels
 NAME = "kubectl-prefix"
 DOC = "`kubectl logs --prefix`: `[pod/NAME/CONTAINER] <line>` (labels `pod`, `container`); several pods' lines parsed apart"
 JOINS = False
+NEEDS = ('[pod/',)
 
 PATTERN = r"\[pod/(?P<_lab_pod>[a-z0-9][-a-z0-9.]*)/(?P<_lab_container>[a-z0-9][-a-z0-9]*)\] "
 

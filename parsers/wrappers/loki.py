@@ -19,6 +19,7 @@ from .docker_json import decode_json
 NAME = "loki"
 DOC = "Grafana Loki `logcli query` (`--output jsonl`, default `<time> {labels} <line>`): `line`, `timestamp` (ns; whole seconds in the default output); labels `pod`, `container`, `namespace`, `node`, `job`, `app`, `host`, `severity` (`level`, `detected_level`); newest first put back in time order per stream"
 JOINS = False
+NEEDS = ('{"labels"', '} ')
 
 _JSONL = r'^\{"labels"\s*:\s*\{.*"line"\s*:'
 _DEFAULT = (

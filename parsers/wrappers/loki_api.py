@@ -22,6 +22,7 @@ from .loki import KEYS, LABELS
 NAME = "loki-api"
 DOC = "Grafana Loki HTTP API responses (`/loki/api/v1/query_range`, as curl saves them or `jq .` prints them): `data.result[].stream` labels, `values` of `[ns, line]`; labels as `loki`; newest first put back in time order per stream"
 JOINS = True
+NEEDS = ('"resultType"',)
 
 _RESULT = r'"resultType"\s*:\s*"streams"'
 _STREAM = pl.Struct({"stream": pl.Struct({k: pl.String for k in LABELS}), "values": pl.List(pl.List(pl.String))})

@@ -19,6 +19,7 @@ from ._frame import WTS, set_time, share
 NAME = "otlp"
 DOC = "OpenTelemetry Collector file exporter (OTLP JSON `resourceLogs` > `scopeLogs` > `logRecords`): `body.stringValue`, `timeUnixNano`; labels `pod`, `container`, `namespace`, `node`, `service`, `host` from the resource attributes, `severity` from `severityText`"
 JOINS = True
+NEEDS = ('{"resourceLogs"',)
 
 _HINT = r'^\{"resourceLogs"\s*:'
 _ATTR = pl.List(pl.Struct({"key": pl.String, "value": pl.Struct({"stringValue": pl.String})}))

@@ -106,7 +106,14 @@ def _cut(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def sniff(texts: list[str]) -> float:
-    df = _cut(pl.DataFrame({"text": pl.Series("text", texts, dtype=pl.String)}))
+    df = pl.DataFrame({"text": pl.Series("text", texts, dtype=pl.String)})
+    # `_cut` finds a prefix only on a line that does not open with a header and holds one
+    # after a non-word character: a sample without such a line is not taken apart
+    at_start, _, later_at = _patterns()
+    head = pl.col("text").str.slice(0, _REACH)
+    if not df.select((~head.str.contains(at_start) & head.str.contains(later_at)).any()).item():
+        return 0.0
+    df = _cut(df)
     n = df.select((pl.col("_pos").is_not_null() & ~pl.col("_own")).sum()).item()
     # one line is enough (a shell prompt glued to the first line is one line)
     return 1.0 if n else 0.0

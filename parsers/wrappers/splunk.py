@@ -19,6 +19,7 @@ from ._frame import label_columns, rfc3339_ns_of, set_time, share
 NAME = "splunk"
 DOC = "Splunk search results as JSON (Splunk Web export, REST `search/jobs/export?output_mode=json`): `result._raw`, `result._time`; labels `host`, `pod`, `namespace`, `container` (Splunk Connect for Kubernetes or the Splunk OTel Collector's fields); newest first put back in time order per pod"
 JOINS = True
+NEEDS = ('"_raw"',)
 
 # result field -> label, the first present wins for each label
 _FIELDS = {"pod": "pod", "k8s.pod.name": "pod", "namespace": "namespace", "k8s.namespace.name": "namespace",

@@ -99,10 +99,27 @@ _EXTRAS_STR = ("tid", "timestamp", "id_slot", "slot_id", "id_task", "task_id", "
 # contract
 
 
+# what some line holds anywhere when a line is strong in `detect` (its body is the end of the
+# line once colour codes are gone): a sample without any is no llama.cpp log, and the
+# prefixes need not be taken apart
+_MAYBE_STRONG_RE = "|".join((
+    ANSI_RE, r"(?:slot|srv|que) +[^\s:]{1,12}: ", r'\{"(?:tid|timestamp|level|function)"', r"\| tid=", r"slot [0-9]+ ",
+    r"(?:llama_model_loader|llama_context|llama_new_context_with_model|llama_kv_cache\w*|print_info|load_tensors|llm_load_\w+|ggml_\w+|main): ",
+))
+
+
 def detect(lines: list[str]) -> float:
     if not lines:
         return 0.0
-    s = _header(pl.Series(lines, dtype=_STR))
+    raw = pl.Series(lines, dtype=_STR)
+    if not raw.str.contains(_MAYBE_STRONG_RE).any():
+        return 0.0
+    return _score(raw)
+
+
+def _score(raw: pl.Series) -> float:
+    """`detect`'s score of the sample lines `raw`, the lines taken apart."""
+    s = _header(raw)
     s = s.filter(pl.col("_raw").str.strip_chars() != "")
     n = s.height
     if n == 0:

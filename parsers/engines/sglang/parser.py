@@ -99,7 +99,24 @@ def detect(lines: list[str]) -> float:
     alone is not enough: other programs print it too."""
     if not lines:
         return 0.0
-    df = pl.DataFrame({"t": pl.Series(lines, dtype=pl.String)})
+    raw = pl.Series(lines, dtype=pl.String)
+    if not raw.str.contains(_MAYBE_STRONG).any():
+        return 0.0
+    return _score(raw)
+
+
+# what some line holds anywhere when `detect` counts it strong (the message and the ranks
+# are parts of the line): a sample without any scores 0, its lines need not be taken apart
+_MAYBE_STRONG = (
+    r"Prefill batch|Decode batch|new fill batch|#running-req: |server_args=ServerArgs\(|max_total_num_tokens="
+    r"|KV Cache is allocated\. #tokens|sglang|SGLang|Decode out of memory happened|KV cache pool is full\. Retract"
+    r'|"e2e_latency"|(?:TP|DP)\d'
+)
+
+
+def _score(raw: pl.Series) -> float:
+    """`detect`'s score of the sample lines `raw`, the lines taken apart."""
+    df = pl.DataFrame({"t": raw})
     df = _split_prefix(df.rename({"t": "_t"}))
     m = pl.col("m")
     strong = (
@@ -113,7 +130,7 @@ def detect(lines: list[str]) -> float:
     n_strong, n_foreign = df.select(strong.fill_null(False).sum(), foreign.sum()).row(0)
     if not n_strong or n_foreign > n_strong:
         return 0.0
-    return min(1.0, 0.6 + 0.4 * n_strong / len(lines))
+    return min(1.0, 0.6 + 0.4 * n_strong / len(raw))
 
 
 def record_starts(text: pl.Series) -> pl.Series:

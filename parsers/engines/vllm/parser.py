@@ -271,12 +271,35 @@ def record_starts(text: pl.Series) -> pl.Series:
 # detect
 
 
+# what some line holds anywhere when `detect` counts it strong (a header, a vLLM process
+# prefix, stats or vLLM's own words), or a uvicorn line; and a foreign engine's line. The
+# message is a part of the line: a sample without the first two is scored by the third
+# alone, and its lines need not be taken apart
+_MAYBE_STRONG = (
+    rf"(?:{_LEVEL}) +(?:[0-9]{{4}}-)?[0-9]{{2}}-[0-9]{{2}} +[0-9]{{2}}:[0-9]{{2}}:[0-9]{{2}}"
+    r"|\((?:APIServer|VllmWorker|EngineCore|RayWorker|Worker)|Avg prompt throughput: "
+    r"|vLLM API server version|LLM engine \(v|vllm\.entrypoints|vllm serve"
+)
+_MAYBE_UVICORN = rf"(?:{_LEVEL}):\s+\S"
+_FOREIGN = r"TensorRT-LLM|TRT-LLM|text_generation_(?:router|launcher|server)|\[TRT"
+
+
 def detect(lines: list[str]) -> float:
     """High for vLLM headers, process prefixes and stats lines; ~0 for TGI and
     TensorRT-LLM; low for uvicorn lines alone (trtllm-serve prints them too)."""
     if not lines:
         return 0.0
-    df = _lines_anatomy(pl.DataFrame({"text": pl.Series(lines, dtype=pl.String).fill_null("")}))
+    text = pl.Series(lines, dtype=pl.String).fill_null("")
+    t = pl.lit(text)
+    maybe, foreign = pl.select(t.str.contains(_MAYBE_STRONG + "|" + _MAYBE_UVICORN).any().alias("m"), t.str.contains(_FOREIGN).any().alias("f")).row(0)
+    if not maybe:
+        return 0.02 if foreign else 0.0
+    return _score(text)
+
+
+def _score(text: pl.Series) -> float:
+    """`detect`'s score of the sample lines `text`, the lines taken apart."""
+    df = _lines_anatomy(pl.DataFrame({"text": text}))
     df = df.filter(pl.col("text").str.strip_chars() != "")
     n = df.height
     if n == 0:
@@ -287,9 +310,7 @@ def detect(lines: list[str]) -> float:
     strong = pl.col("has_hdr") | vllm_proc | F.IS_STATS | pl.col("m").str.contains(
         r"vLLM API server version|LLM engine \(v|vllm\.entrypoints|vllm serve"
     )
-    foreign = pl.col("text").str.contains(
-        r"TensorRT-LLM|TRT-LLM|text_generation_(?:router|launcher|server)|\[TRT"
-    )
+    foreign = pl.col("text").str.contains(_FOREIGN)
     uv_lines = pl.col("m").str.contains(F.UVICORN_OTHER)
     s = df.select(strong.sum().alias("s"), foreign.sum().alias("f"), uv_lines.sum().alias("u")).row(0)
     n_strong, n_foreign, n_uv = (int(x or 0) for x in s)
