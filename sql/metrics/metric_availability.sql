@@ -23,18 +23,31 @@ engines as (
     select distinct engine from events where engine is not null and engine <> 'unknown'
 ),
 
+-- each view read once, the columns used below: DuckDB plans a view anew at every place a
+-- query names it, and these are read by several branches each
+request_rows as materialized (
+    select engine, e2e_s, ttft_s, tpot_s, queue_s, e2e_estimated, ttft_estimated, latency_source, from requests
+),
+queue_rows as materialized (select engine, waiting, estimated, source, from queue_depth),
+batch_rows as materialized (select engine, running, fill, estimated, source, from batch_fill),
+kv_rows as materialized (select engine, kv_usage, preemptions, preemption_lines, source, from kv_cache),
+latency_rows as materialized (
+    select engine, n_e2e, n_ttft, n_tpot, n_queue, e2e_source, ttft_source, tpot_source, queue_source,
+    from latency_percentiles
+),
+
 observed as (
-    select engine, 'e2e_s' as metric, count(e2e_s) as n_values, bool_or(e2e_estimated) as est, from requests group by engine
-    union all select engine, 'ttft_s', count(ttft_s), coalesce(bool_or(ttft_estimated and ttft_s is not null), false), from requests group by engine
-    union all select engine, 'tpot_s', count(tpot_s), coalesce(bool_or(ttft_estimated and tpot_s is not null), false), from requests group by engine
-    union all select engine, 'queue_s', count(queue_s), false, from requests group by engine
-    union all select engine, 'waiting', count(waiting), bool_or(estimated), from queue_depth group by engine
-    union all select engine, 'running', count(running), bool_or(estimated), from batch_fill group by engine
-    union all select engine, 'fill', count(fill), bool_or(estimated and fill is not null), from batch_fill group by engine
-    union all select engine, 'kv_usage', count(kv_usage), false, from kv_cache group by engine
+    select engine, 'e2e_s' as metric, count(e2e_s) as n_values, bool_or(e2e_estimated) as est, from request_rows group by engine
+    union all select engine, 'ttft_s', count(ttft_s), coalesce(bool_or(ttft_estimated and ttft_s is not null), false), from request_rows group by engine
+    union all select engine, 'tpot_s', count(tpot_s), coalesce(bool_or(ttft_estimated and tpot_s is not null), false), from request_rows group by engine
+    union all select engine, 'queue_s', count(queue_s), false, from request_rows group by engine
+    union all select engine, 'waiting', count(waiting), bool_or(estimated), from queue_rows group by engine
+    union all select engine, 'running', count(running), bool_or(estimated), from batch_rows group by engine
+    union all select engine, 'fill', count(fill), bool_or(estimated and fill is not null), from batch_rows group by engine
+    union all select engine, 'kv_usage', count(kv_usage), false, from kv_rows group by engine
     union all
     select engine, 'preemptions', count(preemptions) + count(*) filter (where preemption_lines > 0), false,
-    from kv_cache group by engine
+    from kv_rows group by engine
     union all select engine, 'gen_tps', count(gen_tps), false, from engine_stats group by engine
 ),
 
@@ -43,9 +56,9 @@ observed as (
 latency_sources as (
     select engine, metric, string_agg(latency_source || ' ' || n, ', ' order by n desc, latency_source) as sources,
     from (
-        select engine, 'e2e_s' as metric, latency_source, count(*) as n, from requests where e2e_s is not null group by all
-        union all select engine, 'ttft_s', latency_source, count(*), from requests where ttft_s is not null group by all
-        union all select engine, 'tpot_s', latency_source, count(*), from requests where tpot_s is not null group by all
+        select engine, 'e2e_s' as metric, latency_source, count(*) as n, from request_rows where e2e_s is not null group by all
+        union all select engine, 'ttft_s', latency_source, count(*), from request_rows where ttft_s is not null group by all
+        union all select engine, 'tpot_s', latency_source, count(*), from request_rows where tpot_s is not null group by all
     )
     where latency_source is not null
     group by engine, metric
@@ -56,15 +69,15 @@ latency_sources as (
 scraped_values as (
     select v.engine, v.metric, v.n, v.latency, f.family,
     from (
-        select engine, 'waiting' as metric, 'waiting' as meaning, count(*) as n, false as latency, from queue_depth where source = 'scraped' group by engine
-        union all select engine, 'running', 'running', count(*), false, from batch_fill where source = 'scraped' group by engine
-        union all select engine, 'fill', 'running', count(fill), false, from batch_fill where source = 'scraped' group by engine
-        union all select engine, 'kv_usage', 'kv_usage', count(kv_usage), false, from kv_cache where source = 'scraped' group by engine
-        union all select engine, 'preemptions', 'preemptions', count(preemptions), false, from kv_cache where source = 'scraped' group by engine
-        union all select engine, 'e2e_s', 'e2e', sum(n_e2e), true, from latency_percentiles where e2e_source = 'scrape' group by engine
-        union all select engine, 'ttft_s', 'ttft', sum(n_ttft), true, from latency_percentiles where ttft_source = 'scrape' group by engine
-        union all select engine, 'tpot_s', 'tpot', sum(n_tpot), true, from latency_percentiles where tpot_source = 'scrape' group by engine
-        union all select engine, 'queue_s', 'queue', sum(n_queue), true, from latency_percentiles where queue_source = 'scrape' group by engine
+        select engine, 'waiting' as metric, 'waiting' as meaning, count(*) as n, false as latency, from queue_rows where source = 'scraped' group by engine
+        union all select engine, 'running', 'running', count(*), false, from batch_rows where source = 'scraped' group by engine
+        union all select engine, 'fill', 'running', count(fill), false, from batch_rows where source = 'scraped' group by engine
+        union all select engine, 'kv_usage', 'kv_usage', count(kv_usage), false, from kv_rows where source = 'scraped' group by engine
+        union all select engine, 'preemptions', 'preemptions', count(preemptions), false, from kv_rows where source = 'scraped' group by engine
+        union all select engine, 'e2e_s', 'e2e', sum(n_e2e), true, from latency_rows where e2e_source = 'scrape' group by engine
+        union all select engine, 'ttft_s', 'ttft', sum(n_ttft), true, from latency_rows where ttft_source = 'scrape' group by engine
+        union all select engine, 'tpot_s', 'tpot', sum(n_tpot), true, from latency_rows where tpot_source = 'scrape' group by engine
+        union all select engine, 'queue_s', 'queue', sum(n_queue), true, from latency_rows where queue_source = 'scrape' group by engine
     ) as v
     left join (select engine, meaning, min(family) as family, from samples where meaning is not null group by all) as f
         using (engine, meaning)

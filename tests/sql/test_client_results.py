@@ -10,6 +10,7 @@ import datetime as dt
 import json
 import re
 import os
+import shutil
 import tempfile
 from functools import lru_cache
 from pathlib import Path
@@ -25,6 +26,10 @@ NS = 1_000_000_000
 # Stores are ingested without refreshing the rollups (rollups=False), but for `_store`: the
 # views then come from the events, which tests/store/test_rollups.py shows the rollups
 # equal (client results included); `_store`'s checks against the truth read the rollups.
+# A test over the simulated server's log as it was written starts from a copy of the store
+# that log was ingested into once (`_with_log`) and ingests its client's file into it: the
+# requests view joins the two whichever came first (test_a_results_file_belongs_to_... adds
+# results files to a store of logs too).
 
 
 @lru_cache(maxsize=None)
@@ -36,6 +41,22 @@ def _sim() -> tuple[Path, pl.DataFrame]:
         pl.col("request_id").str.extract(r"-(\d+)$", 1).cast(pl.Int64).alias("index")
     ).sort("index")
     return out, truth
+
+
+@lru_cache(maxsize=None)
+def _log_store() -> Path:
+    """The simulated server's log alone, ingested once (no rollups)."""
+    out, _ = _sim()
+    store = out / "store-log"
+    res = ingest([out / "vllm-a.log"], store, year=2026, rollups=False)
+    assert {f.engine for f in res.files} == {"vllm"}
+    return store
+
+
+def _with_log(store: Path) -> Path:
+    """`store`: a copy of the store holding the simulated server's log."""
+    shutil.copytree(_log_store(), store)
+    return store
 
 
 def _old(path: Path) -> Path:
@@ -129,9 +150,10 @@ def _guidellm_file(out: Path, truth: pl.DataFrame) -> Path:
 def _store(kind: str) -> tuple[Path, pl.DataFrame]:
     out, truth = _sim()
     client = {"vllm-bench": _vllm_bench_file, "aiperf": _aiperf_file, "guidellm": _guidellm_file}[kind](out, truth)
-    store = out / f"store-{kind}"
-    res = ingest([out / "vllm-a.log", client], store, year=2026)
-    assert {f.engine for f in res.files} == {"vllm", "client"}
+    store = _with_log(out / f"store-{kind}")
+    # the rollups refreshed at the end: the log's instance and the client's requests
+    res = ingest([client], store, year=2026)
+    assert {f.engine for f in res.files} == {"client"}
     return store, truth
 
 
@@ -318,9 +340,6 @@ def test_requests_the_client_saw_fail_are_failures_in_every_count(tmp_path) -> N
     out, truth = _sim()
     work = tmp_path / "run"
     work.mkdir()
-    log = work / "vllm-a.log"
-    log.write_text((out / "vllm-a.log").read_text())
-    _old(log)
     path = _vllm_bench_file(work, truth)
     obj = json.loads(path.read_text())
     # 7 more requests sent after the rest, each reset by the server before it was logged
@@ -336,8 +355,8 @@ def test_requests_the_client_saw_fail_are_failures_in_every_count(tmp_path) -> N
         obj["generated_texts"].append("")
         obj["errors"].append(CLIENT_OS_ERROR)
     path.write_text(json.dumps(obj))
-    store = tmp_path / "store"
-    ingest([log, path], store, year=2026, rollups=False)
+    store = _with_log(tmp_path / "store")
+    ingest([path], store, year=2026, rollups=False)
 
     # the truth, from the bench file alone
     bench = json.loads(path.read_text())
@@ -429,9 +448,6 @@ def _lagged() -> tuple[Path, pl.DataFrame, list[float]]:
     failed at the client (ClientOSError) without reaching the server."""
     out, truth = _sim()
     work = Path(tempfile.mkdtemp(prefix="servelens-lagged-"))
-    log = work / "vllm-a.log"
-    log.write_text((out / "vllm-a.log").read_text())
-    _old(log)
     path = _vllm_bench_file(work, truth)
     obj = json.loads(path.read_text())
     n = truth.height
@@ -452,7 +468,7 @@ def _lagged() -> tuple[Path, pl.DataFrame, list[float]]:
         obj["errors"].append(oserror)
     obj["num_prompts"] = n + N_OSERROR
     path.write_text(json.dumps(obj))
-    ingest([log, path], work / "store", year=2026, rollups=False)
+    ingest([path], _with_log(work / "store"), year=2026, rollups=False)
     return work / "store", truth, lag
 
 

@@ -326,6 +326,26 @@ def test_metric_availability_explains_nulls():
     assert all(r["reason"] for r in got.values())
 
 
+def test_metric_availability_reads_each_view_beneath_it_once():
+    """DuckDB plans a view anew at every place a query names it: metric_availability counts
+    over requests, queue_depth, batch_fill, kv_cache and latency_percentiles in many branches,
+    each of which reads the view's one materialized copy, not the view again."""
+    from collections import Counter
+
+    import duckdb
+
+    from servelens.pipeline.query.views import sql_files, view_dependencies, view_name, view_sql
+
+    sql = view_sql(next(p for p in sql_files() if view_name(p) == "metric_availability"))
+    tokens = duckdb.tokenize(sql)
+    words = [sql[start:tokens[i + 1][0] if i + 1 < len(tokens) else len(sql)].strip().strip('"').lower()
+             for i, (start, _kind) in enumerate(tokens)]
+    reads = Counter(w for prev, w in zip(words, words[1:]) if prev in ("from", "join"))
+    deps = view_dependencies()["metric_availability"]
+    assert {"requests", "queue_depth", "batch_fill", "kv_cache", "latency_percentiles"} <= deps
+    assert {v: reads[v] for v in deps} == {v: 1 for v in deps}
+
+
 def test_throughput_finishes_null_when_never_logged():
     # vLLM V1: `Added request` lines, no `Finished request` ever
     con = connect_events(events_frame([
