@@ -63,17 +63,6 @@ def app(store, monkeypatch) -> AppTest:
     return _start(store)
 
 
-@pytest.fixture
-def sql_app(store, monkeypatch) -> AppTest:
-    """A fresh app opened at /sql (the SQL page's url_path is its file's name)."""
-    monkeypatch.setenv("SERVELENS_STORE", str(store))
-    at = AppTest.from_file(str(APP), default_timeout=60)
-    at.switch_page("pages/sql.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    assert at.title[0].value == "SQL"
-    return at
-
-
 @pytest.fixture(scope="module")
 def overview(store) -> AppTest:
     """The Overview page as it first opens, shared by the tests that only read it."""
@@ -173,8 +162,9 @@ def test_post_mortem_range_narrows_the_signals(app, store):
     assert all(vd.VERDICT_BADGE[vd.HOLD] in m for m in md if m.startswith("#### "))
 
 
-def test_sql_page_answers_a_query(sql_app, store):
-    app = sql_app
+def test_sql_page_answers_a_query(app, store):
+    app.switch_page("pages/sql.py").run()
+    assert not app.exception
     app.text_area(key="sql_query").input("select engine, count(*) as n from events group by engine order by engine")
     app.button[0].click().run()
     shown = app.dataframe[0].value
@@ -183,8 +173,8 @@ def test_sql_page_answers_a_query(sql_app, store):
     assert any(b.label == "Download CSV" for b in app.get("download_button"))
 
 
-def test_sql_page_shows_a_bad_query_error_in_one_line(sql_app, store):
-    app = sql_app
+def test_sql_page_shows_a_bad_query_error_in_one_line(app, store):
+    app.switch_page("pages/sql.py").run()
     bad = "select nonsense from nowhere"
     app.text_area(key="sql_query").input(bad)
     app.button[0].click().run()
@@ -195,8 +185,8 @@ def test_sql_page_shows_a_bad_query_error_in_one_line(sql_app, store):
     assert "\n" not in app.error[0].value
 
 
-def test_sql_page_refuses_writes(sql_app):
-    app = sql_app
+def test_sql_page_refuses_writes(app):
+    app.switch_page("pages/sql.py").run()
     app.text_area(key="sql_query").input("create table t as select 1")
     app.button[0].click().run()
     assert "read-only" in app.error[0].value
