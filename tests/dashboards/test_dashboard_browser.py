@@ -18,7 +18,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from servelens.pipeline.query.connect import run
+from servelens.pipeline.query.connect import connect, run_on
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -28,6 +28,9 @@ ARTIFACTS = REPO / "test-artifacts"
 CHROMIUM = os.environ.get("SERVELENS_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+# the pages as a visitor who asked for reduced motion sees them: the same elements and charts,
+# without the loading animations that keep the compositor drawing frames nobody reads
+CONTEXT = {"reduced_motion": "reduce"}
 
 
 def _unavailable(reason: str) -> None:
@@ -83,7 +86,7 @@ def dashboard(tmp_path_factory, incident_store):
                 pass
             if time.monotonic() > deadline:
                 pytest.fail(f"servelens dashboard did not answer within 60 s: {log.read_text()}")
-            time.sleep(0.3)
+            time.sleep(0.1)
         yield url, store
     finally:
         proc.terminate()
@@ -94,10 +97,19 @@ def dashboard(tmp_path_factory, incident_store):
             proc.wait()
 
 
+@pytest.fixture(scope="module")
+def truth(incident_store):
+    """The SQL answers the pages are checked against: one connection with every view bound
+    once (`shared=True`, whose answers tests/sql/test_shared_views.py shows equal `run`'s)."""
+    con = connect(incident_store, shared=True)
+    yield lambda sql: run_on(con, sql)
+    con.close()
+
+
 @pytest.fixture
 def page(browser):
     ARTIFACTS.mkdir(exist_ok=True)
-    ctx = browser.new_context(viewport={"width": 1440, "height": 3400})
+    ctx = browser.new_context(viewport={"width": 1440, "height": 3400}, **CONTEXT)
     pg = ctx.new_page()
     yield pg
     ctx.close()
@@ -107,7 +119,7 @@ def page(browser):
 def screen(browser):
     """An on-call laptop's screen: 1400x1000, and every request the page makes."""
     ARTIFACTS.mkdir(exist_ok=True)
-    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000}, **CONTEXT)
     pg = ctx.new_page()
     pg.requested = []
     pg.on("request", lambda r: pg.requested.append(r.url))
@@ -128,7 +140,7 @@ def _visible_text(pg) -> str:
     }""")
 
 
-def test_a_deep_link_on_a_fresh_server_and_the_first_screen(screen, dashboard):
+def test_a_deep_link_on_a_fresh_server_and_the_first_screen(screen, dashboard, truth):
     """Runs first, on the fresh server: /overview straight away. Proper page names, the wide
     layout, and the first screen says who crashed, how many requests failed and what to do."""
     url, store = dashboard
@@ -144,8 +156,8 @@ def test_a_deep_link_on_a_fresh_server_and_the_first_screen(screen, dashboard):
     main = screen.locator('[data-testid="stMainBlockContainer"]').bounding_box()
     assert main["width"] > 900  # the wide layout (the centered one is 736 px)
     first = " ".join(_visible_text(screen).split())
-    crashed = run(store, "select instance from incident_summary where died order by 1")["instance"].to_list()
-    failed = run(store, "select count(*) as n from requests where status = 'failed'")["n"][0]
+    crashed = truth("select instance from incident_summary where died order by 1")["instance"].to_list()
+    failed = truth("select count(*) as n from requests where status = 'failed'")["n"][0]
     assert crashed == ["tgi-a", "trtllm-a", "vllm-a"] and failed == 54
     assert "tgi-a, trtllm-a and vllm-a died of CUDA out-of-memory" in first
     assert f"failing {failed} requests" in first and "scale out the survivors" in first
@@ -187,9 +199,14 @@ def test_cards_charts_and_tables_read_at_1400(screen, dashboard):
 
 
 def _settle(pg) -> None:
-    """Wait until Streamlit has finished running the script."""
+    """Wait until Streamlit has finished running the script and the page has drawn what it
+    sent (two animation frames: the one that applies the last changes, and the next)."""
     pg.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=60_000)
-    pg.wait_for_timeout(500)
+    _frames(pg)
+
+
+def _frames(pg) -> None:
+    pg.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
 
 
 def _painted(pg) -> None:
@@ -200,10 +217,10 @@ def _painted(pg) -> None:
         .every(e => [...e.querySelectorAll('canvas, svg')].some(c => c.getBoundingClientRect().width > 0
                                                                       && c.getBoundingClientRect().height > 0))""",
                          timeout=30_000)
-    pg.wait_for_timeout(100)  # the frame after the last one drawn
+    _frames(pg)  # the frame after the last one drawn
 
 
-def test_overview_shows_the_incident_signals_without_exception(page, dashboard):
+def test_overview_shows_the_incident_signals_without_exception(page, dashboard, truth):
     url, store = dashboard
     page.goto(url + "/")
     page.get_by_text("Scaling verdict").wait_for(timeout=60_000)
@@ -215,7 +232,7 @@ def test_overview_shows_the_incident_signals_without_exception(page, dashboard):
     _painted(page)
     page.screenshot(path=str(ARTIFACTS / "dashboard-overview.png"))
     assert page.locator('[data-testid="stException"]').count() == 0
-    sig = run(store, "select instance, signal, severity from scaling_signals")
+    sig = truth("select instance, signal, severity from scaling_signals")
     body = page.locator("[data-testid='stMain']").first.inner_text()
     # every signal of the incident is on the page, under its instance's verdict
     for instance, signal, _ in sig.rows():
@@ -231,7 +248,7 @@ def test_overview_shows_the_incident_signals_without_exception(page, dashboard):
     assert page.locator('[data-testid="stVegaLiteChart"]').count() >= 5
 
 
-def test_sql_page_answers_a_query(page, dashboard):
+def test_sql_page_answers_a_query(page, dashboard, truth):
     url, store = dashboard
     page.goto(url + "/sql")
     page.locator("textarea").first.wait_for(timeout=60_000)
@@ -239,7 +256,7 @@ def test_sql_page_answers_a_query(page, dashboard):
     query = "select engine, instance, count(*) as n from events group by all order by all"
     page.locator("textarea").first.fill(query)
     page.get_by_role("button", name="Run").click()
-    n = run(store, query).height
+    n = truth(query).height
     page.get_by_text(f"{n:,} rows").wait_for(timeout=30_000)
     _settle(page)
     assert page.locator('[data-testid="stDataFrame"]').count() >= 1

@@ -259,16 +259,21 @@ def test_with_a_time_range_the_page_shows_what_the_range_query_gives(store):
     cat = data.catalog(cfg)
     f = data.Filters(start=since, end=until, window_s=60.0, targets=data.resolve_targets(cat, (), (), ()))
     got = data.signals(cfg, f).select("engine", "instance", "signal", "severity", "window_start", "value")
-    want = run(store, "select engine, instance, signal, severity, window_start, value from scaling_signals "
-                      "where window_end > $s and window_start < $u",
-               {"s": since, "u": until}, time_range=rng)
+    # the truth: both queries on one connection over the range, as `run(..., time_range=rng)`
+    # binds it for each (the views they read, over the range)
+    con = connect(store, time_range=rng, views={"scaling_signals", "latency_percentiles"})
+    try:
+        want = run_on(con, "select engine, instance, signal, severity, window_start, value from scaling_signals "
+                           "where window_end > $s and window_start < $u", {"s": since, "u": until})
+        want_lat = run_on(con, "select window_start as ts, instance, model, n, p99_e2e_s from latency_percentiles "
+                               "where window_end > $s and window_start < $u", {"s": since, "u": until})
+    finally:
+        con.close()
     assert got.height == want.height > 0
     assert_frame_equal(_sorted(got), _sorted(want))
     lat = data.latency(cfg, f).select("ts", "instance", "model", "n", "p99_e2e_s")
-    want = run(store, "select window_start as ts, instance, model, n, p99_e2e_s from latency_percentiles "
-                      "where window_end > $s and window_start < $u", {"s": since, "u": until}, time_range=rng)
-    assert lat.height == want.height > 0
-    assert_frame_equal(_sorted(lat), _sorted(want))
+    assert lat.height == want_lat.height > 0
+    assert_frame_equal(_sorted(lat), _sorted(want_lat))
     assert _connection_schema(cfg) == "scan"
 
 
@@ -301,7 +306,10 @@ def test_the_server_start_evaluates_the_views_the_first_visitor_needs(store, mon
             return super().wait(timeout)
 
     monkeypatch.setattr(data, "FIRST_PAGE_DRAWN", Drawn())
-    warm = threading.Thread(target=serve.warm, args=(serve.app_args(cmd),), daemon=True)
+    # the pauses in the visits the other widths wait for are another test's (below): here a
+    # short one, and no width counts as slow (a loaded machine would make it a long one)
+    monkeypatch.setattr(serve, "SLOW_WIDTH_S", float("inf"))
+    warm = threading.Thread(target=serve.warm, args=(serve.app_args(cmd),), kwargs={"idle_s": 0.05}, daemon=True)
     warm.start()
     for _ in range(1200):
         if at_wait or not warm.is_alive():
@@ -332,10 +340,12 @@ def test_the_server_start_evaluates_the_views_the_first_visitor_needs(store, mon
 
 def test_without_a_visitor_the_warm_up_evaluates_every_width_after_a_while(store, monkeypatch):
     import threading
+    import time
 
     from servelens.dashboards import serve
 
     monkeypatch.setattr(data, "FIRST_PAGE_DRAWN", threading.Event())  # nobody draws a page
+    monkeypatch.setattr(data, "_last_visit", [time.monotonic() - 3600.0])  # nor asked for anything
     serve.warm(["--store", str(store)], others_after_s=0.05)
     conn = _connection(store)
     assert sorted(conn.widths) == sorted(sidebar.WINDOWS.values())

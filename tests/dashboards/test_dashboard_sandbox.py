@@ -56,10 +56,10 @@ def env(world, monkeypatch):
 
 
 def sql_page() -> AppTest:
+    """The app opened at /sql (the SQL page's url_path is its file's name)."""
     at = AppTest.from_file(str(APP), default_timeout=90)
-    at.run()
     at.switch_page("pages/sql.py").run()
-    assert not at.exception
+    assert not at.exception and at.title[0].value == "SQL"
     return at
 
 

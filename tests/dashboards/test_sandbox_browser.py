@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from tests.helpers.dashboard_store import INCIDENT, build_store
 from servelens.pipeline.query.connect import run
-from tests.dashboards.test_dashboard_browser import ARTIFACTS, _free_port, _servelens, _settle, browser  # noqa: F401 (fixture)
+from tests.dashboards.test_dashboard_browser import CONTEXT, ARTIFACTS, _free_port, _servelens, _settle, browser  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -37,7 +37,8 @@ def tree(root: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     base = tmp_path_factory.mktemp("sandbox-browser")
-    store = build_store(base, [INCIDENT / "tgi" / "tgi-a.log", INCIDENT / "tgi" / "tgi-b.log"])
+    # the test is about the SQL page's sandbox: the views are derived from the events
+    store = build_store(base, [INCIDENT / "tgi" / "tgi-a.log", INCIDENT / "tgi" / "tgi-b.log"], rollups=False)
     victim = base / "victim"
     victim.mkdir()
     (victim / "secret.txt").write_text(SECRET + "\n")
@@ -61,7 +62,7 @@ def served(tmp_path_factory):
                 pass
             if time.monotonic() > deadline:
                 pytest.fail(f"servelens dashboard did not answer within 60 s: {log.read_text()}")
-            time.sleep(0.3)
+            time.sleep(0.1)
         yield url, store, victim, proc
     finally:
         if proc.poll() is None:
@@ -70,7 +71,7 @@ def served(tmp_path_factory):
 
 
 def open_sql_page(browser, url):  # noqa: F811
-    ctx = browser.new_context(viewport={"width": 1440, "height": 2000})
+    ctx = browser.new_context(viewport={"width": 1440, "height": 2000}, **CONTEXT)
     page = ctx.new_page()
     page.goto(url + "/sql")
     page.get_by_label("Access token").wait_for(timeout=60_000)
@@ -83,6 +84,24 @@ def open_sql_page(browser, url):  # noqa: F811
     page.locator("textarea").first.wait_for(timeout=60_000)
     _settle(page)
     return ctx, page
+
+
+def query_running(pid: int) -> bool:
+    """A visitor's query runs in a worker process of the dashboard `pid`: a worker that has
+    its query and has loaded DuckDB to run it (pipeline/query/worker.py)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            children = (task / "children").read_text().split()
+        except OSError:  # a thread that has just ended
+            continue
+        for child in children:
+            try:
+                if (b"pipeline.query.worker" in Path(f"/proc/{child}/cmdline").read_bytes()
+                        and "duckdb" in Path(f"/proc/{child}/maps").read_text()):
+                    return True
+            except OSError:  # a worker that has just ended
+                pass
+    return False
 
 
 def submit(page, sql: str) -> None:
@@ -122,7 +141,10 @@ def test_sql_page_attacks_runaway_and_sigterm(browser, served):  # noqa: F811
 
         # SIGTERM while a query runs: the app still stops
         submit(page, RUNAWAY)
-        page.wait_for_timeout(1_000)
+        deadline = time.monotonic() + 60
+        while not query_running(proc.pid):
+            assert time.monotonic() < deadline, "the runaway query never started"
+            time.sleep(0.02)
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=20)
     finally:

@@ -9,12 +9,14 @@ REPO = Path(__file__).resolve().parents[2]
 INCIDENT = REPO / "sample_logs" / "incident"
 
 
-def build_store(tmp: Path, paths: list[Path] | None = None) -> Path:
-    """Ingest `paths` (default: the whole incident sample) into `tmp/store`."""
+def build_store(tmp: Path, paths: list[Path] | None = None, *, rollups: bool = True) -> Path:
+    """Ingest `paths` (default: the whole incident sample) into `tmp/store`; `rollups=False`
+    for a test about something else than the views (its queries then derive them from the
+    events, as on a store whose rollups are out of date)."""
     from servelens.pipeline.ingest import ingest
 
     store = tmp / "store"
-    ingest(paths or [INCIDENT], store)
+    ingest(paths or [INCIDENT], store, rollups=rollups)
     return store
 
 
