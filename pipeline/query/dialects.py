@@ -38,7 +38,7 @@ import sqlglot
 from sqlglot import exp
 
 from ..store.layout import no_events_sql
-from .views import load_views, resolve_variables, sql_files, view_name, view_sql
+from .views import StandIns, load_views, resolve_variables, sql_files, view_name, view_sql
 
 DIALECTS = ("spark", "trino", "duckdb")
 
@@ -61,17 +61,10 @@ class _Probe:
         self.cte_sql: dict[int, tuple[exp.CTE, str]] = {}
         self.con.execute(f"create view events as {no_events_sql()}")
         created = load_views(self.con, variables=dict(variables), only=only)
-        # each view then becomes an empty table of its columns (as the catalog holds them,
-        # which binds nothing): a probe binds the select it is asked about over tables, not
-        # over every view beneath it, each time again
-        columns: dict[str, list[str]] = {}
-        for name, column, kind in self.con.execute(
-                "select table_name, column_name, data_type from duckdb_columns() where table_name in "
-                "(select view_name from duckdb_views() where not internal) order by table_name, column_index").fetchall():
-            columns.setdefault(name, []).append(f"{_ident(column)} {kind}")
-        for name in created:
-            self.con.execute(f"drop view {_ident(name)}")
-            self.con.execute(f"create table {_ident(name)} ({', '.join(columns[name])})")
+        # each view then stands aside behind an empty table of its columns, for good: a probe
+        # binds the select it is asked about over tables, not over every view beneath it,
+        # each time again
+        StandIns(self.con).aside("main", *created)
 
     def columns(self, select: exp.Expression, ctes: list[exp.CTE]) -> list[str]:
         return [name for name, _ in self.typed_columns(select, ctes)]
@@ -608,7 +601,3 @@ def script(dialect: str, names: list[str] | None = None, **kwargs: Any) -> str:
 
 
 Translate = Callable[[str], str]
-
-
-def _ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'

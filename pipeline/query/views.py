@@ -476,25 +476,8 @@ def _create_over_stubs(con: duckdb.DuckDBPyConnection, statements: list[tuple[st
     created = {name for name, _, _ in statements}
     read = {v for name in created for v in reads.get(name, ()) if v in created}
     stood_in = {name for name in read if reads.get(name, frozenset()) & created and name not in computed}
-    columns: dict[str, str] = {}
-    aside: dict[str, str] = {}  # view -> the name it is held under while its stand-in has its own
-
-    def set_aside(name: str) -> None:
-        if name not in columns:
-            # the columns as the view's catalog entry holds them: a query over the view would
-            # bind (or plan) its statement again
-            columns[name] = ", ".join(f"{_quoted(c)} {t}" for c, t in con.execute(
-                "select column_name, data_type from duckdb_columns() where database_name = current_database() "
-                "and schema_name = current_schema() and table_name = ? order by column_index", [name]).fetchall())
-        held = f"servelens_bound_{name}"
-        con.execute(f"alter view {_quoted(name)} rename to {_quoted(held)}")
-        con.execute(f"create table {_quoted(name)} ({columns[name]})")
-        aside[name] = held
-
-    def restore(name: str) -> None:
-        con.execute(f"drop table {_quoted(name)}")
-        con.execute(f"alter view {_quoted(aside.pop(name))} rename to {_quoted(name)}")
-
+    schema = con.execute("select current_schema()").fetchall()[0][0]
+    stand = StandIns(con)
     for i, (name, path, sql) in enumerate(statements):
         select = _select_of(sql, name) if name in computed and compute is not None else None
         if select is None:
@@ -506,20 +489,17 @@ def _create_over_stubs(con: duckdb.DuckDBPyConnection, statements: list[tuple[st
                     if v in created and v not in computed and v not in beneath:
                         beneath.add(v)
                         todo.append(v)
-            back = [v for v in aside if v in beneath]
+            back = [v for sc, v in stand.held if sc == schema and v in beneath]
             for v in back:
-                restore(v)
+                stand.restore(schema, v)
             # from the statement itself when it has the usual form: the view created first
             # would be bound once more only to be replaced
             compute(name, select if select is not None else f"select * from {_quoted(name)}")
             later = {v for later_name, _, _ in statements[i + 1:] for v in reads.get(later_name, ())}
-            for v in back:
-                if v in later:
-                    set_aside(v)
+            stand.aside(schema, *[v for v in back if v in later])
         elif name in stood_in:
-            set_aside(name)
-    for name in list(aside):
-        restore(name)
+            stand.aside(schema, name)
+    stand.restore_all()
 
 
 @functools.lru_cache(maxsize=128)
@@ -544,41 +524,51 @@ def _select_of(sql: str, name: str) -> str | None:
 
 class StandIns:
     """Views set aside behind empty tables of their columns while other views are created
-    over them (the reason is _create_over_stubs'): `aside(schema, name)` renames the view and
-    puts a table of its columns (read from the catalog, which binds nothing) in its place;
-    leaving the `with` block drops the tables and gives every view its name back."""
+    over them (the reason is _create_over_stubs'): `aside(schema, *names)` renames each view
+    and puts a table of its columns (read from the catalog, which binds nothing) in its
+    place; `restore` gives one back its name, and leaving a `with` block gives every view
+    still aside its name back."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
         self.con = con
-        self.held: list[tuple[str, str]] = []
+        self.held: dict[tuple[str, str], None] = {}  # (schema, view) set aside, in order
+        self.columns: dict[tuple[str, str], str] = {}  # a view's columns, read once
 
     def __enter__(self) -> "StandIns":
         return self
 
     def aside(self, schema: str, *names: str) -> None:
         """Set these views of `schema` aside (a name that is not a view's is left as it is)."""
-        columns: dict[str, list[str]] = {}
-        for name, column, kind in self.con.execute(
-                "select c.table_name, c.column_name, c.data_type from duckdb_columns() as c "
-                "join duckdb_views() as v on v.database_name = c.database_name and v.schema_name = c.schema_name "
-                "and v.view_name = c.table_name where c.database_name = current_database() and c.schema_name = ? "
-                "and c.table_name in (select unnest(?)) order by c.table_name, c.column_index",
-                [schema, list(names)]).fetchall():
-            columns.setdefault(name, []).append(f"{_quoted(column)} {kind}")
+        unread = [n for n in names if (schema, n) not in self.columns]
+        if unread:
+            columns: dict[str, list[str]] = {}
+            for name, column, kind in self.con.execute(
+                    "select c.table_name, c.column_name, c.data_type from duckdb_columns() as c "
+                    "join duckdb_views() as v on v.database_name = c.database_name and v.schema_name = c.schema_name "
+                    "and v.view_name = c.table_name where c.database_name = current_database() and c.schema_name = ? "
+                    "and c.table_name in (select unnest(?)) order by c.table_name, c.column_index",
+                    [schema, unread]).fetchall():
+                columns.setdefault(name, []).append(f"{_quoted(column)} {kind}")
+            self.columns.update({(schema, n): ", ".join(c) for n, c in columns.items()})
         for name in names:
-            if name not in columns:
+            if (schema, name) not in self.columns:
                 continue  # a table already (a shared view's rows), or nothing of that name
             self.con.execute(f"alter view {_quoted(schema)}.{_quoted(name)} rename to {_quoted('servelens_bound_' + name)}")
-            self.held.append((schema, name))
-            self.con.execute(f"create table {_quoted(schema)}.{_quoted(name)} ({', '.join(columns[name])})")
+            self.held[(schema, name)] = None
+            self.con.execute(f"create table {_quoted(schema)}.{_quoted(name)} ({self.columns[(schema, name)]})")
+
+    def restore(self, schema: str, name: str) -> None:
+        del self.held[(schema, name)]
+        self.con.execute(f"drop table {_quoted(schema)}.{_quoted(name)}")
+        self.con.execute(f"alter view {_quoted(schema)}.{_quoted('servelens_bound_' + name)} rename to {_quoted(name)}")
+
+    def restore_all(self) -> None:
+        for schema, name in list(self.held):
+            self.restore(schema, name)
 
     def __exit__(self, kind: object, *exc: object) -> None:
-        if kind is not None:  # the caller closes the connection
-            return
-        while self.held:
-            schema, name = self.held.pop()
-            self.con.execute(f"drop table if exists {_quoted(schema)}.{_quoted(name)}")
-            self.con.execute(f"alter view {_quoted(schema)}.{_quoted('servelens_bound_' + name)} rename to {_quoted(name)}")
+        if kind is None:  # else the caller closes the connection
+            self.restore_all()
 
 
 def _quoted(name: str) -> str:
