@@ -275,10 +275,11 @@ def record_starts(text: pl.Series) -> pl.Series:
 # prefix, stats or vLLM's own words), or a uvicorn line; and a foreign engine's line. The
 # message is a part of the line: a sample without the first two is scored by the third
 # alone, and its lines need not be taken apart
+_OWN_WORDS = r"vLLM API server version|LLM engine \(v|vllm\.entrypoints|vllm serve"
 _MAYBE_STRONG = (
     rf"(?:{_LEVEL}) +(?:[0-9]{{4}}-)?[0-9]{{2}}-[0-9]{{2}} +[0-9]{{2}}:[0-9]{{2}}:[0-9]{{2}}"
     r"|\((?:APIServer|VllmWorker|EngineCore|RayWorker|Worker)|Avg prompt throughput: "
-    r"|vLLM API server version|LLM engine \(v|vllm\.entrypoints|vllm serve"
+    "|" + _OWN_WORDS
 )
 _MAYBE_UVICORN = rf"(?:{_LEVEL}):\s+\S"
 _FOREIGN = r"TensorRT-LLM|TRT-LLM|text_generation_(?:router|launcher|server)|\[TRT"
@@ -307,9 +308,7 @@ def _score(text: pl.Series) -> float:
     vllm_proc = pl.col("pname").str.contains(
         r"^(?:APIServer|VllmWorkerProcess|VllmWorker|EngineCore|RayWorkerWrapper|RayWorkerVllm|Worker)"
     ).fill_null(False)
-    strong = pl.col("has_hdr") | vllm_proc | F.IS_STATS | pl.col("m").str.contains(
-        r"vLLM API server version|LLM engine \(v|vllm\.entrypoints|vllm serve"
-    )
+    strong = pl.col("has_hdr") | vllm_proc | F.IS_STATS | pl.col("m").str.contains(_OWN_WORDS)
     foreign = pl.col("text").str.contains(_FOREIGN)
     uv_lines = pl.col("m").str.contains(F.UVICORN_OTHER)
     s = df.select(strong.sum().alias("s"), foreign.sum().alias("f"), uv_lines.sum().alias("u")).row(0)
