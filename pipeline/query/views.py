@@ -542,18 +542,21 @@ class StandIns:
         unread = [n for n in names if (schema, n) not in self.columns]
         if unread:
             columns: dict[str, list[str]] = {}
+            # (the catalog's columns alone: joining duckdb_views() to keep views only costs
+            # several times as much, on every connection)
             for name, column, kind in self.con.execute(
-                    "select c.table_name, c.column_name, c.data_type from duckdb_columns() as c "
-                    "join duckdb_views() as v on v.database_name = c.database_name and v.schema_name = c.schema_name "
-                    "and v.view_name = c.table_name where c.database_name = current_database() and c.schema_name = ? "
-                    "and c.table_name in (select unnest(?)) order by c.table_name, c.column_index",
+                    "select table_name, column_name, data_type from duckdb_columns() where database_name = current_database() "
+                    "and schema_name = ? and list_contains(?, table_name) order by table_name, column_index",
                     [schema, unread]).fetchall():
                 columns.setdefault(name, []).append(f"{_quoted(column)} {kind}")
             self.columns.update({(schema, n): ", ".join(c) for n, c in columns.items()})
         for name in names:
             if (schema, name) not in self.columns:
-                continue  # a table already (a shared view's rows), or nothing of that name
-            self.con.execute(f"alter view {_quoted(schema)}.{_quoted(name)} rename to {_quoted('servelens_bound_' + name)}")
+                continue  # nothing of that name
+            try:
+                self.con.execute(f"alter view {_quoted(schema)}.{_quoted(name)} rename to {_quoted('servelens_bound_' + name)}")
+            except duckdb.CatalogException:
+                continue  # a table already (a shared view's rows)
             self.held[(schema, name)] = None
             self.con.execute(f"create table {_quoted(schema)}.{_quoted(name)} ({self.columns[(schema, name)]})")
 
