@@ -25,6 +25,7 @@ import csv
 import datetime as dt
 import io
 import json
+from functools import cache
 from pathlib import Path
 
 import polars as pl
@@ -418,7 +419,7 @@ VARIANTS = {
 ENGINES = ["vllm", "sglang", "llamacpp", "trtllm", "tgi"]
 
 
-def ingest_dir(directory: Path, store: Path) -> None:
+def ingest_into(directory: Path, store: Path) -> None:
     from servelens.pipeline.ingest import ingest
 
     ingest([directory], store, year=2026, keep_lines=True, rollups=False)
@@ -430,6 +431,28 @@ def read_events(store: Path) -> pl.DataFrame:
     return run(store, "select * from events order by source, line")
 
 
+def ingest_dir(directory: Path) -> pl.DataFrame:
+    store = directory.parent / (directory.name + "-store")
+    ingest_into(directory, store)
+    return read_events(store)
+
+
+@cache
+def work_dir() -> Path:
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix="servelens-unseen-"))
+
+
+@cache
+def plain() -> pl.DataFrame:
+    """The plain files' events, once per process (for tests/parsers/test_wrappers_exports_hosts.py;
+    the tests here read the `ingested` fixture's)."""
+    store = work_dir() / "plain-store"
+    build_plain(store)
+    return read_events(store)
+
+
 def build_plain(store: Path) -> None:
     d = store.parent / "plain"
     d.mkdir(parents=True, exist_ok=True)
@@ -437,7 +460,7 @@ def build_plain(store: Path) -> None:
         (d / f"{key}.log").write_text("\n".join(lines_of(key)) + "\n")
         # what is left of a download cut inside its oldest entry (the file's first line)
         (d / f"{key}.cut.log").write_text("\n".join(lines_of(key)[1:]) + "\n")
-    ingest_dir(d, store)
+    ingest_into(d, store)
 
 
 def build_wrapped(variant: str, store: Path) -> None:
@@ -452,7 +475,7 @@ def build_wrapped(variant: str, store: Path) -> None:
         save(d / f"{key}.export", write(entries(key, multiline=multiline)))
     if VARIANTS[variant][2] is not False:
         save(d / "two-pods.export", write(two_pods(multiline)))
-    ingest_dir(d, store)
+    ingest_into(d, store)
 
 
 class Ingested:
