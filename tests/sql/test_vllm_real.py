@@ -66,8 +66,10 @@ def rec(request, tmp_path_factory) -> Recording:
         pl.from_epoch((pl.col("ts") * 1e6).round().cast(pl.Int64), time_unit="us")
         .dt.replace_time_zone("UTC").alias("at")
     )
-    # bound: the views `ask` reads below (and those beneath them)
-    con = connect(store, shared=True, views={"engine_stats", "requests", "errors", "scaling_signals", "ttft_queueing"})
+    # bound: the views `ask` reads below (and those beneath them); computed from the events,
+    # as before the rollups are refreshed (the reports read those)
+    con = connect(store, shared=True, views={"engine_stats", "requests", "errors", "scaling_signals", "ttft_queueing"},
+                  rollups=False)
     yield Recording(d, store, truth, pl.read_csv(d / "_extra_clients.csv"), json.loads((d / "_run.json").read_text()), con)
     con.close()
     next(shared, None)  # (fails if a test changed the store)
