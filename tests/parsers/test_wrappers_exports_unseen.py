@@ -419,13 +419,22 @@ VARIANTS = {
 ENGINES = ["vllm", "sglang", "llamacpp", "trtllm", "tgi"]
 
 
-def ingest_dir(directory: Path) -> pl.DataFrame:
+def ingest_into(directory: Path, store: Path) -> None:
     from servelens.pipeline.ingest import ingest
+
+    ingest([directory], store, year=2026, keep_lines=True, rollups=False)
+
+
+def read_events(store: Path) -> pl.DataFrame:
     from servelens.pipeline.query.connect import run
 
-    store = directory.parent / (directory.name + "-store")
-    ingest([directory], store, year=2026, keep_lines=True, rollups=False)
     return run(store, "select * from events order by source, line")
+
+
+def ingest_dir(directory: Path) -> pl.DataFrame:
+    store = directory.parent / (directory.name + "-store")
+    ingest_into(directory, store)
+    return read_events(store)
 
 
 @cache
@@ -437,20 +446,28 @@ def work_dir() -> Path:
 
 @cache
 def plain() -> pl.DataFrame:
-    d = work_dir() / "plain"
-    d.mkdir()
+    """The plain files' events, once per process (for tests/parsers/test_wrappers_exports_hosts.py;
+    the tests here read the `ingested` fixture's)."""
+    store = work_dir() / "plain-store"
+    build_plain(store)
+    return read_events(store)
+
+
+def build_plain(store: Path) -> None:
+    d = store.parent / "plain"
+    d.mkdir(parents=True, exist_ok=True)
     for key in LOGS:
         (d / f"{key}.log").write_text("\n".join(lines_of(key)) + "\n")
         # what is left of a download cut inside its oldest entry (the file's first line)
         (d / f"{key}.cut.log").write_text("\n".join(lines_of(key)[1:]) + "\n")
-    return ingest_dir(d)
+    ingest_into(d, store)
 
 
-@cache
-def wrapped(variant: str) -> pl.DataFrame:
+def build_wrapped(variant: str, store: Path) -> None:
     write, _, _, multiline = VARIANTS[variant]
-    d = work_dir() / variant
-    d.mkdir()
+    d = store.parent / variant
+    d.mkdir(parents=True, exist_ok=True)
+
     def save(path: Path, content: str | bytes) -> None:
         path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
 
@@ -458,21 +475,62 @@ def wrapped(variant: str) -> pl.DataFrame:
         save(d / f"{key}.export", write(entries(key, multiline=multiline)))
     if VARIANTS[variant][2] is not False:
         save(d / "two-pods.export", write(two_pods(multiline)))
-    return ingest_dir(d)
+    ingest_into(d, store)
+
+
+class Ingested:
+    """The plain files' and each export variant's events, each ingested once per test run:
+    under pytest-xdist the first worker that needs a store builds it and the others read
+    it (tests/helpers/run_store.py); the events are read once per process."""
+
+    def __init__(self, tmp_path_factory):
+        self._factory = tmp_path_factory
+        self.stores: dict[str, Path] = {}
+        self._events: dict[str, pl.DataFrame] = {}
+        self._trees: dict[str, dict] = {}
+
+    def _get(self, name: str, build) -> pl.DataFrame:
+        from tests.helpers.run_store import built_once, tree
+
+        if name not in self._events:
+            store = built_once(self._factory, f"unseen-{name}", build)
+            self.stores[name] = store
+            self._events[name] = read_events(store)
+            self._trees[name] = tree(store)
+        return self._events[name]
+
+    def plain(self) -> pl.DataFrame:
+        return self._get("plain", build_plain)
+
+    def wrapped(self, variant: str) -> pl.DataFrame:
+        return self._get(variant, lambda store: build_wrapped(variant, store))
+
+    def unchanged(self) -> None:
+        from tests.helpers.run_store import tree
+
+        for name, store in self.stores.items():
+            assert tree(store) == self._trees[name], f"a test changed the shared store of {name}"
+
+
+@pytest.fixture(scope="session")
+def ingested(tmp_path_factory):
+    got = Ingested(tmp_path_factory)
+    yield got
+    got.unchanged()
 
 
 def _what(ev: pl.DataFrame) -> list[str]:
     return sorted(c for c in ev.columns if c not in PLACE and not c.startswith("_"))
 
 
-def check(variant: str, name: str, key: str, pod: str | None):
+def check(ingested: Ingested, variant: str, name: str, key: str, pod: str | None):
     """The events of one server's lines in an export against the plain file's."""
     _, precision, named, multiline = VARIANTS[variant]
     cut = variant == "gcloud-json-cut-short" and key != "vllm2"  # (the cut entry is the oldest of all)
-    base = plain().filter(pl.col("source").str.ends_with(f"/{key}.cut.log" if cut else f"/{key}.log"))
+    base = ingested.plain().filter(pl.col("source").str.ends_with(f"/{key}.cut.log" if cut else f"/{key}.log"))
     if cut:
         base = base.with_columns(pl.col("line") + 1)
-    got = wrapped(variant).filter(pl.col("source").str.ends_with(f"/{name}.export"))
+    got = ingested.wrapped(variant).filter(pl.col("source").str.ends_with(f"/{name}.export"))
     if pod is not None and name == "two-pods":
         got = got.filter(pl.col("instance") == pod)
     es = entries(key, STEP // 2 if key == "vllm2" else 0, multiline)
@@ -526,14 +584,14 @@ CASES = [(v, e) for v in VARIANTS for e in ENGINES] + [(v, "two-pods") for v in 
 
 
 @pytest.mark.parametrize("variant,case", CASES, ids=[f"{v}-{c}" for v, c in CASES])
-def test_an_unseen_export_gives_the_servers_events(variant, case):
+def test_an_unseen_export_gives_the_servers_events(ingested, variant, case):
     named = VARIANTS[variant][2]
     if case == "two-pods":
         for key in ("vllm", "vllm2"):
-            check(variant, "two-pods", key, POD[key])
+            check(ingested, variant, "two-pods", key, POD[key])
     else:
         # logcli leaves out labels common to a whole single-stream export: no pod to name
-        check(variant, case, case, POD[case] if named else None)
+        check(ingested, variant, case, case, POD[case] if named else None)
 
 
 # the platform's own severity of each entry, as each writer above puts it
@@ -542,7 +600,7 @@ SEVERITY = {"gcloud-json": {"INFO", "ERROR"}, "otel-file-exporter": {"INFO"}, "d
 
 
 @pytest.mark.parametrize("variant", list(SEVERITY))
-def test_the_platforms_severity_is_kept_with_each_event(variant):
-    got = wrapped(variant)
+def test_the_platforms_severity_is_kept_with_each_event(ingested, variant):
+    got = ingested.wrapped(variant)
     sev = got.select(pl.col("labels").str.json_path_match("$.severity").alias("s"))["s"]
     assert sev.null_count() == 0 and set(sev.unique().to_list()) == SEVERITY[variant]

@@ -48,20 +48,31 @@ class Recording:
 @pytest.fixture(scope="module", params=RECORDINGS, ids=lambda p: p.name)
 def rec(request, tmp_path_factory) -> Recording:
     from servelens.pipeline.cli.app import app, build_app
+    from tests.helpers.run_store import built_once, read_only
 
     build_app()
     d = request.param
-    store = tmp_path_factory.mktemp(d.name) / "store"
-    res = CliRunner().invoke(app, ["ingest", str(d), "--store", str(store)])
-    assert res.exit_code == 0, res.output
+
+    def build(store: Path) -> None:
+        # (the rollups brought up to date by the ingest, not by the first report that reads
+        # them: the tests only read the store, which under pytest-xdist is built once per
+        # run by the first worker that needs it and read by the others)
+        res = CliRunner().invoke(app, ["ingest", str(d), "--store", str(store), "--refresh-rollups"])
+        assert res.exit_code == 0, res.output
+
+    shared = read_only(built_once(tmp_path_factory, f"vllm-{d.name}", build), f"store of {d.name}")
+    store = next(shared)
     truth = pl.read_csv(d / "_metrics.csv").with_columns(
         pl.from_epoch((pl.col("ts") * 1e6).round().cast(pl.Int64), time_unit="us")
         .dt.replace_time_zone("UTC").alias("at")
     )
-    # bound: the views `ask` reads below (and those beneath them)
-    con = connect(store, shared=True, views={"engine_stats", "requests", "errors", "scaling_signals", "ttft_queueing"})
+    # bound: the views `ask` reads below (and those beneath them); computed from the events,
+    # as before the rollups are refreshed (the reports read those)
+    con = connect(store, shared=True, views={"engine_stats", "requests", "errors", "scaling_signals", "ttft_queueing"},
+                  rollups=False)
     yield Recording(d, store, truth, pl.read_csv(d / "_extra_clients.csv"), json.loads((d / "_run.json").read_text()), con)
     con.close()
+    next(shared, None)  # (fails if a test changed the store)
 
 
 def ask(rec: Recording, sql: str) -> pl.DataFrame:
@@ -289,7 +300,7 @@ def test_the_model_is_the_served_model_name_the_log_gives(tmp_path) -> None:
     served = re.search(r"'served_model_name': \['([^']+)'\]", text).group(1)
     path = re.search(r"'model': '([^']+)'", text).group(1)
     assert served != path
-    ingest([log], tmp_path / "store")
+    ingest([log], tmp_path / "store", rollups=False)  # (events only are read)
     models = run(tmp_path / "store", "select distinct model from events where model is not null")["model"].to_list()
     assert models == [served]
 
