@@ -71,6 +71,25 @@ def overview(store) -> AppTest:
         yield _start(store)
 
 
+@pytest.fixture(scope="module")
+def _sql_page(store) -> AppTest:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SERVELENS_STORE", str(store))
+        at = AppTest.from_file(str(APP), default_timeout=60)
+        at.switch_page("pages/sql.py").run()  # opened at /sql (its url_path is its file's name)
+        assert not at.exception, [e.value for e in at.exception]
+        assert at.title[0].value == "SQL"
+    return at
+
+
+@pytest.fixture
+def sql_page(_sql_page, store, monkeypatch) -> AppTest:
+    """The SQL page of one visitor, shared by the tests that each submit a query of their own
+    (every submit runs its query afresh and replaces what the page shows)."""
+    monkeypatch.setenv("SERVELENS_STORE", str(store))
+    return _sql_page
+
+
 def _signals(store: Path) -> pl.DataFrame:
     return run(store, "select engine, instance, signal, severity, value, threshold, unit, window_start from scaling_signals")
 
@@ -162,9 +181,8 @@ def test_post_mortem_range_narrows_the_signals(app, store):
     assert all(vd.VERDICT_BADGE[vd.HOLD] in m for m in md if m.startswith("#### "))
 
 
-def test_sql_page_answers_a_query(app, store):
-    app.switch_page("pages/sql.py").run()
-    assert not app.exception
+def test_sql_page_answers_a_query(sql_page, store):
+    app = sql_page
     app.text_area(key="sql_query").input("select engine, count(*) as n from events group by engine order by engine")
     app.button[0].click().run()
     shown = app.dataframe[0].value
@@ -173,8 +191,8 @@ def test_sql_page_answers_a_query(app, store):
     assert any(b.label == "Download CSV" for b in app.get("download_button"))
 
 
-def test_sql_page_shows_a_bad_query_error_in_one_line(app, store):
-    app.switch_page("pages/sql.py").run()
+def test_sql_page_shows_a_bad_query_error_in_one_line(sql_page, store):
+    app = sql_page
     bad = "select nonsense from nowhere"
     app.text_area(key="sql_query").input(bad)
     app.button[0].click().run()
@@ -185,8 +203,8 @@ def test_sql_page_shows_a_bad_query_error_in_one_line(app, store):
     assert "\n" not in app.error[0].value
 
 
-def test_sql_page_refuses_writes(app):
-    app.switch_page("pages/sql.py").run()
+def test_sql_page_refuses_writes(sql_page):
+    app = sql_page
     app.text_area(key="sql_query").input("create table t as select 1")
     app.button[0].click().run()
     assert "read-only" in app.error[0].value
