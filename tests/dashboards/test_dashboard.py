@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 from streamlit.testing.v1 import AppTest
 from typer.testing import CliRunner
-from tests.helpers.dashboard_store import INCIDENT, build_store, chart_specs
+from tests.helpers.dashboard_store import INCIDENT, build_store, chart_specs, components_scanned_once
 from servelens.pipeline.report import chart_specs as charts
 from servelens.pipeline.report import verdict as vd
 from servelens.pipeline.query.connect import QueryError, connect, run_on
@@ -22,6 +22,11 @@ from servelens.pipeline.query.connect import run as _run
 APP = Path(__file__).resolve().parents[2] / "dashboards" / "app.py"
 _read_only: set[Path] = set()  # the shared incident store: only read
 _connections: dict[Path, object] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _components_scanned_once():
+    yield from components_scanned_once()
 
 
 @pytest.fixture(scope="session")

@@ -15,13 +15,18 @@ import pytest
 import streamlit as st
 from polars.testing import assert_frame_equal
 from streamlit.testing.v1 import AppTest
-from tests.helpers.dashboard_store import chart_specs
+from tests.helpers.dashboard_store import chart_specs, components_scanned_once
 from servelens.dashboards import data, sidebar
 from servelens.pipeline.query.connect import connect, run_on
 from servelens.pipeline.query.connect import run as _run
 
 APP = Path(__file__).resolve().parents[2] / "dashboards" / "app.py"
 UTC = dt.timezone.utc
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _components_scanned_once():
+    yield from components_scanned_once()
 
 
 @pytest.fixture(scope="module")
