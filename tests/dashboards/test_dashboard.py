@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 from streamlit.testing.v1 import AppTest
 from typer.testing import CliRunner
-from tests.helpers.dashboard_store import INCIDENT, build_store, chart_specs
+from tests.helpers.dashboard_store import INCIDENT, build_store, chart_specs, components_scanned_once
 from servelens.pipeline.report import chart_specs as charts
 from servelens.pipeline.report import verdict as vd
 from servelens.pipeline.query.connect import QueryError, connect, run_on
@@ -22,6 +22,11 @@ from servelens.pipeline.query.connect import run as _run
 APP = Path(__file__).resolve().parents[2] / "dashboards" / "app.py"
 _read_only: set[Path] = set()  # the shared incident store: only read
 _connections: dict[Path, object] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _components_scanned_once():
+    yield from components_scanned_once()
 
 
 @pytest.fixture(scope="session")
@@ -69,6 +74,25 @@ def overview(store) -> AppTest:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SERVELENS_STORE", str(store))
         yield _start(store)
+
+
+@pytest.fixture(scope="module")
+def _sql_page(store) -> AppTest:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SERVELENS_STORE", str(store))
+        at = AppTest.from_file(str(APP), default_timeout=60)
+        at.switch_page("pages/sql.py").run()  # opened at /sql (its url_path is its file's name)
+        assert not at.exception, [e.value for e in at.exception]
+        assert at.title[0].value == "SQL"
+    return at
+
+
+@pytest.fixture
+def sql_page(_sql_page, store, monkeypatch) -> AppTest:
+    """The SQL page of one visitor, shared by the tests that each submit a query of their own
+    (every submit runs its query afresh and replaces what the page shows)."""
+    monkeypatch.setenv("SERVELENS_STORE", str(store))
+    return _sql_page
 
 
 def _signals(store: Path) -> pl.DataFrame:
@@ -162,9 +186,8 @@ def test_post_mortem_range_narrows_the_signals(app, store):
     assert all(vd.VERDICT_BADGE[vd.HOLD] in m for m in md if m.startswith("#### "))
 
 
-def test_sql_page_answers_a_query(app, store):
-    app.switch_page("pages/sql.py").run()
-    assert not app.exception
+def test_sql_page_answers_a_query(sql_page, store):
+    app = sql_page
     app.text_area(key="sql_query").input("select engine, count(*) as n from events group by engine order by engine")
     app.button[0].click().run()
     shown = app.dataframe[0].value
@@ -173,8 +196,8 @@ def test_sql_page_answers_a_query(app, store):
     assert any(b.label == "Download CSV" for b in app.get("download_button"))
 
 
-def test_sql_page_shows_a_bad_query_error_in_one_line(app, store):
-    app.switch_page("pages/sql.py").run()
+def test_sql_page_shows_a_bad_query_error_in_one_line(sql_page, store):
+    app = sql_page
     bad = "select nonsense from nowhere"
     app.text_area(key="sql_query").input(bad)
     app.button[0].click().run()
@@ -185,8 +208,8 @@ def test_sql_page_shows_a_bad_query_error_in_one_line(app, store):
     assert "\n" not in app.error[0].value
 
 
-def test_sql_page_refuses_writes(app):
-    app.switch_page("pages/sql.py").run()
+def test_sql_page_refuses_writes(sql_page):
+    app = sql_page
     app.text_area(key="sql_query").input("create table t as select 1")
     app.button[0].click().run()
     assert "read-only" in app.error[0].value
@@ -266,7 +289,9 @@ def test_live_mode_follows_new_data_and_keeps_the_filters(tmp_path, monkeypatch)
     from tests.helpers.dashboard_store import INCIDENT
     from servelens.pipeline.ingest import ingest
 
-    store = build_store(tmp_path, [INCIDENT / "vllm" / "vllm-b.log"])
+    # live mode and the filters are the subject, not the rollups: the page derives its views
+    # from the events (the same rows: tests/sql), and neither commit refreshes rollups
+    store = build_store(tmp_path, [INCIDENT / "vllm" / "vllm-b.log"], rollups=False)
     monkeypatch.setenv("SERVELENS_STORE", str(store))
     at = AppTest.from_file(str(APP), default_timeout=60)
     at.run()
@@ -279,7 +304,7 @@ def test_live_mode_follows_new_data_and_keeps_the_filters(tmp_path, monkeypatch)
     assert [m.value for m in at.markdown if m.value.startswith("#### ")] == [f"#### vllm-b {vd.VERDICT_BADGE[vd.SCALE_OUT]}"]
 
     # the store grows (as under `servelens tail`): the next refresh shows the new instance
-    ingest([INCIDENT / "vllm" / "vllm-a.log"], store)
+    ingest([INCIDENT / "vllm" / "vllm-a.log"], store, rollups=False)
     at.run()
     assert not at.exception
     headers = [m.value for m in at.markdown if m.value.startswith("#### ")]

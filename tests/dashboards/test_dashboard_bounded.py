@@ -20,12 +20,17 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 from tests.helpers.common import returns
-from tests.helpers.dashboard_store import INCIDENT, build_store
+from tests.helpers.dashboard_store import INCIDENT, build_store, components_scanned_once
 
 APP = Path(__file__).resolve().parents[2] / "dashboards" / "app.py"
 MB = 10**6
 MEMORY_LINE = ("the query went past its memory limit of 200.0 MB (one value or its result took ")
 RAISE_MEMORY = "raise it with servelens dashboard --query-memory SIZE (or $SERVELENS_DASHBOARD_QUERY_MEMORY)"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _components_scanned_once():
+    yield from components_scanned_once()
 
 
 @pytest.fixture(autouse=True)

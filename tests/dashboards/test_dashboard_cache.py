@@ -15,13 +15,18 @@ import pytest
 import streamlit as st
 from polars.testing import assert_frame_equal
 from streamlit.testing.v1 import AppTest
-from tests.helpers.dashboard_store import chart_specs
+from tests.helpers.dashboard_store import chart_specs, components_scanned_once
 from servelens.dashboards import data, sidebar
 from servelens.pipeline.query.connect import connect, run_on
 from servelens.pipeline.query.connect import run as _run
 
 APP = Path(__file__).resolve().parents[2] / "dashboards" / "app.py"
 UTC = dt.timezone.utc
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _components_scanned_once():
+    yield from components_scanned_once()
 
 
 @pytest.fixture(scope="module")
@@ -627,6 +632,10 @@ def test_where_a_width_is_slow_the_warm_up_waits_for_a_longer_pause(store, monke
     # slow: any width counts as slow; else none does
     monkeypatch.setattr(serve, "SLOW_WIDTH_S", 0.0 if slow else 1e9)
     monkeypatch.setattr(serve, "IDLE_SLOW_S", 12.5)
+    # the pause is what is checked, once per other width: a slider of three widths (the
+    # default one among them) has two, each evaluated as any other
+    monkeypatch.setattr(sidebar, "WINDOWS", {"30 s": 30.0, "1 min": 60.0, "2 min": 120.0})
+    assert float(data.thresholds(None)["window_s"]) in sidebar.WINDOWS.values()
     serve.warm(["--store", str(store)], idle_s=0.1)
     assert waits == [12.5 if slow else 0.1] * (len(sidebar.WINDOWS) - 1)
     assert sorted(_connection(store).widths) == sorted(sidebar.WINDOWS.values())

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 from typer.testing import CliRunner
-from tests.helpers.dashboard_store import INCIDENT, build_store
+from tests.helpers.dashboard_store import INCIDENT, build_store, components_scanned_once
 from servelens.pipeline.report.mdsafe import md_text
 from servelens.pipeline.query.connect import run
 
@@ -21,6 +21,11 @@ APP = Path(__file__).resolve().parents[2] / "dashboards" / "app.py"
 SECRET = "DASHSECRET-51c2"
 # a cross product under a predicate no join can use: it never finishes on its own
 RUNAWAY = "select count(*) from events a, events b, events c, events d where a.line + b.line + c.line + d.line > 0"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _components_scanned_once():
+    yield from components_scanned_once()
 
 
 @pytest.fixture(autouse=True)

@@ -29,3 +29,27 @@ def chart_specs(node) -> list[str]:
         if getattr(node, "type", None) == "vega_lite_chart":
             out.append(node.proto.spec)
     return out
+
+
+_scanned: list | None = None
+
+
+def components_scanned_once():
+    """A fixture's body: while it runs, Streamlit's scan of every installed distribution's
+    metadata for custom components is done once per test process. Each new AppTest scans
+    them all again (a running server scans once, at its start); the installed packages do not
+    change during a test run, so every AppTest registers the same components as before."""
+    global _scanned
+    import pytest
+
+    try:
+        from streamlit.components.v2 import manifest_scanner
+    except ImportError:  # a Streamlit without custom components v2: nothing to scan
+        yield
+        return
+    if _scanned is None:
+        _scanned = manifest_scanner.scan_component_manifests()
+    scanned = _scanned
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(manifest_scanner, "scan_component_manifests", lambda max_workers=None: list(scanned))
+        yield

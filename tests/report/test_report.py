@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -31,8 +32,20 @@ def con():
     return connect_events(events_frame(incident_events()))
 
 
-def test_report_gathers_timeline_peaks_and_recommendations(con):
-    r = build_report(con)
+@pytest.fixture(scope="module")
+def _whole_report(con):
+    return build_report(con)
+
+
+@pytest.fixture
+def whole_report(_whole_report):
+    """The report of the whole range, built once (every preset's calibration replayed) for the
+    tests that read it; each test gets its own copy."""
+    return copy.deepcopy(_whole_report)
+
+
+def test_report_gathers_timeline_peaks_and_recommendations(whole_report):
+    r = whole_report
     assert [i["instance"] for i in r["instances"]] == ["i1", "t1"]
     i1 = r["instances"][0]
     assert i1["first_error"]["kind"] == "cuda_oom" and i1["first_error"]["first_ts"] == at(305)
@@ -61,8 +74,8 @@ def test_report_range_and_instance_filter(con):
     assert build_report(con, since=at(10_000))["instances"] == []
 
 
-def test_renderings(con):
-    r = build_report(con)
+def test_renderings(whole_report):
+    r = whole_report
     md = render(r, "md")
     assert "## i1 (vllm)" in md and "### Timeline" in md and "### Recommendations" in md
     assert "| queue (waiting requests) | 25 | 2026-05-12 08:02:00Z |" in md
@@ -138,15 +151,21 @@ def test_parse_time_defaults_to_utc():
 
 
 @pytest.fixture(scope="module")
-def incident_report(incident_store):
+def incident_connection(incident_store):
+    """One connection to the incident store as `servelens report` connects, for every report
+    of it these tests build (each report sets the range variables it reads afresh)."""
     from servelens.pipeline.query.connect import connect
 
-    store = incident_store
-    con = connect(store, shared=True)  # as servelens report connects
+    con = connect(incident_store, shared=True)
     try:
-        yield store, build_report(con, charts=True)
+        yield con
     finally:
         con.close()
+
+
+@pytest.fixture(scope="module")
+def incident_report(incident_store, incident_connection):
+    return incident_store, build_report(incident_connection, charts=True)
 
 
 def _first_paragraph(md: str) -> str:
@@ -205,15 +224,8 @@ def test_summary_first_paragraph_says_who_crashed_how_many_failed_and_what_to_do
     assert vb["verdict"] == "scale out"
 
 
-def test_summary_follows_the_range(incident_report):
-    store, _ = incident_report
-    from servelens.pipeline.query.connect import connect
-
-    con = connect(store, shared=True)  # as servelens report connects
-    try:
-        r = build_report(con, until=at(60))  # before the surge and the crash
-    finally:
-        con.close()
+def test_summary_follows_the_range(incident_connection):
+    r = build_report(incident_connection, until=at(60))  # before the surge and the crash
     sm = r["summary"]
     assert sm["crashed"] == [] and sm["impact"]["failed"] == 0
     assert "died" not in sm["headline"] and "Impact: 0 requests failed" in sm["headline"]

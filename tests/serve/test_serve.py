@@ -244,9 +244,16 @@ def test_a_commit_refreshes_the_snapshot(tmp_path):
         e.stop()
 
 
-def test_export_writes_every_window_with_timestamps(store, tmp_path):
-    out = tmp_path / "incident.om"
+@pytest.fixture(scope="module")
+def whole_export(store, tmp_path_factory):
+    """`servelens export` of the whole incident store, once per module: (its output, the file)."""
+    out = tmp_path_factory.mktemp("export") / "incident.om"
     res = runner.invoke(app, ["export", "--store", str(store), "-o", str(out)])
+    return res, out
+
+
+def test_export_writes_every_window_with_timestamps(store, whole_export):
+    res, out = whole_export
     assert res.exit_code == 0, res.output
     n = query.run(store, "select count(*) as n from metric_series").item()
     assert f"{n:,} samples written" in res.output
@@ -395,10 +402,11 @@ def test_serve_command_runs_until_interrupted_and_a_busy_port_is_a_clear_error(s
     assert f"at http://127.0.0.1:{port}/metrics" in err.decode()
 
 
-def test_ranged_export_reads_the_range_and_equals_the_whole_store_filtered(store, tmp_path, monkeypatch):
+def test_ranged_export_reads_the_range_and_equals_the_whole_store_filtered(store, whole_export, tmp_path, monkeypatch):
     since, until = "2026-05-12T08:02:00Z", "2026-05-12T08:04:00Z"
-    whole, ranged = tmp_path / "whole.om", tmp_path / "ranged.om"
-    assert runner.invoke(app, ["export", "--store", str(store), "-o", str(whole)]).exit_code == 0
+    res, whole = whole_export
+    assert res.exit_code == 0, res.output
+    ranged = tmp_path / "ranged.om"
     seen = []
     real_run = query.run
     monkeypatch.setattr(query, "run", lambda *a, **k: seen.append(k.get("time_range")) or real_run(*a, **k))
