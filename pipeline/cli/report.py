@@ -76,6 +76,8 @@ def register(app: typer.Typer) -> None:
         except StoreError as e:
             raise fail(str(e)) from None
         try:
+            if instance is not None:
+                _instance_in_range(con, instance)
             data = build_report(con, since=t0, until=t1, instance=instance, top_n=top,
                                 charts=format == "html", thresholds=variables)
         finally:
@@ -94,3 +96,16 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"report on {len(data['instances'])} instance(s) written to {output}", err=True)
         else:
             typer.echo(text, nl=not text.endswith("\n"))
+
+
+def _instance_in_range(con, instance: str) -> None:
+    """Fail before building anything (every preset's calibration) when no event of the range
+    names `instance`, saying which instances it holds."""
+    names = [r[0] for r in con.execute(
+        "select distinct instance from events where instance is not null order by 1").fetchall()]
+    if instance in names:
+        return
+    shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+    raise fail(f"no events of instance {instance!r} in this range"
+               + (f"; its instances: {shown}" if names else ""))
+

@@ -119,6 +119,10 @@ def test_report_command_over_a_store(tmp_path):
     assert data["instances"][0]["first_ts"] == "2026-05-12T08:00:11Z"
     res = runner.invoke(app, ["report", "--store", str(store), "--instance", "nope"])
     assert res.exit_code == 1 and "no events of instance 'nope'" in res.output
+    # the one line names the instances the store does hold (the log's file is named gpu-a)
+    assert res.output.strip().splitlines() == ["servelens: error: no events of instance 'nope' in this range; its instances: gpu-a"]
+    res = runner.invoke(app, ["report", "--store", str(store), "--instance", "gpu-a", "--since", "2027-01-01T00:00Z"])
+    assert res.exit_code == 1 and res.output.strip().endswith("no events of instance 'gpu-a' in this range")
     res = runner.invoke(app, ["report", "--store", str(store), "--format", "pdf"])
     assert res.exit_code == 1 and "unknown --format" in res.output
 
