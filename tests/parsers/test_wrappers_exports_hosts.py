@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import json
 from functools import cache
+from pathlib import Path
 
 import polars as pl
 import pytest
 
 from tests.parsers.test_wrappers_exports_unseen import (
-    PLACE, STEP, cli_time, ingest_dir, work_dir, entries, insights_time, kibana_time, ms, plain, rfc3339, to_csv)
+    PLACE, STEP, cli_time, ingest_dir, entries, insights_time, kibana_time, ms, rfc3339, to_csv)
 
 KEYS = ("vllm", "vllm2")
 TASK = {"vllm": "0f2b6c1e9a8d4b7c8e5f3a2b1c0d9e8f", "vllm2": "7d1e3a9b5c2f4e6a8b0c1d2e3f4a5b6c"}
@@ -172,21 +173,20 @@ SEVERITY = {"filebeat-ndjson-hosts": "info", "logcli-jsonl-hosts": "info"}
 
 
 @cache
-def wrapped(variant: str) -> pl.DataFrame:
+def wrapped(variant: str, d: Path) -> pl.DataFrame:
     write, _, names = VARIANTS[variant]
-    d = work_dir() / f"hosts-{variant}"
     d.mkdir()
     (d / "export.json").write_text(write(two_servers(names)))
     return ingest_dir(d)
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
-def test_two_servers_outside_kubernetes_are_two_instances(variant):
+def test_two_servers_outside_kubernetes_are_two_instances(variant, ingested, tmp_path):
     _, precision, names = VARIANTS[variant]
-    got = wrapped(variant)
+    got = wrapped(variant, tmp_path / f"hosts-{variant}")
     assert sorted(got["instance"].unique().to_list()) == sorted(names.values())
     for key in KEYS:
-        base = plain().filter(pl.col("source").str.ends_with(f"/{key}.log"))
+        base = ingested.plain().filter(pl.col("source").str.ends_with(f"/{key}.log"))
         mine = got.filter(pl.col("instance") == names[key])
         cols = sorted(c for c in base.columns if c not in PLACE and not c.startswith("_") and c in got.columns)
         assert mine.height == base.height, (key, mine.group_by("event").len().sort("event").rows(),
@@ -202,7 +202,7 @@ def test_two_servers_outside_kubernetes_are_two_instances(variant):
 
 
 
-def test_a_member_of_another_type_than_usual_costs_that_member_not_the_file(tmp_path):
+def test_a_member_of_another_type_than_usual_costs_that_member_not_the_file(tmp_path, ingested):
     """An entry whose member has another type than the platform's usual one (here `host` a
     list, `stream` an object) keeps its line; the file's other entries are read as usual."""
     es = [(t, msg, HOST["vllm"], n) for t, msg, _, n in entries("vllm")]
@@ -212,7 +212,7 @@ def test_a_member_of_another_type_than_usual_costs_that_member_not_the_file(tmp_
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "export.json").write_text("".join(json.dumps(d) + "\n" for d in docs))
     got = ingest_dir(tmp_path / "logs")
-    base = plain().filter(pl.col("source").str.ends_with("/vllm.log"))
+    base = ingested.plain().filter(pl.col("source").str.ends_with("/vllm.log"))
     cols = sorted(c for c in base.columns if c not in PLACE and not c.startswith("_") and c in got.columns)
     assert got.select(cols).sort(cols, nulls_last=True).equals(base.select(cols).sort(cols, nulls_last=True))
     # the entry without its host is still the file's server's (the only one it names)

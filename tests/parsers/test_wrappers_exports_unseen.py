@@ -25,7 +25,6 @@ import csv
 import datetime as dt
 import io
 import json
-from functools import cache
 from pathlib import Path
 
 import polars as pl
@@ -437,22 +436,6 @@ def ingest_dir(directory: Path) -> pl.DataFrame:
     return read_events(store)
 
 
-@cache
-def work_dir() -> Path:
-    import tempfile
-
-    return Path(tempfile.mkdtemp(prefix="servelens-unseen-"))
-
-
-@cache
-def plain() -> pl.DataFrame:
-    """The plain files' events, once per process (for tests/parsers/test_wrappers_exports_hosts.py;
-    the tests here read the `ingested` fixture's)."""
-    store = work_dir() / "plain-store"
-    build_plain(store)
-    return read_events(store)
-
-
 def build_plain(store: Path) -> None:
     d = store.parent / "plain"
     d.mkdir(parents=True, exist_ok=True)
@@ -510,13 +493,6 @@ class Ingested:
 
         for name, store in self.stores.items():
             assert tree(store) == self._trees[name], f"a test changed the shared store of {name}"
-
-
-@pytest.fixture(scope="session")
-def ingested(tmp_path_factory):
-    got = Ingested(tmp_path_factory)
-    yield got
-    got.unchanged()
 
 
 def _what(ev: pl.DataFrame) -> list[str]:
