@@ -50,6 +50,7 @@ import pyarrow.parquet as pq
 
 from .views import closure
 from .sandbox import Limits, parse_size
+from .shared import materialise, to_share
 from ..store.commit import Store, new_txid
 from .stored import DEFERRED, ROLLUP_DIR, VIEW, VIEWS, current, deferred, intact, key_variables, literal, reads_a_rollup, sql_key, view_sql
 from ..store.layout import instances_predicate
@@ -185,6 +186,7 @@ class _Session:
         # read them all (its sandbox allows only the paths it was given)
         self.rels = {v: f"{ROLLUP_DIR}/{v}-{new_txid()}.parquet" for v in p.views}
         self.cons: dict[tuple, tuple[duckdb.DuckDBPyConnection, set[str]]] = {}
+        self.shared: dict[tuple, set[str]] = {}  # per connection: the views computed into tables
         self.last: duckdb.DuckDBPyConnection | None = None  # the one that wrote the last file
 
     def computing(self, view: str, whole: bool, limits: Limits,
@@ -206,13 +208,20 @@ class _Session:
             self.last = con
             return con
         con, bound = self.cons[key]
+        bound_shared = self.shared.setdefault(key, set())
         self.last = con
         need = closure({view}, leaves=set(stored_rels)) - bound
+        # a view beneath read by several paths (window_metrics reads engine_stats by four)
+        # is computed once into a table: each path would bind and derive it anew
+        share = to_share({view}, closure({view}, leaves=set(stored_rels)), stored_rels) - bound_shared
         for path in sql_files():  # in load order: each after the views it reads
             name = view_name(path)
             if name in need:
                 con.execute(file_sql(path))
                 bound.add(name)
+            if name in share:
+                materialise(con, name, "main", limits)
+                bound_shared.add(name)
         return con
 
     def written(self, view: str, rel: str) -> None:
