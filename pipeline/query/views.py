@@ -14,6 +14,7 @@ over `events` alone binds none.
 
 from __future__ import annotations
 
+import copy
 import functools
 import importlib.resources
 import math
@@ -250,7 +251,15 @@ def read_thresholds(path: Path | str | None = None) -> dict[str, Any]:
     """Variables from a thresholds TOML file (the packaged defaults when `path` is None)."""
     p = Path(path) if path is not None else sql_dir() / DEFAULT_THRESHOLDS_NAME
     try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
+        st = p.stat()
+        key = (str(p.resolve()), st.st_mtime_ns, st.st_size)
+        if key not in _THRESHOLDS_READ:
+            # every connection resolves its variables (a refresh several times): a file is
+            # parsed once per version of it, not at each
+            if len(_THRESHOLDS_READ) >= 16:
+                _THRESHOLDS_READ.clear()
+            _THRESHOLDS_READ[key] = _flatten(tomllib.loads(p.read_text(encoding="utf-8")))
+        return copy.deepcopy(_THRESHOLDS_READ[key])
     except FileNotFoundError:
         raise ValueError(f"thresholds file not found: {p}") from None
     except tomllib.TOMLDecodeError as e:
@@ -258,7 +267,9 @@ def read_thresholds(path: Path | str | None = None) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as e:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else "not UTF-8 text"
         raise ValueError(f"cannot read thresholds file {p}: {reason}") from None
-    return _flatten(data)
+
+
+_THRESHOLDS_READ: dict[tuple[str, int, int], dict[str, Any]] = {}
 
 
 # Lower bounds a value must meet, beyond having the default's type. The grid steps are bounded

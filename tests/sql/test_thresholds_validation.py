@@ -4,6 +4,8 @@ makes millions of windows."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from tests.helpers.common import ingested
 from typer.testing import CliRunner
@@ -62,3 +64,24 @@ def test_good_values_and_negative_autoscaler_thresholds_still_pass(tmp_path):
     f.write_text("window_s = 30\n[autoscaler]\nwaiting = -1.0\ncombine = \"all\"\n[queue]\nwaiting = 2.5\n")
     v = resolve_variables(thresholds=f)
     assert (v["window_s"], v["autoscaler_waiting"], v["autoscaler_combine"], v["queue_waiting"]) == (30, -1.0, "all", 2.5)
+
+
+def test_a_file_edited_between_two_reads_gives_its_new_values(tmp_path):
+    """A long-running reader (the dashboard, the exporter) resolves the variables again per
+    connection: a thresholds file changed in between is read again, whatever was read before."""
+    f = tmp_path / "t.toml"
+    f.write_text("window_s = 30\n")
+    assert resolve_variables(thresholds=f)["window_s"] == 30
+    first = resolve_variables(thresholds=f)
+    first["window_s"] = 999  # what one caller does with its values is not seen by the next
+    assert resolve_variables(thresholds=f)["window_s"] == 30
+    f.write_text("window_s = 45\n")  # the same size: told apart by its modification time
+    st = f.stat()
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    assert resolve_variables(thresholds=f)["window_s"] == 45
+    f.write_text("window_s = 120\n[queue]\nwaiting = 2.5\n")
+    v = resolve_variables(thresholds=f)
+    assert (v["window_s"], v["queue_waiting"]) == (120, 2.5)
+    f.unlink()
+    with pytest.raises(ValueError, match="thresholds file not found"):
+        resolve_variables(thresholds=f)
