@@ -23,9 +23,29 @@ build_app()
 REPO = Path(__file__).resolve().parents[2]
 
 
+_TMP: list = []  # the run's tmp_path_factory, for what is built once per run
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _run_tmp(tmp_path_factory):
+    _TMP[:] = [tmp_path_factory]
+    yield
+    _TMP.clear()
+
+
 @functools.lru_cache(maxsize=None)
 def translated(dialect: str) -> dict[str, str]:
-    return dict(views(dialect))
+    """Every view translated to `dialect` (in load order): once per run, read by every
+    pytest-xdist worker whose tests need it (tests/helpers/run_store.py)."""
+    import json
+
+    from tests.helpers.run_store import built_once
+
+    def build(path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(views(dialect)))
+
+    return dict(json.loads(built_once(_TMP[0], f"views-{dialect}", build).read_text()))
 
 
 def invoke(*args: str):

@@ -32,25 +32,57 @@ NS = 1_000_000_000
 # results files to a store of logs too).
 
 
-@lru_cache(maxsize=None)
-def _sim() -> tuple[Path, pl.DataFrame]:
-    out = Path(tempfile.mkdtemp(prefix="servelens-client-"))
+_TMP: list = []  # the run's tmp_path_factory, for what is built once per run
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _run_tmp(tmp_path_factory):
+    from tests.helpers.run_store import tree
+
+    _TMP[:] = [tmp_path_factory]
+    yield
+    _TMP.clear()
+    if _built.cache_info().currsize:  # shared with the other workers: read only
+        out = _built().parent
+        assert tree(out) == _BUILT_TREE[0], "a test changed the shared simulated run: give it a copy"
+
+
+def _simulated(store: Path) -> None:
+    """The simulated run beside `store`, and its server's log alone ingested into it."""
+    out = store.parent
     # overloaded: the queue builds, so the tail TTFT is queueing
     simulate("vllm", "steady", 300, seed=5, out_dir=out, variant="v1_outputs", instances=1, rate=9.0)
+    res = ingest([out / "vllm-a.log"], store, year=2026, rollups=False)
+    assert {f.engine for f in res.files} == {"vllm"}
+
+
+@lru_cache(maxsize=None)
+def _built() -> Path:
+    """The simulated run and the store of its server's log (no rollups): built once per run,
+    read by every pytest-xdist worker whose tests need them (tests/helpers/run_store.py);
+    nothing is written beside them."""
+    from tests.helpers.run_store import built_once, tree
+
+    store = built_once(_TMP[0], "client-results-sim", _simulated)
+    _BUILT_TREE[:] = [tree(store.parent)]
+    return store
+
+
+_BUILT_TREE: list = []
+
+
+@lru_cache(maxsize=None)
+def _sim() -> tuple[Path, pl.DataFrame]:
+    out = _built().parent
     truth = pl.read_parquet(out / "truth_requests.parquet").with_columns(
         pl.col("request_id").str.extract(r"-(\d+)$", 1).cast(pl.Int64).alias("index")
     ).sort("index")
     return out, truth
 
 
-@lru_cache(maxsize=None)
 def _log_store() -> Path:
     """The simulated server's log alone, ingested once (no rollups)."""
-    out, _ = _sim()
-    store = out / "store-log"
-    res = ingest([out / "vllm-a.log"], store, year=2026, rollups=False)
-    assert {f.engine for f in res.files} == {"vllm"}
-    return store
+    return _built()
 
 
 def _with_log(store: Path) -> Path:
@@ -148,9 +180,10 @@ def _guidellm_file(out: Path, truth: pl.DataFrame) -> Path:
 
 @lru_cache(maxsize=None)
 def _store(kind: str) -> tuple[Path, pl.DataFrame]:
-    out, truth = _sim()
-    client = {"vllm-bench": _vllm_bench_file, "aiperf": _aiperf_file, "guidellm": _guidellm_file}[kind](out, truth)
-    store = _with_log(out / f"store-{kind}")
+    _, truth = _sim()
+    work = Path(tempfile.mkdtemp(prefix=f"servelens-client-{kind}-"))  # this worker's own
+    client = {"vllm-bench": _vllm_bench_file, "aiperf": _aiperf_file, "guidellm": _guidellm_file}[kind](work, truth)
+    store = _with_log(work / "store")
     # the rollups refreshed at the end: the log's instance and the client's requests
     res = ingest([client], store, year=2026)
     assert {f.engine for f in res.files} == {"client"}
@@ -216,7 +249,7 @@ def test_tail_ttft_is_explained_by_queueing() -> None:
     assert row["slow_waiting_avg"] > 5 * max(row["all_waiting_avg"] / 10, 1)
     # the baseline is the true median TTFT of the requests the log shows arriving to an empty
     # queue, for the client's placement on the wall clock (`date` has whole seconds)
-    baselines = _baselines_within_a_second(store.parent / "vllm-a.log", ok)
+    baselines = _baselines_within_a_second(_sim()[0] / "vllm-a.log", ok)
     assert min(abs(b - row["baseline_ttft_s"]) for b in baselines) < 1e-9
     assert max(baselines) < row["p50_ttft_s"] / 50  # and it is no queue's: far below the median
 
@@ -296,16 +329,17 @@ def test_a_results_file_is_never_an_instance(tmp_path):
     assert servers == {"vllm-cpu"} and len(list(rec.glob("bench-*.json.gz"))) == 2
     store = tmp_path / "store"
     ingest([rec], store, rollups=False)
-    assert {r["instance"] for r in run(store, "select distinct instance from events where engine = 'client'").to_dicts()} == {
-        "bench-low", "bench-over"}
     from servelens.pipeline.query.connect import connect, run_on
 
     # the views derived from the events (no rollup), on one connection: the views read by
-    # several computed once (tests/sql/test_shared_views.py: the same answers)
+    # several computed once (tests/sql/test_shared_views.py: the same answers); the events
+    # are read on it too
     views = ("windows", "window_metrics", "scaling_signals", "metric_series", "metric_snapshot", "calibration",
              "incident_summary")
     con = connect(store, rollups=False, shared=True, views=set(views))  # bound: these and what they read
     try:
+        assert {r["instance"] for r in run_on(con, "select distinct instance from events where engine = 'client'").to_dicts()} == {
+            "bench-low", "bench-over"}
         for view in views:
             got = {r["instance"] for r in run_on(con, f"select distinct instance from {view}").to_dicts()}
             assert got <= servers, view

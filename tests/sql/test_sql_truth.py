@@ -5,10 +5,8 @@ Skipped, with the reason, when the simulator or an engine's parser is not presen
 
 from __future__ import annotations
 
-import shutil
 from functools import lru_cache
 from pathlib import Path
-import tempfile
 
 import pytest
 from tests.helpers.sql_helpers import CANDIDATE_TRUTH_STATES
@@ -24,24 +22,36 @@ ACTION_SIGNALS = ("queue_backlog", "kv_pressure", "scheduler_limit", "latency_sl
                   "fleet_imbalance")
 
 
-_ROOT = Path(tempfile.mkdtemp(prefix="servelens-truth-"))
 VIEWS = {"latency_percentiles", "requests", "queue_depth", "batch_fill", "kv_cache", "scaling_signals",
          "metric_availability", "capacity"}
+_TMP: list = []  # the run's tmp_path_factory, for the stores built once per run
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _run_tmp(tmp_path_factory):
+    _TMP[:] = [tmp_path_factory]
+    yield
+    _TMP.clear()
 
 
 @lru_cache(maxsize=None)
 def _run(engine: str, scenario: str, variant: str | None = None) -> Path:
-    """Simulate, ingest into a store, return the directory (logs, truth, store/)."""
+    """Simulate, ingest into a store, return the directory (logs, truth, store/): once per
+    run, read by every pytest-xdist worker whose tests need it (tests/helpers/run_store.py;
+    the tests only read it)."""
     from servelens.pipeline.ingest import ingest
     from servelens.pipeline.simulate import simulate
+    from tests.helpers.run_store import built_once
 
-    out = _ROOT / f"{engine}-{scenario}-{variant}"
-    simulate(engine, scenario, SHORT.get(scenario, DURATION_S), seed=SEED, out_dir=out, start=T0,
-             variant=variant)
-    # no rollups: the views are checked against the truth as the events give them (what a
-    # rollup stores is checked equal to that in tests/store/test_rollups.py)
-    ingest(sorted(out.glob("*.log")), out / "store", year=2026, rollups=False)
-    return out
+    def build(store: Path) -> None:
+        out = store.parent
+        simulate(engine, scenario, SHORT.get(scenario, DURATION_S), seed=SEED, out_dir=out, start=T0,
+                 variant=variant)
+        # no rollups: the views are checked against the truth as the events give them (what
+        # a rollup stores is checked equal to that in tests/store/test_rollups.py)
+        ingest(sorted(out.glob("*.log")), store, year=2026, rollups=False)
+
+    return built_once(_TMP[0], f"truth-{engine}-{scenario}-{variant}", build).parent
 
 
 def connect_truth(engine: str, scenario: str, variant: str | None = None):
@@ -60,10 +70,6 @@ def _connect(engine: str, scenario: str, variant: str | None):
     con.execute(f"create view truth_requests as select * from read_parquet('{d / 'truth_requests.parquet'}')")
     con.execute(f"create view truth_state as select * from read_parquet('{d / 'truth_state.parquet'}')")
     return con
-
-
-def teardown_module(module):
-    shutil.rmtree(_ROOT, ignore_errors=True)
 
 
 def one(con, sql):

@@ -4,8 +4,6 @@ what the SQL says must be what happened. Like tests/sql/test_sql_truth.py, for S
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 
@@ -19,13 +17,16 @@ SHORT = {"steady": 600}
 SEED = 7
 T0 = "2026-05-12T08:00:00Z"
 ACTION_SIGNALS = ("queue_backlog", "kv_pressure", "scheduler_limit", "latency_slo_e2e", "latency_slo_ttft", "errors")
-_ROOT = Path(tempfile.mkdtemp(prefix="servelens-truth-sglang-"))
 VIEWS = {"batch_fill", "capacity", "engine_stats", "latency_percentiles", "metric_availability", "queue_depth",
          "requests", "scaling_signals", "window_metrics"}
+_TMP: list = []  # the run's tmp_path_factory, for the stores built once per run
 
 
-def teardown_module(module):
-    shutil.rmtree(_ROOT, ignore_errors=True)
+@pytest.fixture(scope="module", autouse=True)
+def _run_tmp(tmp_path_factory):
+    _TMP[:] = [tmp_path_factory]
+    yield
+    _TMP.clear()
 
 
 @lru_cache(maxsize=None)
@@ -33,13 +34,19 @@ def connect(scenario: str, variant: str = "v0_5"):
     from servelens.pipeline.ingest import ingest
     from servelens.pipeline.query.connect import connect as connect_store
     from servelens.pipeline.simulate import simulate
+    from tests.helpers.run_store import built_once
 
-    out = _ROOT / f"{scenario}-{variant}"
-    simulate("sglang", scenario, SHORT.get(scenario, DURATION_S), seed=SEED, out_dir=out, start=T0, variant=variant)
-    # the server logs and each instance's per-request metrics files (<instance>/...)
-    # (no rollups: the views are checked against the truth as the events give them; what a
-    # rollup stores is checked equal to that in tests/store/test_rollups.py)
-    ingest(sorted(out.rglob("*.log")), out / "store", year=2026, rollups=False)
+    def build(store: Path) -> None:
+        out = store.parent
+        simulate("sglang", scenario, SHORT.get(scenario, DURATION_S), seed=SEED, out_dir=out, start=T0, variant=variant)
+        # the server logs and each instance's per-request metrics files (<instance>/...)
+        # (no rollups: the views are checked against the truth as the events give them; what
+        # a rollup stores is checked equal to that in tests/store/test_rollups.py)
+        ingest(sorted(out.rglob("*.log")), store, year=2026, rollups=False)
+
+    # built once per run, read by every pytest-xdist worker whose tests need it
+    # (tests/helpers/run_store.py; the tests only read it)
+    out = built_once(_TMP[0], f"truth-sglang-{scenario}-{variant}", build).parent
     # the sandboxed connection opens the store's parts and the files named here, nothing else
     # (bound: the views the tests below read, and those beneath them)
     con = connect_store(out / "store", readable=(out / "truth_requests.parquet", out / "truth_state.parquet"), shared=True,
