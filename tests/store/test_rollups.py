@@ -72,6 +72,20 @@ def over_rollups(store: Path, view: str, **kw) -> set[str]:
     return {name for name, sql in rows if f"/{rollup.ROLLUP_DIR}/" in sql}
 
 
+def over_rollups_and_answer(store: Path, view: str, **kw) -> tuple[set[str], pl.DataFrame]:
+    """over_rollups(store, view) and answer(store, view, raw=False) from one connection (the
+    one `answer` makes: shared). A view bound over a rollup is never computed into a table,
+    and one computed from its SQL reads others by name, not a rollup file: the views read
+    over a rollup are the same as without sharing."""
+    con = connect(store, views={view}, shared=True, **kw)
+    try:
+        rows = con.execute("select view_name, sql from duckdb_views() where not internal").fetchall()
+        return ({name for name, sql in rows if f"/{rollup.ROLLUP_DIR}/" in sql},
+                run_on(con, f"select * from {view} order by all"))
+    finally:
+        con.close()
+
+
 def answers(store: Path, views, raw: bool, **kw) -> dict[str, pl.DataFrame]:
     """Each view's rows, every view from one connection (shared: the views read through
     several others computed once; tests/sql/test_shared_views.py proves the answers the same)."""
@@ -82,14 +96,17 @@ def answers(store: Path, views, raw: bool, **kw) -> dict[str, pl.DataFrame]:
         con.close()
 
 
-def assert_same(store: Path, views=VIEWS, **kw) -> dict[str, int]:
+def assert_same(store: Path, views=VIEWS, raw: dict[str, pl.DataFrame] | None = None, **kw) -> dict[str, int]:
     """The rollup's answer equals the raw answer, row for row (floats to 1e-9: DuckDB may sum
     in another order); the rows compared, per view."""
-    return {view: rows.height for view, rows in same_rows(store, views, **kw).items()}
+    return {view: rows.height for view, rows in same_rows(store, views, raw, **kw).items()}
 
 
-def same_rows(store: Path, views=VIEWS, **kw) -> dict[str, pl.DataFrame]:
-    """assert_same, answering each view's rows (through the rollups: equal to the raw rows)."""
+def same_rows(store: Path, views=VIEWS, raw: dict[str, pl.DataFrame] | None = None, **kw) -> dict[str, pl.DataFrame]:
+    """assert_same, answering each view's rows (through the rollups: equal to the raw rows).
+    `raw`: the raw answers (of `views`) read from this store earlier, when nothing has
+    changed its events since (a refresh, a repair that drops no part, a re-ingest that
+    commits nothing); the raw path reads no rollup."""
     for view in rollup.VIEWS:
         assert rollup.status(store, kw.get("variables"), view) == "fresh", view
     # the rollup path really is taken: no raw view beneath a stored view is bound
@@ -102,7 +119,8 @@ def same_rows(store: Path, views=VIEWS, **kw) -> dict[str, pl.DataFrame]:
     queue = bound_views(store, "queue_depth", **kw)
     assert queue >= {"queue_depth", "request_state"}
     assert "requests" not in queue
-    raw, rolled = answers(store, views, True, **kw), answers(store, views, False, **kw)
+    raw = answers(store, views, True, **kw) if raw is None else raw
+    rolled = answers(store, views, False, **kw)
     for view in views:
         assert_frame_equal(rolled[view], raw[view], check_exact=False, rel_tol=1e-9, abs_tol=1e-9)
     return rolled
@@ -296,8 +314,8 @@ def test_reingest_doubles_nothing_and_leaves_the_rollup(own_store):
     after = manifest(store)
     assert after["rollups"] == before["rollups"]  # the same file: nothing was committed
     assert after["parts"] == before["parts"]
-    assert_frame_equal(answer(store, "window_metrics", raw=False), first)
-    assert_same(store)
+    rows = same_rows(store)
+    assert_frame_equal(rows["window_metrics"], first)
 
 
 def test_compaction_keeps_the_rollup_fresh(tmp_path, no_waits):
@@ -319,26 +337,32 @@ def test_compaction_keeps_the_rollup_fresh(tmp_path, no_waits):
 
 def test_lost_or_damaged_rollup_falls_back_and_repair_or_compact_rebuild_it(own_store):
     store = own_store
-    raw = answer(store, "scaling_signals", raw=True)
+    # the raw answers of every view, read once: until the compaction no part changes (the
+    # rollup files do, which the raw path does not read)
+    parts = manifest(store)["parts"]
+    raw = answers(store, VIEWS, True)
     path = store / manifest(store)["rollups"]["window_metrics"]["path"]
     path.unlink()
     assert rollup.status(store) == "unusable"
     # window_metrics from its SQL, over the (intact) requests and request_state rollups
-    assert over_rollups(store, "scaling_signals") == {"requests", "request_state"}
-    assert_frame_equal(answer(store, "scaling_signals", raw=False), raw)
+    over, got = over_rollups_and_answer(store, "scaling_signals")
+    assert over == {"requests", "request_state"}
+    assert_frame_equal(got, raw["scaling_signals"])
     # a lost requests rollup: everything above it from its SQL too
     (store / manifest(store)["rollups"]["requests"]["path"]).unlink()
     assert rollup.status(store, None, "requests") == "unusable"
-    assert over_rollups(store, "latency_percentiles") == set()
-    assert_frame_equal(answer(store, "latency_percentiles", raw=False), answer(store, "latency_percentiles", raw=True))
+    over, got = over_rollups_and_answer(store, "latency_percentiles")
+    assert over == set()
+    assert_frame_equal(got, raw["latency_percentiles"])
     out = cli("repair", "--store", store)
     assert "rollup" in out.lower()
-    assert_same(store)
+    assert manifest(store)["parts"] == parts  # a lost rollup drops no part
+    assert_same(store, raw=raw)
     # damaged (cut short): the same, rebuilt by compact
     path = store / manifest(store)["rollups"]["window_metrics"]["path"]
     path.write_bytes(path.read_bytes()[:100])
     assert rollup.status(store) == "unusable"
-    assert_frame_equal(answer(store, "scaling_signals", raw=False), raw)
+    assert_frame_equal(answer(store, "scaling_signals", raw=False), raw["scaling_signals"])
     cli("compact", "--store", store)
     assert_same(store)
 
@@ -376,10 +400,12 @@ def test_a_dirty_store_falls_back_to_raw(own_store, tgi_events):
     rolled, raw = answers(store, VIEWS, raw=False), answers(store, VIEWS, raw=True)
     for view in VIEWS:
         assert_frame_equal(rolled[view], raw[view])
+    parts = manifest(store)["parts"]
     with Store.open(store) as st:
         r = rollup.refresh(st)
     assert r is not None and not r.whole
-    assert_same(store)
+    assert manifest(store)["parts"] == parts  # a refresh commits no event: the same raw answers
+    assert_same(store, raw=raw)
 
 
 def test_prune_marks_everything_dirty(own_store):
