@@ -144,13 +144,22 @@ SAMPLE_SETS = {
 }
 
 
+@pytest.fixture(scope="module")
+def incident_raw(incident_store) -> dict[str, pl.DataFrame]:
+    """The raw answers of VIEWS on the (read-only) incident store, once per module: for the
+    tests that read it or a copy of it whose parts are the same (the raw path reads no rollup)."""
+    return answers(incident_store, VIEWS, True)
+
+
 @pytest.mark.parametrize("name", sorted(SAMPLE_SETS))
 def test_rollup_equals_raw_on_every_sample_set(tmp_path, name, request):
+    raw = None
     if name == "incident":
         # the session's incident store is this ingest already (the library's, rollups refreshed
         # at its end, as --refresh-rollups asks: tests/store/test_rollup_second_ingest.py), and
         # this test only reads it
         store = request.getfixturevalue("incident_store")
+        raw = request.getfixturevalue("incident_raw")
     else:
         store = tmp_path / "store"
         cli("ingest", *SAMPLE_SETS[name], "--store", store, "--refresh-rollups")
@@ -159,7 +168,7 @@ def test_rollup_equals_raw_on_every_sample_set(tmp_path, name, request):
     assert sorted(m["rollups"]) == sorted(rollup.VIEWS)
     for view, entry in m["rollups"].items():
         assert (store / entry["path"]).is_file()
-    counts = assert_same(store)
+    counts = assert_same(store, raw=raw)
     assert counts["window_metrics"] == m["rollups"]["window_metrics"]["rows"] > 0
     assert counts["requests"] == m["rollups"]["requests"]["rows"] > 0
     assert counts["request_state"] == m["rollups"]["request_state"]["rows"]
@@ -306,15 +315,15 @@ def test_a_refresh_short_of_its_memory_bound_is_computed_again_without_it(tmp_pa
     assert_same(store)
 
 
-def test_reingest_doubles_nothing_and_leaves_the_rollup(own_store):
-    store = own_store
+def test_reingest_doubles_nothing_and_leaves_the_rollup(own_store, incident_raw):
+    store = own_store  # a copy of incident_store: incident_raw are its raw answers
     before = manifest(store)
     first = answer(store, "window_metrics", raw=False)
     cli("ingest", SAMPLES / "incident", "--store", store, "--refresh-rollups")
     after = manifest(store)
     assert after["rollups"] == before["rollups"]  # the same file: nothing was committed
     assert after["parts"] == before["parts"]
-    rows = same_rows(store)
+    rows = same_rows(store, raw=incident_raw)
     assert_frame_equal(rows["window_metrics"], first)
 
 
@@ -335,12 +344,13 @@ def test_compaction_keeps_the_rollup_fresh(tmp_path, no_waits):
     assert_same(store)
 
 
-def test_lost_or_damaged_rollup_falls_back_and_repair_or_compact_rebuild_it(own_store):
+def test_lost_or_damaged_rollup_falls_back_and_repair_or_compact_rebuild_it(own_store, incident_raw):
     store = own_store
-    # the raw answers of every view, read once: until the compaction no part changes (the
-    # rollup files do, which the raw path does not read)
+    # the raw answers of every view: this copy of incident_store's (incident_raw) until the
+    # compaction, which is the first to change a part (the rollup files change before it,
+    # and the raw path reads none)
     parts = manifest(store)["parts"]
-    raw = answers(store, VIEWS, True)
+    raw = incident_raw
     path = store / manifest(store)["rollups"]["window_metrics"]["path"]
     path.unlink()
     assert rollup.status(store) == "unusable"
