@@ -74,14 +74,20 @@ def over_rollups(store: Path, view: str, **kw) -> set[str]:
 
 def over_rollups_and_answer(store: Path, view: str, **kw) -> tuple[set[str], pl.DataFrame]:
     """over_rollups(store, view) and answer(store, view, raw=False) from one connection (the
-    one `answer` makes: shared). A view bound over a rollup is never computed into a table,
-    and one computed from its SQL reads others by name, not a rollup file: the views read
-    over a rollup are the same as without sharing."""
-    con = connect(store, views={view}, shared=True, **kw)
+    one `answer` makes: shared)."""
+    over, rows = over_rollups_and_answers(store, (view,), False, **kw)
+    return over, rows[view]
+
+
+def over_rollups_and_answers(store: Path, views, raw: bool, **kw) -> tuple[set[str], dict[str, pl.DataFrame]]:
+    """answers(store, views, raw), and the views its connection binds over a rollup file. A
+    view bound over a rollup is never computed into a table, and one computed from its SQL
+    reads others by name, not a rollup file: the set is the one without sharing."""
+    con = connect(store, views=set(views), rollups=not raw, shared=True, **kw)
     try:
         rows = con.execute("select view_name, sql from duckdb_views() where not internal").fetchall()
         return ({name for name, sql in rows if f"/{rollup.ROLLUP_DIR}/" in sql},
-                run_on(con, f"select * from {view} order by all"))
+                {view: run_on(con, f"select * from {view} order by all") for view in views})
     finally:
         con.close()
 
@@ -89,11 +95,7 @@ def over_rollups_and_answer(store: Path, view: str, **kw) -> tuple[set[str], pl.
 def answers(store: Path, views, raw: bool, **kw) -> dict[str, pl.DataFrame]:
     """Each view's rows, every view from one connection (shared: the views read through
     several others computed once; tests/sql/test_shared_views.py proves the answers the same)."""
-    con = connect(store, views=set(views), rollups=not raw, shared=True, **kw)
-    try:
-        return {view: run_on(con, f"select * from {view} order by all") for view in views}
-    finally:
-        con.close()
+    return over_rollups_and_answers(store, views, raw, **kw)[1]
 
 
 def assert_same(store: Path, views=VIEWS, raw: dict[str, pl.DataFrame] | None = None, **kw) -> dict[str, int]:
@@ -406,8 +408,11 @@ def test_a_dirty_store_falls_back_to_raw(own_store, tgi_events):
         st.commit_events([frame], {})
     m = manifest(store)
     assert m["dirty"] and rollup.status(store) == "dirty"
-    assert over_rollups(store, "scaling_signals") == set()
-    rolled, raw = answers(store, VIEWS, raw=False), answers(store, VIEWS, raw=True)
+    # no view over a rollup on the connection that answers every view of VIEWS (scaling_signals'
+    # among them): none for scaling_signals
+    over, rolled = over_rollups_and_answers(store, VIEWS, raw=False)
+    assert over == set()
+    raw = answers(store, VIEWS, raw=True)
     for view in VIEWS:
         assert_frame_equal(rolled[view], raw[view])
     parts = manifest(store)["parts"]
