@@ -10,6 +10,7 @@ the real commands); an immutable partition directory (chattr +i) is real and nee
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import random
 import shutil
@@ -36,14 +37,20 @@ FAULTS = {
 N = 1800  # lines of the log: one event each, 30 minutes of 14:00-14:29
 
 
-def write_log(path: Path, n: int = N, seed: int = 5) -> None:
-    """vLLM stats lines (one event each); line i+1 is printed at 14:MM:SS with MM = i // 60."""
+@functools.lru_cache(maxsize=None)
+def log_text(n: int = N, seed: int = 5) -> str:
+    """vLLM stats lines (one event each); line i+1 is printed at 14:MM:SS with MM = i // 60.
+    The same for the same arguments: made once per process."""
     rnd = random.Random(seed)
-    path.write_text("".join(
+    return "".join(
         f"INFO 06-10 14:{i // 60:02d}:{i % 60:02d} metrics.py:341] Avg prompt throughput: "
         f"{rnd.randint(10, 99)}.0 tokens/s, Avg generation throughput: 1.0 tokens/s, Running: "
         f"{rnd.randint(1, 9)} reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 0.5%, "
-        "CPU KV cache usage: 0.0%.\n" for i in range(n)))
+        "CPU KV cache usage: 0.0%.\n" for i in range(n))
+
+
+def write_log(path: Path, n: int = N, seed: int = 5) -> None:
+    path.write_text(log_text(n, seed))
     os.utime(path, (1_781_100_000, 1_781_100_000))  # 2026-06-10: not live, and the year
 
 
