@@ -436,14 +436,21 @@ def test_prune_marks_everything_dirty(own_store):
     assert_same(store)
 
 
-def test_other_variables_fall_back_to_raw(incident_store):
+@pytest.fixture(scope="module")
+def incident_raw_30s(incident_store) -> pl.DataFrame:
+    """window_metrics of the (read-only) incident store at 30 s from the raw views, once per
+    module: the truth of the two tests below."""
+    return answer(incident_store, "window_metrics", raw=True, variables={"window_s": 30})
+
+
+def test_other_variables_fall_back_to_raw(incident_store, incident_raw_30s):
     store = incident_store
     thirty = {"window_s": 30}
     assert rollup.status(store, thirty) == "unusable"
     # window_metrics from its SQL at 30 s, over the width-independent rollups
     assert over_rollups(store, "scaling_signals", variables=thirty) == {"requests", "request_state"}
     got = answer(store, "window_metrics", raw=False, variables=thirty)
-    assert_frame_equal(got, answer(store, "window_metrics", raw=True, variables=thirty))
+    assert_frame_equal(got, incident_raw_30s)
     assert got["window_s"].unique().to_list() == [30.0]
     # a threshold only the signals read leaves window_metrics' rollup usable
     strict = {"queue_waiting": 2}
@@ -491,7 +498,7 @@ def test_ranged_answers_through_the_rollups_equal_the_raw_ranged_answers(inciden
             assert 0 < got.height < whole.height
 
 
-def test_the_dashboard_connection_reads_the_width_independent_rollups(incident_store):
+def test_the_dashboard_connection_reads_the_width_independent_rollups(incident_store, incident_raw_30s):
     """One connection serves every width (the dashboard's): requests and request_state over
     their rollups, window_metrics from its SQL, right at any width set on it."""
     store = incident_store
@@ -505,8 +512,7 @@ def test_the_dashboard_connection_reads_the_width_independent_rollups(incident_s
     finally:
         con.close()
     assert got["window_s"].unique().to_list() == [30.0]
-    assert_frame_equal(got, answer(store, "window_metrics", raw=True, variables={"window_s": 30}),
-                       check_exact=False, rel_tol=1e-9, abs_tol=1e-9)
+    assert_frame_equal(got, incident_raw_30s, check_exact=False, rel_tol=1e-9, abs_tol=1e-9)
 
 
 def test_rollup_of_other_sql_is_not_used(own_store, monkeypatch):
