@@ -72,6 +72,18 @@ def tiny_fs(tmp_path):
     subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
+def skip_refreshes(monkeypatch) -> list[str]:
+    """Record each rollup refresh a command asks for instead of running it: a refresh changes
+    no event, one refused by the file system is a warning
+    (tests/ingest/test_write_failures_every_writer.py), and its rows are
+    tests/store/test_rollups.py's subject. Returns the stores asked for."""
+    from servelens.pipeline.query import rollups
+
+    asked: list[str] = []
+    monkeypatch.setattr(rollups, "refresh", lambda store, *a, **k: asked.append(str(store.root)))
+    return asked
+
+
 def one_line(r: subprocess.CompletedProcess, *words: str) -> None:
     assert r.returncode == 1, (r.stdout, r.stderr)
     assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
@@ -81,7 +93,7 @@ def one_line(r: subprocess.CompletedProcess, *words: str) -> None:
 
 
 @pytest.mark.parametrize("command", [["compact"], ["prune", "--before", "2026-05-12T08:02Z"]])
-def test_a_full_disk(tiny_fs, tmp_path, grown, command):
+def test_a_full_disk(tiny_fs, tmp_path, grown, command, monkeypatch):
     store = copy_of(grown, tiny_fs / "store")
     before = count(store)
     fill = tiny_fs / "fill"
@@ -95,11 +107,13 @@ def test_a_full_disk(tiny_fs, tmp_path, grown, command):
     fill.unlink()
     assert count(store) == before
     assert cli("check", "--store", str(store)).returncode == 0
+    refreshes = skip_refreshes(monkeypatch)
     assert cli(*command, "--store", str(store)).returncode == 0
+    assert refreshes == [str(store)]
 
 
 @pytest.mark.parametrize("command", ["ingest", "compact", "prune"])
-def test_an_immutable_manifest(tmp_path, grown, command):
+def test_an_immutable_manifest(tmp_path, grown, command, monkeypatch):
     store = tmp_path / "store"
     if command == "ingest":
         grow(store, tmp_path, pieces=2)
@@ -118,9 +132,12 @@ def test_an_immutable_manifest(tmp_path, grown, command):
         assert count(store) == before
     finally:
         subprocess.run(["chattr", "-i", str(manifest)], check=True)
+    refreshes = skip_refreshes(monkeypatch)
     assert cli(*args, "--store", str(store)).returncode == 0
+    assert refreshes == ([] if command == "ingest" else [str(store)])  # the CLI's ingest defers it
     if command == "ingest":
         # every line once: as a store that ingested the whole log in one go holds it
         ref = tmp_path / "ref"
         assert cli("ingest", str(tmp_path / "vllm.log"), "--store", str(ref), "-q").returncode == 0
-        assert count(store) == count(ref) and count(store).split(",")[-1].strip() == str(LOG.count(b"\n"))
+        got = count(store)
+        assert got == count(ref) and got.split(",")[-1].strip() == str(LOG.count(b"\n"))

@@ -72,24 +72,43 @@ def over_rollups(store: Path, view: str, **kw) -> set[str]:
     return {name for name, sql in rows if f"/{rollup.ROLLUP_DIR}/" in sql}
 
 
-def answers(store: Path, views, raw: bool, **kw) -> dict[str, pl.DataFrame]:
-    """Each view's rows, every view from one connection (shared: the views read through
-    several others computed once; tests/sql/test_shared_views.py proves the answers the same)."""
+def over_rollups_and_answer(store: Path, view: str, **kw) -> tuple[set[str], pl.DataFrame]:
+    """over_rollups(store, view) and answer(store, view, raw=False) from one connection (the
+    one `answer` makes: shared)."""
+    over, rows = over_rollups_and_answers(store, (view,), False, **kw)
+    return over, rows[view]
+
+
+def over_rollups_and_answers(store: Path, views, raw: bool, **kw) -> tuple[set[str], dict[str, pl.DataFrame]]:
+    """answers(store, views, raw), and the views its connection binds over a rollup file. A
+    view bound over a rollup is never computed into a table, and one computed from its SQL
+    reads others by name, not a rollup file: the set is the one without sharing."""
     con = connect(store, views=set(views), rollups=not raw, shared=True, **kw)
     try:
-        return {view: run_on(con, f"select * from {view} order by all") for view in views}
+        rows = con.execute("select view_name, sql from duckdb_views() where not internal").fetchall()
+        return ({name for name, sql in rows if f"/{rollup.ROLLUP_DIR}/" in sql},
+                {view: run_on(con, f"select * from {view} order by all") for view in views})
     finally:
         con.close()
 
 
-def assert_same(store: Path, views=VIEWS, **kw) -> dict[str, int]:
+def answers(store: Path, views, raw: bool, **kw) -> dict[str, pl.DataFrame]:
+    """Each view's rows, every view from one connection (shared: the views read through
+    several others computed once; tests/sql/test_shared_views.py proves the answers the same)."""
+    return over_rollups_and_answers(store, views, raw, **kw)[1]
+
+
+def assert_same(store: Path, views=VIEWS, raw: dict[str, pl.DataFrame] | None = None, **kw) -> dict[str, int]:
     """The rollup's answer equals the raw answer, row for row (floats to 1e-9: DuckDB may sum
     in another order); the rows compared, per view."""
-    return {view: rows.height for view, rows in same_rows(store, views, **kw).items()}
+    return {view: rows.height for view, rows in same_rows(store, views, raw, **kw).items()}
 
 
-def same_rows(store: Path, views=VIEWS, **kw) -> dict[str, pl.DataFrame]:
-    """assert_same, answering each view's rows (through the rollups: equal to the raw rows)."""
+def same_rows(store: Path, views=VIEWS, raw: dict[str, pl.DataFrame] | None = None, **kw) -> dict[str, pl.DataFrame]:
+    """assert_same, answering each view's rows (through the rollups: equal to the raw rows).
+    `raw`: the raw answers (of `views`) read from this store earlier, when nothing has
+    changed its events since (a refresh, a repair that drops no part, a re-ingest that
+    commits nothing); the raw path reads no rollup."""
     for view in rollup.VIEWS:
         assert rollup.status(store, kw.get("variables"), view) == "fresh", view
     # the rollup path really is taken: no raw view beneath a stored view is bound
@@ -102,7 +121,8 @@ def same_rows(store: Path, views=VIEWS, **kw) -> dict[str, pl.DataFrame]:
     queue = bound_views(store, "queue_depth", **kw)
     assert queue >= {"queue_depth", "request_state"}
     assert "requests" not in queue
-    raw, rolled = answers(store, views, True, **kw), answers(store, views, False, **kw)
+    raw = answers(store, views, True, **kw) if raw is None else raw
+    rolled = answers(store, views, False, **kw)
     for view in views:
         assert_frame_equal(rolled[view], raw[view], check_exact=False, rel_tol=1e-9, abs_tol=1e-9)
     return rolled
@@ -126,13 +146,22 @@ SAMPLE_SETS = {
 }
 
 
+@pytest.fixture(scope="module")
+def incident_raw(incident_store) -> dict[str, pl.DataFrame]:
+    """The raw answers of VIEWS on the (read-only) incident store, once per module: for the
+    tests that read it or a copy of it whose parts are the same (the raw path reads no rollup)."""
+    return answers(incident_store, VIEWS, True)
+
+
 @pytest.mark.parametrize("name", sorted(SAMPLE_SETS))
 def test_rollup_equals_raw_on_every_sample_set(tmp_path, name, request):
+    raw = None
     if name == "incident":
         # the session's incident store is this ingest already (the library's, rollups refreshed
         # at its end, as --refresh-rollups asks: tests/store/test_rollup_second_ingest.py), and
         # this test only reads it
         store = request.getfixturevalue("incident_store")
+        raw = request.getfixturevalue("incident_raw")
     else:
         store = tmp_path / "store"
         cli("ingest", *SAMPLE_SETS[name], "--store", store, "--refresh-rollups")
@@ -141,7 +170,7 @@ def test_rollup_equals_raw_on_every_sample_set(tmp_path, name, request):
     assert sorted(m["rollups"]) == sorted(rollup.VIEWS)
     for view, entry in m["rollups"].items():
         assert (store / entry["path"]).is_file()
-    counts = assert_same(store)
+    counts = assert_same(store, raw=raw)
     assert counts["window_metrics"] == m["rollups"]["window_metrics"]["rows"] > 0
     assert counts["requests"] == m["rollups"]["requests"]["rows"] > 0
     assert counts["request_state"] == m["rollups"]["request_state"]["rows"]
@@ -288,16 +317,16 @@ def test_a_refresh_short_of_its_memory_bound_is_computed_again_without_it(tmp_pa
     assert_same(store)
 
 
-def test_reingest_doubles_nothing_and_leaves_the_rollup(own_store):
-    store = own_store
+def test_reingest_doubles_nothing_and_leaves_the_rollup(own_store, incident_raw):
+    store = own_store  # a copy of incident_store: incident_raw are its raw answers
     before = manifest(store)
     first = answer(store, "window_metrics", raw=False)
     cli("ingest", SAMPLES / "incident", "--store", store, "--refresh-rollups")
     after = manifest(store)
     assert after["rollups"] == before["rollups"]  # the same file: nothing was committed
     assert after["parts"] == before["parts"]
-    assert_frame_equal(answer(store, "window_metrics", raw=False), first)
-    assert_same(store)
+    rows = same_rows(store, raw=incident_raw)
+    assert_frame_equal(rows["window_metrics"], first)
 
 
 def test_compaction_keeps_the_rollup_fresh(tmp_path, no_waits):
@@ -317,28 +346,35 @@ def test_compaction_keeps_the_rollup_fresh(tmp_path, no_waits):
     assert_same(store)
 
 
-def test_lost_or_damaged_rollup_falls_back_and_repair_or_compact_rebuild_it(own_store):
+def test_lost_or_damaged_rollup_falls_back_and_repair_or_compact_rebuild_it(own_store, incident_raw):
     store = own_store
-    raw = answer(store, "scaling_signals", raw=True)
+    # the raw answers of every view: this copy of incident_store's (incident_raw) until the
+    # compaction, which is the first to change a part (the rollup files change before it,
+    # and the raw path reads none)
+    parts = manifest(store)["parts"]
+    raw = incident_raw
     path = store / manifest(store)["rollups"]["window_metrics"]["path"]
     path.unlink()
     assert rollup.status(store) == "unusable"
     # window_metrics from its SQL, over the (intact) requests and request_state rollups
-    assert over_rollups(store, "scaling_signals") == {"requests", "request_state"}
-    assert_frame_equal(answer(store, "scaling_signals", raw=False), raw)
+    over, got = over_rollups_and_answer(store, "scaling_signals")
+    assert over == {"requests", "request_state"}
+    assert_frame_equal(got, raw["scaling_signals"])
     # a lost requests rollup: everything above it from its SQL too
     (store / manifest(store)["rollups"]["requests"]["path"]).unlink()
     assert rollup.status(store, None, "requests") == "unusable"
-    assert over_rollups(store, "latency_percentiles") == set()
-    assert_frame_equal(answer(store, "latency_percentiles", raw=False), answer(store, "latency_percentiles", raw=True))
+    over, got = over_rollups_and_answer(store, "latency_percentiles")
+    assert over == set()
+    assert_frame_equal(got, raw["latency_percentiles"])
     out = cli("repair", "--store", store)
     assert "rollup" in out.lower()
-    assert_same(store)
+    assert manifest(store)["parts"] == parts  # a lost rollup drops no part
+    assert_same(store, raw=raw)
     # damaged (cut short): the same, rebuilt by compact
     path = store / manifest(store)["rollups"]["window_metrics"]["path"]
     path.write_bytes(path.read_bytes()[:100])
     assert rollup.status(store) == "unusable"
-    assert_frame_equal(answer(store, "scaling_signals", raw=False), raw)
+    assert_frame_equal(answer(store, "scaling_signals", raw=False), raw["scaling_signals"])
     cli("compact", "--store", store)
     assert_same(store)
 
@@ -372,14 +408,19 @@ def test_a_dirty_store_falls_back_to_raw(own_store, tgi_events):
         st.commit_events([frame], {})
     m = manifest(store)
     assert m["dirty"] and rollup.status(store) == "dirty"
-    assert over_rollups(store, "scaling_signals") == set()
-    rolled, raw = answers(store, VIEWS, raw=False), answers(store, VIEWS, raw=True)
+    # no view over a rollup on the connection that answers every view of VIEWS (scaling_signals'
+    # among them): none for scaling_signals
+    over, rolled = over_rollups_and_answers(store, VIEWS, raw=False)
+    assert over == set()
+    raw = answers(store, VIEWS, raw=True)
     for view in VIEWS:
         assert_frame_equal(rolled[view], raw[view])
+    parts = manifest(store)["parts"]
     with Store.open(store) as st:
         r = rollup.refresh(st)
     assert r is not None and not r.whole
-    assert_same(store)
+    assert manifest(store)["parts"] == parts  # a refresh commits no event: the same raw answers
+    assert_same(store, raw=raw)
 
 
 def test_prune_marks_everything_dirty(own_store):
@@ -395,14 +436,21 @@ def test_prune_marks_everything_dirty(own_store):
     assert_same(store)
 
 
-def test_other_variables_fall_back_to_raw(incident_store):
+@pytest.fixture(scope="module")
+def incident_raw_30s(incident_store) -> pl.DataFrame:
+    """window_metrics of the (read-only) incident store at 30 s from the raw views, once per
+    module: the truth of the two tests below."""
+    return answer(incident_store, "window_metrics", raw=True, variables={"window_s": 30})
+
+
+def test_other_variables_fall_back_to_raw(incident_store, incident_raw_30s):
     store = incident_store
     thirty = {"window_s": 30}
     assert rollup.status(store, thirty) == "unusable"
     # window_metrics from its SQL at 30 s, over the width-independent rollups
     assert over_rollups(store, "scaling_signals", variables=thirty) == {"requests", "request_state"}
     got = answer(store, "window_metrics", raw=False, variables=thirty)
-    assert_frame_equal(got, answer(store, "window_metrics", raw=True, variables=thirty))
+    assert_frame_equal(got, incident_raw_30s)
     assert got["window_s"].unique().to_list() == [30.0]
     # a threshold only the signals read leaves window_metrics' rollup usable
     strict = {"queue_waiting": 2}
@@ -450,7 +498,7 @@ def test_ranged_answers_through_the_rollups_equal_the_raw_ranged_answers(inciden
             assert 0 < got.height < whole.height
 
 
-def test_the_dashboard_connection_reads_the_width_independent_rollups(incident_store):
+def test_the_dashboard_connection_reads_the_width_independent_rollups(incident_store, incident_raw_30s):
     """One connection serves every width (the dashboard's): requests and request_state over
     their rollups, window_metrics from its SQL, right at any width set on it."""
     store = incident_store
@@ -464,8 +512,7 @@ def test_the_dashboard_connection_reads_the_width_independent_rollups(incident_s
     finally:
         con.close()
     assert got["window_s"].unique().to_list() == [30.0]
-    assert_frame_equal(got, answer(store, "window_metrics", raw=True, variables={"window_s": 30}),
-                       check_exact=False, rel_tol=1e-9, abs_tol=1e-9)
+    assert_frame_equal(got, incident_raw_30s, check_exact=False, rel_tol=1e-9, abs_tol=1e-9)
 
 
 def test_rollup_of_other_sql_is_not_used(own_store, monkeypatch):
