@@ -50,21 +50,52 @@ replicas as (
     where w.engine not in ('client', 'unknown')
 ),
 
+-- per deployment (engine, model) and window: its replicas with data and no crash, the only
+-- ones work can be routed to
+live as (
+    select engine, model, window_index, count(*) as n_live,
+    from replicas
+    where has_state and healthy
+    group by all
+),
+
+-- of those, the two least loaded that wait at most [fleet_sibling_waiting] (`queue_room`:
+-- for the queue condition) and the two least loaded that wait that little or log no queue
+-- (for the load condition). A replica's own sibling is never itself: where it is the first,
+-- the second stands in. The least loaded sibling a busy replica is out of balance with is
+-- always among these (for the load condition the least loaded is the first to qualify), so
+-- each replica is compared with at most four, not with every sibling of a large fleet.
+room as (
+    select
+        engine, model, window_index, instance, waiting_avg, load_avg,
+        row_number() over (partition by engine, model, window_index order by load_avg, instance) as load_rank,
+        row_number() over (partition by engine, model, window_index, waiting_avg <= k.sibling_waiting
+                           order by load_avg, instance) as queue_rank,
+        coalesce(waiting_avg <= k.sibling_waiting, false) as queue_room,
+    from replicas, params as k
+    where has_state and healthy and coalesce(waiting_avg, 0) <= k.sibling_waiting
+),
+
 pairs as (
-    -- each replica against each sibling of its deployment, in the same window
+    -- each replica against those siblings of its deployment, in the same window
     select
         a.*,
         b.instance as sibling,
         b.waiting_avg as sibling_waiting_avg,
         b.load_avg as sibling_load_avg,
-        count(*) over (partition by a.engine, a.instance, a.window_index) + 1 as n_replicas,
+        l.n_live - case when a.healthy then 1 else 0 end + 1 as n_replicas,
     from replicas as a
-    join replicas as b
+    join live as l
+        on l.engine = a.engine
+        and l.model is not distinct from a.model
+        and l.window_index = a.window_index
+    join room as b
         on b.engine = a.engine
         and b.model is not distinct from a.model
         and b.window_index = a.window_index
         and b.instance <> a.instance
-    where a.has_state and b.has_state and b.healthy
+        and (b.load_rank <= 2 or (b.queue_room and b.queue_rank <= 2))
+    where a.has_state
 ),
 
 judged as (
@@ -79,14 +110,15 @@ judged as (
 ),
 
 final as (
-    -- per busy replica and window, its least loaded sibling among those it is out of balance with
+    -- per busy replica and window, its least loaded sibling among those it is out of balance
+    -- with (of equally loaded ones, the first by name)
     select
         engine, instance, model, window_index, window_start, window_end, window_s,
         max(condition) as condition,  -- queue before load
         any_value(waiting_avg) as waiting_avg,
         any_value(load_avg) as load_avg,
-        arg_min(sibling, sibling_load_avg) as sibling,
-        arg_min(sibling_waiting_avg, sibling_load_avg) as sibling_waiting_avg,
+        arg_min(sibling, (sibling_load_avg, sibling)) as sibling,
+        arg_min(sibling_waiting_avg, (sibling_load_avg, sibling)) as sibling_waiting_avg,
         min(sibling_load_avg) as sibling_load_avg,
         any_value(n_replicas) as n_replicas,
     from judged

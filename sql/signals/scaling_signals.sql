@@ -74,6 +74,11 @@ metrics as materialized (
     select * from window_metrics
 ),
 
+-- read twice below (the candidate windows, the recommendation's siblings): computed once
+fleet as materialized (
+    select * from fleet_imbalance
+),
+
 swings as (
     -- rolling statistics over the busy windows only: an idle stretch is the `idle` signal's
     -- business, and a ramp from zero is not a swing
@@ -205,7 +210,7 @@ candidates as (
         case when condition = 'queue' then 'requests waiting while a sibling had room'
             else 'requests in flight while a sibling had room' end,
         false, p.fleet_sustain_s,
-    from fleet_imbalance, params as p
+    from fleet, params as p
 ),
 
 islands as (
@@ -310,7 +315,7 @@ final as (
                 'Replicas of one deployment were out of balance for {:g} min: this one had up to {:.1f} {} ({}). The fleet has the room: route better (least-outstanding-requests or queue-aware load balancing; check session affinity, sticky routing and health checks) rather than scale out.',
                 duration_s / 60, value, unit,
                 coalesce((select 'least loaded: ' || string_agg(distinct f.sibling, ', ' order by f.sibling)
-                          from fleet_imbalance as f
+                          from fleet as f
                           where f.engine = e.engine and f.instance = e.instance
                             and f.window_start >= e.window_start and f.window_end <= e.window_end),
                          'a sibling'))

@@ -146,3 +146,72 @@ def test_the_thresholds_are_documented():
     for key in ("waiting", "sibling_waiting", "load", "load_ratio", "sustain_s"):
         assert f"fleet_{key}" in doc
     assert "[fleet]" in text
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    """Eight TGI replicas of one model: one takes most of the traffic, seven share the rest
+    with loads that differ a little from window to window."""
+    d = tmp_path_factory.mktemp("fleet8")
+    r = invoke("simulate", "--engine", "tgi", "--scenario", "imbalance", "--duration", "10m", "--instances", "8",
+               "--seed", "4", "--out", d / "logs")
+    assert r.exit_code == 0, r.output
+    r = invoke("ingest", d / "logs", "--store", d / "store", "-q")
+    assert r.exit_code == 0, r.output
+    return d / "store"
+
+
+def every_pair(windows: pl.DataFrame, k: dict) -> pl.DataFrame:
+    """The view's finding worked out the long way: every replica against every sibling of its
+    deployment in the window, judged pair by pair, the least loaded qualifying sibling kept
+    (of equally loaded ones, the first by name)."""
+    w = windows.with_columns(
+        load_avg=pl.col("running_avg").fill_null(0) + pl.col("waiting_avg").fill_null(0),
+        has_state=pl.col("running_avg").is_not_null() | pl.col("waiting_avg").is_not_null(),
+        healthy=pl.col("n_severe_errors").fill_null(0) == 0)
+    rows = []
+    for a in w.filter("has_state").iter_rows(named=True):
+        sibs = [b for b in w.filter((pl.col("window_index") == a["window_index"]) & (pl.col("engine") == a["engine"])
+                                    & pl.col("has_state") & pl.col("healthy")).iter_rows(named=True)
+                if b["instance"] != a["instance"] and b["model"] == a["model"]]
+        judged = []
+        for b in sibs:
+            bw = b["waiting_avg"]
+            if a["waiting_avg"] is not None and a["waiting_avg"] >= k["fleet_waiting"] and bw is not None \
+                    and bw <= k["fleet_sibling_waiting"]:
+                judged.append(("queue", b))
+            elif a["load_avg"] >= k["fleet_load"] and a["load_avg"] >= k["fleet_load_ratio"] * b["load_avg"] \
+                    and (bw or 0) <= k["fleet_sibling_waiting"]:
+                judged.append(("load", b))
+        if judged:
+            least = min((b for _, b in judged), key=lambda b: (b["load_avg"], b["instance"]))
+            rows.append((a["instance"], a["window_index"], max(c for c, _ in judged), least["instance"],
+                         least["load_avg"], len(sibs) + 1))
+    return pl.DataFrame(rows, schema=["instance", "window_index", "condition", "sibling", "sibling_load_avg",
+                                      "n_replicas"], orient="row").sort("instance", "window_index")
+
+
+@pytest.mark.parametrize("thresholds", [
+    {},  # the defaults: the busy replica queues
+    {"fleet_waiting": 100000.0, "fleet_sibling_waiting": 1.0, "fleet_load": 2.0, "fleet_load_ratio": 1.05},  # load only
+    {"fleet_waiting": 0.0, "fleet_sibling_waiting": 0.0, "fleet_load": 0.0, "fleet_load_ratio": 0.0},  # everyone
+])
+def test_the_view_names_the_least_loaded_sibling_of_a_fleet(fleet, thresholds):
+    """The view compares a replica with its least loaded siblings only (a fleet of hundreds
+    would otherwise be compared pair by pair); it finds what comparing every pair finds."""
+    from servelens.pipeline.query.connect import connect, run_on
+    from servelens.pipeline.query.views import resolve_variables
+
+    k = resolve_variables(thresholds)
+    con = connect(fleet, k, views={"fleet_imbalance", "window_metrics"}, shared=True)
+    try:
+        windows = run_on(con, "select w.*, m.model from window_metrics as w left join (select engine, instance, "
+                              "mode(model) as model from events where model is not null group by all) as m "
+                              "using (engine, instance) where w.engine not in ('client', 'unknown')")
+        got = run_on(con, "select instance, window_index, condition, sibling, sibling_load_avg, n_replicas "
+                          "from fleet_imbalance order by instance, window_index")
+    finally:
+        con.close()
+    want = every_pair(windows, k)
+    assert want.height > 0 and want["instance"].n_unique() >= (1 if not thresholds else 3)
+    assert got.with_columns(pl.col("n_replicas").cast(pl.Int64)).equals(want.with_columns(pl.col("n_replicas").cast(pl.Int64)))
