@@ -356,30 +356,48 @@ def build_query_store(a, store: Path) -> dict:
     store's own staging and commit, until the count is reached: a fleet of replicas. Copying
     costs seconds where ingesting gigabytes more would cost minutes; the queries see the same
     rows either way."""
-    import math
-
-    import polars as pl
-
-    import pyarrow.parquet as pq
-
-    from servelens.parsers.schema import events_from_arrow
-    from servelens.pipeline.store.layout import FILE_SCHEMA, with_partition_columns
-    from servelens.pipeline.query.connect import run as query
-    from servelens.pipeline.store.commit import Store, new_txid
-    from servelens.pipeline.store.manifest import committed_parts
-
     g = generate(a, "tgi", a.size_gb, f"tgi-{a.size_gb:g}gb")
     stamp = store / "bench-stamp.json"
-    # a store written before a schema change would be read by the slower mixed-schema path
-    schema = hashlib.sha256(FILE_SCHEMA.remove_metadata().to_string().encode()).hexdigest()[:16]
+    schema = store_schema_key()
     if stamp.exists():
         built = json.loads(stamp.read_text())
         if built.get("bytes") == g.bytes and built.get("requests_target") == a.requests and built.get("schema") == schema:
             return built
     shutil.rmtree(store, ignore_errors=True)
     r = run_cmd([servelens_bin(), "ingest", str(g.dir), "--store", str(store), "-q"])
-    base = int(query(store, "select count(*) as n from events where event = 'request'")["n"][0])
-    copies = max(0, math.ceil(a.requests / max(base, 1)) - 1)
+    base, copies, copy_s = replicate(store, a.requests)
+    built = {"bytes": g.bytes, "requests_target": a.requests, "schema": schema, "ingest_s": r.wall_s, "peak_rss": r.peak_rss_bytes,
+             "base_requests": base, "copies": copies, "copy_s": copy_s}
+    stamp.write_text(json.dumps(built))
+    return built
+
+
+def store_schema_key() -> str:
+    """What a cached store was written with: a store of an older schema is read by the slower
+    mixed-schema path, so it is built again."""
+    from servelens.pipeline.store.layout import FILE_SCHEMA
+
+    return hashlib.sha256(FILE_SCHEMA.remove_metadata().to_string().encode()).hexdigest()[:16]
+
+
+def replicate(store: Path, requests: float, request_event: str = "request") -> tuple[int, int, float]:
+    """Copies of the store's events under new instance names (`tgi-a-r1`, ...), written through
+    the store's own staging and commit, until it holds `requests` requests (`request_event`
+    events): a fleet of replicas. Returns the requests before, the copies made and the seconds
+    they took."""
+    import math
+
+    import polars as pl
+    import pyarrow.parquet as pq
+
+    from servelens.parsers.schema import events_from_arrow
+    from servelens.pipeline.query.connect import run as query
+    from servelens.pipeline.store.commit import Store, new_txid
+    from servelens.pipeline.store.layout import with_partition_columns
+    from servelens.pipeline.store.manifest import committed_parts
+
+    base = int(query(store, f"select count(*) as n from events where event = '{request_event}'")["n"][0])
+    copies = max(0, math.ceil(requests / max(base, 1)) - 1)
     t0 = time.perf_counter()
     parts = committed_parts(store)
     with Store.open(store, purpose="bench copies") as st:
@@ -389,10 +407,7 @@ def build_query_store(a, store: Path) -> dict:
                 ev = events_from_arrow(with_partition_columns(pq.read_table(part), part.relative_to(store))).with_columns(
                     pl.col("instance") + f"-r{k}", pl.col("source") + f"#r{k}")
                 st.commit(st.stage_events(ev, new_txid()))
-    built = {"bytes": g.bytes, "requests_target": a.requests, "schema": schema, "ingest_s": r.wall_s, "peak_rss": r.peak_rss_bytes,
-             "base_requests": base, "copies": copies, "copy_s": time.perf_counter() - t0}
-    stamp.write_text(json.dumps(built))
-    return built
+    return base, copies, time.perf_counter() - t0
 
 
 def part_query(a, res: dict) -> None:
@@ -477,7 +492,7 @@ def cli_query(store: Path, sql: str, extra: list[str], timeout: float, runs: int
         cpus.append(r.cpu_s)
         rss.append(r.peak_rss_bytes)
         rows = max(count_newlines([out]) - 1, 0)
-    out.unlink(missing_ok=True)
+        out.unlink(missing_ok=True)  # (-o refuses an existing file: each run writes a new one)
     return {"wall_s": median(walls), "walls": walls, "cpu_s": median(cpus), "peak_rss": max(rss), "rows": rows}
 
 
