@@ -1,6 +1,6 @@
 """A read-only store built once per test run: under pytest-xdist the first worker that needs
-it builds it (under a lock in the run's own temporary folder) and the others read it; the
-fixture's teardown fails if a test changed it."""
+it builds it (under a lock in the run's own temporary folder) and the others read it, or
+build their own while it is being built; the fixture's teardown fails if a test changed it."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def tree(store: Path) -> dict[str, tuple[int, int]]:
 
 def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
     """The store `build(store)` writes, built once per run (once per process without xdist,
-    or where there is no POSIX file lock)."""
+    or where there is no POSIX file lock; twice when two workers need it at the same time)."""
     if not os.environ.get("PYTEST_XDIST_WORKER") or os.name != "posix":
         store = tmp_path_factory.mktemp(name) / "store"
         build(store)
@@ -26,12 +26,22 @@ def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Pa
 
     root = tmp_path_factory.getbasetemp().parent  # this run's, shared by its workers
     store = root / name / "store"
+    built = store.parent / "built"  # written once the store is whole
+    if built.exists():
+        return store
     with open(root / f"{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (store.parent / "built").exists():
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            # another worker is building it: build one of this worker's own rather than wait
+            # (with as many workers as cores, a wait leaves a core idle for the whole build)
+            own = tmp_path_factory.mktemp(name) / "store"
+            build(own)
+            return own
+        if not built.exists():
             shutil.rmtree(store, ignore_errors=True)  # a worker that failed while building it
             build(store)
-            (store.parent / "built").touch()
+            built.touch()
     return store
 
 
