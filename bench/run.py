@@ -435,7 +435,7 @@ def part_query(a, res: dict) -> None:
     limit = 60.0 if a.quick else 120.0
     # the floor of every `servelens sql` figure: Python start-up, imports, opening the store
     row["cli_floor"] = cli_query(store, "select 1 as one", [], limit, runs=max(a.runs, 3))
-    log(f"servelens sql 'select 1': {_said(row['cli_floor'])}")
+    log(f"servelens sql 'select 1': {said(row['cli_floor'])}")
     for name in QUERY_VIEWS:
         v: dict = {}
         try:
@@ -451,19 +451,19 @@ def part_query(a, res: dict) -> None:
         # the target's view gets the runs; the others one (the budget of a full run)
         v["cli"] = cli_query(store, f"select * from {name}", [], limit * 3,
                              runs=a.runs if name == "scaling_signals" else 1)
-        log(f"{name} (servelens sql): {_said(v['cli'])}")
+        log(f"{name} (servelens sql): {said(v['cli'])}")
         if name == "scaling_signals":
             # the same-run baseline: the raw path, from the events, with room to finish
             env = {**os.environ, "SERVELENS_QUERY_MEMORY": a.raw_memory, "SERVELENS_SPILL_SIZE": a.raw_spill}
             v["cli_raw"] = cli_query(store, f"select * from {name}", ["--no-rollups"], a.raw_timeout, runs=1, env=env)
             v["cli_raw"]["memory"], v["cli_raw"]["spill"] = a.raw_memory, a.raw_spill
-            log(f"{name} raw (servelens sql --no-rollups): {_said(v['cli_raw'])}")
+            log(f"{name} raw (servelens sql --no-rollups): {said(v['cli_raw'])}")
         row["views"][name] = v
     row["range"] = range_query(a, store, limit, row["views"]["latency_percentiles"]["cli"])
     res["query"] = row
 
 
-def _said(c: dict) -> str:
+def said(c: dict) -> str:
     if c.get("timeout_s"):
         return f"did not finish in {c['timeout_s']:.0f} s"
     if c.get("error"):
@@ -513,7 +513,7 @@ def range_query(a, store: Path, limit: float, whole: dict) -> dict:
          "hour": cli_query(store, sql, ["--since", since.strftime(iso), "--until", until.strftime(iso)], limit,
                            runs=a.runs),
          "whole": whole}
-    log(f"latency_percentiles {r['since']}..{r['until']}: {_said(r['hour'])}; whole store: {_said(r['whole'])}")
+    log(f"latency_percentiles {r['since']}..{r['until']}: {said(r['hour'])}; whole store: {said(r['whole'])}")
     return r
 
 
@@ -536,7 +536,7 @@ def part_parts(a, res: dict) -> None:
     few = cli_query(store, sql, [], 120.0, runs=max(a.runs, 3))
     res["parts"] = {"events": events, "parts": n_parts, "count": many, "compact_s": c.wall_s,
                     "compacted_parts": few_parts, "compacted": few, "count_after": int(query_one(store, sql))}
-    log(f"count(*) at {n_parts} parts: {_said(many)}; compact {c.wall_s:.1f} s -> {few_parts} parts: {_said(few)}")
+    log(f"count(*) at {n_parts} parts: {said(many)}; compact {c.wall_s:.1f} s -> {few_parts} parts: {said(few)}")
     shutil.rmtree(base, ignore_errors=True)
 
 

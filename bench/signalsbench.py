@@ -32,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from measure import load_average, run_cmd  # noqa: E402
-from run import cli_query, replicate, servelens_bin, store_schema_key  # noqa: E402
+from run import cli_query, replicate, said, servelens_bin, store_schema_key  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -65,9 +65,9 @@ def main(argv: list[str] | None = None) -> None:
           f"({', '.join(f'{s} {n:,}' for s, n in by_signal)})")
     sql = "select * from scaling_signals"
     shipped = cli_query(store, sql, [], a.raw_timeout, runs=a.runs)
-    print(f"servelens sql '{sql}' (stored rollups): {_said(shipped)}")
+    print(f"servelens sql '{sql}' (stored rollups): {said(shipped)}")
     raw = cli_query(store, sql, ["--no-rollups"], a.raw_timeout, runs=1)
-    print(f"the same, --no-rollups (from the events): {_said(raw)}")
+    print(f"the same, --no-rollups (from the events): {said(raw)}")
     if a.json:
         a.json.write_text(json.dumps({"store": {**facts, "parts": parts, **built}, "by_signal": by_signal,
                                       "shipped": shipped, "raw": raw}, indent=2, default=str))
@@ -105,14 +105,6 @@ def build(a, logs: Path, store: Path) -> dict:
     print(f"built {store.name}: {base:,} requests ingested, {copies} copies in {copy_s:.0f} s, rollups in "
           f"{built['refresh_s']} s")
     return built
-
-
-def _said(c: dict) -> str:
-    if c.get("timeout_s"):
-        return f"did not finish in {c['timeout_s']:.0f} s"
-    if c.get("error"):
-        return f"failed: {c['error']}"
-    return f"{c['wall_s']:.2f} s median ({c['cpu_s']:.2f} CPU-s), {c['rows']:,} rows"
 
 
 if __name__ == "__main__":

@@ -57,6 +57,15 @@ def pytest_make_collect_report(collector):
     _fail_skip_in_ci(outcome.get_result())
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _run_tmp(tmp_path_factory):
+    """This run's tmp_path_factory for tests/helpers/run_store.run_tmp()."""
+    from tests.helpers.run_store import remember_run_tmp
+
+    remember_run_tmp(tmp_path_factory)
+    yield
+
+
 @pytest.fixture
 def fake_engine(monkeypatch):
     """Register the test-only `fake` engine (tests/helpers/fake_engine.py) for detection and parsing."""

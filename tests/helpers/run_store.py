@@ -10,6 +10,19 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 
+_RUN_TMP: list = []  # this run's tmp_path_factory (tests/conftest.py)
+
+
+def remember_run_tmp(tmp_path_factory) -> None:
+    _RUN_TMP[:] = [tmp_path_factory]
+
+
+def run_tmp():
+    """This run's tmp_path_factory, for a store built once by a cached function (which
+    cannot take a fixture)."""
+    return _RUN_TMP[0]
+
+
 def tree(store: Path) -> dict[str, tuple[int, int]]:
     """Every file of a store with its size and mtime: what a test that only reads leaves alone."""
     return {str(p.relative_to(store)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(store.rglob("*")) if p.is_file()}

@@ -23,14 +23,6 @@ build_app()
 REPO = Path(__file__).resolve().parents[2]
 
 
-_TMP: list = []  # the run's tmp_path_factory, for what is built once per run
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _run_tmp(tmp_path_factory):
-    _TMP[:] = [tmp_path_factory]
-    yield
-    _TMP.clear()
 
 
 @functools.lru_cache(maxsize=None)
@@ -39,13 +31,13 @@ def translated(dialect: str) -> dict[str, str]:
     pytest-xdist worker whose tests need it (tests/helpers/run_store.py)."""
     import json
 
-    from tests.helpers.run_store import built_once
+    from tests.helpers.run_store import built_once, run_tmp
 
     def build(path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(views(dialect)))
 
-    return dict(json.loads(built_once(_TMP[0], f"views-{dialect}", build).read_text()))
+    return dict(json.loads(built_once(run_tmp(), f"views-{dialect}", build).read_text()))
 
 
 def invoke(*args: str):

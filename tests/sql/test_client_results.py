@@ -32,16 +32,11 @@ NS = 1_000_000_000
 # results files to a store of logs too).
 
 
-_TMP: list = []  # the run's tmp_path_factory, for what is built once per run
-
-
 @pytest.fixture(scope="module", autouse=True)
-def _run_tmp(tmp_path_factory):
+def _shared_run_unchanged():
     from tests.helpers.run_store import tree
 
-    _TMP[:] = [tmp_path_factory]
     yield
-    _TMP.clear()
     if _built.cache_info().currsize:  # shared with the other workers: read only
         out = _built().parent
         assert tree(out) == _BUILT_TREE[0], "a test changed the shared simulated run: give it a copy"
@@ -61,9 +56,9 @@ def _built() -> Path:
     """The simulated run and the store of its server's log (no rollups): built once per run,
     read by every pytest-xdist worker whose tests need them (tests/helpers/run_store.py);
     nothing is written beside them."""
-    from tests.helpers.run_store import built_once, tree
+    from tests.helpers.run_store import built_once, run_tmp, tree
 
-    store = built_once(_TMP[0], "client-results-sim", _simulated)
+    store = built_once(run_tmp(), "client-results-sim", _simulated)
     _BUILT_TREE[:] = [tree(store.parent)]
     return store
 

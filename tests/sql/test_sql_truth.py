@@ -24,14 +24,6 @@ ACTION_SIGNALS = ("queue_backlog", "kv_pressure", "scheduler_limit", "latency_sl
 
 VIEWS = {"latency_percentiles", "requests", "queue_depth", "batch_fill", "kv_cache", "scaling_signals",
          "metric_availability", "capacity"}
-_TMP: list = []  # the run's tmp_path_factory, for the stores built once per run
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _run_tmp(tmp_path_factory):
-    _TMP[:] = [tmp_path_factory]
-    yield
-    _TMP.clear()
 
 
 @lru_cache(maxsize=None)
@@ -41,7 +33,7 @@ def _run(engine: str, scenario: str, variant: str | None = None) -> Path:
     the tests only read it)."""
     from servelens.pipeline.ingest import ingest
     from servelens.pipeline.simulate import simulate
-    from tests.helpers.run_store import built_once
+    from tests.helpers.run_store import built_once, run_tmp
 
     def build(store: Path) -> None:
         out = store.parent
@@ -51,7 +43,7 @@ def _run(engine: str, scenario: str, variant: str | None = None) -> Path:
         # a rollup stores is checked equal to that in tests/store/test_rollups.py)
         ingest(sorted(out.glob("*.log")), store, year=2026, rollups=False)
 
-    return built_once(_TMP[0], f"truth-{engine}-{scenario}-{variant}", build).parent
+    return built_once(run_tmp(), f"truth-{engine}-{scenario}-{variant}", build).parent
 
 
 def connect_truth(engine: str, scenario: str, variant: str | None = None):

@@ -19,14 +19,6 @@ T0 = "2026-05-12T08:00:00Z"
 ACTION_SIGNALS = ("queue_backlog", "kv_pressure", "scheduler_limit", "latency_slo_e2e", "latency_slo_ttft", "errors")
 VIEWS = {"batch_fill", "capacity", "engine_stats", "latency_percentiles", "metric_availability", "queue_depth",
          "requests", "scaling_signals", "window_metrics"}
-_TMP: list = []  # the run's tmp_path_factory, for the stores built once per run
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _run_tmp(tmp_path_factory):
-    _TMP[:] = [tmp_path_factory]
-    yield
-    _TMP.clear()
 
 
 @lru_cache(maxsize=None)
@@ -34,7 +26,7 @@ def connect(scenario: str, variant: str = "v0_5"):
     from servelens.pipeline.ingest import ingest
     from servelens.pipeline.query.connect import connect as connect_store
     from servelens.pipeline.simulate import simulate
-    from tests.helpers.run_store import built_once
+    from tests.helpers.run_store import built_once, run_tmp
 
     def build(store: Path) -> None:
         out = store.parent
@@ -46,7 +38,7 @@ def connect(scenario: str, variant: str = "v0_5"):
 
     # built once per run, read by every pytest-xdist worker whose tests need it
     # (tests/helpers/run_store.py; the tests only read it)
-    out = built_once(_TMP[0], f"truth-sglang-{scenario}-{variant}", build).parent
+    out = built_once(run_tmp(), f"truth-sglang-{scenario}-{variant}", build).parent
     # the sandboxed connection opens the store's parts and the files named here, nothing else
     # (bound: the views the tests below read, and those beneath them)
     con = connect_store(out / "store", readable=(out / "truth_requests.parquet", out / "truth_state.parquet"), shared=True,
