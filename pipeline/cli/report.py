@@ -101,11 +101,13 @@ def register(app: typer.Typer) -> None:
 def _instance_in_range(con, instance: str) -> None:
     """Fail before building anything (every preset's calibration) when no event of the range
     names `instance`, saying which instances it holds."""
+    from ..termsafe import shown
+
     names = [r[0] for r in con.execute(
         "select distinct instance from events where instance is not null order by 1").fetchall()]
     if instance in names:
         return
-    shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+    # (the names come from file names and log labels: written escaped, never as controls)
+    listed = ", ".join(shown(n) for n in names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
     raise fail(f"no events of instance {instance!r} in this range"
-               + (f"; its instances: {shown}" if names else ""))
-
+               + (f"; its instances: {listed}" if names else ""))

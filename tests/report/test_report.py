@@ -123,6 +123,19 @@ def test_report_command_over_a_store(tmp_path):
     assert res.output.strip().splitlines() == ["servelens: error: no events of instance 'nope' in this range; its instances: gpu-a"]
     res = runner.invoke(app, ["report", "--store", str(store), "--instance", "gpu-a", "--since", "2027-01-01T00:00Z"])
     assert res.exit_code == 1 and res.output.strip().endswith("no events of instance 'gpu-a' in this range")
+    # an instance named by a hostile file name or label is listed escaped: still one line,
+    # no escape sequence reaches the terminal
+    hostile = tmp_path / "hostile.log"
+    hostile.write_text(VLLM_LOG.replace("05-12 08:00", "05-12 09:00"))  # another log, not a copy
+    res = runner.invoke(app, ["ingest", str(hostile), "--store", str(store), "--year", "2026", "-q",
+                              "--instance", "\x1b[2Jgpu-b\nservelens: forged"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["report", "--store", str(store), "--instance", "nope"])
+    assert res.exit_code == 1 and "\x1b" not in res.output
+    lines = res.output.strip().splitlines()  # (after the note of the deferred refresh this query ran)
+    assert lines[-1] == ("servelens: error: no events of instance 'nope' in this range; its instances: "
+                         "\\x1b[2Jgpu-b\\nservelens: forged, gpu-a")
+    assert not any(line.startswith("servelens: forged") for line in lines)
     res = runner.invoke(app, ["report", "--store", str(store), "--format", "pdf"])
     assert res.exit_code == 1 and "unknown --format" in res.output
 
