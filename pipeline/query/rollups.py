@@ -210,10 +210,11 @@ class _Session:
         con, bound = self.cons[key]
         bound_shared = self.shared.setdefault(key, set())
         self.last = con
-        need = closure({view}, leaves=set(stored_rels)) - bound
+        beneath = closure({view}, leaves=set(stored_rels))
+        need = beneath - bound
         # a view beneath read by several paths (window_metrics reads engine_stats by four)
         # is computed once into a table: each path would bind and derive it anew
-        share = to_share({view}, closure({view}, leaves=set(stored_rels)), stored_rels) - bound_shared
+        share = to_share({view}, beneath, stored_rels) - bound_shared
         for path in sql_files():  # in load order: each after the views it reads
             name = view_name(path)
             if name in need:
