@@ -71,15 +71,20 @@ def _year() -> int:
 
 
 @functools.cache
-def first_error(log: Path) -> tuple[int, dt.datetime]:
-    """(1-based line number, time) of the log's first error line; a line without a timestamp of
-    its own (TensorRT-LLM's) has the time of the last stamped line before it."""
+def first_line(log: Path, pattern: re.Pattern = _ERROR) -> tuple[int, dt.datetime]:
+    """(1-based line number, time) of the log's first line matching `pattern` (default: its
+    first error line); a line without a timestamp of its own (TensorRT-LLM's) has the time of
+    the last stamped line before it."""
     last = None
     for n, line in enumerate(log.read_text().splitlines(), 1):
         last = _stamp(line, _year()) or last
-        if _ERROR.search(line):
+        if pattern.search(line):
             return n, last
-    raise AssertionError(f"{log} has no error line")
+    raise AssertionError(f"{log} has no line matching {pattern.pattern!r}")
+
+
+def first_error(log: Path) -> tuple[int, dt.datetime]:
+    return first_line(log)
 
 
 def first_failing_log() -> Path:
