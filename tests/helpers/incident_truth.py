@@ -87,6 +87,14 @@ def first_error(log: Path) -> tuple[int, dt.datetime]:
     return first_line(log)
 
 
+def dated_span() -> tuple[dt.datetime, dt.datetime]:
+    """The first and last ISO 8601 timestamp at a line's start across the logs (Triton's glog
+    stamps carry no year, and on its stats lines the write time, a second after the
+    iteration's own time: left out)."""
+    stamps = [t for log in LOGS for line in log.read_text().splitlines() if _ISO.match(line) and (t := _stamp(line, 0))]
+    return min(stamps), max(stamps)
+
+
 def first_failing_log() -> Path:
     """The log of a crashed instance whose first error came first."""
     return min(map(log_of, failed_by_instance()), key=lambda log: first_error(log)[1])
