@@ -46,7 +46,8 @@ def survivors() -> list[str]:
 
 def surge_start() -> dt.datetime:
     """When the traffic surge began, from the truth's arrivals: the first 15 s with at least
-    twice the arrivals of a typical 15 s of the first minute (the surge triples the traffic)."""
+    twice the arrivals of a typical 15 s of the first minute (the surge is several times the
+    base rate)."""
     bins = (truth_requests().group_by(pl.col("arrival_ts").dt.truncate("15s")).len().sort("arrival_ts"))
     first = bins["arrival_ts"][0]
     base = bins.filter(pl.col("arrival_ts") < first + dt.timedelta(minutes=1))["len"].median()

@@ -139,7 +139,7 @@ def test_calibration_restores_the_reports_own_rule_and_json_carries_the_rows():
     rows_ = calibration.build(con)
     assert [r["preset"] for r in rows_] == presets()
     by = {r["preset"]: r for r in rows_}
-    assert by["vllm-production-stack"]["lead_s"] == 340 - 110  # its rule warns at 110, the OOM is at 340
+    assert by["vllm-production-stack"]["lead_s"] == 340 - 110  # from the rule's first warning to the OOM
     assert by["kserve"]["n_scale_outs"] == 1  # running 10 > 2 from the first sample
     # the connection's own preset is back for the rest of the report
     assert con.execute("select getvariable('autoscaler_preset')").fetchone()[0] == "kserve"
