@@ -9,6 +9,7 @@ from pathlib import Path
 
 import polars as pl
 from typer.testing import CliRunner
+from tests.helpers import incident_truth
 from tests.helpers.dashboard_store import INCIDENT
 from servelens.pipeline.cli.app import app, build_app
 from servelens.pipeline.query.connect import run
@@ -41,7 +42,8 @@ def test_info_tells_what_the_store_holds(tmp_path):
     assert [i["instance"] for i in got["instances"]] == ["tgi-a", "tgi-b", "trtllm-a", "trtllm-b", "vllm-a", "vllm-b"]
     assert got["models"] == ["meta-llama/Llama-3.1-8B-Instruct"]
     assert got["parts"] == len(committed_parts(store)) and got["bytes"] == sum(p.stat().st_size for p in committed_parts(store))
-    assert got["first_ts"].startswith("2026-05-12T07:59:12") and got["last_ts"].startswith("2026-05-12T08:04:59")
+    first, last = incident_truth.dated_span()  # read from the logs here
+    assert got["first_ts"].startswith(f"{first:%Y-%m-%dT%H:%M:%S}") and got["last_ts"].startswith(f"{last:%Y-%m-%dT%H:%M:%S}")
     text = runner.invoke(app, ["info", "--store", str(store)]).output
     per_instance = run(store, "select instance, count(*) as n from events where instance = 'vllm-a' group by all")["n"][0]
     assert "instances: 6" in text and f"vllm-a (vllm): {per_instance:,} events" in text

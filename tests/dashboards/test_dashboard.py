@@ -13,6 +13,7 @@ import polars as pl
 import pytest
 from streamlit.testing.v1 import AppTest
 from typer.testing import CliRunner
+from tests.helpers import incident_truth as truth
 from tests.helpers.dashboard_store import INCIDENT, build_store, chart_specs, components_scanned_once
 from servelens.pipeline.report import chart_specs as charts
 from servelens.pipeline.report import verdict as vd
@@ -299,6 +300,7 @@ def test_live_mode_follows_new_data_and_keeps_the_filters(tmp_path, monkeypatch)
     at.toggle(key="live").set_value(True).run()
     assert not at.exception
     newest = run(store, "select max(ts) as t from events")["t"][0]
+    assert newest == truth.newest(INCIDENT / "vllm" / "vllm-b.log")  # the log's newest line, read here
     assert at.caption[0].value.startswith("Live: last 15 min up to the newest event")
     assert f"{newest:%H:%M:%S}" in at.caption[0].value
     assert [m.value for m in at.markdown if m.value.startswith("#### ")] == [f"#### vllm-b {vd.VERDICT_BADGE[vd.SCALE_OUT]}"]
@@ -386,18 +388,27 @@ def test_fleet_summary_says_who_crashed_how_many_failed_and_to_scale_out(overvie
     story = overview.error[0].value  # the first element under the title: the fleet's story
     crashed = run(store, "select instance from incident_summary where died order by 1")["instance"].to_list()
     failed = run(store, "select count(*) as n from requests where status = 'failed'")["n"][0]
-    truth = pl.concat([pl.read_parquet(p).select("instance", "status")
-                       for p in sorted(INCIDENT.glob("*/truth_requests.parquet"))])
-    truth_failed = truth.filter(pl.col("status") == "error")
-    assert crashed == sorted(truth_failed["instance"].unique()) and failed == truth_failed.height
-    assert "tgi-a, trtllm-a and vllm-a died of CUDA out-of-memory" in story
-    assert f"failing {failed} requests" in story and "scale out the survivors (tgi-b, trtllm-b and vllm-b)" in story
+    truth_failed = truth.failed_by_instance()  # the instances that crashed, sorted
+    assert crashed == list(truth_failed) and failed == sum(truth_failed.values())
+    assert f"{truth.joined(crashed)} died of CUDA out-of-memory" in story
+    assert f"failing {failed} requests" in story
+    assert f"scale out the survivors ({truth.joined(truth.survivors())})" in story
     metrics = {m.label: m.value for m in overview.metric}
-    assert metrics["Crashed instances"] == "3" and metrics["Failed requests"] == f"{failed:,}"
-    # one line per verdict, the worst first
+    assert metrics["Crashed instances"] == str(len(truth_failed)) and metrics["Failed requests"] == f"{failed:,}"
+    # one line per verdict, the worst first: each instance under the verdict of its signals (the
+    # rule is tested on its own), a crashed one with the requests the truth says it failed
+    sig = _signals(store)
+    by: dict[str, list[str]] = {}
+    for engine, instance in _instances(store):
+        mine = sig.filter((pl.col("engine") == engine) & (pl.col("instance") == instance))
+        by.setdefault(vd.verdict(mine), []).append(instance)
+    assert set(truth_failed) <= set(by[vd.INVESTIGATE]) and by[vd.SCALE_OUT]
+    expected = [f"- {vd.VERDICT_BADGE[v]} **{len(names)}**: "
+                + ", ".join(f"{i} (crashed, {truth_failed[i]} failed)" if i in truth_failed else i for i in sorted(names))
+                for v, names in sorted(by.items(), key=lambda kv: vd.VERDICT_ORDER[kv[0]])]
     lines = next(m for m in _markdown(overview) if m.startswith("- ")).split("\n")
-    assert lines[0].startswith(f"- {vd.VERDICT_BADGE[vd.INVESTIGATE]} **4**: tgi-a (crashed, 18 failed)")
-    assert lines[1] == f"- {vd.VERDICT_BADGE[vd.SCALE_OUT]} **2**: tgi-b, vllm-b"
+    assert lines == expected and lines[0].startswith(f"- {vd.VERDICT_BADGE[vd.INVESTIGATE]} ")
+    assert lines[1].startswith(f"- {vd.VERDICT_BADGE[vd.SCALE_OUT]} ")
 
 
 def test_a_signal_that_fires_below_its_threshold_says_so(overview, store):

@@ -19,6 +19,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 from servelens.pipeline.query.connect import connect, run_on
+from servelens.pipeline.query.views import resolve_variables
+from tests.helpers import incident_truth
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -159,12 +161,10 @@ def test_a_deep_link_on_a_fresh_server_and_the_first_screen(screen, dashboard, t
     crashed = truth("select instance from incident_summary where died order by 1")["instance"].to_list()
     failed = truth("select count(*) as n from requests where status = 'failed'")["n"][0]
     # the simulator's truth: the requests that ended in an error, and the instances they died on
-    errors = pl.concat([pl.read_parquet(p).select("instance", "status")
-                        for p in sorted((REPO / "sample_logs" / "incident").glob("*/truth_requests.parquet"))]
-                       ).filter(pl.col("status") == "error")
-    assert crashed == sorted(errors["instance"].unique()) == ["tgi-a", "trtllm-a", "vllm-a"]
-    assert failed == errors.height > 0
-    assert "tgi-a, trtllm-a and vllm-a died of CUDA out-of-memory" in first
+    errors = incident_truth.failed_by_instance()
+    assert crashed == list(errors) == ["tgi-a", "trtllm-a", "vllm-a"]
+    assert failed == sum(errors.values()) > 0
+    assert f"{incident_truth.joined(crashed)} died of CUDA out-of-memory" in first
     assert f"failing {failed} requests" in first and "scale out the survivors" in first
     assert "Failed requests" in first and "Crashed instances" in first
     # nothing fetched from anywhere but the dashboard itself (no font CDN page icon)
@@ -178,12 +178,13 @@ def test_cards_charts_and_tables_read_at_1400(screen, dashboard):
     screen.get_by_text("Slowest requests").wait_for(timeout=90_000)
     # the charts' captions may paint after the tables on a loaded machine: wait for the one
     # this test reads (a timeout fails the test as the assertion would)
-    screen.get_by_text("BELOW threshold 50% (fires under it)").first.wait_for(timeout=90_000)
+    defaults = resolve_variables()  # sql/thresholds.toml
+    below = f"BELOW threshold {defaults['scheduler_fill']:.0%} (fires under it)"
+    screen.get_by_text(below).first.wait_for(timeout=90_000)
     _settle(screen)
     body = " ".join(screen.locator("[data-testid='stMain']").first.inner_text().split())
-    assert "BELOW threshold 50% (fires under it)" in body  # trtllm-b's scheduler_limit
-    count = 5  # sql/thresholds.toml [errors] count
-    assert f"threshold {count} errors/window, or 1 crash/OOM (critical)" in body
+    assert below in body  # trtllm-b's scheduler_limit
+    assert f"threshold {defaults['errors_count']:g} errors/window, or 1 crash/OOM (critical)" in body
     assert "None" not in body
     shots = {"dashboard-verdicts.png": "Scaling verdict", "dashboard-queue.png": "Queue depth",
              "dashboard-latency.png": "Latency percentiles", "dashboard-errors.png": "Errors",

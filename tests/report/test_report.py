@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from servelens.pipeline.report.build import build_report, render
+from tests.helpers import incident_truth as truth
 from tests.helpers.sql_helpers import at, connect_events, ev, events_frame
 
 
@@ -190,26 +191,13 @@ def _first_paragraph(md: str) -> str:
     return after.split("\n\n", 1)[0]
 
 
-def _truth_failed() -> dict[str, int]:
-    """Requests the simulator failed (status `error`: in the server when its engine died), per
-    instance, from the truth files beside the sample logs."""
-    import polars as pl
-    from tests.helpers.dashboard_store import INCIDENT
-
-    truth = pl.concat([pl.read_parquet(p).select("instance", "status") for p in sorted(INCIDENT.glob("*/truth_requests.parquet"))])
-    return dict(truth.filter(pl.col("status") == "error").group_by("instance").len().sort("instance").iter_rows())
-
-
 def _truth_slo_breach_minutes() -> float:
     """Minutes in which an instance's p99 e2e (over >= 5 finished requests, per the default
     thresholds) was above the 30 s SLO, from the truth files; TensorRT-LLM's log has no
     per-request latency (metric_availability says so), so its breaches cannot be seen."""
     import polars as pl
-    from tests.helpers.dashboard_store import INCIDENT
 
-    truth = pl.concat([pl.read_parquet(p).select("instance", "status", "finish_ts", "e2e_s")
-                       for p in sorted(INCIDENT.glob("*/truth_requests.parquet")) if p.parent.name != "trtllm"])
-    windows = (truth.filter(pl.col("status") == "ok")
+    windows = (truth.truth_requests().filter((pl.col("status") == "ok") & ~pl.col("instance").str.starts_with("trtllm"))
                .group_by("instance", pl.col("finish_ts").dt.truncate("1m"))
                .agg(pl.len().alias("n"), pl.col("e2e_s").quantile(0.99, "linear").alias("p99")))
     return float(windows.filter((pl.col("n") >= 5) & (pl.col("p99") > 30.0)).height)
@@ -217,18 +205,25 @@ def _truth_slo_breach_minutes() -> float:
 
 def test_summary_first_paragraph_says_who_crashed_how_many_failed_and_what_to_do(incident_report):
     store, r = incident_report
-    failed = _truth_failed()
-    assert sorted(failed) == ["tgi-a", "trtllm-a", "vllm-a"]
+    failed = truth.failed_by_instance()
+    crashed = list(failed)
+    assert crashed == ["tgi-a", "trtllm-a", "vllm-a"]  # the instances a of each engine (file names)
     first = _first_paragraph(render(r, "md"))
-    assert "tgi-a, trtllm-a and vllm-a died of CUDA out-of-memory at 08:02-08:03 UTC" in first
+    # each crash at its log's first error line (a line of no time of its own: the last stamped before)
+    died = sorted(truth.first_error(truth.log_of(i))[1].strftime("%H:%M") for i in crashed)
+    span = f"{died[0]}-{died[-1]}" if died[0] != died[-1] else died[0]
+    assert f"{truth.joined(crashed)} died of CUDA out-of-memory at {span} UTC" in first
     per = ", ".join(f"{i} {n}" for i, n in failed.items())
     assert f"failing {sum(failed.values())} requests ({per})" in first
-    assert "scale out the survivors (tgi-b, trtllm-b and vllm-b)" in first
-    assert "Traffic surged from 08:01:00 UTC" in first
+    assert f"scale out the survivors ({truth.joined(truth.survivors())})" in first
+    # the surge is told from the start of the window it began in
+    surge = truth.window_start(truth.surge_start())
+    assert f"Traffic surged from {surge:%H:%M:%S} UTC" in first
     # the likely cause is the fleet's first error, with where to read it
-    assert "(sample_logs/incident/trtllm/trtllm-a.log:211)" in first
+    log = truth.first_failing_log()
+    assert f"({truth.relative(log)}:{truth.first_error(log)[0]})" in first
     sm = r["summary"]
-    assert [c["instance"] for c in sm["crashed"]] == ["tgi-a", "trtllm-a", "vllm-a"]
+    assert [c["instance"] for c in sm["crashed"]] == crashed
     assert sm["impact"]["failed"] == sum(failed.values()) and sm["impact"]["aborted"] == 0
     # slow requests: finished above the 30 s SLO, counted off the requests view
     from servelens.pipeline.query.connect import run
@@ -255,12 +250,13 @@ def test_html_report_is_one_offline_file_with_toc_and_charts(incident_report):
     html = render(r, "html")
     assert "<script" not in html and "<link" not in html
     assert not re.findall(r"(?:src|href)=['\"]https?:", html)
-    assert html.count("<svg") == 3 and "id='chart-queue'" in html and "id='chart-latency'" in html
+    charts = ("chart-queue", "chart-latency", "chart-failures")  # one figure each, of what the incident shows
+    assert html.count("<svg") == len(charts) and all(f"id='{c}'" in html for c in charts)
     assert "<nav><h2>Contents</h2>" in html
     for anchor in ("summary", "impact", "cause", "todo", "charts", "i-vllm-a-vllm"):
         assert f"href='#{anchor}'" in html and f"id='{anchor}'" in html
     data = json.loads(render(r, "json"))
     assert "charts" not in data
     assert data["summary"]["headline"] == r["summary"]["headline"]
-    assert data["summary"]["impact"]["failed"] == sum(_truth_failed().values())
-    assert data["summary"]["likely_cause"]["line"] == 211
+    assert data["summary"]["impact"]["failed"] == sum(truth.failed_by_instance().values())
+    assert data["summary"]["likely_cause"]["line"] == truth.first_error(truth.first_failing_log())[0]

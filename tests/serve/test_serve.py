@@ -5,7 +5,9 @@ tests/serve/test_prometheus.py."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import re
 import shutil
 import subprocess
 import time
@@ -21,6 +23,7 @@ from servelens.pipeline.cli.app import app, build_app
 from servelens.pipeline.query.views import resolve_variables
 from servelens.pipeline.serve.snapshot import Exporter
 from servelens.pipeline.serve.http import make_server
+from tests.helpers import incident_truth
 
 build_app()
 runner = CliRunner()
@@ -80,6 +83,20 @@ def window_metrics_at_last_complete_window(store, instance):
         order by w.window_end desc limit 1""", [instance]).to_dicts()[0]
 
 
+def last_complete_window(instance: str) -> tuple[dt.datetime, dt.datetime]:
+    """(start, end) of the instance's last complete window: the one before the window its log's
+    newest line (read here with a plain regex) falls in."""
+    end = incident_truth.window_start(incident_truth.newest(incident_truth.log_of(instance)))
+    return end - dt.timedelta(seconds=resolve_variables()["window_s"]), end
+
+
+def documented_signals() -> set[str]:
+    """The signals of the table under docs/metrics.md's `## Signals`."""
+    doc = (INCIDENT.parents[1] / "docs" / "metrics.md").read_text().split("\n## Signals\n", 1)[1]
+    table = doc.lstrip("\n").split("\n\n", 1)[0]
+    return {m.group(1) for m in re.finditer(r"^\| `(\w+)` \|", table, re.M)}
+
+
 def test_metrics_transport_the_window_metrics_row_with_server_engine_model_labels(http, store):
     """A transport test: what /metrics carries is the stored window_metrics row, unchanged (the
     values themselves are checked against the log in the next test)."""
@@ -102,12 +119,10 @@ def test_metrics_transport_the_window_metrics_row_with_server_engine_model_label
 def test_exported_queue_batch_and_kv_equal_the_stats_lines_of_the_log(http, store):
     """The values, against the log read here with a plain regex: the mean of the stats lines'
     Running / Pending / GPU KV cache usage in the window the exporter publishes."""
-    import datetime as dt
-    import re
-
     got = samples(get(http + "/metrics")[2].decode())
     window = window_metrics_at_last_complete_window(store, "vllm-b")
     start, end = window["window_start"], window["window_end"]
+    assert (start, end) == last_complete_window("vllm-b")
     stats = re.compile(r"^(\S+) .*Running: (\d+) reqs, Swapped: \d+ reqs, Pending: (\d+) reqs, GPU KV cache usage: ([\d.]+)%")
     rows = []
     for line in (INCIDENT / "vllm" / "vllm-b.log").read_text().splitlines():
@@ -127,8 +142,9 @@ def test_latency_quantiles_follow_the_opentelemetry_names(http, store):
     got = samples(get(http + "/metrics")[2].decode())
     lp = query.run(store, """select * from latency_percentiles where instance = 'tgi-b'
                              order by window_start desc limit 2""").to_dicts()
-    # tgi-b's newest event is at 08:04:59.8: the last complete window is 08:03-08:04
-    row = next(r for r in lp if r["window_start"].minute == 3)
+    # the last complete window: the one before the window of tgi-b's newest line (its log read here)
+    start, _ = last_complete_window("tgi-b")
+    row = next(r for r in lp if r["window_start"] == start)
     base = (("engine", "tgi"), ("model", "meta-llama/Llama-3.1-8B-Instruct"))
     for q, col in (("0.5", "p50_e2e_s"), ("0.95", "p95_e2e_s"), ("0.99", "p99_e2e_s")):
         key = ("gen_ai_server_request_duration_seconds", base + (("quantile", q), ("server", "tgi-b")))
@@ -141,19 +157,23 @@ def test_signal_active_matches_scaling_signals_and_age_is_visible(http, store):
     before = time.time()
     got = samples(get(http + "/metrics")[2].decode())
     after = time.time()
+    start, end = last_complete_window("vllm-b")
     sig = query.run(store, """select signal, severity from scaling_signals
-        where instance = 'vllm-b' and window_start <= '2026-05-12 08:03:00+00' and window_end >= '2026-05-12 08:04:00+00'""").to_dicts()
+        where instance = 'vllm-b' and window_start <= ? and window_end >= ?""", [start, end]).to_dicts()
     assert sig, "the sample incident has signals on vllm-b in its last complete window"
     active = {dict(lab)["signal"]: dict(lab)["severity"] for (name, lab), v in got.items()
               if name == "servelens_signal_active" and dict(lab)["server"] == "vllm-b" and v == 1}
     assert active == {r["signal"]: r["severity"] for r in sig}
     inactive = [dict(lab)["signal"] for (name, lab), v in got.items()
                 if name == "servelens_signal_active" and dict(lab)["server"] == "vllm-b" and v == 0]
-    assert "idle" in inactive and len(active) + len(inactive) == 11  # every signal of scaling_signals
+    # every signal docs/metrics.md lists: the spec, written apart from the SQL that publishes them
+    documented = documented_signals()
+    assert "idle" in inactive and len(active) + len(inactive) == len(documented)
+    assert set(active) | set(inactive) == documented
     ages = {dict(lab)["server"]: v for (name, lab), v in got.items() if name == "servelens_newest_event_age_seconds"}
     assert set(ages) == {"vllm-a", "vllm-b", "tgi-a", "tgi-b", "trtllm-a", "trtllm-b"}
     # the sample incident is from 2026-05-12: months old
-    newest = 1778572800 + 299.792246  # vllm-b's newest event, 2026-05-12 08:04:59.792246
+    newest = incident_truth.newest(incident_truth.log_of("vllm-b")).timestamp()  # its log's newest line, read here
     assert before - newest - 0.01 <= ages["vllm-b"] <= after - newest + 0.01
 
 
@@ -268,11 +288,11 @@ def test_export_writes_every_window_with_timestamps(store, whole_export):
 
 def test_export_range_and_bad_input(store, tmp_path):
     out = tmp_path / "part.om"
-    res = runner.invoke(app, ["export", "--store", str(store), "-o", str(out),
-                              "--since", "2026-05-12T08:01:00Z", "--until", "2026-05-12T08:02:00Z"])
+    since, until = "2026-05-12T08:01:00Z", "2026-05-12T08:02:00Z"  # one window
+    res = runner.invoke(app, ["export", "--store", str(store), "-o", str(out), "--since", since, "--until", until])
     assert res.exit_code == 0, res.output
     stamps = {float(l.split()[-1]) for l in out.read_text().splitlines() if l and not l.startswith("#")}
-    assert stamps == {1778572920.0}  # the one window 08:01-08:02, stamped at its end
+    assert stamps == {dt.datetime.fromisoformat(until).timestamp()}  # the one window, stamped at its end
     res = runner.invoke(app, ["export", "--store", str(store), "--format", "csv"])
     assert res.exit_code != 0 and "unknown --format 'csv'" in res.output
     res = runner.invoke(app, ["export", "--store", str(store), "--since", "the day before"])
@@ -335,8 +355,6 @@ def test_tail_serves_metrics_with_serve_port(tmp_path):
 
 
 def test_every_exported_series_is_documented_and_the_grafana_dashboard_uses_only_them():
-    import re
-
     from servelens.pipeline.serve.snapshot import SERIES
 
     root = Path(__file__).resolve().parents[2]
@@ -415,7 +433,7 @@ def test_ranged_export_reads_the_range_and_equals_the_whole_store_filtered(store
     assert [(r.since.isoformat(), r.until.isoformat()) for r in seen] == [
         ("2026-05-12T08:02:00+00:00", "2026-05-12T08:04:00+00:00")]
     # the samples of windows inside the range, as the whole-store export has them
-    lo, hi = 1778572920.0, 1778573040.0  # 08:02, 08:04
+    lo, hi = (dt.datetime.fromisoformat(t).timestamp() for t in (since, until))
     def inside(path):
         return sorted(l for l in path.read_text().splitlines()
                       if l and not l.startswith("#") and lo < float(l.split()[-1]) <= hi)

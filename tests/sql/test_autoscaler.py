@@ -3,10 +3,13 @@ calibration) on constructed engine stats whose decisions are known, and the pres
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from typer.testing import CliRunner
 
 from servelens.pipeline.query.views import preset_path, presets, read_thresholds, resolve_variables
+from tests.helpers import incident_truth
 from tests.helpers.sql_helpers import at, connect_events, ev, events_frame, rows
 
 
@@ -96,7 +99,7 @@ def test_calibration_says_how_long_before_the_first_oom_the_rule_fired():
     con = connect(evs, "vllm-production-stack")
     (cal,) = rows(con, "select * from calibration")
     assert cal["warned_scale_out_ts"] == at(110) and cal["first_severe_ts"] == at(340)
-    assert cal["lead_s"] == 230 and cal["first_severe_kind"] == "cuda_oom"
+    assert cal["lead_s"] == 340 - 110 and cal["first_severe_kind"] == "cuda_oom"  # from the warning to the OOM
 
 
 def test_no_preset_no_rows():
@@ -115,9 +118,11 @@ def test_report_has_a_calibration_section_on_the_sample_incident(incident_store)
     assert res.exit_code == 0, res.output
     text = res.output
     assert "## Autoscaler calibration" in text
-    # KServe's running > 2 fires within seconds of the surge, minutes before vllm-a's OOM at 08:03:00
+    # KServe's running > 2 fires within seconds of the surge, minutes before vllm-a's OOM (its
+    # log's first `CUDA out of memory` line, read here)
     line = next(l for l in text.splitlines() if l.startswith("- With preset kserve, scale-out of vllm-a"))
-    assert "before the first cuda_oom (2026-05-12 08:03:00)" in line
+    _, oom = incident_truth.first_line(incident_truth.log_of("vllm-a"), re.compile("CUDA out of memory"))
+    assert f"before the first cuda_oom ({oom:%Y-%m-%d %H:%M:%S})" in line
     for name in presets():
         assert f"| {name} | vllm-a |" in text
 
@@ -134,7 +139,7 @@ def test_calibration_restores_the_reports_own_rule_and_json_carries_the_rows():
     rows_ = calibration.build(con)
     assert [r["preset"] for r in rows_] == presets()
     by = {r["preset"]: r for r in rows_}
-    assert by["vllm-production-stack"]["lead_s"] == 230
+    assert by["vllm-production-stack"]["lead_s"] == 340 - 110  # from the rule's first warning to the OOM
     assert by["kserve"]["n_scale_outs"] == 1  # running 10 > 2 from the first sample
     # the connection's own preset is back for the rest of the report
     assert con.execute("select getvariable('autoscaler_preset')").fetchone()[0] == "kserve"

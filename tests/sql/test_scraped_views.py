@@ -71,6 +71,16 @@ def bucket_increases(family: str) -> dict[int, dict[float, float]]:
     return out
 
 
+def scraped_count(family: str) -> int:
+    """The observations of a histogram family over the recording: its buckets' +Inf increases."""
+    return int(sum(b[math.inf] for b in bucket_increases(family).values()))
+
+
+def stats_lines() -> int:
+    """The log's periodic stats lines, counted with a plain substring."""
+    return sum("Avg prompt throughput" in ln for ln in gzip.decompress((VLLM / "server.log.gz").read_bytes()).decode().splitlines())
+
+
 def histogram_quantile(q: float, buckets: dict[float, float]) -> float:
     """PromQL's histogram_quantile over one set of cumulative buckets (le -> count)."""
     les = sorted(buckets)
@@ -204,11 +214,14 @@ def test_availability_names_the_scrape(store):
     assert got["ttft_s"]["available"] and got["ttft_s"]["n_values"] == n_ttft
     assert got["ttft_s"]["sources"] == f"scrape {int(n_ttft)}"
     assert "vllm:time_to_first_token_seconds" in got["ttft_s"]["reason"] and "bucket estimates" in got["ttft_s"]["reason"]
-    assert got["e2e_s"]["sources"] == "scrape 407" and got["e2e_s"]["estimated"]
-    assert got["preemptions"]["available"] and got["preemptions"]["sources"] == "scrape 13"
+    assert got["e2e_s"]["sources"] == f"scrape {scraped_count('vllm:e2e_request_latency_seconds')}"
+    assert got["e2e_s"]["estimated"]
+    # the preemption counter's increase: one value per scrape after the first
+    increases = len(gauge("vllm:num_preemptions_total")) - 1
+    assert got["preemptions"]["available"] and got["preemptions"]["sources"] == f"scrape {increases}"
     assert "vllm:num_preemptions" in got["preemptions"]["reason"]
     # what the log gives stays the log's
-    assert got["waiting"]["sources"] is None and got["waiting"]["n_values"] == 80
+    assert got["waiting"]["sources"] is None and got["waiting"]["n_values"] == stats_lines()
     assert got["kv_usage"]["reason"].startswith("logged by the periodic stats line")
 
 
@@ -219,7 +232,7 @@ def test_report_says_where_each_figure_comes_from(store, tmp_path):
     text = out.read_text()
     assert "bucket estimate from the server's /metrics histogram" in text
     assert "preemptions (the server's /metrics): 0" in text
-    assert "values by source: scrape 407" in text
+    assert f"values by source: scrape {scraped_count('vllm:e2e_request_latency_seconds')}" in text
 
 
 def test_without_stats_lines_queue_running_and_kv_are_the_scrapes(statless_store):
@@ -268,6 +281,7 @@ def test_dashboard_names_the_scrape_beside_its_charts(store, monkeypatch):
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     captions = [c.value for c in at.caption if c.value.startswith("Values by source")]
-    assert any("vllm: scrape 407" in c for c in captions), captions  # the e2e latency chart
-    n_ttft = int(sum(b[math.inf] for b in bucket_increases("vllm:time_to_first_token_seconds").values()))
+    n_e2e = scraped_count("vllm:e2e_request_latency_seconds")
+    assert any(f"vllm: scrape {n_e2e}" in c for c in captions), captions  # the e2e latency chart
+    n_ttft = scraped_count("vllm:time_to_first_token_seconds")
     assert any(f"vllm: scrape {n_ttft}" in c for c in captions), captions

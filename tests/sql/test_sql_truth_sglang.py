@@ -4,6 +4,7 @@ what the SQL says must be what happened. Like tests/sql/test_sql_truth.py, for S
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -22,9 +23,9 @@ VIEWS = {"batch_fill", "capacity", "engine_stats", "latency_percentiles", "metri
 
 
 @lru_cache(maxsize=None)
-def connect(scenario: str, variant: str = "v0_5"):
+def _out(scenario: str, variant: str = "v0_5") -> Path:
+    """The run's directory: the simulated logs, the truth and the store."""
     from servelens.pipeline.ingest import ingest
-    from servelens.pipeline.query.connect import connect as connect_store
     from servelens.pipeline.simulate import simulate
     from tests.helpers.run_store import built_once, run_tmp
 
@@ -38,7 +39,20 @@ def connect(scenario: str, variant: str = "v0_5"):
 
     # built once per run, read by every pytest-xdist worker whose tests need it
     # (tests/helpers/run_store.py; the tests only read it)
-    out = built_once(run_tmp(), f"truth-sglang-{scenario}-{variant}", build).parent
+    return built_once(run_tmp(), f"truth-sglang-{scenario}-{variant}", build).parent
+
+
+def announced(scenario: str, pattern: str) -> set[int]:
+    """The numbers `pattern` (one group) finds in the run's server logs, read here with a plain
+    regex: what the server announced at start-up."""
+    return {int(n) for log in sorted(_out(scenario).glob("*.log")) for n in re.findall(pattern, log.read_text())}
+
+
+@lru_cache(maxsize=None)
+def connect(scenario: str, variant: str = "v0_5"):
+    from servelens.pipeline.query.connect import connect as connect_store
+
+    out = _out(scenario, variant)
     # the sandboxed connection opens the store's parts and the files named here, nothing else
     # (bound: the views the tests below read, and those beneath them)
     con = connect_store(out / "store", readable=(out / "truth_requests.parquet", out / "truth_state.parquet"), shared=True,
@@ -134,9 +148,12 @@ def test_logged_state_matches_truth(variant):
 def test_capacity_and_batch_fill_use_the_announced_limits():
     con = connect("spike")
     cap = one(con, "select max_num_seqs, max_batch_tokens, kv_capacity_tokens from capacity where instance = 'sglang-a'")
-    assert cap == {"max_num_seqs": 256, "max_batch_tokens": 8192, "kv_capacity_tokens": 4096 * 16}
+    (seqs,) = announced("spike", r"max_running_requests=(\d+)")
+    (chunk,) = announced("spike", r"chunked_prefill_size=(\d+)")
+    (tokens,) = announced("spike", r"max_total_num_tokens=(\d+)")
+    assert cap == {"max_num_seqs": seqs, "max_batch_tokens": chunk, "kv_capacity_tokens": tokens}
     fill = one(con, "select min(max_num_seqs) as lo, max(fill) as fill, max(token_fill) as tf from batch_fill")
-    assert fill["lo"] == 256 and 0 < fill["fill"] <= 1 and 0 < fill["tf"] <= 1
+    assert fill["lo"] == seqs and 0 < fill["fill"] <= 1 and 0 < fill["tf"] <= 1
 
 
 def test_pd_views_keep_the_prefill_and_the_decode_worker_apart():

@@ -189,12 +189,13 @@ def test_rollup_equals_raw_on_a_simulated_store(tmp_path, engine):
     from servelens.pipeline.simulate import simulate
 
     out = tmp_path / engine
-    simulate(engine, "spike", 900, seed=11, out_dir=out, start="2026-05-12T08:00:00Z")
+    duration_s = 900
+    simulate(engine, "spike", duration_s, seed=11, out_dir=out, start="2026-05-12T08:00:00Z")
     store = out / "store"
     summary = ingest(sorted(out.glob("*.log")), store, year=2026)
     assert summary.rollup is not None and summary.rollup.whole
     rows = same_rows(store)
-    assert rows["window_metrics"].height >= 15
+    assert rows["window_metrics"].height >= duration_s // 60  # a row per minute at least
     if engine == "trtllm":
         return  # TensorRT-LLM logs no per-request lines (only failures): no arrivals to count
     # and the simulator's truth: every request it generated is counted once (window_metrics
@@ -333,10 +334,10 @@ def test_compaction_keeps_the_rollup_fresh(tmp_path, no_waits):
     inc = SAMPLES / "incident"
     # the incremental refreshes are test_rollup_after_a_tail_of_many_small_commits' subject:
     # here only the many parts and a fresh rollup matter
-    store, refreshes = _tail_in_steps(tmp_path, [inc / "tgi" / "tgi-b.log", inc / "vllm" / "vllm-b.log"], steps=6,
-                                      refresh_each=False)
+    sources, steps = [inc / "tgi" / "tgi-b.log", inc / "vllm" / "vllm-b.log"], 6
+    store, refreshes = _tail_in_steps(tmp_path, sources, steps=steps, refresh_each=False)
     before = manifest(store)
-    assert len(before["parts"]) >= 6 * 2 and len(refreshes) == 1
+    assert len(before["parts"]) >= steps * len(sources) and len(refreshes) == 1
     assert rollup.status(store) == "fresh"
     cli("compact", "--store", store)
     after = manifest(store)
