@@ -115,15 +115,15 @@ def refresh_deferred_rollups(target: Path, views: set[str] | None = None) -> Non
 
     if os.environ.get("SERVELENS_NO_ROLLUPS", "") not in ("", "0"):
         return
+    from ..query.stored import reads_a_rollup
+
+    if not reads_a_rollup(views):
+        return  # decided before the manifest read and the refresh's imports: a query of the events pays nothing
     try:
         if remote.store_url(target) is not None or remote.is_fleet(target) or not read_manifest(target).get(ROLLUPS_DEFERRED):
             return
     except (StoreError, OSError, ValueError):
         return
-    from ..query.stored import reads_a_rollup
-
-    if not reads_a_rollup(views):
-        return  # decided before the refresh's imports: a query of the events pays nothing
     from ..query import rollups
 
     try:

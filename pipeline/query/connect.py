@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 from . import stored as stored_rollups
 from ..store.layout import instances_predicate, no_events_sql, partition_values, read_parquet_sql
-from .views import StandIns, closure, define_view, load_views, named_views
+from .views import StandIns, closure, define_view, load_views, named_views, reads_variables
 from .shared import materialise, to_share
 from .sandbox import (
     REFUSED_HINT,
@@ -69,6 +69,7 @@ def connect(
     shared: bool | None = None,
     stored: dict[str, Path] | None = None,
     fresh: duckdb.DuckDBPyConnection | None = None,
+    variables_read: bool = True,
 ) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with `events` over the store and the views of sql/,
     sandboxed (see pipeline/query/sandbox.py): it reads the committed parts (and `readable`, files a
@@ -93,6 +94,8 @@ def connect(
     (one query's connection, `run`): then only the first part's, which `run` backs up.
     `fresh`: a new connection made with connection_config(`limits`), nothing run on it yet,
     to bind instead of making one (`run` has parsed the query on it).
+    `variables_read`: False when nothing run on the connection but its views reads a variable
+    (`run`, for a query that does not: views.reads_variables); with no view bound, none is set.
     A store URL (s3://...) or a fleet goes to pipeline/query/fleet.py."""
     from ..store import remote
 
@@ -171,7 +174,7 @@ def connect(
             schema = "scan" if scan else "main"
             names = load_views(con, variables=variables, only=bind, overrides=overrides, samples_bound=True,  # binding a view over `events` opens the parts too
                                compute=lambda name, select: materialise(con, name, schema, limits, select),
-                               computed=sharing)
+                               computed=sharing, variables_read=variables_read)
             if scan:
                 con.execute("use memory.main")
                 ranged = ["events", "samples", *names]
@@ -290,7 +293,8 @@ def run(
         by_name = None
         for attempt in range(READ_RETRIES):
             con = connect(store, variables, limits, views=views, time_range=time_range, union_by_name=by_name,
-                          rollups=rollups, fresh=first if attempt == 0 else None)
+                          rollups=rollups, fresh=first if attempt == 0 else None,
+                          variables_read=reads_variables(sql))
             try:
                 return execute(con, sql, params, limits, fetch)
             except QueryError as e:

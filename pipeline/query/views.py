@@ -198,6 +198,15 @@ def named_views(sql: str, directory: Path | None = None) -> set[str] | None:
     return words & view_names(directory)
 
 
+def reads_variables(sql: str) -> bool:
+    """Whether `sql` may read a variable itself (getvariable, duckdb_variables()) or run SQL it
+    builds (json_execute_serialized_sql; query() is a catalog word): a look at its words, where
+    a false yes costs only setting them. A connection whose views and query read none need
+    not set the thresholds, one statement each."""
+    text = sql.lower()
+    return "variable" in text or "serialized_sql" in text
+
+
 def view_names(directory: Path | None = None) -> frozenset[str]:
     """The views of `directory` (default sql/), from their files' `create or replace view`
     alone: what a query that names none of them needs, without tokenizing every view."""
@@ -412,6 +421,7 @@ def load_views(
     after: Callable[[str], None] | None = None,
     compute: Callable[[str, str], None] | None = None,
     computed: Iterable[str] = (),
+    variables_read: bool = True,
 ) -> list[str]:
     """Set the variables and create the views of sql/ on `con`, in load order (sql_files):
     every view, or those of `only` (from `views_for`: it must hold the views they read too).
@@ -425,15 +435,18 @@ def load_views(
     its place, with the real views beneath it bound and `select` the query of its rows: it
     must create the view (connect computes the rows into a table and binds the view over
     that: pipeline/query/shared.py); the other views are still created over stand-ins.
+    `variables_read`: False when nothing the caller runs on `con` reads a variable (see
+    reads_variables); then, with no view to create, none is set.
 
     `con` must already have an `events` table or view with the event schema. Returns the
     view names created."""
-    set_variables(con, resolve_variables(variables, thresholds))
+    keep = None if only is None else set(only)
+    if variables_read or keep is None or keep:
+        set_variables(con, resolve_variables(variables, thresholds))
     _tune(con)
     if not samples_bound:
         _ensure_samples(con)
     names = []
-    keep = None if only is None else set(only)
     if keep is not None and not keep:  # a query that reads no view (`select 1`): no load order to compute
         return names
     statements = []
