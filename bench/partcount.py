@@ -54,7 +54,7 @@ def _time(code: str, store: Path, runs: int) -> list[float]:
     return out
 
 
-PRELUDE = "import sys, time\nfrom servelens.pipeline import query\nstore = sys.argv[1]\nt0 = time.perf_counter()\n"
+PRELUDE = "import sys, time\nfrom servelens.pipeline.query import connect as query\nstore = sys.argv[1]\nt0 = time.perf_counter()\n"
 EAGER = PRELUDE + ("con = query.connect(store)\n"
                    "con.sql('select count(*) from events').fetchall()\n"
                    "print(time.perf_counter() - t0)\n")

@@ -20,8 +20,8 @@ import sys
 
 CHILD = r"""
 import datetime as dt, json, sys, time
-from servelens.pipeline import query
-from servelens.pipeline.timerange import TimeRange
+from servelens.pipeline.query import connect as query
+from servelens.pipeline.query.timerange import TimeRange
 store, mode, since = sys.argv[1], sys.argv[2], dt.datetime.fromisoformat(sys.argv[3])
 until = since + dt.timedelta(hours=1)
 t0, c0 = time.perf_counter(), time.process_time()

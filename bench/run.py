@@ -179,7 +179,7 @@ def time_ingest(a, g: gen.Generated, store: Path, runs: int | None = None) -> di
 
 _REFRESH = """
 import json, sys
-from servelens.pipeline import rollup
+from servelens.pipeline.query import rollups as rollup
 from servelens.pipeline.store.commit import Store
 with Store.open(sys.argv[1], purpose="bench") as st:
     r = rollup.refresh(st)
@@ -189,7 +189,7 @@ print(json.dumps({"seconds": r.seconds, "cpu_s": r.cpu_s} if r else None))
 
 def time_rollup_refresh(store: Path, in_process: bool = False):
     """What `servelens ingest` adds at its end: the rollups of the new instances
-    (pipeline/rollup.refresh). In a child process, like the ingest it follows: a refresh in
+    (pipeline/query/rollups.py `refresh`). In a child process, like the ingest it follows: a refresh in
     this process would grow it, and a child forked from a big parent reports the parent's
     peak RSS as its own (Linux keeps ru_maxrss across fork and exec), which inflated the
     ingest's peak RSS of the runs after the first."""
