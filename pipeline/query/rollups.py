@@ -185,8 +185,8 @@ class _Session:
         # every new file's name, chosen now so that each computing connection may write and
         # read them all (its sandbox allows only the paths it was given)
         self.rels = {v: f"{ROLLUP_DIR}/{v}-{new_txid()}.parquet" for v in p.views}
-        self.cons: dict[tuple, tuple[duckdb.DuckDBPyConnection, set[str]]] = {}
-        self.shared: dict[tuple, set[str]] = {}  # per connection: the views computed into tables
+        # per computing connection: it, the views bound on it, and those computed into tables
+        self.cons: dict[tuple, tuple[duckdb.DuckDBPyConnection, set[str], set[str]]] = {}
         self.last: duckdb.DuckDBPyConnection | None = None  # the one that wrote the last file
 
     def computing(self, view: str, whole: bool, limits: Limits,
@@ -204,11 +204,10 @@ class _Session:
                                 instances=None if whole else p.dirty, shared=False,
                                 stored={v: p.root / rel for v, rel in stored_rels.items()},
                                 readable=(*(p.root / rel for rel in self.rels.values()), *olds))
-            self.cons[key] = (con, closure({view}, leaves=set(stored_rels)))
+            self.cons[key] = (con, closure({view}, leaves=set(stored_rels)), set())
             self.last = con
             return con
-        con, bound = self.cons[key]
-        bound_shared = self.shared.setdefault(key, set())
+        con, bound, bound_shared = self.cons[key]
         self.last = con
         beneath = closure({view}, leaves=set(stored_rels))
         need = beneath - bound
@@ -229,7 +228,7 @@ class _Session:
         """Bind `view` over its new file on every computing connection, as a connection given
         it in `stored` would (query.connect): the views above it read its rows from there."""
         path = self.plan.root / rel
-        for (whole, _limits), (con, bound) in self.cons.items():
+        for (whole, _limits), (con, bound, _shared) in self.cons.items():
             where = None if whole else instances_predicate(self.plan.dirty)
             con.execute(view_sql(path, where, view))
             bound.add(view)
@@ -240,7 +239,7 @@ class _Session:
             f" where engine not in ({', '.join(literal(e) for e in CROSS_INSTANCE_ENGINES)}))").fetchone()[0])
 
     def close(self) -> None:
-        for con, _bound in self.cons.values():
+        for con, _bound, _shared in self.cons.values():
             con.close()
         self.cons.clear()
 
