@@ -4,6 +4,8 @@ a DuckDB connection with `events` over such a frame and the views of `sql/` a qu
 from __future__ import annotations
 
 import datetime as dt
+import re
+from pathlib import Path
 from typing import Any, Iterable
 
 import duckdb
@@ -105,6 +107,12 @@ def rows(con: duckdb.DuckDBPyConnection, sql: str) -> list[dict[str, Any]]:
     rel = con.sql(sql)
     cols = rel.columns
     return [dict(zip(cols, r)) for r in rel.fetchall()]
+
+
+def announced(run_dir: Path, pattern: str) -> set[int]:
+    """The numbers `pattern` (one group) finds in the simulated server logs of a run directory,
+    read with a plain regex, not servelens's parsers: what the servers announced at start-up."""
+    return {int(n) for log in sorted(run_dir.glob("*.log")) for n in re.findall(pattern, log.read_text())}
 
 
 # The truth states a logged snapshot `s` (columns ts, instance) may show: the last state at or

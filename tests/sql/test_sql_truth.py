@@ -5,12 +5,11 @@ Skipped, with the reason, when the simulator or an engine's parser is not presen
 
 from __future__ import annotations
 
-import re
 from functools import lru_cache
 from pathlib import Path
 
 import pytest
-from tests.helpers.sql_helpers import CANDIDATE_TRUTH_STATES
+from tests.helpers.sql_helpers import CANDIDATE_TRUTH_STATES, announced
 
 pytestmark = pytest.mark.slow
 
@@ -45,13 +44,6 @@ def _run(engine: str, scenario: str, variant: str | None = None) -> Path:
         ingest(sorted(out.glob("*.log")), store, year=2026, rollups=False)
 
     return built_once(run_tmp(), f"truth-{engine}-{scenario}-{variant}", build).parent
-
-
-def announced(engine: str, scenario: str, pattern: str) -> set[int]:
-    """The numbers `pattern` (one group) finds in the simulated logs of a run, read here with a
-    plain regex: what the server announced at start-up."""
-    return {int(n) for log in sorted(_run(engine, scenario, None).glob("*.log"))
-            for n in re.findall(pattern, log.read_text())}
 
 
 def connect_truth(engine: str, scenario: str, variant: str | None = None):
@@ -187,7 +179,7 @@ def test_logged_state_matches_truth(engine, variant):
 def test_batch_fill_uses_the_announced_limit():
     con = connect_truth("vllm", "spike")
     got = one(con, "select min(max_num_seqs) as lo, max(max_num_seqs) as hi, max(fill) as fill from batch_fill")
-    limit = announced("vllm", "spike", r"max_num_seqs=(\d+)")
+    limit = announced(_run("vllm", "spike"), r"max_num_seqs=(\d+)")
     assert len(limit) == 1 and got["lo"] == got["hi"] == limit.pop()
     assert 0 < got["fill"] <= 1
 
@@ -294,7 +286,7 @@ def test_llamacpp_latency_percentiles_and_tpot_equal_truth(scenario):
     for k in ("dt50", "dt99"):
         assert got[k] <= 5e-6, (k, got[k])
     cap = one(con, "select min(max_num_seqs) as lo, max(max_num_seqs) as hi from capacity where engine = 'llamacpp'")
-    slots = announced("llamacpp", scenario, r"n_slots = (\d+)")
+    slots = announced(_run("llamacpp", scenario), r"n_slots = (\d+)")
     assert len(slots) == 1 and (cap["lo"], cap["hi"]) == (min(slots), max(slots))  # n_slots, as announced
     avail = one(con, """
         select bool_and(available) filter (where metric in ('e2e_s', 'tpot_s')) as timed,
@@ -319,7 +311,7 @@ def test_llamacpp_busy_slots_are_reconstructed_exactly_and_waiting_stays_unknown
         from b
     """)
     assert exact["n"] >= 0.9 * DURATION_S and exact["differ"] == 0
-    (slots,) = announced("llamacpp", "spike", r"n_slots = (\d+)")
+    (slots,) = announced(_run("llamacpp", "spike"), r"n_slots = (\d+)")
     assert exact["lim"] == slots and exact["peak"] == slots and exact["max_fill"] == 1.0  # the surge fills every slot
     q = one(con, "select count(*) as n, count(waiting) as known from queue_depth where engine = 'llamacpp'")
     assert q["n"] > 0 and q["known"] == 0

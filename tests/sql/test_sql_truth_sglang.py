@@ -4,12 +4,11 @@ what the SQL says must be what happened. Like tests/sql/test_sql_truth.py, for S
 
 from __future__ import annotations
 
-import re
 from functools import lru_cache
 from pathlib import Path
 
 import pytest
-from tests.helpers.sql_helpers import CANDIDATE_TRUTH_STATES
+from tests.helpers.sql_helpers import CANDIDATE_TRUTH_STATES, announced
 
 pytestmark = pytest.mark.slow
 
@@ -40,12 +39,6 @@ def _out(scenario: str, variant: str = "v0_5") -> Path:
     # built once per run, read by every pytest-xdist worker whose tests need it
     # (tests/helpers/run_store.py; the tests only read it)
     return built_once(run_tmp(), f"truth-sglang-{scenario}-{variant}", build).parent
-
-
-def announced(scenario: str, pattern: str) -> set[int]:
-    """The numbers `pattern` (one group) finds in the run's server logs, read here with a plain
-    regex: what the server announced at start-up."""
-    return {int(n) for log in sorted(_out(scenario).glob("*.log")) for n in re.findall(pattern, log.read_text())}
 
 
 @lru_cache(maxsize=None)
@@ -148,9 +141,9 @@ def test_logged_state_matches_truth(variant):
 def test_capacity_and_batch_fill_use_the_announced_limits():
     con = connect("spike")
     cap = one(con, "select max_num_seqs, max_batch_tokens, kv_capacity_tokens from capacity where instance = 'sglang-a'")
-    (seqs,) = announced("spike", r"max_running_requests=(\d+)")
-    (chunk,) = announced("spike", r"chunked_prefill_size=(\d+)")
-    (tokens,) = announced("spike", r"max_total_num_tokens=(\d+)")
+    (seqs,) = announced(_out("spike"), r"max_running_requests=(\d+)")
+    (chunk,) = announced(_out("spike"), r"chunked_prefill_size=(\d+)")
+    (tokens,) = announced(_out("spike"), r"max_total_num_tokens=(\d+)")
     assert cap == {"max_num_seqs": seqs, "max_batch_tokens": chunk, "kv_capacity_tokens": tokens}
     fill = one(con, "select min(max_num_seqs) as lo, max(fill) as fill, max(token_fill) as tf from batch_fill")
     assert fill["lo"] == seqs and 0 < fill["fill"] <= 1 and 0 < fill["tf"] <= 1
