@@ -67,7 +67,9 @@ def _stamp(line: str, year: int) -> dt.datetime | None:
                        tzinfo=dt.timezone.utc)
 
 
+@functools.cache
 def _year() -> int:
+    """The incident's year, for glog stamps that print none (asked at every line)."""
     return truth_requests()["arrival_ts"].min().year
 
 
