@@ -287,7 +287,6 @@ def test_dashboard_command_user_errors(tmp_path, store):
 
 
 def test_live_mode_follows_new_data_and_keeps_the_filters(tmp_path, monkeypatch):
-    from tests.helpers.dashboard_store import INCIDENT
     from servelens.pipeline.ingest import ingest
 
     # live mode and the filters are the subject, not the rollups: the page derives its views
