@@ -1,7 +1,7 @@
 """The whole-process CPU of `servelens sql "select 1"` (user + sys of the process tree, the
-children it waited for included: what /usr/bin/time -f "%U %S" reports, read here from
-wait4() to the microsecond rather than to its hundredths), for builds run alternately in the
-same minutes.
+children it waited for included: what /usr/bin/time -f "%U %S" reports, read from wait4()
+by bench/measure.py to the microsecond rather than to its hundredths), for builds run
+alternately in the same minutes.
 
     python bench/sqlfloor.py --store S --runs 15 A=/path/to/venvA/bin/servelens B=...
 """
@@ -11,17 +11,17 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
+import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from measure import run_cmd  # noqa: E402
 
 
 def one(exe: str, store: str, query: str) -> float:
-    proc = subprocess.Popen([exe, "sql", query, "--store", store], stdout=subprocess.DEVNULL)
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode:
-        raise SystemExit(f"{exe} failed ({proc.returncode})")
-    return usage.ru_utime + usage.ru_stime
+    return run_cmd([exe, "sql", query, "--store", store]).cpu_s
 
 
 def main() -> None:
