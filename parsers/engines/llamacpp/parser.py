@@ -196,7 +196,7 @@ def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     df = _header(lines["text"], wrap=lines["wrapper_ts"] if "wrapper_ts" in lines.columns else None)
     df = df.with_columns(lines["line"])
     df = _classified(df)
-    cont = df.select(_continues()).to_series()
+    cont = _continued(df)
     df = anchor(df)
     df = T.blocks(df)
     out = _events(df)
@@ -211,13 +211,32 @@ _SAMPLER_OPEN_RE = r"sampler params:\s*$"
 _RECORD_MAX = 200
 
 
+def _own() -> pl.Expr:
+    """True where a line carries a prefix of its own (it starts a message)."""
+    return (pl.col("_rel").is_not_null() | pl.col("_lvl").is_not_null() | pl.col("_port").is_not_null()
+            | pl.col("_form").is_in(["json", "text24", "tag", "part", "blob"]).fill_null(False))
+
+
+# the literal every message that opens a multi-line one holds (_TEMPLATE_OPEN_RE, _SAMPLER_OPEN_RE)
+_OPENS_HINT = "example_format: '|sampler params:"
+
+
+def _continued(df: pl.DataFrame) -> pl.Series:
+    """`_continues()` of a chunk's lines. Most chunks have no line without a prefix, or no
+    message that opens a multi-line one: then no line continues another, and the searches
+    and fills over every line are not needed."""
+    quick = df.select((~_own()).any().alias("bare"), pl.col("_msg").str.contains(_OPENS_HINT).any().alias("opens"))
+    if not (quick["bare"].item() and quick["opens"].item()):
+        return pl.repeat(False, df.height, dtype=pl.Boolean, eager=True).alias("_cont")
+    return df.select(_continues()).to_series()
+
+
 def _continues() -> pl.Expr:
     """True where a line continues the message of a line before it (it carries no prefix of
     its own). Lines of a router's child come one log call each, under its port, so never."""
     f = pl.col("_form")
     idx = pl.int_range(pl.len(), dtype=pl.Int64)
-    own = (pl.col("_rel").is_not_null() | pl.col("_lvl").is_not_null() | pl.col("_port").is_not_null()
-           | f.is_in(["json", "text24", "tag", "part", "blob"]).fill_null(False))
+    own = _own()
     quoted = pl.col("_msg").str.extract(_TEMPLATE_OPEN_RE, 1)
     opens = own & (quoted.str.count_matches("'", literal=True) % 2 == 1).fill_null(False)
     last_open = pl.when(opens).then(idx).forward_fill().shift(1)
