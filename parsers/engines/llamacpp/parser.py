@@ -469,6 +469,8 @@ _ERROR_RE = (
     r"|failed to decode the batch|failed to (?:initialize batch|decode, ret = )|Invalid input batch"
     r"|inconsistent sequence positions|Assertion `.*' failed|^srv +send_error: "
 )
+# a literal of each rare pattern of `_events` (aborts, capacity, model, unified KV)
+_RARE_HINT = "cancel task|n_slots|n_seq_max|n_parallel|n_ctx|-> Slot|loading model|kv_unified"
 _ACCESS_RE = r"(?:^|: )(?:done )?request: ([A-Z]+) (\S+) (\S+) ([0-9]{3})\s*$"
 # llama-box: `srv  log_server_request: rid 959706094865 | POST /v1/chat/completions 1.2.3.4:52058`
 # as the request arrives (a `log`), `srv  log_server_response: rid ... | GET /v1/models
@@ -491,7 +493,10 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
     arrived = msg.str.contains(r"^(?:processing task|slot is processing task)") | msg.str.contains(
         r"^slot [0-9]+ is processing \[task id: [0-9]+\]")
     finished = msg.str.contains(r"^(?:stop processing|slot released|slot [0-9]+ released)")
-    aborted_id = msg.str.extract(r"cancel task, id_task = ([0-9]+)", 1)
+    # the start-up and abort lines: a few per run among every request's lines, so their
+    # patterns run only on the messages holding one of their literals
+    rare = pl.when(msg.str.contains(_RARE_HINT)).then(msg)
+    aborted_id = rare.str.extract(r"cancel task, id_task = ([0-9]+)", 1)
     # `new prompt, n_ctx_slot = N, n_keep = N, n_prompt_tokens = N` (2025: `task.n_tokens = N`):
     # the task's whole prompt, cached part included
     np_msg = pl.when(msg.str.starts_with("new prompt,")).then(msg)
@@ -505,23 +510,23 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
     # done, B in this batch), `... n_tokens = P, batch.n_tokens = B, progress = F` (2025-26)
     ppp = pl.when(msg.str.starts_with("prompt processing progress,")).then(msg).str.extract_groups(
         r"^prompt processing progress, (?:n_past = ([0-9]+), n_tokens = ([0-9]+)|n_tokens = ([0-9]+), batch\.n_tokens = ([0-9]+)), progress = ([0-9.]+)")
-    n_slots = pl.coalesce(msg.str.extract(r"initializing(?: slots)?, n_slots = ([0-9]+)", 1).cast(pl.Int64, strict=False),
+    n_slots = pl.coalesce(rare.str.extract(r"initializing(?: slots)?, n_slots = ([0-9]+)", 1).cast(pl.Int64, strict=False),
                           pl.when(msg == "initializing slots").then(pl.col("_x_n_slots").cast(pl.Int64, strict=False)))
-    n_seq = msg.str.extract(r"^(?:n_seq_max|n_parallel)\s*=\s*([0-9]+)", 1).cast(pl.Int64, strict=False)
+    n_seq = rare.str.extract(r"^(?:n_seq_max|n_parallel)\s*=\s*([0-9]+)", 1).cast(pl.Int64, strict=False)
     n_ctx = pl.coalesce(
         pl.when(fn.is_in(["llama_context", "llama_new_context_with_model", "llama_init_from_model"])).then(
-            msg.str.extract(r"^n_ctx\s*=\s*([0-9]+)", 1).cast(pl.Int64, strict=False)),
+            rare.str.extract(r"^n_ctx\s*=\s*([0-9]+)", 1).cast(pl.Int64, strict=False)),
         # `llama_kv_cache: size = 2048.00 MiB ( 16384 cells,  32 layers,  1/1 seqs), ...`
         pl.when(fn.is_in(["llama_kv_cache", "llama_kv_cache_unified"])).then(
             msg.str.extract(r"^size =\s*[0-9.]+ MiB \(\s*([0-9]+) cells", 1).cast(pl.Int64, strict=False)),
     )
     n_ctx_slot_new = pl.coalesce(
-        msg.str.extract(r"(?:new slot,?|^initializing, n_slots = [0-9]+,) n_ctx_slot = ([0-9]+)", 1).cast(pl.Int64, strict=False),
+        rare.str.extract(r"(?:new slot,?|^initializing, n_slots = [0-9]+,) n_ctx_slot = ([0-9]+)", 1).cast(pl.Int64, strict=False),
         pl.when(msg == "new slot").then(pl.col("_x_n_ctx_slot").cast(pl.Int64, strict=False)),
-        msg.str.extract(r"^ -> Slot [0-9]+ - max context: ([0-9]+)", 1).cast(pl.Int64, strict=False),
+        rare.str.extract(r"^ -> Slot [0-9]+ - max context: ([0-9]+)", 1).cast(pl.Int64, strict=False),
     )
     model = pl.coalesce(
-        msg.str.extract(r"loading model '([^']+)'", 1),
+        rare.str.extract(r"loading model '([^']+)'", 1),
         pl.when(msg.str.contains("general.name", literal=True)).then(msg)
         .str.extract(r"general\.name\s+(?:str\s+)?=\s+(.+?)\s*$", 1),
     )
@@ -549,7 +554,7 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         aborted_id.cast(pl.Int64, strict=False).alias("_abort_task"),
         new_prompt.alias("_np_tokens"),
         # kv_unified = 'true': every slot draws on one pool of n_ctx_slot cells
-        msg.str.extract(r"kv_unified = '(\w+)'", 1).alias("_kv_unified"),
+        rare.str.extract(r"kv_unified = '(\w+)'", 1).alias("_kv_unified"),
     )
     # 2023's `slot 0 released (N tokens in cache)` names its slot only: the task that slot
     # took last
