@@ -481,6 +481,8 @@ def _create(con: duckdb.DuckDBPyConnection, path: Path, sql: str) -> None:
         raise RuntimeError(f"{path.name}: {e}") from e
     # parsed ahead only from its second use in this process: a one-query process (`servelens
     # sql`) would pay for a parsing database of its own and parse the text twice
+    if len(_CREATED) >= 512:  # texts of rollup paths and time ranges vary: keep it bounded
+        _CREATED.clear()
     _CREATED.add(sql)
 
 
