@@ -125,11 +125,16 @@ def view_sql(path: Path) -> str:
 
 def view_name(path: Path) -> str:
     """The view a file defines; raises if the file is not one `create or replace view`."""
-    text = _text(path)
-    names = _VIEW_RE.findall(text)
+    names = _names_in(_text(path))
     if len(names) != 1:
         raise ValueError(f"{path.name}: expected exactly one `create or replace view`, found {len(names)}")
     return names[0]
+
+
+@functools.lru_cache(maxsize=256)
+def _names_in(text: str) -> tuple[str, ...]:
+    """The views a file's text creates (asked for each file by every connection)."""
+    return tuple(_VIEW_RE.findall(text))
 
 
 def define_view(con: duckdb.DuckDBPyConnection, name: str, directory: Path | None = None) -> None:
@@ -157,16 +162,18 @@ def _identifiers(sql: str) -> set[str]:
     return out
 
 
-def _table_references(sql: str) -> set[str]:
+@functools.lru_cache(maxsize=256)
+def _table_references(sql: str) -> frozenset[str]:
     """The words of `sql` that follow `from` or `join`: the tables and views it reads (the
     views of sql/ name what they read that way; a column that shares a view's name, such as
-    scaling_signals' `throughput`, is not a dependency)."""
+    scaling_signals' `throughput`, is not a dependency). Once per text: the load order and
+    the dependencies both ask it of every view file."""
     tokens = duckdb.tokenize(sql)
     words = []
     for i, (start, _kind) in enumerate(tokens):
         end = tokens[i + 1][0] if i + 1 < len(tokens) else len(sql)
         words.append(sql[start:end].strip().strip('"').lower())
-    return {w for prev, w in zip(words, words[1:]) if prev in ("from", "join")}
+    return frozenset(w for prev, w in zip(words, words[1:]) if prev in ("from", "join"))
 
 
 def view_dependencies(directory: Path | None = None) -> dict[str, frozenset[str]]:
@@ -469,9 +476,17 @@ def load_views(
 
 def _create(con: duckdb.DuckDBPyConnection, path: Path, sql: str) -> None:
     try:
-        con.execute(_parsed(sql) or sql)
+        con.execute(_parsed(sql) or sql if sql in _CREATED else sql)
     except duckdb.Error as e:
         raise RuntimeError(f"{path.name}: {e}") from e
+    # parsed ahead only from its second use in this process: a one-query process (`servelens
+    # sql`) would pay for a parsing database of its own and parse the text twice
+    if len(_CREATED) >= 512:  # texts of rollup paths and time ranges vary: keep it bounded
+        _CREATED.clear()
+    _CREATED.add(sql)
+
+
+_CREATED: set[str] = set()
 
 
 def _create_over_stubs(con: duckdb.DuckDBPyConnection, statements: list[tuple[str, Path, str]],

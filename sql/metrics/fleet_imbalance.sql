@@ -29,24 +29,16 @@ params as (
         coalesce(try_cast(getvariable('fleet_load_ratio') as double), 3.0) as load_ratio,
 ),
 
--- the model each instance serves: the one its lines name most
-models as (
-    select engine, instance, mode(model) as model,
-    from events
-    where model is not null and engine not in ('client', 'unknown')
-    group by all
-),
-
 replicas as (
     select
-        w.engine, w.instance, m.model, w.window_index, w.window_start, w.window_end, w.window_s,
+        -- the model each instance serves (window_metrics.model: the one its lines name most)
+        w.engine, w.instance, w.model, w.window_index, w.window_start, w.window_end, w.window_s,
         w.waiting_avg,
         coalesce(w.running_avg, 0) + coalesce(w.waiting_avg, 0) as load_avg,
         w.running_avg is not null or w.waiting_avg is not null as has_state,
         -- a replica that crashed in the window (CUDA OOM, engine dead) is no room to route to
         coalesce(w.n_severe_errors, 0) = 0 as healthy,
     from window_metrics as w
-    left join models as m using (engine, instance)
     where w.engine not in ('client', 'unknown')
 ),
 

@@ -23,7 +23,9 @@
 --   requests.frontend_delay_s: client send -> the server's arrival; null without a client
 --   results file), idle (true when nothing shows
 --   activity: no arrivals, finishes or HTTP requests, nothing running or waiting, no
---   generation throughput; null for engine `unknown`).
+--   generation throughput; null for engine `unknown`), model (the model the instance
+--   serves: the one its lines name most, of equally named the first by name; null when
+--   they name none).
 create or replace view window_metrics as
 with
 
@@ -208,6 +210,14 @@ errs as (
     group by all
 ),
 
+-- the model each instance serves, kept with its windows so that a reader of the stored rows
+-- (fleet_imbalance's deployments) need not scan the events for it
+models as (
+    select engine, instance, arg_min(model, (-n, model)) as model,
+    from (select engine, instance, model, count(*) as n from events where model is not null group by all)
+    group by all
+),
+
 -- the windows grid, taken from throughput (one row per window of `windows`, with the same
 -- bounds) so that the grid is computed once
 grid as (
@@ -271,7 +281,7 @@ joined as (
 
 final as (
     select
-        * exclude (gen_tps_logged, http_requests),
+        j.* exclude (gen_tps_logged, http_requests),
         -- a file no parser recognised tells nothing about activity: neither idle nor busy
         case when engine <> 'unknown' then
             coalesce(arrived, 0) = 0
@@ -281,7 +291,9 @@ final as (
             and coalesce(running_max, 0) = 0
             and coalesce(gen_tps_logged, 0) = 0
         end as idle,
-    from joined
+        m.model,
+    from joined as j
+    left join models as m using (engine, instance)
 )
 
 select * from final
