@@ -38,8 +38,8 @@ PAGE_VIEWS = ("scaling_signals", "windows", "incident_summary", "metric_availabi
               "kv_cache", "latency_percentiles", "throughput", "errors", "requests")
 # Views that several others read (requests by six of them, request_state's per-second
 # reconstruction by three) or that cost seconds, and that do not depend on the window width:
-# evaluated once per store version into tables of the dashboard's connection, in this
-# (dependency) order. The tables are kept compressed (PACKED): on a 10M-request store the 5M
+# read from their rollups when the store's are fresh (WIDTH_FREE_ROLLUPS), else evaluated
+# once per store version into tables of the dashboard's connection, in this (dependency) order. The tables are kept compressed (PACKED): on a 10M-request store the 5M
 # per-second samples of queue_depth took 310 MB as a plain temp table, 22 MB compressed (and
 # batch_fill about twice that), and a query over them reads less.
 SHARED = ("requests", "request_state", "engine_stats", "queue_depth", "batch_fill", "kv_cache")
@@ -176,7 +176,7 @@ class _Connection:
             # wide enough for the widest window the sidebar offers, as one connection serves all
             variables = {**variables, "range_margin_s": max(float(variables.get("range_margin_s", RANGE_MARGIN_S)),
                                                             2 * LARGEST_WINDOW_S)}
-        # only the width-independent rollups (requests, request_state: pipeline/query/rollups.py):
+        # only the width-independent rollups (WIDTH_FREE_ROLLUPS: pipeline/query/rollups.py):
         # the stored window_metrics is of the base width only, and this one connection
         # evaluates the per-window views at every width the sidebar offers; shared=False: this
         # class copies the views every chart reads into tables itself (SHARED, below)
@@ -295,7 +295,9 @@ class _Connection:
         self.window_s = None
 
 
-WIDTH_FREE_ROLLUPS = ("requests", "request_state")
+# The stored views (pipeline/query/stored.py) that do not read the window width: the connection
+# binds them over their rollups (when fresh) for every width, and copies none into a table.
+WIDTH_FREE_ROLLUPS = ("requests", "request_state", "engine_stats", "queue_depth", "batch_fill", "kv_cache")
 
 
 def _stored_window_metrics(store: str, variables: dict[str, Any]) -> Path | None:

@@ -66,7 +66,7 @@ def _sorted(df: pl.DataFrame) -> pl.DataFrame:
 
 def test_a_window_change_evaluates_only_the_views_of_that_width(store):
     conn = _connection(store)
-    # requests and request_state are read from their rollups, not copied
+    # the width-free views are read from their rollups, not copied
     assert set(data.SHARED) - set(conn.shared) == set(data.WIDTH_FREE_ROLLUPS)
     assert [(v, w) for v, w, _ in conn.evaluated] == [(v, None) for v in conn.shared]
     conn.use_window(60.0)
@@ -80,7 +80,7 @@ def test_a_window_change_evaluates_only_the_views_of_that_width(store):
     tables = {r[0] for r in conn.con.execute("select table_name from duckdb_tables() where database_name = ?",
                                              [data.PACKED]).fetchall()}
     assert {f"w60_{v}" for v in data.PER_WINDOW} | {f"w300_{v}" for v in data.PER_WINDOW} | set(conn.shared) == tables
-    assert conn.shared and not conn.con.execute("select table_name from duckdb_tables() where temporary").fetchall()
+    assert tables and not conn.con.execute("select table_name from duckdb_tables() where temporary").fetchall()
     temp_views = {r[0] for r in conn.con.execute("select view_name from duckdb_views() where temporary and not internal").fetchall()}
     assert set(conn.shared) | set(data.PER_WINDOW) == temp_views
     # the same connection serves every width and every query of the store version

@@ -1,5 +1,5 @@
-"""Rollups (pipeline/query/rollups.py): the stored views (requests, request_state, window_metrics)
-must answer exactly what the raw views answer, on every sample set, on simulated stores, and after every way a store changes
+"""Rollups (pipeline/query/rollups.py): the stored views (requests, request_state, engine_stats,
+queue_depth, batch_fill, kv_cache, window_metrics) must answer exactly what the raw views answer, on every sample set, on simulated stores, and after every way a store changes
 (a tail of many small commits, re-ingest, compaction, a lost rollup file and repair); when it
 cannot (dirty marks, other variables) the raw path answers."""
 
@@ -34,7 +34,10 @@ REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "sample_logs"
 UTC = dt.timezone.utc
 # the stored views, and views over them (compared through the rollups and raw)
-VIEWS = ("requests", "request_state", "window_metrics", "scaling_signals", "latency_percentiles", "queue_depth")
+VIEWS = ("requests", "request_state", "engine_stats", "queue_depth", "batch_fill", "kv_cache", "window_metrics",
+         "scaling_signals", "latency_percentiles")
+# the stored views that do not read the window width (the dashboard binds them whatever width it shows)
+WIDTH_FREE = {"requests", "request_state", "engine_stats", "queue_depth", "batch_fill", "kv_cache"}
 
 build_app()
 runner = CliRunner()
@@ -118,9 +121,10 @@ def same_rows(store: Path, views=VIEWS, raw: dict[str, pl.DataFrame] | None = No
     # latency_percentiles reads the scraped histograms where no request carries a latency
     assert bound_views(store, "latency_percentiles", **kw) - {"events", "samples"} == {
         "latency_percentiles", "requests", "scraped_latency"}
-    queue = bound_views(store, "queue_depth", **kw)
-    assert queue >= {"queue_depth", "request_state"}
-    assert "requests" not in queue
+    # queue_depth is read as stored: not even the per-second state it is derived from is bound
+    assert bound_views(store, "queue_depth", **kw) - {"events", "samples"} == {"queue_depth"}
+    assert over_rollups(store, "queue_depth", **kw) == {"queue_depth"}
+    assert "request_state" in bound_views(store, "queue_depth", rollups=False, **kw)
     raw = answers(store, views, True, **kw) if raw is None else raw
     rolled = answers(store, views, False, **kw)
     for view in views:
@@ -174,8 +178,12 @@ def test_rollup_equals_raw_on_every_sample_set(tmp_path, name, request):
     assert counts["window_metrics"] == m["rollups"]["window_metrics"]["rows"] > 0
     assert counts["requests"] == m["rollups"]["requests"]["rows"] > 0
     assert counts["request_state"] == m["rollups"]["request_state"]["rows"]
+    for view in rollup.VIEWS:
+        assert counts[view] == m["rollups"][view]["rows"], view
     if name.startswith("incident"):
         assert counts["scaling_signals"] > 0  # the incident fires signals: compared for real
+        # and its vLLM servers log stats lines: every width-free view has rows to compare
+        assert min(counts[v] for v in WIDTH_FREE) > 0
 
 
 def test_the_cli_forces_the_raw_path(incident_store):
@@ -357,15 +365,16 @@ def test_lost_or_damaged_rollup_falls_back_and_repair_or_compact_rebuild_it(own_
     path = store / manifest(store)["rollups"]["window_metrics"]["path"]
     path.unlink()
     assert rollup.status(store) == "unusable"
-    # window_metrics from its SQL, over the (intact) requests and request_state rollups
+    # window_metrics from its SQL, over the (intact) width-free rollups
     over, got = over_rollups_and_answer(store, "scaling_signals")
-    assert over == {"requests", "request_state"}
+    assert over == WIDTH_FREE
     assert_frame_equal(got, raw["scaling_signals"])
-    # a lost requests rollup: everything above it from its SQL too
+    # a lost requests rollup: everything above it from its SQL too (the engine stats beneath
+    # it, stored apart, still read from theirs)
     (store / manifest(store)["rollups"]["requests"]["path"]).unlink()
     assert rollup.status(store, None, "requests") == "unusable"
     over, got = over_rollups_and_answer(store, "latency_percentiles")
-    assert over == set()
+    assert over == {"engine_stats"}
     assert_frame_equal(got, raw["latency_percentiles"])
     out = cli("repair", "--store", store)
     assert "rollup" in out.lower()
@@ -449,7 +458,7 @@ def test_other_variables_fall_back_to_raw(incident_store, incident_raw_30s):
     thirty = {"window_s": 30}
     assert rollup.status(store, thirty) == "unusable"
     # window_metrics from its SQL at 30 s, over the width-independent rollups
-    assert over_rollups(store, "scaling_signals", variables=thirty) == {"requests", "request_state"}
+    assert over_rollups(store, "scaling_signals", variables=thirty) == WIDTH_FREE
     got = answer(store, "window_metrics", raw=False, variables=thirty)
     assert_frame_equal(got, incident_raw_30s)
     assert got["window_s"].unique().to_list() == [30.0]
@@ -500,13 +509,13 @@ def test_ranged_answers_through_the_rollups_equal_the_raw_ranged_answers(inciden
 
 
 def test_the_dashboard_connection_reads_the_width_independent_rollups(incident_store, incident_raw_30s):
-    """One connection serves every width (the dashboard's): requests and request_state over
-    their rollups, window_metrics from its SQL, right at any width set on it."""
+    """One connection serves every width (the dashboard's): the width-free views over their
+    rollups, window_metrics from its SQL, right at any width set on it."""
     store = incident_store
-    con = connect(store, rollups=("requests", "request_state"))
+    con = connect(store, rollups=tuple(sorted(WIDTH_FREE)))
     try:
         views = dict(con.execute("select view_name, sql from duckdb_views() where not internal").fetchall())
-        assert f"/{rollup.ROLLUP_DIR}/" in views["requests"] and f"/{rollup.ROLLUP_DIR}/" in views["request_state"]
+        assert all(f"/{rollup.ROLLUP_DIR}/" in views[v] for v in WIDTH_FREE)
         assert f"/{rollup.ROLLUP_DIR}/" not in views["window_metrics"]
         con.execute("set variable window_s = 30")
         got = con.sql("select * from window_metrics order by all").pl()
