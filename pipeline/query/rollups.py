@@ -10,6 +10,9 @@ rebuild them from every event on each query. Stored, in dependency order (VIEWS)
   per-sample series, independent of the window width too. The dashboard binds them over
   their files rather than evaluating them (batch_fill's ASOF joins over every per-second
   sample are the dearest), and window_metrics' refresh reads them from there;
+- `windows`, `errors`, `throughput`, `latency_percentiles` at the base window (the variables they
+  read at their default values): the dashboard's first page reads them at its default width,
+  `servelens sql` at the base width;
 - `window_metrics` (sql/metrics/window_metrics.sql) at the base window (the variables it reads at their default
   values): scaling_signals, autoscaler_*, incident_summary, metric_series read it.
 
@@ -68,6 +71,10 @@ SORT = {
     "queue_depth": ("engine", "instance", "ts"),
     "batch_fill": ("engine", "instance", "ts"),
     "kv_cache": ("engine", "instance", "ts"),
+    "windows": ("engine", "instance", "window_start"),
+    "errors": ("engine", "instance", "window_start", "kind"),
+    "throughput": ("engine", "instance", "window_start"),
+    "latency_percentiles": ("engine", "instance", "window_start", "model"),
     "window_metrics": ("engine", "instance", "window_index"),
 }
 ROW_GROUP_ROWS = 65_536

@@ -522,32 +522,41 @@ def test_a_narrowing_filter_tests_each_pair(store):
     assert not sidebar.resolve(_default_spec(models=(model,)), cat).every
 
 
-def test_the_default_width_reads_the_stored_window_metrics(store):
+def test_the_default_width_reads_the_stored_per_window_views(store):
     conn = _connection(store)
     default = float(data.thresholds(None)["window_s"])
-    assert conn.stored_width == default and conn.stored_window_metrics is not None
-    assert conn.stored_window_metrics.parent.name == "rollups"
+    assert conn.stored_width == default
+    # every per-window view stored at the base width (pipeline/query/stored.py) is read from its file
+    assert set(conn.stored_per_window) == {"windows", "errors", "throughput", "latency_percentiles", "window_metrics"}
+    assert {p.parent.name for p in conn.stored_per_window.values()} == {"rollups"}
+    got, other = {}, {}
     with conn.lock:
         conn.use_window(default)
-        got = data.run_on(conn.con, "select * from window_metrics")
-        conn.use_window(120.0)  # another width: derived by the view
-        other = data.run_on(conn.con, "select * from window_metrics")
-    # the stored rows are those the view computes from the events
-    want = run(store, "select * from window_metrics", variables={"window_s": default}, rollups=False)
-    assert got.height == want.height > 0
-    assert_frame_equal(_sorted(got), _sorted(want))
-    assert other.height > 0 and set(other["window_s"].to_list()) == {120.0}
+        for view in conn.stored_per_window:
+            got[view] = data.run_on(conn.con, f"select * from {view}")
+        conn.use_window(120.0)  # another width: derived by the views
+        for view in conn.stored_per_window:
+            other[view] = data.run_on(conn.con, f"select * from {view}")
+    for view in conn.stored_per_window:
+        # the stored rows are those the view computes from the events
+        want = run(store, f"select * from {view}", variables={"window_s": default}, rollups=False)
+        assert got[view].height == want.height, view
+        assert_frame_equal(_sorted(got[view]), _sorted(want))
+    assert got["window_metrics"].height > 0 and got["latency_percentiles"].height > 0
+    assert other["window_metrics"].height > 0 and set(other["window_metrics"]["window_s"].to_list()) == {120.0}
+    assert set(other["windows"]["window_s"].to_list()) == {120.0}
 
 
 def test_without_a_usable_rollup_the_default_width_is_derived(store, monkeypatch):
     monkeypatch.setenv("SERVELENS_NO_ROLLUPS", "1")
     conn = _connection(store)
-    assert conn.stored_window_metrics is None
+    assert conn.stored_per_window == {} and conn.shared == list(data.SHARED)
     with conn.lock:
         conn.use_window(60.0)
-        got = data.run_on(conn.con, "select * from window_metrics")
-    want = run(store, "select * from window_metrics", variables={"window_s": 60.0}, rollups=False)
-    assert_frame_equal(_sorted(got), _sorted(want))
+        got = {view: data.run_on(conn.con, f"select * from {view}") for view in ("window_metrics", "latency_percentiles")}
+    for view, rows in got.items():
+        want = run(store, f"select * from {view}", variables={"window_s": 60.0}, rollups=False)
+        assert_frame_equal(_sorted(rows), _sorted(want))
 
 
 def test_the_other_widths_nearest_slider_steps_first():
