@@ -645,17 +645,21 @@ def kv_cache(cfg: Settings, f: Filters) -> pl.DataFrame:
 def kv_devices(cfg: Settings, f: Filters) -> list[str]:
     """The devices the selected instances' logs name for their KV cache (`GPU`, `CPU`,
     `XPU`, `TPU`: vLLM's `<device> KV cache size` / `# <device> blocks` at start-up, and a
-    stats line whose label is not GPU), from the few capacity events."""
+    stats line whose label is not GPU), from the few capacity events: read once per store
+    version for every instance (a scan of the events' columns), the selection kept here, so
+    that a filter change queries nothing."""
     df = query(
         cfg,
-        f"""
-        select distinct upper(attrs->>'kv_device') as device
+        """
+        select distinct engine, instance, upper(attrs->>'kv_device') as device
         from events
-        where {f.target} and event = 'capacity' and attrs like '%kv_device%'
+        where event = 'capacity' and attrs like '%kv_device%'
         """,
-        {k: v for k, v in f.params().items() if k == "targets"} or None,
     )
-    return sorted(d for d in df["device"].to_list() if d) if df.height else []
+    targets = set(f.targets)
+    # (Filters.target's condition, on the few rows here)
+    keep = (lambda e, i: e != "unknown" and i is not None) if f.every else (lambda e, i: (e, i) in targets)
+    return sorted({d for e, i, d in df.iter_rows() if d and keep(e, i)})
 
 
 def latency(cfg: Settings, f: Filters) -> pl.DataFrame:

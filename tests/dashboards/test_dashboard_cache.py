@@ -21,6 +21,7 @@ from servelens.pipeline.query.connect import connect, run_on
 from servelens.pipeline.query.connect import run as _run
 
 APP = Path(__file__).resolve().parents[2] / "dashboards" / "app.py"
+REPO = Path(__file__).resolve().parents[2]
 UTC = dt.timezone.utc
 
 
@@ -648,3 +649,34 @@ def test_where_a_width_is_slow_the_warm_up_waits_for_a_longer_pause(store, monke
     serve.warm(["--store", str(store)], idle_s=0.1)
     assert waits == [12.5 if slow else 0.1] * (len(sidebar.WINDOWS) - 1)
     assert sorted(_connection(store).widths) == sorted(sidebar.WINDOWS.values())
+
+
+def test_the_kv_devices_of_a_selection_and_a_filter_change_scans_no_events(store, monkeypatch):
+    """kv_devices reads the capacity events once per store version for every instance and
+    keeps the selection's: the same devices as the query over the selection's own events."""
+    import re
+
+    cfg = data.Settings(store=str(store))
+    cat = data.catalog(cfg)
+    every = sidebar.resolve(_default_spec(), cat)
+    ones = [sidebar.resolve(_default_spec(engines=(e,), instances=(i,)), cat) for e, i in every.targets]
+    ran: list[str] = []
+    real = data.run_on
+
+    def spy(con, sql, params=None, limits=None):
+        ran.append(" ".join(sql.split()))
+        return real(con, sql, params, limits)
+
+    monkeypatch.setattr(data, "run_on", spy)
+    got = {f.targets: data.kv_devices(cfg, f) for f in [every, *ones]}
+    assert len([q for q in ran if "from events" in q]) == 1  # once, whatever the selection
+    devices = "select distinct upper(attrs->>'kv_device') as device from events where event = 'capacity' and attrs like '%kv_device%'"
+    for f in [every, *ones]:
+        want = run(store, f"{devices} and {data._EVERY}" if f.every else
+                   f"{devices} and engine = $engine and instance = $instance",
+                   None if f.every else {"engine": f.targets[0][0], "instance": f.targets[0][1]})
+        assert got[f.targets] == sorted(d for d in want["device"].to_list() if d), f.targets
+    # the incident's vLLM servers announce their GPU KV cache at start-up (what their logs say)
+    announced = {p.stem for p in (REPO / "sample_logs" / "incident" / "vllm").glob("*.log")
+                 if re.search(r"GPU KV cache size|# GPU blocks", p.read_text())}
+    assert announced and {f.targets[0][1] for f in ones if got[f.targets] == ["GPU"]} == announced
