@@ -156,8 +156,8 @@ def test_the_shared_tables_are_the_views(store):
         assert_frame_equal(_sorted(got), _sorted(want))
 
 
-def test_a_window_change_runs_only_the_queries_that_read_the_window(store, monkeypatch):
-    monkeypatch.setenv("SERVELENS_STORE", str(store))
+def _spy_queries(monkeypatch) -> list[str]:
+    """The SQL of every query the dashboard runs from now on (whitespace collapsed), in order."""
     ran: list[str] = []
     real = data.run_on
 
@@ -166,6 +166,12 @@ def test_a_window_change_runs_only_the_queries_that_read_the_window(store, monke
         return real(con, sql, params, limits)
 
     monkeypatch.setattr(data, "run_on", spy)
+    return ran
+
+
+def test_a_window_change_runs_only_the_queries_that_read_the_window(store, monkeypatch):
+    monkeypatch.setenv("SERVELENS_STORE", str(store))
+    ran = _spy_queries(monkeypatch)
     at = AppTest.from_file(str(APP), default_timeout=120)
     at.run()
     assert not at.exception
@@ -660,14 +666,7 @@ def test_the_kv_devices_of_a_selection_and_a_filter_change_scans_no_events(store
     cat = data.catalog(cfg)
     every = sidebar.resolve(_default_spec(), cat)
     ones = [sidebar.resolve(_default_spec(engines=(e,), instances=(i,)), cat) for e, i in every.targets]
-    ran: list[str] = []
-    real = data.run_on
-
-    def spy(con, sql, params=None, limits=None):
-        ran.append(" ".join(sql.split()))
-        return real(con, sql, params, limits)
-
-    monkeypatch.setattr(data, "run_on", spy)
+    ran = _spy_queries(monkeypatch)
     got = {f.targets: data.kv_devices(cfg, f) for f in [every, *ones]}
     assert len([q for q in ran if "from events" in q]) == 1  # once, whatever the selection
     devices = "select distinct upper(attrs->>'kv_device') as device from events where event = 'capacity' and attrs like '%kv_device%'"
