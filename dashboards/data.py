@@ -387,6 +387,12 @@ def warm(cfg: Settings, widths: tuple[float, ...] = (), idle_s: float = 0.0) -> 
     anything for `idle_s` seconds; the default width the one shown at the end. `servelens
     dashboard` calls this while its server starts (dashboards/serve.py), so that the first
     visitor and the first change of width do not pay it."""
+    # numpy fully imported on this thread first: Altair refers to it lazily, and the chart
+    # the server's warm-up validates next (dashboards/serve.py) found it half-imported when
+    # the first visitor's script was importing it on another thread (a connection read from
+    # rollups is ready that early)
+    import numpy  # noqa: F401
+
     variables = _variables(cfg)
     default = float(dict(variables)["window_s"])
     conn = _connection(cfg.store, store_version(cfg.store), variables, cfg.time_range)
