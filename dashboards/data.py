@@ -29,6 +29,7 @@ import streamlit as st
 from servelens.pipeline.query.connect import QueryError, one_line, run_on
 from servelens.pipeline.query.connect import connect
 from servelens.pipeline.query.sandbox import Limits
+from servelens.pipeline.query.stored import literal
 from servelens.pipeline.store.manifest import StoreError
 from servelens.pipeline.query.timerange import RANGE_MARGIN_S, TimeRange
 
@@ -38,8 +39,8 @@ PAGE_VIEWS = ("scaling_signals", "windows", "incident_summary", "metric_availabi
               "kv_cache", "latency_percentiles", "throughput", "errors", "requests")
 # Views that several others read (requests by six of them, request_state's per-second
 # reconstruction by three) or that cost seconds, and that do not depend on the window width:
-# evaluated once per store version into tables of the dashboard's connection, in this
-# (dependency) order. The tables are kept compressed (PACKED): on a 10M-request store the 5M
+# read from their rollups when the store's are fresh (WIDTH_FREE_ROLLUPS), else evaluated
+# once per store version into tables of the dashboard's connection, in this (dependency) order. The tables are kept compressed (PACKED): on a 10M-request store the 5M
 # per-second samples of queue_depth took 310 MB as a plain temp table, 22 MB compressed (and
 # batch_fill about twice that), and a query over them reads less.
 SHARED = ("requests", "request_state", "engine_stats", "queue_depth", "batch_fill", "kv_cache")
@@ -176,20 +177,31 @@ class _Connection:
             # wide enough for the widest window the sidebar offers, as one connection serves all
             variables = {**variables, "range_margin_s": max(float(variables.get("range_margin_s", RANGE_MARGIN_S)),
                                                             2 * LARGEST_WINDOW_S)}
-        # only the width-independent rollups (requests, request_state: pipeline/query/rollups.py):
-        # the stored window_metrics is of the base width only, and this one connection
-        # evaluates the per-window views at every width the sidebar offers; shared=False: this
-        # class copies the views every chart reads into tables itself (SHARED, below)
+        # the PER_WINDOW views as stored at the base width (the variables' window_s), when
+        # fresh and of these variables: the default width's rows are read (tens of thousands),
+        # not derived again from the requests and the per-second state
+        self.stored_width: float | None = None
+        self.stored_per_window: dict[str, Path] = {}
+        if time_range is None:
+            self.stored_per_window = _stored_per_window(store, variables)
+            if self.stored_per_window:
+                self.stored_width = float(variables["window_s"])
+        # bound over rollups: only the width-independent ones (WIDTH_FREE_ROLLUPS:
+        # pipeline/query/rollups.py), as this one connection evaluates the per-window views at
+        # every width the sidebar offers; the base width's files are only made readable.
+        # shared=False: this class copies the views every chart reads into tables itself
+        # (SHARED, below)
+        readable = tuple(self.stored_per_window.values())
         try:
             self.con = connect(store, variables, page_limits(), time_range=time_range, views=views, rollups=WIDTH_FREE_ROLLUPS,
-                               shared=False)
+                               shared=False, readable=readable)
         except QueryError as e:
             # `views` makes connect read only the first part's schema: parts of older schemas
             # need union_by_name (what query.run does on the same error)
             if "schema mismatch" not in str(e):
                 raise
             self.con = connect(store, variables, page_limits(), time_range=time_range, views=views, union_by_name=True,
-                               rollups=WIDTH_FREE_ROLLUPS, shared=False)
+                               rollups=WIDTH_FREE_ROLLUPS, shared=False, readable=readable)
         self.lock = threading.Lock()
         # with a time range the views are bound in schema `scan` over the widened range (and
         # `main` keeps the rows in the range): the tables take the widened rows, as the views
@@ -205,15 +217,6 @@ class _Connection:
             "select view_name, sql from duckdb_views() where not internal").fetchall() if "/rollups/" in sql}
         self.shared = [view for view in SHARED if view not in rolled]
         self.con.execute(f"attach ':memory:' as {PACKED} (compress)")
-        # window_metrics as stored at the base width (the variables' window_s), when fresh and
-        # of these variables: the default width's rows read (tens of thousands), not derived
-        # again from the requests and the per-second state (seconds of CPU on a big store)
-        self.stored_width: float | None = None
-        self.stored_window_metrics: Path | None = None
-        if time_range is None:
-            path = _stored_window_metrics(store, variables)
-            if path is not None:
-                self.stored_width, self.stored_window_metrics = float(variables["window_s"]), path
         for view in self.shared:
             self._evaluate(view)
 
@@ -231,17 +234,10 @@ class _Connection:
             self.con.execute(f"create or replace table {PACKED}.main.{view} as select * from {source}")
             self.con.execute(f"checkpoint {PACKED}")
             self.con.execute(f"create or replace temp view {view} as select * from {PACKED}.main.{view}")
-        elif view == "window_metrics" and window_s == self.stored_width and self.stored_window_metrics is not None:
-            # the connection opens no file but the parts and the rollups it was bound over:
-            # the stored rows come in as an Arrow table read here
-            import pyarrow.parquet as pq
-
-            self.con.register("_stored_window_metrics", pq.read_table(self.stored_window_metrics))
-            try:
-                self.con.execute(f"create or replace table {_packed(_window_table(view, window_s))} as "
-                                 "select * from _stored_window_metrics")
-            finally:
-                self.con.unregister("_stored_window_metrics")
+        elif window_s == self.stored_width and view in self.stored_per_window:
+            # the stored rows, read from the rollup file (made readable at connect)
+            self.con.execute(f"create or replace table {_packed(_window_table(view, window_s))} as "
+                             f"select * from read_parquet({literal(self.stored_per_window[view])})")
             self.con.execute(f"checkpoint {PACKED}")
             self.con.execute(f"create or replace temp view {view} as select * from {_packed(_window_table(view, window_s))}")
         else:
@@ -295,21 +291,24 @@ class _Connection:
         self.window_s = None
 
 
-WIDTH_FREE_ROLLUPS = ("requests", "request_state")
+# The stored views (pipeline/query/stored.py) that do not read the window width: the connection
+# binds them over their rollups (when fresh) for every width, and copies none into a table.
+WIDTH_FREE_ROLLUPS = ("requests", "request_state", "engine_stats", "queue_depth", "batch_fill", "kv_cache")
 
 
-def _stored_window_metrics(store: str, variables: dict[str, Any]) -> Path | None:
-    """The store's window_metrics rollup when a reader may use it with these variables (fresh,
-    of today's SQL, of the same window width and thresholds: pipeline/query/rollups.py), else None."""
+def _stored_per_window(store: str, variables: dict[str, Any]) -> dict[str, Path]:
+    """view -> the store's rollup, for each PER_WINDOW view stored at the base width that a
+    reader may use with these variables (fresh, of today's SQL, of the same window width and
+    thresholds: pipeline/query/rollups.py)."""
     from servelens.pipeline.query import stored
     from servelens.pipeline.store.manifest import read_manifest
 
     if stored.disabled():
-        return None
+        return {}
     try:
-        return stored.usable(Path(store), read_manifest(Path(store)), variables, ("window_metrics",)).get("window_metrics")
+        return stored.usable(Path(store), read_manifest(Path(store)), variables, PER_WINDOW)
     except (StoreError, ValueError, OSError):
-        return None
+        return {}
 MEMORY_HINT = ("the dashboard's views do not fit in its memory (1 GB by default): restart it with "
                "SERVELENS_DASHBOARD_MEMORY=4GB, or choose a shorter time range (--since/--until)")
 
@@ -388,6 +387,12 @@ def warm(cfg: Settings, widths: tuple[float, ...] = (), idle_s: float = 0.0) -> 
     anything for `idle_s` seconds; the default width the one shown at the end. `servelens
     dashboard` calls this while its server starts (dashboards/serve.py), so that the first
     visitor and the first change of width do not pay it."""
+    # numpy fully imported on this thread first: Altair refers to it lazily, and the chart
+    # the server's warm-up validates next (dashboards/serve.py) found it half-imported when
+    # the first visitor's script was importing it on another thread (a connection read from
+    # rollups is ready that early)
+    import numpy  # noqa: F401
+
     variables = _variables(cfg)
     default = float(dict(variables)["window_s"])
     conn = _connection(cfg.store, store_version(cfg.store), variables, cfg.time_range)
@@ -499,6 +504,7 @@ class Filters:
         p = {"start": self.start, "end": self.end}
         if not self.every:
             p["targets"] = [f"{e}\x1f{i}" for e, i in self.targets]
+            p["instances"] = sorted({i for _e, i in self.targets})
         p.update(extra)
         return p
 
@@ -521,7 +527,11 @@ def resolve_targets(cat: pl.DataFrame, engines: tuple[str, ...], instances: tupl
 
 # A row belongs to the selection when its (engine, instance) pair is one of the targets; the
 # pairs arrive as one bound list of "engine<US>instance" keys (US = chr(31), never in a name).
-_TARGET = "list_contains(cast($targets as varchar[]), engine || chr(31) || instance)"
+# The instances' names first: a condition on the column alone, which DuckDB takes into the
+# scan of a rollup (sorted by engine and instance), so that the row groups of the other
+# instances are skipped rather than each row's key built and looked up.
+_TARGET = ("list_contains(cast($instances as varchar[]), instance)"
+           " and list_contains(cast($targets as varchar[]), engine || chr(31) || instance)")
 # every instance (Filters.every): the rows of every server, without a string built and looked
 # up per row (a measurable cost over the 10M requests of a big store)
 _EVERY = "(engine <> 'unknown' and instance is not null)"
@@ -646,17 +656,21 @@ def kv_cache(cfg: Settings, f: Filters) -> pl.DataFrame:
 def kv_devices(cfg: Settings, f: Filters) -> list[str]:
     """The devices the selected instances' logs name for their KV cache (`GPU`, `CPU`,
     `XPU`, `TPU`: vLLM's `<device> KV cache size` / `# <device> blocks` at start-up, and a
-    stats line whose label is not GPU), from the few capacity events."""
+    stats line whose label is not GPU), from the few capacity events: read once per store
+    version for every instance (a scan of the events' columns), the selection kept here, so
+    that a filter change queries nothing."""
     df = query(
         cfg,
-        f"""
-        select distinct upper(attrs->>'kv_device') as device
+        """
+        select distinct engine, instance, upper(attrs->>'kv_device') as device
         from events
-        where {f.target} and event = 'capacity' and attrs like '%kv_device%'
+        where event = 'capacity' and attrs like '%kv_device%'
         """,
-        {k: v for k, v in f.params().items() if k == "targets"} or None,
     )
-    return sorted(d for d in df["device"].to_list() if d) if df.height else []
+    targets = set(f.targets)
+    # (Filters.target's condition, on the few rows here)
+    keep = (lambda e, i: e != "unknown" and i is not None) if f.every else (lambda e, i: (e, i) in targets)
+    return sorted({d for e, i, d in df.iter_rows() if d and keep(e, i)})
 
 
 def latency(cfg: Settings, f: Filters) -> pl.DataFrame:

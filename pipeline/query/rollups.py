@@ -5,8 +5,14 @@ rebuild them from every event on each query. Stored, in dependency order (VIEWS)
   Every view over requests (latency_percentiles, ttft_queueing, throughput, ad-hoc SQL, the
   dashboard) then reads one small file instead of the ~70 Parquet scans of its derivation;
 - `request_state` (sql/staging/request_state.sql): the per-second reconstructed queue and running counts (at
-  `queue_sample_s`), also independent of the window width (queue_depth, batch_fill and the
-  dashboard's charts read it);
+  `queue_sample_s`), also independent of the window width (queue_depth, batch_fill read it);
+- `engine_stats`, `queue_depth`, `batch_fill`, `kv_cache` (sql/staging, sql/metrics): the
+  per-sample series, independent of the window width too. The dashboard binds them over
+  their files rather than evaluating them (batch_fill's ASOF joins over every per-second
+  sample are the dearest), and window_metrics' refresh reads them from there;
+- `windows`, `errors`, `throughput`, `latency_percentiles` at the base window (the variables they
+  read at their default values): the dashboard's first page reads them at its default width,
+  `servelens sql` at the base width;
 - `window_metrics` (sql/metrics/window_metrics.sql) at the base window (the variables it reads at their default
   values): scaling_signals, autoscaler_*, incident_summary, metric_series read it.
 
@@ -61,6 +67,14 @@ from ..store.manifest import fsync_dir, read_manifest
 SORT = {
     "requests": ("engine", "instance", "finish_ts", "arrival_ts", "request_key"),
     "request_state": ("engine", "instance", "ts"),
+    "engine_stats": ("engine", "instance", "ts"),
+    "queue_depth": ("engine", "instance", "ts"),
+    "batch_fill": ("engine", "instance", "ts"),
+    "kv_cache": ("engine", "instance", "ts"),
+    "windows": ("engine", "instance", "window_start"),
+    "errors": ("engine", "instance", "window_start", "kind"),
+    "throughput": ("engine", "instance", "window_start"),
+    "latency_percentiles": ("engine", "instance", "window_start", "model"),
     "window_metrics": ("engine", "instance", "window_index"),
 }
 ROW_GROUP_ROWS = 65_536
@@ -164,7 +178,8 @@ def compute(p: Plan) -> Computed:
         # servers, not the results files of a benchmark client (their rows are a server's)
         n = len([d for d in p.dirty if d[0] not in CROSS_INSTANCE_ENGINES])
         if any(p.whole.values()) and p.views:
-            n = max(n, session.instances(p.root / rels[p.views[-1]]))
+            # of the view with the most rows (an engine that logs no stats has none of kv_cache's)
+            n = max(n, session.instances(p.root / rels[max(p.views, key=lambda v: rows[v])]))
     except BaseException:
         for rel in rels.values():
             discard_file(p.root, rel)
@@ -200,10 +215,11 @@ class _Session:
         if key not in self.cons:
             p = self.plan
             olds = [p.root / rel for rel in p.old_paths.values() if rel]
+            inputs = [p.root / rel for rel in p.inputs.values()]
             con = query.connect(p.root, None, limits, views={view}, rollups=False,
                                 instances=None if whole else p.dirty, shared=False,
                                 stored={v: p.root / rel for v, rel in stored_rels.items()},
-                                readable=(*(p.root / rel for rel in self.rels.values()), *olds))
+                                readable=(*(p.root / rel for rel in self.rels.values()), *olds, *inputs))
             self.cons[key] = (con, closure({view}, leaves=set(stored_rels)), set())
             self.last = con
             return con
@@ -211,6 +227,13 @@ class _Session:
         self.last = con
         beneath = closure({view}, leaves=set(stored_rels))
         need = beneath - bound
+        # a fresh rollup beneath that the views computed so far did not read (engine_stats
+        # reads no other): bound over its file now, as connect binds those it is given
+        for name in sorted(need & set(stored_rels)):
+            where = None if whole else instances_predicate(self.plan.dirty)
+            con.execute(view_sql(self.plan.root / stored_rels[name], where, name))
+            bound.add(name)
+        need -= set(stored_rels)
         # a view beneath read by several paths (window_metrics reads engine_stats by four)
         # is computed once into a table: each path would bind and derive it anew
         share = to_share({view}, beneath, stored_rels) - bound_shared

@@ -21,7 +21,8 @@ VIEW = "window_metrics"
 
 # the stored views, in dependency order: a later one is computed reading the earlier ones'
 # new rollups
-VIEWS = ("requests", "request_state", "window_metrics")
+VIEWS = ("requests", "request_state", "engine_stats", "queue_depth", "batch_fill", "kv_cache",
+         "windows", "errors", "throughput", "latency_percentiles", "window_metrics")
 
 
 ROLLUP_DIR = "rollups"

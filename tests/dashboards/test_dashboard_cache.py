@@ -21,6 +21,7 @@ from servelens.pipeline.query.connect import connect, run_on
 from servelens.pipeline.query.connect import run as _run
 
 APP = Path(__file__).resolve().parents[2] / "dashboards" / "app.py"
+REPO = Path(__file__).resolve().parents[2]
 UTC = dt.timezone.utc
 
 
@@ -66,7 +67,7 @@ def _sorted(df: pl.DataFrame) -> pl.DataFrame:
 
 def test_a_window_change_evaluates_only_the_views_of_that_width(store):
     conn = _connection(store)
-    # requests and request_state are read from their rollups, not copied
+    # the width-free views are read from their rollups, not copied
     assert set(data.SHARED) - set(conn.shared) == set(data.WIDTH_FREE_ROLLUPS)
     assert [(v, w) for v, w, _ in conn.evaluated] == [(v, None) for v in conn.shared]
     conn.use_window(60.0)
@@ -80,7 +81,7 @@ def test_a_window_change_evaluates_only_the_views_of_that_width(store):
     tables = {r[0] for r in conn.con.execute("select table_name from duckdb_tables() where database_name = ?",
                                              [data.PACKED]).fetchall()}
     assert {f"w60_{v}" for v in data.PER_WINDOW} | {f"w300_{v}" for v in data.PER_WINDOW} | set(conn.shared) == tables
-    assert conn.shared and not conn.con.execute("select table_name from duckdb_tables() where temporary").fetchall()
+    assert tables and not conn.con.execute("select table_name from duckdb_tables() where temporary").fetchall()
     temp_views = {r[0] for r in conn.con.execute("select view_name from duckdb_views() where temporary and not internal").fetchall()}
     assert set(conn.shared) | set(data.PER_WINDOW) == temp_views
     # the same connection serves every width and every query of the store version
@@ -155,8 +156,8 @@ def test_the_shared_tables_are_the_views(store):
         assert_frame_equal(_sorted(got), _sorted(want))
 
 
-def test_a_window_change_runs_only_the_queries_that_read_the_window(store, monkeypatch):
-    monkeypatch.setenv("SERVELENS_STORE", str(store))
+def _spy_queries(monkeypatch) -> list[str]:
+    """The SQL of every query the dashboard runs from now on (whitespace collapsed), in order."""
     ran: list[str] = []
     real = data.run_on
 
@@ -165,6 +166,12 @@ def test_a_window_change_runs_only_the_queries_that_read_the_window(store, monke
         return real(con, sql, params, limits)
 
     monkeypatch.setattr(data, "run_on", spy)
+    return ran
+
+
+def test_a_window_change_runs_only_the_queries_that_read_the_window(store, monkeypatch):
+    monkeypatch.setenv("SERVELENS_STORE", str(store))
+    ran = _spy_queries(monkeypatch)
     at = AppTest.from_file(str(APP), default_timeout=120)
     at.run()
     assert not at.exception
@@ -522,32 +529,41 @@ def test_a_narrowing_filter_tests_each_pair(store):
     assert not sidebar.resolve(_default_spec(models=(model,)), cat).every
 
 
-def test_the_default_width_reads_the_stored_window_metrics(store):
+def test_the_default_width_reads_the_stored_per_window_views(store):
     conn = _connection(store)
     default = float(data.thresholds(None)["window_s"])
-    assert conn.stored_width == default and conn.stored_window_metrics is not None
-    assert conn.stored_window_metrics.parent.name == "rollups"
+    assert conn.stored_width == default
+    # every per-window view stored at the base width (pipeline/query/stored.py) is read from its file
+    assert set(conn.stored_per_window) == {"windows", "errors", "throughput", "latency_percentiles", "window_metrics"}
+    assert {p.parent.name for p in conn.stored_per_window.values()} == {"rollups"}
+    got, other = {}, {}
     with conn.lock:
         conn.use_window(default)
-        got = data.run_on(conn.con, "select * from window_metrics")
-        conn.use_window(120.0)  # another width: derived by the view
-        other = data.run_on(conn.con, "select * from window_metrics")
-    # the stored rows are those the view computes from the events
-    want = run(store, "select * from window_metrics", variables={"window_s": default}, rollups=False)
-    assert got.height == want.height > 0
-    assert_frame_equal(_sorted(got), _sorted(want))
-    assert other.height > 0 and set(other["window_s"].to_list()) == {120.0}
+        for view in conn.stored_per_window:
+            got[view] = data.run_on(conn.con, f"select * from {view}")
+        conn.use_window(120.0)  # another width: derived by the views
+        for view in conn.stored_per_window:
+            other[view] = data.run_on(conn.con, f"select * from {view}")
+    for view in conn.stored_per_window:
+        # the stored rows are those the view computes from the events
+        want = run(store, f"select * from {view}", variables={"window_s": default}, rollups=False)
+        assert got[view].height == want.height, view
+        assert_frame_equal(_sorted(got[view]), _sorted(want))
+    assert got["window_metrics"].height > 0 and got["latency_percentiles"].height > 0
+    assert other["window_metrics"].height > 0 and set(other["window_metrics"]["window_s"].to_list()) == {120.0}
+    assert set(other["windows"]["window_s"].to_list()) == {120.0}
 
 
 def test_without_a_usable_rollup_the_default_width_is_derived(store, monkeypatch):
     monkeypatch.setenv("SERVELENS_NO_ROLLUPS", "1")
     conn = _connection(store)
-    assert conn.stored_window_metrics is None
+    assert conn.stored_per_window == {} and conn.shared == list(data.SHARED)
     with conn.lock:
         conn.use_window(60.0)
-        got = data.run_on(conn.con, "select * from window_metrics")
-    want = run(store, "select * from window_metrics", variables={"window_s": 60.0}, rollups=False)
-    assert_frame_equal(_sorted(got), _sorted(want))
+        got = {view: data.run_on(conn.con, f"select * from {view}") for view in ("window_metrics", "latency_percentiles")}
+    for view, rows in got.items():
+        want = run(store, f"select * from {view}", variables={"window_s": 60.0}, rollups=False)
+        assert_frame_equal(_sorted(rows), _sorted(want))
 
 
 def test_the_other_widths_nearest_slider_steps_first():
@@ -639,3 +655,27 @@ def test_where_a_width_is_slow_the_warm_up_waits_for_a_longer_pause(store, monke
     serve.warm(["--store", str(store)], idle_s=0.1)
     assert waits == [12.5 if slow else 0.1] * (len(sidebar.WINDOWS) - 1)
     assert sorted(_connection(store).widths) == sorted(sidebar.WINDOWS.values())
+
+
+def test_the_kv_devices_of_a_selection_and_a_filter_change_scans_no_events(store, monkeypatch):
+    """kv_devices reads the capacity events once per store version for every instance and
+    keeps the selection's: the same devices as the query over the selection's own events."""
+    import re
+
+    cfg = data.Settings(store=str(store))
+    cat = data.catalog(cfg)
+    every = sidebar.resolve(_default_spec(), cat)
+    ones = [sidebar.resolve(_default_spec(engines=(e,), instances=(i,)), cat) for e, i in every.targets]
+    ran = _spy_queries(monkeypatch)
+    got = {f.targets: data.kv_devices(cfg, f) for f in [every, *ones]}
+    assert len([q for q in ran if "from events" in q]) == 1  # once, whatever the selection
+    devices = "select distinct upper(attrs->>'kv_device') as device from events where event = 'capacity' and attrs like '%kv_device%'"
+    for f in [every, *ones]:
+        want = run(store, f"{devices} and {data._EVERY}" if f.every else
+                   f"{devices} and engine = $engine and instance = $instance",
+                   None if f.every else {"engine": f.targets[0][0], "instance": f.targets[0][1]})
+        assert got[f.targets] == sorted(d for d in want["device"].to_list() if d), f.targets
+    # the incident's vLLM servers announce their GPU KV cache at start-up (what their logs say)
+    announced = {p.stem for p in (REPO / "sample_logs" / "incident" / "vllm").glob("*.log")
+                 if re.search(r"GPU KV cache size|# GPU blocks", p.read_text())}
+    assert announced and {f.targets[0][1] for f in ones if got[f.targets] == ["GPU"]} == announced

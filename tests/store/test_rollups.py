@@ -1,5 +1,6 @@
-"""Rollups (pipeline/query/rollups.py): the stored views (requests, request_state, window_metrics)
-must answer exactly what the raw views answer, on every sample set, on simulated stores, and after every way a store changes
+"""Rollups (pipeline/query/rollups.py): the stored views (requests, request_state, engine_stats,
+queue_depth, batch_fill, kv_cache, and at the base width windows, errors, throughput,
+latency_percentiles, window_metrics) must answer exactly what the raw views answer, on every sample set, on simulated stores, and after every way a store changes
 (a tail of many small commits, re-ingest, compaction, a lost rollup file and repair); when it
 cannot (dirty marks, other variables) the raw path answers."""
 
@@ -34,7 +35,10 @@ REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "sample_logs"
 UTC = dt.timezone.utc
 # the stored views, and views over them (compared through the rollups and raw)
-VIEWS = ("requests", "request_state", "window_metrics", "scaling_signals", "latency_percentiles", "queue_depth")
+VIEWS = ("requests", "request_state", "engine_stats", "queue_depth", "batch_fill", "kv_cache", "windows", "errors",
+         "throughput", "latency_percentiles", "window_metrics", "scaling_signals")
+# the stored views that do not read the window width (the dashboard binds them whatever width it shows)
+WIDTH_FREE = {"requests", "request_state", "engine_stats", "queue_depth", "batch_fill", "kv_cache"}
 
 build_app()
 runner = CliRunner()
@@ -115,12 +119,12 @@ def same_rows(store: Path, views=VIEWS, raw: dict[str, pl.DataFrame] | None = No
     assert "requests" not in bound_views(store, "scaling_signals", **kw)
     assert "requests" in bound_views(store, "scaling_signals", rollups=False, **kw)
     # events and samples (the scraped /metrics) are the base relations every connection binds;
-    # latency_percentiles reads the scraped histograms where no request carries a latency
-    assert bound_views(store, "latency_percentiles", **kw) - {"events", "samples"} == {
-        "latency_percentiles", "requests", "scraped_latency"}
-    queue = bound_views(store, "queue_depth", **kw)
-    assert queue >= {"queue_depth", "request_state"}
-    assert "requests" not in queue
+    # latency_percentiles, stored at the base width, is read as stored
+    assert bound_views(store, "latency_percentiles", **kw) - {"events", "samples"} == {"latency_percentiles"}
+    # queue_depth is read as stored: not even the per-second state it is derived from is bound
+    assert bound_views(store, "queue_depth", **kw) - {"events", "samples"} == {"queue_depth"}
+    assert over_rollups(store, "queue_depth", **kw) == {"queue_depth"}
+    assert "request_state" in bound_views(store, "queue_depth", rollups=False, **kw)
     raw = answers(store, views, True, **kw) if raw is None else raw
     rolled = answers(store, views, False, **kw)
     for view in views:
@@ -174,8 +178,12 @@ def test_rollup_equals_raw_on_every_sample_set(tmp_path, name, request):
     assert counts["window_metrics"] == m["rollups"]["window_metrics"]["rows"] > 0
     assert counts["requests"] == m["rollups"]["requests"]["rows"] > 0
     assert counts["request_state"] == m["rollups"]["request_state"]["rows"]
+    for view in rollup.VIEWS:
+        assert counts[view] == m["rollups"][view]["rows"], view
     if name.startswith("incident"):
         assert counts["scaling_signals"] > 0  # the incident fires signals: compared for real
+        # and its vLLM servers log stats lines: every width-free view has rows to compare
+        assert min(counts[v] for v in WIDTH_FREE) > 0
 
 
 def test_the_cli_forces_the_raw_path(incident_store):
@@ -357,16 +365,18 @@ def test_lost_or_damaged_rollup_falls_back_and_repair_or_compact_rebuild_it(own_
     path = store / manifest(store)["rollups"]["window_metrics"]["path"]
     path.unlink()
     assert rollup.status(store) == "unusable"
-    # window_metrics from its SQL, over the (intact) requests and request_state rollups
+    # window_metrics from its SQL, over the (intact) rollups of the views it reads
     over, got = over_rollups_and_answer(store, "scaling_signals")
-    assert over == {"requests", "request_state"}
+    assert over == {"requests", "request_state", "queue_depth", "batch_fill", "kv_cache", "errors", "throughput"}
     assert_frame_equal(got, raw["scaling_signals"])
-    # a lost requests rollup: everything above it from its SQL too
+    # a lost requests rollup: requests from its SQL (over the engine stats, stored apart); the
+    # stored views above it keep their own rollups, computed from the events as well
     (store / manifest(store)["rollups"]["requests"]["path"]).unlink()
     assert rollup.status(store, None, "requests") == "unusable"
-    over, got = over_rollups_and_answer(store, "latency_percentiles")
-    assert over == set()
-    assert_frame_equal(got, raw["latency_percentiles"])
+    over, got = over_rollups_and_answer(store, "requests")
+    assert over == {"engine_stats"}
+    assert_frame_equal(got, raw["requests"])
+    assert over_rollups(store, "latency_percentiles") == {"latency_percentiles"}
     out = cli("repair", "--store", store)
     assert "rollup" in out.lower()
     assert manifest(store)["parts"] == parts  # a lost rollup drops no part
@@ -449,7 +459,11 @@ def test_other_variables_fall_back_to_raw(incident_store, incident_raw_30s):
     thirty = {"window_s": 30}
     assert rollup.status(store, thirty) == "unusable"
     # window_metrics from its SQL at 30 s, over the width-independent rollups
-    assert over_rollups(store, "scaling_signals", variables=thirty) == {"requests", "request_state"}
+    assert over_rollups(store, "scaling_signals", variables=thirty) == WIDTH_FREE
+    # and the per-window views from their SQL at 30 s (latency_percentiles over the requests,
+    # and the scraped histograms where no request carries a latency)
+    assert bound_views(store, "latency_percentiles", variables=thirty) - {"events", "samples"} == {
+        "latency_percentiles", "requests", "scraped_latency"}
     got = answer(store, "window_metrics", raw=False, variables=thirty)
     assert_frame_equal(got, incident_raw_30s)
     assert got["window_s"].unique().to_list() == [30.0]
@@ -488,9 +502,10 @@ def incident_requests(incident_store) -> pl.DataFrame:
 def test_ranged_answers_through_the_rollups_equal_the_raw_ranged_answers(incident_store, incident_requests, since, until):
     store = incident_store
     rng = TimeRange(since, until)
-    assert over_rollups(store, "latency_percentiles", time_range=rng) == {"requests"}
+    assert over_rollups(store, "latency_percentiles", time_range=rng) == {"latency_percentiles"}
     whole = incident_requests
-    views = ("requests", "request_state", "latency_percentiles", "queue_depth", "throughput", "scaling_signals")
+    views = ("requests", "request_state", "latency_percentiles", "queue_depth", "batch_fill", "kv_cache", "windows",
+             "errors", "throughput", "scaling_signals")
     rolled, raw = answers(store, views, raw=False, time_range=rng), answers(store, views, raw=True, time_range=rng)
     for view in views:
         got = rolled[view]
@@ -500,13 +515,13 @@ def test_ranged_answers_through_the_rollups_equal_the_raw_ranged_answers(inciden
 
 
 def test_the_dashboard_connection_reads_the_width_independent_rollups(incident_store, incident_raw_30s):
-    """One connection serves every width (the dashboard's): requests and request_state over
-    their rollups, window_metrics from its SQL, right at any width set on it."""
+    """One connection serves every width (the dashboard's): the width-free views over their
+    rollups, window_metrics from its SQL, right at any width set on it."""
     store = incident_store
-    con = connect(store, rollups=("requests", "request_state"))
+    con = connect(store, rollups=tuple(sorted(WIDTH_FREE)))
     try:
         views = dict(con.execute("select view_name, sql from duckdb_views() where not internal").fetchall())
-        assert f"/{rollup.ROLLUP_DIR}/" in views["requests"] and f"/{rollup.ROLLUP_DIR}/" in views["request_state"]
+        assert all(f"/{rollup.ROLLUP_DIR}/" in views[v] for v in WIDTH_FREE)
         assert f"/{rollup.ROLLUP_DIR}/" not in views["window_metrics"]
         con.execute("set variable window_s = 30")
         got = con.sql("select * from window_metrics order by all").pl()
@@ -534,7 +549,7 @@ def test_no_rollups_environment_forces_raw(incident_store, monkeypatch):
     assert over_rollups(incident_store, "latency_percentiles", rollups=("requests",)) == set()
     monkeypatch.delenv(stored.NO_ROLLUPS_ENV)
     assert "requests" not in bound_views(incident_store, "scaling_signals")
-    assert over_rollups(incident_store, "latency_percentiles") == {"requests"}
+    assert over_rollups(incident_store, "latency_percentiles") == {"latency_percentiles"}
     assert os.environ.get(stored.NO_ROLLUPS_ENV) is None
 
 
