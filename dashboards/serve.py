@@ -57,7 +57,8 @@ def warm(args: list[str], others_after_s: float = OTHERS_AFTER_S, idle_s: float 
     use); then, once a page has been drawn (`data.page_drawn`) or after `others_after_s`,
     evaluate the per-window views of the sidebar's other widths (so that a later change of
     width finds them), each after a pause of `idle_s` in the visits (IDLE_SLOW_S where the
-    default width took SLOW_WIDTH_S or more). Returns the seconds it took."""
+    width before it took SLOW_WIDTH_S or more to derive, or its cost is unknown). Returns the
+    seconds it took."""
     t0 = time.perf_counter()
     from servelens.dashboards import data, sidebar  # noqa: F401  (the page's imports)
     from servelens.pipeline.report import chart_specs, verdict  # noqa: F401
@@ -66,11 +67,22 @@ def warm(args: list[str], others_after_s: float = OTHERS_AFTER_S, idle_s: float 
     conn = data.warm(cfg)  # what the first page needs, first
     chart_specs.warm()
     default = float(data.thresholds(cfg.thresholds)["window_s"])
-    if sum(s for _, w, s in conn.evaluated if w == default) >= SLOW_WIDTH_S:
-        idle_s = max(idle_s, IDLE_SLOW_S)
     data.FIRST_PAGE_DRAWN.wait(others_after_s)  # not while the first visitor waits for the page
-    data.warm(cfg, tuple(other_widths(default)), idle_s)  # then every width the sidebar offers
+    # then every width the sidebar offers, one at a time, each after a pause as long as what
+    # deriving a width costs asks: the default width's cost when it was derived; when its rows
+    # were read from the store's rollups, which says nothing of a derived width's, the long
+    # pause until a derived width has shown its cost
+    took = None if conn.stored_width == default else _cost(conn, default)
+    for width in other_widths(default)[:data.WIDTHS_KEPT - 1]:
+        pause = idle_s if took is not None and took < SLOW_WIDTH_S else max(idle_s, IDLE_SLOW_S)
+        conn = data.warm(cfg, (width,), pause)
+        took = _cost(conn, width)
     return time.perf_counter() - t0
+
+
+def _cost(conn, width: float) -> float:
+    """Seconds the connection spent deriving the per-window views of `width`."""
+    return sum(s for _, w, s in conn.evaluated if w == width)
 
 
 def _warm_in_background(args: list[str]) -> None:

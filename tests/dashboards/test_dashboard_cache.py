@@ -321,6 +321,7 @@ def test_the_server_start_evaluates_the_views_the_first_visitor_needs(store, mon
     # the pauses in the visits the other widths wait for are another test's (below): here a
     # short one, and no width counts as slow (a loaded machine would make it a long one)
     monkeypatch.setattr(serve, "SLOW_WIDTH_S", float("inf"))
+    monkeypatch.setattr(serve, "IDLE_SLOW_S", 0.05)  # nor one whose cost is unknown
     warm = threading.Thread(target=serve.warm, args=(serve.app_args(cmd),), kwargs={"idle_s": 0.05}, daemon=True)
     warm.start()
     for _ in range(1200):
@@ -634,12 +635,15 @@ def test_the_warm_up_of_other_widths_waits_for_a_pause_in_the_visits(store, monk
     assert clock.t - t0 >= 0.5 and conn.widths == [120.0, 60.0] and conn.window_s == 60.0
 
 
+@pytest.mark.parametrize("stored", [True, False])
 @pytest.mark.parametrize("slow", [False, True])
-def test_where_a_width_is_slow_the_warm_up_waits_for_a_longer_pause(store, monkeypatch, slow):
+def test_where_a_width_is_slow_the_warm_up_waits_for_a_longer_pause(store, monkeypatch, slow, stored):
     import threading
 
     from servelens.dashboards import serve
 
+    if not stored:  # the default width derived, as on a store whose rollups are stale
+        monkeypatch.setattr(data, "_stored_per_window", lambda *a, **k: {})
     drawn = threading.Event()
     drawn.set()
     monkeypatch.setattr(data, "FIRST_PAGE_DRAWN", drawn)
@@ -653,8 +657,14 @@ def test_where_a_width_is_slow_the_warm_up_waits_for_a_longer_pause(store, monke
     monkeypatch.setattr(sidebar, "WINDOWS", {"30 s": 30.0, "1 min": 60.0, "2 min": 120.0})
     assert float(data.thresholds(None)["window_s"]) in sidebar.WINDOWS.values()
     serve.warm(["--store", str(store)], idle_s=0.1)
-    assert waits == [12.5 if slow else 0.1] * (len(sidebar.WINDOWS) - 1)
-    assert sorted(_connection(store).widths) == sorted(sidebar.WINDOWS.values())
+    conn = _connection(store)
+    default = float(data.thresholds(None)["window_s"])
+    assert conn.stored_width == (default if stored else None)
+    # the default width's rows read from the store tell nothing of what deriving a width
+    # costs: the first other width waits for the long pause, the next as the one before cost
+    first = 12.5 if slow or stored else 0.1
+    assert waits == [first] + [12.5 if slow else 0.1] * (len(sidebar.WINDOWS) - 2)
+    assert sorted(conn.widths) == sorted(sidebar.WINDOWS.values())
 
 
 def test_the_kv_devices_of_a_selection_and_a_filter_change_scans_no_events(store, monkeypatch):
