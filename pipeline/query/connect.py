@@ -143,6 +143,12 @@ def connect(
         con = fresh if fresh is not None else duckdb.connect(":memory:", config=connection_config(limits))
         fresh = None
         try:
+            if rolls:
+                # a rollup's footer (hundreds of KB over 10M rows) is otherwise read again by
+                # every statement that binds a view over it: the range check, each view, the
+                # query. Not for the event parts alone: caching thousands of small footers
+                # costs more than it saves
+                con.execute("set parquet_metadata_cache = true")
             if scan:
                 # the views are bound in a schema of their own over the widened range; `main`
                 # then holds same-named views keeping the rows in the range
