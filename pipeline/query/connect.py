@@ -45,8 +45,8 @@ from .sandbox import (
     lock_down,
 )
 from ..store.sample_parts import bind_samples
-from ..store.manifest import StoreError, committed_parts, read_manifest
-from ..store.integrity import readable_parts
+from ..store.manifest import StoreError, read_manifest
+from ..store.integrity import readable_files
 from .parts import READ_RETRIES, is_current, mixed_schemas, one_line, settled_manifest, vanished
 from .timerange import TimeRange, bind_range_views, parts_in, row_filter, standing_events_sql
 
@@ -120,8 +120,9 @@ def connect(
         # the manifest is read (and its every path checked) once per attempt: the parts, their
         # check and the rollups all come from this one (at 3,000 parts it is 600 KB)
         manifest = settled_manifest(store)
-        parts = committed_parts(store, manifest)
-        parts = readable_parts(store, parts, manifest)  # a missing or damaged part is an error, not fewer rows
+        # where each part is and that it is whole, in one pass; the files as strings, which is
+        # all DuckDB and the sandbox take: a missing or damaged part is an error, not fewer rows
+        parts = readable_files(store, manifest)
         overrides: dict[str, str] = {}
         if stored is not None:
             rolls = dict(stored)
@@ -133,7 +134,7 @@ def connect(
         rolls = {v: p for v, p in rolls.items() if bind is None or v in bind}
         if instances is not None:
             engines = {e for e, _ in instances}
-            parts = [p for p in parts if partition_values(str(p)).get("engine") in (None, *engines)]
+            parts = [p for p in parts if partition_values(p).get("engine") in (None, *engines)]
         scan = time_range.widened(variables) if time_range else None
         if scan:
             standing = parts_in(parts, TimeRange(None, scan.until))  # announcements from before the range (and every part read)
@@ -142,6 +143,12 @@ def connect(
         con = fresh if fresh is not None else duckdb.connect(":memory:", config=connection_config(limits))
         fresh = None
         try:
+            if rolls:
+                # a rollup's footer (hundreds of KB over 10M rows) is otherwise read again by
+                # every statement that binds a view over it: the range check, each view, the
+                # query. Not for the event parts alone: caching thousands of small footers
+                # costs more than it saves
+                con.execute("set parquet_metadata_cache = true")
             if scan:
                 # the views are bound in a schema of their own over the widened range; `main`
                 # then holds same-named views keeping the rows in the range
@@ -154,7 +161,7 @@ def connect(
                 overrides[view] = stored_rollups.view_sql(path, _rollup_where(con, path, scan, instances), view)
             if scan and standing:
                 mixed = union_by_name if union_by_name is not None else _mixed(con, standing, views is not None)
-                where += " union all " + standing_events_sql(read_parquet_sql([str(p) for p in standing], mixed), scan)
+                where += " union all " + standing_events_sql(read_parquet_sql(standing, mixed), scan)
             if parts:
                 # union_by_name costs a pass over every part's metadata each time a view that
                 # reads `events` is bound (about 2 s of CPU over 150 parts with all views):
@@ -163,7 +170,7 @@ def connect(
                 if union_by_name is None:
                     union_by_name = _mixed(con, parts, views is not None)
                 # the partition columns (engine) come from the parts' paths (pipeline/store/layout.py)
-                con.execute(f"create or replace view events as {read_parquet_sql([str(p) for p in parts], union_by_name)}{where}")
+                con.execute(f"create or replace view events as {read_parquet_sql(parts, union_by_name)}{where}")
             else:
                 con.execute(f"create or replace view events as {no_events_sql()}")
             sparts = bind_samples(con, store, manifest, scan, instances)
@@ -238,7 +245,7 @@ def _usable_rollups(store: Path, variables: dict[str, Any] | None, views: tuple[
         return {}
 
 
-def _mixed(con: duckdb.DuckDBPyConnection, parts: list[Path], first_only: bool) -> bool:
+def _mixed(con: duckdb.DuckDBPyConnection, parts: list[str], first_only: bool) -> bool:
     """Whether `parts` need union_by_name: one query's connection (`first_only`) asks DuckDB
     about the first part's columns, `run` backing it up (parts.mixed_schemas)."""
     return not is_current(con, parts[0]) if first_only else mixed_schemas(parts)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Sequence
 
 from ..store.columns import EVENT_COLUMNS, PARTITION_COLUMNS, typed_nulls
 from ..store.manifest import StoreError, committed_parts, read_manifest
@@ -17,7 +18,7 @@ READ_RETRIES = 10  # a compaction retires parts at once (pipeline/store/layout.p
 VANISHED = ("No files found", "No such file")
 
 
-def mixed_schemas(parts: list[Path], current: bool = False) -> bool:
+def mixed_schemas(parts: Sequence[str | Path], current: bool = False) -> bool:
     """True unless every part has the same columns and types (reading the footers only: a
     few ms for hundreds of parts, seconds for thousands); with `current`, unless they also
     have this servelens' schema.
@@ -42,7 +43,7 @@ def mixed_schemas(parts: list[Path], current: bool = False) -> bool:
     return False
 
 
-def is_current(con, part: Path) -> bool:
+def is_current(con, part: str | Path) -> bool:
     """True when `part` holds this servelens' columns (as DuckDB reads them), in order: what
     `mixed_schemas([part], True)` tells, read by DuckDB on `con` (not yet locked down) instead
     of pyarrow, which a query's process then need not import."""

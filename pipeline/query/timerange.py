@@ -26,10 +26,11 @@ requests finishing after it) is bounded by the margin; widen it with the variabl
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, TypeVar
 
 if TYPE_CHECKING:  # parsing --since / --until (every command's options) needs no DuckDB
     import duckdb
@@ -136,7 +137,12 @@ class TimeRange:
 
 def part_day(path: Path | str) -> dt.date | None:
     """The `day=YYYY-MM-DD` partition a part lies in; None for the default partition or none."""
-    for piece in reversed(Path(path).parts[:-1]):
+    if "day=" not in str(path):
+        return None
+    # the directory names split from the string: a Path per part costs more than the rest of
+    # choosing the parts of a range (a big store has thousands)
+    text = (str(path) if os.sep == "/" else str(Path(path)).replace(os.sep, "/")).rstrip("/")
+    for piece in reversed(text.split("/")[:-1]):
         if piece.startswith("day="):
             try:
                 return dt.date.fromisoformat(piece[4:])
@@ -145,7 +151,10 @@ def part_day(path: Path | str) -> dt.date | None:
     return None
 
 
-def parts_in(parts: Iterable[Path], scan: TimeRange) -> list[Path]:
+P = TypeVar("P", str, Path)
+
+
+def parts_in(parts: Iterable[P], scan: TimeRange) -> list[P]:
     """The parts that can hold events of `scan`: those of its days, and those without a day."""
     first, last = scan.days()
     out = []

@@ -169,11 +169,19 @@ def _table_references(sql: str) -> frozenset[str]:
     scaling_signals' `throughput`, is not a dependency). Once per text: the load order and
     the dependencies both ask it of every view file."""
     tokens = duckdb.tokenize(sql)
-    words = []
-    for i, (start, _kind) in enumerate(tokens):
-        end = tokens[i + 1][0] if i + 1 < len(tokens) else len(sql)
-        words.append(sql[start:end].strip().strip('"').lower())
-    return frozenset(w for prev, w in zip(words, words[1:]) if prev in ("from", "join"))
+    starts = [start for start, _kind in tokens] + [len(sql)]
+
+    def word(i: int) -> str:
+        return sql[starts[i]:starts[i + 1]].strip().strip('"').lower()
+
+    # only a token that can read `from` or `join` once stripped is cut out and compared: a
+    # view file is thousands of tokens, and every process reads them all once
+    return frozenset(word(i + 1) for i in range(len(tokens) - 1)
+                     if (sql[starts[i]] in _FROM_JOIN_FIRST or sql[starts[i]].isspace()) and word(i) in ("from", "join"))
+
+
+# what a token reading `from` or `join` (quoted or not, any case) starts with
+_FROM_JOIN_FIRST = frozenset('fFjJ"')
 
 
 def view_dependencies(directory: Path | None = None) -> dict[str, frozenset[str]]:
@@ -449,7 +457,13 @@ def load_views(
     view names created."""
     keep = None if only is None else set(only)
     if variables_read or keep is None or keep:
-        set_variables(con, resolve_variables(variables, thresholds))
+        values = resolve_variables(variables, thresholds)
+        if not variables_read and keep is not None:
+            # only what the views bound read: nothing else on `con` reads one, and each
+            # variable is a statement of its own
+            read = _variables_read(sql_dir, frozenset(keep), tuple(sorted((overrides or {}).items())))
+            values = {k: v for k, v in values.items() if k.lower() in read}
+        set_variables(con, values)
     _tune(con)
     if not samples_bound:
         _ensure_samples(con)
@@ -472,6 +486,20 @@ def load_views(
     _create_over_stubs(con, statements, {n: frozenset() if n in (overrides or {}) else reads.get(n, frozenset())
                                          for n in names}, set(computed) if compute is not None else set(), compute)
     return names
+
+
+# a view reads a variable by naming it: getvariable('name')
+_GETVARIABLE = re.compile(r"getvariable\(\s*'(\w+)'\s*\)", re.I)
+
+
+@functools.lru_cache(maxsize=64)
+def _variables_read(directory: Path | str | None, views: frozenset[str], overrides: tuple[tuple[str, str], ...]) -> frozenset[str]:
+    """The variables (lowercased) that creating and reading `views` of `directory` reads,
+    each view from the statement `overrides` gives it, else from its file."""
+    instead = dict(overrides)
+    texts = [instead.get(view_name(p)) or view_sql(p) for p in sql_files(Path(directory) if directory is not None else None)
+             if view_name(p) in views]
+    return frozenset(v.lower() for text in texts for v in _GETVARIABLE.findall(text))
 
 
 def _create(con: duckdb.DuckDBPyConnection, path: Path, sql: str) -> None:

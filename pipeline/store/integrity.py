@@ -10,7 +10,7 @@ import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
-from .manifest import REPAIR_HINT, StoreError, committed_parts, part_location, read_manifest
+from .manifest import REPAIR_HINT, StoreError, part_location, read_manifest
 
 if TYPE_CHECKING:
     from .commit import Store
@@ -70,16 +70,24 @@ def verify_parts(root: Path | str, manifest: dict | None = None, always: bool = 
     does not), and has the size and content its commit recorded (content_problem; `always`:
     read every part's checksum). One line per problem, naming the part; [] when all is well."""
     root = Path(root)
-    manifest = read_manifest(root) if manifest is None else manifest
+    return check_parts(root, read_manifest(root) if manifest is None else manifest, always)[1]
+
+
+
+def check_parts(root: Path, manifest: dict, always: bool = False) -> tuple[list[str], list[str]]:
+    """verify_parts' check, which also tells where each intact part is: (the files of the
+    parts found intact, as committed_parts names them, in the manifest's order; the problems).
+    One pass: a reader learns where the parts are and that they are whole from the same open."""
     info = manifest.get("part_info") or {}
     base = str(root)
+    intact: list[str] = []
     problems = []
     for rel in manifest["parts"]:
         # where the part is (part_location), told by opening it, and read with bare system
         # calls: no Path and no file object per part (every read checks them all, and a big
         # store has thousands)
         try:
-            path = os.path.join(base, rel)
+            path = _joined(base, rel)
             try:
                 fd = os.open(path, os.O_RDONLY)
             except (FileNotFoundError, NotADirectoryError):  # not in events/: still in staging?
@@ -105,7 +113,20 @@ def verify_parts(root: Path | str, manifest: dict | None = None, always: bool = 
             continue
         if problem:
             problems.append(f"part {rel} {problem}")
-    return problems
+        else:
+            intact.append(path)
+    return intact, problems
+
+
+
+def _joined(base: str, rel: str) -> str:
+    """`rel` under the store root `base`, spelled as str(Path(base, rel)) spells it (the name
+    committed_parts gives, which the sandbox and the views then see), without a Path for the
+    usual clean relative path."""
+    path = os.path.join(base, rel)
+    if os.sep != "/" or "//" in path or "/." in path or path.endswith("/"):
+        return str(Path(path))
+    return path
 
 
 
@@ -147,25 +168,32 @@ def allowing_partial(allow: bool = True) -> Iterator[None]:
 
 
 
-def readable_parts(root: Path | str, parts: list[Path], manifest: dict | None = None) -> list[Path]:
-    """`parts` (from committed_parts) when every part the manifest lists is intact; else a
-    StoreError naming the first bad part, unless partial answers were asked for
-    (ALLOW_PARTIAL_ENV), then the intact parts only, with a warning on stderr.
+def readable_parts(root: Path | str, parts: list[Path] | None = None, manifest: dict | None = None) -> list[Path]:
+    """The committed parts when every part the manifest lists is intact (readable_files, as
+    Paths); `parts` is not read (the parts are listed by the same pass that checks them)."""
+    return [Path(p) for p in readable_files(root, manifest)]
+
+
+
+def readable_files(root: Path | str, manifest: dict | None = None) -> list[str]:
+    """The files of the committed parts (committed_parts' names, as strings) when every part
+    the manifest lists is intact; else a StoreError naming the first bad part, unless partial
+    answers were asked for (ALLOW_PARTIAL_ENV), then the intact parts only, with a warning on
+    stderr. One pass over the parts finds and checks them (check_parts).
 
     A part missing because a concurrent commit just moved or collected it is not damage:
     the manifest is read again before anything is reported.
 
-    `manifest`: the one `parts` were listed from (committed_parts), checked first instead of
-    reading it again (a big store's manifest is most of a connection's own cost)."""
+    `manifest`: the store's manifest when the caller has just read it, checked first instead
+    of reading it again (a big store's manifest is most of a connection's own cost)."""
     root = Path(root)
     for attempt in range(3):
         if attempt or manifest is None:
             manifest = read_manifest(root)
-        problems = verify_parts(root, manifest)
+        files, problems = check_parts(root, manifest)
         if not problems:
-            return parts if attempt == 0 else committed_parts(root)
+            return files
         time.sleep(0.05)
-        parts = committed_parts(root)
     n = len(problems)
     more = f" (and {n - 1} more problem{'s' if n > 2 else ''})" if n > 1 else ""
     if os.environ.get(ALLOW_PARTIAL_ENV):
@@ -173,11 +201,8 @@ def readable_parts(root: Path | str, parts: list[Path], manifest: dict | None = 
 
         print(f"servelens: warning: store {root}: {problems[0]}{more}; answering from the "
               "intact parts only", file=sys.stderr)
-        # part names are unique (they carry the commit's id), wherever the part is now
-        bad = {Path(p.split()[1]).name for p in problems}
-        return [p for p in parts if p.name not in bad]
+        return files
     raise StoreError(
         f"store {root}: {problems[0]}{more}; answers would be wrong, so nothing was read: "
         f"{REPAIR_HINT} (or pass --allow-partial to read the intact parts)"
     )
-

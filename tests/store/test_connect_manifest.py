@@ -81,17 +81,42 @@ def test_outside_store_keeps_the_path_rules(rel):
     assert store_mod.outside_store(rel) == _outside_by_path_rules(rel)
 
 
-def test_a_part_still_in_staging_is_found_and_checked(store):
-    """A commit half-way through its moves: the part is read from staging, and checked there."""
+def _first_part_in_staging(store):
+    """The manifest of a commit half-way through its moves: its first part still in staging;
+    (manifest, the part, where it is)."""
     manifest = store_mod.read_manifest(store)
     rel = manifest["parts"][0]
     staged = "_staging/moved-" + rel.rsplit("/", 1)[1]
     (store / staged).parent.mkdir(parents=True, exist_ok=True)
     (store / rel).rename(store / staged)
     manifest["pending"] = [[staged, rel]]
+    return manifest, rel, staged
+
+
+def test_a_part_still_in_staging_is_found_and_checked(store):
+    """A commit half-way through its moves: the part is read from staging, and checked there."""
+    manifest, rel, staged = _first_part_in_staging(store)
     assert integrity.verify_parts(store, manifest) == []
     assert store / staged in store_mod.committed_parts(store, manifest)
     (store / staged).write_bytes(b"PAR1 not a whole file")
     assert integrity.verify_parts(store, manifest) == [f"part {rel} is damaged (not a complete Parquet file: 21 bytes)"]
     (store / staged).unlink()
     assert integrity.verify_parts(store, manifest) == [f"part {rel} is missing"]
+
+
+def test_the_one_pass_names_the_intact_parts_as_committed_parts_does(store, monkeypatch):
+    """check_parts both finds and checks: its files are committed_parts' (staged or moved,
+    spelled the same), and a damaged part is left out of them only under --allow-partial."""
+    manifest, rel, staged = _first_part_in_staging(store)
+    files, problems = integrity.check_parts(store, manifest)
+    assert problems == [] and files == [str(p) for p in store_mod.committed_parts(store, manifest)]
+    assert files[0] == str(store / staged)
+    odd = {**manifest, "parts": ["./" + manifest["parts"][1], manifest["parts"][2].replace("/", "//", 1)]}
+    assert integrity.check_parts(store, odd)[0] == [str(p) for p in store_mod.committed_parts(store, odd)]
+    (store / staged).rename(store / rel)
+    victim = store / manifest["parts"][1]
+    victim.write_bytes(victim.read_bytes()[:20])
+    with pytest.raises(store_mod.StoreError, match="is damaged"):
+        integrity.readable_files(store)
+    monkeypatch.setenv(integrity.ALLOW_PARTIAL_ENV, "1")
+    assert integrity.readable_files(store) == [str(store / manifest["parts"][0]), str(store / manifest["parts"][2])]
