@@ -25,6 +25,14 @@ VIEWS = ("requests", "request_state", "engine_stats", "queue_depth", "batch_fill
          "windows", "errors", "throughput", "latency_percentiles", "window_metrics")
 
 
+# the stored views whose raw derivation reads every request (the request intervals, the
+# per-second state, the windows over them): seconds on a big store. A query whose views read
+# one of them pays a deferred refresh first; one that reads only the sample series or the
+# error windows (a scan of the few events they take) reads them raw while the mark is set,
+# as before they were stored: a first question about a log does not pay for every rollup
+DEAR = ("requests", "request_state", "window_metrics")
+
+
 ROLLUP_DIR = "rollups"
 
 
@@ -142,6 +150,7 @@ def deferred(root: Path, manifest: Mapping[str, Any]) -> bool:
 
 
 def reads_a_rollup(views: set[str] | None) -> bool:
-    """Whether a query naming `views` (None: unknown, any) reads a stored view, directly or
-    through the views over it; light enough to ask before any refresh is imported."""
-    return views is None or bool(closure(views) & set(VIEWS))
+    """Whether a query naming `views` (None: unknown, any) reads a stored view of DEAR,
+    directly or through the views over it: whether it should pay a deferred refresh first.
+    Light enough to ask before any refresh is imported."""
+    return views is None or bool(closure(views) & set(DEAR))

@@ -171,6 +171,13 @@ def test_a_query_on_a_store_in_use_reads_the_raw_views(tmp_path, sims):
         assert_frame_equal(run(store, "select * from window_metrics order by all"), raw)
     assert manifest(store).get("rollups_deferred") and manifest(store).get("dirty")
     assert rollup.refresh_deferred(store, {"events"}) is None  # a query of the events alone needs none
+    # nor one of the sample series or the error windows: stored, but cheap to derive from the
+    # few events they read (a first question about a log's KV usage does not pay for them all)
+    for view in ("engine_stats", "kv_cache", "errors", "windows"):
+        assert rollup.refresh_deferred(store, {view}) is None, view
+        assert manifest(store).get("rollups_deferred")
+        assert_frame_equal(run(store, f"select * from {view} order by all"),
+                           run(store, f"select * from {view} order by all", rollups=False))
     assert rollup.refresh_deferred(store, {"scaling_signals"}) is not None
     assert "rollups_deferred" not in manifest(store) and "dirty" not in manifest(store)
     same_rows(stored_rows(store, "window_metrics"), raw)
