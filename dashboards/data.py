@@ -40,9 +40,9 @@ PAGE_VIEWS = ("scaling_signals", "windows", "incident_summary", "metric_availabi
 # Views that several others read (requests by six of them, request_state's per-second
 # reconstruction by three) or that cost seconds, and that do not depend on the window width:
 # read from their rollups when the store's are fresh (WIDTH_FREE_ROLLUPS), else evaluated
-# once per store version into tables of the dashboard's connection, in this (dependency) order. The tables are kept compressed (PACKED): on a 10M-request store the 5M
-# per-second samples of queue_depth took 310 MB as a plain temp table, 22 MB compressed (and
-# batch_fill about twice that), and a query over them reads less.
+# once per store version into tables of the dashboard's connection, in this (dependency)
+# order. The tables are kept compressed (PACKED): the per-second samples of a big store take a
+# fraction of a plain temp table's memory that way, and a query over them reads less.
 SHARED = ("requests", "request_state", "engine_stats", "queue_depth", "batch_fill", "kv_cache")
 # The in-memory database of the dashboard's connection that holds the SHARED tables and the
 # PER_WINDOW tables of the widths kept, compressed: DuckDB compresses an in-memory

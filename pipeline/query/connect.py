@@ -144,7 +144,7 @@ def connect(
         fresh = None
         try:
             if rolls:
-                # a rollup's footer (hundreds of KB over 10M rows) is otherwise read again by
+                # a rollup's footer (large on a big store) is otherwise read again by
                 # every statement that binds a view over it: the range check, each view, the
                 # query. Not for the event parts alone: caching thousands of small footers
                 # costs more than it saves
