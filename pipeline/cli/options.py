@@ -104,8 +104,9 @@ def duration_option(text: str | None, option: str) -> float | None:
 
 
 def refresh_deferred_rollups(target: Path, views: set[str] | None = None) -> None:
-    """The rollup refresh an ingest left to the first query (--defer-rollups), before a
-    command reads a stored view: once, with a one-line note of what it cost. The look is one
+    """The rollup refresh an ingest left to the first query (--defer-rollups), or that the
+    views of another servelens call for (stored.older_sql), before a command reads a stored
+    view: once, with a one-line note of what it cost. The look is one
     manifest read; a failure is a note, the query then reads the raw views. Not when the
     rollups are turned off ($SERVELENS_NO_ROLLUPS)."""
     import os
@@ -115,15 +116,19 @@ def refresh_deferred_rollups(target: Path, views: set[str] | None = None) -> Non
 
     if os.environ.get("SERVELENS_NO_ROLLUPS", "") not in ("", "0"):
         return
-    from ..query.stored import reads_a_rollup
+    from ..query.stored import deferred, reads_a_rollup
 
     if not reads_a_rollup(views):
         return  # decided before the manifest read and the refresh's imports: a query of the events pays nothing
     try:
-        if remote.store_url(target) is not None or remote.is_fleet(target) or not read_manifest(target).get(ROLLUPS_DEFERRED):
+        if remote.store_url(target) is not None or remote.is_fleet(target):
+            return
+        manifest = read_manifest(target)
+        if not deferred(target, manifest, views):
             return
     except (StoreError, OSError, ValueError):
         return
+    why = "as the last ingest deferred them" if manifest.get(ROLLUPS_DEFERRED) else "as another servelens's views had computed them"
     from ..query import rollups
 
     try:
@@ -133,5 +138,5 @@ def refresh_deferred_rollups(target: Path, views: set[str] | None = None) -> Non
                    "this query computes the views from the events", err=True)
         return
     if r is not None:
-        typer.echo(f"servelens: note: rollups refreshed now, as the last ingest deferred them: {r.instances:,} "
+        typer.echo(f"servelens: note: rollups refreshed now, {why}: {r.instances:,} "
                    f"instance(s) in {r.seconds:.1f}s ({r.cpu_s:.1f} CPU-s), once; later queries read them", err=True)

@@ -431,8 +431,9 @@ def refresh(store: Store, *, whole: bool = False, view: str | None = None) -> Re
 
 
 def refresh_deferred(root: Path | str, views: set[str] | None = None) -> Refreshed | None:
-    """The refresh an ingest left to the first query (`servelens ingest --defer-rollups`),
-    run by a command about to read a stored view (`views`: the views its query names; None:
+    """The refresh an ingest left to the first query (`servelens ingest --defer-rollups`), or
+    that rollups computed by another servelens's views call for (stored.older_sql), run by a
+    command about to read a stored view (`views`: the views its query names; None:
     any): under the writer's lock, once, committed like any refresh. None when there is
     nothing deferred, the query reads no stored view, or a writer holds the store (a tailer
     refreshes them itself; the query then reads the raw views, as on any stale store)."""
@@ -443,7 +444,7 @@ def refresh_deferred(root: Path | str, views: set[str] | None = None) -> Refresh
         return None
     root = remote.local_store(root)
     try:
-        if not deferred(root, read_manifest(root)):
+        if not deferred(root, read_manifest(root), views):
             return None
     except (StoreError, OSError, ValueError):
         return None
@@ -454,7 +455,7 @@ def refresh_deferred(root: Path | str, views: set[str] | None = None) -> Refresh
     except (StoreError, OSError):  # in use by a writer, or not ours to write
         return None
     try:
-        return refresh(store) if deferred(store.root, store.manifest) else None
+        return refresh(store) if deferred(store.root, store.manifest, views) else None
     finally:
         store.close()
 

@@ -138,15 +138,29 @@ def view_sql(path: Path, where: str | None = None, view: str = VIEW) -> str:
 
 
 
-def deferred(root: Path, manifest: Mapping[str, Any]) -> bool:
-    """Whether an ingest left the rollups to the first query that reads a stored view and
-    they are still to be refreshed (stale, or some never computed)."""
+def deferred(root: Path, manifest: Mapping[str, Any], views: set[str] | None = None) -> bool:
+    """Whether the first query that reads a stored view (of those `views` read; None: any)
+    should refresh the rollups: an ingest left them to it and they are still to be refreshed
+    (stale, or some never computed), or they were computed by another servelens's SQL
+    (older_sql)."""
+    rollups = manifest.get("rollups") or {}
     if not manifest.get(DEFERRED):
-        return False
+        return older_sql(manifest, views)
     if manifest.get("dirty") or manifest.get("dirty_all"):
         return True
-    rollups = manifest.get("rollups") or {}
     return any(v not in rollups for v in VIEWS)
+
+
+def older_sql(manifest: Mapping[str, Any], views: set[str] | None = None) -> bool:
+    """Whether the store's rollups were computed by the SQL of another servelens (one whose
+    views differ: an upgrade), or a view now stored has none yet. Every reader would compute
+    those views from the events until the next write refreshed them; the first query that
+    reads one rebuilds them once instead, as after a deferring ingest. A store never rolled up
+    (ingested with the rollups off) is not one. `views`: only the stored views they read (the
+    keys a query's connection computes anyway)."""
+    rollups = manifest.get("rollups") or {}
+    asked = VIEWS if views is None else [v for v in VIEWS if v in closure(views)]
+    return bool(rollups) and any((rollups.get(v) or {}).get("key") != sql_key(v) for v in asked)
 
 
 def reads_a_rollup(views: set[str] | None) -> bool:

@@ -217,3 +217,30 @@ def test_a_deferring_ingest_that_commits_nothing_still_marks_a_stale_store(tmp_p
     assert manifest(store).get("rollups_deferred")
     refresh_by_query(store)
     same_rows(stored_rows(store, "window_metrics"), raw_rows(store, "window_metrics"))
+
+
+def test_rollups_of_another_servelens_are_rebuilt_by_the_first_query_that_reads_them(tmp_path, sims):
+    """After an upgrade whose views differ, the store's rollups are of other SQL: every reader
+    would compute the views from the events until the next write refreshed them. The first
+    query reading a request-derived view rebuilds them once and says why; a query of the
+    events alone does not."""
+    from servelens.pipeline.query import stored
+
+    sim = sims["one"]
+    store = tmp_path / "store"
+    ingest([sim / "vllm-a.log"], store, year=2026, rollups=True)
+    m = manifest(store)
+    assert not m.get("rollups_deferred") and m["rollups"]["window_metrics"]["key"] == stored.sql_key("window_metrics")
+    m["rollups"]["window_metrics"]["key"] = "an-older-servelens"
+    (store / "manifest.json").write_text(json.dumps(m))
+    runner = CliRunner()
+    res = runner.invoke(app, ["sql", "select count(*) from events", "--store", str(store)])
+    assert res.exit_code == 0 and "refreshed" not in res.output, res.output
+    assert manifest(store)["rollups"]["window_metrics"]["key"] == "an-older-servelens"
+    res = runner.invoke(app, ["sql", "select count(*) from scaling_signals", "--store", str(store)])
+    assert res.exit_code == 0, res.output
+    assert "rollups refreshed now, as another servelens's views had computed them" in res.output
+    assert manifest(store)["rollups"]["window_metrics"]["key"] == stored.sql_key("window_metrics")
+    same_rows(stored_rows(store, "window_metrics"), raw_rows(store, "window_metrics"))
+    res = runner.invoke(app, ["sql", "select count(*) from scaling_signals", "--store", str(store)])
+    assert res.exit_code == 0 and "refreshed" not in res.output, res.output
