@@ -20,10 +20,10 @@ import duckdb
 from ..store.layout import events_select, no_events_sql, read_parquet_sql
 from .views import closure, load_views
 from ..store.remote import dataset, expand, store_url
-from .parts import READ_RETRIES, mixed_schemas, one_line, settled_parts, vanished
+from .parts import READ_RETRIES, mixed_schemas, one_line, settled_manifest, vanished
 from .sandbox import Limits, QueryError, connection_config, lock_down
 from ..store.manifest import StoreError
-from ..store.integrity import readable_parts
+from ..store.integrity import readable_files
 
 
 def connect(
@@ -51,9 +51,9 @@ def connect(
             raise StoreError(f"store {name} (in {store}) is not a servelens store (no manifest.json)")
     limits = limits or Limits.from_env()
     for attempt in range(READ_RETRIES):
-        parts: list[Path] = []
+        parts: list[str] = []
         for s in local:
-            parts += readable_parts(s, settled_parts(s))
+            parts += readable_files(s, settled_manifest(s))
         try:
             remote_ds = dataset(remote) if remote else None
         except OSError as e:
@@ -65,7 +65,7 @@ def connect(
         try:
             sources = []
             if parts:
-                sources.append(read_parquet_sql([str(p) for p in parts], mixed_schemas(parts)))
+                sources.append(read_parquet_sql(parts, mixed_schemas(parts)))
             if remote_ds is not None:
                 con.register("_events_remote", remote_ds)
                 sources.append(events_select("_events_remote"))

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..store.columns import EVENT_COLUMNS, PARTITION_COLUMNS, typed_nulls
-from ..store.manifest import StoreError, committed_parts, read_manifest
+from ..store.manifest import StoreError, read_manifest
 
 
 # Reading races a writer: a part listed in the manifest can move (staging -> events/) or be
@@ -70,11 +70,6 @@ def settled_manifest(store: Path) -> dict:
             return manifest
         time.sleep(0.01)
     return read_manifest(store)  # still pending after half a second (or unreadable: say why)
-
-
-def settled_parts(store: Path) -> list[Path]:
-    """The committed parts of the settled manifest (settled_manifest)."""
-    return committed_parts(store, settled_manifest(store))
 
 
 def one_line(e: BaseException) -> str:

@@ -168,13 +168,6 @@ def allowing_partial(allow: bool = True) -> Iterator[None]:
 
 
 
-def readable_parts(root: Path | str, parts: list[Path] | None = None, manifest: dict | None = None) -> list[Path]:
-    """The committed parts when every part the manifest lists is intact (readable_files, as
-    Paths); `parts` is not read (the parts are listed by the same pass that checks them)."""
-    return [Path(p) for p in readable_files(root, manifest)]
-
-
-
 def readable_files(root: Path | str, manifest: dict | None = None) -> list[str]:
     """The files of the committed parts (committed_parts' names, as strings) when every part
     the manifest lists is intact; else a StoreError naming the first bad part, unless partial

@@ -202,7 +202,7 @@ def part_location(root: Path, manifest: dict, rel: str) -> Path | None:
 def committed_parts(root: Path, manifest: dict | None = None) -> list[Path]:
     """The part files a reader should read: committed ones, each where it is right now
     (still in staging when a commit's moves are not done yet). A part that is nowhere is
-    left out here; verify_parts / readable_parts say so. `manifest`: the store's manifest
+    left out here; verify_parts / readable_files say so. `manifest`: the store's manifest
     when the caller has just read it (default: read it)."""
     manifest = read_manifest(root) if manifest is None else manifest
     out = []
