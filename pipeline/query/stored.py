@@ -6,11 +6,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from .views import closure, resolve_variables, sql_files, view_name
+from .views import GETVARIABLE, closure, resolve_variables, sql_files, view_name
 from .views import view_sql as file_sql
 from ..store.integrity import PARQUET_MAGIC
 from ..store.manifest import ROLLUPS_DEFERRED
@@ -45,9 +44,6 @@ NO_ROLLUPS_ENV = "SERVELENS_NO_ROLLUPS"
 DEFERRED = ROLLUPS_DEFERRED  # (pipeline/store/manifest.py)
 
 
-_GETVAR = re.compile(r"getvariable\(\s*'(\w+)'\s*\)", re.I)
-
-
 @functools.lru_cache(maxsize=16)
 def _texts(view: str = VIEW) -> tuple[tuple[str, str], ...]:
     """(view, text) of `view` and every view it reads, in load order."""
@@ -67,7 +63,7 @@ def sql_key(view: str = VIEW) -> str:
 @functools.lru_cache(maxsize=16)
 def variable_names(view: str = VIEW) -> tuple[str, ...]:
     """The variables `view` reads, directly or through the views beneath it."""
-    return tuple(sorted({v.lower() for _, text in _texts(view) for v in _GETVAR.findall(text)}))
+    return tuple(sorted({v.lower() for _, text in _texts(view) for v in GETVARIABLE.findall(text)}))
 
 
 def _norm(value: Any) -> Any:

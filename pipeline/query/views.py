@@ -489,7 +489,7 @@ def load_views(
 
 
 # a view reads a variable by naming it: getvariable('name')
-_GETVARIABLE = re.compile(r"getvariable\(\s*'(\w+)'\s*\)", re.I)
+GETVARIABLE = re.compile(r"getvariable\(\s*'(\w+)'\s*\)", re.I)
 
 
 @functools.lru_cache(maxsize=64)
@@ -499,7 +499,7 @@ def _variables_read(directory: Path | str | None, views: frozenset[str], overrid
     instead = dict(overrides)
     texts = [instead.get(view_name(p)) or view_sql(p) for p in sql_files(Path(directory) if directory is not None else None)
              if view_name(p) in views]
-    return frozenset(v.lower() for text in texts for v in _GETVARIABLE.findall(text))
+    return frozenset(v.lower() for text in texts for v in GETVARIABLE.findall(text))
 
 
 def _create(con: duckdb.DuckDBPyConnection, path: Path, sql: str) -> None:
