@@ -230,9 +230,7 @@ class _Session:
         # a fresh rollup beneath that the views computed so far did not read (engine_stats
         # reads no other): bound over its file now, as connect binds those it is given
         for name in sorted(need & set(stored_rels)):
-            where = None if whole else instances_predicate(self.plan.dirty)
-            con.execute(view_sql(self.plan.root / stored_rels[name], where, name))
-            bound.add(name)
+            self._bind_file(con, bound, whole, name, self.plan.root / stored_rels[name])
         need -= set(stored_rels)
         # a view beneath read by several paths (window_metrics reads engine_stats by four)
         # is computed once into a table: each path would bind and derive it anew
@@ -252,9 +250,13 @@ class _Session:
         it in `stored` would (query.connect): the views above it read its rows from there."""
         path = self.plan.root / rel
         for (whole, _limits), (con, bound, _shared) in self.cons.items():
-            where = None if whole else instances_predicate(self.plan.dirty)
-            con.execute(view_sql(path, where, view))
-            bound.add(view)
+            self._bind_file(con, bound, whole, view, path)
+
+    def _bind_file(self, con: duckdb.DuckDBPyConnection, bound: set[str], whole: bool, view: str, path: Path) -> None:
+        """`view` bound over a rollup file on a computing connection (its dirty instances'
+        rows when not `whole`), as query.connect binds a view it is given in `stored`."""
+        con.execute(view_sql(path, None if whole else instances_predicate(self.plan.dirty), view))
+        bound.add(view)
 
     def instances(self, path: Path) -> int:
         return int(self.last.execute(

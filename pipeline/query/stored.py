@@ -139,11 +139,11 @@ def deferred(root: Path, manifest: Mapping[str, Any], views: set[str] | None = N
     should refresh the rollups: an ingest left them to it and they are still to be refreshed
     (stale, or some never computed), or they were computed by another servelens's SQL
     (older_sql)."""
-    rollups = manifest.get("rollups") or {}
     if not manifest.get(DEFERRED):
         return older_sql(manifest, views)
     if manifest.get("dirty") or manifest.get("dirty_all"):
         return True
+    rollups = manifest.get("rollups") or {}
     return any(v not in rollups for v in VIEWS)
 
 
