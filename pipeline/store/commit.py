@@ -69,6 +69,16 @@ PARQUET_OPTIONS = dict(
 )
 
 
+@dataclass(frozen=True)
+class Staged:
+    """Parts written under `_staging/<txid>` and what committing them changes."""
+
+    txid: str
+    moves: list[tuple[str, str]]
+    dirty: list[list]
+    rows: int
+
+
 @dataclass
 class Store:
     """A writer's handle on the store: holds the lock for its lifetime."""
@@ -363,17 +373,33 @@ class Store:
         the same frames and files can be committed again once there is space."""
         if not files and not frames:
             return 0
+        staged = self.stage_flush(frames)
+        self.commit_staged(staged, files)
+        return staged.rows
+
+    def stage_flush(self, frames: list[pl.DataFrame]) -> Staged:
+        """Write a flush's events as staged parts, not yet committed: what a worker process
+        does with the store's directory (it holds no lock) before the writer commits them
+        (commit_staged). A full disk raises StoreFull with the staged parts removed."""
         events = pl.concat(frames) if frames else pl.DataFrame()
         txid = new_txid()
         try:
             moves = self.stage_events(events, txid) if events.height else []
-            self.commit(moves, files=files, dirty=dirty_marks(events))
         except OSError as e:
-            shutil.rmtree(self.root / "_staging" / txid, ignore_errors=True)
-            if e.errno in NO_SPACE:
-                raise no_space(self.root, e) from None
-            raise
-        return events.height
+            raise self._unstaged(txid, e) from None
+        return Staged(txid, moves, dirty_marks(events), events.height)
+
+    def commit_staged(self, staged: Staged, files: dict[str, dict]) -> None:
+        """Commit staged parts with the file states they bring; a failure removes them (the
+        same events are staged again by a later ingest: their offsets were not committed)."""
+        try:
+            self.commit(staged.moves, files=files, dirty=staged.dirty)
+        except OSError as e:
+            raise self._unstaged(staged.txid, e) from None
+
+    def _unstaged(self, txid: str, e: OSError) -> Exception:
+        shutil.rmtree(self.root / "_staging" / txid, ignore_errors=True)
+        return no_space(self.root, e) if e.errno in NO_SPACE else e
 
     def _part_info(self, moves: list[tuple[str, str]], files: dict[str, dict], removed: set[str]) -> dict:
         """What each new part holds, for `check` and `repair`: its row count, and per file
