@@ -8,6 +8,7 @@ every FLUSH_ROWS rows or FLUSH_BYTES of events held, whichever comes first.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import os
 import time
@@ -31,7 +32,7 @@ from .sources.checkpoint import KnownFiles, file_state, inherit_lineage, restore
 from .sources.naming import InstanceNamer, NamingError, directory_instance, lineage_order
 from .sources.carry_scan import scan_carry
 from .sources.lines import DEFAULT_BLOCK_BYTES, line_frames, parse_stream
-from .store.commit import Store
+from .store.commit import Staged, Store
 from .store.manifest import ROLLUPS_DEFERRED, StoreError, read_manifest, write_failure
 from .store.repair import heal, healed_message
 
@@ -134,8 +135,20 @@ class _Batch:
         return self.rows >= FLUSH_ROWS or self.bytes >= FLUSH_BYTES
 
     def flush(self) -> None:
+        self._store_errors(self._write)
+        self.frames, self.rows, self.bytes, self.files, self.of_instance = [], 0, 0, {}, {}
+
+    def _write(self) -> None:
+        self.store.commit_events(self.frames, self.files)
+
+    def commit_staged(self, staged: Staged, files: dict[str, dict]) -> None:
+        """Commit parts a worker process staged, with the file states they bring."""
+        self._store_errors(lambda: self.store.commit_staged(staged, files))
+
+    @staticmethod
+    def _store_errors(write: Callable[[], Any]) -> None:
         try:
-            self.store.commit_events(self.frames, self.files)
+            write()
         except StoreError:
             raise
         except OSError as e:
@@ -145,7 +158,19 @@ class _Batch:
             if line is None:
                 raise
             raise StoreError(line) from None
-        self.frames, self.rows, self.bytes, self.files, self.of_instance = [], 0, 0, {}, {}
+
+
+class _StagedBatch(_Batch):
+    """A worker process's batch: a flush writes its parts to staging and keeps them, with the
+    file states they bring, for the writer to commit (the worker holds no lock)."""
+
+    def __init__(self, store: Store):
+        super().__init__(store)
+        self.staged: list[tuple[Staged, dict[str, dict]]] = []
+
+    def _write(self) -> None:
+        if self.frames or self.files:
+            self.staged.append((self.store.stage_flush(self.frames), self.files))
 
 
 def ingest(
@@ -163,6 +188,7 @@ def ingest(
     keep_lines: bool = False,
     on_stage: Callable[[str], None] | None = None,
     follow_symlinks: bool = True,
+    workers: int | None = None,
 ) -> IngestSummary:
     """Ingest files and directories (recursively, plain or .gz) into the store.
 
@@ -183,7 +209,10 @@ def ingest(
     (see naming.py), else its name (Kubernetes pod for container logs), made distinct
     where two directories hold files of the same name. Files of one instance are read
     oldest first (rotated copies before the live file), so what one teaches the parser
-    (model, year) carries to the next."""
+    (model, year) carries to the next.
+
+    `workers`: processes that read large files of different instances side by side (None:
+    one per core; 1: none, every file read here)."""
     if engine != "auto" and engine not in ENGINES:
         raise IngestError(
             f"unknown engine {engine!r}; choose one of: auto, {', '.join(ENGINES)}"
@@ -250,8 +279,8 @@ def ingest(
                 opened.ctx.keep_lines = keep_lines
             return opened
 
-        for result in _files_in_order(found, open_file, batch, block_bytes, on_progress,
-                                      lambda item: instance or namer.name(item.path)):
+        for result in _all_files(found, open_file, batch, block_bytes, on_progress,
+                                 lambda item: instance or namer.name(item.path), workers):
             summary.files.append(result)
             summary.lines += result.lines
             summary.events_by_kind.update(result.counts)
@@ -314,6 +343,7 @@ class _Opened:
     crc: int | None = None  # CRC-32 of the content before `offset`
     # a platform download's read block is larger: as many engine lines as a plain log's
     block_scale: float = 1.0
+    labels: dict[str, str] | None = None  # the instance's labels (naming.py), for the parser
 
 
 def _open_file(
@@ -409,7 +439,7 @@ def _open_file(
         crc = known["crc"] if "crc" in known else fp.content_crc(path, offset, head)
     # (a file read in one block either way needs no scale)
     scale = wrappers.block_scale(result.decode, head) if size - offset > block_bytes else 1.0
-    return _Opened(path, result, parser, ctx, head, key, known, offset, next_line, live, size, source, crc, scale)
+    return _Opened(path, result, parser, ctx, head, key, known, offset, next_line, live, size, source, crc, scale, labels)
 
 
 def _block(opened: _Opened, block_bytes: int) -> int:
@@ -613,6 +643,132 @@ def _files_in_order(
             # else: opened again, after this one is in the batch (opening has no side effect)
         yield _read_file(opened, batch, block_bytes, on_progress, parsed)
         i += 1
+
+
+# Large files of instances that have no other file in the ingest (nothing one teaches the
+# parser carries to another) are read in worker processes, each parsing and staging its own
+# parts; this process opens them (detection, the manifest's offsets) and commits each flush
+# with the file states it brings, so nothing is committed that the writer did not commit. A
+# worker costs an interpreter's start: paid back by large files only.
+WORKER_MIN_BYTES = 64 * 1024 * 1024
+
+
+def worker_count(requested: int | None) -> int:
+    """The worker processes an ingest may start: `requested`, else one per usable core."""
+    if requested is not None:
+        return max(1, requested)
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _for_workers(found: list, name_of: Callable[[Any], str | None], workers: int) -> list:
+    """The files to read in worker processes: large ones whose instance has no other file
+    here, when there are two or more (one file alone gains nothing from a process: the
+    parse threads already share its blocks)."""
+    if workers < 2:
+        return []
+    names = Counter(name_of(item) for item in found)
+    big = []
+    for item in found:
+        try:
+            size = item.path.stat().st_size
+        except OSError:
+            continue  # opened here, which says what is wrong
+        if names[name_of(item)] == 1 and size >= WORKER_MIN_BYTES:
+            big.append(item)
+    return big if len(big) >= 2 else []
+
+
+def _all_files(
+    found: list,
+    open_file: Callable[..., _Opened | FileResult],
+    batch: _Batch,
+    block_bytes: int,
+    on_progress: Callable[[int], None] | None,
+    name_of: Callable[[Any], str | None],
+    workers: int | None,
+) -> Iterator[FileResult]:
+    """Each file's result: the files `_for_workers` picks read by worker processes, each
+    committed here as its worker returns it, the others read here meanwhile, in order."""
+    n = worker_count(workers)
+    big = _for_workers(found, name_of, n)
+    if not big:
+        yield from _files_in_order(found, open_file, batch, block_bytes, on_progress, name_of)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    others = set(multiprocessing.active_children())
+    try:
+        # spawned, not forked: a fork of a process whose polars and parse threads run may deadlock
+        pool = ProcessPoolExecutor(min(n, len(big)), mp_context=multiprocessing.get_context("spawn"))
+    except (OSError, ImportError):  # no process support here (e.g. no /dev/shm): read them here
+        yield from _files_in_order(found, open_file, batch, block_bytes, on_progress, name_of)
+        return
+    finished = False
+    try:
+        reserved: set[str] = set()
+        pending: list[tuple[_Opened, Future]] = []
+        for item in big:
+            opened = open_file(item, reserved=frozenset(reserved))
+            if isinstance(opened, FileResult):
+                yield opened
+                continue
+            reserved.add(opened.key)
+            portable = dataclasses.replace(opened, parser=None)  # (a parser is a module: rebuilt there)
+            pending.append((opened, pool.submit(_read_in_worker, str(batch.store.root), portable, block_bytes)))
+        picked = {id(item) for item in big}
+        rest = [item for item in found if id(item) not in picked]
+
+        def open_rest(item, reserved_here: set[str] | frozenset[str] = frozenset()):
+            return open_file(item, reserved=reserved | set(reserved_here))
+
+        for result in _files_in_order(rest, open_rest, batch, block_bytes, on_progress, name_of):
+            yield result
+            while pending and pending[0][1].done():
+                yield _commit_read(batch, *pending.pop(0), on_progress)
+        while pending:
+            yield _commit_read(batch, *pending.pop(0), on_progress)
+        finished = True
+    finally:
+        if not finished:
+            # an error or an interrupt: the workers stop now (what they staged is removed
+            # at the store's next open), not after their files
+            pool.shutdown(wait=False, cancel_futures=True)
+            for child in set(multiprocessing.active_children()) - others:
+                child.terminate()
+        pool.shutdown(wait=True)
+
+
+def _read_in_worker(root: str, opened: _Opened, block_bytes: int) -> tuple[FileResult, list]:
+    """In a worker process: read an opened file as `_read_file` does, its flushes staged in
+    the store's directory, not committed."""
+    r = opened.result
+    opened.parser = wrappers.wrap(get_parser(r.engine), r.decode, opened.labels)
+    batch = _StagedBatch(Store(root=Path(root)))
+    result = _read_file(opened, batch, block_bytes, None)
+    batch.flush()
+    return result, batch.staged
+
+
+def _commit_read(batch: _Batch, opened: _Opened, pending: Future, on_progress: Callable[[int], None] | None) -> FileResult:
+    """Commit what a worker read of one file, flush by flush, in the order it read it."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    try:
+        result, staged = pending.result()
+    except BrokenProcessPool:
+        raise IngestError(
+            f"the worker process reading {opened.source} stopped before it finished (killed, e.g. out of "
+            "memory); what was committed is kept: run the same command again, with --workers 1 to read "
+            "one file at a time"
+        ) from None
+    for parts, files in staged:
+        batch.commit_staged(parts, files)
+    _progress(on_progress, opened.size)
+    return result
 
 
 def _scan_file(path: Path, result: FileResult, ctx: ParseContext, offset: int, next_line: int, block_bytes: int) -> None:

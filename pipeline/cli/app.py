@@ -80,6 +80,7 @@ def ingest(
     defer_rollups: Annotated[Optional[bool], typer.Option("--defer-rollups/--refresh-rollups", help="Leave the rollups (the stored window_metrics) to the first query that reads them (servelens sql, report, dashboard, serve): it refreshes them once and says what that cost, so an ingest whose store is asked one question pays nothing for them. --refresh-rollups brings them up to date before the ingest returns. Default: defer.")] = None,
     no_follow_symlinks: Annotated[bool, typer.Option("--no-follow-symlinks", help="Pass over the files of a named directory that lead out of it through a symlink (read by default: /var/log/containers is such links). For directories whose writers you trust less than this reader.")] = False,
     keep_lines: Annotated[bool, typer.Option("--keep-lines", help="Keep the text (`message`) of every event, in this and every later ingest or tail into the store. By default the bulk events whose columns say what the line said (requests, engine stats, batches, HTTP access) keep none: a vLLM request's prompt, an iteration's JSON. Unparsed, error, warning and start-up lines always keep theirs.")] = False,
+    workers: Annotated[Optional[int], typer.Option("--workers", min=1, help="Processes that read large files (64 MiB or more) of different instances side by side, each writing its own parts (default: one per core; 1: every file read in this process).", show_default=False)] = None,
     prometheus: Annotated[Optional[str], typer.Option("--prometheus", help="Instead of PATHs, read the samples a Prometheus server holds over --since .. --until (its HTTP API) into the store, as if scraped (docs/sources.md).", show_default=False)] = None,
     match: Annotated[Optional[list[str]], typer.Option("--match", help="With --prometheus: a series selector to read (repeatable; default: every engine's metrics, vllm:*, sglang:*, llamacpp:*, tgi_*, trtllm*).", show_default=False)] = None,
     step: Annotated[Optional[str], typer.Option("--step", help="With --prometheus: read the series evaluated every STEP (query_range) instead of the raw samples at their scrape times.", show_default=False)] = None,
@@ -95,6 +96,7 @@ def ingest(
       servelens ingest vllm.log.1.gz --engine vllm --instance gpu-node-3 --year 2025
       servelens ingest hosts/ --instance-from '{parent}/{stem}'
       servelens ingest day1/ --no-rollups && servelens ingest day2/
+      servelens ingest fleet-logs/ --workers 8
       kubectl logs vllm-0 | servelens ingest - --instance vllm-0 --json
       servelens ingest --prometheus http://prometheus:9090 --since 2026-06-12T02:00Z --until 2026-06-12T04:00Z --match '{job="vllm"}'
     """
@@ -141,6 +143,7 @@ def ingest(
                 on_file=None if quiet or as_json else print_file_line,
                 rollups=False if no_rollups else True if defer_rollups is False else "defer",
                 keep_lines=keep_lines,
+                workers=workers,
             )
     except (IngestError, StoreError) as e:
         raise fail(str(e)) from None

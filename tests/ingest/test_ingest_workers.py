@@ -1,0 +1,135 @@
+"""Large files of different instances read by worker processes (pipeline/ingest.py
+`_all_files`): each worker parses and stages its own parts, the ingesting process commits
+them. What the store holds must be what the log files say, and what reading the files one
+by one stores."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import Future
+from concurrent.futures.process import BrokenProcessPool
+
+import polars as pl
+import pytest
+from tests.helpers.common import SAMPLE_LOGS, events, write
+from tests.helpers.incident_truth import truth_requests
+
+from servelens.pipeline import ingest as ingest_mod
+from servelens.pipeline.ingest import IngestError, ingest as _ingest
+from servelens.pipeline.query.connect import run
+
+INCIDENT = SAMPLE_LOGS / "incident"
+
+
+def ingest(*args, **kw):
+    """The library ingest without the rollup refresh: these tests compare events, file
+    entries and requests read raw."""
+    return _ingest(*args, rollups=False, **kw)
+
+
+@pytest.fixture
+def by_workers(monkeypatch):
+    """Every file large enough for a worker; the files whose reads a worker returned, by name."""
+    monkeypatch.setattr(ingest_mod, "WORKER_MIN_BYTES", 0)
+    real, read = ingest_mod._commit_read, []
+
+    def spy(batch, opened, pending, on_progress):
+        read.append(opened.path.name)
+        return real(batch, opened, pending, on_progress)
+
+    monkeypatch.setattr(ingest_mod, "_commit_read", spy)
+    return read
+
+
+def _entries(store):
+    files = json.loads((store / "manifest.json").read_text())["files"]
+    return sorted((e["source"], e["instance"], e["offset"], e["lines"], e["crc"], e["ctx"]["last_ts"]) for e in files.values())
+
+
+def _logs(tmp_path):
+    """The incident's six logs (two per engine, one instance each), aged copies."""
+    out = []
+    for log in sorted(INCIDENT.rglob("*.log")):
+        out.append(write(tmp_path / "logs" / log.parent.name / log.name, log.read_bytes()))
+    return out
+
+
+def test_workers_read_the_files_of_distinct_instances_as_the_logs_and_the_truth_say(tmp_path, by_workers):
+    logs = _logs(tmp_path)
+    summary = ingest([tmp_path / "logs"], tmp_path / "store", workers=2)
+
+    assert sorted(by_workers) == sorted(log.name for log in logs)
+    # every line of every file read, counted from the bytes
+    lines = {log.stem: log.read_bytes().count(b"\n") for log in logs}
+    assert {f.instance: f.lines for f in summary.files} == lines
+    assert all(f.status == "ingested" and not f.failed and not f.reason for f in summary.files)
+    # the requests each instance finished and failed, as the simulator that wrote the logs
+    # recorded them (TensorRT-LLM's log names no request)
+    truth = (truth_requests().filter(pl.col("status").is_in(["ok", "error"]) & ~pl.col("instance").str.starts_with("trtllm"))
+             .group_by("instance", "status").len())
+    want = sorted((i, {"ok": "finished", "error": "failed"}[s], n) for i, s, n in truth.iter_rows())
+    got = run(tmp_path / "store", "select instance, status, count(*) from requests "
+              "where engine <> 'trtllm' and status in ('finished', 'failed') group by all order by all").rows()
+    assert got == want and len(want) == 6
+    # and what reading them one by one in this process stores, file states included
+    ingest([tmp_path / "logs"], tmp_path / "serial", workers=1)
+    assert events(tmp_path / "store").equals(events(tmp_path / "serial"))
+    assert _entries(tmp_path / "store") == _entries(tmp_path / "serial")
+    assert not (tmp_path / "store" / "_staging").exists()
+
+
+def test_a_grown_file_read_by_a_worker_adds_exactly_its_new_lines(tmp_path, by_workers):
+    logs = _logs(tmp_path)
+    full = {log: log.read_bytes() for log in logs}
+    for log, data in full.items():  # the first half of each log, then the whole
+        write(log, data[: data.index(b"\n", len(data) // 2) + 1])
+    ingest([tmp_path / "logs"], tmp_path / "store", workers=2)
+    for log, data in full.items():
+        write(log, data)
+    again = ingest([tmp_path / "logs"], tmp_path / "store", workers=2)
+
+    assert len(by_workers) == 12
+    assert sum(f.lines for f in again.files) == sum(
+        data.count(b"\n") - data[: data.index(b"\n", len(data) // 2) + 1].count(b"\n") for data in full.values())
+    # nothing is read twice
+    assert sum(f.lines for f in ingest([tmp_path / "logs"], tmp_path / "store", workers=2).files) == 0
+    # the events of the whole files read in one go, one by one
+    ingest([tmp_path / "logs"], tmp_path / "serial", workers=1)
+    assert events(tmp_path / "store").equals(events(tmp_path / "serial"))
+
+
+def test_files_of_one_instance_and_small_files_stay_in_this_process(tmp_path, monkeypatch, by_workers):
+    _logs(tmp_path)
+    ingest([tmp_path / "logs"], tmp_path / "store", workers=2, instance="one")
+    assert by_workers == []  # one instance: each file continues the one before
+    monkeypatch.setattr(ingest_mod, "WORKER_MIN_BYTES", 1 << 40)
+    ingest([tmp_path / "logs"], tmp_path / "other", workers=2)
+    assert by_workers == []
+
+
+def test_a_worker_that_dies_stops_the_ingest_with_one_line_saying_what_to_do(tmp_path):
+    opened = ingest_mod._Opened.__new__(ingest_mod._Opened)
+    opened.source, opened.size = "logs/vllm-a.log", 10
+    dead: Future = Future()
+    dead.set_exception(BrokenProcessPool("a child process terminated abruptly"))
+    with pytest.raises(IngestError) as e:
+        ingest_mod._commit_read(None, opened, dead, None)
+    assert str(e.value).startswith("the worker process reading logs/vllm-a.log stopped before it finished")
+    assert "--workers 1" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_cli_reads_with_workers_and_refuses_zero(tmp_path, by_workers):
+    from typer.testing import CliRunner
+
+    from servelens.pipeline.cli.app import app, build_app
+
+    build_app()
+    _logs(tmp_path)
+    out = CliRunner().invoke(app, ["ingest", str(tmp_path / "logs"), "--store", str(tmp_path / "s"), "--workers", "2", "-q"])
+    assert out.exit_code == 0, out.output
+    assert len(by_workers) == 6
+    bad = CliRunner().invoke(app, ["ingest", str(tmp_path / "logs"), "--store", str(tmp_path / "t"), "--workers", "0"])
+    assert bad.exit_code == 2 and "--workers" in bad.output
+    files = json.loads((tmp_path / "s" / "manifest.json").read_text())["files"].values()
+    assert sorted(e["lines"] for e in files) == sorted(
+        log.read_bytes().count(b"\n") for log in (tmp_path / "logs").rglob("*.log"))
