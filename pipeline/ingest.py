@@ -703,7 +703,9 @@ def _all_files(
     others = set(multiprocessing.active_children())
     try:
         # spawned, not forked: a fork of a process whose polars and parse threads run may deadlock
-        pool = ProcessPoolExecutor(min(n, len(big)), mp_context=multiprocessing.get_context("spawn"))
+        spawn = multiprocessing.get_context("spawn")
+        progress = spawn.SimpleQueue() if on_progress else None
+        pool = ProcessPoolExecutor(min(n, len(big)), mp_context=spawn, initializer=_start_worker, initargs=(progress,))
     except (OSError, ImportError):  # no process support here (e.g. no /dev/shm): read them here
         yield from _files_in_order(found, open_file, batch, block_bytes, on_progress, name_of)
         return
@@ -728,9 +730,9 @@ def _all_files(
         for result in _files_in_order(rest, open_rest, batch, block_bytes, on_progress, name_of):
             yield result
             while pending and pending[0][1].done():
-                yield _commit_read(batch, *pending.pop(0), on_progress)
+                yield _commit_read(batch, *pending.pop(0), on_progress, progress)
         while pending:
-            yield _commit_read(batch, *pending.pop(0), on_progress)
+            yield _commit_read(batch, *pending.pop(0), on_progress, progress)
         finished = True
     finally:
         if not finished:
@@ -742,21 +744,39 @@ def _all_files(
         pool.shutdown(wait=True)
 
 
+_WORKER_PROGRESS: Any = None  # in a worker process: where it says how many bytes it has read
+
+
+def _start_worker(progress: Any) -> None:
+    global _WORKER_PROGRESS
+    _WORKER_PROGRESS = progress
+
+
 def _read_in_worker(root: str, opened: _Opened, block_bytes: int) -> tuple[FileResult, list]:
     """In a worker process: read an opened file as `_read_file` does, its flushes staged in
     the store's directory, not committed."""
     r = opened.result
     opened.parser = wrappers.wrap(get_parser(r.engine), r.decode, opened.labels)
     batch = _StagedBatch(Store(root=Path(root)))
-    result = _read_file(opened, batch, block_bytes, None)
+    said = _WORKER_PROGRESS.put if _WORKER_PROGRESS is not None else None
+    result = _read_file(opened, batch, block_bytes, said)
     batch.flush()
     return result, batch.staged
 
 
-def _commit_read(batch: _Batch, opened: _Opened, pending: Future, on_progress: Callable[[int], None] | None) -> FileResult:
-    """Commit what a worker read of one file, flush by flush, in the order it read it."""
+def _commit_read(batch: _Batch, opened: _Opened, pending: Future, on_progress: Callable[[int], None] | None,
+                 progress: Any = None) -> FileResult:
+    """Commit what a worker read of one file, flush by flush, in the order it read it;
+    meanwhile, the bytes the workers say they have read move the progress bar."""
+    from concurrent.futures import wait
     from concurrent.futures.process import BrokenProcessPool
 
+    while progress is not None:
+        done = bool(wait([pending], timeout=0.2).done)
+        while not progress.empty():
+            _progress(on_progress, progress.get())
+        if done:
+            break
     try:
         result, staged = pending.result()
     except BrokenProcessPool:
@@ -767,7 +787,8 @@ def _commit_read(batch: _Batch, opened: _Opened, pending: Future, on_progress: C
         ) from None
     for parts, files in staged:
         batch.commit_staged(parts, files)
-    _progress(on_progress, opened.size)
+    if progress is None:
+        _progress(on_progress, opened.size)
     return result
 
 

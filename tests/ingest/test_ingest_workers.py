@@ -33,9 +33,9 @@ def by_workers(monkeypatch):
     monkeypatch.setattr(ingest_mod, "WORKER_MIN_BYTES", 0)
     real, read = ingest_mod._commit_read, []
 
-    def spy(batch, opened, pending, on_progress):
+    def spy(batch, opened, *rest):
         read.append(opened.path.name)
-        return real(batch, opened, pending, on_progress)
+        return real(batch, opened, *rest)
 
     monkeypatch.setattr(ingest_mod, "_commit_read", spy)
     return read
@@ -56,9 +56,12 @@ def _logs(tmp_path):
 
 def test_workers_read_the_files_of_distinct_instances_as_the_logs_and_the_truth_say(tmp_path, by_workers):
     logs = _logs(tmp_path)
-    summary = ingest([tmp_path / "logs"], tmp_path / "store", workers=2)
+    moved: list[int] = []
+    summary = ingest([tmp_path / "logs"], tmp_path / "store", workers=2, on_progress=moved.append)
 
     assert sorted(by_workers) == sorted(log.name for log in logs)
+    # the progress bar moved as the workers read, to the files' sizes in all
+    assert sum(moved) == sum(log.stat().st_size for log in logs) and len(moved) >= len(logs)
     # every line of every file read, counted from the bytes
     lines = {log.stem: log.read_bytes().count(b"\n") for log in logs}
     assert {f.instance: f.lines for f in summary.files} == lines
