@@ -6,6 +6,8 @@ by one stores."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
 
@@ -17,6 +19,7 @@ from tests.helpers.incident_truth import truth_requests
 from servelens.pipeline import ingest as ingest_mod
 from servelens.pipeline.ingest import IngestError, ingest as _ingest
 from servelens.pipeline.query.connect import run
+from servelens.pipeline.store.manifest import StoreFull
 
 INCIDENT = SAMPLE_LOGS / "incident"
 
@@ -136,3 +139,32 @@ def test_the_cli_reads_with_workers_and_refuses_zero(tmp_path, by_workers):
     files = json.loads((tmp_path / "s" / "manifest.json").read_text())["files"].values()
     assert sorted(e["lines"] for e in files) == sorted(
         log.read_bytes().count(b"\n") for log in (tmp_path / "logs").rglob("*.log"))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to mount a small tmpfs")
+def test_a_full_disk_under_the_workers_stops_the_ingest_and_the_next_one_stores_every_line(tmp_path, by_workers):
+    logs = _logs(tmp_path)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], check=True)
+    try:
+        ingest([logs[0]], mnt / "store")  # a store holding one file already
+        fill = mnt / "fill"
+        with open(fill, "wb") as f:
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+            except OSError:
+                pass
+        with pytest.raises(StoreFull, match="no space left on device"):
+            ingest([tmp_path / "logs"], mnt / "store", workers=2)
+        fill.unlink()
+        assert run(mnt / "store", "select count(distinct source) from events").item() == 1
+        again = ingest([tmp_path / "logs"], mnt / "store", workers=2)
+        files = json.loads((mnt / "store" / "manifest.json").read_text())["files"].values()
+        assert sorted(e["lines"] for e in files) == sorted(log.read_bytes().count(b"\n") for log in logs)
+        assert sum(f.lines for f in again.files) == sum(log.read_bytes().count(b"\n") for log in logs[1:])
+        assert not (mnt / "store" / "_staging").exists()
+        assert sorted(set(by_workers)) == sorted(log.name for log in logs[1:])  # (the first was stored)
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
