@@ -49,7 +49,8 @@ def measure(log: Path, pythonpath: str | None, reps: int, tmp: Path) -> dict:
             store = tmp / f"store-{k}-{rollups}"
             shutil.rmtree(store, ignore_errors=True)
             cmd = [sys.executable, "-c", MAIN, "ingest", str(log), "--store", str(store), "-q", "--json"]
-            cpu, summary = cpu_of(cmd + ([] if rollups else ["--no-rollups"]), env)
+            # (the refresh asked for: `servelens ingest` leaves it to the first query by default)
+            cpu, summary = cpu_of(cmd + (["--refresh-rollups"] if rollups else ["--no-rollups"]), env)
             (full if rollups else plain).append(cpu)
             if rollups:
                 r = summary.get("rollup") or {}
