@@ -168,3 +168,20 @@ def test_a_full_disk_under_the_workers_stops_the_ingest_and_the_next_one_stores_
         assert sorted(set(by_workers)) == sorted(log.name for log in logs[1:])  # (the first was stored)
     finally:
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+@pytest.mark.parametrize("copy", ["the start of it", "all of it"])
+def test_a_copy_of_a_file_a_worker_reads_is_stored_once(tmp_path, monkeypatch, by_workers, copy):
+    """A log copied under other names (its first half saved earlier, or the whole), one copy
+    large enough for a worker and one not: their lines are the original's, stored once."""
+    logs = _logs(tmp_path)
+    data = logs[0].read_bytes()
+    cut = data[: data.index(b"\n", len(data) // 2) + 1] if copy == "the start of it" else data
+    _, small = (write(tmp_path / "logs" / "copies" / name, cut) for name in ("copy-big.log", "copy-small.log"))
+    picked = ingest_mod._for_workers
+    monkeypatch.setattr(ingest_mod, "_for_workers", lambda *a: [i for i in picked(*a) if i.path != small])
+    ingest([tmp_path / "logs"], tmp_path / "store", workers=2)
+
+    alone = ingest(logs, tmp_path / "alone", workers=1)
+    assert run(tmp_path / "store", "select count(*) from events").item() == alone.events
+    assert small.name not in by_workers and len(by_workers) >= 5
