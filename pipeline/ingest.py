@@ -653,14 +653,33 @@ def _files_in_order(
 WORKER_MIN_BYTES = 64 * 1024 * 1024
 
 
+# what a worker may hold at its peak (an ingest's own peak, with room): the default count
+# is capped by the memory available for them
+WORKER_MEMORY_BYTES = 1 << 30
+
+
 def worker_count(requested: int | None) -> int:
-    """The worker processes an ingest may start: `requested`, else one per usable core."""
+    """The worker processes an ingest may start: `requested`, else one per usable core, as
+    many as the available memory holds."""
     if requested is not None:
         return max(1, requested)
     try:
-        return len(os.sched_getaffinity(0))
+        cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, _available_memory() // WORKER_MEMORY_BYTES))
+
+
+def _available_memory() -> int:
+    """Bytes of memory available to new processes (MemAvailable); unknown: no limit."""
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 1 << 62
 
 
 def _for_workers(found: list, name_of: Callable[[Any], str | None], workers: int) -> list:

@@ -185,3 +185,16 @@ def test_a_copy_of_a_file_a_worker_reads_is_stored_once(tmp_path, monkeypatch, b
     alone = ingest(logs, tmp_path / "alone", workers=1)
     assert run(tmp_path / "store", "select count(*) from events").item() == alone.events
     assert small.name not in by_workers and len(by_workers) >= 5
+
+
+def test_the_default_worker_count_is_the_cores_the_memory_holds(monkeypatch):
+    import os as os_
+
+    monkeypatch.setattr(os_, "sched_getaffinity", lambda pid: set(range(16)))
+    monkeypatch.setattr(ingest_mod, "_available_memory", lambda: 64 << 30)
+    assert ingest_mod.worker_count(None) == 16
+    monkeypatch.setattr(ingest_mod, "_available_memory", lambda: (5 << 30) + (1 << 29))
+    assert ingest_mod.worker_count(None) == 5
+    monkeypatch.setattr(ingest_mod, "_available_memory", lambda: 1 << 28)
+    assert ingest_mod.worker_count(None) == 1
+    assert ingest_mod.worker_count(3) == 3  # asked for: as asked
