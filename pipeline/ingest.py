@@ -280,7 +280,7 @@ def ingest(
             return opened
 
         for result in _all_files(found, open_file, batch, block_bytes, on_progress,
-                                 lambda item: instance or namer.name(item.path), workers):
+                                 lambda item: instance or namer.name(item.path), workers, summary.notes):
             summary.files.append(result)
             summary.lines += result.lines
             summary.events_by_kind.update(result.counts)
@@ -708,6 +708,7 @@ def _all_files(
     on_progress: Callable[[int], None] | None,
     name_of: Callable[[Any], str | None],
     workers: int | None,
+    notes: list[str],
 ) -> Iterator[FileResult]:
     """Each file's result: the files `_for_workers` picks read by worker processes, each
     committed here as its worker returns it, the others read here meanwhile, in order."""
@@ -725,9 +726,11 @@ def _all_files(
         spawn = multiprocessing.get_context("spawn")
         progress = spawn.SimpleQueue() if on_progress else None
         pool = ProcessPoolExecutor(min(n, len(big)), mp_context=spawn, initializer=_start_worker, initargs=(progress,))
-    except (OSError, ImportError):  # no process support here (e.g. no /dev/shm): read them here
+    except (OSError, ImportError) as e:  # no process support here (e.g. no /dev/shm): read them here
+        notes.append(f"large files read one at a time: no worker processes here ({e})")
         yield from _files_in_order(found, open_file, batch, block_bytes, on_progress, name_of)
         return
+    notes.append(f"{len(big):,} large files read by {min(n, len(big))} worker processes side by side (--workers 1: none)")
     finished = False
     try:
         reserved: set[str] = set()

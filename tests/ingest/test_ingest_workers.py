@@ -63,6 +63,7 @@ def test_workers_read_the_files_of_distinct_instances_as_the_logs_and_the_truth_
     summary = ingest([tmp_path / "logs"], tmp_path / "store", workers=2, on_progress=moved.append)
 
     assert sorted(by_workers) == sorted(log.name for log in logs)
+    assert "6 large files read by 2 worker processes side by side (--workers 1: none)" in summary.notes
     # the progress bar moved as the workers read, to the files' sizes in all
     assert sum(moved) == sum(log.stat().st_size for log in logs) and len(moved) >= len(logs)
     # every line of every file read, counted from the bytes
