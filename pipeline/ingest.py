@@ -188,7 +188,7 @@ def ingest(
     keep_lines: bool = False,
     on_stage: Callable[[str], None] | None = None,
     follow_symlinks: bool = True,
-    workers: int | None = None,
+    workers: int = 1,
 ) -> IngestSummary:
     """Ingest files and directories (recursively, plain or .gz) into the store.
 
@@ -211,8 +211,10 @@ def ingest(
     oldest first (rotated copies before the live file), so what one teaches the parser
     (model, year) carries to the next.
 
-    `workers`: processes that read large files of different instances side by side (None:
-    one per core; 1: none, every file read here)."""
+    `workers`: processes that read large files of different instances side by side (1: none,
+    every file read here; `worker_count(None)`, the CLI's default: one per core). They are
+    spawned: a script that asks for them must guard its main module (`if __name__ ==
+    "__main__":`), which each worker imports again."""
     if engine != "auto" and engine not in ENGINES:
         raise IngestError(
             f"unknown engine {engine!r}; choose one of: auto, {', '.join(ENGINES)}"
@@ -707,12 +709,12 @@ def _all_files(
     block_bytes: int,
     on_progress: Callable[[int], None] | None,
     name_of: Callable[[Any], str | None],
-    workers: int | None,
+    workers: int,
     notes: list[str],
 ) -> Iterator[FileResult]:
     """Each file's result: the files `_for_workers` picks read by worker processes, each
     committed here as its worker returns it, the others read here meanwhile, in order."""
-    n = worker_count(workers)
+    n = max(1, workers)
     big = _for_workers(found, name_of, n)
     if not big:
         yield from _files_in_order(found, open_file, batch, block_bytes, on_progress, name_of)

@@ -110,7 +110,7 @@ def ingest(
         raise fail("--no-rollups and --defer-rollups / --refresh-rollups exclude each other: choose one")
     import tempfile
 
-    from ..ingest import IngestError, ingest as run_ingest
+    from ..ingest import IngestError, ingest as run_ingest, worker_count
     from .console import print_file_line, print_summary, progress_bar, summary_dict
     from ..store.manifest import StoreError
 
@@ -143,7 +143,7 @@ def ingest(
                 on_file=None if quiet or as_json else print_file_line,
                 rollups=False if no_rollups else True if defer_rollups is False else "defer",
                 keep_lines=keep_lines,
-                workers=workers,
+                workers=worker_count(workers),
             )
     except (IngestError, StoreError) as e:
         raise fail(str(e)) from None

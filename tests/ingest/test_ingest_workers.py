@@ -105,10 +105,12 @@ def test_a_grown_file_read_by_a_worker_adds_exactly_its_new_lines(tmp_path, by_w
     assert events(tmp_path / "store").equals(events(tmp_path / "serial"))
 
 
-def test_files_of_one_instance_and_small_files_stay_in_this_process(tmp_path, monkeypatch, by_workers):
+def test_one_instance_small_files_and_the_library_default_stay_in_this_process(tmp_path, monkeypatch, by_workers):
     _logs(tmp_path)
     ingest([tmp_path / "logs"], tmp_path / "store", workers=2, instance="one")
     assert by_workers == []  # one instance: each file continues the one before
+    ingest([tmp_path / "logs"], tmp_path / "library")
+    assert by_workers == []  # the library spawns none unless asked (a script's main is imported again)
     monkeypatch.setattr(ingest_mod, "WORKER_MIN_BYTES", 1 << 40)
     ingest([tmp_path / "logs"], tmp_path / "other", workers=2)
     assert by_workers == []
