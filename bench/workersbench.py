@@ -5,7 +5,7 @@
 Per run, alternating and each into a new store: `servelens ingest DIR --workers 1` pinned
 to one core (taskset), the same on every core (the parse threads alone), and `--workers N`
 (one per core) on every core. Wall and CPU seconds of the whole process tree (wait4), the
-summed RSS of the tree (sampled every 50 ms: a worker's memory is its own), and the
+summed RSS of the tree (measure.run_cmd: a worker's memory is its own), and the
 load average. The events of the three stores are counted to show they agree.
 """
 
@@ -14,65 +14,23 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from measure import load_average, median  # noqa: E402
+from measure import load_average, median, run_cmd  # noqa: E402
 
 
 def servelens_bin() -> str:
     return str(Path(sys.executable).with_name("servelens"))
 
 
-def tree_rss(pid: int) -> int:
-    """Bytes resident in `pid` and its descendants now."""
-    children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{d}/stat").read_text()
-            fields = stat[stat.rindex(")") + 2:].split()
-            children.setdefault(int(fields[1]), []).append(int(d))
-            rss[int(d)] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
-        except (OSError, ValueError):
-            continue
-    total, todo = 0, [pid]
-    while todo:
-        p = todo.pop()
-        total += rss.get(p, 0)
-        todo.extend(children.get(p, ()))
-    return total
-
-
 def run(cmd: list[str]) -> dict:
-    peak = [0]
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    done = threading.Event()
-
-    def sample():
-        while not done.is_set():
-            peak[0] = max(peak[0], tree_rss(proc.pid))
-            done.wait(0.05)
-
-    t = threading.Thread(target=sample, daemon=True)
-    t.start()
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    done.set()
-    t.join()
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed: {proc.stderr.read().decode()[-2000:]}")
-    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "rss": peak[0], "load": load_average()}
+    r = run_cmd(cmd)
+    return {"wall_s": r.wall_s, "cpu_s": r.cpu_s, "rss": r.peak_rss_bytes, "load": load_average()}
 
 
 def main() -> None:
