@@ -108,3 +108,15 @@ def same_shape_files(logs: Path, copies: int) -> dict[str, str]:
             write(logs / f"{engine}-{i}.log", text, mtime=1_781_100_000)
             expected[f"{engine}-{i}.log"] = engine
     return expected
+
+
+def fill_up(path: Path) -> Path:
+    """Write zeros to `path` until its file system is full (a small tmpfs); the file, to
+    delete when the test frees the space."""
+    with open(path, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+        except OSError:
+            pass
+    return path

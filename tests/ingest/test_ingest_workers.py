@@ -13,7 +13,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 import polars as pl
 import pytest
-from tests.helpers.common import SAMPLE_LOGS, events, write
+from tests.helpers.common import SAMPLE_LOGS, events, fill_up, write
 from tests.helpers.incident_truth import truth_requests
 
 from servelens.pipeline import ingest as ingest_mod
@@ -152,13 +152,7 @@ def test_a_full_disk_under_the_workers_stops_the_ingest_and_the_next_one_stores_
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], check=True)
     try:
         ingest([logs[0]], mnt / "store")  # a store holding one file already
-        fill = mnt / "fill"
-        with open(fill, "wb") as f:
-            try:
-                while True:
-                    f.write(b"\0" * 65536)
-            except OSError:
-                pass
+        fill = fill_up(mnt / "fill")
         with pytest.raises(StoreFull, match="no space left on device"):
             ingest([tmp_path / "logs"], mnt / "store", workers=2)
         fill.unlink()

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.helpers.common import fill_up
 
 LOG = (Path(__file__).resolve().parents[2] / "sample_logs" / "incident" / "vllm" / "vllm-a.log").read_bytes()
 EXE = str(Path(sys.executable).parent / "servelens")
@@ -96,13 +97,7 @@ def one_line(r: subprocess.CompletedProcess, *words: str) -> None:
 def test_a_full_disk(tiny_fs, tmp_path, grown, command, monkeypatch):
     store = copy_of(grown, tiny_fs / "store")
     before = count(store)
-    fill = tiny_fs / "fill"
-    with open(fill, "wb") as f:
-        try:
-            while True:
-                f.write(b"\0" * 65536)
-        except OSError:
-            pass
+    fill = fill_up(tiny_fs / "fill")
     one_line(sl(*command, "--store", str(store)), "No space left on device", "free some space")
     fill.unlink()
     assert count(store) == before
