@@ -82,6 +82,9 @@ class Store:
     # the dirty marks of what changed after it began (pipeline/query/rollups.py)
     generation: int = 0
     touched_at: dict = field(default_factory=dict)
+    # the sources of the events of each part staged through this handle (its path under the
+    # store): what `_part_info` would otherwise read back from the file
+    _staged_sources: dict = field(default_factory=dict)
 
     # -- opening -----------------------------------------------------------------------
 
@@ -194,7 +197,9 @@ class Store:
             return []
         day_of = pl.col("ts").dt.strftime("%Y-%m-%d")
         # most batches are one engine's day: a group-by would copy all of it once more
-        if events.select(pl.struct("engine", pl.col("ts").dt.date()).n_unique()).item() == 1:
+        # (one engine and one day, or none: each counted alone costs less than the pairs)
+        one = (pl.col("engine").n_unique() == 1) & (pl.col("ts").dt.date().n_unique() == 1)
+        if events.select(one).item():
             groups = [(events.head(1).select("engine", day_of).row(0), events)]
         else:
             keyed = events.with_columns(day_of.alias("_day"))
@@ -209,8 +214,10 @@ class Store:
             # takes the partition values from its path
             staged = stage_dir / final
             staged.parent.mkdir(parents=True, exist_ok=True)
-            table = events_to_arrow(part.sort("ts", "line", nulls_last=True))
+            table = events_to_arrow(_by_time(part))
             table = file_table(table)  # the partition values are in the path
+            if "source" in part.columns:
+                self._staged_sources[str(staged.relative_to(self.root))] = set(part["source"].unique().to_list())
             import pyarrow.parquet as pq
 
             with open(staged, "wb") as f:
@@ -405,12 +412,14 @@ class Store:
         out = {}
         for staged, final in moves:
             mine = sources
+            held = self._staged_sources.pop(staged, None)
             try:
                 rows = pq.read_metadata(self.root / staged).num_rows
                 if sources and not removed:
                     # a commit's parts are split by engine and day: each holds only some of
                     # its files, and losing it should roll back only those
-                    held = set(pq.ParquetFile(self.root / staged).read(columns=["source"])["source"].unique().to_pylist())
+                    if held is None:
+                        held = set(pq.ParquetFile(self.root / staged).read(columns=["source"])["source"].unique().to_pylist())
                     mine = {k: v for k, v in sources.items() if files[k].get("source", held and next(iter(held))) in held}
             except Exception:  # noqa: BLE001 - unreadable now: check will say so
                 rows = None
@@ -467,6 +476,18 @@ def _content_record(path: Path) -> dict:
         return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "crc32": part_checksum(fd)}
     finally:
         os.close(fd)
+
+
+def _by_time(events: pl.DataFrame) -> pl.DataFrame:
+    """Events in (ts, line) order, nulls last. A batch of chunks read in file order mostly is
+    already: the sort (a copy of every column) only when some pair of rows is not strictly
+    in it (a tie is sorted as before, whatever order the sort gives it)."""
+    ts, line = pl.col("ts"), pl.col("line")
+    ordered = events.select(
+        ts.is_not_null().all() & line.is_not_null().all()
+        & ((ts > ts.shift(1)) | ((ts == ts.shift(1)) & (line > line.shift(1)))).all()
+    ).item()
+    return events if ordered else events.sort("ts", "line", nulls_last=True)
 
 
 def dirty_marks(events: pl.DataFrame) -> list[list]:
