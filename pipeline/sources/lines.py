@@ -69,7 +69,7 @@ def _decode_lines(data: bytes, first_line: int, end: int | None = None) -> tuple
         starts = line_start_offsets(memoryview(data)[:end])
         if end and data[end - 1] == 10:
             starts = starts[:-1]
-        s = pl.Series("text", _line_views(data, starts, end), dtype=pl.String)
+        s = pl.Series(_CArray(_line_views(data, starts, end))).alias("text")
         bad, own = False, starts
     else:
         data = data[:end]
@@ -111,6 +111,17 @@ def _decode_lines(data: bytes, first_line: int, end: int | None = None) -> tuple
 # string views address their bytes with 32-bit offsets
 _VIEW_LIMIT = 2**31 - 1
 _INLINE = 12  # a string view holds a string of up to this many bytes itself
+
+
+class _CArray:
+    """An Arrow array handed to polars through the Arrow C data interface, as it is (a
+    pyarrow array itself takes a path through pyarrow.compute, which costs its import)."""
+
+    def __init__(self, array: pa.Array):
+        self.array = array
+
+    def __arrow_c_array__(self, requested_schema: object | None = None) -> object:
+        return self.array.__arrow_c_array__(requested_schema)
 
 
 def _valid_utf8(data: bytes, end: int) -> bool:

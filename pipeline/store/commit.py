@@ -39,6 +39,7 @@ import polars as pl
 
 from servelens.parsers.schema import events_to_arrow
 
+from .columns import PARTITION_COLUMNS
 from .integrity import part_checksum
 from .layout import FILE_SCHEMA, file_table, part_dir
 from .manifest import (
@@ -215,7 +216,9 @@ class Store:
             staged = stage_dir / final
             staged.parent.mkdir(parents=True, exist_ok=True)
             table = events_to_arrow(_by_time(part))
-            table = file_table(table)  # the partition values are in the path
+            # the partition values are in the path (a table of the schema's types needs no cast)
+            kept = table.drop_columns([c for c in PARTITION_COLUMNS if c in table.column_names])
+            table = kept if kept.schema.equals(FILE_SCHEMA) else file_table(table)
             if "source" in part.columns:
                 self._staged_sources[str(staged.relative_to(self.root))] = set(part["source"].unique().to_list())
             import pyarrow.parquet as pq
