@@ -302,6 +302,8 @@ def with_byte_offsets(events: pl.DataFrame, starts: np.ndarray, first_line: int)
     idx = (events["line"] - first_line).fill_null(-1).to_numpy()
     inside = (idx >= 0) & (idx < len(starts))
     offsets = pl.Series("byte_offset", starts[np.clip(idx, 0, len(starts) - 1)], dtype=pl.Int64)
+    if inside.all():
+        return events.with_columns(offsets)
     return events.with_columns(
         pl.when(pl.Series(inside)).then(offsets).otherwise(None).alias("byte_offset")
     )
