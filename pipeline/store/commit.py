@@ -215,7 +215,7 @@ class Store:
             # takes the partition values from its path
             staged = stage_dir / final
             staged.parent.mkdir(parents=True, exist_ok=True)
-            table = events_to_arrow(_by_time(part))
+            table = events_to_arrow(by_time(part))
             # the partition values are in the path (a table of the schema's types needs no cast)
             kept = table.drop_columns([c for c in PARTITION_COLUMNS if c in table.column_names])
             table = kept if kept.schema.equals(FILE_SCHEMA) else file_table(table)
@@ -481,7 +481,7 @@ def _content_record(path: Path) -> dict:
         os.close(fd)
 
 
-def _by_time(events: pl.DataFrame) -> pl.DataFrame:
+def by_time(events: pl.DataFrame) -> pl.DataFrame:
     """Events in (ts, line) order, nulls last. A batch of chunks read in file order mostly is
     already: the sort (a copy of every column) only when some pair of rows is not strictly
     in it (a tie is sorted as before, whatever order the sort gives it)."""
