@@ -25,7 +25,7 @@ from servelens.parsers import get_parser
 from servelens.parsers.base import ParseContext, finalize
 from servelens.parsers.schema import events_to_arrow
 from servelens.pipeline.sources import lines as L
-from servelens.pipeline.store.commit import PARQUET_OPTIONS
+from servelens.pipeline.store.commit import PARQUET_OPTIONS, by_time
 
 
 class Clock:
@@ -86,7 +86,7 @@ def _tail_starts(parser, lines):
 
 
 def _stage(events) -> None:
-    table = events_to_arrow(events.sort("ts", "line", nulls_last=True))
+    table = events_to_arrow(by_time(events))  # sorted as the store sorts a batch
     pq.write_table(table, io.BytesIO(), **PARQUET_OPTIONS)
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
-import pyarrow.compute as pc
 
 
 @dataclass(frozen=True)
@@ -101,15 +101,61 @@ DICTIONARY_COLUMNS: tuple[str, ...] = tuple(c.name for c in COLUMNS if c.arrow =
 def events_to_arrow(df: pl.DataFrame) -> pa.Table:
     """An `events` frame (POLARS_SCHEMA) as an EVENT_SCHEMA table. The dictionary columns
     are encoded from polars' string views (`to_arrow` would first copy each row's text into
-    a plain string array: a dump repeated over a million rows, gigabytes)."""
+    a plain string array: a dump repeated over a million rows, gigabytes).
+
+    The table is made in the schema's types directly, without Arrow's cast: polars' large
+    strings get 32-bit offsets, the dictionary columns are encoded by polars. (Arrow's cast
+    and dictionary_encode live in pyarrow.compute, whose import costs an ingest more than
+    the work itself.)"""
     dict_cols = [c for c in DICTIONARY_COLUMNS if c in df.columns]
     table = df.drop(dict_cols).to_arrow()
-    for c in dict_cols:
-        views = df.select(c).to_arrow(compat_level=pl.CompatLevel.newest())[c]
-        table = table.append_column(c, pc.dictionary_encode(views).cast(DICT_STRING))
-    return table.select([n for n in COLUMN_NAMES if n in table.column_names]).cast(
-        pa.schema([f for f in EVENT_SCHEMA if f.name in table.column_names])
+    fields = [f for f in EVENT_SCHEMA if f.name in table.column_names or f.name in dict_cols]
+    cols = [_dictionary_column(df[f.name]) if f.name in dict_cols else _as_type(table[f.name], f.type)
+            for f in fields]
+    return pa.Table.from_arrays(cols, schema=pa.schema(fields))
+
+
+def _as_type(col: pa.ChunkedArray, t: pa.DataType) -> pa.ChunkedArray:
+    """`col` as type `t`: polars' large strings as strings by narrowing their offsets; any
+    other difference by Arrow's cast."""
+    if col.type == t:
+        return col
+    if col.type == pa.large_string() and t == pa.string():
+        chunks = [_narrow(c) for c in col.chunks]
+        if all(c is not None for c in chunks):
+            return pa.chunked_array(chunks, t)
+    return col.cast(t)
+
+
+def _narrow(arr: pa.Array) -> pa.Array | None:
+    """A large string array as a string array over the same bytes (None when its offsets
+    do not fit 32 bits: Arrow's cast says so)."""
+    if len(arr) == 0:
+        return pa.array([], pa.string())
+    validity, offsets, data = arr.buffers()
+    wide = np.frombuffer(offsets, dtype=np.int64, count=arr.offset + len(arr) + 1)
+    if wide[-1] > np.iinfo(np.int32).max:
+        return None
+    return pa.Array.from_buffers(
+        pa.string(), len(arr), [validity, pa.py_buffer(wide.astype(np.int32)), data if data is not None else pa.py_buffer(b"")],
+        arr.null_count, arr.offset,
     )
+
+
+def _dictionary_column(s: pl.Series) -> pa.Array:
+    """A String series as a DICT_STRING array: its distinct values in the order they first
+    appear (as Arrow's dictionary_encode orders them), each row their index."""
+    s = s.cast(pl.String)
+    values = s.drop_nulls().unique(maintain_order=True)
+    codes = (
+        s.to_frame("v")
+        .join(values.to_frame("v").with_row_index("i"), on="v", how="left", maintain_order="left")["i"]
+        .cast(pl.Int32)
+    )
+    dictionary = values.to_arrow()
+    narrow = _narrow(dictionary) if dictionary.type == pa.large_string() else None
+    dictionary = narrow if narrow is not None else dictionary.cast(pa.string())
+    return pa.DictionaryArray.from_arrays(codes.to_arrow(), dictionary)
 
 
 def events_from_arrow(table: pa.Table) -> pl.DataFrame:

@@ -8,7 +8,14 @@ their own module register themselves through `register(app)` (see COMMAND_MODULE
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+
+# numpy's OpenBLAS starts a thread per core at import, and each spins before it sleeps: CPU
+# paid by every command that imports numpy, none of which does linear algebra (a user's own
+# setting wins). Set before anything imports numpy.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 from pathlib import Path
 from typing import Annotated, Optional
 

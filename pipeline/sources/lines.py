@@ -58,31 +58,44 @@ def decode_lines(data: bytes, first_line: int) -> tuple[pl.DataFrame, bool]:
     return df, bad
 
 
-def _decode_lines(data: bytes, first_line: int) -> tuple[pl.DataFrame, bool, np.ndarray | None]:
-    """`decode_lines`, with the byte offset of each line's start in `data` (None when
-    invalid UTF-8 was replaced: the offsets are then those of other bytes)."""
-    try:
-        data.decode("utf-8")  # validation only: the column is built from the bytes
-        bad = False
-    except UnicodeDecodeError:
-        data = data.decode("utf-8", errors="replace").encode("utf-8")
-        bad = True
-    # One string per line straight from the buffer and the newline offsets (no Python
-    # string per line, no split/explode): each string still ends in its \n, cut below.
-    starts = line_start_offsets(data)
-    if data.endswith(b"\n"):
-        starts = starts[:-1]
-    own = None if bad else starts
-    offsets = np.empty(len(starts) + 1, dtype=np.int64)
-    offsets[:-1] = starts
-    offsets[-1] = len(data)
-    arr = pa.LargeStringArray.from_buffers(len(starts), pa.py_buffer(offsets), pa.py_buffer(data))
-    s = pl.Series("text", arr, dtype=pl.String).str.strip_suffix("\n")
-    if b"\x00" in data:  # dropped after the cut, so lines and offsets stay those of the bytes
+def _decode_lines(data: bytes, first_line: int, end: int | None = None) -> tuple[pl.DataFrame, bool, np.ndarray | None]:
+    """`decode_lines` of `data[:end]` (the complete lines of a larger buffer, read in place),
+    with the byte offset of each line's start in `data` (None when invalid UTF-8 was
+    replaced: the offsets are then those of other bytes)."""
+    end = len(data) if end is None else end
+    if end < _VIEW_LIMIT and _valid_utf8(data, end):
+        # Each line a string view into the buffer, its \n left out: no copy of the text
+        # (stripping the \n off strings that hold it copies every line)
+        starts = line_start_offsets(memoryview(data)[:end])
+        if end and data[end - 1] == 10:
+            starts = starts[:-1]
+        s = pl.Series(_CArray(_line_views(data, starts, end))).alias("text")
+        bad, own = False, starts
+    else:
+        data = data[:end]
+        try:
+            data.decode("utf-8")  # validation only: the column is built from the bytes
+            bad = False
+        except UnicodeDecodeError:
+            data = data.decode("utf-8", errors="replace").encode("utf-8")
+            bad = True
+        end = len(data)
+        # One string per line straight from the buffer and the newline offsets (no Python
+        # string per line, no split/explode): each string still ends in its \n, cut below.
+        starts = line_start_offsets(data)
+        if data.endswith(b"\n"):
+            starts = starts[:-1]
+        own = None if bad else starts
+        offsets = np.empty(len(starts) + 1, dtype=np.int64)
+        offsets[:-1] = starts
+        offsets[-1] = len(data)
+        arr = pa.LargeStringArray.from_buffers(len(starts), pa.py_buffer(offsets), pa.py_buffer(data))
+        s = pl.Series("text", arr, dtype=pl.String).str.strip_suffix("\n")
+    if data.find(b"\x00", 0, end) >= 0:  # dropped after the cut, so lines and offsets stay those of the bytes
         s = s.str.replace_all("\x00", "", literal=True)
-    if b"\r" in data:
+    if data.find(b"\r", 0, end) >= 0:
         s = s.str.strip_suffix("\r")
-    if first_line == 1 and data.startswith(_BOM):
+    if first_line == 1 and data.startswith(_BOM, 0, end):
         # a file saved by a Windows tool opens with a byte order mark: no part of its line
         s = s.str.strip_prefix("\ufeff")
     n = len(s)
@@ -93,6 +106,64 @@ def _decode_lines(data: bytes, first_line: int) -> tuple[pl.DataFrame, bool, np.
         }
     )
     return df, bad, own
+
+
+# string views address their bytes with 32-bit offsets
+_VIEW_LIMIT = 2**31 - 1
+_INLINE = 12  # a string view holds a string of up to this many bytes itself
+
+
+class _CArray:
+    """An Arrow array handed to polars through the Arrow C data interface, as it is (a
+    pyarrow array itself takes a path through pyarrow.compute, which costs its import)."""
+
+    def __init__(self, array: pa.Array):
+        self.array = array
+
+    def __arrow_c_array__(self, requested_schema: object | None = None) -> object:
+        return self.array.__arrow_c_array__(requested_schema)
+
+
+def _valid_utf8(data: bytes, end: int) -> bool:
+    """Is `data[:end]` valid UTF-8? (Arrow's check, which allocates nothing; Python's
+    decode would make a string of it all.) When Arrow says no, Python's decoder decides, as
+    everywhere else."""
+    one = pa.LargeStringArray.from_buffers(1, pa.py_buffer(np.array([0, end], dtype=np.int64)), pa.py_buffer(data))
+    try:
+        one.validate(full=True)
+    except pa.ArrowInvalid:
+        return False
+    return True
+
+
+def _line_views(data: bytes, starts: np.ndarray, end: int) -> pa.Array:
+    """An Arrow string-view array of the lines of `data[:end]` that begin at `starts`, each
+    without its final \n (Arrow's layout: per string 16 bytes, its length, then the string
+    itself when it is short, else its first 4 bytes, buffer 0 and its offset there)."""
+    d = np.frombuffer(data, dtype=np.uint8, count=end)
+    n = len(starts)
+    nexts = np.empty(n, dtype=np.int64)
+    nexts[:-1] = starts[1:]
+    nexts[-1] = end
+    lens = nexts - starts
+    if end:  # (every line holds a byte then: only an empty buffer has an empty line)
+        lens -= d[nexts - 1] == 10
+    views = np.zeros((n, 4), dtype=np.int32)
+    raw = views.view(np.uint8)
+    views[:, 0] = lens
+    views[:, 3] = starts
+    if end >= _INLINE:
+        # the first bytes of each line: a long line's prefix (a long line starts early
+        # enough to have them; the short lines are done below)
+        win = np.lib.stride_tricks.as_strided(d, shape=(end - _INLINE + 1, _INLINE), strides=(1, 1), writeable=False)
+        raw[:, 4:8] = win[np.minimum(starts, end - _INLINE), :4]
+    short = np.flatnonzero(lens <= _INLINE)
+    if len(short):
+        k = np.arange(_INLINE)
+        inline = d[np.minimum(starts[short, None] + k, max(end - 1, 0))] if end else np.zeros((len(short), _INLINE), np.uint8)
+        inline[k >= lens[short, None]] = 0
+        raw[short, 4:16] = inline
+    return pa.Array.from_buffers(pa.string_view(), n, [None, pa.py_buffer(views), pa.py_buffer(data)])
 
 
 _BOM = "\ufeff".encode()
@@ -231,6 +302,8 @@ def with_byte_offsets(events: pl.DataFrame, starts: np.ndarray, first_line: int)
     idx = (events["line"] - first_line).fill_null(-1).to_numpy()
     inside = (idx >= 0) & (idx < len(starts))
     offsets = pl.Series("byte_offset", starts[np.clip(idx, 0, len(starts) - 1)], dtype=pl.Int64)
+    if inside.all():
+        return events.with_columns(offsets)
     return events.with_columns(
         pl.when(pl.Series(inside)).then(offsets).otherwise(None).alias("byte_offset")
     )
@@ -288,20 +361,17 @@ def _split_chunks(
         buf = held + block if held else block
         if not buf:
             return
-        if eof and not hold_partial_line:
-            complete, rest = buf, b""
-        else:
-            cut = complete_lines_end(buf)
-            complete, rest = buf[:cut], buf[cut:]
-        if not complete:
-            held = rest
+        # the complete lines are buf[:cut], read in place (a slice would copy the block)
+        cut = len(buf) if eof and not hold_partial_line else complete_lines_end(buf)
+        if not cut:
+            held = buf
             if eof:
                 return
             continue
-        lines, bad, at = _decode_lines(complete, next_line)
+        lines, bad, at = _decode_lines(buf, next_line, cut)
         keep = lines.height
         final = eof and not hold_last_record
-        if not final and len(complete) < MAX_HELD_BYTES:
+        if not final and cut < MAX_HELD_BYTES:
             # everything before the last record start is complete; the last record may
             # still continue in the next block
             keep = last_record_start(parser, lines["text"])
@@ -311,20 +381,20 @@ def _split_chunks(
                 return
             continue
         # (the lines' offsets found once: counted again only where bad bytes were replaced)
-        starts = (at if at is not None else line_start_offsets(complete))[: lines.height]
+        starts = (at if at is not None else line_start_offsets(memoryview(buf)[:cut]))[: lines.height]
         if keep < lines.height:
             cut_at = int(starts[keep])
             chunk = lines.head(keep)
         else:
-            cut_at, chunk = len(complete), lines
+            cut_at, chunk = cut, lines
         starts = starts[:keep] + offset
         offset += cut_at
         next_line += keep
-        held = complete[cut_at:] + rest
-        tail = (tail + complete[max(0, cut_at - TAIL_BYTES):cut_at])[-TAIL_BYTES:]
-        nul = complete.count(0, 0, cut_at) if b"\x00" in complete else 0
+        held = buf[cut_at:]
+        tail = (tail + buf[max(0, cut_at - TAIL_BYTES):cut_at])[-TAIL_BYTES:]
+        nul = buf.count(0, 0, cut_at) if buf.find(b"\x00", 0, cut) >= 0 else 0
         if crc is not None:
-            crc = zlib.crc32(memoryview(complete)[:cut_at], crc)
+            crc = zlib.crc32(memoryview(buf)[:cut_at], crc)
         yield chunk, offset, next_line, keep, bad, tail, nul, starts, crc
         if eof and not held:
             return

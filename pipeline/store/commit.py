@@ -39,6 +39,7 @@ import polars as pl
 
 from servelens.parsers.schema import events_to_arrow
 
+from .columns import PARTITION_COLUMNS
 from .integrity import part_checksum
 from .layout import FILE_SCHEMA, file_table, part_dir
 from .manifest import (
@@ -92,6 +93,9 @@ class Store:
     # the dirty marks of what changed after it began (pipeline/query/rollups.py)
     generation: int = 0
     touched_at: dict = field(default_factory=dict)
+    # the sources of the events of each part staged through this handle (its path under the
+    # store): what `_part_info` would otherwise read back from the file
+    _staged_sources: dict = field(default_factory=dict)
 
     # -- opening -----------------------------------------------------------------------
 
@@ -204,7 +208,9 @@ class Store:
             return []
         day_of = pl.col("ts").dt.strftime("%Y-%m-%d")
         # most batches are one engine's day: a group-by would copy all of it once more
-        if events.select(pl.struct("engine", pl.col("ts").dt.date()).n_unique()).item() == 1:
+        # (one engine and one day, or none: each counted alone costs less than the pairs)
+        one = (pl.col("engine").n_unique() == 1) & (pl.col("ts").dt.date().n_unique() == 1)
+        if events.select(one).item():
             groups = [(events.head(1).select("engine", day_of).row(0), events)]
         else:
             keyed = events.with_columns(day_of.alias("_day"))
@@ -219,8 +225,12 @@ class Store:
             # takes the partition values from its path
             staged = stage_dir / final
             staged.parent.mkdir(parents=True, exist_ok=True)
-            table = events_to_arrow(part.sort("ts", "line", nulls_last=True))
-            table = file_table(table)  # the partition values are in the path
+            table = events_to_arrow(by_time(part))
+            # the partition values are in the path (a table of the schema's types needs no cast)
+            kept = table.drop_columns([c for c in PARTITION_COLUMNS if c in table.column_names])
+            table = kept if kept.schema.equals(FILE_SCHEMA) else file_table(table)
+            if "source" in part.columns:
+                self._staged_sources[str(staged.relative_to(self.root))] = set(part["source"].unique().to_list())
             import pyarrow.parquet as pq
 
             with open(staged, "wb") as f:
@@ -431,12 +441,14 @@ class Store:
         out = {}
         for staged, final in moves:
             mine = sources
+            held = self._staged_sources.pop(staged, None)
             try:
                 rows = pq.read_metadata(self.root / staged).num_rows
                 if sources and not removed:
                     # a commit's parts are split by engine and day: each holds only some of
                     # its files, and losing it should roll back only those
-                    held = set(pq.ParquetFile(self.root / staged).read(columns=["source"])["source"].unique().to_pylist())
+                    if held is None:
+                        held = set(pq.ParquetFile(self.root / staged).read(columns=["source"])["source"].unique().to_pylist())
                     mine = {k: v for k, v in sources.items() if files[k].get("source", held and next(iter(held))) in held}
             except Exception:  # noqa: BLE001 - unreadable now: check will say so
                 rows = None
@@ -495,15 +507,32 @@ def _content_record(path: Path) -> dict:
         os.close(fd)
 
 
+def by_time(events: pl.DataFrame) -> pl.DataFrame:
+    """Events in (ts, line) order, nulls last. A batch of chunks read in file order mostly is
+    already: the sort (a copy of every column) only when some pair of rows is not strictly
+    in it (a tie is sorted as before, whatever order the sort gives it)."""
+    ts, line = pl.col("ts"), pl.col("line")
+    ordered = events.select(
+        ts.is_not_null().all() & line.is_not_null().all()
+        & ((ts > ts.shift(1)) | ((ts == ts.shift(1)) & (line > line.shift(1)))).all()
+    ).item()
+    return events if ordered else events.sort("ts", "line", nulls_last=True)
+
+
 def dirty_marks(events: pl.DataFrame) -> list[list]:
     """Per (engine, instance) of `events`, its first and last time (ISO text; None when it
     has none): what a commit of them changes (one group-by over the batch)."""
     if events.height == 0:
         return []
-    spans = events.group_by("engine", "instance").agg(
+    span = (
         pl.col("ts").min().dt.to_string("%Y-%m-%dT%H:%M:%S%.f%z").alias("lo"),
         pl.col("ts").max().dt.to_string("%Y-%m-%dT%H:%M:%S%.f%z").alias("hi"),
     )
+    # most batches are one file's: one group, without the group-by's hashing of every row
+    if events.select((pl.col("engine").n_unique() == 1) & (pl.col("instance").n_unique() == 1)).item():
+        spans = events.select(pl.col("engine").first(), pl.col("instance").first(), *span)
+    else:
+        spans = events.group_by("engine", "instance").agg(*span)
     return [list(r) for r in spans.iter_rows()]
 
 

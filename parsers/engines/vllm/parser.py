@@ -155,13 +155,16 @@ def _lines_anatomy(df: pl.DataFrame) -> pl.DataFrame:
     return df.drop("_t", "_o", "_ob", "pname2", "hh")
 
 
-def _by_start(df: pl.DataFrame, key: pl.Expr, pattern: str) -> pl.DataFrame:
+def _by_start(df: pl.DataFrame, key: pl.Expr, pattern: str, then: dict[str, pl.Expr] | None = None) -> pl.DataFrame:
     """The named groups of `pattern` matched at the start of `key` (a start of the line long
     enough to decide the match), as columns. Lines share few such starts (one per second
-    and source line), and the pattern runs once per distinct start, not per line."""
+    and source line), and the pattern runs once per distinct start, not per line; so do
+    `then`'s expressions over the groups (columns in place of the groups they read)."""
     df = df.with_columns(key.alias("_start"))
     starts = df.select(pl.col("_start").unique()).drop_nulls()
     starts = starts.with_columns(pl.col("_start").str.extract_groups(pattern).alias("_g")).unnest("_g")
+    if then:
+        starts = starts.select("_start", *(v.alias(k) for k, v in then.items()))
     return df.join(starts, on="_start", how="left", maintain_order="left").drop("_start")
 
 
@@ -180,11 +183,10 @@ def _proc_groups(df: pl.DataFrame) -> pl.DataFrame:
         .when(bracket.is_not_null()).then(bracket + 3)
         .otherwise(0)
     )
-    df = _by_start(df, t.str.head(n), f"^(?P<pre>{_PROC})")
     pre = pl.col("pre")
-    return df.with_columns(
-        pre.str.len_chars().fill_null(0).alias("_o"), pre.str.len_bytes().fill_null(0).alias("_ob")
-    ).drop("pre")
+    fields = {f: pl.col(f) for f in _PROC_FIELDS}
+    df = _by_start(df, t.str.head(n), f"^(?P<pre>{_PROC})", {**fields, "_o": pre.str.len_chars(), "_ob": pre.str.len_bytes()})
+    return df.with_columns(pl.col("_o").fill_null(0), pl.col("_ob").fill_null(0))
 
 
 def _header_groups(df: pl.DataFrame) -> pl.DataFrame:
