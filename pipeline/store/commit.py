@@ -78,6 +78,7 @@ class Staged:
     moves: list[tuple[str, str]]
     dirty: list[list]
     rows: int
+    sources: dict = field(default_factory=dict)  # staged part -> the sources of its rows
 
 
 @dataclass
@@ -397,11 +398,13 @@ class Store:
             moves = self.stage_events(events, txid) if events.height else []
         except OSError as e:
             raise self._unstaged(txid, e) from None
-        return Staged(txid, moves, dirty_marks(events), events.height)
+        sources = {staged: self._staged_sources[staged] for staged, _ in moves if staged in self._staged_sources}
+        return Staged(txid, moves, dirty_marks(events), events.height, sources)
 
     def commit_staged(self, staged: Staged, files: dict[str, dict]) -> None:
         """Commit staged parts with the file states they bring; a failure removes them (the
         same events are staged again by a later ingest: their offsets were not committed)."""
+        self._staged_sources.update(staged.sources)  # (staged by a worker: its handle knew them)
         try:
             self.commit(staged.moves, files=files, dirty=staged.dirty)
         except OSError as e:

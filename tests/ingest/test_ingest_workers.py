@@ -49,6 +49,18 @@ def _entries(store):
     return sorted((e["source"], e["instance"], e["offset"], e["lines"], e["crc"], e["ctx"]["last_ts"]) for e in files.values())
 
 
+def _part_records(store):
+    """Per part: (its rows and the sources of its rows, read from the file; what the
+    manifest records of it)."""
+    m = json.loads((store / "manifest.json").read_text())
+    out = []
+    for part, info in m["part_info"].items():
+        rows = pl.read_parquet(store / part, columns=["source"])
+        out.append(((rows.height, sorted(set(rows["source"]))),
+                    (info["rows"], sorted(m["files"][k]["source"] for k in info["sources"]))))
+    return out
+
+
 def _logs(tmp_path):
     """The incident's six logs (two per engine, one instance each), aged copies."""
     out = []
@@ -83,6 +95,10 @@ def test_workers_read_the_files_of_distinct_instances_as_the_logs_and_the_truth_
     assert events(tmp_path / "store").equals(events(tmp_path / "serial"))
     assert _entries(tmp_path / "store") == _entries(tmp_path / "serial")
     assert not (tmp_path / "store" / "_staging").exists()
+    # each part's record for check and repair: its rows, and the files it holds lines of, as
+    # the part's own rows say
+    records = _part_records(tmp_path / "store")
+    assert len(records) >= 6 and all(held == said for held, said in records)
 
 
 def test_a_grown_file_read_by_a_worker_adds_exactly_its_new_lines(tmp_path, by_workers):
