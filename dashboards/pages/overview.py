@@ -64,6 +64,13 @@ def no_none(df: pl.DataFrame) -> pl.DataFrame:
     return df.select(cols)
 
 
+def table(df: pl.DataFrame, key: str, **kwargs) -> None:
+    """`df` as a table. Streamlit sends a pyarrow table as it is; a polars frame it converts
+    through pandas, whose import alone would be a large part of the first page's server CPU
+    (nothing else on the page needs pandas)."""
+    st.dataframe(df.to_arrow(), hide_index=True, key=key, **kwargs)
+
+
 def _dom(f: data.Filters) -> list[str]:
     return charts.time_domain(f.start, f.end)
 
@@ -294,7 +301,7 @@ def errors_section(cfg, f, th) -> None:
     first = (df.sort("first_ts").group_by("instance", "kind", maintain_order=True)
              .agg(pl.col("n_errors").sum(), pl.col("first_ts").first(), pl.col("first_message").first(),
                   pl.col("first_source").first(), pl.col("first_line").first()))
-    st.dataframe(no_none(first), hide_index=True, key="errors_table")
+    table(no_none(first), "errors_table")
 
 
 def slowest_section(cfg, f) -> None:
@@ -307,7 +314,7 @@ def slowest_section(cfg, f) -> None:
     shown = no_none(df)
     seconds = {c: st.column_config.NumberColumn(c, format="%.3f s") for c in ("e2e_s", "queue_s", "ttft_s", "tpot_s")
                if shown.schema[c].is_numeric()}
-    st.dataframe(shown, hide_index=True, key="slowest_table", column_config=seconds)
+    table(shown, "slowest_table", column_config=seconds)
 
 
 def body(cfg: data.Settings, spec: sidebar.Spec) -> None:
