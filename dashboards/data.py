@@ -751,31 +751,30 @@ def slowest_requests(cfg: Settings, f: Filters, limit: int = 20) -> pl.DataFrame
 
 
 def peaks(cfg: Settings, f: Filters) -> dict[str, Any]:
-    """Headline numbers for the selection (None where the logs do not give the metric)."""
+    """Headline numbers for the selection (None where the logs do not give the metric). The
+    maxima and the error count are those of the frames the evidence charts draw (the same rows,
+    the same conditions: a bucket's max is the max of its rows), read from their cached
+    results rather than scanning the per-second views again; only the request counts are a
+    query of their own."""
     df = query(
         cfg,
         f"""
-        with r as (  -- one pass over the requests for the three counts
-            select count(*) filter (where status = 'finished') as finished,
-                   count(*) filter (where status = 'failed') as failed,
-                   count(*) filter (where status = 'aborted') as aborted
-            from requests
-            where {f.target} and {_MODEL} and finish_ts >= $start and finish_ts < $end
-        )
-        select
-            (select max(waiting) from queue_depth where {f.target} and ts >= $start and ts < $end) as peak_waiting,
-            (select max(kv_usage) from kv_cache where {f.target} and ts >= $start and ts < $end) as peak_kv_usage,
-            (select max(p99_e2e_s) from latency_percentiles
-                where {f.target} and {_MODEL} and window_end > $start and window_start < $end) as worst_p99_e2e_s,
-            r.finished, r.failed, r.aborted,
-            (select coalesce(sum(n_errors), 0) from errors
-                where {f.target} and window_end > $start and window_start < $end) as n_errors
-        from r
+        select count(*) filter (where status = 'finished') as finished,
+               count(*) filter (where status = 'failed') as failed,
+               count(*) filter (where status = 'aborted') as aborted
+        from requests
+        where {f.target} and {_MODEL} and finish_ts >= $start and finish_ts < $end
         """,
         f.params(models=list(f.models)),
-        f.window_s,
     )
-    return df.row(0, named=True)
+    counts = df.row(0, named=True)
+    return {
+        "peak_waiting": queue_depth(cfg, f)["waiting_max"].max(),
+        "peak_kv_usage": kv_cache(cfg, f)["kv_usage_max"].max(),
+        "worst_p99_e2e_s": latency(cfg, f)["p99_e2e_s"].max(),
+        **counts,
+        "n_errors": errors(cfg, f)["n_errors"].sum(),
+    }
 
 
 __all__ = [

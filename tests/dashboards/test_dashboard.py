@@ -6,6 +6,7 @@ Also the pure parts (verdict rule, charts) and the `servelens dashboard` command
 from __future__ import annotations
 
 import datetime as dt
+import re
 import socket
 from pathlib import Path
 
@@ -155,6 +156,21 @@ def test_headline_numbers_match_the_views(overview, store):
     assert metrics["Finished requests"] == f"{finished:,}"
     n_err = run(store, "select sum(n_errors) as v from errors")["v"][0]
     assert metrics["Errors"] == f"{int(n_err):,}"
+
+
+def test_peaks_of_one_instance_are_the_highest_its_log_gives(app):
+    # the highest waiting count and KV-cache usage vllm-b's stats lines log, read with a
+    # regular expression; the page takes them from the frames its charts draw
+    text = truth.log_of("vllm-b").read_text()
+    pending = max(int(n) for n in re.findall(r"Pending: (\d+) reqs", text))
+    kv = max(float(p) for p in re.findall(r"GPU KV cache usage: ([\d.]+)%", text)) / 100
+    finished = truth.truth_requests().filter((pl.col("instance") == "vllm-b") & (pl.col("status") == "ok")).height
+    app.multiselect(key="instances").set_value(["vllm-b"]).run()
+    assert not app.exception
+    metrics = {m.label: m.value for m in app.metric}
+    assert pending > 0 and metrics["Peak queue"] == f"{pending:g}"
+    assert metrics["Peak KV-cache usage"] == f"{kv:.1%}"
+    assert metrics["Finished requests"] == f"{finished:,}"
 
 
 def test_metrics_the_logs_cannot_give_are_explained_not_drawn(overview, store):
