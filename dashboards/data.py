@@ -222,7 +222,8 @@ class _Connection:
 
     def _evaluate(self, view: str, window_s: float | None = None) -> None:
         """A SHARED view into the PACKED table of its name; a PER_WINDOW view into a PACKED
-        table of its width (`w60_throughput`); either under a temp view of its name."""
+        table of its width (`w60_throughput`), or at the width stored, its rollup file as it
+        is; either under a temp view of its name."""
         # the database's own view, named with its catalog: a bare `main.X` would find the
         # temp view of the same name (temp objects live in schema `main` of catalog `temp`)
         t0 = time.perf_counter()
@@ -234,17 +235,24 @@ class _Connection:
             self.con.execute(f"create or replace table {PACKED}.main.{view} as select * from {source}")
             self.con.execute(f"checkpoint {PACKED}")
             self.con.execute(f"create or replace temp view {view} as select * from {PACKED}.main.{view}")
-        elif window_s == self.stored_width and view in self.stored_per_window:
-            # the stored rows, read from the rollup file (made readable at connect)
-            self.con.execute(f"create or replace table {_packed(_window_table(view, window_s))} as "
-                             f"select * from read_parquet({literal(self.stored_per_window[view])})")
-            self.con.execute(f"checkpoint {PACKED}")
-            self.con.execute(f"create or replace temp view {view} as select * from {_packed(_window_table(view, window_s))}")
         else:
-            self.con.execute(f"create or replace table {_packed(_window_table(view, window_s))} as select * from {source}")
-            self.con.execute(f"checkpoint {PACKED}")
-            self.con.execute(f"create or replace temp view {view} as select * from {_packed(_window_table(view, window_s))}")
+            if not self._stored(view, window_s):
+                self.con.execute(f"create or replace table {_packed(_window_table(view, window_s))} as select * from {source}")
+                self.con.execute(f"checkpoint {PACKED}")
+            self.con.execute(f"create or replace temp view {view} as select * from {self._width_rows(view, window_s)}")
         self.evaluated.append((view, window_s, time.perf_counter() - t0))
+
+    def _stored(self, view: str, window_s: float) -> bool:
+        return window_s == self.stored_width and view in self.stored_per_window
+
+    def _width_rows(self, view: str, window_s: float) -> str:
+        """Where the rows of a PER_WINDOW view at `window_s` are: the store's rollup file when
+        stored at that width (made readable at connect; read in place, as a copy into a table
+        would cost what reading it costs, and the page's queries read it as fast), else the
+        PACKED table evaluated for that width."""
+        if self._stored(view, window_s):
+            return f"read_parquet({literal(self.stored_per_window[view])})"
+        return _packed(_window_table(view, window_s))
 
     def use_window(self, window_s: float) -> None:
         """Make the PER_WINDOW names read the tables of `window_s` (hold the lock): evaluated
@@ -257,7 +265,7 @@ class _Connection:
         if window_s in self.widths:
             self.widths.remove(window_s)
             for view in PER_WINDOW:
-                self.con.execute(f"create or replace temp view {view} as select * from {_packed(_window_table(view, window_s))}")
+                self.con.execute(f"create or replace temp view {view} as select * from {self._width_rows(view, window_s)}")
         else:
             try:
                 self._evaluate_width(window_s)

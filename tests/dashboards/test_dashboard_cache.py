@@ -77,13 +77,18 @@ def test_a_window_change_evaluates_only_the_views_of_that_width(store):
     assert [(v, w) for v, w, _ in conn.evaluated] == (
         [(v, None) for v in conn.shared] + [(v, 60.0) for v in data.PER_WINDOW] + [(v, 300.0) for v in data.PER_WINDOW])
     assert conn.widths == [300.0, 60.0]
-    # the tables: in the compressed in-memory database, under temp views of the views' names
+    # the tables: in the compressed in-memory database, under temp views of the views' names;
+    # the views stored at the store's width (60 s) are read from their rollup files, not copied
+    assert conn.stored_width == 60.0 and set(conn.stored_per_window) == set(data.PER_WINDOW) - {"scaling_signals"}
     tables = {r[0] for r in conn.con.execute("select table_name from duckdb_tables() where database_name = ?",
                                              [data.PACKED]).fetchall()}
-    assert {f"w60_{v}" for v in data.PER_WINDOW} | {f"w300_{v}" for v in data.PER_WINDOW} | set(conn.shared) == tables
+    assert ({f"w60_{v}" for v in data.PER_WINDOW if v not in conn.stored_per_window} | {f"w300_{v}" for v in data.PER_WINDOW}
+            | set(conn.shared) == tables)
     assert tables and not conn.con.execute("select table_name from duckdb_tables() where temporary").fetchall()
-    temp_views = {r[0] for r in conn.con.execute("select view_name from duckdb_views() where temporary and not internal").fetchall()}
-    assert set(conn.shared) | set(data.PER_WINDOW) == temp_views
+    temp_views = dict(conn.con.execute("select view_name, sql from duckdb_views() where temporary and not internal").fetchall())
+    assert set(conn.shared) | set(data.PER_WINDOW) == set(temp_views)
+    for view, path in conn.stored_per_window.items():
+        assert str(path) in temp_views[view] and "w60_" not in temp_views[view], view
     # the same connection serves every width and every query of the store version
     assert _connection(store) is conn
 
@@ -141,7 +146,10 @@ def test_the_widths_kept_are_bounded(store, monkeypatch):
     tables = {r[0] for r in conn.con.execute("select table_name from duckdb_tables() where database_name = ?",
                                              [data.PACKED]).fetchall()}
     assert not [t for t in tables if t.startswith("w30_")]
-    assert len([t for t in tables if t.startswith("w")]) == 2 * len(data.PER_WINDOW)
+    # the two widths kept: their tables, but those of the views stored at 60 s (read from the
+    # rollup files)
+    assert len([t for t in tables if t.startswith("w")]) == 2 * len(data.PER_WINDOW) - len(conn.stored_per_window) > 0
+    assert not [t for t in tables if t.startswith("w60_") and t[len("w60_"):] in conn.stored_per_window]
     conn.use_window(30.0)  # dropped: evaluated again
     assert [w for _, w, _ in conn.evaluated].count(30.0) == 2 * len(data.PER_WINDOW)
 
