@@ -20,6 +20,7 @@ only one line on stderr: the page then meets the same error and shows it in one 
 
 from __future__ import annotations
 
+import gc
 import sys
 import threading
 import time
@@ -66,6 +67,10 @@ def warm(args: list[str], others_after_s: float = OTHERS_AFTER_S, idle_s: float 
     cfg = data.settings(args)
     conn = data.warm(cfg)  # what the first page needs, first
     chart_specs.warm()
+    # what the process holds now (the modules, Altair's schema, the connection) lives as long
+    # as the server: out of the collector's sight, Streamlit's full collection after every
+    # script run only walks what the runs made
+    gc.freeze()
     default = float(data.thresholds(cfg.thresholds)["window_s"])
     data.FIRST_PAGE_DRAWN.wait(others_after_s)  # not while the first visitor waits for the page
     # then every width the sidebar offers, one at a time, each after a pause as long as what
