@@ -417,6 +417,22 @@ def warm(cfg: Settings, widths: tuple[float, ...] = (), idle_s: float = 0.0) -> 
     return conn
 
 
+def warm_page(cfg: Settings, f: Filters) -> None:
+    """Every query result the Overview page reads for the filters `f`, into the caches the
+    page reads, in the order the page asks for them: the server's warm-up calls this with the
+    filters a new visitor starts from (sidebar.default_spec), so that a visitor arriving once
+    it is done draws the first page from them (one arriving earlier waits for the result being
+    computed, under the cache's per-entry lock, or computes the next one itself)."""
+    signals(cfg, f)
+    _summary_for(cfg, f)
+    peaks(cfg, f)  # the request counts, and the queue, KV-cache, latency and errors frames
+    availability(cfg)
+    batch_fill(cfg, f)
+    kv_devices(cfg, f)
+    throughput(cfg, f)
+    slowest_requests(cfg, f)
+
+
 # A visitor's query: less time and memory than on the command line (several visitors share the
 # machine), two threads; `servelens dashboard --query-timeout/--query-memory` set the env.
 USER_SQL_LIMITS = Limits(
@@ -590,13 +606,18 @@ def _summary_rows(store: str, version: str, start: dt.datetime, end: dt.datetime
             conn.con.execute("reset variable summary_until")
 
 
+def _summary_for(cfg: Settings, f: Filters) -> list[dict[str, Any]]:
+    """The incident_summary rows of every instance over the selected range (cached)."""
+    return _summary_rows(cfg.store, store_version(cfg.store), f.start, f.end, _variables(cfg), cfg.time_range,
+                         float(f.window_s))
+
+
 def fleet_story(cfg: Settings, f: Filters, episodes: pl.DataFrame, verdicts: dict[tuple[str, str], str]) -> dict[str, Any]:
     """The report's executive summary (pipeline/report/summary.py) for the selection: which
     instances died, how many requests failed, what to do."""
     from servelens.pipeline.report.summary import summarize
 
-    rows = _summary_rows(cfg.store, store_version(cfg.store), f.start, f.end, _variables(cfg), cfg.time_range,
-                         float(f.window_s))
+    rows = _summary_for(cfg, f)
     targets = set(f.targets)
     rows = [r for r in rows if (r["engine"], r["instance"]) in targets]
     by_instance: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -809,4 +830,5 @@ __all__ = [
     "thresholds",
     "throughput",
     "warm",
+    "warm_page",
 ]

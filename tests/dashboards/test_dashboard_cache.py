@@ -318,11 +318,15 @@ def test_the_server_start_evaluates_the_views_the_first_visitor_needs(store, mon
     assert sorted(others) == sorted(w for w in sidebar.WINDOWS.values() if w != default)
     # the warm-up waits for the first page before the other widths: record what it had done then
     at_wait: list[tuple[list, float | None]] = []
+    ran = _spy_queries(monkeypatch)
+    warmed: list[str] = []
 
     class Drawn(threading.Event):
         def wait(self, timeout=None):
             conn = _connection(store)
             at_wait.append(([(v, w) for v, w, _ in conn.evaluated], timeout))
+            warmed.extend(ran)
+            ran.clear()
             return super().wait(timeout)
 
     monkeypatch.setattr(data, "FIRST_PAGE_DRAWN", Drawn())
@@ -341,11 +345,16 @@ def test_the_server_start_evaluates_the_views_the_first_visitor_needs(store, mon
     assert at_wait == [([(v, None) for v in conn.shared] + [(v, default) for v in data.PER_WINDOW], serve.OTHERS_AFTER_S)]
     assert warm.is_alive() and conn.widths == [default]
     assert "requests" not in conn.shared  # read from its rollup, not copied
-    # the visitor's first page evaluates no view again, and lets the warm-up go on
+    # and the first page's queries, for the filters a new visitor starts from
+    assert any("from queue_depth" in q and "bucket" in q for q in warmed)
+    assert any("from metric_availability" in q for q in warmed) and any("limit $limit" in q for q in warmed)
+    # the visitor's first page evaluates no view again and runs no query: every result it
+    # draws is the warm-up's; and it lets the warm-up go on
     monkeypatch.setenv("SERVELENS_STORE", str(store))
     at = AppTest.from_file(str(APP), default_timeout=120)
     at.run()
     assert not at.exception and data.FIRST_PAGE_DRAWN.is_set()
+    assert ran == []
     warm.join(120)
     assert not warm.is_alive()
     # then every other width the sidebar offers, the default shown
