@@ -78,14 +78,18 @@ def _dom(f: data.Filters) -> list[str]:
 def _missing(metric: str, have: set[tuple[str, str]], f: data.Filters, avail: pl.DataFrame) -> list[str]:
     """One line per selected instance that has no value of `metric`, with the reason."""
     lines = []
+    # the metric's row per engine, looked up once (not filtered again for each instance)
+    rows: dict[str, dict] = {}
+    for r in avail.filter(pl.col("metric") == metric).iter_rows(named=True):
+        rows.setdefault(r["engine"], r)
     for engine, instance in f.targets:
         if (engine, instance) in have or engine == "unknown":
             continue
-        row = avail.filter((pl.col("engine") == engine) & (pl.col("metric") == metric))
-        if row.is_empty():
+        row = rows.get(engine)
+        if row is None:
             reason = f"servelens knows no source of this metric in {engine} logs"
-        elif not row["available"][0]:
-            reason = row["reason"][0]
+        elif not row["available"]:
+            reason = row["reason"]
         else:
             reason = "no values in the selected time range"
         lines.append(f"- **{md_text(instance)}** ({md_text(engine)}): {reason}")  # reason: our own text (sql/), Markdown
