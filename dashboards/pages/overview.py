@@ -273,12 +273,16 @@ def latency_section(cfg, f, avail, th) -> None:
 def throughput_section(cfg, f, avail, th) -> None:
     st.subheader("Throughput")
     df = data.throughput(cfg, f)
-    tok = df.with_columns(pl.coalesce("gen_tps_logged", "output_tokens_per_s").alias("tokens_per_s"))
+    # each chart draws one rate per instance: its frame keeps only that (the view's other rates
+    # and counts would travel to the browser for nothing)
+    keys = ("ts", "engine", "instance")
+    tok = df.select(*keys, pl.coalesce("gen_tps_logged", "output_tokens_per_s").alias("tokens_per_s"))
     left, right = st.columns(2)
     with left:
         have = _have(df, "requests_per_s")
         if have:
-            draw(charts.line_chart, df, "requests_per_s", "finished requests/s", domain=_dom(f))
+            draw(charts.line_chart, df.select(*keys, "requests_per_s"), "requests_per_s", "finished requests/s",
+                 domain=_dom(f))
         missing = [f"- **{i}** ({e}): no finished requests in its log (no per-request lines)"
                    for e, i in f.targets if (e, i) not in have and e != "unknown"]
         if missing:

@@ -337,6 +337,34 @@ def test_slowest_requests_are_the_slowest_by_the_same_sql(overview, store):
     assert table["e2e_s"].is_monotonic_decreasing
 
 
+def _chart_rows(at: AppTest, title: str) -> pl.DataFrame:
+    """The rows the chart whose spec names `title` sends to the browser (its datasets, as
+    Arrow): what it can draw."""
+    import pyarrow as pa
+
+    todo, charts_ = [at.main], []
+    while todo:
+        node = todo.pop()
+        todo.extend(getattr(node, "children", {}).values())
+        if getattr(node, "type", None) == "vega_lite_chart" and title in node.proto.spec:
+            charts_.append(node.proto)
+    assert len(charts_) == 1, title
+    return pl.concat([pl.from_arrow(pa.ipc.open_stream(d.data.data).read_all()) for d in charts_[0].datasets],
+                     how="diagonal_relaxed")
+
+
+def test_the_requests_chart_sends_its_rate_only_and_counts_the_logged_finishes(overview):
+    # the chart draws finished requests/s per instance: the rows sent hold that rate and no
+    # other column of the throughput view; per instance, the rates of its one-minute windows
+    # add up to the requests the truth finished (the incident's range is one window a point)
+    rows = _chart_rows(overview, "finished requests/s")
+    assert set(rows.columns) == {"ts", "engine", "instance", "requests_per_s"}
+    t = truth.truth_requests()
+    for instance, rates in rows.group_by("instance"):
+        finished = t.filter((pl.col("instance") == instance[0]) & (pl.col("status") == "ok")).height
+        assert finished > 0 and round(rates["requests_per_s"].sum() * 60) == finished, instance
+
+
 def test_throughput_says_which_instances_log_no_requests(overview, store):
     no_requests = run(store, "select engine, instance from throughput group by all "
                              "having count(requests_per_s) = 0 order by all").rows()
