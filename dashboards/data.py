@@ -222,7 +222,8 @@ class _Connection:
 
     def _evaluate(self, view: str, window_s: float | None = None) -> None:
         """A SHARED view into the PACKED table of its name; a PER_WINDOW view into a PACKED
-        table of its width (`w60_throughput`); either under a temp view of its name."""
+        table of its width (`w60_throughput`), or at the width stored, its rollup file as it
+        is; either under a temp view of its name."""
         # the database's own view, named with its catalog: a bare `main.X` would find the
         # temp view of the same name (temp objects live in schema `main` of catalog `temp`)
         t0 = time.perf_counter()
@@ -234,17 +235,24 @@ class _Connection:
             self.con.execute(f"create or replace table {PACKED}.main.{view} as select * from {source}")
             self.con.execute(f"checkpoint {PACKED}")
             self.con.execute(f"create or replace temp view {view} as select * from {PACKED}.main.{view}")
-        elif window_s == self.stored_width and view in self.stored_per_window:
-            # the stored rows, read from the rollup file (made readable at connect)
-            self.con.execute(f"create or replace table {_packed(_window_table(view, window_s))} as "
-                             f"select * from read_parquet({literal(self.stored_per_window[view])})")
-            self.con.execute(f"checkpoint {PACKED}")
-            self.con.execute(f"create or replace temp view {view} as select * from {_packed(_window_table(view, window_s))}")
         else:
-            self.con.execute(f"create or replace table {_packed(_window_table(view, window_s))} as select * from {source}")
-            self.con.execute(f"checkpoint {PACKED}")
-            self.con.execute(f"create or replace temp view {view} as select * from {_packed(_window_table(view, window_s))}")
+            if not self._stored(view, window_s):
+                self.con.execute(f"create or replace table {_packed(_window_table(view, window_s))} as select * from {source}")
+                self.con.execute(f"checkpoint {PACKED}")
+            self.con.execute(f"create or replace temp view {view} as select * from {self._width_rows(view, window_s)}")
         self.evaluated.append((view, window_s, time.perf_counter() - t0))
+
+    def _stored(self, view: str, window_s: float) -> bool:
+        return window_s == self.stored_width and view in self.stored_per_window
+
+    def _width_rows(self, view: str, window_s: float) -> str:
+        """Where the rows of a PER_WINDOW view at `window_s` are: the store's rollup file when
+        stored at that width (made readable at connect; read in place, as a copy into a table
+        would cost what reading it costs, and the page's queries read it as fast), else the
+        PACKED table evaluated for that width."""
+        if self._stored(view, window_s):
+            return f"read_parquet({literal(self.stored_per_window[view])})"
+        return _packed(_window_table(view, window_s))
 
     def use_window(self, window_s: float) -> None:
         """Make the PER_WINDOW names read the tables of `window_s` (hold the lock): evaluated
@@ -257,7 +265,7 @@ class _Connection:
         if window_s in self.widths:
             self.widths.remove(window_s)
             for view in PER_WINDOW:
-                self.con.execute(f"create or replace temp view {view} as select * from {_packed(_window_table(view, window_s))}")
+                self.con.execute(f"create or replace temp view {view} as select * from {self._width_rows(view, window_s)}")
         else:
             try:
                 self._evaluate_width(window_s)
@@ -407,6 +415,22 @@ def warm(cfg: Settings, widths: tuple[float, ...] = (), idle_s: float = 0.0) -> 
         with conn.lock:
             conn.use_window(default)
     return conn
+
+
+def warm_page(cfg: Settings, f: Filters) -> None:
+    """Every query result the Overview page reads for the filters `f`, into the caches the
+    page reads, in the order the page asks for them: the server's warm-up calls this with the
+    filters a new visitor starts from (sidebar.default_spec), so that a visitor arriving once
+    it is done draws the first page from them (one arriving earlier waits for the result being
+    computed, under the cache's per-entry lock, or computes the next one itself)."""
+    signals(cfg, f)
+    _summary_for(cfg, f)
+    peaks(cfg, f)  # the request counts, and the queue, KV-cache, latency and errors frames
+    availability(cfg)
+    batch_fill(cfg, f)
+    kv_devices(cfg, f)
+    throughput(cfg, f)
+    slowest_requests(cfg, f)
 
 
 # A visitor's query: less time and memory than on the command line (several visitors share the
@@ -582,13 +606,18 @@ def _summary_rows(store: str, version: str, start: dt.datetime, end: dt.datetime
             conn.con.execute("reset variable summary_until")
 
 
+def _summary_for(cfg: Settings, f: Filters) -> list[dict[str, Any]]:
+    """The incident_summary rows of every instance over the selected range (cached)."""
+    return _summary_rows(cfg.store, store_version(cfg.store), f.start, f.end, _variables(cfg), cfg.time_range,
+                         float(f.window_s))
+
+
 def fleet_story(cfg: Settings, f: Filters, episodes: pl.DataFrame, verdicts: dict[tuple[str, str], str]) -> dict[str, Any]:
     """The report's executive summary (pipeline/report/summary.py) for the selection: which
     instances died, how many requests failed, what to do."""
     from servelens.pipeline.report.summary import summarize
 
-    rows = _summary_rows(cfg.store, store_version(cfg.store), f.start, f.end, _variables(cfg), cfg.time_range,
-                         float(f.window_s))
+    rows = _summary_for(cfg, f)
     targets = set(f.targets)
     rows = [r for r in rows if (r["engine"], r["instance"]) in targets]
     by_instance: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -751,31 +780,30 @@ def slowest_requests(cfg: Settings, f: Filters, limit: int = 20) -> pl.DataFrame
 
 
 def peaks(cfg: Settings, f: Filters) -> dict[str, Any]:
-    """Headline numbers for the selection (None where the logs do not give the metric)."""
+    """Headline numbers for the selection (None where the logs do not give the metric). The
+    maxima and the error count are those of the frames the evidence charts draw (the same rows,
+    the same conditions: a bucket's max is the max of its rows), read from their cached
+    results rather than scanning the per-second views again; only the request counts are a
+    query of their own."""
     df = query(
         cfg,
         f"""
-        with r as (  -- one pass over the requests for the three counts
-            select count(*) filter (where status = 'finished') as finished,
-                   count(*) filter (where status = 'failed') as failed,
-                   count(*) filter (where status = 'aborted') as aborted
-            from requests
-            where {f.target} and {_MODEL} and finish_ts >= $start and finish_ts < $end
-        )
-        select
-            (select max(waiting) from queue_depth where {f.target} and ts >= $start and ts < $end) as peak_waiting,
-            (select max(kv_usage) from kv_cache where {f.target} and ts >= $start and ts < $end) as peak_kv_usage,
-            (select max(p99_e2e_s) from latency_percentiles
-                where {f.target} and {_MODEL} and window_end > $start and window_start < $end) as worst_p99_e2e_s,
-            r.finished, r.failed, r.aborted,
-            (select coalesce(sum(n_errors), 0) from errors
-                where {f.target} and window_end > $start and window_start < $end) as n_errors
-        from r
+        select count(*) filter (where status = 'finished') as finished,
+               count(*) filter (where status = 'failed') as failed,
+               count(*) filter (where status = 'aborted') as aborted
+        from requests
+        where {f.target} and {_MODEL} and finish_ts >= $start and finish_ts < $end
         """,
         f.params(models=list(f.models)),
-        f.window_s,
     )
-    return df.row(0, named=True)
+    counts = df.row(0, named=True)
+    return {
+        "peak_waiting": queue_depth(cfg, f)["waiting_max"].max(),
+        "peak_kv_usage": kv_cache(cfg, f)["kv_usage_max"].max(),
+        "worst_p99_e2e_s": latency(cfg, f)["p99_e2e_s"].max(),
+        **counts,
+        "n_errors": errors(cfg, f)["n_errors"].sum(),
+    }
 
 
 __all__ = [
@@ -802,4 +830,5 @@ __all__ = [
     "thresholds",
     "throughput",
     "warm",
+    "warm_page",
 ]

@@ -4,8 +4,10 @@ a warm-up thread started first.
 Streamlit runs nothing of the app until the first visitor opens the page, so that visitor
 used to pay every one-time cost: importing Altair and the page's modules, building the
 store's connection and evaluating the views every chart shares (`data._Connection`), and
-Altair's first chart validation (its JSON-schema registry); and each first change of the
-window width paid that width's per-window views. The warm-up does these first; the other
+Altair's first chart validation (its JSON-schema registry), and every query of the first
+page; and each first change of the window width paid that width's per-window views. The
+warm-up does these first (the first page's queries for the filters a new visitor starts
+from, into the caches the page reads); the other
 widths the sidebar offers only once the first page has been drawn (or nobody came within
 OTHERS_AFTER_S), one at a time: evaluated at once they competed with the first visitor for
 the machine's cores (on a 10M-request store, 4 widths of ~7 CPU-s each during a first paint
@@ -20,6 +22,7 @@ only one line on stderr: the page then meets the same error and shows it in one 
 
 from __future__ import annotations
 
+import gc
 import sys
 import threading
 import time
@@ -54,18 +57,27 @@ def app_args(argv: list[str]) -> list[str]:
 def warm(args: list[str], others_after_s: float = OTHERS_AFTER_S, idle_s: float = IDLE_S) -> float:
     """Import what the Overview page imports, build the store's shared connection with the
     default window's views, validate one chart (Altair's schema registry is built on first
-    use); then, once a page has been drawn (`data.page_drawn`) or after `others_after_s`,
+    use), compute the first page's query results (`data.warm_page`); then, once a page has been drawn (`data.page_drawn`) or after `others_after_s`,
     evaluate the per-window views of the sidebar's other widths (so that a later change of
     width finds them), each after a pause of `idle_s` in the visits (IDLE_SLOW_S where the
     width before it took SLOW_WIDTH_S or more to derive, or its cost is unknown). Returns the
     seconds it took."""
     t0 = time.perf_counter()
-    from servelens.dashboards import data, sidebar  # noqa: F401  (the page's imports)
+    from servelens.dashboards import data, sidebar  # the page's imports
     from servelens.pipeline.report import chart_specs, verdict  # noqa: F401
 
     cfg = data.settings(args)
     conn = data.warm(cfg)  # what the first page needs, first
     chart_specs.warm()
+    # what the process holds now (the modules, Altair's schema, the connection) lives as long
+    # as the server: out of the collector's sight, Streamlit's full collection after every
+    # script run only walks what the runs made
+    gc.freeze()
+    # then the first page itself, for the filters a new visitor starts from
+    cat = data.catalog(cfg)
+    first = sidebar.resolve(sidebar.default_spec(cfg, cat), cat)
+    if first is not None and first.targets:
+        data.warm_page(cfg, first)
     default = float(data.thresholds(cfg.thresholds)["window_s"])
     data.FIRST_PAGE_DRAWN.wait(others_after_s)  # not while the first visitor waits for the page
     # then every width the sidebar offers, one at a time, each after a pause as long as what

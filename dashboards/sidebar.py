@@ -21,6 +21,8 @@ LIVE_SPANS = {"last 5 min": 300, "last 15 min": 900, "last 30 min": 1800, "last 
               "last 6 hours": 6 * 3600, "last 24 hours": 24 * 3600}
 REFRESH = {"every 5 s": 5, "every 10 s": 10, "every 30 s": 30, "every minute": 60}
 WINDOWS = {"30 s": 30.0, "1 min": 60.0, "2 min": 120.0, "5 min": 300.0, "15 min": 900.0}
+DEFAULT_LIVE_SPAN = "last 15 min"
+DEFAULT_REFRESH = "every 10 s"
 # A store whose newest event is this recent opens in live mode.
 LIVE_IF_NEWER_THAN_S = 600
 
@@ -54,25 +56,46 @@ def store_range(cat: pl.DataFrame) -> tuple[dt.datetime, dt.datetime] | None:
     return cat["first_ts"].min().astimezone(UTC), cat["last_ts"].max().astimezone(UTC)  # type: ignore[union-attr]
 
 
+def _range_bounds(rng: tuple[dt.datetime, dt.datetime]) -> tuple[dt.datetime, dt.datetime]:
+    """The post-mortem range the sidebar offers (naive UTC, to the minute): the store's."""
+    return _floor_minute(_naive_utc(rng[0])), _floor_minute(_naive_utc(rng[1])) + dt.timedelta(minutes=1)
+
+
+def default_spec(cfg: data.Settings, cat: pl.DataFrame, now: dt.datetime | None = None) -> Spec:
+    """What the sidebar shows a visitor who has chosen nothing yet: live mode when the store's
+    newest event is recent, else the store's whole range; every engine, instance and model;
+    the thresholds' window width. The server's warm-up (dashboards/serve.py) computes that
+    page before anyone asks for it."""
+    rng = store_range(cat)
+    now = now or dt.datetime.now(UTC)
+    live = rng is not None and (now - rng[1]).total_seconds() < LIVE_IF_NEWER_THAN_S
+    start = end = None
+    if not live and rng is not None:
+        start, end = (t.replace(tzinfo=UTC) for t in _range_bounds(rng))
+    window = float(data.thresholds(cfg.thresholds).get("window_s", 60.0))
+    return Spec(live=live, live_span_s=LIVE_SPANS[DEFAULT_LIVE_SPAN] if live else 0,
+                refresh_s=REFRESH[DEFAULT_REFRESH] if live else 0, start=start, end=end, engines=(), instances=(),
+                models=(), window_s=window if window in WINDOWS.values() else WINDOWS["1 min"])
+
+
 def render(cfg: data.Settings, cat: pl.DataFrame) -> Spec:
     sb = st.sidebar
     rng = store_range(cat)
-    now = dt.datetime.now(UTC)
-    recent = rng is not None and (now - rng[1]).total_seconds() < LIVE_IF_NEWER_THAN_S
+    default = default_spec(cfg, cat)
     sb.header("Filters")
-    live = sb.toggle("Live mode", value=recent, key="live",
+    live = sb.toggle("Live mode", value=default.live, key="live",
                      help="Refresh the page by itself while the store is being ingested into. "
                           "Off: post-mortem mode, a fixed time range of a past incident.")
     live_span = refresh_s = 0
     start = end = None
     if live:
-        span_label = sb.selectbox("Time range", list(LIVE_SPANS), index=1, key="live_span",
-                                  help="Relative to the newest event in the store.")
+        span_label = sb.selectbox("Time range", list(LIVE_SPANS), index=list(LIVE_SPANS).index(DEFAULT_LIVE_SPAN),
+                                  key="live_span", help="Relative to the newest event in the store.")
         live_span = LIVE_SPANS[span_label]
-        refresh_s = REFRESH[sb.selectbox("Refresh", list(REFRESH), index=1, key="refresh")]
+        refresh_s = REFRESH[sb.selectbox("Refresh", list(REFRESH), index=list(REFRESH).index(DEFAULT_REFRESH),
+                                         key="refresh")]
     elif rng is not None:
-        lo = _floor_minute(_naive_utc(rng[0]))
-        hi = _floor_minute(_naive_utc(rng[1])) + dt.timedelta(minutes=1)
+        lo, hi = _range_bounds(rng)
         start = sb.datetime_input("From (UTC)", value=lo, min_value=lo, max_value=hi, key="start",
                                   format="YYYY-MM-DD", step=dt.timedelta(minutes=1))
         end = sb.datetime_input("To (UTC)", value=hi, min_value=lo, max_value=hi, key="end",
@@ -88,9 +111,8 @@ def render(cfg: data.Settings, cat: pl.DataFrame) -> Spec:
     models = sb.multiselect("Model", models_all, key="models", placeholder="all models",
                             help="Latency and request tables keep only this model's requests; the "
                                  "instance-level charts keep the instances that served it.")
-    default_window = float(data.thresholds(cfg.thresholds).get("window_s", 60.0))
     labels = list(WINDOWS)
-    default_label = next((k for k, v in WINDOWS.items() if v == default_window), "1 min")
+    default_label = next(k for k, v in WINDOWS.items() if v == default.window_s)
     window_label = sb.select_slider("Window", labels, value=default_label, key="window",
                                     help="Width of the windows of the percentiles, throughput, errors and signals.")
     sb.divider()

@@ -64,6 +64,13 @@ def no_none(df: pl.DataFrame) -> pl.DataFrame:
     return df.select(cols)
 
 
+def table(df: pl.DataFrame, key: str, **kwargs) -> None:
+    """`df` as a table. Streamlit sends a pyarrow table as it is; a polars frame it converts
+    through pandas, whose import alone would be a large part of the first page's server CPU
+    (nothing else on the page needs pandas)."""
+    st.dataframe(df.to_arrow(), hide_index=True, key=key, **kwargs)
+
+
 def _dom(f: data.Filters) -> list[str]:
     return charts.time_domain(f.start, f.end)
 
@@ -71,14 +78,18 @@ def _dom(f: data.Filters) -> list[str]:
 def _missing(metric: str, have: set[tuple[str, str]], f: data.Filters, avail: pl.DataFrame) -> list[str]:
     """One line per selected instance that has no value of `metric`, with the reason."""
     lines = []
+    # the metric's row per engine, looked up once (not filtered again for each instance)
+    rows: dict[str, dict] = {}
+    for r in avail.filter(pl.col("metric") == metric).iter_rows(named=True):
+        rows.setdefault(r["engine"], r)
     for engine, instance in f.targets:
         if (engine, instance) in have or engine == "unknown":
             continue
-        row = avail.filter((pl.col("engine") == engine) & (pl.col("metric") == metric))
-        if row.is_empty():
+        row = rows.get(engine)
+        if row is None:
             reason = f"servelens knows no source of this metric in {engine} logs"
-        elif not row["available"][0]:
-            reason = row["reason"][0]
+        elif not row["available"]:
+            reason = row["reason"]
         else:
             reason = "no values in the selected time range"
         lines.append(f"- **{md_text(instance)}** ({md_text(engine)}): {reason}")  # reason: our own text (sql/), Markdown
@@ -262,12 +273,16 @@ def latency_section(cfg, f, avail, th) -> None:
 def throughput_section(cfg, f, avail, th) -> None:
     st.subheader("Throughput")
     df = data.throughput(cfg, f)
-    tok = df.with_columns(pl.coalesce("gen_tps_logged", "output_tokens_per_s").alias("tokens_per_s"))
+    # each chart draws one rate per instance: its frame keeps only that (the view's other rates
+    # and counts would travel to the browser for nothing)
+    keys = ("ts", "engine", "instance")
+    tok = df.select(*keys, pl.coalesce("gen_tps_logged", "output_tokens_per_s").alias("tokens_per_s"))
     left, right = st.columns(2)
     with left:
         have = _have(df, "requests_per_s")
         if have:
-            draw(charts.line_chart, df, "requests_per_s", "finished requests/s", domain=_dom(f))
+            draw(charts.line_chart, df.select(*keys, "requests_per_s"), "requests_per_s", "finished requests/s",
+                 domain=_dom(f))
         missing = [f"- **{i}** ({e}): no finished requests in its log (no per-request lines)"
                    for e, i in f.targets if (e, i) not in have and e != "unknown"]
         if missing:
@@ -294,7 +309,7 @@ def errors_section(cfg, f, th) -> None:
     first = (df.sort("first_ts").group_by("instance", "kind", maintain_order=True)
              .agg(pl.col("n_errors").sum(), pl.col("first_ts").first(), pl.col("first_message").first(),
                   pl.col("first_source").first(), pl.col("first_line").first()))
-    st.dataframe(no_none(first), hide_index=True, key="errors_table")
+    table(no_none(first), "errors_table")
 
 
 def slowest_section(cfg, f) -> None:
@@ -307,7 +322,7 @@ def slowest_section(cfg, f) -> None:
     shown = no_none(df)
     seconds = {c: st.column_config.NumberColumn(c, format="%.3f s") for c in ("e2e_s", "queue_s", "ttft_s", "tpot_s")
                if shown.schema[c].is_numeric()}
-    st.dataframe(shown, hide_index=True, key="slowest_table", column_config=seconds)
+    table(shown, "slowest_table", column_config=seconds)
 
 
 def body(cfg: data.Settings, spec: sidebar.Spec) -> None:

@@ -6,6 +6,7 @@ Also the pure parts (verdict rule, charts) and the `servelens dashboard` command
 from __future__ import annotations
 
 import datetime as dt
+import re
 import socket
 from pathlib import Path
 
@@ -155,6 +156,21 @@ def test_headline_numbers_match_the_views(overview, store):
     assert metrics["Finished requests"] == f"{finished:,}"
     n_err = run(store, "select sum(n_errors) as v from errors")["v"][0]
     assert metrics["Errors"] == f"{int(n_err):,}"
+
+
+def test_peaks_of_one_instance_are_the_highest_its_log_gives(app):
+    # the highest waiting count and KV-cache usage vllm-b's stats lines log, read with a
+    # regular expression; the page takes them from the frames its charts draw
+    text = truth.log_of("vllm-b").read_text()
+    pending = max(int(n) for n in re.findall(r"Pending: (\d+) reqs", text))
+    kv = max(float(p) for p in re.findall(r"GPU KV cache usage: ([\d.]+)%", text)) / 100
+    finished = truth.truth_requests().filter((pl.col("instance") == "vllm-b") & (pl.col("status") == "ok")).height
+    app.multiselect(key="instances").set_value(["vllm-b"]).run()
+    assert not app.exception
+    metrics = {m.label: m.value for m in app.metric}
+    assert pending > 0 and metrics["Peak queue"] == f"{pending:g}"
+    assert metrics["Peak KV-cache usage"] == f"{kv:.1%}"
+    assert metrics["Finished requests"] == f"{finished:,}"
 
 
 def test_metrics_the_logs_cannot_give_are_explained_not_drawn(overview, store):
@@ -319,6 +335,34 @@ def test_slowest_requests_are_the_slowest_by_the_same_sql(overview, store):
     expected = run(store, "select request_id, e2e_s from requests where e2e_s is not null order by e2e_s desc, finish_ts limit 20")
     assert table["e2e_s"].tolist() == expected["e2e_s"].to_list()
     assert table["e2e_s"].is_monotonic_decreasing
+
+
+def _chart_rows(at: AppTest, title: str) -> pl.DataFrame:
+    """The rows the chart whose spec names `title` sends to the browser (its datasets, as
+    Arrow): what it can draw."""
+    import pyarrow as pa
+
+    todo, charts_ = [at.main], []
+    while todo:
+        node = todo.pop()
+        todo.extend(getattr(node, "children", {}).values())
+        if getattr(node, "type", None) == "vega_lite_chart" and title in node.proto.spec:
+            charts_.append(node.proto)
+    assert len(charts_) == 1, title
+    return pl.concat([pl.from_arrow(pa.ipc.open_stream(d.data.data).read_all()) for d in charts_[0].datasets],
+                     how="diagonal_relaxed")
+
+
+def test_the_requests_chart_sends_its_rate_only_and_counts_the_logged_finishes(overview):
+    # the chart draws finished requests/s per instance: the rows sent hold that rate and no
+    # other column of the throughput view; per instance, the rates of its one-minute windows
+    # add up to the requests the truth finished (the incident's range is one window a point)
+    rows = _chart_rows(overview, "finished requests/s")
+    assert set(rows.columns) == {"ts", "engine", "instance", "requests_per_s"}
+    t = truth.truth_requests()
+    for instance, rates in rows.group_by("instance"):
+        finished = t.filter((pl.col("instance") == instance[0]) & (pl.col("status") == "ok")).height
+        assert finished > 0 and round(rates["requests_per_s"].sum() * 60) == finished, instance
 
 
 def test_throughput_says_which_instances_log_no_requests(overview, store):

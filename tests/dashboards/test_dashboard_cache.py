@@ -77,13 +77,18 @@ def test_a_window_change_evaluates_only_the_views_of_that_width(store):
     assert [(v, w) for v, w, _ in conn.evaluated] == (
         [(v, None) for v in conn.shared] + [(v, 60.0) for v in data.PER_WINDOW] + [(v, 300.0) for v in data.PER_WINDOW])
     assert conn.widths == [300.0, 60.0]
-    # the tables: in the compressed in-memory database, under temp views of the views' names
+    # the tables: in the compressed in-memory database, under temp views of the views' names;
+    # the views stored at the store's width (60 s) are read from their rollup files, not copied
+    assert conn.stored_width == 60.0 and set(conn.stored_per_window) == set(data.PER_WINDOW) - {"scaling_signals"}
     tables = {r[0] for r in conn.con.execute("select table_name from duckdb_tables() where database_name = ?",
                                              [data.PACKED]).fetchall()}
-    assert {f"w60_{v}" for v in data.PER_WINDOW} | {f"w300_{v}" for v in data.PER_WINDOW} | set(conn.shared) == tables
+    assert ({f"w60_{v}" for v in data.PER_WINDOW if v not in conn.stored_per_window} | {f"w300_{v}" for v in data.PER_WINDOW}
+            | set(conn.shared) == tables)
     assert tables and not conn.con.execute("select table_name from duckdb_tables() where temporary").fetchall()
-    temp_views = {r[0] for r in conn.con.execute("select view_name from duckdb_views() where temporary and not internal").fetchall()}
-    assert set(conn.shared) | set(data.PER_WINDOW) == temp_views
+    temp_views = dict(conn.con.execute("select view_name, sql from duckdb_views() where temporary and not internal").fetchall())
+    assert set(conn.shared) | set(data.PER_WINDOW) == set(temp_views)
+    for view, path in conn.stored_per_window.items():
+        assert str(path) in temp_views[view] and "w60_" not in temp_views[view], view
     # the same connection serves every width and every query of the store version
     assert _connection(store) is conn
 
@@ -141,7 +146,10 @@ def test_the_widths_kept_are_bounded(store, monkeypatch):
     tables = {r[0] for r in conn.con.execute("select table_name from duckdb_tables() where database_name = ?",
                                              [data.PACKED]).fetchall()}
     assert not [t for t in tables if t.startswith("w30_")]
-    assert len([t for t in tables if t.startswith("w")]) == 2 * len(data.PER_WINDOW)
+    # the two widths kept: their tables, but those of the views stored at 60 s (read from the
+    # rollup files)
+    assert len([t for t in tables if t.startswith("w")]) == 2 * len(data.PER_WINDOW) - len(conn.stored_per_window) > 0
+    assert not [t for t in tables if t.startswith("w60_") and t[len("w60_"):] in conn.stored_per_window]
     conn.use_window(30.0)  # dropped: evaluated again
     assert [w for _, w, _ in conn.evaluated].count(30.0) == 2 * len(data.PER_WINDOW)
 
@@ -310,11 +318,15 @@ def test_the_server_start_evaluates_the_views_the_first_visitor_needs(store, mon
     assert sorted(others) == sorted(w for w in sidebar.WINDOWS.values() if w != default)
     # the warm-up waits for the first page before the other widths: record what it had done then
     at_wait: list[tuple[list, float | None]] = []
+    ran = _spy_queries(monkeypatch)
+    warmed: list[str] = []
 
     class Drawn(threading.Event):
         def wait(self, timeout=None):
             conn = _connection(store)
             at_wait.append(([(v, w) for v, w, _ in conn.evaluated], timeout))
+            warmed.extend(ran)
+            ran.clear()
             return super().wait(timeout)
 
     monkeypatch.setattr(data, "FIRST_PAGE_DRAWN", Drawn())
@@ -333,11 +345,16 @@ def test_the_server_start_evaluates_the_views_the_first_visitor_needs(store, mon
     assert at_wait == [([(v, None) for v in conn.shared] + [(v, default) for v in data.PER_WINDOW], serve.OTHERS_AFTER_S)]
     assert warm.is_alive() and conn.widths == [default]
     assert "requests" not in conn.shared  # read from its rollup, not copied
-    # the visitor's first page evaluates no view again, and lets the warm-up go on
+    # and the first page's queries, for the filters a new visitor starts from
+    assert any("from queue_depth" in q and "bucket" in q for q in warmed)
+    assert any("from metric_availability" in q for q in warmed) and any("limit $limit" in q for q in warmed)
+    # the visitor's first page evaluates no view again and runs no query: every result it
+    # draws is the warm-up's; and it lets the warm-up go on
     monkeypatch.setenv("SERVELENS_STORE", str(store))
     at = AppTest.from_file(str(APP), default_timeout=120)
     at.run()
     assert not at.exception and data.FIRST_PAGE_DRAWN.is_set()
+    assert ran == []
     warm.join(120)
     assert not warm.is_alive()
     # then every other width the sidebar offers, the default shown
