@@ -720,19 +720,16 @@ def _all_files(
         yield from _files_in_order(found, open_file, batch, block_bytes, on_progress, name_of)
         return
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
 
     others = set(multiprocessing.active_children())
+    n = min(n, len(big))
     try:
-        # spawned, not forked: a fork of a process whose polars and parse threads run may deadlock
-        spawn = multiprocessing.get_context("spawn")
-        progress = spawn.SimpleQueue() if on_progress else None
-        pool = ProcessPoolExecutor(min(n, len(big)), mp_context=spawn, initializer=_start_worker, initargs=(progress,))
+        pool, progress = _start_pool(n, on_progress is not None)
     except (OSError, ImportError) as e:  # no process support here (e.g. no /dev/shm): read them here
         notes.append(f"large files read one at a time: no worker processes here ({e})")
         yield from _files_in_order(found, open_file, batch, block_bytes, on_progress, name_of)
         return
-    notes.append(f"{len(big):,} large files read by {min(n, len(big))} worker processes side by side (--workers 1: none)")
+    notes.append(f"{len(big):,} large files read by {n} worker processes side by side (--workers 1: none)")
     finished = False
     try:
         reserved: set[str] = set()
@@ -766,6 +763,29 @@ def _all_files(
             for child in set(multiprocessing.active_children()) - others:
                 child.terminate()
         pool.shutdown(wait=True)
+
+
+def _start_pool(n: int, with_progress: bool) -> tuple[Any, Any]:
+    """`n` worker processes, started now (their imports run while this process opens the
+    files), each with its share of the cores for polars' threads; and the queue they report
+    progress on."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # spawned, not forked: a fork of a process whose polars and parse threads run may deadlock
+    spawn = multiprocessing.get_context("spawn")
+    progress = spawn.SimpleQueue() if with_progress else None
+    pool = ProcessPoolExecutor(n, mp_context=spawn, initializer=_start_worker, initargs=(progress,))
+    mine = "POLARS_MAX_THREADS" not in os.environ
+    if mine:  # (a worker inherits the environment as it is when it starts)
+        os.environ["POLARS_MAX_THREADS"] = str(max(1, worker_count(None) // n))
+    try:
+        for _ in range(n):
+            pool.submit(len, "")  # (a no-op: the process starts now)
+    finally:
+        if mine:
+            del os.environ["POLARS_MAX_THREADS"]
+    return pool, progress
 
 
 _WORKER_PROGRESS: Any = None  # in a worker process: where it says how many bytes it has read
