@@ -767,8 +767,8 @@ def _all_files(
 
 def _start_pool(n: int, with_progress: bool) -> tuple[Any, Any]:
     """`n` worker processes, started now (their imports run while this process opens the
-    files), each with its share of the cores for polars' threads; and the queue they report
-    progress on."""
+    files), each with its share of the cores for polars' threads and the parse threads; and
+    the queue they report progress on."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -776,15 +776,16 @@ def _start_pool(n: int, with_progress: bool) -> tuple[Any, Any]:
     spawn = multiprocessing.get_context("spawn")
     progress = spawn.SimpleQueue() if with_progress else None
     pool = ProcessPoolExecutor(n, mp_context=spawn, initializer=_start_worker, initargs=(progress,))
-    mine = "POLARS_MAX_THREADS" not in os.environ
-    if mine:  # (a worker inherits the environment as it is when it starts)
-        os.environ["POLARS_MAX_THREADS"] = str(max(1, worker_count(None) // n))
+    share = str(max(1, worker_count(None) // n))
+    # (a worker inherits the environment as it is when it starts; a user's setting wins)
+    mine = [k for k in ("POLARS_MAX_THREADS", "SERVELENS_PARSE_THREADS") if k not in os.environ]
+    os.environ.update({k: share for k in mine})
     try:
         for _ in range(n):
             pool.submit(len, "")  # (a no-op: the process starts now)
     finally:
-        if mine:
-            del os.environ["POLARS_MAX_THREADS"]
+        for k in mine:
+            del os.environ[k]
     return pool, progress
 
 

@@ -8,6 +8,7 @@ memory stays bounded by the block size whatever the file's size.
 
 from __future__ import annotations
 
+import os
 import zlib
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -255,7 +256,13 @@ def line_frames(stream: BinaryIO, next_line: int, block_bytes: int = DEFAULT_BLO
             return
 
 
-PARSE_THREADS = 2
+def _parse_threads() -> int:
+    """Two, or an ingest worker process's share of the cores (its environment says it)."""
+    n = os.environ.get("SERVELENS_PARSE_THREADS", "")
+    return max(1, int(n)) if n.isdigit() else 2
+
+
+PARSE_THREADS = _parse_threads()
 _EXECUTOR = ThreadPoolExecutor(max_workers=PARSE_THREADS, thread_name_prefix="servelens-parse")
 
 

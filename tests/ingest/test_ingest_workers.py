@@ -211,3 +211,22 @@ def test_the_default_worker_count_is_the_cores_the_memory_holds(monkeypatch):
     monkeypatch.setattr(ingest_mod, "_available_memory", lambda: 1 << 28)
     assert ingest_mod.worker_count(None) == 1
     assert ingest_mod.worker_count(3) == 3  # asked for: as asked
+
+
+def test_each_worker_takes_its_share_of_the_cores_and_this_process_keeps_its_own(monkeypatch):
+    monkeypatch.delenv("POLARS_MAX_THREADS", raising=False)
+    monkeypatch.delenv("SERVELENS_PARSE_THREADS", raising=False)
+    monkeypatch.setattr(ingest_mod, "worker_count", lambda requested: 8)  # an 8-core machine
+    pool, _ = ingest_mod._start_pool(2, False)
+    try:
+        seen = [pool.submit(os.getenv, k).result() for k in ("POLARS_MAX_THREADS", "SERVELENS_PARSE_THREADS")]
+    finally:
+        pool.shutdown()
+    assert seen == ["4", "4"]
+    assert "POLARS_MAX_THREADS" not in os.environ and "SERVELENS_PARSE_THREADS" not in os.environ
+    monkeypatch.setenv("SERVELENS_PARSE_THREADS", "3")  # a user's setting wins
+    pool, _ = ingest_mod._start_pool(2, False)
+    try:
+        assert pool.submit(os.getenv, "SERVELENS_PARSE_THREADS").result() == "3"
+    finally:
+        pool.shutdown()
