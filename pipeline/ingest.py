@@ -164,9 +164,15 @@ class _StagedBatch(_Batch):
     """A worker process's batch: a flush writes its parts to staging and keeps them, with the
     file states they bring, for the writer to commit (the worker holds no lock)."""
 
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, share: int = 1):
         super().__init__(store)
         self.staged: list[tuple[Staged, dict[str, dict]]] = []
+        self.share = max(1, share)
+
+    @property
+    def full(self) -> bool:
+        # the workers together hold what one ingest would: each flushes at its share
+        return self.rows >= FLUSH_ROWS // self.share or self.bytes >= FLUSH_BYTES // self.share
 
     def _write(self) -> None:
         if self.frames or self.files:
@@ -741,7 +747,7 @@ def _all_files(
                 continue
             reserved.add(opened.key)
             portable = dataclasses.replace(opened, parser=None)  # (a parser is a module: rebuilt there)
-            pending.append((opened, pool.submit(_read_in_worker, str(batch.store.root), portable, block_bytes)))
+            pending.append((opened, pool.submit(_read_in_worker, str(batch.store.root), portable, block_bytes, n)))
         picked = {id(item) for item in big}
         rest = [item for item in found if id(item) not in picked]
 
@@ -797,12 +803,12 @@ def _start_worker(progress: Any) -> None:
     _WORKER_PROGRESS = progress
 
 
-def _read_in_worker(root: str, opened: _Opened, block_bytes: int) -> tuple[FileResult, list]:
-    """In a worker process: read an opened file as `_read_file` does, its flushes staged in
-    the store's directory, not committed."""
+def _read_in_worker(root: str, opened: _Opened, block_bytes: int, workers: int = 1) -> tuple[FileResult, list]:
+    """In a worker process (one of `workers`): read an opened file as `_read_file` does, its
+    flushes staged in the store's directory, not committed."""
     r = opened.result
     opened.parser = wrappers.wrap(get_parser(r.engine), r.decode, opened.labels)
-    batch = _StagedBatch(Store(root=Path(root)))
+    batch = _StagedBatch(Store(root=Path(root)), workers)
     said = _WORKER_PROGRESS.put if _WORKER_PROGRESS is not None else None
     result = _read_file(opened, batch, block_bytes, said)
     batch.flush()
