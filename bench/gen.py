@@ -80,6 +80,12 @@ def generate(engine: str, target_bytes: int, out_dir: Path, *, seed: int = 1, in
         if {k: have.get(k) for k in want} == want and files:
             return Generated(engine, out_dir, files, have["bytes"], have["lines"], have["seconds"], True)
     if out_dir.exists():
+        # only an earlier input of this generator is replaced: a directory holding anything
+        # else (a parent of other inputs, a store) is not this function's to delete
+        foreign = [p.name for p in out_dir.iterdir() if not (p.is_file() and p.suffix == ".log")]
+        if foreign:
+            raise SystemExit(f"{out_dir} holds more than generated logs ({', '.join(sorted(foreign)[:3])}); "
+                             "give generate() a directory of its own")
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True)
     t0 = time.perf_counter()
