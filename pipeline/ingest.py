@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NamedTuple
 
 import polars as pl
 
@@ -287,8 +287,8 @@ def ingest(
                 opened.ctx.keep_lines = keep_lines
             return opened
 
-        for result in _all_files(found, open_file, batch, block_bytes, on_progress,
-                                 lambda item: instance or namer.name(item.path), workers, summary.notes):
+        reading = _Reading(open_file, batch, block_bytes, on_progress, lambda item: instance or namer.name(item.path))
+        for result in _all_files(found, reading, workers, summary.notes):
             summary.files.append(result)
             summary.lines += result.lines
             summary.events_by_kind.update(result.counts)
@@ -615,15 +615,20 @@ def _independent(a: _Opened, b: _Opened) -> bool:
     return a.result.instance != b.result.instance and a.key != b.key and a.head[:n] != b.head[:n]
 
 
-def _files_in_order(
-    found: list,
-    open_file: Callable[..., _Opened | FileResult],
-    batch: _Batch,
-    block_bytes: int,
-    on_progress: Callable[[int], None] | None,
-    name_of: Callable[[Any], str | None],
-) -> Iterator[FileResult]:
+class _Reading(NamedTuple):
+    """How one ingest opens its files (`open_file`), reads them into its batch and names
+    their instances (`name_of`)."""
+
+    open_file: Callable[..., _Opened | FileResult]
+    batch: _Batch
+    block_bytes: int
+    on_progress: Callable[[int], None] | None
+    name_of: Callable[[Any], str | None]
+
+
+def _files_in_order(found: list, reading: _Reading) -> Iterator[FileResult]:
     """Each file's result, in `found`'s order, small independent files two at a time."""
+    open_file, batch, block_bytes, on_progress, name_of = reading
     i, n = 0, len(found)
     ahead: tuple[_Opened, Future | None] | FileResult | None = None
     while i < n:
@@ -708,22 +713,14 @@ def _for_workers(found: list, name_of: Callable[[Any], str | None], workers: int
     return big if len(big) >= 2 else []
 
 
-def _all_files(
-    found: list,
-    open_file: Callable[..., _Opened | FileResult],
-    batch: _Batch,
-    block_bytes: int,
-    on_progress: Callable[[int], None] | None,
-    name_of: Callable[[Any], str | None],
-    workers: int,
-    notes: list[str],
-) -> Iterator[FileResult]:
+def _all_files(found: list, reading: _Reading, workers: int, notes: list[str]) -> Iterator[FileResult]:
     """Each file's result: the files `_for_workers` picks read by worker processes, each
     committed here as its worker returns it, the others read here meanwhile, in order."""
+    open_file, batch, block_bytes, on_progress, name_of = reading
     n = max(1, workers)
     big = _for_workers(found, name_of, n)
     if not big:
-        yield from _files_in_order(found, open_file, batch, block_bytes, on_progress, name_of)
+        yield from _files_in_order(found, reading)
         return
     import multiprocessing
 
@@ -733,7 +730,7 @@ def _all_files(
         pool, progress = _start_pool(n, on_progress is not None)
     except (OSError, ImportError) as e:  # no process support here (e.g. no /dev/shm): read them here
         notes.append(f"large files read one at a time: no worker processes here ({e})")
-        yield from _files_in_order(found, open_file, batch, block_bytes, on_progress, name_of)
+        yield from _files_in_order(found, reading)
         return
     notes.append(f"{len(big):,} large files read by {n} worker processes side by side (--workers 1: none)")
     finished = False
@@ -754,7 +751,7 @@ def _all_files(
         def open_rest(item, reserved_here: set[str] | frozenset[str] = frozenset()):
             return open_file(item, reserved=reserved | set(reserved_here))
 
-        for result in _files_in_order(rest, open_rest, batch, block_bytes, on_progress, name_of):
+        for result in _files_in_order(rest, reading._replace(open_file=open_rest)):
             yield result
             while pending and pending[0][1].done():
                 yield _commit_read(batch, *pending.pop(0), on_progress, progress)
