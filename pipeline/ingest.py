@@ -676,11 +676,14 @@ def worker_count(requested: int | None) -> int:
     many as the available memory holds."""
     if requested is not None:
         return max(1, requested)
+    return max(1, min(_usable_cores(), _available_memory() // WORKER_MEMORY_BYTES))
+
+
+def _usable_cores() -> int:
     try:
-        cores = len(os.sched_getaffinity(0))
+        return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    return max(1, min(cores, _available_memory() // WORKER_MEMORY_BYTES))
+        return os.cpu_count() or 1
 
 
 def _available_memory() -> int:
@@ -779,7 +782,7 @@ def _start_pool(n: int, with_progress: bool) -> tuple[Any, Any]:
     spawn = multiprocessing.get_context("spawn")
     progress = spawn.SimpleQueue() if with_progress else None
     pool = ProcessPoolExecutor(n, mp_context=spawn, initializer=_start_worker, initargs=(progress,))
-    share = str(max(1, worker_count(None) // n))
+    share = str(max(1, _usable_cores() // n))
     # (a worker inherits the environment as it is when it starts; a user's setting wins)
     mine = [k for k in ("POLARS_MAX_THREADS", "SERVELENS_PARSE_THREADS") if k not in os.environ]
     os.environ.update({k: share for k in mine})

@@ -216,7 +216,8 @@ def test_the_default_worker_count_is_the_cores_the_memory_holds(monkeypatch):
 def test_each_worker_takes_its_share_of_the_cores_and_this_process_keeps_its_own(monkeypatch):
     monkeypatch.delenv("POLARS_MAX_THREADS", raising=False)
     monkeypatch.delenv("SERVELENS_PARSE_THREADS", raising=False)
-    monkeypatch.setattr(ingest_mod, "worker_count", lambda requested: 8)  # an 8-core machine
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))  # an 8-core machine
+    monkeypatch.setattr(ingest_mod, "_available_memory", lambda: 2 << 30)  # memory for two workers: not fewer threads
     pool, _ = ingest_mod._start_pool(2, False)
     try:
         seen = [pool.submit(os.getenv, k).result() for k in ("POLARS_MAX_THREADS", "SERVELENS_PARSE_THREADS")]
