@@ -257,9 +257,10 @@ def line_frames(stream: BinaryIO, next_line: int, block_bytes: int = DEFAULT_BLO
 
 
 def _parse_threads() -> int:
-    """Two, or an ingest worker process's share of the cores (its environment says it)."""
+    """Two, or an ingest worker process's share of the cores (its environment says it; never
+    more than the cores: each thread holds a chunk in flight)."""
     n = os.environ.get("SERVELENS_PARSE_THREADS", "")
-    return max(1, int(n)) if n.isdigit() else 2
+    return max(1, min(int(n), os.cpu_count() or 1)) if n.isdigit() else 2
 
 
 PARSE_THREADS = _parse_threads()

@@ -231,3 +231,14 @@ def test_each_worker_takes_its_share_of_the_cores_and_this_process_keeps_its_own
         assert pool.submit(os.getenv, "SERVELENS_PARSE_THREADS").result() == "3"
     finally:
         pool.shutdown()
+
+
+@pytest.mark.parametrize("value, threads", [("1", 1), ("99999999", os.cpu_count() or 1), ("many", 2), ("", 2)])
+def test_the_parse_threads_a_worker_is_told_are_bounded_by_the_cores(value, threads):
+    """Each parse thread holds a chunk in flight: a share past the cores would read that many
+    blocks into memory at once."""
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", "from servelens.pipeline.sources import lines; print(lines.PARSE_THREADS)"],
+                         capture_output=True, text=True, env={**os.environ, "SERVELENS_PARSE_THREADS": value}, check=True)
+    assert int(out.stdout) == threads
