@@ -35,6 +35,8 @@ from .sources.lines import DEFAULT_BLOCK_BYTES, line_frames, parse_stream
 from .store.commit import Staged, Store
 from .store.manifest import ROLLUPS_DEFERRED, StoreError, read_manifest, write_failure
 from .store.repair import heal, healed_message
+from . import workers as workers_mod
+from .workers import Workers
 
 FLUSH_ROWS = 500_000
 # Rows alone do not bound memory: a vLLM `Received request` event carries the whole prompt in
@@ -195,6 +197,7 @@ def ingest(
     on_stage: Callable[[str], None] | None = None,
     follow_symlinks: bool = True,
     workers: int = 1,
+    pool: Workers | None = None,
 ) -> IngestSummary:
     """Ingest files and directories (recursively, plain or .gz) into the store.
 
@@ -220,7 +223,9 @@ def ingest(
     `workers`: processes that read large files of different instances side by side (1: none,
     every file read here; `worker_count(None)`, the CLI's default: one per core). They are
     spawned: a script that asks for them must guard its main module (`if __name__ ==
-    "__main__":`), which each worker imports again."""
+    "__main__":`), which each worker imports again. `pool`: workers started before
+    (workers.prestart), used instead of starting them here, or closed once no file needs
+    them."""
     if engine != "auto" and engine not in ENGINES:
         raise IngestError(
             f"unknown engine {engine!r}; choose one of: auto, {', '.join(ENGINES)}"
@@ -288,7 +293,7 @@ def ingest(
             return opened
 
         reading = _Reading(open_file, batch, block_bytes, on_progress, lambda item: instance or namer.name(item.path))
-        for result in _all_files(found, reading, workers, summary.notes):
+        for result in _all_files(found, reading, workers, summary.notes, pool):
             summary.files.append(result)
             summary.lines += result.lines
             summary.events_by_kind.update(result.counts)
@@ -659,43 +664,10 @@ def _files_in_order(found: list, reading: _Reading) -> Iterator[FileResult]:
 
 
 # Large files of instances that have no other file in the ingest (nothing one teaches the
-# parser carries to another) are read in worker processes, each parsing and staging its own
-# parts; this process opens them (detection, the manifest's offsets) and commits each flush
-# with the file states it brings, so nothing is committed that the writer did not commit. A
-# worker costs an interpreter's start: paid back by large files only.
-WORKER_MIN_BYTES = 64 * 1024 * 1024
-
-
-# what a worker may hold at its peak (an ingest's own peak, with room): the default count
-# is capped by the memory available for them
-WORKER_MEMORY_BYTES = 1 << 30
-
-
-def worker_count(requested: int | None) -> int:
-    """The worker processes an ingest may start: `requested`, else one per usable core, as
-    many as the available memory holds."""
-    if requested is not None:
-        return max(1, requested)
-    return max(1, min(_usable_cores(), _available_memory() // WORKER_MEMORY_BYTES))
-
-
-def _usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def _available_memory() -> int:
-    """Bytes of memory available to new processes (MemAvailable); unknown: no limit."""
-    try:
-        with open("/proc/meminfo", "rb") as f:
-            for line in f:
-                if line.startswith(b"MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 1 << 62
+# parser carries to another) are read in worker processes (workers.py), each parsing and
+# staging its own parts; this process opens them (detection, the manifest's offsets) and
+# commits each flush with the file states it brings, so nothing is committed that the
+# writer did not commit.
 
 
 def _for_workers(found: list, name_of: Callable[[Any], str | None], workers: int) -> list:
@@ -711,30 +683,31 @@ def _for_workers(found: list, name_of: Callable[[Any], str | None], workers: int
             size = item.path.stat().st_size
         except OSError:
             continue  # opened here, which says what is wrong
-        if names[name_of(item)] == 1 and size >= WORKER_MIN_BYTES:
+        if names[name_of(item)] == 1 and size >= workers_mod.WORKER_MIN_BYTES:
             big.append(item)
     return big if len(big) >= 2 else []
 
 
-def _all_files(found: list, reading: _Reading, workers: int, notes: list[str]) -> Iterator[FileResult]:
-    """Each file's result: the files `_for_workers` picks read by worker processes, each
-    committed here as its worker returns it, the others read here meanwhile, in order."""
+def _all_files(found: list, reading: _Reading, workers: int, notes: list[str],
+               pool: Workers | None = None) -> Iterator[FileResult]:
+    """Each file's result: the files `_for_workers` picks read by worker processes (`pool`,
+    started before: else started here), each committed here as its worker returns it, the
+    others read here meanwhile, in order."""
     open_file, batch, block_bytes, on_progress, name_of = reading
-    n = max(1, workers)
-    big = _for_workers(found, name_of, n)
+    big = _for_workers(found, name_of, pool.n if pool is not None else max(1, workers))
     if not big:
+        if pool is not None:
+            pool.close()  # (its imports would compete with the reading here)
         yield from _files_in_order(found, reading)
         return
-    import multiprocessing
-
-    others = set(multiprocessing.active_children())
-    n = min(n, len(big))
     try:
-        pool, progress = _start_pool(n, on_progress is not None)
+        if pool is None:
+            pool = workers_mod.start(min(workers, len(big)), on_progress is not None)
     except (OSError, ImportError) as e:  # no process support here (e.g. no /dev/shm): read them here
         notes.append(f"large files read one at a time: no worker processes here ({e})")
         yield from _files_in_order(found, reading)
         return
+    n = min(pool.n, len(big))
     notes.append(f"{len(big):,} large files read by {n} worker processes side by side (--workers 1: none)")
     finished = False
     try:
@@ -747,7 +720,7 @@ def _all_files(found: list, reading: _Reading, workers: int, notes: list[str]) -
                 continue
             reserved.add(opened.key)
             portable = dataclasses.replace(opened, parser=None)  # (a parser is a module: rebuilt there)
-            pending.append((opened, pool.submit(_read_in_worker, str(batch.store.root), portable, block_bytes, n)))
+            pending.append((opened, pool.executor.submit(_read_in_worker, str(batch.store.root), portable, block_bytes, n)))
         picked = {id(item) for item in big}
         rest = [item for item in found if id(item) not in picked]
 
@@ -757,50 +730,17 @@ def _all_files(found: list, reading: _Reading, workers: int, notes: list[str]) -
         for result in _files_in_order(rest, reading._replace(open_file=open_rest)):
             yield result
             while pending and pending[0][1].done():
-                yield _commit_read(batch, *pending.pop(0), on_progress, progress)
+                yield _commit_read(batch, *pending.pop(0), on_progress, pool.progress)
         while pending:
-            yield _commit_read(batch, *pending.pop(0), on_progress, progress)
+            yield _commit_read(batch, *pending.pop(0), on_progress, pool.progress)
         finished = True
     finally:
-        if not finished:
+        if finished:
+            pool.executor.shutdown(wait=True)
+        else:
             # an error or an interrupt: the workers stop now (what they staged is removed
             # at the store's next open), not after their files
-            pool.shutdown(wait=False, cancel_futures=True)
-            for child in set(multiprocessing.active_children()) - others:
-                child.terminate()
-        pool.shutdown(wait=True)
-
-
-def _start_pool(n: int, with_progress: bool) -> tuple[Any, Any]:
-    """`n` worker processes, started now (their imports run while this process opens the
-    files), each with its share of the cores for polars' threads and the parse threads; and
-    the queue they report progress on."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    # spawned, not forked: a fork of a process whose polars and parse threads run may deadlock
-    spawn = multiprocessing.get_context("spawn")
-    progress = spawn.SimpleQueue() if with_progress else None
-    pool = ProcessPoolExecutor(n, mp_context=spawn, initializer=_start_worker, initargs=(progress,))
-    share = str(max(1, _usable_cores() // n))
-    # (a worker inherits the environment as it is when it starts; a user's setting wins)
-    mine = [k for k in ("POLARS_MAX_THREADS", "SERVELENS_PARSE_THREADS") if k not in os.environ]
-    os.environ.update({k: share for k in mine})
-    try:
-        for _ in range(n):
-            pool.submit(len, "")  # (a no-op: the process starts now)
-    finally:
-        for k in mine:
-            del os.environ[k]
-    return pool, progress
-
-
-_WORKER_PROGRESS: Any = None  # in a worker process: where it says how many bytes it has read
-
-
-def _start_worker(progress: Any) -> None:
-    global _WORKER_PROGRESS
-    _WORKER_PROGRESS = progress
+            pool.close()
 
 
 def _read_in_worker(root: str, opened: _Opened, block_bytes: int, workers: int = 1) -> tuple[FileResult, list]:
@@ -809,7 +749,8 @@ def _read_in_worker(root: str, opened: _Opened, block_bytes: int, workers: int =
     r = opened.result
     opened.parser = wrappers.wrap(get_parser(r.engine), r.decode, opened.labels)
     batch = _StagedBatch(Store(root=Path(root)), workers)
-    said = _WORKER_PROGRESS.put if _WORKER_PROGRESS is not None else None
+    queue = workers_mod.progress()
+    said = queue.put if queue is not None else None
     result = _read_file(opened, batch, block_bytes, said)
     batch.flush()
     return result, batch.staged

@@ -117,58 +117,70 @@ def ingest(
         raise fail("--no-rollups and --defer-rollups / --refresh-rollups exclude each other: choose one")
     import tempfile
 
-    from ..ingest import IngestError, ingest as run_ingest, worker_count
-    from .console import print_file_line, print_summary, progress_bar, summary_dict
-    from ..store.manifest import StoreError
+    from ..workers import prestart, worker_count
 
     target = store_path(store)
-    spool = None
-    if any(str(p) == "-" for p in paths):
-        if sum(str(p) == "-" for p in paths) > 1:
-            raise fail("- (standard input) can be given once")
-        # standard input is spooled to a file (named stdin.log, so the instance defaults to
-        # `stdin`): the ingest reads files, and the content fingerprint still dedupes a re-run
-        spool = tempfile.TemporaryDirectory(prefix="servelens-stdin-")
-        spooled = Path(spool.name) / "stdin.log"
-        with open(spooled, "wb") as out:
-            import shutil
+    show_progress = not quiet and not as_json and sys.stderr.isatty()
+    # the worker processes' imports then run beside this process's own, below
+    pool = None if instance is not None or any(str(p) == "-" for p in paths) else \
+        prestart(paths, target, worker_count(workers), show_progress)
 
-            shutil.copyfileobj(sys.stdin.buffer, out, 1 << 20)
-        paths = [spooled if str(p) == "-" else p for p in paths]
     try:
-        with progress_bar(paths, enabled=not quiet and not as_json and sys.stderr.isatty()) as advance:
-            summary = run_ingest(
-                paths,
-                target,
-                engine=engine,
-                instance=instance,
-                year=year,
-                instance_from=instance_from,
-                on_progress=advance,
-                on_stage=getattr(advance, "stage", None),
-                follow_symlinks=not no_follow_symlinks,
-                on_file=None if quiet or as_json else print_file_line,
-                rollups=False if no_rollups else True if defer_rollups is False else "defer",
-                keep_lines=keep_lines,
-                workers=worker_count(workers),
-            )
-    except (IngestError, StoreError) as e:
-        raise fail(str(e)) from None
+        from ..ingest import IngestError, ingest as run_ingest
+        from .console import print_file_line, print_summary, progress_bar, summary_dict
+        from ..store.manifest import StoreError
+
+        spool = None
+        if any(str(p) == "-" for p in paths):
+            if sum(str(p) == "-" for p in paths) > 1:
+                raise fail("- (standard input) can be given once")
+            # standard input is spooled to a file (named stdin.log, so the instance defaults to
+            # `stdin`): the ingest reads files, and the content fingerprint still dedupes a re-run
+            spool = tempfile.TemporaryDirectory(prefix="servelens-stdin-")
+            spooled = Path(spool.name) / "stdin.log"
+            with open(spooled, "wb") as out:
+                import shutil
+
+                shutil.copyfileobj(sys.stdin.buffer, out, 1 << 20)
+            paths = [spooled if str(p) == "-" else p for p in paths]
+        try:
+            with progress_bar(paths, enabled=show_progress) as advance:
+                summary = run_ingest(
+                    paths,
+                    target,
+                    engine=engine,
+                    instance=instance,
+                    year=year,
+                    instance_from=instance_from,
+                    on_progress=advance,
+                    on_stage=getattr(advance, "stage", None),
+                    follow_symlinks=not no_follow_symlinks,
+                    on_file=None if quiet or as_json else print_file_line,
+                    rollups=False if no_rollups else True if defer_rollups is False else "defer",
+                    keep_lines=keep_lines,
+                    workers=worker_count(workers),
+                    pool=pool,
+                )
+        except (IngestError, StoreError) as e:
+            raise fail(str(e)) from None
+        finally:
+            if spool is not None:
+                spool.cleanup()
+        if as_json:
+            import json
+
+            typer.echo(json.dumps(summary_dict(summary, target), indent=2))
+        else:
+            print_summary(summary, target)
+        if summary.files and all(f.status == "skipped" for f in summary.files):
+            raise fail("nothing was ingested (see the reasons above)")
+        if summary.failed:
+            raise fail(f"{len(summary.failed)} file(s) could not be read to the end (see above)")
     except KeyboardInterrupt:
         raise fail(_interrupted(target), code=130) from None
     finally:
-        if spool is not None:
-            spool.cleanup()
-    if as_json:
-        import json
-
-        typer.echo(json.dumps(summary_dict(summary, target), indent=2))
-    else:
-        print_summary(summary, target)
-    if summary.files and all(f.status == "skipped" for f in summary.files):
-        raise fail("nothing was ingested (see the reasons above)")
-    if summary.failed:
-        raise fail(f"{len(summary.failed)} file(s) could not be read to the end (see above)")
+        if pool is not None:
+            pool.close()  # (unused, or stopped short: never left running)
 
 
 def _interrupted(target: Path) -> str:

@@ -16,7 +16,7 @@ import pytest
 from tests.helpers.common import SAMPLE_LOGS, events, fill_up, write
 from tests.helpers.incident_truth import truth_requests
 
-from servelens.pipeline import ingest as ingest_mod
+from servelens.pipeline import ingest as ingest_mod, workers as workers_mod
 from servelens.pipeline.ingest import IngestError, ingest as _ingest
 from servelens.pipeline.query.connect import run
 from servelens.pipeline.store.manifest import StoreFull
@@ -33,7 +33,7 @@ def ingest(*args, **kw):
 @pytest.fixture
 def by_workers(monkeypatch):
     """Every file large enough for a worker; the files whose reads a worker returned, by name."""
-    monkeypatch.setattr(ingest_mod, "WORKER_MIN_BYTES", 0)
+    monkeypatch.setattr(workers_mod, "WORKER_MIN_BYTES", 0)
     real, read = ingest_mod._commit_read, []
 
     def spy(batch, opened, *rest):
@@ -127,7 +127,7 @@ def test_one_instance_small_files_and_the_library_default_stay_in_this_process(t
     assert by_workers == []  # one instance: each file continues the one before
     ingest([tmp_path / "logs"], tmp_path / "library")
     assert by_workers == []  # the library spawns none unless asked (a script's main is imported again)
-    monkeypatch.setattr(ingest_mod, "WORKER_MIN_BYTES", 1 << 40)
+    monkeypatch.setattr(workers_mod, "WORKER_MIN_BYTES", 1 << 40)
     ingest([tmp_path / "logs"], tmp_path / "other", workers=2)
     assert by_workers == []
 
@@ -204,29 +204,36 @@ def test_the_default_worker_count_is_the_cores_the_memory_holds(monkeypatch):
     import os as os_
 
     monkeypatch.setattr(os_, "sched_getaffinity", lambda pid: set(range(16)))
-    monkeypatch.setattr(ingest_mod, "_available_memory", lambda: 64 << 30)
-    assert ingest_mod.worker_count(None) == 16
-    monkeypatch.setattr(ingest_mod, "_available_memory", lambda: (5 << 30) + (1 << 29))
-    assert ingest_mod.worker_count(None) == 5
-    monkeypatch.setattr(ingest_mod, "_available_memory", lambda: 1 << 28)
-    assert ingest_mod.worker_count(None) == 1
-    assert ingest_mod.worker_count(3) == 3  # asked for: as asked
+    monkeypatch.setattr(workers_mod, "available_memory", lambda: 64 << 30)
+    assert workers_mod.worker_count(None) == 16
+    monkeypatch.setattr(workers_mod, "available_memory", lambda: (5 << 30) + (1 << 29))
+    assert workers_mod.worker_count(None) == 5
+    monkeypatch.setattr(workers_mod, "available_memory", lambda: 1 << 28)
+    assert workers_mod.worker_count(None) == 1
+    assert workers_mod.worker_count(3) == 3  # asked for: as asked
 
 
 def test_each_worker_takes_its_share_of_the_cores_and_this_process_keeps_its_own(monkeypatch):
     monkeypatch.delenv("POLARS_MAX_THREADS", raising=False)
     monkeypatch.delenv("SERVELENS_PARSE_THREADS", raising=False)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))  # an 8-core machine
-    monkeypatch.setattr(ingest_mod, "_available_memory", lambda: 2 << 30)  # memory for two workers: not fewer threads
-    pool, _ = ingest_mod._start_pool(2, False)
+    monkeypatch.setattr(workers_mod, "available_memory", lambda: 2 << 30)  # memory for two workers: not fewer threads
+    import signal
+
+    mine = signal.getsignal(signal.SIGINT)
+    pool = workers_mod.start(2, False).executor
     try:
         seen = [pool.submit(os.getenv, k).result() for k in ("POLARS_MAX_THREADS", "SERVELENS_PARSE_THREADS")]
+        # Ctrl-C, sent to the whole process group, is this process's to handle: a worker
+        # ignores it (and prints no traceback), this process's handler is unchanged
+        ctrl_c = pool.submit(signal.getsignal, signal.SIGINT).result()
     finally:
         pool.shutdown()
     assert seen == ["4", "4"]
+    assert ctrl_c == signal.SIG_IGN and signal.getsignal(signal.SIGINT) is mine
     assert "POLARS_MAX_THREADS" not in os.environ and "SERVELENS_PARSE_THREADS" not in os.environ
     monkeypatch.setenv("SERVELENS_PARSE_THREADS", "3")  # a user's setting wins
-    pool, _ = ingest_mod._start_pool(2, False)
+    pool = workers_mod.start(2, False).executor
     try:
         assert pool.submit(os.getenv, "SERVELENS_PARSE_THREADS").result() == "3"
     finally:
@@ -242,3 +249,58 @@ def test_the_parse_threads_a_worker_is_told_are_bounded_by_the_cores(value, thre
     out = subprocess.run([sys.executable, "-c", "from servelens.pipeline.sources import lines; print(lines.PARSE_THREADS)"],
                          capture_output=True, text=True, env={**os.environ, "SERVELENS_PARSE_THREADS": value}, check=True)
     assert int(out.stdout) == threads
+
+
+def test_the_command_starts_workers_early_only_for_two_large_files_it_has_not_read(tmp_path, monkeypatch):
+    """`servelens ingest` starts its workers before its own imports when two files it has
+    not read to their end are large enough (a look at sizes and the manifest, no parsing)."""
+    monkeypatch.setattr(workers_mod, "WORKER_MIN_BYTES", 1000)
+    logs = _logs(tmp_path)
+    big = [log for log in logs if log.stat().st_size >= 1000]
+    assert len(big) == 6
+    store = tmp_path / "logs" / "store"  # a store inside the directory: its parts are not logs
+
+    def started(paths, requested=2):
+        w = workers_mod.prestart(paths, store, requested, False)
+        if w is None:
+            return None
+        w.close()
+        return w.n
+
+    assert started([tmp_path / "logs"]) == 2
+    assert started([tmp_path / "logs"], requested=8) == 6  # no more processes than large files
+    assert started([tmp_path / "logs"], requested=1) is None
+    assert started(big[:1]) is None  # one file: its blocks share the parse threads instead
+    ingest([tmp_path / "logs"], store, workers=1)
+    assert started([tmp_path / "logs"]) is None  # every file read to its end already
+    with open(big[0], "ab") as f:
+        f.write(big[0].read_bytes()[-200:])
+    assert started([tmp_path / "logs"]) is None  # one grown file
+    with open(big[1], "ab") as f:
+        f.write(big[1].read_bytes()[-200:])
+    assert started([tmp_path / "logs"]) == 2
+
+
+def test_workers_started_early_and_not_needed_are_stopped_and_the_files_read_here(tmp_path, monkeypatch, by_workers):
+    """Two large files that are one log under two names: the early workers are not needed
+    (the copy is read once, here) and none is left running."""
+    import multiprocessing
+
+    from typer.testing import CliRunner
+
+    from servelens.pipeline.cli.app import app, build_app
+
+    build_app()
+    log = _logs(tmp_path)[0]
+    write(tmp_path / "logs" / "again" / log.name, log.read_bytes())
+    real, started = workers_mod.start, []
+    monkeypatch.setattr(workers_mod, "start", lambda *a: started.append(real(*a)) or started[-1])
+    before = set(multiprocessing.active_children())
+    out = CliRunner().invoke(app, ["ingest", str(log), str(tmp_path / "logs" / "again" / log.name),
+                                   "--store", str(tmp_path / "s"), "-q", "--workers", "2"])
+    assert out.exit_code == 0, out.output
+    assert [w.n for w in started] == [2] and len(started[0].processes) == 2
+    assert by_workers == [] and "worker processes" not in out.output
+    assert set(multiprocessing.active_children()) - before == set()
+    files = json.loads((tmp_path / "s" / "manifest.json").read_text())["files"].values()
+    assert [e["lines"] for e in files] == [log.read_bytes().count(b"\n")]

@@ -1,0 +1,163 @@
+"""The worker processes an ingest reads large files in; imports only the standard library
+until a worker runs, so the command can start them before its own heavy imports."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# A worker costs an interpreter's start and its imports: paid back by large files only.
+WORKER_MIN_BYTES = 64 * 1024 * 1024
+
+# what a worker may hold at its peak (an ingest's own peak, with room): the default count
+# is capped by the memory available for them
+WORKER_MEMORY_BYTES = 1 << 30
+
+
+def worker_count(requested: int | None) -> int:
+    """The worker processes an ingest may start: `requested`, else one per usable core, as
+    many as the available memory holds."""
+    if requested is not None:
+        return max(1, requested)
+    return max(1, min(usable_cores(), available_memory() // WORKER_MEMORY_BYTES))
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def available_memory() -> int:
+    """Bytes of memory available to new processes (MemAvailable); unknown: no limit."""
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 1 << 62
+
+
+@dataclass
+class Workers:
+    """Started worker processes (`executor`, `n` of them) and the queue they report the
+    bytes they have read on (None: no progress shown)."""
+
+    executor: Any
+    n: int
+    progress: Any = None
+    processes: tuple = ()
+
+    def close(self) -> None:
+        """Stop them now, whatever they are doing (their imports, their files: what they
+        staged is removed at the store's next open)."""
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        for child in self.processes:
+            if child.is_alive():
+                child.terminate()
+        self.executor.shutdown(wait=True)
+
+
+def start(n: int, with_progress: bool) -> Workers:
+    """`n` worker processes, started now (their imports run while this process goes on),
+    each with its share of the cores for polars' threads and the parse threads."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    before = set(multiprocessing.active_children())
+    # spawned, not forked: a fork of a process whose polars and parse threads run may deadlock
+    spawn = multiprocessing.get_context("spawn")
+    progress = spawn.SimpleQueue() if with_progress else None
+    pool = ProcessPoolExecutor(n, mp_context=spawn, initializer=_start_worker, initargs=(progress,))
+    share = str(max(1, usable_cores() // n))
+    # (a worker inherits the environment as it is when it starts; a user's setting wins)
+    mine = [k for k in ("POLARS_MAX_THREADS", "SERVELENS_PARSE_THREADS") if k not in os.environ]
+    os.environ.update({k: share for k in mine})
+    # Ctrl-C reaches the whole process group: this process says what was kept and stops its
+    # workers, which would otherwise each print a traceback. Started with SIGINT ignored, a
+    # worker keeps ignoring it (Python installs its handler only over the default).
+    main = threading.current_thread() is threading.main_thread()
+    was = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    try:
+        for _ in range(n):
+            pool.submit(len, "")  # (a no-op: the process starts now)
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, was)
+        for k in mine:
+            del os.environ[k]
+    return Workers(pool, n, progress, tuple(set(multiprocessing.active_children()) - before))
+
+
+def prestart(paths: list[Path], store_dir: Path, requested: int, with_progress: bool) -> Workers | None:
+    """Workers for an ingest of `paths` into `store_dir`, started before the command's own
+    imports (theirs then run beside them), when it will likely read two or more large files
+    it has not read to their end; else None. Which files the workers read is decided
+    once the files are opened: a pool started here may go unused."""
+    if requested < 2:
+        return None
+    big = _large_unread(paths, store_dir)
+    if big < 2:
+        return None
+    return start(min(requested, big), with_progress)
+
+
+def _large_unread(paths: list[Path], store_dir: Path) -> int:
+    """How many files under `paths` are at least WORKER_MIN_BYTES and not yet read to
+    their end by the store (by device, inode and offset: a cheap look, not the ingest's)."""
+    done = set()
+    try:
+        with open(store_dir / "manifest.json", "rb") as f:
+            for e in json.load(f).get("files", {}).values():
+                done.add((e.get("dev"), e.get("inode"), e.get("offset")))
+    except (OSError, ValueError, AttributeError):
+        pass
+    skip = os.path.realpath(store_dir)
+    count = 0
+    for top in paths:
+        top = str(top)
+        if os.path.isdir(top):
+            # (directory links not followed: a link cycle would never end; a guess may miss)
+            walked = ((d, f) for d, _, files in os.walk(top)
+                      if not _under(os.path.realpath(d), skip) for f in files)
+            candidates = (os.path.join(d, f) for d, f in walked if not f.startswith("."))
+        else:
+            candidates = iter((top,))
+        for name in candidates:
+            try:
+                st = os.stat(name)
+            except OSError:
+                continue
+            if st.st_size >= WORKER_MIN_BYTES and (st.st_dev, st.st_ino, st.st_size) not in done:
+                count += 1
+    return count
+
+
+def _under(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip(os.sep) + os.sep)
+
+
+_PROGRESS: Any = None  # in a worker process: where it says how many bytes it has read
+
+
+def _start_worker(progress: Any) -> None:
+    global _PROGRESS
+    _PROGRESS = progress
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # (started from another thread: see start)
+    # what reading a file needs, imported now: before the first file is handed over
+    from servelens.parsers import wrappers  # noqa: F401
+    from .sources import lines  # noqa: F401
+    from .store import commit  # noqa: F401
+
+
+def progress() -> Any:
+    """In a worker process: the queue its read bytes go on (None: nobody shows them)."""
+    return _PROGRESS
