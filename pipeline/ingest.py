@@ -12,7 +12,7 @@ import dataclasses
 import datetime as dt
 import os
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -119,6 +119,7 @@ class _Batch:
         self.bytes = 0
         self.files: dict[str, dict] = {}
         self.of_instance: dict[str | None, dict[str, dict]] = {}  # instance -> key -> state
+        self.share = 1  # of one ingest's flush limits, when others read beside it
 
     def add(self, events: pl.DataFrame, key: str, state: dict, read: int = 0) -> None:
         """`read`: the bytes of text the events were parsed from, counted as held too: their
@@ -134,7 +135,7 @@ class _Batch:
 
     @property
     def full(self) -> bool:
-        return self.rows >= FLUSH_ROWS or self.bytes >= FLUSH_BYTES
+        return self.rows >= FLUSH_ROWS // self.share or self.bytes >= FLUSH_BYTES // self.share
 
     def flush(self) -> None:
         self._store_errors(self._write)
@@ -166,15 +167,9 @@ class _StagedBatch(_Batch):
     """A worker process's batch: a flush writes its parts to staging and keeps them, with the
     file states they bring, for the writer to commit (the worker holds no lock)."""
 
-    def __init__(self, store: Store, share: int = 1):
+    def __init__(self, store: Store):
         super().__init__(store)
         self.staged: list[tuple[Staged, dict[str, dict]]] = []
-        self.share = max(1, share)
-
-    @property
-    def full(self) -> bool:
-        # the workers together hold what one ingest would: each flushes at its share
-        return self.rows >= FLUSH_ROWS // self.share or self.bytes >= FLUSH_BYTES // self.share
 
     def _write(self) -> None:
         if self.frames or self.files:
@@ -220,9 +215,9 @@ def ingest(
     oldest first (rotated copies before the live file), so what one teaches the parser
     (model, year) carries to the next.
 
-    `workers`: processes that read large files of different instances side by side (1: none,
-    every file read here; `worker_count(None)`, the CLI's default: one per core). They are
-    spawned: a script that asks for them must guard its main module (`if __name__ ==
+    `workers`: processes that read large files of different instances side by side, this one
+    and `workers - 1` worker processes (1: every file read here, one at a time;
+    `worker_count(None)`, the CLI's default: one per core). The workers are spawned: a script that asks for them must guard its main module (`if __name__ ==
     "__main__":`), which each worker imports again. `pool`: workers started before
     (workers.prestart), used instead of starting them here, or closed once no file needs
     them."""
@@ -690,11 +685,11 @@ def _for_workers(found: list, name_of: Callable[[Any], str | None], workers: int
 
 def _all_files(found: list, reading: _Reading, workers: int, notes: list[str],
                pool: Workers | None = None) -> Iterator[FileResult]:
-    """Each file's result: the files `_for_workers` picks read by worker processes (`pool`,
-    started before: else started here), each committed here as its worker returns it, the
-    others read here meanwhile, in order."""
+    """Each file's result: the files `_for_workers` picks read side by side by this process
+    and worker processes (`pool`, started before: else started here, one fewer than
+    `workers`), the others read here first, in order."""
     open_file, batch, block_bytes, on_progress, name_of = reading
-    big = _for_workers(found, name_of, pool.n if pool is not None else max(1, workers))
+    big = _for_workers(found, name_of, pool.n + 1 if pool is not None else max(1, workers))
     if not big:
         if pool is not None:
             pool.close()  # (its imports would compete with the reading here)
@@ -702,39 +697,42 @@ def _all_files(found: list, reading: _Reading, workers: int, notes: list[str],
         return
     try:
         if pool is None:
-            pool = workers_mod.start(min(workers, len(big)), on_progress is not None)
+            pool = workers_mod.start(min(workers, len(big)) - 1, on_progress is not None)
     except (OSError, ImportError) as e:  # no process support here (e.g. no /dev/shm): read them here
         notes.append(f"large files read one at a time: no worker processes here ({e})")
         yield from _files_in_order(found, reading)
         return
-    n = min(pool.n, len(big))
-    notes.append(f"{len(big):,} large files read by {n} worker processes side by side (--workers 1: none)")
+    notes.append(f"{len(big):,} large files read side by side by this process and {pool.n} worker "
+                 f"process{'es' if pool.n > 1 else ''} (--workers 1: one at a time)")
+    side = _SideBySide(pool, batch, block_bytes, on_progress)
+    batch.share = side.readers  # (together they hold what one ingest would)
     finished = False
     try:
         reserved: set[str] = set()
-        pending: list[tuple[_Opened, Future]] = []
         for item in big:
             opened = open_file(item, reserved=frozenset(reserved))
             if isinstance(opened, FileResult):
                 yield opened
                 continue
             reserved.add(opened.key)
-            portable = dataclasses.replace(opened, parser=None)  # (a parser is a module: rebuilt there)
-            pending.append((opened, pool.executor.submit(_read_in_worker, str(batch.store.root), portable, block_bytes, n)))
+            side.queue.append(opened)
+        side.hand_over()
         picked = {id(item) for item in big}
         rest = [item for item in found if id(item) not in picked]
 
         def open_rest(item, reserved_here: set[str] | frozenset[str] = frozenset()):
             return open_file(item, reserved=reserved | set(reserved_here))
 
-        for result in _files_in_order(rest, reading._replace(open_file=open_rest)):
+        for result in _files_in_order(rest, reading._replace(open_file=open_rest, on_progress=side.progress)):
             yield result
-            while pending and pending[0][1].done():
-                yield _commit_read(batch, *pending.pop(0), on_progress, pool.progress)
-        while pending:
-            yield _commit_read(batch, *pending.pop(0), on_progress, pool.progress)
+            yield from side.committed()
+        while side.queue:
+            yield _read_file(side.queue.popleft(), batch, block_bytes, side.progress)
+            yield from side.committed()
+        yield from side.committed(wait=True)
         finished = True
     finally:
+        batch.share = 1
         if finished:
             pool.executor.shutdown(wait=True)
         else:
@@ -743,12 +741,70 @@ def _all_files(found: list, reading: _Reading, workers: int, notes: list[str],
             pool.close()
 
 
-def _read_in_worker(root: str, opened: _Opened, block_bytes: int, workers: int = 1) -> tuple[FileResult, list]:
-    """In a worker process (one of `workers`): read an opened file as `_read_file` does, its
-    flushes staged in the store's directory, not committed."""
+class _SideBySide:
+    """Large files (`queue`, opened) read by worker processes and this process side by side.
+    A worker is handed the next file as soon as it is free, checked whenever this process's
+    own reading moves on (`progress`, between its blocks) or it waits; this process takes
+    the next file when it is free. What the workers read is committed here."""
+
+    def __init__(self, pool: Workers, batch: _Batch, block_bytes: int, on_progress: Callable[[int], None] | None):
+        self.pool, self.batch, self.block_bytes, self.on_progress = pool, batch, block_bytes, on_progress
+        self.readers = pool.n + 1
+        self.queue: deque[_Opened] = deque()
+        self.running: list[tuple[_Opened, Future]] = []
+
+    def hand_over(self) -> None:
+        busy = sum(1 for _, f in self.running if not f.done())
+        while busy < self.pool.n and self.queue:
+            opened = self.queue.popleft()
+            portable = dataclasses.replace(opened, parser=None)  # (a parser is a module: rebuilt there)
+            future = self.pool.executor.submit(_read_in_worker, str(self.batch.store.root), portable,
+                                               self.block_bytes, self.readers)
+            self.running.append((opened, future))
+            busy += 1
+
+    def progress(self, n: int) -> None:
+        """This process read `n` more bytes: the bar moves by them and by what the workers
+        say they read; a free worker gets the next file."""
+        _progress(self.on_progress, n)
+        self._workers_read()
+        self.hand_over()
+
+    def _workers_read(self) -> None:
+        queue = self.pool.progress
+        while queue is not None and not queue.empty():
+            _progress(self.on_progress, queue.get())
+
+    def committed(self, wait: bool = False) -> Iterator[FileResult]:
+        """The results of the files workers have finished, committed; with `wait`, of all
+        of them."""
+        from concurrent.futures import FIRST_COMPLETED, wait as wait_for
+
+        while self.running:
+            done = [r for r in self.running if r[1].done()]
+            if not done:
+                if not wait:
+                    return
+                wait_for([f for _, f in self.running], timeout=0.2, return_when=FIRST_COMPLETED)
+                self._workers_read()
+                self.hand_over()
+                continue
+            for r in done:
+                self.running.remove(r)
+                self._workers_read()
+                yield _commit_read(self.batch, *r)
+                if self.pool.progress is None:
+                    _progress(self.on_progress, r[0].size)
+            self.hand_over()
+
+
+def _read_in_worker(root: str, opened: _Opened, block_bytes: int, readers: int = 1) -> tuple[FileResult, list]:
+    """In a worker process (one of `readers` reading side by side): read an opened file as
+    `_read_file` does, its flushes staged in the store's directory, not committed."""
     r = opened.result
     opened.parser = wrappers.wrap(get_parser(r.engine), r.decode, opened.labels)
-    batch = _StagedBatch(Store(root=Path(root)), workers)
+    batch = _StagedBatch(Store(root=Path(root)))
+    batch.share = readers
     queue = workers_mod.progress()
     said = queue.put if queue is not None else None
     result = _read_file(opened, batch, block_bytes, said)
@@ -756,19 +812,11 @@ def _read_in_worker(root: str, opened: _Opened, block_bytes: int, workers: int =
     return result, batch.staged
 
 
-def _commit_read(batch: _Batch, opened: _Opened, pending: Future, on_progress: Callable[[int], None] | None,
-                 progress: Any = None) -> FileResult:
-    """Commit what a worker read of one file, flush by flush, in the order it read it;
-    meanwhile, the bytes the workers say they have read move the progress bar."""
-    from concurrent.futures import wait
+def _commit_read(batch: _Batch, opened: _Opened, pending: Future) -> FileResult:
+    """Commit what a worker read of one file (finished), flush by flush, in the order it
+    read it."""
     from concurrent.futures.process import BrokenProcessPool
 
-    while progress is not None:
-        done = bool(wait([pending], timeout=0.2).done)
-        while not progress.empty():
-            _progress(on_progress, progress.get())
-        if done:
-            break
     try:
         result, staged = pending.result()
     except BrokenProcessPool:
@@ -779,8 +827,6 @@ def _commit_read(batch: _Batch, opened: _Opened, pending: Future, on_progress: C
         ) from None
     for parts, files in staged:
         batch.commit_staged(parts, files)
-    if progress is None:
-        _progress(on_progress, opened.size)
     return result
 
 

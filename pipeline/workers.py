@@ -68,7 +68,8 @@ class Workers:
 
 def start(n: int, with_progress: bool) -> Workers:
     """`n` worker processes, started now (their imports run while this process goes on),
-    each with its share of the cores for polars' threads and the parse threads."""
+    each with its share of the cores for polars' threads and the parse threads (this
+    process reads beside them: n + 1 readers)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -77,7 +78,7 @@ def start(n: int, with_progress: bool) -> Workers:
     spawn = multiprocessing.get_context("spawn")
     progress = spawn.SimpleQueue() if with_progress else None
     pool = ProcessPoolExecutor(n, mp_context=spawn, initializer=_start_worker, initargs=(progress,))
-    share = str(max(1, usable_cores() // n))
+    share = str(max(1, usable_cores() // (n + 1)))
     # (a worker inherits the environment as it is when it starts; a user's setting wins)
     mine = [k for k in ("POLARS_MAX_THREADS", "SERVELENS_PARSE_THREADS") if k not in os.environ]
     os.environ.update({k: share for k in mine})
@@ -98,16 +99,17 @@ def start(n: int, with_progress: bool) -> Workers:
 
 
 def prestart(paths: list[Path], store_dir: Path, requested: int, with_progress: bool) -> Workers | None:
-    """Workers for an ingest of `paths` into `store_dir`, started before the command's own
-    imports (theirs then run beside them), when it will likely read two or more large files
-    it has not read to their end; else None. Which files the workers read is decided
-    once the files are opened: a pool started here may go unused."""
+    """Workers for an ingest of `paths` into `store_dir` by `requested` readers (this process
+    and one fewer workers), started before the command's own imports (theirs then run beside
+    them), when it will likely read two or more large files it has not read to their end;
+    else None. Which files they read is decided once the files are opened: a pool started
+    here may go unused."""
     if requested < 2:
         return None
     big = _large_unread(paths, store_dir)
     if big < 2:
         return None
-    return start(min(requested, big), with_progress)
+    return start(min(requested, big) - 1, with_progress)
 
 
 def _large_unread(paths: list[Path], store_dir: Path) -> int:

@@ -1,6 +1,6 @@
-"""Large files of different instances read by worker processes (pipeline/ingest.py
-`_all_files`): each worker parses and stages its own parts, the ingesting process commits
-them. What the store holds must be what the log files say, and what reading the files one
+"""Large files of different instances read side by side by the ingesting process and worker
+processes (pipeline/ingest.py `_all_files`): each worker parses and stages its own parts, the
+ingesting process commits them. What the store holds must be what the log files say, and what reading the files one
 by one stores."""
 
 from __future__ import annotations
@@ -32,7 +32,9 @@ def ingest(*args, **kw):
 
 @pytest.fixture
 def by_workers(monkeypatch):
-    """Every file large enough for a worker; the files whose reads a worker returned, by name."""
+    """Every file large enough to be read side by side; the files whose reads a worker
+    returned, by name (the first is always a worker's: it is handed over before this process
+    reads one)."""
     monkeypatch.setattr(workers_mod, "WORKER_MIN_BYTES", 0)
     real, read = ingest_mod._commit_read, []
 
@@ -74,8 +76,8 @@ def test_workers_read_the_files_of_distinct_instances_as_the_logs_and_the_truth_
     moved: list[int] = []
     summary = ingest([tmp_path / "logs"], tmp_path / "store", workers=2, on_progress=moved.append)
 
-    assert sorted(by_workers) == sorted(log.name for log in logs)
-    assert "6 large files read by 2 worker processes side by side (--workers 1: none)" in summary.notes
+    assert by_workers and len(set(by_workers)) == len(by_workers) and set(by_workers) <= {log.name for log in logs}
+    assert "6 large files read side by side by this process and 1 worker process (--workers 1: one at a time)" in summary.notes
     # the progress bar moved as the workers read, to the files' sizes in all
     assert sum(moved) == sum(log.stat().st_size for log in logs) and len(moved) >= len(logs)
     # every line of every file read, counted from the bytes
@@ -98,7 +100,8 @@ def test_workers_read_the_files_of_distinct_instances_as_the_logs_and_the_truth_
     # each part's record for check and repair: its rows, and the files it holds lines of, as
     # the part's own rows say
     records = _part_records(tmp_path / "store")
-    assert len(records) >= 6 and all(held == said for held, said in records)
+    # (a part per file a worker read at least; this process's files share its batch)
+    assert len(records) > len(by_workers) and all(held == said for held, said in records)
 
 
 def test_a_grown_file_read_by_a_worker_adds_exactly_its_new_lines(tmp_path, by_workers):
@@ -111,7 +114,7 @@ def test_a_grown_file_read_by_a_worker_adds_exactly_its_new_lines(tmp_path, by_w
         write(log, data)
     again = ingest([tmp_path / "logs"], tmp_path / "store", workers=2)
 
-    assert len(by_workers) == 12
+    assert len(by_workers) >= 2  # (a worker's file in each ingest)
     assert sum(f.lines for f in again.files) == sum(
         data.count(b"\n") - data[: data.index(b"\n", len(data) // 2) + 1].count(b"\n") for data in full.values())
     # nothing is read twice
@@ -138,7 +141,7 @@ def test_a_worker_that_dies_stops_the_ingest_with_one_line_saying_what_to_do(tmp
     dead: Future = Future()
     dead.set_exception(BrokenProcessPool("a child process terminated abruptly"))
     with pytest.raises(IngestError) as e:
-        ingest_mod._commit_read(None, opened, dead, None)
+        ingest_mod._commit_read(None, opened, dead)
     assert str(e.value).startswith("the worker process reading logs/vllm-a.log stopped before it finished")
     assert "--workers 1" in str(e.value) and "\n" not in str(e.value)
 
@@ -152,7 +155,7 @@ def test_the_cli_reads_with_workers_and_refuses_zero(tmp_path, by_workers):
     _logs(tmp_path)
     out = CliRunner().invoke(app, ["ingest", str(tmp_path / "logs"), "--store", str(tmp_path / "s"), "--workers", "2", "-q"])
     assert out.exit_code == 0, out.output
-    assert len(by_workers) == 6
+    assert by_workers
     bad = CliRunner().invoke(app, ["ingest", str(tmp_path / "logs"), "--store", str(tmp_path / "t"), "--workers", "0"])
     assert bad.exit_code == 2 and "--workers" in bad.output
     files = json.loads((tmp_path / "s" / "manifest.json").read_text())["files"].values()
@@ -178,7 +181,7 @@ def test_a_full_disk_under_the_workers_stops_the_ingest_and_the_next_one_stores_
         assert sorted(e["lines"] for e in files) == sorted(log.read_bytes().count(b"\n") for log in logs)
         assert sum(f.lines for f in again.files) == sum(log.read_bytes().count(b"\n") for log in logs[1:])
         assert not (mnt / "store" / "_staging").exists()
-        assert sorted(set(by_workers)) == sorted(log.name for log in logs[1:])  # (the first was stored)
+        assert set(by_workers) <= {log.name for log in logs[1:]}  # (the first was stored)
     finally:
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
@@ -197,7 +200,7 @@ def test_a_copy_of_a_file_a_worker_reads_is_stored_once(tmp_path, monkeypatch, b
 
     alone = ingest(logs, tmp_path / "alone", workers=1)
     assert run(tmp_path / "store", "select count(*) from events").item() == alone.events
-    assert small.name not in by_workers and len(by_workers) >= 5
+    assert small.name not in by_workers and by_workers
 
 
 def test_the_default_worker_count_is_the_cores_the_memory_holds(monkeypatch):
@@ -221,7 +224,7 @@ def test_each_worker_takes_its_share_of_the_cores_and_this_process_keeps_its_own
     import signal
 
     mine = signal.getsignal(signal.SIGINT)
-    pool = workers_mod.start(2, False).executor
+    pool = workers_mod.start(1, False).executor  # one worker, this process reading beside it
     try:
         seen = [pool.submit(os.getenv, k).result() for k in ("POLARS_MAX_THREADS", "SERVELENS_PARSE_THREADS")]
         # Ctrl-C, sent to the whole process group, is this process's to handle: a worker
@@ -233,7 +236,7 @@ def test_each_worker_takes_its_share_of_the_cores_and_this_process_keeps_its_own
     assert ctrl_c == signal.SIG_IGN and signal.getsignal(signal.SIGINT) is mine
     assert "POLARS_MAX_THREADS" not in os.environ and "SERVELENS_PARSE_THREADS" not in os.environ
     monkeypatch.setenv("SERVELENS_PARSE_THREADS", "3")  # a user's setting wins
-    pool = workers_mod.start(2, False).executor
+    pool = workers_mod.start(1, False).executor
     try:
         assert pool.submit(os.getenv, "SERVELENS_PARSE_THREADS").result() == "3"
     finally:
@@ -267,8 +270,8 @@ def test_the_command_starts_workers_early_only_for_two_large_files_it_has_not_re
         w.close()
         return w.n
 
-    assert started([tmp_path / "logs"]) == 2
-    assert started([tmp_path / "logs"], requested=8) == 6  # no more processes than large files
+    assert started([tmp_path / "logs"]) == 1  # (this process reads beside it)
+    assert started([tmp_path / "logs"], requested=8) == 5  # no more readers than large files
     assert started([tmp_path / "logs"], requested=1) is None
     assert started(big[:1]) is None  # one file: its blocks share the parse threads instead
     ingest([tmp_path / "logs"], store, workers=1)
@@ -278,7 +281,7 @@ def test_the_command_starts_workers_early_only_for_two_large_files_it_has_not_re
     assert started([tmp_path / "logs"]) is None  # one grown file
     with open(big[1], "ab") as f:
         f.write(big[1].read_bytes()[-200:])
-    assert started([tmp_path / "logs"]) == 2
+    assert started([tmp_path / "logs"]) == 1
 
 
 def test_workers_started_early_and_not_needed_are_stopped_and_the_files_read_here(tmp_path, monkeypatch, by_workers):
@@ -299,7 +302,7 @@ def test_workers_started_early_and_not_needed_are_stopped_and_the_files_read_her
     out = CliRunner().invoke(app, ["ingest", str(log), str(tmp_path / "logs" / "again" / log.name),
                                    "--store", str(tmp_path / "s"), "-q", "--workers", "2"])
     assert out.exit_code == 0, out.output
-    assert [w.n for w in started] == [2] and len(started[0].processes) == 2
+    assert [w.n for w in started] == [1] and len(started[0].processes) == 1
     assert by_workers == [] and "worker processes" not in out.output
     assert set(multiprocessing.active_children()) - before == set()
     files = json.loads((tmp_path / "s" / "manifest.json").read_text())["files"].values()
