@@ -743,31 +743,41 @@ def _all_files(found: list, reading: _Reading, workers: int, notes: list[str],
 
 class _SideBySide:
     """Large files (`queue`, opened) read by worker processes and this process side by side.
-    A worker is handed the next file as soon as it is free, checked whenever this process's
-    own reading moves on (`progress`, between its blocks) or it waits; this process takes
-    the next file when it is free. What the workers read is committed here."""
+    Whenever this process's own reading moves on (`progress`, between its blocks) or it
+    waits, what the workers finished is committed and a free worker is handed the next
+    file; this process takes the next file when it is free."""
 
     def __init__(self, pool: Workers, batch: _Batch, block_bytes: int, on_progress: Callable[[int], None] | None):
         self.pool, self.batch, self.block_bytes, self.on_progress = pool, batch, block_bytes, on_progress
         self.readers = pool.n + 1
         self.queue: deque[_Opened] = deque()
         self.running: list[tuple[_Opened, Future]] = []
+        self.ready: list[FileResult] = []  # committed, not yet reported
 
     def hand_over(self) -> None:
+        from concurrent.futures.process import BrokenProcessPool
+
         busy = sum(1 for _, f in self.running if not f.done())
         while busy < self.pool.n and self.queue:
-            opened = self.queue.popleft()
+            opened = self.queue[0]
             portable = dataclasses.replace(opened, parser=None)  # (a parser is a module: rebuilt there)
-            future = self.pool.executor.submit(_read_in_worker, str(self.batch.store.root), portable,
-                                               self.block_bytes, self.readers)
-            self.running.append((opened, future))
+            try:
+                future = self.pool.executor.submit(_read_in_worker, str(self.batch.store.root), portable,
+                                                   self.block_bytes, self.readers)
+            except BrokenProcessPool:
+                return  # a worker died: said where this process waits for its file (`committed`)
+            self.running.append((self.queue.popleft(), future))
             busy += 1
 
     def progress(self, n: int) -> None:
         """This process read `n` more bytes: the bar moves by them and by what the workers
-        say they read; a free worker gets the next file."""
+        say they read; what they finished is committed, a free worker gets the next file."""
         _progress(self.on_progress, n)
         self._workers_read()
+        # (a worker's failure is left to `committed`: raised here, it would pass for a
+        # failure of the file this process is reading)
+        for r in [r for r in self.running if r[1].done() and r[1].exception() is None]:
+            self._commit(r)
         self.hand_over()
 
     def _workers_read(self) -> None:
@@ -775,12 +785,23 @@ class _SideBySide:
         while queue is not None and not queue.empty():
             _progress(self.on_progress, queue.get())
 
+    def _commit(self, r: tuple[_Opened, Future]) -> None:
+        self.running.remove(r)
+        self._workers_read()
+        self.ready.append(_commit_read(self.batch, *r))
+        if self.pool.progress is None:
+            _progress(self.on_progress, r[0].size)
+
     def committed(self, wait: bool = False) -> Iterator[FileResult]:
         """The results of the files workers have finished, committed; with `wait`, of all
         of them."""
         from concurrent.futures import FIRST_COMPLETED, wait as wait_for
 
-        while self.running:
+        while True:
+            while self.ready:
+                yield self.ready.pop(0)
+            if not self.running:
+                return
             done = [r for r in self.running if r[1].done()]
             if not done:
                 if not wait:
@@ -790,11 +811,7 @@ class _SideBySide:
                 self.hand_over()
                 continue
             for r in done:
-                self.running.remove(r)
-                self._workers_read()
-                yield _commit_read(self.batch, *r)
-                if self.pool.progress is None:
-                    _progress(self.on_progress, r[0].size)
+                self._commit(r)
             self.hand_over()
 
 

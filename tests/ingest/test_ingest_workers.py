@@ -146,6 +146,42 @@ def test_a_worker_that_dies_stops_the_ingest_with_one_line_saying_what_to_do(tmp
     assert "--workers 1" in str(e.value) and "\n" not in str(e.value)
 
 
+def test_a_worker_killed_while_this_process_reads_stops_the_ingest_with_its_line(tmp_path, monkeypatch, by_workers):
+    """The worker is killed as it is handed its first file: the ingest stops with the
+    worker's one line (not as a failure of the file this process reads), keeps what was
+    committed, and the next ingest stores every line once."""
+    import signal
+
+    logs = _logs(tmp_path)
+    real = workers_mod.start
+
+    def start_then_kill(*a):
+        w = real(*a)
+        submit = w.executor.submit
+
+        def submit_and_kill(*args, **kw):
+            future = submit(*args, **kw)
+            if args[0] is ingest_mod._read_in_worker:
+                for child in w.processes:
+                    os.kill(child.pid, signal.SIGKILL)
+            return future
+
+        w.executor.submit = submit_and_kill
+        return w
+
+    monkeypatch.setattr(workers_mod, "start", start_then_kill)
+    seen: list = []
+    with pytest.raises(IngestError) as e:
+        ingest([tmp_path / "logs"], tmp_path / "store", workers=2, on_file=seen.append)
+    assert str(e.value).startswith("the worker process reading ") and "stopped before it finished" in str(e.value)
+    assert seen and not any(f.failed or f.reason for f in seen)  # the files this process read: whole
+    monkeypatch.setattr(workers_mod, "start", real)
+    ingest([tmp_path / "logs"], tmp_path / "store", workers=2)
+    files = json.loads((tmp_path / "store" / "manifest.json").read_text())["files"].values()
+    assert sorted(e["lines"] for e in files) == sorted(log.read_bytes().count(b"\n") for log in logs)
+    assert run(tmp_path / "store", "select count(*) = count(distinct (source, line)) from events").item()
+
+
 def test_the_cli_reads_with_workers_and_refuses_zero(tmp_path, by_workers):
     from typer.testing import CliRunner
 
