@@ -84,6 +84,9 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"{will}roll back {src} to {where}")
         for rel in result.deleted_unreferenced:
             typer.echo(f"{will}delete {rel} (no manifest lists it)")
+        if result.retimed:
+            typer.echo(f"recorded the modification times of {result.retimed:,} intact part(s) that had other times "
+                       "than their commits (copied without them): reads no longer read them whole to check them")
         for rel in result.unrestorable:
             typer.echo(f"warning: {rel} predates the record of what it holds: its events cannot be restored by re-ingesting")
         for rel in result.not_deleted:

@@ -37,7 +37,7 @@ from servelens.parsers.schema import EVENT_SCHEMA
 from ..outfile import is_store_dir
 from .commit import Store
 from .manifest import StoreError, StoreLocked, part_location, read_manifest
-from .integrity import verify_parts
+from .integrity import retimed, verify_parts
 
 
 @dataclass
@@ -141,6 +141,7 @@ class RepairResult:
     # dropped or unreferenced files that could not be deleted (a directory not writable): no
     # manifest lists them, so servelens never reads them; the next repair deletes them
     not_deleted: list[str] = field(default_factory=list)
+    retimed: int = 0  # intact parts whose times (copied without them) were recorded again
 
 
 def repair(root: Path | str, dry_run: bool = False, deep: bool = False,
@@ -169,6 +170,7 @@ def repair(root: Path | str, dry_run: bool = False, deep: bool = False,
         lost = _drop(store, set(damaged), result, dry_run)
         if dry_run:
             return result
+        result.retimed = record_times(store)
         for rel in result.deleted_unreferenced:
             if not _unlink(root / rel):
                 result.not_deleted.append(rel)
@@ -192,10 +194,30 @@ def heal(store: Store) -> RepairResult | None:
         return None
     problems = verify_parts(store.root, store.manifest)
     if not problems:
+        record_times(store)
         return None
     result = RepairResult(problems=problems)
     _drop(store, {p.split()[1] for p in problems}, result, dry_run=False)
+    record_times(store)
     return result
+
+
+def record_times(store: Store) -> int:
+    """Record the modification times of the parts whose bytes are intact but whose times are
+    not their commits' (a store copied without them), so that reads trust the times again
+    instead of reading those parts whole; how many. A store that cannot be written is left
+    as it is (reads still check those parts, at the cost of reading them)."""
+    times = retimed(store.root, store.manifest)
+    if not times:
+        return 0
+    info = store.manifest["part_info"]
+    for rel, mtime_ns in times.items():
+        info[rel] = {**info[rel], "mtime_ns": mtime_ns}
+    try:
+        store.commit([], dirty=[])
+    except OSError:
+        return 0
+    return len(times)
 
 
 def healed_message(result: RepairResult) -> str:

@@ -163,6 +163,43 @@ def test_a_copy_without_its_times_reads_the_same(store, tmp_path):
     assert cli("check", "--store", str(copy)).exit_code == 0
 
 
+def _times_differ(store: Path) -> list[str]:
+    """The parts whose time on disk is not the one their commit recorded (stat, not servelens)."""
+    m = read_manifest(store)
+    return [p for p in m["parts"] if (store / p).stat().st_mtime_ns != m["part_info"][p]["mtime_ns"]]
+
+
+def test_repair_records_the_times_of_a_copy_made_without_them(store, tmp_path):
+    """A copy's parts are read whole by every read until their times are recorded again;
+    `repair` records them for the intact parts only, and a part changed after that is still
+    found."""
+    copy = tmp_path / "copy"
+    shutil.copytree(store, copy, copy_function=shutil.copyfile)
+    parts = read_manifest(copy)["parts"]
+    assert len(_times_differ(copy)) == len(parts) > 1
+    damaged = copy / biggest_part(copy)
+    flip_a_bit(damaged)
+    r = cli("repair", "--store", str(copy))
+    assert r.exit_code == 0, r.stderr
+    assert f"recorded the modification times of {len(parts) - 1:,} intact part(s)" in r.stdout
+    assert _times_differ(copy) == []  # (the damaged part was dropped, not retimed)
+    assert str(damaged.relative_to(copy)) not in read_manifest(copy)["parts"]
+    flip_a_bit(copy / read_manifest(copy)["parts"][0])
+    r = cli("sql", "select count(*) from events", "--store", str(copy))
+    assert r.exit_code == 1 and "content changed since it was committed" in r.stderr
+
+
+def test_the_next_ingest_records_the_times_of_a_copy_made_without_them(store, logs, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(store, copy, copy_function=shutil.copyfile)
+    want = all_events(store)
+    assert _times_differ(copy)
+    r = cli("ingest", str(logs), "--store", str(copy), "-q")
+    assert r.exit_code == 0, r.stderr
+    assert _times_differ(copy) == []
+    assert all_events(copy).equals(want)
+
+
 def test_tail_rolls_back_a_missing_part_itself(store, logs):
     import threading
     import time
