@@ -36,7 +36,7 @@ from servelens.pipeline.query.timerange import RANGE_MARGIN_S, TimeRange
 # The views the dashboard's own pages read (with the views they read, bound at connect): the
 # rest of sql/ (the autoscaler's, calibration, metric_series...) is left unbound.
 PAGE_VIEWS = ("scaling_signals", "windows", "incident_summary", "metric_availability", "queue_depth", "batch_fill",
-              "kv_cache", "latency_percentiles", "throughput", "errors", "requests")
+              "kv_cache", "latency_percentiles", "throughput", "errors", "requests", "event_catalog")
 # Views that several others read (requests by six of them, request_state's per-second
 # reconstruction by three) or that cost seconds, and that do not depend on the window width:
 # read from their rollups when the store's are fresh (WIDTH_FREE_ROLLUPS), else evaluated
@@ -182,8 +182,13 @@ class _Connection:
         # not derived again from the requests and the per-second state
         self.stored_width: float | None = None
         self.stored_per_window: dict[str, Path] = {}
+        # the store-wide summaries stored with them (SUMMARY_ROLLUPS): the whole store's rows
+        # of incident_summary and metric_availability at the base width
+        self.stored_summaries: dict[str, Path] = {}
         if time_range is None:
-            self.stored_per_window = _stored_per_window(store, variables)
+            found = _stored_rollups(store, variables)
+            self.stored_per_window = {v: path for v, path in found.items() if v in PER_WINDOW}
+            self.stored_summaries = {v: path for v, path in found.items() if v not in PER_WINDOW}
             if self.stored_per_window:
                 self.stored_width = float(variables["window_s"])
         # bound over rollups: only the width-independent ones (WIDTH_FREE_ROLLUPS:
@@ -191,7 +196,7 @@ class _Connection:
         # every width the sidebar offers; the base width's files are only made readable.
         # shared=False: this class copies the views every chart reads into tables itself
         # (SHARED, below)
-        readable = tuple(self.stored_per_window.values())
+        readable = (*self.stored_per_window.values(), *self.stored_summaries.values())
         try:
             self.con = connect(store, variables, page_limits(), time_range=time_range, views=views, rollups=WIDTH_FREE_ROLLUPS,
                                shared=False, readable=readable)
@@ -216,6 +221,11 @@ class _Connection:
         rolled = {name for name, sql in self.con.execute(
             "select view_name, sql from duckdb_views() where not internal").fetchall() if "/rollups/" in sql}
         self.shared = [view for view in SHARED if view not in rolled]
+        if "metric_availability" in self.stored_summaries:
+            # which metrics the logs give does not change with the width the page shows: the
+            # stored rows (computed at the base width) answer for every width
+            self.con.execute("create or replace temp view metric_availability as select * from "
+                             f"read_parquet({literal(self.stored_summaries['metric_availability'])})")
         self.con.execute(f"attach ':memory:' as {PACKED} (compress)")
         for view in self.shared:
             self._evaluate(view)
@@ -301,20 +311,35 @@ class _Connection:
 
 # The stored views (pipeline/query/stored.py) that do not read the window width: the connection
 # binds them over their rollups (when fresh) for every width, and copies none into a table.
-WIDTH_FREE_ROLLUPS = ("requests", "request_state", "engine_stats", "queue_depth", "batch_fill", "kv_cache")
+# event_catalog is no SHARED view: read once per store version by the catalog's query (and
+# under a time range, the view over the range's events, not a table of the widened range).
+WIDTH_FREE_ROLLUPS = ("requests", "request_state", "engine_stats", "queue_depth", "batch_fill", "kv_cache",
+                      "event_catalog")
 
 
-def _stored_per_window(store: str, variables: dict[str, Any]) -> dict[str, Path]:
-    """view -> the store's rollup, for each PER_WINDOW view stored at the base width that a
-    reader may use with these variables (fresh, of today's SQL, of the same window width and
-    thresholds: pipeline/query/rollups.py)."""
+# The store-wide summaries (pipeline/query/stored.py SUMMARIES) the page reads besides the
+# PER_WINDOW views: the whole store's incident_summary, metric_availability.
+SUMMARY_ROLLUPS = ("incident_summary", "metric_availability")
+
+
+def _stored_rollups(store: str, variables: dict[str, Any]) -> dict[str, Path]:
+    """view -> the store's rollup, for each PER_WINDOW view and summary (SUMMARY_ROLLUPS)
+    stored at the base width that a reader may use with these variables (fresh, of today's
+    SQL, of the same window width and thresholds: pipeline/query/rollups.py)."""
     from servelens.pipeline.query import stored
     from servelens.pipeline.store.manifest import read_manifest
 
     if stored.disabled():
         return {}
     try:
-        return stored.usable(Path(store), read_manifest(Path(store)), variables, PER_WINDOW)
+        root = Path(store)
+        manifest = read_manifest(root)
+        out = {}
+        for view in (*PER_WINDOW, *SUMMARY_ROLLUPS):
+            path = stored.current(root, manifest, variables, view)
+            if path is not None:
+                out[view] = path
+        return out
     except (StoreError, ValueError, OSError):
         return {}
 MEMORY_HINT = ("the dashboard's views do not fit in its memory (1 GB by default): restart it with "
@@ -428,7 +453,8 @@ def warm_page(cfg: Settings, f: Filters) -> None:
     peaks(cfg, f)  # the request counts, and the queue, KV-cache, latency and errors frames
     availability(cfg)
     batch_fill(cfg, f)
-    kv_devices(cfg, f)
+    if kv_cache(cfg, f)["kv_usage"].drop_nulls().len():  # the page reads them only for a KV chart
+        kv_devices(cfg, f)
     throughput(cfg, f)
     slowest_requests(cfg, f)
 
@@ -487,8 +513,8 @@ def catalog(cfg: Settings) -> pl.DataFrame:
     benchmark client's results file is not an instance (its requests join the servers')."""
     return query(
         cfg,
-        "select engine, instance, model, min(ts) as first_ts, max(ts) as last_ts, count(*) as n_events "
-        "from events where ts is not null and engine <> 'client' group by all order by engine, instance, model",
+        "select engine, instance, model, first_ts, last_ts, n_events "
+        "from event_catalog where engine <> 'client' order by engine, instance, model",
     )
 
 
@@ -591,13 +617,17 @@ def signals(cfg: Settings, f: Filters) -> pl.DataFrame:
 
 
 @st.cache_data(ttl=CACHE_TTL_S, max_entries=CACHE_ENTRIES, show_spinner=False)
-def _summary_rows(store: str, version: str, start: dt.datetime, end: dt.datetime,
+def _summary_rows(store: str, version: str, start: dt.datetime | None, end: dt.datetime | None,
                   variables: tuple[tuple[str, Any], ...], time_range: TimeRange | None = None,
                   window_s: float = 60.0) -> list[dict[str, Any]]:
     from servelens.pipeline.report.summary import read_summary
 
     conn = _connection(store, version, variables, time_range)
     with _visitor_holds(conn):  # the range is set as variables of the shared connection: one reader at a time
+        stored = conn.stored_summaries.get("incident_summary")
+        if start is None and end is None and stored is not None and window_s == conn.stored_width:
+            # the whole store at the base width: the rows stored at the last commit
+            return _rows(conn.con, f"select * from read_parquet({literal(stored)}) order by instance, engine")
         conn.use_window(window_s)
         try:
             return read_summary(conn.con, start, end, None)
@@ -606,9 +636,21 @@ def _summary_rows(store: str, version: str, start: dt.datetime, end: dt.datetime
             conn.con.execute("reset variable summary_until")
 
 
+def _rows(con: duckdb.DuckDBPyConnection, sql: str) -> list[dict[str, Any]]:
+    rel = con.execute(sql)
+    cols = [d[0] for d in rel.description]
+    return [dict(zip(cols, r)) for r in rel.fetchall()]
+
+
 def _summary_for(cfg: Settings, f: Filters) -> list[dict[str, Any]]:
-    """The incident_summary rows of every instance over the selected range (cached)."""
-    return _summary_rows(cfg.store, store_version(cfg.store), f.start, f.end, _variables(cfg), cfg.time_range,
+    """The incident_summary rows of every instance over the selected range (cached). A range
+    holding every event of the store (the page's default) is the whole store: the summary
+    with no range, as `servelens report` without --since/--until reads it."""
+    cat = catalog(cfg)
+    whole = (not cat.is_empty() and cat["first_ts"].null_count() < cat.height
+             and f.start <= cat["first_ts"].min() and f.end > cat["last_ts"].max())
+    start, end = (None, None) if whole else (f.start, f.end)
+    return _summary_rows(cfg.store, store_version(cfg.store), start, end, _variables(cfg), cfg.time_range,
                          float(f.window_s))
 
 

@@ -242,8 +242,10 @@ def batch_section(cfg, f, avail, th) -> None:
 def kv_section(cfg, f, avail, th) -> None:
     st.subheader("KV cache and preemptions")
     df = data.kv_cache(cfg, f)
+    # the devices label the chart: read only when there is one (a scan of the events' kinds)
+    devices = data.kv_devices(cfg, f) if _have(df, "kv_usage") else []
     evidence("KV-cache usage", "kv_usage", df, "kv_usage", f, avail, charts.kv_chart, th.get("kv_usage"), _dom(f),
-             data.kv_devices(cfg, f))
+             devices)
     drawn = evidence("Preemptions", "preemptions", df, "preemptions", f, avail, charts.preemption_chart, _dom(f))
     if drawn and "vllm" in {e for e, _ in f.targets}:
         st.caption("Preemptions: logged counts plus preemption warning lines. vLLM V0 logs a warning for "

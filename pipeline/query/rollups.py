@@ -15,6 +15,13 @@ rebuild them from every event on each query. Stored, in dependency order (VIEWS)
   `servelens sql` at the base width;
 - `window_metrics` (sql/metrics/window_metrics.sql) at the base window (the variables it reads at their default
   values): scaling_signals, autoscaler_*, incident_summary, metric_series read it.
+- `event_catalog` (sql/staging/event_catalog.sql): the first and last event and the event count
+  per instance and model, what the dashboard's filters are made from (a scan of every event), last;
+- then the store-wide summaries the dashboard's first page reads (stored.SUMMARIES:
+  `scaling_signals`, `metric_availability`, `incident_summary` over the whole store), at the
+  base window: computed over every instance at each refresh (their rows depend on the whole
+  fleet or a whole engine), and never bound by a query's connection, only read by the
+  dashboard where its page asks for exactly those rows.
 
 What is stored is exactly what the raw view gives, because it IS the raw view: a refresh runs
 each view's SQL file (through query.connect, with the views beneath it bound over the rollups
@@ -58,7 +65,7 @@ from .views import closure
 from .sandbox import Limits, parse_size
 from .shared import materialise, to_share
 from ..store.commit import Store, new_txid
-from .stored import DEFERRED, ROLLUP_DIR, VIEW, VIEWS, current, deferred, intact, key_variables, literal, reads_a_rollup, sql_key, view_sql
+from .stored import DEFERRED, ROLLUP_DIR, STORED, SUMMARIES, VIEW, VIEWS, current, deferred, intact, key_variables, literal, reads_a_rollup, sql_key, view_sql
 from ..store.layout import instances_predicate
 from ..store.manifest import fsync_dir, read_manifest
 
@@ -71,11 +78,15 @@ SORT = {
     "queue_depth": ("engine", "instance", "ts"),
     "batch_fill": ("engine", "instance", "ts"),
     "kv_cache": ("engine", "instance", "ts"),
+    "event_catalog": ("engine", "instance", "model"),
     "windows": ("engine", "instance", "window_start"),
     "errors": ("engine", "instance", "window_start", "kind"),
     "throughput": ("engine", "instance", "window_start"),
     "latency_percentiles": ("engine", "instance", "window_start", "model"),
     "window_metrics": ("engine", "instance", "window_index"),
+    "scaling_signals": ("engine", "instance", "window_start", "signal"),
+    "metric_availability": ("engine", "metric"),
+    "incident_summary": ("instance", "engine"),
 }
 ROW_GROUP_ROWS = 65_536
 # the computing query's DuckDB memory (refresh_limits): with the query default a refresh of a
@@ -108,7 +119,7 @@ def stale(store: Store, view: str | None = None) -> bool:
     if m.get("dirty") or m.get("dirty_all"):
         return True
     rollups = m.get("rollups") or {}
-    return any(not _entry_usable(store.root, rollups.get(v), v) for v in ((view,) if view else VIEWS))
+    return any(not _entry_usable(store.root, rollups.get(v), v) for v in ((view,) if view else STORED))
 
 
 @dataclass
@@ -145,7 +156,7 @@ def plan(store: Store, *, whole: bool = False, view: str | None = None) -> Plan 
     rollups = m.get("rollups") or {}
     dirty = [(e, i) for e, i, _lo, _hi in m.get("dirty", [])]
     whole_all = whole or bool(m.get("dirty_all")) or any(e in CROSS_INSTANCE_ENGINES for e, _ in dirty)
-    wanted = VIEWS if view is None else tuple(v for v in VIEWS if v in closure({view}))
+    wanted = STORED if view is None else tuple(v for v in STORED if v in closure({view}))
     views, wholes, olds, inputs = [], {}, {}, {}
     for v in wanted:
         entry = rollups.get(v)
@@ -154,8 +165,9 @@ def plan(store: Store, *, whole: bool = False, view: str | None = None) -> Plan 
             inputs[v] = entry["path"]  # fresh: read as it is
             continue
         views.append(v)
-        # a view beneath recomputed whole changes every instance's rows of those above it
-        wholes[v] = whole_all or not ok or any(wholes.values())
+        # a view beneath recomputed whole changes every instance's rows of those above it; a
+        # summary's rows depend on every instance
+        wholes[v] = whole_all or not ok or any(wholes.values()) or v in SUMMARIES
         olds[v] = entry["path"] if entry else None
     return Plan(store.root, views, wholes, dirty, olds, inputs, store.generation, started)
 
@@ -177,9 +189,12 @@ def compute(p: Plan) -> Computed:
             rels[view], rows[view] = _compute_view(p, view, {**p.inputs, **rels})
         # servers, not the results files of a benchmark client (their rows are a server's)
         n = len([d for d in p.dirty if d[0] not in CROSS_INSTANCE_ENGINES])
-        if any(p.whole.values()) and p.views:
+        # (a summary is always whole: the instances are those of a view computed whole, or
+        # of incident_summary when only the summaries were)
+        per_instance = [v for v in p.views if v not in SUMMARIES] or [v for v in p.views if v == "incident_summary"]
+        if any(p.whole[v] for v in per_instance):
             # of the view with the most rows (an engine that logs no stats has none of kv_cache's)
-            n = max(n, session.instances(p.root / rels[max(p.views, key=lambda v: rows[v])]))
+            n = max(n, session.instances(p.root / rels[max(per_instance, key=lambda v: rows[v])]))
     except BaseException:
         for rel in rels.values():
             discard_file(p.root, rel)
@@ -250,7 +265,10 @@ class _Session:
         it in `stored` would (query.connect): the views above it read its rows from there."""
         path = self.plan.root / rel
         for (whole, _limits), (con, bound, _shared) in self.cons.items():
-            self._bind_file(con, bound, whole, view, path)
+            # a view computed whole is read only by views computed whole (plan): a summary
+            # may have no instance column to keep the dirty instances' rows by
+            if whole or not self.plan.whole.get(view):
+                self._bind_file(con, bound, whole, view, path)
 
     def _bind_file(self, con: duckdb.DuckDBPyConnection, bound: set[str], whole: bool, view: str, path: Path) -> None:
         """`view` bound over a rollup file on a computing connection (its dirty instances'
@@ -369,9 +387,12 @@ def _write(path: Path, con: duckdb.DuckDBPyConnection, view: str, old: Path | No
             kept = (f"select o.* from {src} as o anti join (values {_instances_values(dirty)}) as d(e, i)"
                     " on o.engine is not distinct from d.e and o.instance is not distinct from d.i")
         body = f"{kept} union all by name ({body})"
-    # COPY answers the number of rows it wrote
+    # COPY answers the number of rows it wrote. Parquet's second format: its delta encodings
+    # store the sorted times and counters in a fraction of the plain encoding's bytes, and
+    # every reader of a rollup decodes them faster (the first format's times decode to most of
+    # a scan of the per-second series)
     n = int(con.execute(f"copy ({body}) to {literal(path)} (format parquet, compression zstd, "
-                        f"row_group_size {ROW_GROUP_ROWS})").fetchone()[0])
+                        f"row_group_size {ROW_GROUP_ROWS}, parquet_version v2)").fetchone()[0])
     with open(path, "rb+") as f:
         os.fsync(f.fileno())
     fsync_dir(path.parent)
@@ -492,7 +513,7 @@ def status(root: Path | str, variables: Mapping[str, Any] | None = None, view: s
     return "unusable"
 
 
-__all__ = ["VIEW", "VIEWS", "usable", "ROLLUP_DIR", "current", "refresh", "stale", "status", "view_sql", "key_variables", "sql_key", "disabled", "Refreshed"]
+__all__ = ["VIEW", "VIEWS", "STORED", "SUMMARIES", "usable", "ROLLUP_DIR", "current", "refresh", "stale", "status", "view_sql", "key_variables", "sql_key", "disabled", "Refreshed"]
 
 
 def rebuild(store: Store, whole: bool) -> Refreshed | None:

@@ -21,7 +21,24 @@ VIEW = "window_metrics"
 # the stored views, in dependency order: a later one is computed reading the earlier ones'
 # new rollups
 VIEWS = ("requests", "request_state", "engine_stats", "queue_depth", "batch_fill", "kv_cache",
-         "windows", "errors", "throughput", "latency_percentiles", "window_metrics")
+         "windows", "errors", "throughput", "latency_percentiles", "window_metrics",
+         # last: it reads only the events, and a view that has no rollup yet (a store rolled
+         # up before it was stored) makes every later one computed whole
+         "event_catalog")
+
+
+# store-wide summaries the dashboard's first page reads, stored after VIEWS at the base width
+# with every variable at its value of the refresh (incident_summary's range unset: the whole
+# store). Never bound by a query's connection: their rows depend on every instance (the
+# fleet's signals, an engine's availability), so a rollup holding some instances' rows would
+# not be the view's, and incident_summary reads its range from variables a reader sets after
+# connecting. Each is computed whole at every refresh, from the rollups of VIEWS just
+# computed (a small cost beside theirs), and read only by a reader that asks for its file.
+SUMMARIES = ("scaling_signals", "metric_availability", "incident_summary")
+
+
+# what a refresh computes and commits, in dependency order
+STORED = VIEWS + SUMMARIES
 
 
 # the stored views whose raw derivation reads every request (the request intervals, the
@@ -144,7 +161,7 @@ def deferred(root: Path, manifest: Mapping[str, Any], views: set[str] | None = N
     if manifest.get("dirty") or manifest.get("dirty_all"):
         return True
     rollups = manifest.get("rollups") or {}
-    return any(v not in rollups for v in VIEWS)
+    return any(v not in rollups for v in STORED)
 
 
 def older_sql(manifest: Mapping[str, Any], views: set[str] | None = None) -> bool:
@@ -155,7 +172,7 @@ def older_sql(manifest: Mapping[str, Any], views: set[str] | None = None) -> boo
     (ingested with the rollups off) is not one. `views`: only the stored views they read (the
     keys a query's connection computes anyway)."""
     rollups = manifest.get("rollups") or {}
-    asked = VIEWS if views is None else [v for v in VIEWS if v in closure(views)]
+    asked = STORED if views is None else [v for v in STORED if v in closure(views)]
     return bool(rollups) and any((rollups.get(v) or {}).get("key") != sql_key(v) for v in asked)
 
 

@@ -19,6 +19,7 @@ from tests.helpers.dashboard_store import chart_specs, components_scanned_once
 from servelens.dashboards import data, sidebar
 from servelens.pipeline.query.connect import connect, run_on
 from servelens.pipeline.query.connect import run as _run
+from tests.helpers import incident_truth as truth
 
 APP = Path(__file__).resolve().parents[2] / "dashboards" / "app.py"
 REPO = Path(__file__).resolve().parents[2]
@@ -68,7 +69,10 @@ def _sorted(df: pl.DataFrame) -> pl.DataFrame:
 def test_a_window_change_evaluates_only_the_views_of_that_width(store):
     conn = _connection(store)
     # the width-free views are read from their rollups, not copied
-    assert set(data.SHARED) - set(conn.shared) == set(data.WIDTH_FREE_ROLLUPS)
+    assert set(data.SHARED) - set(conn.shared) == set(data.WIDTH_FREE_ROLLUPS) - {"event_catalog"}
+    rolled = {name for name, sql in conn.con.execute("select view_name, sql from duckdb_views() where not internal")
+              .fetchall() if "/rollups/" in sql}
+    assert set(data.WIDTH_FREE_ROLLUPS) <= rolled
     assert [(v, w) for v, w, _ in conn.evaluated] == [(v, None) for v in conn.shared]
     conn.use_window(60.0)
     conn.use_window(300.0)
@@ -79,14 +83,15 @@ def test_a_window_change_evaluates_only_the_views_of_that_width(store):
     assert conn.widths == [300.0, 60.0]
     # the tables: in the compressed in-memory database, under temp views of the views' names;
     # the views stored at the store's width (60 s) are read from their rollup files, not copied
-    assert conn.stored_width == 60.0 and set(conn.stored_per_window) == set(data.PER_WINDOW) - {"scaling_signals"}
+    assert conn.stored_width == 60.0 and set(conn.stored_per_window) == set(data.PER_WINDOW)
     tables = {r[0] for r in conn.con.execute("select table_name from duckdb_tables() where database_name = ?",
                                              [data.PACKED]).fetchall()}
     assert ({f"w60_{v}" for v in data.PER_WINDOW if v not in conn.stored_per_window} | {f"w300_{v}" for v in data.PER_WINDOW}
             | set(conn.shared) == tables)
     assert tables and not conn.con.execute("select table_name from duckdb_tables() where temporary").fetchall()
     temp_views = dict(conn.con.execute("select view_name, sql from duckdb_views() where temporary and not internal").fetchall())
-    assert set(conn.shared) | set(data.PER_WINDOW) == set(temp_views)
+    # (and metric_availability over its stored rows)
+    assert set(conn.shared) | set(data.PER_WINDOW) | {"metric_availability"} == set(temp_views)
     for view, path in conn.stored_per_window.items():
         assert str(path) in temp_views[view] and "w60_" not in temp_views[view], view
     # the same connection serves every width and every query of the store version
@@ -552,7 +557,8 @@ def test_the_default_width_reads_the_stored_per_window_views(store):
     default = float(data.thresholds(None)["window_s"])
     assert conn.stored_width == default
     # every per-window view stored at the base width (pipeline/query/stored.py) is read from its file
-    assert set(conn.stored_per_window) == {"windows", "errors", "throughput", "latency_percentiles", "window_metrics"}
+    assert set(conn.stored_per_window) == {"windows", "errors", "throughput", "latency_percentiles", "window_metrics",
+                                           "scaling_signals"}
     assert {p.parent.name for p in conn.stored_per_window.values()} == {"rollups"}
     got, other = {}, {}
     with conn.lock:
@@ -570,6 +576,44 @@ def test_the_default_width_reads_the_stored_per_window_views(store):
     assert got["window_metrics"].height > 0 and got["latency_percentiles"].height > 0
     assert other["window_metrics"].height > 0 and set(other["window_metrics"]["window_s"].to_list()) == {120.0}
     assert set(other["windows"]["window_s"].to_list()) == {120.0}
+
+
+def test_the_whole_store_summary_and_availability_are_read_as_stored(store, monkeypatch):
+    """The first page's fleet summary over the whole store and the metrics' availability come
+    from the summaries stored at the last commit: no query of incident_summary or
+    metric_availability runs, and the rows are those the views compute from the events."""
+    conn = _connection(store)
+    assert set(conn.stored_summaries) == {"incident_summary", "metric_availability"}
+    cfg = data.Settings(store=str(store))
+    cat = data.catalog(cfg)
+    whole = sidebar.resolve(_default_spec(), cat)
+    from servelens.pipeline.report import summary
+
+    read = []
+    real = summary.read_summary
+    monkeypatch.setattr(summary, "read_summary", lambda con, *a: read.append(a) or real(con, *a))
+    rows = data._summary_for(cfg, whole)
+    avail = data.availability(cfg)
+    assert read == []  # the stored rows: incident_summary not computed
+    assert "read_parquet" in conn.con.execute(
+        "select sql from duckdb_views() where view_name = 'metric_availability' and temporary").fetchone()[0]
+    want = run(store, "select * from incident_summary order by instance, engine", rollups=False)
+    assert_frame_equal(pl.DataFrame(rows, schema=want.schema), want)
+    assert_frame_equal(_sorted(avail), _sorted(run(store, "select engine, metric, view, available, estimated, reason, "
+                                                          "sources from metric_availability", rollups=False)))
+    # who died, as the simulator's truth says
+    assert sorted(r["instance"] for r in rows if r["died"]) == list(truth.failed_by_instance())
+    # a narrower range is the view's over that range, as ever
+    import dataclasses
+
+    start, end = whole.start + dt.timedelta(minutes=1), whole.end
+    part = data._summary_for(cfg, dataclasses.replace(whole, start=start))
+    assert read == [(start, end, None)]
+    con = connect(store, views={"incident_summary"}, rollups=False)
+    try:
+        assert part == real(con, start, end, None) != rows
+    finally:
+        con.close()
 
 
 def test_without_a_usable_rollup_the_default_width_is_derived(store, monkeypatch):
@@ -660,7 +704,7 @@ def test_where_a_width_is_slow_the_warm_up_waits_for_a_longer_pause(store, monke
     from servelens.dashboards import serve
 
     if not stored:  # the default width derived, as on a store whose rollups are stale
-        monkeypatch.setattr(data, "_stored_per_window", lambda *a, **k: {})
+        monkeypatch.setattr(data, "_stored_rollups", lambda *a, **k: {})
     drawn = threading.Event()
     drawn.set()
     monkeypatch.setattr(data, "FIRST_PAGE_DRAWN", drawn)

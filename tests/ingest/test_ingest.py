@@ -224,9 +224,11 @@ def test_store_layout_is_hive_partitioned_parquet(tmp_path, fake_engine):
     _ingest([log], store)  # the default: the rollups refreshed after the commit
     parts = sorted(p.relative_to(store).as_posix() for p in store.rglob("*.parquet"))
     # one part of events, and one rollup file per stored view (pipeline/query/rollups.py): the
-    # request-derived ones, the sample series and the base width's per-window views
-    stored = ["batch_fill", "engine_stats", "errors", "kv_cache", "latency_percentiles", "queue_depth",
-              "request_state", "requests", "throughput", "window_metrics", "windows"]
+    # request-derived ones, the sample series, the base width's per-window views, the event
+    # catalog and the dashboard's store-wide summaries
+    stored = ["batch_fill", "engine_stats", "errors", "event_catalog", "incident_summary", "kv_cache",
+              "latency_percentiles", "metric_availability", "queue_depth", "request_state", "requests",
+              "scaling_signals", "throughput", "window_metrics", "windows"]
     assert len(parts) == 1 + len(stored)
     assert parts[0].startswith("events/engine=fake/day=")
     assert [p.split("/")[1].split("-")[0] for p in parts[1:]] == stored

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -30,15 +31,16 @@ from servelens.pipeline.store.manifest import read_manifest
 from servelens.pipeline.tail.tailer import Tailer
 from servelens.pipeline.tail.watch import Targets
 from servelens.pipeline.query.timerange import TimeRange
+from tests.helpers import incident_truth as truth
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "sample_logs"
 UTC = dt.timezone.utc
 # the stored views, and views over them (compared through the rollups and raw)
-VIEWS = ("requests", "request_state", "engine_stats", "queue_depth", "batch_fill", "kv_cache", "windows", "errors",
-         "throughput", "latency_percentiles", "window_metrics", "scaling_signals")
+VIEWS = ("requests", "request_state", "engine_stats", "queue_depth", "batch_fill", "kv_cache", "event_catalog",
+         "windows", "errors", "throughput", "latency_percentiles", "window_metrics", "scaling_signals")
 # the stored views that do not read the window width (the dashboard binds them whatever width it shows)
-WIDTH_FREE = {"requests", "request_state", "engine_stats", "queue_depth", "batch_fill", "kv_cache"}
+WIDTH_FREE = {"requests", "request_state", "engine_stats", "queue_depth", "batch_fill", "kv_cache", "event_catalog"}
 
 build_app()
 runner = CliRunner()
@@ -125,11 +127,42 @@ def same_rows(store: Path, views=VIEWS, raw: dict[str, pl.DataFrame] | None = No
     assert bound_views(store, "queue_depth", **kw) - {"events", "samples"} == {"queue_depth"}
     assert over_rollups(store, "queue_depth", **kw) == {"queue_depth"}
     assert "request_state" in bound_views(store, "queue_depth", rollups=False, **kw)
-    raw = answers(store, views, True, **kw) if raw is None else raw
+    # the summaries are stored at the refresh's variables, over the whole store: compared
+    # where the other views are read with those
+    want = (*views, *(v for v in stored.SUMMARIES if v not in views)) if not kw else tuple(views)
+    if raw is None:
+        raw = answers(store, want, True, **kw)
+    elif missing := [v for v in want if v not in raw]:
+        raw = {**raw, **answers(store, missing, True, **kw)}
     rolled = answers(store, views, False, **kw)
     for view in views:
         assert_frame_equal(rolled[view], raw[view], check_exact=False, rel_tol=1e-9, abs_tol=1e-9)
+    if not kw:
+        assert_summaries_stored(store, raw)
     return rolled
+
+
+def stored_summaries(store: Path) -> dict[str, pl.DataFrame]:
+    """The rows of each stored summary (stored.SUMMARIES), as read from its rollup file."""
+    m = manifest(store)
+    paths = {v: store / m["rollups"][v]["path"] for v in stored.SUMMARIES}
+    con = connect(store, views=set(), rollups=False, readable=tuple(paths.values()))
+    try:
+        return {v: run_on(con, f"select * from read_parquet({stored.literal(p)}) order by all") for v, p in paths.items()}
+    finally:
+        con.close()
+
+
+def assert_summaries_stored(store: Path, raw: dict[str, pl.DataFrame] | None = None) -> dict[str, pl.DataFrame]:
+    """Each stored summary is fresh and holds exactly the rows its view computes from the
+    events (the raw path, nothing stored read; `raw`: those answers read already)."""
+    for view in stored.SUMMARIES:
+        assert rollup.status(store, None, view) == "fresh", view
+    got = stored_summaries(store)
+    want = raw if raw is not None else answers(store, stored.SUMMARIES, True)
+    for view in stored.SUMMARIES:
+        assert_frame_equal(got[view], want[view], check_exact=False, rel_tol=1e-9, abs_tol=1e-9)
+    return got
 
 
 def manifest(store: Path) -> dict:
@@ -154,7 +187,7 @@ SAMPLE_SETS = {
 def incident_raw(incident_store) -> dict[str, pl.DataFrame]:
     """The raw answers of VIEWS on the (read-only) incident store, once per module: for the
     tests that read it or a copy of it whose parts are the same (the raw path reads no rollup)."""
-    return answers(incident_store, VIEWS, True)
+    return answers(incident_store, (*VIEWS, *(v for v in stored.SUMMARIES if v not in VIEWS)), True)
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLE_SETS))
@@ -171,7 +204,7 @@ def test_rollup_equals_raw_on_every_sample_set(tmp_path, name, request):
         cli("ingest", *SAMPLE_SETS[name], "--store", store, "--refresh-rollups")
     m = manifest(store)
     assert "dirty" not in m and "dirty_all" not in m
-    assert sorted(m["rollups"]) == sorted(rollup.VIEWS)
+    assert sorted(m["rollups"]) == sorted(rollup.STORED)
     for view, entry in m["rollups"].items():
         assert (store / entry["path"]).is_file()
     counts = assert_same(store, raw=raw)
@@ -184,6 +217,48 @@ def test_rollup_equals_raw_on_every_sample_set(tmp_path, name, request):
         assert counts["scaling_signals"] > 0  # the incident fires signals: compared for real
         # and its vLLM servers log stats lines: every width-free view has rows to compare
         assert min(counts[v] for v in WIDTH_FREE) > 0
+
+
+def test_the_stored_incident_summary_tells_what_the_truth_says(incident_store):
+    """The whole store's incident_summary as stored (what the dashboard's first page reads)
+    against the simulator's truth and the logs read with a plain regex: who died, how many
+    requests each failed, and where its first error line is."""
+    rows = stored_summaries(incident_store)["incident_summary"]
+    failed = truth.failed_by_instance()  # the crashed instances, sorted
+    assert rows.filter(pl.col("died"))["instance"].sort().to_list() == list(failed)
+    by = {r["instance"]: r for r in rows.iter_rows(named=True)}
+    assert {i: by[i]["failed"] for i in failed} == failed
+    # the servers that log every request (TensorRT-LLM logs only the failed ones): each one's
+    # finished and failed requests, as many as the simulator made
+    t = truth.truth_requests()
+    logged = sorted(i for i in by if not i.startswith("trtllm"))
+    assert len(logged) == 4
+    for instance in logged:
+        mine = t.filter(pl.col("instance") == instance)
+        assert by[instance]["finished"] == mine.filter(pl.col("status") == "ok").height, instance
+        assert by[instance]["failed"] == mine.filter(pl.col("status") == "error").height, instance
+    for instance in failed:
+        line, at = truth.first_error(truth.log_of(instance))
+        assert by[instance]["first_error_line"] == line, instance
+        if not instance.startswith("trtllm"):  # (its error line has no time of its own)
+            assert by[instance]["first_error_ts"] == at, instance
+
+
+def test_the_stored_event_catalog_spans_each_log(incident_store):
+    """Each server's first and last event as the stored catalog has them: its log's first and
+    last stamped line, read with a plain regex (ISO-stamped logs: Triton's glog stamps carry
+    no year)."""
+    rows = run(incident_store, "select instance, min(first_ts) as first_ts, max(last_ts) as last_ts "
+                               "from event_catalog group by all")
+    assert over_rollups(incident_store, "event_catalog") == {"event_catalog"}
+    by = {r["instance"]: r for r in rows.iter_rows(named=True)}
+    checked = 0
+    for log in truth.LOGS:
+        if log.parent.name in ("vllm", "tgi"):
+            first = truth.first_line(log, re.compile(r"."))[1]
+            assert (by[log.stem]["first_ts"], by[log.stem]["last_ts"]) == (first, truth.newest(log)), log.stem
+            checked += 1
+    assert checked >= 4
 
 
 def test_the_cli_forces_the_raw_path(incident_store):
@@ -285,7 +360,7 @@ def test_an_incremental_refresh_recomputes_only_the_dirty_instance(tmp_path):
     summary = ingest([logs], store)
     r = summary.rollup
     assert r is not None and not r.whole and r.instances == 1
-    assert set(r.views) == set(rollup.VIEWS)
+    assert set(r.views) == set(rollup.STORED)
     for view in ("requests", "window_metrics"):
         after = pl.read_parquet(store / manifest(store)["rollups"][view]["path"])
         old = before[view]
@@ -321,7 +396,7 @@ def test_a_refresh_short_of_its_memory_bound_is_computed_again_without_it(tmp_pa
     monkeypatch.setattr(rollup, "REFRESH_MEMORY", "2MB")  # nothing fits
     store = tmp_path / "store"
     cli("ingest", SAMPLES / "incident", "--store", store, "--refresh-rollups")
-    assert [v for v, _ in calls] == [v for view in rollup.VIEWS for v in (view, view)]
+    assert [v for v, _ in calls] == [v for view in rollup.STORED for v in (view, view)]
     assert {m for _, m in calls[::2]} == {2_000_000} and min(m for _, m in calls[1::2]) > 2_000_000
     assert_same(store)
 
@@ -459,7 +534,7 @@ def test_other_variables_fall_back_to_raw(incident_store, incident_raw_30s):
     thirty = {"window_s": 30}
     assert rollup.status(store, thirty) == "unusable"
     # window_metrics from its SQL at 30 s, over the width-independent rollups
-    assert over_rollups(store, "scaling_signals", variables=thirty) == WIDTH_FREE
+    assert over_rollups(store, "scaling_signals", variables=thirty) == WIDTH_FREE - {"event_catalog"}  # (it reads no catalog)
     # and the per-window views from their SQL at 30 s (latency_percentiles over the requests,
     # and the scraped histograms where no request carries a latency)
     assert bound_views(store, "latency_percentiles", variables=thirty) - {"events", "samples"} == {
@@ -562,7 +637,9 @@ def test_a_commit_during_a_background_refresh_stays_dirty(own_store, tgi_events)
     with Store.open(store) as st:
         st.commit_events([first], {})
         p = rollup.plan(st)
-        assert p is not None and not any(p.whole.values())
+        # incremental, but for the store-wide summaries (always whole)
+        assert p is not None and not any(w for v, w in p.whole.items() if v not in stored.SUMMARIES)
+        assert all(p.whole[v] for v in stored.SUMMARIES)
         st.commit_events([second], {})  # while the refresh computes
         c = rollup.compute(p)
         done = rollup.commit(st, c)
