@@ -371,15 +371,13 @@ class Entries:
         """The lines `hit` whose enclosing members are `parents` (each the last member
         opened at its depth before the line)."""
         text = pl.col("text")
-        if not parents:
+        conds = []
+        for depth, key in enumerate(parents, start=1):
+            at = self._at(depth) + '"'
+            conds.append(pl.when(text.str.starts_with(at)).then(text.str.starts_with(f'{at}{key}": ')).forward_fill().fill_null(False))
+        if not conds:
             return self.side.filter(hit)
-        ats = [self._at(depth) + '"' for depth in range(1, len(parents) + 1)]
-        # the members at the parents' depths and the lines looked for, the rest left behind
-        # (each line's enclosing member is still the last one before it at its depth)
-        lines = self.side.filter(hit | pl.any_horizontal([text.str.starts_with(at) for at in ats]))
-        conds = [pl.when(text.str.starts_with(at)).then(text.str.starts_with(f'{at}{key}": ')).forward_fill().fill_null(False)
-                 for at, key in zip(ats, parents)]
-        return lines.filter(hit & pl.all_horizontal(conds))
+        return self.side.filter(hit & pl.all_horizontal(conds))
 
     def joined(self, *parts: pl.DataFrame) -> pl.DataFrame | None:
         """The heads with each part's column (None when a part names some entry twice)."""
