@@ -5,6 +5,7 @@ runtimes store it (CRI, docker json-file), each ingested into a fresh store.
     .venv/bin/python bench/wrapped.py --duration 10m --runs 1
     .venv/bin/python bench/wrapped.py --exports --duration 10m --runs 3   # log-platform exports
     .venv/bin/python bench/wrapped.py --exports --paired --forms gcloud-json,gcloud-yaml --runs 5
+    .venv/bin/python bench/wrapped.py --exports --paired --inputs /tmp/forms   # written once, read again by later runs
 
 Prints wall and CPU seconds (the fastest run) and MB/s per form; the decode stage's cost is
 the difference between a wrapped form and the verbatim one. `--paired` ingests the verbatim
@@ -40,6 +41,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--exports", action="store_true", help="log-platform export forms instead of the runtimes'")
     p.add_argument("--forms", default="", help="comma-separated forms to run (default: all)")
     p.add_argument("--paired", action="store_true", help="verbatim and form alternately; median CPU ratio of the pairs")
+    p.add_argument("--inputs", default="", help="folder of the simulated log and its forms: written there if missing, else "
+                   "read as they are (two checkouts measured on the same files, e.g. before and after a change)")
     args = p.parse_args(argv)
     from servelens.pipeline.ingest import ingest
 
@@ -50,9 +53,12 @@ def main(argv: list[str] | None = None) -> None:
         from servelens.pipeline.cli.app import app, build_app
 
         build_app()
-        CliRunner().invoke(app, ["simulate", "--engine", args.engine, "--scenario", "steady", "--duration", args.duration,
-                                 "--rate", "6", "--instances", "1", "--seed", "1", "--workers", "0", "--out", str(work / "sim")])
-        plain = next((work / "sim").glob("*.log"))
+        inputs = Path(args.inputs) if args.inputs else work
+        inputs.mkdir(parents=True, exist_ok=True)
+        if not list((inputs / "sim").glob("*.log")):
+            CliRunner().invoke(app, ["simulate", "--engine", args.engine, "--scenario", "steady", "--duration", args.duration,
+                                     "--rate", "6", "--instances", "1", "--seed", "1", "--workers", "0", "--out", str(inputs / "sim")])
+        plain = next((inputs / "sim").glob("*.log"))
         lines = wrapping.split_lines(plain.read_text())
         forms = {"verbatim": plain}
         if args.exports:
@@ -76,8 +82,9 @@ def main(argv: list[str] | None = None) -> None:
             keep = set(args.forms.split(","))
             makers = {k: v for k, v in makers.items() if k in keep}
         for name, fn in makers.items():
-            forms[name] = work / f"{name}.log"
-            forms[name].write_text(fn(lines))
+            forms[name] = inputs / f"{name}.log"
+            if not forms[name].exists():
+                forms[name].write_text(fn(lines))
         import os
 
         print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")

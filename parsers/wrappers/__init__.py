@@ -38,7 +38,7 @@ import numpy as np
 import polars as pl
 
 from . import ansi, csvexport, cloudwatch, cloudwatch_tail, cloudwatch_text, datadog, elastic, grafana, compose, cri, docker_json, docker_ts, gcp, gcp_yaml, journald, jsonfmt, kubectl, loki, loki_api, otlp, prefix, splunk, syslog
-from ._frame import start
+from ._frame import cut_suffix, start
 
 # tried in this order at each depth; the first whose share of the sample reaches
 # SNIFF_THRESHOLD is the next layer (each format at most once per file)
@@ -80,6 +80,7 @@ def detect_lines(sample: list[str]) -> tuple[tuple[str, ...], list[str]]:
     block's decode keeps it)."""
     layers: list[str] = []
     texts = inner = sample
+    global _last_detected
     for _ in range(MAX_DEPTH):
         joined = "\n".join(t or "" for t in texts)
         for name, mod in DECODERS.items():
@@ -95,7 +96,22 @@ def detect_lines(sample: list[str]) -> tuple[tuple[str, ...], list[str]]:
                 break
         else:
             break
+    _last_detected = (tuple(layers), sample, inner)
     return tuple(layers), inner
+
+
+# the last sample detected, its layers and the lines inside: a file's read block is scaled
+# from the same head right after (block_scale), which then does not decode it again
+_last_detected: tuple[tuple[str, ...], list[str], list[str]] | None = None
+
+
+def _inner_lines(sample: list[str], layers: tuple[str, ...]) -> list[str]:
+    """`decode_texts(sample, layers)`, taken from the last detection when it read this
+    sample through this one layer (its decode of one layer is this one)."""
+    last = _last_detected
+    if last is not None and len(layers) == 1 and last[0] == layers and last[1] == sample:
+        return last[2]
+    return decode_texts(sample, layers)
 
 
 def decode(lines: pl.DataFrame, layers: tuple[str, ...]) -> pl.DataFrame:
@@ -264,7 +280,7 @@ def block_scale(layers: tuple[str, ...] | list[str], head: bytes) -> float:
     if not written_whole(layers) or not head:
         return 1.0
     sample = head_sample(head)
-    lines = decode_texts(sample, tuple(layers))
+    lines = _inner_lines(sample, tuple(layers))
     raw = pl.Series(sample, dtype=pl.String).str.len_bytes().sum() + len(sample)
     inner = pl.Series(lines, dtype=pl.String).str.len_bytes().sum() + len(lines)
     if not inner:
@@ -299,7 +315,9 @@ def _parse_streams(parser, view: pl.DataFrame, dec: pl.DataFrame, ctx, labels: t
     def engine_of(stream: str) -> str | None:
         if stream in known or not (mixed and stream):
             return known.get(stream)
-        return _stream_engine(stream, view.filter(runs == stream)["text"], ctx.engine, known)
+        # (a block of one stream, the usual one, is that stream's lines as they are)
+        lines = view["text"] if len(firsts) == 1 else view.filter(runs == stream)["text"]
+        return _stream_engine(stream, lines, ctx.engine, known)
 
     of_stream = {s: engine_of(s) for s in dict.fromkeys(firsts)}
     engines = [of_stream[s] for s in firsts]
@@ -474,7 +492,7 @@ def _merge_attrs(events: pl.DataFrame, add: pl.Expr) -> pl.Expr:
     return (
         pl.when(add.is_null()).then(old)
         .when(old.is_null() | (old == "{}")).then(add)
-        .otherwise(pl.concat_str(old.str.strip_suffix("}"), pl.lit(","), add.str.strip_prefix("{")))
+        .otherwise(pl.concat_str(cut_suffix(old, "}"), pl.lit(","), add.str.strip_prefix("{")))
     )
 
 

@@ -18,7 +18,7 @@ import json
 import numpy as np
 import polars as pl
 
-from ._frame import join_fragments
+from ._frame import cut_suffix, join_fragments
 
 # an element of a pretty-printed array opens with a bare `{` line and closes with a `}` /
 # `},` line at the same indentation (gcloud indents elements by 2, the AWS CLI by 8 inside
@@ -33,6 +33,8 @@ def join_objects(df: pl.DataFrame) -> pl.DataFrame:
     object, without the separating comma). Lines outside the elements (brackets, the
     envelope's own members such as a paging token) are left out."""
     text = pl.col("text")
+    if _one_per_line(df):
+        return df
     indent = indent_of(df.head(_HEAD))
     if indent is None and df.height > _HEAD:
         indent = indent_of(df)
@@ -62,6 +64,14 @@ def join_objects(df: pl.DataFrame) -> pl.DataFrame:
 
 
 _HEAD = 4096
+
+
+def _one_per_line(df: pl.DataFrame) -> bool:
+    """Is every line one whole object, as a one-object-a-line export writes it? Such a
+    line opens no element, closes its own, and is no envelope line: joining leaves the
+    block as it is (asked first, so no pattern runs over the lines)."""
+    text = pl.col("text")
+    return df.height > 0 and df.select((text.str.starts_with('{"') & text.str.ends_with("}")).all()).item()
 _SEP = "\x1e"  # never raw in JSON text (a control character is escaped inside strings)
 
 
@@ -138,14 +148,21 @@ def decode_objects(df: pl.DataFrame, dtype: pl.Struct, envelope: tuple[str, ...]
 _ARRAY = r"^\[\s*\{.*\}\s*\]$"
 
 
-def explode_whole(df: pl.DataFrame, pattern: str, item: pl.DataType, path: tuple[str, ...] = ()) -> pl.DataFrame | None:
+def explode_whole(df: pl.DataFrame, pattern: str, item: pl.DataType, path: tuple[str, ...] = (),
+                  needle: str | None = None) -> pl.DataFrame | None:
     """The lines matching `pattern` (a whole JSON value on one line) decoded, followed down
     the members `path` to a list of `item`, and exploded: one row per item, in `_item` (null
     on the other lines, which stay as they are). A value with no item gives no row (the
     platform's envelope, not the server's). None where no line matches or the value cannot
-    be decoded: the lines then stay whole, and the engine parser keeps them as they are."""
+    be decoded: the lines then stay whole, and the engine parser keeps them as they are.
+    `needle`: a literal text every line matching `pattern` holds (a search for it is cheaper
+    than the pattern over every line, and an export of one entry a line holds it nowhere)."""
     whole = pl.col("text").str.contains(pattern)
-    if df.height == 0 or not df.select(whole.any()).item():
+    if df.height == 0:
+        return None
+    if needle is not None and not df.select(pl.col("text").str.contains(needle, literal=True).any()).item():
+        return None
+    if not df.select(whole.any()).item():
         return None
     shape: pl.DataType = pl.List(item)
     for member in reversed(path):
@@ -166,7 +183,7 @@ def _split_whole(df: pl.DataFrame, dtype: pl.Struct, envelope: tuple[str, ...] =
     envelope object around one -> one line per object (each keeps the line's number), each
     object's text its JSON."""
     pattern = f'^\\{{.*"{envelope[-1]}"\\s*:\\s*\\[.*\\}}\\s*$' if envelope else _ARRAY
-    out = explode_whole(df, pattern, dtype, envelope)
+    out = explode_whole(df, pattern, dtype, envelope, f'"{envelope[-1]}"' if envelope else None)
     if out is None:
         return df
     one = pl.col("_item").is_not_null()
@@ -218,8 +235,11 @@ def fit(value, dtype: pl.DataType):
 def message_lines(df: pl.DataFrame) -> pl.DataFrame:
     """Each line of an entry's message (a traceback a log agent kept as one entry) a line to
     the engine parser, all at the entry's place; only the very last may be unfinished."""
-    return df.with_columns(pl.col("text").str.split("\n")).explode("text").with_columns(
-        (pl.col("_open") & (pl.int_range(pl.len()) == pl.len() - 1)).alias("_open"))
+    last = pl.int_range(pl.len()) == pl.len() - 1
+    # (an export whose messages keep no newline, the usual one, is not split)
+    if not df.select(pl.col("text").str.contains("\n", literal=True).any()).item():
+        return df.with_columns((pl.col("_open") & last).alias("_open"))
+    return df.with_columns(pl.col("text").str.split("\n")).explode("text").with_columns((pl.col("_open") & last).alias("_open"))
 
 
 def time_order(df: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
@@ -337,7 +357,7 @@ class Entries:
         for k, dtype in keys.items():
             pre = f'{at}"{k}": '
             out.append(lines.filter(text.str.starts_with(pre)).select(
-                "_g", text.str.slice(len(pre)).str.strip_suffix(",").str.json_decode(dtype).alias(k)))
+                "_g", cut_suffix(text, ",").str.slice(len(pre)).str.json_decode(dtype).alias(k)))
         return out
 
     def items(self, path: tuple[str, ...]) -> pl.DataFrame:
@@ -345,7 +365,7 @@ class Entries:
         text = pl.col("text")
         pre = self._at(len(path) + 1) + '"'
         return self._under(path, text.str.starts_with(pre)).select(
-            "_g", text.str.slice(len(pre) - 1).str.strip_suffix(",").str.json_decode(pl.String).alias("_item"))
+            "_g", cut_suffix(text, ",").str.slice(len(pre) - 1).str.json_decode(pl.String).alias("_item"))
 
     def _under(self, parents: tuple[str, ...], hit: pl.Expr) -> pl.DataFrame:
         """The lines `hit` whose enclosing members are `parents` (each the last member

@@ -56,6 +56,18 @@ def rfc3339_ns_of(df: pl.DataFrame, expr: pl.Expr) -> pl.Expr:
     return rfc3339_ns(expr)
 
 
+def cut_suffix(expr: pl.Expr, suffix: str) -> pl.Expr:
+    """`expr.str.strip_suffix(suffix)` for an ASCII `suffix`, without writing the strings
+    anew (a string's head is a view of its bytes; strip_suffix copies every string)."""
+    return pl.when(expr.str.ends_with(suffix)).then(expr.str.head(-len(suffix))).otherwise(expr)
+
+
+def line_of(expr: pl.Expr) -> pl.Expr:
+    """A platform's message as the server's line: without the newline (and carriage
+    return) that ended it."""
+    return cut_suffix(cut_suffix(expr, "\n"), "\r")
+
+
 def set_time(df: pl.DataFrame, ts: pl.Expr) -> pl.Expr:
     """The outer wrapper's time wins; an inner one fills only where the outer gave none."""
     return pl.coalesce(pl.col("_wts"), ts).alias("_wts")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import polars as pl
 
 from ._export import Entries, decode_objects, explode_whole, sniff_export, time_order
-from ._frame import WTS, join_fragments, set_time, share
+from ._frame import WTS, join_fragments, line_of, set_time, share
 
 NAME = "cloudwatch"
 DOC = "AWS CloudWatch Logs JSON (`aws logs filter-log-events` / `get-log-events`, Logs Insights results): `message` / `@message`, `timestamp` (ms) / `@timestamp`; labels `log_stream`, `log_group`, and `pod`, `namespace`, `container` from a Kubernetes stream name; put back in time order per stream"
@@ -57,7 +57,7 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
     stream = pl.coalesce(f("logStreamName"), f("@logStream"))
     k8s = k8s_of_streams(df, stream)
     df = df.with_columns(
-        pl.when(msg.is_not_null()).then(msg.str.strip_suffix("\n").str.strip_suffix("\r")).otherwise(pl.col("text")).alias("text"),
+        pl.when(msg.is_not_null()).then(line_of(msg)).otherwise(pl.col("text")).alias("text"),
         set_time(df, pl.coalesce(ms, insights).cast(WTS)),
         stream.alias("_lab_log_stream"),
         f("@log").str.replace(r"^[0-9]+:", "").alias("_lab_log_group"),
@@ -87,7 +87,7 @@ def _json(value: pl.Expr) -> pl.Expr:
 def _compact_results(df: pl.DataFrame) -> pl.DataFrame:
     """`aws logs get-query-results` saved on one line (`{"results":[[{"field","value"},...],...]}`)
     -> one line per row, the row an object `{"@timestamp": ..., "@message": ..., ...}`."""
-    out = explode_whole(df, r'^\{.*"results"\s*:\s*\[\s*\[.*\}\s*$', pl.List(_PAIR), ("results",))
+    out = explode_whole(df, r'^\{.*"results"\s*:\s*\[\s*\[.*\}\s*$', pl.List(_PAIR), ("results",), '"results"')
     if out is None:
         return df
     pair = pl.element().struct.field

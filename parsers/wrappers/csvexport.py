@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from ._export import message_lines, time_order
 from .cloudwatch import k8s_of_streams
-from ._frame import WTS, join_fragments, rfc3339_ns, set_time
+from ._frame import WTS, join_fragments, line_of, rfc3339_ns, rfc3339_ns_of, set_time
 
 NAME = "csv-export"
 DOC = "Log-platform CSV downloads with a header row (Cloud Logging Logs Explorer, CloudWatch console and Logs Insights, Datadog, Kibana / OpenSearch Dashboards, Grafana), comma or tab separated: message column (`textPayload`, `message`, `@message`, `content`, `log`), time column (RFC 3339, `2026-06-10 14:23:45.123`, `Jun 10, 2026 @ 14:23:45.123`, epoch s/ms/us/ns); labels `pod`, `container`, `namespace`, `node`, `host`, `service`, `log_stream`, `log_group`, `severity`; quoted multi-line messages; newest-first put back in time order per stream"
@@ -141,15 +141,17 @@ def decode(df: pl.DataFrame, header: str) -> pl.DataFrame:
     f = {r: pl.col(f"_c{i}") for r, i in role.items()}
     msg = f["message"]
     # a whole JSON payload in one column (GCP structured logs moved to OpenSearch): its message
-    payload = msg.str.strip_chars_start().str.starts_with("{")
-    msg = pl.when(payload).then(pl.coalesce(msg.str.json_path_match("$.message"), msg)).otherwise(msg)
+    # (asked by a pattern, which copies no message, and the JSON read only when some is one)
+    payload = msg.str.contains(r"^\s*\{")
+    if df.select(payload.any()).item():
+        msg = pl.when(payload).then(pl.coalesce(msg.str.json_path_match("$.message"), msg)).otherwise(msg)
     labels = [f[r].alias(f"_lab_{r}") for r in ROLES if r not in ("message", "time") and r in f]
     if "log_stream" in f and "pod" not in f:
         # Fluent Bit / Container Insights name a container's stream after its log file
         labels += k8s_of_streams(df, f["log_stream"])
     df = df.with_columns(
-        pl.when(pl.col("_whole")).then(msg.fill_null("").str.strip_suffix("\n").str.strip_suffix("\r")).otherwise(pl.col("text")).alias("text"),
-        set_time(df, any_time(f["time"])),
+        pl.when(pl.col("_whole")).then(line_of(msg.fill_null(""))).otherwise(pl.col("text")).alias("text"),
+        set_time(df, any_time_of(df, f["time"])),
         *labels,
         pl.when(~pl.col("_whole")).then(pl.lit("a CSV row with an unclosed quote (cut short?)")).alias("_lab_decode_error"),
     ).drop([f"_c{i}" for i in range(len(cols))] + ["_whole"])
@@ -179,6 +181,37 @@ def _read_rows(rows: pl.Series, n: int, sep: str = ",") -> pl.DataFrame:
     return pl.DataFrame([(p + [None] * n)[:n] for p in parsed], schema={c: pl.String for c in names}, orient="row")
 
 
+def any_time_of(df: pl.DataFrame, expr: pl.Expr) -> pl.Expr:
+    """`any_time(expr)` over `df`, each form tried on the rows the forms before it left
+    without a time, and none once every row has one (a file writes its times in one form:
+    the forms after it, each a pass over the column, are not run)."""
+    s = expr.str.strip_chars()
+    if df.height == 0:
+        return any_time(expr)
+    forms = [
+        lambda: pl.when(s.str.contains("T")).then(rfc3339_ns_of(df, s)) if df.select(s.str.contains("T").any()).item() else None,
+        lambda: s.str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="ns", strict=False).dt.replace_time_zone("UTC"),
+        lambda: s.str.to_datetime("%b %d, %Y @ %H:%M:%S%.f", time_unit="ns", strict=False).dt.replace_time_zone("UTC"),
+        lambda: _epoch(s),
+    ]
+    out = pl.Series("_t", [None] * df.height, dtype=WTS)
+    wanted = df.select(s.is_not_null().sum()).item()
+    for form in forms:
+        if out.count() == wanted:
+            break
+        e = form()
+        if e is not None:
+            out = out.fill_null(df.select(e.cast(WTS)).to_series())
+    return pl.lit(out)
+
+
+def _epoch(s: pl.Expr) -> pl.Expr:
+    """An epoch number (s, ms, us or ns by its size) -> Datetime(ns, UTC)."""
+    num = s.cast(pl.Int64, strict=False)
+    scale = pl.when(num > 10**17).then(1).when(num > 10**14).then(1_000).when(num > 10**11).then(1_000_000).otherwise(1_000_000_000)
+    return (num * scale).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC")
+
+
 def any_time(expr: pl.Expr) -> pl.Expr:
     """A platform's time column -> Datetime(ns, UTC): RFC 3339, `YYYY-MM-DD HH:MM:SS.fff`
     (UTC), Kibana's `Jun 10, 2026 @ 14:23:45.123` (UTC), or an epoch number (s, ms, us or ns
@@ -188,7 +221,4 @@ def any_time(expr: pl.Expr) -> pl.Expr:
         s.str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="ns", strict=False),
         s.str.to_datetime("%b %d, %Y @ %H:%M:%S%.f", time_unit="ns", strict=False),
     ).dt.replace_time_zone("UTC")
-    num = s.cast(pl.Int64, strict=False)
-    scale = pl.when(num > 10**17).then(1).when(num > 10**14).then(1_000).when(num > 10**11).then(1_000_000).otherwise(1_000_000_000)
-    epoch = (num * scale).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC")
-    return pl.coalesce(pl.when(s.str.contains("T")).then(rfc3339_ns(s)), naive, epoch).cast(WTS)
+    return pl.coalesce(pl.when(s.str.contains("T")).then(rfc3339_ns(s)), naive, _epoch(s)).cast(WTS)

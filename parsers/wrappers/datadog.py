@@ -17,7 +17,7 @@ from __future__ import annotations
 import polars as pl
 
 from ._export import Entries, decode_objects, time_order
-from ._frame import rfc3339_ns_of, set_time
+from ._frame import line_of, rfc3339_ns_of, set_time
 
 NAME = "datadog"
 DOC = "Datadog Logs Search API JSON (`{\"data\":[{\"attributes\":{\"message\",\"timestamp\",\"host\",\"service\",\"tags\"},\"type\":\"log\"}]}`, indented, compact, or one log a line): `message`, `timestamp` (ms); labels `pod`, `namespace`, `container` from the Agent's tags, `host`, `service`, `severity`; newest first put back in time order per pod"
@@ -60,7 +60,7 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
                for k, v in _TAGS.items()}
     # (a line's own newline, which most messages do not keep, is cut where some does)
     ends = df.select((msg.str.ends_with("\n") | msg.str.ends_with("\r")).any()).item() if df.height else False
-    line = msg.str.strip_suffix("\n").str.strip_suffix("\r") if ends else msg
+    line = line_of(msg) if ends else msg
     df = df.with_columns(
         pl.when(msg.is_not_null()).then(line).otherwise(pl.col("text")).alias("text"),
         set_time(df, rfc3339_ns_of(df, ts)),

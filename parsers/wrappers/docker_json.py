@@ -36,10 +36,16 @@ def decode_json(df: pl.DataFrame, hint: str, dtype: pl.Struct, where: pl.Expr | 
     try:
         return df.with_columns(cand.str.json_decode(dtype).alias("_j"))
     except pl.exceptions.PolarsError:
+        # (a member that is an object or an array comes back as its JSON text: read in its
+        # type, as the whole decode gives it)
         fields = [
-            cand.str.json_path_match(f"$.{f.name}").alias(f.name) for f in dtype.fields
+            _in_type(cand.str.json_path_match(f"$.{f.name}"), f.dtype).alias(f.name) for f in dtype.fields
         ]
         return df.with_columns(pl.struct(fields).alias("_j"))
+
+
+def _in_type(value: pl.Expr, dtype: pl.DataType) -> pl.Expr:
+    return value.str.json_decode(dtype) if isinstance(dtype, (pl.Struct, pl.List)) else value
 
 
 def decode(df: pl.DataFrame) -> pl.DataFrame:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import polars as pl
 
 from ._export import decode_objects, time_order
-from ._frame import rfc3339_ns_of, set_time
+from ._frame import line_of, rfc3339_ns_of, set_time
 
 NAME = "elastic"
 DOC = "Elasticsearch / OpenSearch `_source` NDJSON, hits, indented search responses: `message` / `log`, `@timestamp`; labels `pod`, `namespace`, `container`, `node` from `kubernetes.*` (Filebeat / Elastic Agent or Fluent Bit), `host` from `host.name`, `severity` from ECS `log.level`, `stream`; newest first put back in time order per pod"
@@ -72,7 +72,7 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
     k = f("kubernetes").struct.field
     msg = pl.coalesce(f("message"), f("log"))
     df = df.with_columns(
-        pl.when(msg.is_not_null()).then(msg.str.strip_suffix("\n").str.strip_suffix("\r")).otherwise(pl.col("text")).alias("text"),
+        pl.when(msg.is_not_null()).then(line_of(msg)).otherwise(pl.col("text")).alias("text"),
         set_time(df, rfc3339_ns_of(df, f("@timestamp"))),
         pl.coalesce(k("pod").struct.field("name"), k("pod_name")).alias("_lab_pod"),
         pl.coalesce(k("namespace"), k("namespace_name")).alias("_lab_namespace"),

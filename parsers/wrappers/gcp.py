@@ -14,10 +14,11 @@ instance become labels (`pod`, `container`, `namespace`, `node`, `cluster`), wit
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from ._export import indent_of, decode_objects, sniff_export, time_order
-from ._frame import rfc3339_ns_of, set_time
+from ._frame import cut_suffix, line_of, rfc3339_ns_of, set_time
 
 NAME = "gcp-logging"
 DOC = "Google Cloud Logging JSON (`gcloud logging read --format=json`, Logs Explorer download, one LogEntry per line): `textPayload` / `jsonPayload.message`, `timestamp` (ns); labels `pod`, `container`, `namespace`, `node`, `cluster`, `severity`, and `host` for a Compute Engine VM; newest-first put back in time order per pod"
@@ -51,7 +52,7 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
     msg = pl.coalesce(f("textPayload"), f("jsonPayload").struct.field("message"))
     res = f("resource").struct.field("labels").struct.field
     df = df.with_columns(
-        pl.when(msg.is_not_null()).then(msg.str.strip_suffix("\n").str.strip_suffix("\r")).otherwise(pl.col("text")).alias("text"),
+        pl.when(msg.is_not_null()).then(line_of(msg)).otherwise(pl.col("text")).alias("text"),
         set_time(df, rfc3339_ns_of(df, f("timestamp"))),
         *[res(k).alias(f"_lab_{v}") for k, v in _RES.items()],
         pl.coalesce(f("labels").struct.field(_VM_NAME), res(_VM_ID)).alias("_lab_host"),
@@ -89,33 +90,38 @@ def _members(df: pl.DataFrame) -> pl.DataFrame | None:
     if not ((close_at > open_at).all() and (open_at.slice(1) > close_at.slice(0, n_open - 1)).all()):
         return None
     member = text.str.starts_with(mpad + '"') & ~text.str.starts_with(mpad + '" ')
+    lpad = mpad + "    "
+    vm_pre = f'{mpad}  "{_VM_NAME}": '
     def within(name: str) -> pl.Expr:
-        return pl.when(member).then(text.str.starts_with(f'{mpad}"{name}": ')).forward_fill().fill_null(False)
+        return pl.when(pl.col("_m")).then(text.str.starts_with(f'{mpad}"{name}": ')).forward_fill().fill_null(False)
 
     g = o.cum_sum().alias("_g")
-    side = df.select("line", "text", g, within("resource").alias("_res"), within("labels").alias("_lab"), member.alias("_m"))
     # outside the entries: only the array's brackets
-    inside = side["_g"].cast(pl.Int64) > 0
-    outside = side.filter(~inside | (pl.col("line") > close_at[-1]))
+    outside = df.filter((g == 0) | (line > close_at[-1]))
     if not outside["text"].str.strip_chars().is_in(["[", "]", ""]).all():
         return None
-    if side.select(text.str.starts_with(mpad + '"jsonPayload": ').any()).item():
+    # the entries' own members and the lines that may be labels, the rest left behind (the
+    # member enclosing a label line is the last member line before it: both are kept)
+    side = df.select("text", g, member.alias("_m")).filter(
+        pl.col("_m") | text.str.starts_with(lpad + '"') | text.str.starts_with(vm_pre))
+    if side.select((pl.col("_m") & text.str.starts_with(mpad + '"jsonPayload": ')).any()).item():
         return None
+    side = side.with_columns(within("resource").alias("_res"), within("labels").alias("_lab"))
     heads = pl.DataFrame({"_g": pl.int_range(1, n_open + 1, eager=True, dtype=side["_g"].dtype), "line": open_at,
                           "_n": (close_at - open_at + 1).cast(pl.Int32)})
     fields = {}
-    for k in _TOP:
-        pre = f'{mpad}"{k}": '
-        fields[k] = side.filter(text.str.starts_with(pre)).select("_g", text.str.slice(len(pre)).str.strip_suffix(",")
-                                                                        .str.json_decode(pl.String).alias(k))
-    lpad = mpad + "    "
-    for k, within_, pre in [*[(k, "_res", f'{lpad}"{k}": ') for k in (*_RES, _VM_ID)], (_VM_NAME, "_lab", f'{mpad}  "{_VM_NAME}": ')]:
-        fields[k] = side.filter(pl.col(within_) & text.str.starts_with(pre)).select(
-            "_g", text.str.slice(len(pre)).str.strip_suffix(",").str.json_decode(pl.String).alias(k))
+    # (each key looked for among the lines of its kind only)
+    members = side.filter(pl.col("_m"))
+    in_res = side.filter(pl.col("_res") & text.str.starts_with(lpad + '"'))
+    in_lab = side.filter(pl.col("_lab") & text.str.starts_with(vm_pre))
+    for k, lines, pre in [*[(k, members, f'{mpad}"{k}": ') for k in _TOP], *[(k, in_res, f'{lpad}"{k}": ') for k in (*_RES, _VM_ID)],
+                          (_VM_NAME, in_lab, vm_pre)]:
+        fields[k] = lines.filter(text.str.starts_with(pre)).select(
+            "_g", cut_suffix(text, ",").str.slice(len(pre)).str.json_decode(pl.String).alias(k))
     if fields["textPayload"].height != n_open:
         return None
     for k, f in fields.items():
-        heads = heads.join(f, on="_g", how="left", maintain_order="left")
+        heads = _beside(heads, f)
     first = df.filter(o)
     res = pl.struct([pl.col(k) for k in (*_RES, _VM_ID)]).alias("labels")
     j = pl.struct(pl.col("textPayload"), pl.lit(None, pl.Struct({"message": pl.String})).alias("jsonPayload"),
@@ -127,3 +133,12 @@ def _members(df: pl.DataFrame) -> pl.DataFrame | None:
         *[first[c] for c in first.columns if c.startswith("_lab_")],
     )
     return out.select("line", "text", "_n", "_wts", "_stream", "_open", "_pre", *[c for c in first.columns if c.startswith("_lab_")], "_j")
+
+
+def _beside(heads: pl.DataFrame, part: pl.DataFrame) -> pl.DataFrame:
+    """`heads` (entries `_g` 1..n in order) left-joined with `part` on `_g`: its column put
+    beside them when it names each entry once, in order (the usual case), without a join."""
+    g = part["_g"].to_numpy()
+    if part.height == heads.height and (part.height == 0 or (g[0] == 1 and bool((np.diff(g) == 1).all()))):
+        return heads.hstack(part.drop("_g"))
+    return heads.join(part, on="_g", how="left", maintain_order="left")

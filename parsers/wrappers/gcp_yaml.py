@@ -27,7 +27,7 @@ from __future__ import annotations
 import polars as pl
 
 from ._export import time_order
-from ._frame import rfc3339_ns_of, set_time
+from ._frame import cut_suffix, rfc3339_ns_of, set_time
 
 NAME = "gcp-logging-yaml"
 DOC = "Google Cloud Logging YAML (`gcloud logging read`'s default output, `---` before each LogEntry): `textPayload` / `jsonPayload.message` in any YAML scalar style, `timestamp` (ns); labels `pod`, `container`, `namespace`, `node`, `cluster`, `severity`; newest-first put back in time order per pod"
@@ -131,7 +131,9 @@ def _unquote_of(df: pl.DataFrame, v: pl.Expr) -> pl.Expr:
     a label plain)."""
     name = v.meta.output_name()
     w = v.str.strip_chars_end()
-    single, double, doubled = df.select(w.str.starts_with("'").any().alias("s"), w.str.starts_with('"').any().alias("d"),
+    # (a value opens with its quote whether or not white space ends it: asked of the value
+    # itself, which is not copied)
+    single, double, doubled = df.select(v.str.starts_with("'").any().alias("s"), v.str.starts_with('"').any().alias("d"),
                                         v.str.contains("''", literal=True).any().alias("q")).row(0) if df.height else (False, False, False)
     if double:
         return _unquote(v).alias(name)
@@ -182,15 +184,23 @@ def _scalars(p: pl.DataFrame) -> pl.DataFrame:
     parts = pl.concat([one, more.select(one.columns)]) if more.height else one
     v = pl.col("_piece")
     out = []
-    for style, fn in (("'", lambda v: v.str.strip_chars_end().str.strip_prefix("'").str.strip_suffix("'").str.replace_all("''", "'", literal=True)),
-                      ('"', lambda v: _unescape(v.str.strip_chars_end().str.strip_prefix('"').str.strip_suffix('"'))),
-                      ("|", lambda v: v), (">", lambda v: v)):
+    for style, fn in (("'", _single_quoted), ('"', lambda sub, v: _unescape(v.str.strip_chars_end().str.strip_prefix('"').str.strip_suffix('"'))),
+                      ("|", lambda sub, v: v), (">", lambda sub, v: v)):
         sub = parts.filter(pl.col("_style") == style)
         if sub.height:
-            out.append(sub.select("_g", fn(v).alias("_msg")))
+            out.append(sub.select("_g", fn(sub, v).alias("_msg")))
     plain = parts.filter(~pl.col("_style").is_in(["'", '"', "|", ">"]).fill_null(True))
     out.append(plain.select("_g", v.str.strip_chars_end().alias("_msg")))
     return pl.concat(out)
+
+
+def _single_quoted(df: pl.DataFrame, v: pl.Expr) -> pl.Expr:
+    """A single-quoted scalar's text: its quotes cut off (the string's bytes kept, not
+    copied), a doubled quote made one where some value holds one."""
+    w = v.str.strip_chars_end()
+    inner = cut_suffix(pl.when(w.str.starts_with("'")).then(w.str.slice(1)).otherwise(w), "'")
+    doubled = df.select(v.str.contains("''", literal=True).any()).item()
+    return inner.str.replace_all("''", "'", literal=True) if doubled else inner
 
 
 def _joined(p: pl.DataFrame) -> pl.DataFrame:
@@ -198,7 +208,8 @@ def _joined(p: pl.DataFrame) -> pl.DataFrame:
     line by line (a literal block), one `_piece` per document. (Each style's rows apart:
     a branch not taken would still copy every line's text.)"""
     t, is_head = pl.col("text"), pl.col("_head")
-    p = p.with_columns(pl.col("_hv_all").str.head(1).alias("_style"))
+    # (a document's lines follow one another: grouped as runs of a sorted key)
+    p = p.with_columns(pl.col("_hv_all").str.head(1).alias("_style"), pl.col("_g").set_sorted())
     style = pl.col("_style")
     block = p.filter(style.is_in(["|", ">"]))
     flow = p.filter(~style.is_in(["|", ">"]))

@@ -21,7 +21,7 @@ import json
 import polars as pl
 
 from ._export import time_order
-from ._frame import WTS, label_columns, rfc3339_ns, set_time, share
+from ._frame import WTS, cut_suffix, label_columns, set_time, share
 
 NAME = "grafana-explore"
 DOC = "Grafana Explore \"Download logs\" text (`<ms>\\t<ISO time>\\t<line>` after the common labels) and JSON (`[{\"line\",\"timestamp\",\"date\",\"fields\"}]`): time (ms text, ns JSON); labels `pod`, `container`, `namespace`, `node`, `job`, `app`, `host`; newest first put back in time order per stream"
@@ -93,12 +93,14 @@ def decode(df: pl.DataFrame, common: str = "") -> pl.DataFrame:
     const = json.loads(common) if common else {}
     labels = label_columns(_LABELS, fields, const)
     out = (
-        pl.when(j("line").is_not_null()).then(j("line").str.strip_suffix("\n"))
+        pl.when(j("line").is_not_null()).then(cut_suffix(j("line"), "\n"))
         .when(row("_ms").is_not_null()).then(text.str.slice(row("_ms").str.len_chars() + row("_iso").str.len_chars() + 2))
         .when(old("_old").is_not_null()).then(text.str.slice(old("_old").str.len_chars() + 1))
         .otherwise(text)
     )
-    df = df.with_columns(out.alias("text"), set_time(df, pl.coalesce(ns, ms, rfc3339_ns(row("_iso")), oldts).cast(WTS)), *labels).drop("_j", "_isj")
+    # (a row's ISO time is its ms time again: the row pattern holds both, so the ms is never
+    # missing where the ISO time is there, and the ISO time is not parsed)
+    df = df.with_columns(out.alias("text"), set_time(df, pl.coalesce(ns, ms, oldts).cast(WTS)), *labels).drop("_j", "_isj")
     last = pl.int_range(pl.len()) == pl.len() - 1
     df = df.with_columns((pl.col("_open") & last).alias("_open"))
     return time_order(df, _KEYS)

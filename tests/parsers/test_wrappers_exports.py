@@ -151,6 +151,23 @@ def test_an_export_cut_short_keeps_the_rest(export):
     assert rest.select(SAME).equals(base.filter(pl.col("line") != lost).select(SAME))
 
 
+def test_a_loki_jsonl_download_cut_inside_a_line_keeps_the_rest():
+    """`logcli --output jsonl` stopped inside the text of its last entry (the entry's line
+    then still looks like an entry, but is no whole object): the other entries give their
+    events, the broken one is `unparsed` with the reason."""
+    lines, times, base = truth("sample_logs/vllm/real/v1_0_11.log", "vllm")
+    text = loki_jsonl(lines, times)
+    cut = text.rfind('"line": "') + len('"line": "') + 5
+    layers, texts, ev = parse("vllm", text[:cut] + "\n")
+    assert layers[0] == "loki"
+    broken = ev.filter(pl.col("message").str.starts_with("{"))
+    assert broken["event"].to_list() == ["unparsed"]
+    assert "not a whole JSON object" in broken["labels"][0]
+    # (newest first: the entry cut is the server's first line)
+    rest = in_time_order(ev.filter(~pl.col("message").str.starts_with("{")))
+    assert rest.select(SAME).equals(base.filter(pl.col("line") != 1).select(SAME))
+
+
 def test_an_otlp_file_cut_inside_its_last_batch_keeps_the_batches_before():
     lines, times, base = truth("sample_logs/vllm/real/v1_0_11.log", "vllm")
     text = otlp_file(lines, times, batch=7)
