@@ -352,6 +352,7 @@ class _Opened:
     # a platform download's read block is larger: as many engine lines as a plain log's
     block_scale: float = 1.0
     labels: dict[str, str] | None = None  # the instance's labels (naming.py), for the parser
+    threads: int | None = None  # parse threads, fewer than the default when read beside workers
 
 
 def _open_file(
@@ -557,7 +558,8 @@ def _read_file(
 def _parse_opened(opened: _Opened, f, block_bytes: int):
     """The chunks of an opened file, from its offset (`f` positioned there)."""
     return parse_stream(f, opened.parser, opened.ctx, offset=opened.offset, next_line=opened.next_line,
-                        block_bytes=block_bytes, hold_partial_line=opened.live, crc=opened.crc)
+                        block_bytes=block_bytes, hold_partial_line=opened.live, crc=opened.crc,
+                        threads=opened.threads)
 
 
 def _state(opened: _Opened, chunk) -> dict:
@@ -727,7 +729,9 @@ def _all_files(found: list, reading: _Reading, workers: int, notes: list[str],
             yield result
             yield from side.committed()
         while side.queue:
-            yield _read_file(side.queue.popleft(), batch, block_bytes, side.progress)
+            opened = side.queue.popleft()
+            opened.threads = side.share  # (this process's share of the cores, as each worker's)
+            yield _read_file(opened, batch, block_bytes, side.progress)
             yield from side.committed()
         yield from side.committed(wait=True)
         finished = True
@@ -750,6 +754,7 @@ class _SideBySide:
     def __init__(self, pool: Workers, batch: _Batch, block_bytes: int, on_progress: Callable[[int], None] | None):
         self.pool, self.batch, self.block_bytes, self.on_progress = pool, batch, block_bytes, on_progress
         self.readers = pool.n + 1
+        self.share = max(1, workers_mod.usable_cores() // self.readers)
         self.queue: deque[_Opened] = deque()
         self.running: list[tuple[_Opened, Future]] = []
         self.ready: list[FileResult] = []  # committed, not yet reported

@@ -196,9 +196,12 @@ def parse_stream(
     hold_partial_line: bool = False,
     hold_last_record: bool = False,
     crc: int | None = None,
+    threads: int | None = None,
 ) -> Iterator[ParsedChunk]:
     """Parse `stream` (positioned at `offset`) chunk by chunk. `crc`: the CRC-32 of the
-    content before `offset`, continued over each chunk (ParsedChunk.crc).
+    content before `offset`, continued over each chunk (ParsedChunk.crc). `threads`: fewer
+    parse threads than PARSE_THREADS (an ingest that reads beside its worker processes takes
+    its share of the cores).
 
     Batch ingest consumes everything to the end, an unterminated last line included. A
     tailer holds back the partial last line (its writer has not finished it) and, until the
@@ -215,11 +218,13 @@ def parse_stream(
         hold_partial_line=hold_partial_line, hold_last_record=hold_last_record, crc=crc,
     )
     carry = getattr(parser, "CARRY_FORWARD", ())
+    n_threads = PARSE_THREADS if threads is None else max(1, min(threads, PARSE_THREADS))
+    executor = _EXECUTOR if n_threads == PARSE_THREADS else _executor(n_threads)
     for chunk, end_offset, end_line, n, bad, tail, nul, starts, crc_after in chunks:
-        pending.append((_EXECUTOR.submit(parse_isolated, parser, chunk, ctx), end_offset, end_line, n, bad, tail, nul,
+        pending.append((executor.submit(parse_isolated, parser, chunk, ctx), end_offset, end_line, n, bad, tail, nul,
                         starts, crc_after))
         # one chunk more than threads: both stay busy while the consumer writes a batch
-        if len(pending) > PARSE_THREADS:
+        if len(pending) > n_threads:
             yield _finish(pending.popleft(), ctx, carry)
     while pending:
         yield _finish(pending.popleft(), ctx, carry)
@@ -265,6 +270,13 @@ def _parse_threads() -> int:
 
 PARSE_THREADS = _parse_threads()
 _EXECUTOR = ThreadPoolExecutor(max_workers=PARSE_THREADS, thread_name_prefix="servelens-parse")
+_FEWER: dict[int, ThreadPoolExecutor] = {}
+
+
+def _executor(n: int) -> ThreadPoolExecutor:
+    if n not in _FEWER:
+        _FEWER[n] = ThreadPoolExecutor(max_workers=n, thread_name_prefix="servelens-parse")
+    return _FEWER[n]
 
 
 # The bulk of a busy server's log: events whose typed columns say what the line said. Their

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from pathlib import Path
 from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
 
@@ -237,6 +238,24 @@ def test_a_copy_of_a_file_a_worker_reads_is_stored_once(tmp_path, monkeypatch, b
     alone = ingest(logs, tmp_path / "alone", workers=1)
     assert run(tmp_path / "store", "select count(*) from events").item() == alone.events
     assert small.name not in by_workers and by_workers
+
+
+def test_this_process_reads_beside_its_workers_with_its_share_of_the_cores(tmp_path, monkeypatch, by_workers):
+    """Reading a large file beside the workers, this process parses on its share of the
+    cores, as each worker does: with its default threads it would take more than its share
+    and finish its files early while the last worker's file is still read alone."""
+    monkeypatch.setattr(workers_mod, "usable_cores", lambda: 4)  # two readers on four cores
+    logs = _logs(tmp_path)
+    real, threads = ingest_mod.parse_stream, {}
+
+    def spy(stream, parser, ctx, **kw):
+        threads[Path(ctx.source).name] = kw.get("threads")
+        return real(stream, parser, ctx, **kw)
+
+    monkeypatch.setattr(ingest_mod, "parse_stream", spy)
+    ingest([tmp_path / "logs"], tmp_path / "store", workers=2)
+    mine = {name: n for name, n in threads.items() if name not in by_workers}
+    assert mine and set(mine.values()) == {2} and len(mine) + len(by_workers) == len(logs)
 
 
 def test_the_default_worker_count_is_the_cores_the_memory_holds(monkeypatch):
