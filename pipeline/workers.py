@@ -3,9 +3,11 @@ until a worker runs, so the command can start them before its own heavy imports.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import signal
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,10 +156,20 @@ def _start_worker(progress: Any) -> None:
     global _PROGRESS
     _PROGRESS = progress
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # (started from another thread: see start)
+    atexit.register(_exit_now)
     # what reading a file needs, imported now: before the first file is handed over
     from servelens.parsers import wrappers  # noqa: F401
     from .sources import lines  # noqa: F401
     from .store import commit  # noqa: F401
+
+
+def _exit_now() -> None:
+    """A worker's end, once its pool is shut down: what it read is committed or staged on
+    disk, so the interpreter's teardown of its modules and memory (a large share of a second
+    that the ingesting process would wait for) is skipped."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def progress() -> Any:

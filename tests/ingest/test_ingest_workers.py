@@ -279,7 +279,8 @@ def test_each_worker_takes_its_share_of_the_cores_and_this_process_keeps_its_own
     import signal
 
     mine = signal.getsignal(signal.SIGINT)
-    pool = workers_mod.start(1, False).executor  # one worker, this process reading beside it
+    started = workers_mod.start(1, False)  # one worker, this process reading beside it
+    pool = started.executor
     try:
         seen = [pool.submit(os.getenv, k).result() for k in ("POLARS_MAX_THREADS", "SERVELENS_PARSE_THREADS")]
         # Ctrl-C, sent to the whole process group, is this process's to handle: a worker
@@ -289,6 +290,8 @@ def test_each_worker_takes_its_share_of_the_cores_and_this_process_keeps_its_own
         pool.shutdown()
     assert seen == ["4", "4"]
     assert ctrl_c == signal.SIG_IGN and signal.getsignal(signal.SIGINT) is mine
+    # a worker skips its interpreter's teardown at the end, and still ends as a success
+    assert [p.exitcode for p in started.processes] == [0]
     assert "POLARS_MAX_THREADS" not in os.environ and "SERVELENS_PARSE_THREADS" not in os.environ
     monkeypatch.setenv("SERVELENS_PARSE_THREADS", "3")  # a user's setting wins
     pool = workers_mod.start(1, False).executor
