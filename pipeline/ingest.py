@@ -217,10 +217,10 @@ def ingest(
 
     `workers`: processes that read large files of different instances side by side, this one
     and `workers - 1` worker processes (1: every file read here, one at a time;
-    `worker_count(None)`, the CLI's default: one per core). The workers are spawned: a script that asks for them must guard its main module (`if __name__ ==
-    "__main__":`), which each worker imports again. `pool`: workers started before
-    (workers.prestart), used instead of starting them here, or closed once no file needs
-    them."""
+    `worker_count(None)`, the CLI's default: one per core). The workers are spawned: a script
+    that asks for them must guard its main module (`if __name__ == "__main__":`), which each
+    worker imports again. `pool`: workers started before (workers.prestart), used instead of
+    starting them here, or closed once no file needs them."""
     if engine != "auto" and engine not in ENGINES:
         raise IngestError(
             f"unknown engine {engine!r}; choose one of: auto, {', '.join(ENGINES)}"

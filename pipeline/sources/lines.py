@@ -199,9 +199,9 @@ def parse_stream(
     threads: int | None = None,
 ) -> Iterator[ParsedChunk]:
     """Parse `stream` (positioned at `offset`) chunk by chunk. `crc`: the CRC-32 of the
-    content before `offset`, continued over each chunk (ParsedChunk.crc). `threads`: fewer
-    parse threads than PARSE_THREADS (an ingest that reads beside its worker processes takes
-    its share of the cores).
+    content before `offset`, continued over each chunk (ParsedChunk.crc). `threads`: parse
+    threads other than PARSE_THREADS (an ingest that reads beside its worker processes takes
+    its share of the cores, as they do; never more than the cores).
 
     Batch ingest consumes everything to the end, an unterminated last line included. A
     tailer holds back the partial last line (its writer has not finished it) and, until the
@@ -218,7 +218,7 @@ def parse_stream(
         hold_partial_line=hold_partial_line, hold_last_record=hold_last_record, crc=crc,
     )
     carry = getattr(parser, "CARRY_FORWARD", ())
-    n_threads = PARSE_THREADS if threads is None else max(1, min(threads, PARSE_THREADS))
+    n_threads = PARSE_THREADS if threads is None else max(1, min(threads, os.cpu_count() or 1))
     executor = _EXECUTOR if n_threads == PARSE_THREADS else _executor(n_threads)
     for chunk, end_offset, end_line, n, bad, tail, nul, starts, crc_after in chunks:
         pending.append((executor.submit(parse_isolated, parser, chunk, ctx), end_offset, end_line, n, bad, tail, nul,
