@@ -537,6 +537,12 @@ class Filters:
         """The SQL condition keeping the rows of the selected instances."""
         return _EVERY if self.every else _TARGET
 
+    def keeps(self, engine: str | None, instance: str | None) -> bool:
+        """`target`'s condition for one (engine, instance) already read into Python."""
+        if self.every:
+            return engine != "unknown" and instance is not None
+        return (engine, instance) in self.targets
+
     @property
     def span_s(self) -> float:
         return max(1.0, (self.end - self.start).total_seconds())
@@ -738,10 +744,7 @@ def kv_devices(cfg: Settings, f: Filters) -> list[str]:
         where event = 'capacity' and attrs like '%kv_device%'
         """,
     )
-    targets = set(f.targets)
-    # (Filters.target's condition, on the few rows here)
-    keep = (lambda e, i: e != "unknown" and i is not None) if f.every else (lambda e, i: (e, i) in targets)
-    return sorted({d for e, i, d in df.iter_rows() if d and keep(e, i)})
+    return sorted({d for e, i, d in df.iter_rows() if d and f.keeps(e, i)})
 
 
 def latency(cfg: Settings, f: Filters) -> pl.DataFrame:

@@ -750,3 +750,20 @@ def test_the_kv_devices_of_a_selection_and_a_filter_change_scans_no_events(store
     announced = {p.stem for p in (REPO / "sample_logs" / "incident" / "vllm").glob("*.log")
                  if re.search(r"GPU KV cache size|# GPU blocks", p.read_text())}
     assert announced and {f.targets[0][1] for f in ones if got[f.targets] == ["GPU"]} == announced
+
+
+def test_a_selections_python_condition_keeps_the_instances_its_sql_keeps(store):
+    """Filters.keeps, for rows already read into Python, against Filters.target run by DuckDB
+    over the store's events: every selection, and an engine name no server has."""
+    cfg = data.Settings(store=str(store))
+    cat = data.catalog(cfg)
+    every = sidebar.resolve(_default_spec(), cat)
+    ones = [sidebar.resolve(_default_spec(engines=(e,), instances=(i,)), cat) for e, i in every.targets]
+    pairs = run(store, "select distinct engine, instance from events")
+    pairs = [*zip(pairs["engine"].to_list(), pairs["instance"].to_list()), ("unknown", "x"), ("vllm", None)]
+    assert len(ones) >= 6
+    for f in [every, *ones]:
+        kept = run(store, f"select distinct engine, instance from events where {f.target} "
+                          "and ts >= $start and ts < $end", f.params())
+        want = set(zip(kept["engine"].to_list(), kept["instance"].to_list()))
+        assert {p for p in pairs if f.keeps(*p)} == want, f.targets
