@@ -11,7 +11,7 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 # A worker costs an interpreter's start and its imports: paid back by large files only.
 WORKER_MIN_BYTES = 64 * 1024 * 1024
@@ -129,10 +129,7 @@ def _large_unread(paths: list[Path], store_dir: Path) -> int:
     for top in paths:
         top = str(top)
         if os.path.isdir(top):
-            # (directory links not followed: a link cycle would never end; a guess may miss)
-            walked = ((d, f) for d, _, files in os.walk(top)
-                      if not _under(os.path.realpath(d), skip) for f in files)
-            candidates = (os.path.join(d, f) for d, f in walked if not f.startswith("."))
+            candidates = _files_under(top, skip)
         else:
             candidates = iter((top,))
         for name in candidates:
@@ -143,6 +140,17 @@ def _large_unread(paths: list[Path], store_dir: Path) -> int:
             if st.st_size >= WORKER_MIN_BYTES and (st.st_dev, st.st_ino, st.st_size) not in done:
                 count += 1
     return count
+
+
+def _files_under(top: str, skip: str) -> Iterator[str]:
+    """The files an ingest of the directory `top` may read, as far as names tell: hidden
+    files and folders left out as the ingest leaves them, and the store `skip`. (Directory
+    links are not followed: a link cycle would never end; a guess may miss.)"""
+    for d, dirs, files in os.walk(top):
+        dirs[:] = [x for x in dirs if not x.startswith(".")]
+        if _under(os.path.realpath(d), skip):
+            continue
+        yield from (os.path.join(d, f) for f in files if not f.startswith("."))
 
 
 def _under(path: str, top: str) -> bool:

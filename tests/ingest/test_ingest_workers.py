@@ -330,6 +330,9 @@ def test_the_command_starts_workers_early_only_for_two_large_files_it_has_not_re
 
     assert started([tmp_path / "logs"]) == 1  # (this process reads beside it)
     assert started([tmp_path / "logs"], requested=8) == 5  # no more readers than large files
+    for hidden in (".git/objects/pack/big.pack", ".big.log"):  # not read by the ingest either
+        write(tmp_path / "logs" / hidden, b"x" * 2000)
+    assert started([tmp_path / "logs"], requested=8) == 5
     assert started([tmp_path / "logs"], requested=1) is None
     assert started(big[:1]) is None  # one file: its blocks share the parse threads instead
     ingest([tmp_path / "logs"], store, workers=1)
