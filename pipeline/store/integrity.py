@@ -65,36 +65,22 @@ def content_problem(fd: int, path: str, st: os.stat_result, recorded: dict | Non
 
 
 def retimed(root: Path | str, manifest: dict) -> dict[str, int]:
-    """The parts (in events/) whose bytes are what their commit recorded but whose modification
-    time is not (a store copied without its files' times), each with its time now. Every read
-    reads such a part whole to check it; recording the time spares that. The checksums come
-    from this process's earlier check where it made one (check_parts), else are read here."""
+    """The parts whose bytes are what their commit recorded but whose modification time is not
+    (a store copied without its files' times), each with its time now: from the checksums this
+    process's check read (check_parts reads a part's only when its time differs, so a check
+    just before finds them all; nothing is read again here). Every read reads such a part
+    whole to check it; recording the time spares that."""
     info = manifest.get("part_info") or {}
+    seen = {path: (size, mtime_ns, crc) for (path, size, mtime_ns), crc in _checked.items()}
     base = str(root)
     out: dict[str, int] = {}
     for rel in manifest["parts"]:
-        rec = info.get(rel)
-        if not rec or "crc32" not in rec or "mtime_ns" not in rec:
+        rec, now = info.get(rel), seen.get(_joined(base, rel))
+        if not rec or now is None or "mtime_ns" not in rec:
             continue
-        path = _joined(base, rel)
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
-            continue  # missing or elsewhere: the check's business
-        try:
-            st = os.fstat(fd)
-            if st.st_size != rec["size"] or st.st_mtime_ns == rec["mtime_ns"]:
-                continue
-            key = (path, st.st_size, st.st_mtime_ns)
-            crc = _checked.get(key)
-            if crc is None:
-                crc = _checked[key] = part_checksum(fd)
-        except OSError:
-            continue
-        finally:
-            os.close(fd)
-        if crc == rec["crc32"]:
-            out[rel] = st.st_mtime_ns
+        size, mtime_ns, crc = now
+        if size == rec["size"] and mtime_ns != rec["mtime_ns"] and crc == rec.get("crc32"):
+            out[rel] = mtime_ns
     return out
 
 

@@ -204,9 +204,10 @@ def heal(store: Store) -> RepairResult | None:
 
 def record_times(store: Store) -> int:
     """Record the modification times of the parts whose bytes are intact but whose times are
-    not their commits' (a store copied without them), so that reads trust the times again
-    instead of reading those parts whole; how many. A store that cannot be written is left
-    as it is (reads still check those parts, at the cost of reading them)."""
+    not their commits' (a store copied without them), as this process's check of the store
+    just found them (integrity.retimed), so that reads trust the times again instead of
+    reading those parts whole; how many. A store that cannot be written is left as it is
+    (reads still check those parts, at the cost of reading them)."""
     times = retimed(store.root, store.manifest)
     if not times:
         return 0
