@@ -352,7 +352,7 @@ class _Opened:
     # a platform download's read block is larger: as many engine lines as a plain log's
     block_scale: float = 1.0
     labels: dict[str, str] | None = None  # the instance's labels (naming.py), for the parser
-    threads: int | None = None  # parse threads, fewer than the default when read beside workers
+    threads: int | None = None  # parse threads: its share of the cores when read beside workers
 
 
 def _open_file(
@@ -691,7 +691,7 @@ def _all_files(found: list, reading: _Reading, workers: int, notes: list[str],
     and worker processes (`pool`, started before: else started here, one fewer than
     `workers`), the others read here first, in order."""
     open_file, batch, block_bytes, on_progress, name_of = reading
-    big = _for_workers(found, name_of, pool.n + 1 if pool is not None else max(1, workers))
+    big = _for_workers(found, name_of, pool.readers if pool is not None else max(1, workers))
     if not big:
         if pool is not None:
             pool.close()  # (its imports would compete with the reading here)
@@ -707,7 +707,7 @@ def _all_files(found: list, reading: _Reading, workers: int, notes: list[str],
     notes.append(f"{len(big):,} large files read side by side by this process and {pool.n} worker "
                  f"process{'es' if pool.n > 1 else ''} (--workers 1: one at a time)")
     side = _SideBySide(pool, batch, block_bytes, on_progress)
-    batch.share = side.readers  # (together they hold what one ingest would)
+    batch.share = pool.readers  # (together they hold what one ingest would)
     finished = False
     try:
         reserved: set[str] = set()
@@ -730,7 +730,7 @@ def _all_files(found: list, reading: _Reading, workers: int, notes: list[str],
             yield from side.committed()
         while side.queue:
             opened = side.queue.popleft()
-            opened.threads = side.share  # (this process's share of the cores, as each worker's)
+            opened.threads = pool.share  # (this process's share of the cores, as each worker's)
             yield _read_file(opened, batch, block_bytes, side.progress)
             yield from side.committed()
         yield from side.committed(wait=True)
@@ -753,8 +753,6 @@ class _SideBySide:
 
     def __init__(self, pool: Workers, batch: _Batch, block_bytes: int, on_progress: Callable[[int], None] | None):
         self.pool, self.batch, self.block_bytes, self.on_progress = pool, batch, block_bytes, on_progress
-        self.readers = pool.n + 1
-        self.share = max(1, workers_mod.usable_cores() // self.readers)
         self.queue: deque[_Opened] = deque()
         self.running: list[tuple[_Opened, Future]] = []
         self.ready: list[FileResult] = []  # committed, not yet reported
@@ -768,7 +766,7 @@ class _SideBySide:
             portable = dataclasses.replace(opened, parser=None)  # (a parser is a module: rebuilt there)
             try:
                 future = self.pool.executor.submit(_read_in_worker, str(self.batch.store.root), portable,
-                                                   self.block_bytes, self.readers)
+                                                   self.block_bytes, self.pool.readers)
             except BrokenProcessPool:
                 return  # a worker died: said where this process waits for its file (`committed`)
             self.running.append((self.queue.popleft(), future))

@@ -22,8 +22,8 @@ WORKER_MEMORY_BYTES = 1 << 30
 
 
 def worker_count(requested: int | None) -> int:
-    """The worker processes an ingest may start: `requested`, else one per usable core, as
-    many as the available memory holds."""
+    """The processes that may read an ingest's large files side by side (the ingesting one and
+    its workers): `requested`, else one per usable core, as many as the available memory holds."""
     if requested is not None:
         return max(1, requested)
     return max(1, min(usable_cores(), available_memory() // WORKER_MEMORY_BYTES))
@@ -50,13 +50,20 @@ def available_memory() -> int:
 
 @dataclass
 class Workers:
-    """Started worker processes (`executor`, `n` of them) and the queue they report the
-    bytes they have read on (None: no progress shown)."""
+    """Started worker processes (`executor`, `n` of them), the queue they report the bytes
+    they have read on (None: no progress shown), and each reader's parse threads, its share
+    of the cores (None: the user's SERVELENS_PARSE_THREADS, which every reader keeps)."""
 
     executor: Any
     n: int
     progress: Any = None
     processes: tuple = ()
+    share: int | None = None
+
+    @property
+    def readers(self) -> int:
+        """The processes reading side by side: the workers and the ingesting one."""
+        return self.n + 1
 
     def close(self) -> None:
         """Stop them now, whatever they are doing (their imports, their files: what they
@@ -80,10 +87,11 @@ def start(n: int, with_progress: bool) -> Workers:
     spawn = multiprocessing.get_context("spawn")
     progress = spawn.SimpleQueue() if with_progress else None
     pool = ProcessPoolExecutor(n, mp_context=spawn, initializer=_start_worker, initargs=(progress,))
-    share = str(max(1, usable_cores() // (n + 1)))
+    share = max(1, usable_cores() // (n + 1))
     # (a worker inherits the environment as it is when it starts; a user's setting wins)
     mine = [k for k in ("POLARS_MAX_THREADS", "SERVELENS_PARSE_THREADS") if k not in os.environ]
-    os.environ.update({k: share for k in mine})
+    os.environ.update({k: str(share) for k in mine})
+    threads = share if "SERVELENS_PARSE_THREADS" in mine else None
     # Ctrl-C reaches the whole process group: this process says what was kept and stops its
     # workers, which would otherwise each print a traceback. Started with SIGINT ignored, a
     # worker keeps ignoring it (Python installs its handler only over the default).
@@ -97,7 +105,7 @@ def start(n: int, with_progress: bool) -> Workers:
             signal.signal(signal.SIGINT, was)
         for k in mine:
             del os.environ[k]
-    return Workers(pool, n, progress, tuple(set(multiprocessing.active_children()) - before))
+    return Workers(pool, n, progress, tuple(set(multiprocessing.active_children()) - before), threads)
 
 
 def prestart(paths: list[Path], store_dir: Path, requested: int, with_progress: bool) -> Workers | None:
@@ -147,9 +155,10 @@ def _files_under(top: str, skip: str) -> Iterator[str]:
     files and folders left out as the ingest leaves them, and the store `skip`. (Directory
     links are not followed: a link cycle would never end; a guess may miss.)"""
     for d, dirs, files in os.walk(top):
-        dirs[:] = [x for x in dirs if not x.startswith(".")]
         if _under(os.path.realpath(d), skip):
+            dirs[:] = []  # (a store's thousands of part folders are not walked)
             continue
+        dirs[:] = [x for x in dirs if not x.startswith(".")]
         yield from (os.path.join(d, f) for f in files if not f.startswith("."))
 
 

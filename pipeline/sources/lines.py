@@ -218,8 +218,8 @@ def parse_stream(
         hold_partial_line=hold_partial_line, hold_last_record=hold_last_record, crc=crc,
     )
     carry = getattr(parser, "CARRY_FORWARD", ())
-    n_threads = PARSE_THREADS if threads is None else max(1, min(threads, os.cpu_count() or 1))
-    executor = _EXECUTOR if n_threads == PARSE_THREADS else _executor(n_threads)
+    n_threads = PARSE_THREADS if threads is None else _within_cores(threads)
+    executor = _executor(n_threads)
     for chunk, end_offset, end_line, n, bad, tail, nul, starts, crc_after in chunks:
         pending.append((executor.submit(parse_isolated, parser, chunk, ctx), end_offset, end_line, n, bad, tail, nul,
                         starts, crc_after))
@@ -265,18 +265,21 @@ def _parse_threads() -> int:
     """Two, or an ingest worker process's share of the cores (its environment says it; never
     more than the cores: each thread holds a chunk in flight)."""
     n = os.environ.get("SERVELENS_PARSE_THREADS", "")
-    return max(1, min(int(n), os.cpu_count() or 1)) if n.isdigit() else 2
+    return _within_cores(int(n)) if n.isdigit() else 2
+
+
+def _within_cores(n: int) -> int:
+    return max(1, min(n, os.cpu_count() or 1))
 
 
 PARSE_THREADS = _parse_threads()
-_EXECUTOR = ThreadPoolExecutor(max_workers=PARSE_THREADS, thread_name_prefix="servelens-parse")
-_FEWER: dict[int, ThreadPoolExecutor] = {}
+_EXECUTORS: dict[int, ThreadPoolExecutor] = {}  # parse threads -> their pool, made when first asked for
 
 
 def _executor(n: int) -> ThreadPoolExecutor:
-    if n not in _FEWER:
-        _FEWER[n] = ThreadPoolExecutor(max_workers=n, thread_name_prefix="servelens-parse")
-    return _FEWER[n]
+    if n not in _EXECUTORS:
+        _EXECUTORS[n] = ThreadPoolExecutor(max_workers=n, thread_name_prefix="servelens-parse")
+    return _EXECUTORS[n]
 
 
 # The bulk of a busy server's log: events whose typed columns say what the line said. Their

@@ -256,6 +256,13 @@ def test_this_process_reads_beside_its_workers_with_its_share_of_the_cores(tmp_p
     ingest([tmp_path / "logs"], tmp_path / "store", workers=2)
     mine = {name: n for name, n in threads.items() if name not in by_workers}
     assert mine and set(mine.values()) == {2} and len(mine) + len(by_workers) == len(logs)
+    # a user's SERVELENS_PARSE_THREADS is every reader's, this process's too (its default)
+    monkeypatch.setenv("SERVELENS_PARSE_THREADS", "1")
+    threads.clear()
+    by_workers.clear()
+    ingest([tmp_path / "logs"], tmp_path / "again", workers=2)
+    mine = {name: n for name, n in threads.items() if name not in by_workers}
+    assert mine and set(mine.values()) == {None}
 
 
 def test_the_default_worker_count_is_the_cores_the_memory_holds(monkeypatch):
