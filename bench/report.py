@@ -92,6 +92,8 @@ def targets(res: dict) -> list[tuple[str, str, str, bool | None]]:
     rows = list(res.get("ingest", []))
     if res.get("delta"):
         rows.append(dict(res["delta"], engine="vllm 0.32 delta log"))
+    if res.get("mixed"):
+        rows.append(res["mixed"])
     for r in rows:
         ing, base = r["ingest"], r["baseline"]
         x = base["wall_s"] / ing["wall_s"]
@@ -154,6 +156,7 @@ def render(res: dict) -> str:
             f"{a['size_gb']:g} GB per engine ({', '.join(a.get('engines') or [])}), {a['big_gb']:g} GB for the memory test"
             if "ingest" in a["only"] else "",
             f"the vLLM 0.32 delta log {a.get('delta_lines', 0):,} lines" if "delta" in a["only"] else "",
+            f"the vLLM stats / access mix {a.get('mixed_lines', 0):,} lines" if "mixed" in a["only"] else "",
             f"query store >= {a['requests']:,} requests, count(*) store {a.get('parts', 0):,} parts"
             if "query" in a["only"] else "",
             f"dashboard {a.get('dash_runs')} run(s) of {a.get('dash_changes')} changes" if "dash" in a["only"] else "",
@@ -306,6 +309,26 @@ def render(res: dict) -> str:
             f"{ing['peak_rss'] / MiB:,.0f} MiB | {ing['events']:,} | {dl['outputs']:,} | {dl['finished']:,} / "
             f"{dl['with_ttft']:,} | {_f(base['wall_s'])} s ({base['rows']:,} rows) | **{base['wall_s'] / ing['wall_s']:.1f}x** | "
             f"{_f(ing.get('rollup_s', 0.0))} s |", "",
+            "Runs (s): ingest " + ", ".join(_f(x) for x in ing["walls"]) + "; baseline "
+            + ", ".join(_f(x) for x in base["walls"]) + ".", "",
+        ]
+    mx = res.get("mixed")
+    if mx:
+        ing, base = mx["ingest"], mx["baseline"]
+        lines += [
+            "## A vLLM log of half stats lines, half access lines", "",
+            "The real `Engine 000:` stats lines and uvicorn access lines of the recorded vLLM 0.32 server of "
+            "`sample_logs/vllm/real-0.32-overload`, alternated one stats line a second (`bench/real_mixed.py`) to "
+            f"{mx['lines']:,} lines ({_mb(mx['bytes'])}). Baseline: the vLLM Python loop of `bench/baseline.py`, "
+            "which reads both kinds of line. Stored: the events the store holds of each kind, against the "
+            "builder's own count of the lines it wrote.", "",
+            "| input | servelens ingest | CPU-s | peak RSS | stats stored / written | access stored / written | "
+            "Python loop | speed-up (wall / CPU) |",
+            "|---|---|---|---|---|---|---|---|",
+            f"| {_mb(mx['bytes'])} | {_f(ing['wall_s'])} s | {_f(ing.get('cpu_s'))} | {ing['peak_rss'] / MiB:,.0f} MiB | "
+            f"{mx['stored_stats']:,} / {mx['stats_lines']:,} | {mx['stored_access']:,} / {mx['access_lines']:,} | "
+            f"{_f(base['wall_s'])} s ({_f(base.get('cpu_s'))} CPU-s) | **{base['wall_s'] / ing['wall_s']:.1f}x** / "
+            + (f"{base['cpu_s'] / ing['cpu_s']:.1f}x |" if ing.get("cpu_s") and base.get("cpu_s") else "- |"), "",
             "Runs (s): ingest " + ", ".join(_f(x) for x in ing["walls"]) + "; baseline "
             + ", ".join(_f(x) for x in base["walls"]) + ".", "",
         ]

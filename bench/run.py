@@ -2,12 +2,14 @@
 Python-loop baseline a user would write and the read-only floor.
 
     make bench                         # the full run (~30 min): 0.5 GB per engine, 2 GB for memory,
-                                       # the real vLLM 0.32 delta log, 10M requests, dashboard, tailer
+                                       # the real vLLM 0.32 delta log, a real stats / access mix,
+                                       # 10M requests, dashboard, tailer
     .venv/bin/python bench/run.py --quick            # seconds, tiny inputs (the test suite runs this)
     .venv/bin/python bench/run.py --size-gb 0.5 --runs 3 --only ingest
 
 Parts (`--only`, repeatable): ingest (the five engines against the Python loop, gzip, memory),
-delta (vLLM 0.32's real delta-heavy log), query (the views over the 10M-request store, a 1-hour
+delta (vLLM 0.32's real delta-heavy log), mixed (a vLLM log of half stats, half access lines,
+from real lines), query (the views over the 10M-request store, a 1-hour
 range, count(*) at ~3,000 parts), dash (the dashboard on the query store in headless Chromium),
 tail. The "Targets of issue 20" table puts each target beside its figure and the same-run
 baseline.
@@ -37,7 +39,7 @@ import report  # noqa: E402
 from measure import TimedOut, count_newlines, load_average, machine, median, run_cmd  # noqa: E402
 
 ENGINES = ("vllm", "tgi", "trtllm", "sglang", "llamacpp")
-PARTS = ("ingest", "delta", "query", "dash", "tail")
+PARTS = ("ingest", "delta", "mixed", "query", "dash", "tail")
 GB = 10**9
 
 
@@ -53,6 +55,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--engines", default=",".join(ENGINES), help="comma-separated engines for the ingest part")
     p.add_argument("--delta-lines", type=int, default=None,
                    help="lines of the real vLLM 0.32 delta-heavy log (default 400,000; 20,000 with --quick)")
+    p.add_argument("--mixed-lines", type=int, default=None,
+                   help="lines of the real vLLM stats / access mix (default 1,000,000; 20,000 with --quick)")
     p.add_argument("--parts", type=int, default=None, help="parts of the count(*) store (default 3000; 300 with --quick)")
     p.add_argument("--raw-timeout", type=float, default=None,
                    help="seconds the raw (--no-rollups) scaling_signals may take (default 240; 60 with --quick)")
@@ -86,6 +90,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.tail_seconds = a.tail_seconds or (2.0 if q else 20.0)
     a.tail_burst = 10_000 if q else 500_000
     a.delta_lines = a.delta_lines or (20_000 if q else 400_000)
+    a.mixed_lines = a.mixed_lines or (20_000 if q else 1_000_000)
     a.parts = a.parts or (300 if q else 3000)
     a.raw_timeout = a.raw_timeout or (60.0 if q else 240.0)
     # --quick: the dashboard part needs Chromium and a minute; it runs only when asked for
@@ -345,6 +350,44 @@ def part_delta(a, res: dict) -> None:
         f"{row['ingest']['wall_s']:.2f} s, peak {row['ingest']['peak_rss'] / 2**20:.0f} MiB; baseline "
         f"{row['baseline']['wall_s']:.2f} s")
     res["delta"] = row
+
+
+def part_mixed(a, res: dict) -> None:
+    """A vLLM log of half stats lines, half uvicorn access lines (bench/real_mixed.py: the real
+    lines of a recorded vLLM 0.32 server, alternated), against the vLLM Python loop of
+    bench/baseline.py, which reads both kinds of line too. The builder's own counts of each
+    kind are what the store must hold."""
+    import real_mixed
+
+    d = a.data_dir / f"vllm-mixed-{a.mixed_lines}"
+    log_file = d / "log" / "vllm-mixed.log"
+    stamp = d / "bench-stamp.json"
+    want = {"lines": a.mixed_lines, "source_bytes": real_mixed.SOURCE.stat().st_size}
+    if stamp.exists() and json.loads(stamp.read_text()).get("want") == want and log_file.exists():
+        built = json.loads(stamp.read_text())["built"]
+    else:
+        shutil.rmtree(d, ignore_errors=True)
+        log_file.parent.mkdir(parents=True)
+        b = real_mixed.build(log_file, a.mixed_lines)
+        built = {"lines": b.lines, "stats_lines": b.stats_lines, "access_lines": b.access_lines}
+        stamp.write_text(json.dumps({"want": want, "built": built}))
+    g = gen.Generated("vllm", log_file.parent, [log_file], log_file.stat().st_size, built["lines"], 0.0, True)
+    store = a.data_dir / "stores" / "mixed"
+    row = {"engine": "vllm stats/access mix", "bytes": g.bytes, "lines": built["lines"], "files": 1,
+           "stats_lines": built["stats_lines"], "access_lines": built["access_lines"],
+           "floor": time_floor(g.files, a.runs)}
+    row["ingest"] = time_ingest(a, g, store)
+    from servelens.pipeline.query.connect import run as query
+
+    got = query(store, "select count(*) filter (where event = 'engine_stats') as stats, "
+                       "count(*) filter (where event = 'http_access') as access from events")
+    row.update({f"stored_{k}": int(v) for k, v in got.row(0, named=True).items()})
+    shutil.rmtree(store, ignore_errors=True)
+    row["baseline"] = time_baseline(a, g, a.data_dir / "stores" / "mixed-baseline")
+    log(f"vLLM stats/access mix: {g.bytes / 1e6:,.0f} MB, {built['lines']:,} lines: ingest "
+        f"{row['ingest']['wall_s']:.2f} s ({row['stored_stats']:,} stats, {row['stored_access']:,} access stored "
+        f"of {built['stats_lines']:,} / {built['access_lines']:,}); baseline {row['baseline']['wall_s']:.2f} s")
+    res["mixed"] = row
 
 
 QUERY_VIEWS = ("latency_percentiles", "scaling_signals", "window_metrics")
@@ -614,6 +657,7 @@ def main(argv: list[str] | None = None) -> dict:
     res: dict = {"machine": machine(), "load_start": load_average(), "args": {
         "quick": a.quick, "in_process": a.in_process, "size_gb": a.size_gb, "big_gb": a.big_gb, "requests": a.requests,
         "runs": a.runs, "memory_runs": a.memory_runs, "engines": a.engines, "delta_lines": a.delta_lines,
+        "mixed_lines": a.mixed_lines,
         "parts": a.parts, "raw_timeout": a.raw_timeout, "dash_runs": a.dash_runs, "dash_changes": a.dash_changes,
         "tail_rate": a.tail_rate, "tail_seconds": a.tail_seconds, "only": sorted(a.only)},
         "ingest": [], "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
@@ -622,7 +666,8 @@ def main(argv: list[str] | None = None) -> dict:
         res["dash"] = {"skipped": "not run with --quick (Chromium and a minute or more); "
                                   "`bench/run.py --quick --only dash` runs it"}
     res["part_s"] = {}
-    for name, fns in (("ingest", (part_ingest,)), ("delta", (part_delta,)), ("query", (part_query, part_parts)),
+    for name, fns in (("ingest", (part_ingest,)), ("delta", (part_delta,)), ("mixed", (part_mixed,)),
+                      ("query", (part_query, part_parts)),
                       ("dash", (part_dash,)), ("tail", (part_tail,))):
         if name in a.only:
             t_part = time.perf_counter()
@@ -635,7 +680,8 @@ def main(argv: list[str] | None = None) -> dict:
     if a.merge:
         old = json.loads(a.merge.read_text())
         taken = []
-        for part, keys in (("ingest", ("ingest", "memory", "gzip")), ("delta", ("delta",)), ("query", ("query", "parts")),
+        for part, keys in (("ingest", ("ingest", "memory", "gzip")), ("delta", ("delta",)), ("mixed", ("mixed",)),
+                           ("query", ("query", "parts")),
                            ("dash", ("dash",)), ("tail", ("tail",))):
             if part not in a.only and any(old.get(k) for k in keys):
                 for k in keys:

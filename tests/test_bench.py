@@ -51,6 +51,31 @@ def test_quick_benchmark_runs_end_to_end(quick):
     assert "## Gzipped input" in table
 
 
+def test_quick_stats_access_mix(tmp_path):
+    """The stats / access mix (bench/real_mixed.py) is built from a recorded server's real lines,
+    and every line of both kinds it wrote is stored as its event: the builder's own counts,
+    not the store's, are the truth."""
+    out, raw = tmp_path / "RESULTS.md", tmp_path / "results.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "run.py"), "--quick", "--only", "mixed", "--in-process",
+         "--mixed-lines", "4000", "--runs", "1", "--data-dir", str(tmp_path / "data"), "--out", str(out),
+         "--json", str(raw)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    mx = json.loads(raw.read_text())["mixed"]
+    log = tmp_path / "data" / "vllm-mixed-4000" / "log" / "vllm-mixed.log"
+    text = log.read_text().splitlines()
+    assert len(text) == mx["lines"] == 4000
+    stats = sum(1 for t in text if "] Engine 000: Avg prompt throughput: " in t)
+    access = sum(1 for t in text if t.startswith("INFO: ") and ' HTTP/1.1" ' in t)
+    assert stats == mx["stats_lines"] == 2000 and access == mx["access_lines"] == 2000
+    assert (mx["stored_stats"], mx["stored_access"]) == (stats, access)
+    assert mx["ingest"]["unparsed"] == 0 and mx["baseline"]["rows"] >= 4000
+    assert "## A vLLM log of half stats lines, half access lines" in out.read_text()
+    assert "vllm stats/access mix: ingest >= 5x the Python loop" in out.read_text()
+
+
 def _res(requests: int, signals_s: float, parts: int, count_s: float) -> dict:
     cli = lambda s, rows=1: {"wall_s": s, "walls": [s], "cpu_s": s / 2, "peak_rss": 1, "rows": rows}  # noqa: E731
     return {
