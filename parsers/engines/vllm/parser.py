@@ -476,6 +476,18 @@ def _family_frame(fam: str, sub: pl.DataFrame) -> pl.DataFrame:
     cols: dict[str, pl.Expr] = {}
     extra: dict[str, pl.Expr] = {}
     if fam == "stats":
+        # the lines of the shapes vLLM prints most are read by one pattern, the rest key by key
+        shaped = sub.select(m.str.extract_groups(F.STATS_SHAPE)).to_series()
+        fast = shaped.struct.field("prompt").is_not_null()
+        if fast.any():
+            cols, extra = F.shaped_stats(pl.col("_st"))
+            part = sub.filter(fast).with_columns(shaped.filter(fast).alias("_st"))
+            done = _finish(fam, part, {"event": pl.lit("engine_stats"), **cols}, extra)
+            if fast.all():
+                return done
+            return pl.concat([done, _family_frame("stats_by_key", sub.filter(~fast))], how="diagonal_relaxed")
+        fam = "stats_by_key"
+    if fam == "stats_by_key":
         cols = {"event": pl.lit("engine_stats"), **F.stats_columns()}
         extra = F.stats_attrs()
         # the optional parts (Preemptions, MM cache, KV fetch...) are rare: only the rows
@@ -485,7 +497,7 @@ def _family_frame(fam: str, sub: pl.DataFrame) -> pl.DataFrame:
             extra = {k: v for k, v in extra.items() if k not in F.RARE_STATS_KEYS}
         elif not rich.all():
             return pl.concat(
-                [_family_frame("stats", sub.filter(rich)), _family_frame("stats", sub.filter(~rich))],
+                [_family_frame(fam, sub.filter(rich)), _family_frame(fam, sub.filter(~rich))],
                 how="diagonal_relaxed",
             )
     elif fam == "iter":
@@ -565,6 +577,12 @@ def _family_frame(fam: str, sub: pl.DataFrame) -> pl.DataFrame:
             "logger": pl.when(is_pylog).then(m.str.extract(F.PYLOGGING, 2)),
             "uvicorn": pl.when(is_uv).then(pl.lit(True)),
         }
+    return _finish(fam, sub, cols, extra)
+
+
+def _finish(fam: str, sub: pl.DataFrame, cols: dict[str, pl.Expr], extra: dict[str, pl.Expr]) -> pl.DataFrame:
+    """The events of one family's rows: its columns `cols`, the message and the attrs
+    (the common ones and `extra`)."""
     message = pl.coalesce(pl.col("body_all"), pl.col("body"))
     if fam == "other":  # an unparsed record keeps its lines as they were
         message = pl.when(cols["event"] == "unparsed").then(pl.col("raw")).otherwise(message)
