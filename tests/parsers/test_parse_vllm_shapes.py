@@ -1,7 +1,7 @@
 """The cheap readings of the commonest lines say what the general ones say: a stats line of
 `fields.STATS_SHAPE` read by that one pattern (`fields.shaped_stats`) gives what the per-key
-regexes give, on every line (those of the fixtures and sample logs, generated ones, and near
-misses)."""
+regexes give, and `uvicorn.access_groups` gives `uvicorn.ACCESS`'s captures, on every line
+(those of the fixtures and sample logs, generated ones, and near misses)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 import polars as pl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from servelens.parsers import uvicorn
 from servelens.parsers.engines.vllm import fields as F
 
 ROOT = Path(__file__).parents[2]
@@ -109,3 +110,56 @@ def test_every_line_of_the_shape_reads_the_same(messages):
     messages = [m for m in messages if "\n" not in m]
     fits = assert_same_where_shaped(messages)
     assert fits.all()
+
+
+ACCESS_LINES = [
+    'INFO:     127.0.0.1:58928 - "GET /health HTTP/1.1" 200 OK',
+    'INFO:     10.0.0.2:40052 - "POST /v1/chat/completions HTTP/1.1" 200',
+    'WARNING:  [::1]:1 - "GET /a?b="c" HTTP/2" 404 Not Found',
+    # other forms: a paste without the level, a tab, a status run on, a character of several bytes
+    '127.0.0.1:1 - "GET / HTTP/1.1" 200 OK',
+    'INFO:\t127.0.0.1:1 - "GET / HTTP/1.1" 200 OK',
+    'INFO:\u00a0127.0.0.1:1 - "GET / HTTP/1.1" 200 OK',
+    'INFO:     127.0.0.1\t:1 - "GET / HTTP/1.1" 200 OK',
+    'INFO:     hôte:1 - "GET / HTTP/1.1" 200 OK',
+    'INFO:     127.0.0.1:1 - "GET / HTTP/1.1" 2000',
+    'INFO:     127.0.0.1:1 - "GET / HTTP/1.1" 200,',
+    'INFO:     127.0.0.1:1 - "GET / HTTP/1.1" 200é',
+    'INFO:     127.0.0.1:1 - "GET /é HTTP/1.1" 200 OK',
+    'INFO:     127.0.0.1:1 - "GET / HTTP/١.1" 200 OK',
+    'INFO: h:1 - "get / HTTP/1.1" 200 OK',
+    "",
+]
+
+
+def assert_access_same(lines: list[str]) -> None:
+    s = pl.Series("m", lines, dtype=pl.String)
+    want = s.str.extract_groups(uvicorn.ACCESS).struct.unnest()
+    got = uvicorn.access_groups(s).struct.unnest()
+    assert got.columns == want.columns
+    assert [(t, a, b) for t, a, b in zip(lines, got.rows(), want.rows()) if a != b] == []
+
+
+def test_access_lines_read_the_same():
+    assert_access_same(ACCESS_LINES)
+
+
+some_chars = st.characters(min_codepoint=9, max_codepoint=0x1F0)
+common_access = st.builds(
+    lambda level, pad, client, method, path, status, tail: (
+        f'{level}:{pad}{client} - "{method} {path} HTTP/1.1" {status}{tail}'
+    ),
+    st.sampled_from(["INFO", "WARNING", "ERROR", "DEBUG", "CRITICAL", "NOTICE"]),
+    st.from_regex(r"[ ]{0,6}|[ \t\u00a0]{1,3}", fullmatch=True),
+    st.one_of(st.from_regex(r"[!-~]{1,20}", fullmatch=True), st.text(alphabet=some_chars, min_size=1, max_size=10)),
+    st.sampled_from(["GET", "POST", "get", "PO ST"]),
+    st.text(alphabet=some_chars, min_size=0, max_size=20),
+    st.from_regex(r"[0-9]{2,4}", fullmatch=True),
+    st.sampled_from(["", " OK", "OK", ",", "é", "\t"]),
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(common_access, st.from_regex(uvicorn.ACCESS)), min_size=1, max_size=20))
+def test_generated_access_lines_read_the_same(lines):
+    assert_access_same([t for t in lines if "\n" not in t])
