@@ -53,8 +53,10 @@ _PROC_HINT = r"^[(\[]"
 _PROC_FIELDS = ("trank", "pname", "pname2", "prank", "pid", "ip")
 # the vLLM header; ASCII classes keep the automaton small. NVIDIA NIM's text formatter
 # prints the date with its year and milliseconds: `INFO 2025-09-10 16:32:05.957 metrics.py:386] `
+# (`md` is `(?:[0-9]{4}-)?[0-9]{2}-[0-9]{2}` written so that its first two digits do not
+# open two ways: a pattern that never has two ways on captures for about a search's cost)
 _HDR = (
-    rf"(?P<hh>(?P<level>{_LEVEL}) +(?P<md>(?:[0-9]{{4}}-)?[0-9]{{2}}-[0-9]{{2}}) +"
+    rf"(?P<hh>(?P<level>{_LEVEL}) +(?P<md>[0-9]{{2}}(?:[0-9]{{2}}-[0-9]{{2}}-|-)[0-9]{{2}}) +"
     r"(?P<hms>[0-9]{2}:[0-9]{2}:[0-9]{2})(?P<frac>[.,][0-9]+)? +\[?(?P<srcline>(?P<src>[A-Za-z0-9_./-]+\.py):"
     r"(?P<lineno>[0-9]+))\] ?)"
 )
@@ -162,6 +164,12 @@ def _by_start(df: pl.DataFrame, key: pl.Expr, pattern: str, then: dict[str, pl.E
     `then`'s expressions over the groups (columns in place of the groups they read)."""
     df = df.with_columns(key.alias("_start"))
     starts = df.select(pl.col("_start").unique()).drop_nulls()
+    if 2 * starts.height > df.height - df["_start"].null_count():
+        # most starts are distinct (one line a second): the join would cost more than it saves
+        groups = df.select(pl.col("_start").str.extract_groups(pattern).alias("_g")).unnest("_g")
+        if then:
+            groups = groups.select(*(v.alias(k) for k, v in then.items()))
+        return df.drop("_start").hstack(groups)
     starts = starts.with_columns(pl.col("_start").str.extract_groups(pattern).alias("_g")).unnest("_g")
     if then:
         starts = starts.select("_start", *(v.alias(k) for k, v in then.items()))
