@@ -421,25 +421,32 @@ def _families(rec: pl.DataFrame) -> pl.Series:
     """`_family()` of every record. The stats and capacity tests search the whole message
     (a 3 KB prompt included), so they run only on the few messages holding one of their
     literals; the other records take the same chain without them (anchored tests that
-    fail at the first bytes)."""
+    fail at the first bytes), those behind a header its header tests only, the others
+    its access test only."""
     if rec.height < _FEW_ROWS:  # on few rows one pass of the whole chain costs less
         return rec.select(_family().alias("_fam")).to_series()
     hot = rec["m"].str.contains(F.STATS_OR_CAPACITY_HINT)
-    hdr = pl.col("has_hdr")
-    cold = (
-        pl.when(hdr & F.IS_ITERATION).then(pl.lit("iter"))
-        .when(hdr & F.IS_PLAIN_REQUEST).then(pl.lit("req_plain"))
-        .when(hdr & F.IS_GEN_DELTA).then(pl.lit("delta"))
-        .when(hdr & F.IS_REQUEST).then(pl.lit("req"))
-        .when(hdr & F.IS_PREEMPT).then(pl.lit("preempt"))
-        .when(hdr & (F.IS_BATCH_NOTE | F.IS_GEN_NOTE)).then(pl.lit("note"))
-        .when(~hdr & pl.col("m").str.contains(F.UVICORN_ACCESS)).then(pl.lit("access"))
+    hdr = rec["has_hdr"]
+    # the chain's tests each need a header or its absence: each runs on its side only
+    behind_header = (
+        pl.when(F.IS_ITERATION).then(pl.lit("iter"))
+        .when(F.IS_PLAIN_REQUEST).then(pl.lit("req_plain"))
+        .when(F.IS_GEN_DELTA).then(pl.lit("delta"))
+        .when(F.IS_REQUEST).then(pl.lit("req"))
+        .when(F.IS_PREEMPT).then(pl.lit("preempt"))
+        .when(F.IS_BATCH_NOTE | F.IS_GEN_NOTE).then(pl.lit("note"))
         .otherwise(pl.lit("other"))
     )
-    fam = rec.select(cold.alias("_fam")).to_series()
+    bare = pl.when(pl.col("m").str.contains(F.UVICORN_ACCESS)).then(pl.lit("access")).otherwise(pl.lit("other"))
+    fam = pl.repeat("other", rec.height, dtype=pl.String, eager=True).alias("_fam")
+    m = rec.select("m")
+    for rows, chain in ((~hot & hdr, behind_header), (~hot & ~hdr, bare)):
+        idx = rows.arg_true()
+        if idx.len():
+            fam = fam.scatter(idx, m[idx].select(chain).to_series())
     if hot.any():
         idx = hot.arg_true()
-        hot_rows = rec[idx]
+        hot_rows = rec.select("m", "has_hdr", "pname")[idx]
         # most are stats lines behind a header (the chain's first test); only the rest
         # take the whole chain
         stats = hot_rows.select(pl.col("has_hdr") & F.IS_STATS).to_series()
