@@ -47,9 +47,6 @@ _PROC_CORE = (
     r" pid=(?P<pid>\d+)(?:, ip=(?P<ip>[^)\s]+))?\)"
 )
 _PROC = rf"(?:\[rank(?P<trank>\d+)\]:\s?)?(?:{_PROC_CORE} ?)?"
-# a line can only carry a prefix when it starts like one: when no line of the chunk does,
-# that pattern is left out (files without prefixes pay nothing)
-_PROC_HINT = r"^[(\[]"
 _PROC_FIELDS = ("trank", "pname", "pname2", "prank", "pid", "ip")
 # the vLLM header; ASCII classes keep the automaton small. NVIDIA NIM's text formatter
 # prints the date with its year and milliseconds: `INFO 2025-09-10 16:32:05.957 metrics.py:386] `
@@ -97,7 +94,9 @@ def _lines_anatomy(df: pl.DataFrame) -> pl.DataFrame:
         t = pl.col(col)
         tests = {
             "cr": t.str.ends_with("\r"),
-            "proc": t.str.contains(_PROC_HINT),
+            # a line can only carry a prefix when it starts like one: when no line of the
+            # chunk does, that pattern is left out (files without prefixes pay nothing)
+            "proc": t.str.starts_with("(") | t.str.starts_with("["),
         }
         return df.select(v.any().alias(k) for k, v in tests.items()).row(0, named=True)
 
