@@ -152,7 +152,7 @@ def _lines_anatomy(df: pl.DataFrame) -> pl.DataFrame:
         pl.col("level").is_not_null().alias("has_hdr"),
         (body.str.strip_chars_start() if odd["blank"] else body).alias("m"),
     )
-    df = df.with_columns(_continues(df))
+    df = df.with_columns(_continues(df, odd["blank"]))
     return df.drop("_t", "_o", "_ob", "pname2", "hh")
 
 
@@ -242,12 +242,16 @@ def _header_behind_prefix(df: pl.DataFrame) -> pl.DataFrame:
     return df.update(odd, on="_i", include_nulls=True).drop("_i")
 
 
-def _continues(df: pl.DataFrame) -> pl.Expr:
+def _continues(df: pl.DataFrame, blank: bool = True) -> pl.Expr:
     """`cont`: the line continues the one before: it is shaped like the inside of a
     traceback or an indented block, and has the same writer (same header, or same raw
-    prefix) as the line before. Writers are compared only where the shape fits."""
+    prefix) as the line before. Writers are compared only where the shape fits. `blank`:
+    whether some body may start with a blank (without one no line is indented)."""
     m = pl.col("m")
-    indented = df.select(pl.col("body").str.contains(r"^\s+\S")).to_series()
+    if blank:
+        indented = df.select(pl.col("body").str.contains(r"^\s+\S")).to_series()
+    else:
+        indented = pl.repeat(False, df.height, dtype=pl.Boolean, eager=True)
     shaped = pl.lit(indented) | (m == "") | m.str.starts_with(_TRACEBACK) | m.str.contains(_CHAINED)
     # an exception line ends an indented traceback
     if indented.any():
