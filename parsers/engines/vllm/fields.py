@@ -126,6 +126,52 @@ def stats_columns() -> dict[str, pl.Expr]:
     }
 
 
+# The shapes vLLM prints most (V1's, with or without `Engine N: `, with or without the
+# prefix cache; V0's Swapped/Pending form), each field at its place, as one anchored pattern
+# that never has two ways on (one-pass: its captures cost about one search, where each key's
+# own regex costs one). On a line of this shape every key of stats_columns / stats_attrs
+# occurs once, at its place, so each capture is what that key's regex reads there, and the
+# keys of RARE_STATS cannot occur; lines of any other shape take the per-key regexes.
+STATS_SHAPE = (
+    r"^(?:Engine (?P<engine>[0-9]+): )?Avg prompt throughput: (?P<prompt>[0-9.]+) tokens/s, "
+    r"Avg generation throughput: (?P<gen>[0-9.]+) tokens/s, Running: (?P<running>[0-9]+) reqs, "
+    r"(?:Waiting: (?P<waiting>[0-9]+) reqs|Swapped: (?P<swapped>[0-9]+) reqs, Pending: (?P<pending>[0-9]+) reqs), "
+    r"(?P<dev>[A-Za-z]{2,5}) KV cache usage: (?P<kv>[0-9.]+)%"
+    r"(?:, (?:Prefix cache hit rate: (?P<prefix>[0-9.]+)%|CPU KV cache usage: (?P<cpu>[0-9.]+)%\.?))?$"
+)
+
+
+def shaped_stats(groups: pl.Expr) -> tuple[dict[str, pl.Expr], dict[str, pl.Expr]]:
+    """stats_columns() and stats_attrs() without RARE_STATS_KEYS (same keys, same order,
+    same casts) of lines of STATS_SHAPE, from its captures `groups` (a struct)."""
+    g = groups.struct.field
+
+    def num(k: str) -> pl.Expr:
+        return g(k).cast(pl.Float64, strict=False)
+
+    def pct(k: str) -> pl.Expr:
+        return (num(k) / 100.0).round(6)
+
+    def int_(k: str) -> pl.Expr:  # digits only: no thousands separator to drop
+        return g(k).cast(pl.Int64, strict=False)
+
+    cols = {
+        "prompt_tps": num("prompt"),
+        "gen_tps": num("gen"),
+        "running": int_("running"),
+        "waiting": pl.coalesce(int_("waiting"), int_("pending")),
+        "swapped": int_("swapped"),
+        "kv_usage": pct("kv"),
+    }
+    attrs = {
+        "engine_index": int_("engine"),
+        "cpu_kv_usage": pct("cpu"),
+        "kv_device": pl.when(g("dev") != "GPU").then(g("dev")),
+        "prefix_cache_hit_rate": pct("prefix"),
+    }
+    return cols, attrs
+
+
 _KV_USAGE = r"(?:^|[\s,:])(?:[A-Za-z]{2,5} )?KV cache usage: ([\d.]+)%"
 _KV_LABEL = r"(?:^|[\s,:])(?:([A-Za-z]{2,5}) )?KV cache usage: [\d.]+%"
 

@@ -47,14 +47,13 @@ _PROC_CORE = (
     r" pid=(?P<pid>\d+)(?:, ip=(?P<ip>[^)\s]+))?\)"
 )
 _PROC = rf"(?:\[rank(?P<trank>\d+)\]:\s?)?(?:{_PROC_CORE} ?)?"
-# a line can only carry a prefix when it starts like one: when no line of the chunk does,
-# that pattern is left out (files without prefixes pay nothing)
-_PROC_HINT = r"^[(\[]"
 _PROC_FIELDS = ("trank", "pname", "pname2", "prank", "pid", "ip")
 # the vLLM header; ASCII classes keep the automaton small. NVIDIA NIM's text formatter
 # prints the date with its year and milliseconds: `INFO 2025-09-10 16:32:05.957 metrics.py:386] `
+# (`md` is `(?:[0-9]{4}-)?[0-9]{2}-[0-9]{2}` written so that its first two digits do not
+# open two ways: a pattern that never has two ways on captures for about a search's cost)
 _HDR = (
-    rf"(?P<hh>(?P<level>{_LEVEL}) +(?P<md>(?:[0-9]{{4}}-)?[0-9]{{2}}-[0-9]{{2}}) +"
+    rf"(?P<hh>(?P<level>{_LEVEL}) +(?P<md>[0-9]{{2}}(?:[0-9]{{2}}-[0-9]{{2}}-|-)[0-9]{{2}}) +"
     r"(?P<hms>[0-9]{2}:[0-9]{2}:[0-9]{2})(?P<frac>[.,][0-9]+)? +\[?(?P<srcline>(?P<src>[A-Za-z0-9_./-]+\.py):"
     r"(?P<lineno>[0-9]+))\] ?)"
 )
@@ -95,7 +94,9 @@ def _lines_anatomy(df: pl.DataFrame) -> pl.DataFrame:
         t = pl.col(col)
         tests = {
             "cr": t.str.ends_with("\r"),
-            "proc": t.str.contains(_PROC_HINT),
+            # a line can only carry a prefix when it starts like one: when no line of the
+            # chunk does, that pattern is left out (files without prefixes pay nothing)
+            "proc": t.str.starts_with("(") | t.str.starts_with("["),
         }
         return df.select(v.any().alias(k) for k, v in tests.items()).row(0, named=True)
 
@@ -151,7 +152,7 @@ def _lines_anatomy(df: pl.DataFrame) -> pl.DataFrame:
         pl.col("level").is_not_null().alias("has_hdr"),
         (body.str.strip_chars_start() if odd["blank"] else body).alias("m"),
     )
-    df = df.with_columns(_continues(df))
+    df = df.with_columns(_continues(df, odd["blank"]))
     return df.drop("_t", "_o", "_ob", "pname2", "hh")
 
 
@@ -162,6 +163,12 @@ def _by_start(df: pl.DataFrame, key: pl.Expr, pattern: str, then: dict[str, pl.E
     `then`'s expressions over the groups (columns in place of the groups they read)."""
     df = df.with_columns(key.alias("_start"))
     starts = df.select(pl.col("_start").unique()).drop_nulls()
+    if 2 * starts.height > df.height - df["_start"].null_count():
+        # most starts are distinct (one line a second): the join would cost more than it saves
+        groups = df.select(pl.col("_start").str.extract_groups(pattern).alias("_g")).unnest("_g")
+        if then:
+            groups = groups.select(*(v.alias(k) for k, v in then.items()))
+        return df.drop("_start").hstack(groups)
     starts = starts.with_columns(pl.col("_start").str.extract_groups(pattern).alias("_g")).unnest("_g")
     if then:
         starts = starts.select("_start", *(v.alias(k) for k, v in then.items()))
@@ -235,12 +242,16 @@ def _header_behind_prefix(df: pl.DataFrame) -> pl.DataFrame:
     return df.update(odd, on="_i", include_nulls=True).drop("_i")
 
 
-def _continues(df: pl.DataFrame) -> pl.Expr:
+def _continues(df: pl.DataFrame, blank: bool = True) -> pl.Expr:
     """`cont`: the line continues the one before: it is shaped like the inside of a
     traceback or an indented block, and has the same writer (same header, or same raw
-    prefix) as the line before. Writers are compared only where the shape fits."""
+    prefix) as the line before. Writers are compared only where the shape fits. `blank`:
+    whether some body may start with a blank (without one no line is indented)."""
     m = pl.col("m")
-    indented = df.select(pl.col("body").str.contains(r"^\s+\S")).to_series()
+    if blank:
+        indented = df.select(pl.col("body").str.contains(r"^\s+\S")).to_series()
+    else:
+        indented = pl.repeat(False, df.height, dtype=pl.Boolean, eager=True)
     shaped = pl.lit(indented) | (m == "") | m.str.starts_with(_TRACEBACK) | m.str.contains(_CHAINED)
     # an exception line ends an indented traceback
     if indented.any():
@@ -413,25 +424,32 @@ def _families(rec: pl.DataFrame) -> pl.Series:
     """`_family()` of every record. The stats and capacity tests search the whole message
     (a 3 KB prompt included), so they run only on the few messages holding one of their
     literals; the other records take the same chain without them (anchored tests that
-    fail at the first bytes)."""
+    fail at the first bytes), those behind a header its header tests only, the others
+    its access test only."""
     if rec.height < _FEW_ROWS:  # on few rows one pass of the whole chain costs less
         return rec.select(_family().alias("_fam")).to_series()
     hot = rec["m"].str.contains(F.STATS_OR_CAPACITY_HINT)
-    hdr = pl.col("has_hdr")
-    cold = (
-        pl.when(hdr & F.IS_ITERATION).then(pl.lit("iter"))
-        .when(hdr & F.IS_PLAIN_REQUEST).then(pl.lit("req_plain"))
-        .when(hdr & F.IS_GEN_DELTA).then(pl.lit("delta"))
-        .when(hdr & F.IS_REQUEST).then(pl.lit("req"))
-        .when(hdr & F.IS_PREEMPT).then(pl.lit("preempt"))
-        .when(hdr & (F.IS_BATCH_NOTE | F.IS_GEN_NOTE)).then(pl.lit("note"))
-        .when(~hdr & pl.col("m").str.contains(F.UVICORN_ACCESS)).then(pl.lit("access"))
+    hdr = rec["has_hdr"]
+    # the chain's tests each need a header or its absence: each runs on its side only
+    behind_header = (
+        pl.when(F.IS_ITERATION).then(pl.lit("iter"))
+        .when(F.IS_PLAIN_REQUEST).then(pl.lit("req_plain"))
+        .when(F.IS_GEN_DELTA).then(pl.lit("delta"))
+        .when(F.IS_REQUEST).then(pl.lit("req"))
+        .when(F.IS_PREEMPT).then(pl.lit("preempt"))
+        .when(F.IS_BATCH_NOTE | F.IS_GEN_NOTE).then(pl.lit("note"))
         .otherwise(pl.lit("other"))
     )
-    fam = rec.select(cold.alias("_fam")).to_series()
+    bare = pl.when(pl.col("m").str.contains(F.UVICORN_ACCESS)).then(pl.lit("access")).otherwise(pl.lit("other"))
+    fam = pl.repeat("other", rec.height, dtype=pl.String, eager=True).alias("_fam")
+    m = rec.select("m")
+    for rows, chain in ((~hot & hdr, behind_header), (~hot & ~hdr, bare)):
+        idx = rows.arg_true()
+        if idx.len():
+            fam = fam.scatter(idx, m[idx].select(chain).to_series())
     if hot.any():
         idx = hot.arg_true()
-        hot_rows = rec[idx]
+        hot_rows = rec.select("m", "has_hdr", "pname")[idx]
         # most are stats lines behind a header (the chain's first test); only the rest
         # take the whole chain
         stats = hot_rows.select(pl.col("has_hdr") & F.IS_STATS).to_series()
@@ -476,6 +494,18 @@ def _family_frame(fam: str, sub: pl.DataFrame) -> pl.DataFrame:
     cols: dict[str, pl.Expr] = {}
     extra: dict[str, pl.Expr] = {}
     if fam == "stats":
+        # the lines of the shapes vLLM prints most are read by one pattern, the rest key by key
+        shaped = sub.select(m.str.extract_groups(F.STATS_SHAPE)).to_series()
+        fast = shaped.struct.field("prompt").is_not_null()
+        if fast.any():
+            cols, extra = F.shaped_stats(pl.col("_st"))
+            part = sub.filter(fast).with_columns(shaped.filter(fast).alias("_st"))
+            done = _finish(fam, part, {"event": pl.lit("engine_stats"), **cols}, extra)
+            if fast.all():
+                return done
+            return pl.concat([done, _family_frame("stats_by_key", sub.filter(~fast))], how="diagonal_relaxed")
+        fam = "stats_by_key"
+    if fam == "stats_by_key":
         cols = {"event": pl.lit("engine_stats"), **F.stats_columns()}
         extra = F.stats_attrs()
         # the optional parts (Preemptions, MM cache, KV fetch...) are rare: only the rows
@@ -485,7 +515,7 @@ def _family_frame(fam: str, sub: pl.DataFrame) -> pl.DataFrame:
             extra = {k: v for k, v in extra.items() if k not in F.RARE_STATS_KEYS}
         elif not rich.all():
             return pl.concat(
-                [_family_frame("stats", sub.filter(rich)), _family_frame("stats", sub.filter(~rich))],
+                [_family_frame(fam, sub.filter(rich)), _family_frame(fam, sub.filter(~rich))],
                 how="diagonal_relaxed",
             )
     elif fam == "iter":
@@ -565,6 +595,12 @@ def _family_frame(fam: str, sub: pl.DataFrame) -> pl.DataFrame:
             "logger": pl.when(is_pylog).then(m.str.extract(F.PYLOGGING, 2)),
             "uvicorn": pl.when(is_uv).then(pl.lit(True)),
         }
+    return _finish(fam, sub, cols, extra)
+
+
+def _finish(fam: str, sub: pl.DataFrame, cols: dict[str, pl.Expr], extra: dict[str, pl.Expr]) -> pl.DataFrame:
+    """The events of one family's rows: its columns `cols`, the message and the attrs
+    (the common ones and `extra`)."""
     message = pl.coalesce(pl.col("body_all"), pl.col("body"))
     if fam == "other":  # an unparsed record keeps its lines as they were
         message = pl.when(cols["event"] == "unparsed").then(pl.col("raw")).otherwise(message)

@@ -1,0 +1,165 @@
+"""The cheap readings of the commonest lines say what the general ones say: a stats line of
+`fields.STATS_SHAPE` read by that one pattern (`fields.shaped_stats`) gives what the per-key
+regexes give, and `uvicorn.access_groups` gives `uvicorn.ACCESS`'s captures, on every line
+(those of the fixtures and sample logs, generated ones, and near misses)."""
+
+from __future__ import annotations
+
+import gzip
+import re
+from pathlib import Path
+
+import polars as pl
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from servelens.parsers import uvicorn
+from servelens.parsers.engines.vllm import fields as F
+
+ROOT = Path(__file__).parents[2]
+NON_RARE = [k for k in F.stats_attrs() if k not in F.RARE_STATS_KEYS]
+
+
+def by_key(messages: list[str]) -> pl.DataFrame:
+    df = pl.DataFrame({"m": messages}, schema={"m": pl.String})
+    exprs = {**F.stats_columns(), **{k: v for k, v in F.stats_attrs().items() if k in NON_RARE}}
+    return df.select(v.alias(k) for k, v in exprs.items())
+
+
+def shaped(messages: list[str]) -> tuple[pl.Series, pl.DataFrame]:
+    """Which messages are of the shape, and what shaped_stats reads on all of them."""
+    df = pl.DataFrame({"m": messages}, schema={"m": pl.String})
+    df = df.with_columns(pl.col("m").str.extract_groups(F.STATS_SHAPE).alias("_st"))
+    cols, attrs = F.shaped_stats(pl.col("_st"))
+    fits = df["_st"].struct.field("prompt").is_not_null()
+    return fits, df.select(v.alias(k) for k, v in {**cols, **attrs}.items())
+
+
+def assert_same_where_shaped(messages: list[str]) -> pl.Series:
+    fits, fast = shaped(messages)
+    slow = by_key(messages)
+    assert fast.columns == slow.columns
+    diff = [(m, a, b) for m, f, a, b in zip(messages, fits, fast.rows(), slow.rows()) if f and a != b]
+    assert diff == []
+    return fits
+
+
+def test_the_shape_reads_the_keys_in_the_order_of_the_per_key_regexes():
+    cols, attrs = F.shaped_stats(pl.col("_st"))
+    assert list(cols) == list(F.stats_columns())
+    assert list(attrs) == NON_RARE
+
+
+def logged_stats_messages() -> list[str]:
+    """The stats messages of the fixtures and sample logs (the text after the first
+    `Avg prompt throughput` line's header, found by its own regex)."""
+    head = re.compile(r"^.*?(?:\] |^)((?:Engine \d+: |\d+ Engines Aggregated: )?Avg prompt throughput: .*)$")
+    out = []
+    for d in ("tests/fixtures", "sample_logs"):
+        for p in sorted((ROOT / d).rglob("*")):
+            if not p.is_file() or p.suffix not in (".log", ".gz", ".yaml"):
+                continue
+            raw = gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_bytes()
+            for line in raw.decode("utf-8", errors="replace").splitlines():
+                if "Avg prompt throughput" in line and (m := head.match(line.rstrip("\r"))):
+                    out.append(m.group(1))
+    return out
+
+
+def test_logged_stats_lines_read_the_same_and_the_common_ones_by_the_shape():
+    messages = logged_stats_messages()
+    assert len(messages) > 100
+    fits = assert_same_where_shaped(messages)
+    # every V0 and V1 line without an optional part is of the shape
+    plain = [not re.search(F.RARE_STATS, m) for m in messages]
+    assert [m for m, f, p in zip(messages, fits, plain) if p and not f] == []
+
+
+NEAR_MISSES = [
+    # a label of six letters: no label for the per-key regexes
+    "Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: 2.0 tokens/s, Running: 1 reqs, "
+    "Waiting: 0 reqs, ABCDEF KV cache usage: 3.0%, Prefix cache hit rate: 4.0%",
+    # no label
+    "Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: 2.0 tokens/s, Running: 1 reqs, "
+    "Waiting: 0 reqs, KV cache usage: 3.0%",
+    # digits of another script, an exponent, a sign, a thousands separator
+    "Engine ٠٠٠: Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: 2.0 tokens/s, "
+    "Running: ٣ reqs, Waiting: 0 reqs, GPU KV cache usage: 3.0%",
+    "Avg prompt throughput: 1e3 tokens/s, Avg generation throughput: -2.0 tokens/s, Running: 1,024 reqs, "
+    "Waiting: +1 reqs, GPU KV cache usage: 3.0%",
+    # numbers that are no numbers, V0 with a period and V1 with a trailing blank
+    "Avg prompt throughput: 1.2.3 tokens/s, Avg generation throughput: . tokens/s, Running: 0001 reqs, "
+    "Swapped: 0 reqs, Pending: 99999999999999999999 reqs, GPU KV cache usage: 0.0%, CPU KV cache usage: 0.0%.",
+    "Engine 001: Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: 2.0 tokens/s, Running: 1 reqs, "
+    "Waiting: 0 reqs, CPU KV cache usage: 3.0%, Prefix cache hit rate: 4.0% ",
+    # both optional tails, a second device
+    "Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: 2.0 tokens/s, Running: 1 reqs, "
+    "Waiting: 0 reqs, XPU KV cache usage: 3.0%, CPU KV cache usage: 5.5%",
+    "Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: 2.0 tokens/s, Running: 1 reqs, "
+    "Waiting: 0 reqs, GPU KV cache usage: 3.0%, Prefix cache hit rate: 4.0%, CPU KV cache usage: 5.5%",
+]
+
+
+def test_near_misses_read_the_same():
+    fits = assert_same_where_shaped(NEAR_MISSES)
+    assert fits.any() and not fits.all()
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.from_regex(F.STATS_SHAPE, fullmatch=True), min_size=1, max_size=20))
+def test_every_line_of_the_shape_reads_the_same(messages):
+    messages = [m for m in messages if "\n" not in m]
+    fits = assert_same_where_shaped(messages)
+    assert fits.all()
+
+
+ACCESS_LINES = [
+    'INFO:     127.0.0.1:58928 - "GET /health HTTP/1.1" 200 OK',
+    'INFO:     10.0.0.2:40052 - "POST /v1/chat/completions HTTP/1.1" 200',
+    'WARNING:  [::1]:1 - "GET /a?b="c" HTTP/2" 404 Not Found',
+    # other forms: a paste without the level, a tab, a status run on, a character of several bytes
+    '127.0.0.1:1 - "GET / HTTP/1.1" 200 OK',
+    'INFO:\t127.0.0.1:1 - "GET / HTTP/1.1" 200 OK',
+    'INFO:\u00a0127.0.0.1:1 - "GET / HTTP/1.1" 200 OK',
+    'INFO:     127.0.0.1\t:1 - "GET / HTTP/1.1" 200 OK',
+    'INFO:     hôte:1 - "GET / HTTP/1.1" 200 OK',
+    'INFO:     127.0.0.1:1 - "GET / HTTP/1.1" 2000',
+    'INFO:     127.0.0.1:1 - "GET / HTTP/1.1" 200,',
+    'INFO:     127.0.0.1:1 - "GET / HTTP/1.1" 200é',
+    'INFO:     127.0.0.1:1 - "GET /é HTTP/1.1" 200 OK',
+    'INFO:     127.0.0.1:1 - "GET / HTTP/١.1" 200 OK',
+    'INFO: h:1 - "get / HTTP/1.1" 200 OK',
+    "",
+]
+
+
+def assert_access_same(lines: list[str]) -> None:
+    s = pl.Series("m", lines, dtype=pl.String)
+    want = s.str.extract_groups(uvicorn.ACCESS).struct.unnest()
+    got = uvicorn.access_groups(s).struct.unnest()
+    assert got.columns == want.columns
+    assert [(t, a, b) for t, a, b in zip(lines, got.rows(), want.rows()) if a != b] == []
+
+
+def test_access_lines_read_the_same():
+    assert_access_same(ACCESS_LINES)
+
+
+some_chars = st.characters(min_codepoint=9, max_codepoint=0x1F0)
+common_access = st.builds(
+    lambda level, pad, client, method, path, status, tail: (
+        f'{level}:{pad}{client} - "{method} {path} HTTP/1.1" {status}{tail}'
+    ),
+    st.sampled_from(["INFO", "WARNING", "ERROR", "DEBUG", "CRITICAL", "NOTICE"]),
+    st.from_regex(r"[ ]{0,6}|[ \t\u00a0]{1,3}", fullmatch=True),
+    st.one_of(st.from_regex(r"[!-~]{1,20}", fullmatch=True), st.text(alphabet=some_chars, min_size=1, max_size=10)),
+    st.sampled_from(["GET", "POST", "get", "PO ST"]),
+    st.text(alphabet=some_chars, min_size=0, max_size=20),
+    st.from_regex(r"[0-9]{2,4}", fullmatch=True),
+    st.sampled_from(["", " OK", "OK", ",", "é", "\t"]),
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(common_access, st.from_regex(uvicorn.ACCESS)), min_size=1, max_size=20))
+def test_generated_access_lines_read_the_same(lines):
+    assert_access_same([t for t in lines if "\n" not in t])
