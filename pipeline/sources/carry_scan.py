@@ -13,6 +13,7 @@ gives an event without the value the one named last before the event's time
 from __future__ import annotations
 
 import mmap
+import os
 from pathlib import Path
 
 import numpy as np
@@ -120,7 +121,7 @@ class _Finder:
         size = len(data)
         reach = max(len(h) for h in hints) - 1
         found: dict[bytes, list[np.ndarray]] = {h: [] for h in hints}
-        with pa.memory_map(str(path)) as f:
+        with pa.memory_map(os.fsencode(path)) as f:  # (a name not in UTF-8 kept as its bytes)
             whole = f.read_buffer()
             for seg in range(offset, size, SEGMENT):
                 seg_end = min(size, seg + SEGMENT)

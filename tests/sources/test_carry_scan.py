@@ -6,6 +6,7 @@ the hint lies inside a piece, across two, or at the file's very end."""
 from __future__ import annotations
 
 import mmap
+import os
 import random
 
 import pytest
@@ -29,7 +30,8 @@ def test_the_search_finds_what_a_plain_search_finds(tmp_path, monkeypatch, piece
         at = rng.randrange(0, size - len(h))
         body[at:at + len(h)] = h
     body[-len(HINTS[0]):] = HINTS[0]  # one at the very end
-    path = tmp_path / "export.log"
+    # (a file name need not be UTF-8)
+    path = tmp_path / (os.fsdecode(b"export-\xff.log") if seed % 2 else "export.log")
     path.write_bytes(bytes(body))
     offset = rng.randrange(0, size // 3)
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
