@@ -143,6 +143,11 @@ def _entries(df: pl.DataFrame) -> pl.DataFrame:
     # the last one is unfinished (a head read for detection, or a download cut short)
     broken = pl.col("_p").is_not_null() & pl.col("_j").is_null()
     last = pl.int_range(pl.len()) == pl.len() - 1
-    df = df.with_columns(pl.when(broken).then(pl.col("_p")).otherwise(text).alias("text"), (pl.col("_open") | (broken & last)).alias("_open"))
+    # an entry with its `line` is read from that alone (decode): its row does not keep the
+    # download's line as its text, and the broken pieces are put in apart, since a column
+    # mixing the pieces and that line holds a copy of the line for every entry
+    kept = df.select(pl.when(pl.col("_j").struct.field("line").is_null() & ~broken).then(text)).to_series()
+    at = df.select(pl.arg_where(broken)).to_series()
+    df = df.with_columns(kept.scatter(at, df["_p"].gather(at)).alias("text"), (pl.col("_open") | (broken & last)).alias("_open"))
     df = df.drop("_p", "_np")
     return df

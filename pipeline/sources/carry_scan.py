@@ -13,15 +13,18 @@ gives an event without the value the one named last before the event's time
 from __future__ import annotations
 
 import mmap
+import os
 from pathlib import Path
 
+import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from servelens.parsers import get_parser, wrappers
 from servelens.parsers.base import ParseContext, lines_frame
 
 from . import fingerprint as fp
-from .lines import decode_lines
+from .lines import arrow_series, decode_lines
 
 
 def scan_carry(path: Path, engine: str, layers: tuple[str, ...], ctx: ParseContext, offset: int, next_line: int,
@@ -46,7 +49,7 @@ def scan_carry(path: Path, engine: str, layers: tuple[str, ...], ctx: ParseConte
         if not _newest_first(head, layers):
             return
         # only the entries around such a line are decoded
-        for lo, hi in _windows(data, hints_b, offset):
+        for lo, hi in _windows(data, hints_b, offset, _Finder(data, path, hints_b, offset)):
             lines, _ = decode_lines(data[lo:hi], next_line)
             dec = wrappers.decode(lines, layers)
             found.append(dec.filter(has_hint).select("text", "_wts", wrappers.server_of(dec).alias("_pod")))
@@ -77,17 +80,18 @@ AROUND = 256 * 1024
 HEAD_BYTES = 256 * 1024
 
 
-def _windows(data, hints: list[bytes], offset: int = 0) -> list[tuple[int, int]]:
+def _windows(data, hints: list[bytes], offset: int = 0, finder: _Finder | None = None) -> list[tuple[int, int]]:
     """Whole-line byte ranges of `data` (from `offset`) around each occurrence of a hint,
-    merged."""
+    merged. `finder`: where the hints may be (else `data` is searched whole)."""
+    find = finder.find if finder is not None else (lambda h, at: data.find(h, at))
     spans = []
     for h in hints:
-        at = data.find(h, offset)
+        at = find(h, offset)
         while at >= 0:
             lo = max(offset, data.rfind(b"\n", offset, max(offset, at - AROUND)) + 1)
             hi = data.find(b"\n", at + AROUND)
             spans.append((lo, len(data) if hi < 0 else hi + 1))
-            at = data.find(h, at + AROUND)
+            at = find(h, at + AROUND)
     spans.sort()
     merged: list[tuple[int, int]] = []
     for lo, hi in spans:
@@ -98,11 +102,77 @@ def _windows(data, hints: list[bytes], offset: int = 0) -> list[tuple[int, int]]
     return merged
 
 
+# the file's bytes are searched in pieces of this many (plus a hint's length, so that each
+# occurrence lies whole in the piece where it starts), the pieces in arrays of at most
+# SEGMENT bytes (a string view addresses its bytes with 32-bit offsets)
+PIECE = 1024 * 1024
+SEGMENT = 1024 * PIECE
+_INLINE = 12  # the longest piece a view holds itself
+
+
+class _Finder:
+    """`data.find(hint, start)` for the file's bytes, searched only in the pieces that
+    hold the hint: every piece is asked for every hint first, all at once by polars (a
+    search many times faster than `mmap.find`, which would read the whole file once per
+    hint), the file mapped by Arrow, not copied."""
+
+    def __init__(self, data: mmap.mmap, path: Path, hints: list[bytes], offset: int):
+        self.data = data
+        size = len(data)
+        reach = max(len(h) for h in hints) - 1
+        found: dict[bytes, list[np.ndarray]] = {h: [] for h in hints}
+        with pa.memory_map(os.fsencode(path)) as f:  # (a name not in UTF-8 kept as its bytes)
+            whole = f.read_buffer()
+            for seg in range(offset, size, SEGMENT):
+                seg_end = min(size, seg + SEGMENT)
+                firsts = np.arange(seg, seg_end, PIECE, dtype=np.int64)
+                ends = np.minimum(firsts + PIECE + reach, size)
+                buf = whole.slice(seg, int(ends[-1]) - seg)
+                pieces = arrow_series(_piece_views(buf, firsts - seg, ends - seg))
+                for h in hints:
+                    found[h].append(firsts[pieces.bin.contains(h).to_numpy()])
+                del pieces, buf
+            del whole
+        self.hits = {h: np.concatenate(v) for h, v in found.items()}
+
+    def find(self, hint: bytes, start: int) -> int:
+        """The first occurrence of `hint` at or after `start` (-1 if none): the pieces
+        holding some occurrence at or after it, searched in order."""
+        firsts = self.hits[hint]
+        i = int(np.searchsorted(firsts, start - PIECE, side="right"))
+        for first in firsts[i:].tolist():
+            at = self.data.find(hint, max(start, first), first + PIECE + len(hint) - 1)
+            if at >= 0:
+                return at
+        return -1
+
+
+def _piece_views(buf: pa.Buffer, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
+    """A binary-view array of `buf[start:end]` for each pair, pointing into `buf` (a piece
+    of up to 12 bytes is held in its view itself)."""
+    d = np.frombuffer(buf, dtype=np.uint8)
+    views = np.zeros((len(starts), 4), dtype=np.int32)
+    views[:, 0] = ends - starts
+    raw = views.view(np.uint8)
+    for i, (lo, hi) in enumerate(zip(starts.tolist(), ends.tolist())):
+        if hi - lo <= _INLINE:
+            raw[i, 4 : 4 + hi - lo] = d[lo:hi]
+        else:
+            raw[i, 4:8] = d[lo : lo + 4]
+            views[i, 3] = lo
+    return pa.Array.from_buffers(pa.binary_view(), len(starts), [None, pa.py_buffer(views), buf])
+
+
 def _newest_first(head: bytes, layers: tuple[str, ...]) -> bool:
     """The export's entries go back in time down the file: put in time order, the decoded
     head's lines run backwards on disk."""
     head = head[:HEAD_BYTES]
-    lines, _ = decode_lines(head[: head.rfind(b"\n") + 1] or head, 1)
+    head = head[: head.rfind(b"\n") + 1] or head
+    # one line (a download written on one line, its head cut short): every entry decoded
+    # from it is on that line, no order to tell
+    if head.find(b"\n", 0, len(head) - 1) < 0:
+        return False
+    lines, _ = decode_lines(head, 1)
     dec = wrappers.decode(lines, layers).filter(pl.col("_wts").is_not_null())
     if dec.height < 2:
         return False

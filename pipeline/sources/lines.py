@@ -114,6 +114,11 @@ _VIEW_LIMIT = 2**31 - 1
 _INLINE = 12  # a string view holds a string of up to this many bytes itself
 
 
+def arrow_series(array: pa.Array) -> pl.Series:
+    """A polars Series of an Arrow array, its buffers taken as they are (no copy)."""
+    return pl.Series(_CArray(array))
+
+
 class _CArray:
     """An Arrow array handed to polars through the Arrow C data interface, as it is (a
     pyarrow array itself takes a path through pyarrow.compute, which costs its import)."""
@@ -140,7 +145,8 @@ def _valid_utf8(data: bytes, end: int) -> bool:
 def _line_views(data: bytes, starts: np.ndarray, end: int) -> pa.Array:
     """An Arrow string-view array of the lines of `data[:end]` that begin at `starts`, each
     without its final \n (Arrow's layout: per string 16 bytes, its length, then the string
-    itself when it is short, else its first 4 bytes, buffer 0 and its offset there)."""
+    itself when it is short, zero-padded, else its first 4 bytes, buffer 0 and its offset
+    there)."""
     d = np.frombuffer(data, dtype=np.uint8, count=end)
     n = len(starts)
     nexts = np.empty(n, dtype=np.int64)
@@ -149,22 +155,41 @@ def _line_views(data: bytes, starts: np.ndarray, end: int) -> pa.Array:
     lens = nexts - starts
     if end:  # (every line holds a byte then: only an empty buffer has an empty line)
         lens -= d[nexts - 1] == 10
-    views = np.zeros((n, 4), dtype=np.int32)
-    raw = views.view(np.uint8)
+    if end < _INLINE:
+        return _line_views_small(data, d, starts, lens, end)
+    views = np.empty((n, 4), dtype=np.int32)
     views[:, 0] = lens
-    views[:, 3] = starts
-    if end >= _INLINE:
-        # the first bytes of each line: a long line's prefix (a long line starts early
-        # enough to have them; the short lines are done below)
-        win = np.lib.stride_tricks.as_strided(d, shape=(end - _INLINE + 1, _INLINE), strides=(1, 1), writeable=False)
-        raw[:, 4:8] = win[np.minimum(starts, end - _INLINE), :4]
-    short = np.flatnonzero(lens <= _INLINE)
-    if len(short):
-        k = np.arange(_INLINE)
-        inline = d[np.minimum(starts[short, None] + k, max(end - 1, 0))] if end else np.zeros((len(short), _INLINE), np.uint8)
-        inline[k >= lens[short, None]] = 0
-        raw[short, 4:16] = inline
+    # the 12 bytes from each line's start, gathered at once (a line starting in the last 12
+    # bytes takes them from the end's 12, put right below)
+    at = np.minimum(starts, end - _INLINE)
+    got = np.ndarray((end - _INLINE + 1,), dtype=f"V{_INLINE}", buffer=data, strides=(1,))[at]
+    for i in np.flatnonzero(at != starts):
+        s = int(starts[i])
+        row = got[i : i + 1].view(np.uint8)
+        row[:] = 0
+        row[: end - s] = d[s:end]
+    # a short string keeps its own bytes, zeros after them; a long one's first 4 are its prefix
+    got = got.view(np.uint32).reshape(n, 3)
+    got &= _KEEP[np.minimum(lens, _INLINE)].view(np.uint32).reshape(n, 3)
+    short = lens <= _INLINE
+    views[:, 1] = got[:, 0]
+    views[:, 2] = np.where(short, got[:, 1], 0)
+    views[:, 3] = np.where(short, got[:, 2], starts)
     return pa.Array.from_buffers(pa.string_view(), n, [None, pa.py_buffer(views), pa.py_buffer(data)])
+
+
+# per length 0..12: the mask of a short string's own bytes among the 12 gathered from its start
+_KEEP = np.array([[255] * k + [0] * (_INLINE - k) for k in range(_INLINE + 1)], dtype=np.uint8).view(f"V{_INLINE}").ravel()
+
+
+def _line_views_small(data: bytes, d: np.ndarray, starts: np.ndarray, lens: np.ndarray, end: int) -> pa.Array:
+    """`_line_views` of fewer than 12 bytes: every line short, inline."""
+    views = np.zeros((len(starts), 4), dtype=np.int32)
+    views[:, 0] = lens
+    raw = views.view(np.uint8)
+    for i, (s, k) in enumerate(zip(starts.tolist(), lens.tolist())):
+        raw[i, 4 : 4 + k] = d[s : s + k]
+    return pa.Array.from_buffers(pa.string_view(), len(starts), [None, pa.py_buffer(views), pa.py_buffer(data)])
 
 
 _BOM = "\ufeff".encode()

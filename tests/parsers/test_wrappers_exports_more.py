@@ -196,6 +196,25 @@ def test_a_grafana_json_download_cut_short_keeps_its_whole_entries():
     assert detect_engine(W.decode_texts(head, ("grafana-explore",)))[0] == "vllm"
 
 
+def test_a_grafana_json_download_cut_short_is_not_held_once_per_entry():
+    """Cut short, the one-line download is split into its entries: each keeps its own text
+    (the broken one its piece), never the download's whole line, which for a download of
+    many entries would be held as many times as it has entries."""
+    lines, times, _ = truth("sample_logs/vllm/real/v1_0_11.log", "vllm")
+    text = grafana_json(lines, times)
+    cut = text[: text.rfind('"line"') + 20]
+    df = pl.DataFrame({"line": [1], "text": [cut]})
+    dec = W.decode(df, ("grafana-explore",))
+    assert dec.height == len(lines)
+    assert dec["text"].str.len_bytes().sum() < len(cut.encode())
+    assert dec.filter(pl.col("text").str.starts_with('{"line"')).height == 1  # the broken one
+    from servelens.parsers.wrappers import grafana
+
+    entries = grafana._entries(W.start(df).with_columns(pl.col("text").str.contains(grafana._JSON).alias("_isj")))
+    assert entries.height == len(lines)
+    assert entries["text"].str.len_bytes().sum() < len(cut.encode())
+
+
 def test_ingest_of_a_directory_of_new_exports_needs_no_flag(tmp_path):
     """`servelens ingest DIR` of files just downloaded (a Grafana JSON download ends without a
     newline, and is still read whole): each format and engine found from content."""
