@@ -2,7 +2,9 @@
 sample_logs/vllm/real-0.32-overload (a recorded vLLM 0.32 server under a benchmark client and a
 Prometheus scraper), its `Engine 000:` stats lines and its access lines alternated, one stats
 line a second, until the log has `--lines` lines (about 155 bytes a line). What a server that
-logs no requests, only stats and its HTTP front end, writes all day.
+logs no requests, only stats and its HTTP front end, writes all day. The stats lines' figures
+are drawn anew for every line (seeded), as a busy server's are: a parser that read each
+distinct line once would otherwise look faster here than on a real log.
 
 Examples:
     python bench/real_mixed.py --lines 1000000 --out /tmp/mixed.log
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import gzip
+import random
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +25,7 @@ SOURCE = REPO / "sample_logs" / "vllm" / "real-0.32-overload" / "vllm-cpu.log.gz
 STATS = re.compile(r"^(\(APIServer pid=\d+\) INFO )\d\d-\d\d \d\d:\d\d:\d\d( \[loggers\.py:\d+\] Engine 000: Avg prompt throughput: .*)$")
 ACCESS = re.compile(r'^(?:\(APIServer pid=\d+\) )?INFO: +[\d.]+:\d+ - "[A-Z]+ \S+ HTTP/[\d.]+" \d{3}')
 START = dt.datetime(2026, 5, 12, 8, 0, 0)
+FIGURE = re.compile(r"(throughput: |Running: |Waiting: |usage: |hit rate: )[0-9.]+")
 
 
 @dataclass(frozen=True)
@@ -39,11 +43,19 @@ def build(out: Path, n_lines: int) -> Built:
     if not stats or not access:
         raise SystemExit(f"bench: {SOURCE} holds no stats or no access lines")
     pairs = n_lines // 2
+    rng = random.Random(11)
+
+    def figure(m: re.Match) -> str:
+        key = m.group(1)
+        if key in ("Running: ", "Waiting: "):
+            return f"{key}{rng.randrange(256)}"
+        return f"{key}{rng.uniform(0, 100 if key in ('usage: ', 'hit rate: ') else 9000):.1f}"
+
     with out.open("w") as f:
         for i in range(pairs):
             head, body = stats[i % len(stats)]
             t = START + dt.timedelta(seconds=i)
-            f.write(f"{head}{t:%m-%d %H:%M:%S}{body}\n{access[i % len(access)]}\n")
+            f.write(f"{head}{t:%m-%d %H:%M:%S}{FIGURE.sub(figure, body)}\n{access[i % len(access)]}\n")
     return Built(2 * pairs, pairs, pairs)
 
 

@@ -362,7 +362,7 @@ def part_mixed(a, res: dict) -> None:
     d = a.data_dir / f"vllm-mixed-{a.mixed_lines}"
     log_file = d / "log" / "vllm-mixed.log"
     stamp = d / "bench-stamp.json"
-    want = {"lines": a.mixed_lines, "source_bytes": real_mixed.SOURCE.stat().st_size}
+    want = {"lines": a.mixed_lines, "source_bytes": real_mixed.SOURCE.stat().st_size, "figures": "drawn"}
     if stamp.exists() and json.loads(stamp.read_text()).get("want") == want and log_file.exists():
         built = json.loads(stamp.read_text())["built"]
     else:
