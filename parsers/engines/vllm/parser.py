@@ -534,18 +534,19 @@ def _family_frame(fam: str, sub: pl.DataFrame) -> pl.DataFrame:
         cols = {"event": pl.lit("capacity"), "model": F.model_name(), **F.capacity_columns()}
         extra = F.capacity_attrs()
     elif fam == "req":
+        # V1's commonest `Received request` lines are read from their repr, the rest as before
+        fast, rid = F.received_shape(sub)
+        if fast.any():
+            part, cols, extra = F.shaped_received(sub.filter(fast).with_columns(rid.filter(fast)))
+            done = _finish(fam, part, cols, extra)
+            if fast.all():
+                return done
+            return pl.concat([done, _family_frame("req_by_key", sub.filter(~fast))], how="diagonal_relaxed")
+        return _family_frame("req_by_key", sub)
+    elif fam == "req_by_key":
         sub = F.with_sampling_params(sub.with_columns(**F.request_parts()))
         rq = F.request_columns()
-        kind = (
-            pl.when(F.IS_TOKENIZE).then(pl.lit("log"))
-            .when(F.IS_RECEIVED | F.IS_ADDED).then(pl.lit("request_arrived"))
-            .when(F.IS_FINISHED).then(pl.lit("request_finished"))
-            .when(F.IS_ABORTED).then(pl.lit("request_aborted"))
-            # the answer of a non-streaming request, or the end of a stream
-            .when(F.IS_GEN_END).then(pl.lit("request_finished"))
-            .otherwise(pl.lit("log"))  # `Request X details:`, `Generated response X details:`
-        )
-        cols = {"event": kind, **rq, "sampling_params": pl.col("sampling_params")}
+        cols = {"event": F.request_kind(), **rq, "sampling_params": pl.col("sampling_params")}
         if sub.select(F.IS_ABORTED.any()).item():
             cols["_aborted"] = pl.when(F.IS_ABORTED).then(F.aborted_ids())
         extra = {**F.request_attrs(), "param_seed": pl.col("param_seed")}
