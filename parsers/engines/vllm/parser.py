@@ -443,7 +443,18 @@ def _families(rec: pl.DataFrame) -> pl.Series:
     bare = pl.when(pl.col("m").str.contains(F.UVICORN_ACCESS)).then(pl.lit("access")).otherwise(pl.lit("other"))
     fam = pl.repeat("other", rec.height, dtype=pl.String, eager=True).alias("_fam")
     m = rec.select("m")
-    for rows, chain in ((~hot & hdr, behind_header), (~hot & ~hdr, bare)):
+    # behind a header, the request lines (most of a log with request logging on) are told
+    # apart by their head: no test of the chain before IS_REQUEST matches one, IS_REQUEST
+    # does, and of the `Added` / `Finished` lines IS_PLAIN_REQUEST tells the plain ones
+    side, head = ~hot & hdr, rec["m"]
+    received = side & head.str.starts_with("Received request ")
+    ended = side & (head.str.starts_with("Added request ") | head.str.starts_with("Finished request "))
+    fam = fam.scatter(received.arg_true(), "req")
+    idx = ended.arg_true()
+    if idx.len():
+        plain = pl.when(F.IS_PLAIN_REQUEST).then(pl.lit("req_plain")).otherwise(pl.lit("req"))
+        fam = fam.scatter(idx, m[idx].select(plain).to_series())
+    for rows, chain in ((side & ~received & ~ended, behind_header), (~hot & ~hdr, bare)):
         idx = rows.arg_true()
         if idx.len():
             fam = fam.scatter(idx, m[idx].select(chain).to_series())
