@@ -191,8 +191,20 @@ def _proc_groups(df: pl.DataFrame) -> pl.DataFrame:
         .otherwise(0)
     )
     pre = pl.col("pre")
-    fields = {f: pl.col(f) for f in _PROC_FIELDS}
-    df = _by_start(df, t.str.head(n), f"^(?P<pre>{_PROC})", {**fields, "_o": pre.str.len_chars(), "_ob": pre.str.len_bytes()})
+    then = {**{f: pl.col(f) for f in _PROC_FIELDS}, "_o": pre.str.len_chars(), "_ob": pre.str.len_bytes()}
+    pattern = f"^(?P<pre>{_PROC})"
+    # most files have one writer: when every line starts with the first one's start, and
+    # that start is all of `n` and holds a `)`, it is every line's start (the same first `)`,
+    # the same `n`), and its groups are every line's
+    first = df.head(1).select(t.str.head(n)).item()
+    close_at = (first or "").encode().find(b")")
+    if close_at >= 0 and len(first) == close_at + 2 and df.select(t.str.starts_with(first).all()).item():
+        one = pl.DataFrame({"_start": [first]}).select(pl.col("_start").str.extract_groups(pattern).alias("_g"))
+        one = one.unnest("_g").select(*(v.alias(k) for k, v in then.items()))
+        return df.with_columns(pl.lit(one[c][0], one[c].dtype).alias(c) for c in one.columns).with_columns(
+            pl.col("_o").fill_null(0), pl.col("_ob").fill_null(0)
+        )
+    df = _by_start(df, t.str.head(n), pattern, then)
     return df.with_columns(pl.col("_o").fill_null(0), pl.col("_ob").fill_null(0))
 
 
