@@ -1,7 +1,9 @@
 """The cheap readings of the commonest lines say what the general ones say: a stats line of
 `fields.STATS_SHAPE` read by that one pattern (`fields.shaped_stats`) gives what the per-key
-regexes give, and `uvicorn.access_groups` gives `uvicorn.ACCESS`'s captures, on every line
-(those of the fixtures and sample logs, generated ones, and near misses)."""
+regexes give, a `Received request` line of V1's common shape read by `fields.shaped_received`
+what the general request readings give, and `uvicorn.access_groups` gives `uvicorn.ACCESS`'s
+captures, on every line (those of the fixtures and sample logs, generated ones, and near
+misses)."""
 
 from __future__ import annotations
 
@@ -49,10 +51,10 @@ def test_the_shape_reads_the_keys_in_the_order_of_the_per_key_regexes():
     assert list(attrs) == NON_RARE
 
 
-def logged_stats_messages() -> list[str]:
-    """The stats messages of the fixtures and sample logs (the text after the first
-    `Avg prompt throughput` line's header, found by its own regex)."""
-    head = re.compile(r"^.*?(?:\] |^)((?:Engine \d+: |\d+ Engines Aggregated: )?Avg prompt throughput: .*)$")
+def logged_messages(literal: str, head: str) -> list[str]:
+    """The messages of the lines of the fixtures and sample logs holding `literal`: the
+    first group of `head`, a regex of the whole line."""
+    head_re = re.compile(head)
     out = []
     for d in ("tests/fixtures", "sample_logs"):
         for p in sorted((ROOT / d).rglob("*")):
@@ -60,9 +62,18 @@ def logged_stats_messages() -> list[str]:
                 continue
             raw = gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_bytes()
             for line in raw.decode("utf-8", errors="replace").splitlines():
-                if "Avg prompt throughput" in line and (m := head.match(line.rstrip("\r"))):
+                if literal in line and (m := head_re.match(line.rstrip("\r"))):
                     out.append(m.group(1))
     return out
+
+
+def logged_stats_messages() -> list[str]:
+    """The stats messages of the fixtures and sample logs (the text after the first
+    `Avg prompt throughput` line's header, found by its own regex)."""
+    return logged_messages(
+        "Avg prompt throughput",
+        r"^.*?(?:\] |^)((?:Engine \d+: |\d+ Engines Aggregated: )?Avg prompt throughput: .*)$",
+    )
 
 
 def test_logged_stats_lines_read_the_same_and_the_common_ones_by_the_shape():
@@ -163,3 +174,105 @@ common_access = st.builds(
 @given(st.lists(st.one_of(common_access, st.from_regex(uvicorn.ACCESS)), min_size=1, max_size=20))
 def test_generated_access_lines_read_the_same(lines):
     assert_access_same([t for t in lines if "\n" not in t])
+
+
+def received_both(messages: list[str]) -> tuple[pl.Series, pl.DataFrame, pl.DataFrame]:
+    """Which messages are of V1's common `Received request` shape, and on those, what
+    shaped_received reads and what the general request readings read."""
+    df = pl.DataFrame({"m": messages}, schema={"m": pl.String})
+    fits, rid = F.received_shape(df)
+    part, cols, attrs = F.shaped_received(df.filter(fits).with_columns(rid.filter(fits)))
+    fast = part.select(v.alias(k) for k, v in {**cols, **attrs}.items())
+    general = F.with_sampling_params(df.filter(fits).with_columns(**F.request_parts()))
+    slow_exprs = {
+        "event": F.request_kind(), **F.request_columns(), "sampling_params": pl.col("sampling_params"),
+        **F.request_attrs(), "param_seed": pl.col("param_seed"),
+    }
+    slow = general.select(v.alias(k) for k, v in slow_exprs.items())
+    return fits, fast, slow
+
+
+def assert_received_same(messages: list[str]) -> pl.Series:
+    fits, fast, slow = received_both(messages)
+    assert fast.columns == slow.columns
+    assert fast.schema == slow.schema or fast.height == 0
+    shaped = [m for m, f in zip(messages, fits) if f]
+    assert [(m, a, b) for m, a, b in zip(shaped, fast.rows(), slow.rows()) if a != b] == []
+    return fits
+
+
+def logged_received_messages() -> list[str]:
+    """The `Received request` messages of the fixtures and sample logs (found by their own regex)."""
+    return logged_messages("Received request ", r"^.*?(?:\] |^)(Received request .*)$")
+
+
+def test_logged_received_lines_read_the_same_and_v1_ones_by_the_shape():
+    messages = logged_received_messages()
+    fits = assert_received_same(messages)
+    assert fits.sum() > 100
+    v1 = [m for m in messages if re.fullmatch(r"Received request [\w-]+: params: SamplingParams\([^)]*\), lora_request: None\.", m)]
+    assert [m for m, f in zip(messages, fits) if m in v1 and not f] == []
+
+
+SP = (
+    "n=1, presence_penalty=0.0, frequency_penalty=0.0, repetition_penalty=1.0, temperature=0.7, top_p=1.0, "
+    "top_k=-1, min_p=0.0, seed=None, stop=[], stop_token_ids=[], bad_words=[], include_stop_str_in_output=False, "
+    "ignore_eos=False, max_tokens=1024, min_tokens=0, logprobs=None, prompt_logprobs=None, skip_special_tokens=True, "
+    "spaces_between_special_tokens=True, truncate_prompt_tokens=None, guided_decoding=None, extra_args=None"
+)
+RECEIVED_NEAR_MISSES = [
+    f"Received request chatcmpl-1: params: SamplingParams({SP}), lora_request: None.",
+    f"Received request chatcmpl-1: params: SamplingParams({SP.replace('seed=None', 'seed=7')}), lora_request: None.",
+    f"Received request tokenize-1: params: SamplingParams({SP}), lora_request: None.",
+    f"Received request detokenize-1: params: SamplingParams({SP}), lora_request: None.",
+    # fields the general readings look for anywhere, inside the repr
+    "Received request a: params: SamplingParams(stop=['finish_reason: length', 'prompt_token_ids: [1, 2]', "
+    "'output_token_ids: [3]', \": output: '<streaming_complete: 4 tokens>'\"], prompt_len=5, max_tokens=6), "
+    "lora_request: None.",
+    "Received request a: params: SamplingParams(), lora_request: None.",
+    # an id the general reading cuts or finds fields in; a repr holding `)`; other ends
+    f"Received request a-max_tokens=5: params: SamplingParams({SP}), lora_request: None.",
+    f"Received request a\u00a0b: params: SamplingParams({SP}), lora_request: None.",
+    f"Received request a,b: params: SamplingParams({SP}), lora_request: None.",
+    f"Received request a)b: params: SamplingParams({SP}), lora_request: None.",
+    f"Received request : params: SamplingParams({SP}), lora_request: None.",
+    f"Received request é: params: SamplingParams({SP}), lora_request: None.",
+    "Received request a: params: SamplingParams(guided_decoding=GuidedDecodingParams(json=None), max_tokens=2), "
+    "lora_request: None.",
+    f"Received request a: params: SamplingParams({SP}), lora_request: None",
+    f"Received request a: params: SamplingParams({SP}), lora_request: None., finish_reason: stop",
+    f"Received request a: params: SamplingParams({SP}), prompt_token_ids: [1, 2], lora_request: None.",
+    f"Received request a: prompt: 'x', params: SamplingParams({SP}), lora_request: None.",
+    "Received request tokenize-1: params: None",
+]
+
+
+def test_received_near_misses_read_the_same():
+    fits = assert_received_same(RECEIVED_NEAR_MISSES)
+    assert fits.any() and not fits.all()
+
+
+repr_chars = st.characters(min_codepoint=9, max_codepoint=0x1F0)
+repr_fields = st.lists(
+    st.one_of(
+        st.sampled_from([
+            "seed=None", "seed=3", "max_tokens=16", "max_tokens=None", "prompt_len=9", "temperature=0.7",
+            "stop=['a, b=1']", "finish_reason: stop", "prompt_token_ids: [1, 2]", "output_token_ids: []",
+            ": output: '<streaming_complete: 8 tokens>'", "ignore_eos=False", "top_k=-1", "é=1",
+        ]),
+        st.text(alphabet=repr_chars, max_size=12),
+    ),
+    max_size=6,
+).map(", ".join)
+common_received = st.builds(
+    lambda rid, sp, end: f"Received request {rid}: params: SamplingParams({sp}){end}",
+    st.one_of(st.from_regex(r"[\w-]{1,20}", fullmatch=True), st.text(alphabet=repr_chars, min_size=0, max_size=10)),
+    repr_fields,
+    st.sampled_from(["), lora_request: None.", "), lora_request: None", "), prompt_embeds: None."]),
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(common_received, min_size=1, max_size=20))
+def test_generated_received_lines_read_the_same(messages):
+    assert_received_same([m for m in messages if "\n" not in m])

@@ -308,11 +308,20 @@ def request_parts() -> dict[str, pl.Expr]:
 
 def request_columns() -> dict[str, pl.Expr]:
     """Schema columns of the request lines; needs the columns of request_parts."""
-    ids, out_ids = pl.col("_ids"), pl.col("_out_ids")
     return {
         "request_id": request_id(pl.col("_rid")),
         # SamplingParams(..., max_tokens=N, ...) and the design-note `max_tokens=512`
-        "max_tokens": pl.when(IS_RECEIVED | IS_ADDED).then(_int(r"\bmax_tokens=(\d+)")),
+        "max_tokens": pl.when(IS_RECEIVED | IS_ADDED).then(_MAX_TOKENS),
+        **_token_counts(),
+    }
+
+
+_MAX_TOKENS = _int(r"\bmax_tokens=(\d+)")
+
+
+def _token_counts() -> dict[str, pl.Expr]:
+    ids, out_ids = pl.col("_ids"), pl.col("_out_ids")
+    return {
         "prompt_tokens": pl.coalesce(
             pl.when(ids.is_not_null()).then(ids.str.count_matches(r"\d+").cast(pl.Int64)),
             _int(r"\bprompt_len=(\d+)"),
@@ -323,6 +332,19 @@ def request_columns() -> dict[str, pl.Expr]:
             _int(r": output: '<streaming_complete: (\d+) tokens>'"),
         ),
     }
+
+
+def request_kind() -> pl.Expr:
+    """The event of a request line."""
+    return (
+        pl.when(IS_TOKENIZE).then(pl.lit("log"))
+        .when(IS_RECEIVED | IS_ADDED).then(pl.lit("request_arrived"))
+        .when(IS_FINISHED).then(pl.lit("request_finished"))
+        .when(IS_ABORTED).then(pl.lit("request_aborted"))
+        # the answer of a non-streaming request, or the end of a stream
+        .when(IS_GEN_END).then(pl.lit("request_finished"))
+        .otherwise(pl.lit("log"))  # `Request X details:`, `Generated response X details:`
+    )
 
 
 def request_id(parts: pl.Expr) -> pl.Expr:
@@ -385,11 +407,20 @@ def with_sampling_params(sub: pl.DataFrame) -> pl.DataFrame:
         return sub.drop("_spb").with_columns(
             pl.lit(None, pl.String).alias("sampling_params"), pl.lit(None, pl.String).alias("param_seed")
         )
+    return _by_repr(sub, {})
+
+
+def _by_repr(sub: pl.DataFrame, more: dict[str, pl.Expr]) -> pl.DataFrame:
+    """with_sampling_params' columns, and `more` (expressions on `m`, there the repr), from
+    the repr `_spb` of each row: made once per distinct repr and joined on."""
     body = pl.col("_spb")
     reprs = sub.select(body.unique()).drop_nulls().with_columns(
         body.str.extract(r"(?-u:\b)seed=([0-9]+)", 1).alias("param_seed"),
         body.str.replace_all(_SP_PER_REQUEST, "${1}=None").alias("_spn"),
     )
+    if more:  # request_parts' captures but the id, then `more`, with the repr as `m`
+        parts = {k: v for k, v in request_parts().items() if k != "_rid"}
+        reprs = reprs.with_columns(body.alias("m")).with_columns(**parts).with_columns(**more).drop("m", *parts)
     uniq = reprs["_spn"].unique().to_frame("_spn")
     el = pl.element()
     value = el.str.extract(r"=(.*)$", 1)
@@ -406,6 +437,52 @@ def with_sampling_params(sub: pl.DataFrame) -> pl.DataFrame:
     )
     reprs = reprs.join(uniq, on="_spn", how="left").drop("_spn")
     return sub.join(reprs, on="_spb", how="left", maintain_order="left").drop("_spb")
+
+
+# V1's `Received request X: params: SamplingParams(...), lora_request: None.` (request
+# logging on, no prompt printed), its id holding no blank, `:`, `,` or `=` and its repr no `)`:
+# then the id is what request_id reads, the repr what with_sampling_params finds, and every
+# field regex of request_columns / request_attrs that can match the message can match in the
+# repr only, and reads there what it reads in the message (the text around the repr ends no
+# match of theirs and starts none; the message ends in `None.`, so the anchored finish_reason
+# finds none). Found by literal tests (a pattern capturing the repr costs several times more);
+# lines of any other shape take the general readings.
+_RCV_HEAD, _RCV_MID, _RCV_END = "Received request ", ": params: SamplingParams(", "), lora_request: None."
+
+
+def received_shape(sub: pl.DataFrame) -> tuple[pl.Series, pl.Series]:
+    """Which messages are of the shape above, and `_id`, their id (meaningless on the others)."""
+    mid = M.str.find(_RCV_MID, literal=True)  # bytes; the id's end when the shape holds
+    parts = sub.select(
+        # the first `)` is the closing one: none in the id or the repr
+        (
+            M.str.starts_with(_RCV_HEAD) & M.str.ends_with(_RCV_END) & (mid > len(_RCV_HEAD))
+            & (M.str.find(")", literal=True) == M.str.len_bytes() - len(_RCV_END))
+        ).fill_null(False).alias("fits"),
+        byte_slice(M, len(_RCV_HEAD), (mid - len(_RCV_HEAD)).clip(0)).alias("_id"),
+    )
+    rid = parts["_id"]
+    return parts["fits"] & ~rid.str.contains(r"[\s:,=]").fill_null(True), rid
+
+
+def shaped_received(sub: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, pl.Expr], dict[str, pl.Expr]]:
+    """The rows `sub` of the shape above (with received_shape's `_id`) with what
+    request_columns, request_attrs and with_sampling_params give them: the frame, its columns
+    and its attrs (same keys, same order)."""
+    after = M.str.find(_RCV_MID, literal=True) + len(_RCV_MID)
+    sub = sub.with_columns(byte_slice(M, after, M.str.len_bytes() - after - len(_RCV_END)).alias("_spb"))
+    sub = _by_repr(sub, {
+        "max_tokens": _MAX_TOKENS, **_token_counts(), "_finish_reason": M.str.extract(r"finish_reason: (\w+)", 1),
+    })
+    rid = pl.col("_id")
+    cols = {
+        "event": pl.when(rid.str.starts_with("tokenize-") | rid.str.starts_with("detokenize-"))
+        .then(pl.lit("log")).otherwise(pl.lit("request_arrived")),
+        "request_id": rid,
+        **{k: pl.col(k) for k in ("max_tokens", "prompt_tokens", "output_tokens", "sampling_params")},
+    }
+    attrs = {"finish_reason": pl.col("_finish_reason"), "failure": pl.lit(None, pl.String), "param_seed": pl.col("param_seed")}
+    return sub, cols, attrs
 
 
 def request_attrs() -> dict[str, pl.Expr]:

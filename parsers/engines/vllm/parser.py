@@ -191,8 +191,20 @@ def _proc_groups(df: pl.DataFrame) -> pl.DataFrame:
         .otherwise(0)
     )
     pre = pl.col("pre")
-    fields = {f: pl.col(f) for f in _PROC_FIELDS}
-    df = _by_start(df, t.str.head(n), f"^(?P<pre>{_PROC})", {**fields, "_o": pre.str.len_chars(), "_ob": pre.str.len_bytes()})
+    then = {**{f: pl.col(f) for f in _PROC_FIELDS}, "_o": pre.str.len_chars(), "_ob": pre.str.len_bytes()}
+    pattern = f"^(?P<pre>{_PROC})"
+    # most files have one writer: when every line starts with the first one's start, and
+    # that start is all of `n` and holds a `)`, it is every line's start (the same first `)`,
+    # the same `n`), and its groups are every line's
+    first = df.head(1).select(t.str.head(n)).item()
+    close_at = (first or "").encode().find(b")")
+    if close_at >= 0 and len(first) == close_at + 2 and df.select(t.str.starts_with(first).all()).item():
+        one = pl.DataFrame({"_start": [first]}).select(pl.col("_start").str.extract_groups(pattern).alias("_g"))
+        one = one.unnest("_g").select(*(v.alias(k) for k, v in then.items()))
+        return df.with_columns(pl.lit(one[c][0], one[c].dtype).alias(c) for c in one.columns).with_columns(
+            pl.col("_o").fill_null(0), pl.col("_ob").fill_null(0)
+        )
+    df = _by_start(df, t.str.head(n), pattern, then)
     return df.with_columns(pl.col("_o").fill_null(0), pl.col("_ob").fill_null(0))
 
 
@@ -443,7 +455,18 @@ def _families(rec: pl.DataFrame) -> pl.Series:
     bare = pl.when(pl.col("m").str.contains(F.UVICORN_ACCESS)).then(pl.lit("access")).otherwise(pl.lit("other"))
     fam = pl.repeat("other", rec.height, dtype=pl.String, eager=True).alias("_fam")
     m = rec.select("m")
-    for rows, chain in ((~hot & hdr, behind_header), (~hot & ~hdr, bare)):
+    # behind a header, the request lines (most of a log with request logging on) are told
+    # apart by their head: no test of the chain before IS_REQUEST matches one, IS_REQUEST
+    # does, and of the `Added` / `Finished` lines IS_PLAIN_REQUEST tells the plain ones
+    side, head = ~hot & hdr, rec["m"]
+    received = side & head.str.starts_with("Received request ")
+    ended = side & (head.str.starts_with("Added request ") | head.str.starts_with("Finished request "))
+    fam = fam.scatter(received.arg_true(), "req")
+    idx = ended.arg_true()
+    if idx.len():
+        plain = pl.when(F.IS_PLAIN_REQUEST).then(pl.lit("req_plain")).otherwise(pl.lit("req"))
+        fam = fam.scatter(idx, m[idx].select(plain).to_series())
+    for rows, chain in ((side & ~received & ~ended, behind_header), (~hot & ~hdr, bare)):
         idx = rows.arg_true()
         if idx.len():
             fam = fam.scatter(idx, m[idx].select(chain).to_series())
@@ -534,18 +557,19 @@ def _family_frame(fam: str, sub: pl.DataFrame) -> pl.DataFrame:
         cols = {"event": pl.lit("capacity"), "model": F.model_name(), **F.capacity_columns()}
         extra = F.capacity_attrs()
     elif fam == "req":
+        # V1's commonest `Received request` lines are read from their repr, the rest as before
+        fast, rid = F.received_shape(sub)
+        if fast.any():
+            part, cols, extra = F.shaped_received(sub.filter(fast).with_columns(rid.filter(fast)))
+            done = _finish(fam, part, cols, extra)
+            if fast.all():
+                return done
+            return pl.concat([done, _family_frame("req_by_key", sub.filter(~fast))], how="diagonal_relaxed")
+        return _family_frame("req_by_key", sub)
+    elif fam == "req_by_key":
         sub = F.with_sampling_params(sub.with_columns(**F.request_parts()))
         rq = F.request_columns()
-        kind = (
-            pl.when(F.IS_TOKENIZE).then(pl.lit("log"))
-            .when(F.IS_RECEIVED | F.IS_ADDED).then(pl.lit("request_arrived"))
-            .when(F.IS_FINISHED).then(pl.lit("request_finished"))
-            .when(F.IS_ABORTED).then(pl.lit("request_aborted"))
-            # the answer of a non-streaming request, or the end of a stream
-            .when(F.IS_GEN_END).then(pl.lit("request_finished"))
-            .otherwise(pl.lit("log"))  # `Request X details:`, `Generated response X details:`
-        )
-        cols = {"event": kind, **rq, "sampling_params": pl.col("sampling_params")}
+        cols = {"event": F.request_kind(), **rq, "sampling_params": pl.col("sampling_params")}
         if sub.select(F.IS_ABORTED.any()).item():
             cols["_aborted"] = pl.when(F.IS_ABORTED).then(F.aborted_ids())
         extra = {**F.request_attrs(), "param_seed": pl.col("param_seed")}
