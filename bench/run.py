@@ -304,6 +304,19 @@ def part_gzip(a, res: dict) -> None:
     res["gzip"] = row
 
 
+def ingest_against_loop(a, g: gen.Generated, row: dict, name: str, sql: str) -> dict:
+    """`row`'s ingest (into a new store, then dropped) and Python-loop figures of one real-log
+    input; what `sql` counts in the store (one row of integers)."""
+    from servelens.pipeline.query.connect import run as query
+
+    store = a.data_dir / "stores" / name
+    row["ingest"] = time_ingest(a, g, store)
+    got = query(store, sql)
+    shutil.rmtree(store, ignore_errors=True)
+    row["baseline"] = time_baseline(a, g, a.data_dir / "stores" / f"{name}-baseline")
+    return {k: int(v) for k, v in got.row(0, named=True).items()}
+
+
 def part_delta(a, res: dict) -> None:
     """The delta-heavy vLLM log of the real-vLLM issue: vLLM 0.32's recorded server log with
     output logging on (bench/real_delta.py builds it from sample_logs/vllm/real-0.32-b), against
@@ -334,18 +347,13 @@ def part_delta(a, res: dict) -> None:
     if not link.exists():
         link.symlink_to(log_file)
     g.dir = g_dir
-    store = a.data_dir / "stores" / "delta"
     row = {"engine": "vllm", "bytes": g.bytes, "lines": n_lines, "delta_lines": deltas, "files": 1,
            "floor": time_floor(g.files, a.runs)}
-    row["ingest"] = time_ingest(a, g, store)
-    from servelens.pipeline.query.connect import run as query
-
-    got = query(store, "select count(*) filter (where event = 'request_output') as outputs, "
-                       "(select count(*) from requests where e2e_s is not null) as finished, "
-                       "(select count(*) from requests where ttft_s is not null) as with_ttft from events")
-    row.update({k: int(v) for k, v in got.row(0, named=True).items()})
-    shutil.rmtree(store, ignore_errors=True)
-    row["baseline"] = time_baseline(a, g, a.data_dir / "stores" / "delta-baseline")
+    counts = ingest_against_loop(a, g, row, "delta",
+                                 "select count(*) filter (where event = 'request_output') as outputs, "
+                                 "(select count(*) from requests where e2e_s is not null) as finished, "
+                                 "(select count(*) from requests where ttft_s is not null) as with_ttft from events")
+    row.update(counts)
     log(f"vLLM 0.32 delta log: {g.bytes / 1e6:,.0f} MB, {n_lines:,} lines ({deltas:,} deltas): ingest "
         f"{row['ingest']['wall_s']:.2f} s, peak {row['ingest']['peak_rss'] / 2**20:.0f} MiB; baseline "
         f"{row['baseline']['wall_s']:.2f} s")
@@ -372,18 +380,12 @@ def part_mixed(a, res: dict) -> None:
         built = {"lines": b.lines, "stats_lines": b.stats_lines, "access_lines": b.access_lines}
         stamp.write_text(json.dumps({"want": want, "built": built}))
     g = gen.Generated("vllm", log_file.parent, [log_file], log_file.stat().st_size, built["lines"], 0.0, True)
-    store = a.data_dir / "stores" / "mixed"
     row = {"engine": "vllm stats/access mix", "bytes": g.bytes, "lines": built["lines"], "files": 1,
            "stats_lines": built["stats_lines"], "access_lines": built["access_lines"],
            "floor": time_floor(g.files, a.runs)}
-    row["ingest"] = time_ingest(a, g, store)
-    from servelens.pipeline.query.connect import run as query
-
-    got = query(store, "select count(*) filter (where event = 'engine_stats') as stats, "
-                       "count(*) filter (where event = 'http_access') as access from events")
-    row.update({f"stored_{k}": int(v) for k, v in got.row(0, named=True).items()})
-    shutil.rmtree(store, ignore_errors=True)
-    row["baseline"] = time_baseline(a, g, a.data_dir / "stores" / "mixed-baseline")
+    counts = ingest_against_loop(a, g, row, "mixed", "select count(*) filter (where event = 'engine_stats') as stats, "
+                                                     "count(*) filter (where event = 'http_access') as access from events")
+    row.update({f"stored_{k}": v for k, v in counts.items()})
     log(f"vLLM stats/access mix: {g.bytes / 1e6:,.0f} MB, {built['lines']:,} lines: ingest "
         f"{row['ingest']['wall_s']:.2f} s ({row['stored_stats']:,} stats, {row['stored_access']:,} access stored "
         f"of {built['stats_lines']:,} / {built['access_lines']:,}); baseline {row['baseline']['wall_s']:.2f} s")
