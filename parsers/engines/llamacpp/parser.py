@@ -383,18 +383,25 @@ def _classified(df: pl.DataFrame) -> pl.DataFrame:
             *[pl.lit(None, _STR).alias(f"_x_{k}") for k in _EXTRAS_STR],
         ]
     df = df.with_columns(*extras)
+    # the message's own mention searched only where the prefix and the extras name none
+    slot = pl.coalesce(
+        pl.when(f == "tag").then(tag.struct.field("4").cast(pl.Int64, strict=False)),
+        pl.col("_x_id_slot").cast(pl.Int64, strict=False),
+        pl.col("_x_slot_id").cast(pl.Int64, strict=False),
+    )
+    task = pl.coalesce(
+        pl.when(f == "tag").then(pl.coalesce(tag.struct.field("5"), tag.struct.field("6")).cast(pl.Int64, strict=False)),
+        pl.col("_x_id_task").cast(pl.Int64, strict=False),
+        pl.col("_x_task_id").cast(pl.Int64, strict=False),
+    )
     df = df.with_columns(
         pl.coalesce(
-            pl.when(f == "tag").then(tag.struct.field("4").cast(pl.Int64, strict=False)),
-            pl.col("_x_id_slot").cast(pl.Int64, strict=False),
-            pl.col("_x_slot_id").cast(pl.Int64, strict=False),
-            pl.col("_msg").str.extract(r"^slot ([0-9]+) ", 1).cast(pl.Int64, strict=False),
+            slot,
+            pl.when(slot.is_null()).then(pl.col("_msg")).str.extract(r"^slot ([0-9]+) ", 1).cast(pl.Int64, strict=False),
         ).alias("_slot"),
         pl.coalesce(
-            pl.when(f == "tag").then(pl.coalesce(tag.struct.field("5"), tag.struct.field("6")).cast(pl.Int64, strict=False)),
-            pl.col("_x_id_task").cast(pl.Int64, strict=False),
-            pl.col("_x_task_id").cast(pl.Int64, strict=False),
-            pl.col("_msg").str.extract(r"\[task id: ([0-9]+)\]", 1).cast(pl.Int64, strict=False),
+            task,
+            pl.when(task.is_null()).then(pl.col("_msg")).str.extract(r"\[task id: ([0-9]+)\]", 1).cast(pl.Int64, strict=False),
             # `srv  send_error: task id = 289, error: ...`: the request the error is sent to
             pl.when(pl.col("_fn") == "send_error").then(pl.col("_msg")).str.extract(r"^task id = ([0-9]+)", 1).cast(pl.Int64, strict=False),
         ).alias("_task"),
@@ -597,8 +604,9 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
     slot_data = (msg == "slot data") & pl.col("_x_n_processing_slots").is_not_null()
     is_cap = pl.coalesce(pl.col("_n_slots"), pl.col("_n_seq"), pl.col("_n_ctx"), pl.col("n_ctx_slot")).is_not_null()
     is_access = pl.col("_status").is_not_null() | json_access
-    error = (lvl == "ERROR") | body.str.contains(_ERROR_RE)
     part = pl.col("_part")
+    # (a timing part's row is a request or a log before the error test is read)
+    error = (lvl == "ERROR") | pl.when(part.is_null()).then(body).str.contains(_ERROR_RE)
     event = (
         pl.when(pl.col("_blk_last")).then(pl.lit("request"))
         .when(part.is_not_null()).then(pl.lit("log"))
