@@ -225,8 +225,7 @@ def _continued(df: pl.DataFrame) -> pl.Series:
     """`_continues()` of a chunk's lines. Most chunks have no line without a prefix, or no
     message that opens a multi-line one: then no line continues another, and the searches
     and fills over every line are not needed."""
-    quick = df.select((~_own()).any().alias("bare"), pl.col("_msg").str.contains(_OPENS_HINT).any().alias("opens"))
-    if not (quick["bare"].item() and quick["opens"].item()):
+    if not df.select((~_own()).any()).item() or not df.select(pl.col("_msg").str.contains(_OPENS_HINT).any()).item():
         return pl.repeat(False, df.height, dtype=pl.Boolean, eager=True).alias("_cont")
     return df.select(_continues()).to_series()
 
@@ -303,6 +302,12 @@ def _extra(src: pl.Expr, key: str) -> pl.Expr:
     return v.str.strip_chars('"')
 
 
+def _has(text: pl.Expr, pattern: str) -> pl.Expr:
+    """Whether `pattern` matches, false on a null `text`. For tests on the rows a `when` left:
+    `str.contains` runs its pattern over the text under a null too, `str.find` does not."""
+    return text.str.find(pattern).is_not_null()
+
+
 def _classified(df: pl.DataFrame) -> pl.DataFrame:
     """The body taken apart: `_form` (json/text24/tag/func/part/blob/early), `_fn`, `_slot`,
     `_task`, `_msg`, level, 2024 extras `_x_*`, and the timing roles `_part` / `_opener` /
@@ -313,10 +318,12 @@ def _classified(df: pl.DataFrame) -> pl.DataFrame:
     # are tried only on the lines none of them took (the forms cannot overlap: a JSON record
     # opens with `{"`, the 2024 text form with its level word, a tag with its name)
     tag, a_txt, fnc = pl.col("_tg"), pl.col("_at"), pl.col("_fg")
+    # (the JSON tests only on the lines opening with `{`, the 2024 text form's pattern not on
+    # those opening with a server tag's name)
+    jcand = pl.when(b.str.starts_with("{")).then(b)
     df = df.with_columns(
-        # (the literals searched only behind `{"`: a line that opens otherwise fails at once)
-        (b.str.contains(_JSON_HINT) | (b.str.contains(r'(?s)^\{(?:"function":"|".*"function":")') & b.str.contains(r'(?s)^\{(?:"level":"|".*"level":")'))).alias("_is_json"),
-        b.str.extract_groups(_ERA_A_TEXT_RE).alias("_at"),
+        (_has(jcand, _JSON_HINT) | (_has(jcand, r'(?s)^\{(?:"function":"|".*"function":")') & _has(jcand, r'(?s)^\{(?:"level":"|".*"level":")'))).alias("_is_json"),
+        pl.when(~(b.str.starts_with("slot") | b.str.starts_with("srv"))).then(b).str.extract_groups(_ERA_A_TEXT_RE).alias("_at"),
         b.str.extract_groups(_TAG_WHOLE_RE).alias("_tg"),
     )
     is_json = pl.col("_is_json")
@@ -328,11 +335,11 @@ def _classified(df: pl.DataFrame) -> pl.DataFrame:
         pl.when(is_json).then(pl.lit("json"))
         .when(is_txt).then(pl.lit("text24"))
         .when(is_tag).then(pl.lit("tag"))
-        .when(other.str.contains(T.PART_RE)).then(pl.lit("part"))
-        .when(other.str.contains(T.BLOB_RE)).then(pl.lit("blob"))
-        .when(other.str.contains(_EARLY_RE)).then(pl.lit("early"))
-        .when(other.str.contains(_KV_DUMP_RE)).then(pl.lit("kv_dump"))
-        .when(other.str.contains(_FUNC_RE)).then(pl.lit("func"))
+        .when(_has(other, T.PART_RE)).then(pl.lit("part"))
+        .when(_has(other, T.BLOB_RE)).then(pl.lit("blob"))
+        .when(_has(other, _EARLY_RE)).then(pl.lit("early"))
+        .when(_has(other, _KV_DUMP_RE)).then(pl.lit("kv_dump"))
+        .when(_has(other, _FUNC_RE)).then(pl.lit("func"))
         # any other line behind the relative time and level prefix is still llama.cpp's
         .when(pl.col("_rel").is_not_null() | pl.col("_lvl").is_not_null()).then(pl.lit("prefixed"))
     )
@@ -343,7 +350,11 @@ def _classified(df: pl.DataFrame) -> pl.DataFrame:
     jmsg = pl.coalesce(jb.str.json_path_match("$.msg"), jb.str.json_path_match("$.message"))
     # the text form's extras follow ` | tid=` (2024-02 on)
     tb = pl.when(f == "text24").then(b)
-    txt_msg = tb.str.replace(_ERA_A_TEXT_RE, "").str.replace(r" \| tid=.*$", "")
+    # (a replace runs over the text under a null too: only in a chunk holding such lines)
+    if (df["_form"] == "text24").any():
+        txt_msg = tb.str.replace(_ERA_A_TEXT_RE, "").str.replace(r" \| tid=.*$", "")
+    else:
+        txt_msg = pl.lit(None, _STR)
     txt_extra = tb.str.extract(r" \| (tid=.*)$", 1)
     df = df.with_columns(
         pl.when(f == "json").then(b).when(f == "text24").then(txt_extra).alias("_xsrc"),
@@ -365,8 +376,8 @@ def _classified(df: pl.DataFrame) -> pl.DataFrame:
     )
     # a line without a level letter (builds before 2026): the server prints a cancel with
     # SRV_WRN, so it is a warning in every format
-    df = df.with_columns(pl.when(pl.col("level").is_null() & pl.col("_msg").str.contains(
-        "cancel task, id_task = ", literal=True)).then(pl.lit("WARNING"))
+    df = df.with_columns(pl.when(_has(pl.when(pl.col("level").is_null()).then(pl.col("_msg")),
+                                      "cancel task, id_task = ")).then(pl.lit("WARNING"))
         # the router's `load` (spawning a child, its arguments) and the prompt cache's `load`
         # print with SRV_INF only
         .when(pl.col("level").is_null() & (pl.col("_tag") == "srv") & (pl.col("_fn") == "load")).then(pl.lit("INFO"))
@@ -509,6 +520,7 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
     # those read for several fields as columns first: a pattern under `when` is run again for
     # every field read from it
     np_head = msg.str.starts_with("new prompt,")
+    slot_head = msg.str.starts_with("slot ")
     df = df.with_columns(
         pl.when(body.str.contains("request: ", literal=True)).then(body).str.extract_groups(_ACCESS_RE).alias("_accg"),
         pl.when(fn.is_in(["log_server_request", "log_server_response"])).then(msg).str.extract_groups(_BOX_ACCESS_RE).alias("_boxg"),
@@ -524,9 +536,11 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         # read by one pattern (no rare pattern below can match it: each needs a literal it does
         # not hold, or starts otherwise); any other `new prompt,` line by the field patterns
         pl.when(np_head).then(msg).str.extract_groups(_NEW_PROMPT_RE).alias("_npg"),
-        (msg.str.contains(r"^(?:processing task|slot is processing task)")
-         | msg.str.contains(r"^slot [0-9]+ is processing \[task id: [0-9]+\]")).alias("_arrived"),
-        msg.str.contains(r"^(?:stop processing|slot released|slot [0-9]+ released)").alias("_finished"),
+        # (each pattern only on the messages opening with one of its literal heads)
+        _has(pl.when(msg.str.starts_with("processing task") | slot_head).then(msg),
+             r"^(?:processing task|slot is processing task|slot [0-9]+ is processing \[task id: [0-9]+\])").alias("_arrived"),
+        _has(pl.when(msg.str.starts_with("stop processing") | slot_head).then(msg),
+             r"^(?:stop processing|slot released|slot [0-9]+ released)").alias("_finished"),
     )
     access, box, tg, pp, ppp, np_exact = (pl.col(c) for c in ("_accg", "_boxg", "_tgg", "_ppg", "_pppg", "_npg"))
     np_other = np_exact.struct.field("1").is_null()
@@ -606,7 +620,7 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
     is_access = pl.col("_status").is_not_null() | json_access
     part = pl.col("_part")
     # (a timing part's row is a request or a log before the error test is read)
-    error = (lvl == "ERROR") | pl.when(part.is_null()).then(body).str.contains(_ERROR_RE)
+    error = (lvl == "ERROR") | _has(pl.when(part.is_null()).then(body), _ERROR_RE)
     event = (
         pl.when(pl.col("_blk_last")).then(pl.lit("request"))
         .when(part.is_not_null()).then(pl.lit("log"))
@@ -618,7 +632,7 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         .when(pl.col("_tg").is_not_null() | pl.col("_pp").is_not_null() | slot_data).then(pl.lit("engine_stats"))
         .when(is_cap).then(pl.lit("capacity"))
         .when(headed).then(pl.lit("log"))
-        .when(pl.when(~headed).then(body).str.contains(r"GGML_ASSERT|terminate called|Segmentation fault|core dumped"))
+        .when(_has(pl.when(~headed).then(body), r"GGML_ASSERT|terminate called|Segmentation fault|core dumped"))
         .then(pl.lit("error"))
         .otherwise(pl.lit("unparsed"))
     )
@@ -689,8 +703,8 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         pl.when(part.is_not_null() & ~pl.col("_blk_last")).then(pl.col("_last_line")).alias("request_line"),
         pl.when(part.is_not_null() & ~pl.col("_blk_last")).then(part).alias("timing_part"),
         pl.when(f == "blob").then(pl.lit(True)).alias("hidden"),
-        pl.when(ev == "error").then(pl.when(err_body.str.contains("GGML_ASSERT")).then(pl.lit("assert"))
-                                    .when(err_body.str.contains(r"(?i)out of memory")).then(pl.lit("oom"))
+        pl.when(ev == "error").then(pl.when(_has(err_body, "GGML_ASSERT")).then(pl.lit("assert"))
+                                    .when(_has(err_body, r"(?i)out of memory")).then(pl.lit("oom"))
                                     .otherwise(pl.lit("error"))).alias("error_kind"),
         (pl.col("_rel") / 1e6).round(6).alias("rel_s"),
         pl.col("_anchor").alias("ts_anchor"),

@@ -54,13 +54,16 @@ BLOB_RE = r"^\[[0-9.]+[KMGT]?B blob data\]$"
 
 
 def part_kind(msg: pl.Expr) -> pl.Expr:
-    """`prompt` / `eval` / `total` / `graphs` / `draft` for a timing message, else null."""
+    """`prompt` / `eval` / `total` / `graphs` / `draft` for a timing message, else null.
+    Searched with `find` (whether there is a match): unlike `contains`, it skips a null
+    message, so a caller may null the rows that cannot be parts."""
+    has = lambda p: msg.str.find(p).is_not_null()  # noqa: E731
     return (
-        pl.when(msg.str.contains(r"^\s*prompt eval time\s*=")).then(pl.lit("prompt"))
-        .when(msg.str.contains(r"^\s*(?:generation )?eval time\s*=")).then(pl.lit("eval"))
-        .when(msg.str.contains(r"^\s*total time\s*=")).then(pl.lit("total"))
-        .when(msg.str.contains(r"^\s*graphs reused\s*=")).then(pl.lit("graphs"))
-        .when(msg.str.contains(r"^\s*draft acceptance")).then(pl.lit("draft"))
+        pl.when(has(r"^\s*prompt eval time\s*=")).then(pl.lit("prompt"))
+        .when(has(r"^\s*(?:generation )?eval time\s*=")).then(pl.lit("eval"))
+        .when(has(r"^\s*total time\s*=")).then(pl.lit("total"))
+        .when(has(r"^\s*graphs reused\s*=")).then(pl.lit("graphs"))
+        .when(has(r"^\s*draft acceptance")).then(pl.lit("draft"))
     )
 
 
