@@ -5,10 +5,8 @@ prompt are those the line's own fields give, read here by Python's `re` one fiel
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
-from pathlib import Path
 
 import polars as pl
 from hypothesis import HealthCheck, given, settings
@@ -16,25 +14,10 @@ from hypothesis import strategies as st
 from servelens.parsers.base import ParseContext, finalize, lines_frame
 from servelens.parsers.engines.llamacpp import parser as llamacpp
 
-ROOT = Path(__file__).parents[2]
+from tests.parsers.test_parse_vllm_shapes import logged_messages
+
 # the shape the parser reads in one pass (pinned here: the test of its coverage below)
 SHAPE = re.compile(r"new prompt, n_ctx_slot = [0-9]+, n_keep = -?[0-9]+, (?:n_prompt_tokens|task\.n_tokens) = [0-9]+")
-
-
-def logged_messages() -> list[str]:
-    """The `new prompt, ...` messages of the fixtures and sample logs (what follows the
-    tag's `| `)."""
-    head = re.compile(r"^.*?\| (new prompt,.*)$")
-    out = []
-    for d in ("tests/fixtures", "sample_logs"):
-        for p in sorted((ROOT / d).rglob("*")):
-            if not p.is_file() or p.suffix not in (".log", ".gz", ".yaml"):
-                continue
-            raw = gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_bytes()
-            for line in raw.decode("utf-8", errors="replace").splitlines():
-                if "new prompt," in line and (m := head.match(line.rstrip("\r"))):
-                    out.append(m.group(1))
-    return out
 
 
 def field(pattern: str, message: str) -> int | None:
@@ -76,7 +59,7 @@ def assert_same(messages: list[str]) -> None:
 
 
 def test_logged_new_prompt_lines_read_the_same_and_all_are_of_the_shape():
-    messages = logged_messages()
+    messages = logged_messages("new prompt,", r"^.*?\| (new prompt,.*)$")
     assert len(messages) >= 20
     assert_same(messages)
     # the logs' lines are all of the shape: the one-pass reading is what reads them
