@@ -225,8 +225,7 @@ def _continued(df: pl.DataFrame) -> pl.Series:
     """`_continues()` of a chunk's lines. Most chunks have no line without a prefix, or no
     message that opens a multi-line one: then no line continues another, and the searches
     and fills over every line are not needed."""
-    quick = df.select((~_own()).any().alias("bare"), pl.col("_msg").str.contains(_OPENS_HINT).any().alias("opens"))
-    if not (quick["bare"].item() and quick["opens"].item()):
+    if not df.select((~_own()).any()).item() or not df.select(pl.col("_msg").str.contains(_OPENS_HINT).any()).item():
         return pl.repeat(False, df.height, dtype=pl.Boolean, eager=True).alias("_cont")
     return df.select(_continues()).to_series()
 
@@ -281,7 +280,7 @@ def _header(text: pl.Series, wrap: pl.Series | None = None) -> pl.DataFrame:
     # (the rest of the line as a group of its own would cost the pattern several times)
     g = pl.col("_g")
     df = df.with_columns(c.str.extract_groups(REL_RE).alias("_g"))
-    rel_len = pl.sum_horizontal(g.struct.field(str(i)).str.len_chars() for i in range(1, 5)) + 4  # 3 dots, a space
+    rel_len = g.struct.field("1").str.len_chars() + 12  # the minutes, 2 + 3 + 3 digits, 3 dots, a space
     df = df.with_columns(rel_us(g).alias("_rel")).with_columns(
         pl.when(pl.col("_rel").is_not_null()).then(c.str.slice(rel_len)).otherwise(c).alias("_body")
     ).drop("_g")
@@ -303,6 +302,12 @@ def _extra(src: pl.Expr, key: str) -> pl.Expr:
     return v.str.strip_chars('"')
 
 
+def _has(text: pl.Expr, pattern: str) -> pl.Expr:
+    """Whether `pattern` matches, false on a null `text`. For tests on the rows a `when` left:
+    `str.contains` runs its pattern over the text under a null too, `str.find` does not."""
+    return text.str.find(pattern).is_not_null()
+
+
 def _classified(df: pl.DataFrame) -> pl.DataFrame:
     """The body taken apart: `_form` (json/text24/tag/func/part/blob/early), `_fn`, `_slot`,
     `_task`, `_msg`, level, 2024 extras `_x_*`, and the timing roles `_part` / `_opener` /
@@ -313,36 +318,43 @@ def _classified(df: pl.DataFrame) -> pl.DataFrame:
     # are tried only on the lines none of them took (the forms cannot overlap: a JSON record
     # opens with `{"`, the 2024 text form with its level word, a tag with its name)
     tag, a_txt, fnc = pl.col("_tg"), pl.col("_at"), pl.col("_fg")
+    # (the JSON tests only on the lines opening with `{`, the 2024 text form's pattern not on
+    # those opening with a server tag's name)
+    jcand = pl.when(b.str.starts_with("{")).then(b)
     df = df.with_columns(
-        (b.str.contains(_JSON_HINT) | (b.str.starts_with('{"') & b.str.contains('"function":"', literal=True)
-                                       & b.str.contains('"level":"', literal=True))).alias("_is_json"),
-        b.str.extract_groups(_ERA_A_TEXT_RE).alias("_at"),
+        (_has(jcand, _JSON_HINT) | (_has(jcand, r'(?s)^\{(?:"function":"|".*"function":")') & _has(jcand, r'(?s)^\{(?:"level":"|".*"level":")'))).alias("_is_json"),
+        pl.when(~(b.str.starts_with("slot") | b.str.starts_with("srv"))).then(b).str.extract_groups(_ERA_A_TEXT_RE).alias("_at"),
         b.str.extract_groups(_TAG_WHOLE_RE).alias("_tg"),
     )
     is_json = pl.col("_is_json")
     is_txt = a_txt.struct.field("1").is_not_null()
     is_tag = tag.struct.field("1").is_not_null()
-    other = pl.when(~(is_json | is_txt | is_tag)).then(b)
+    df = df.with_columns(pl.when(~(is_json | is_txt | is_tag)).then(b).alias("_other"))
+    other = pl.col("_other")
     form = (
         pl.when(is_json).then(pl.lit("json"))
         .when(is_txt).then(pl.lit("text24"))
         .when(is_tag).then(pl.lit("tag"))
-        .when(other.str.contains(T.PART_RE)).then(pl.lit("part"))
-        .when(other.str.contains(T.BLOB_RE)).then(pl.lit("blob"))
-        .when(other.str.contains(_EARLY_RE)).then(pl.lit("early"))
-        .when(other.str.contains(_KV_DUMP_RE)).then(pl.lit("kv_dump"))
-        .when(other.str.contains(_FUNC_RE)).then(pl.lit("func"))
+        .when(_has(other, T.PART_RE)).then(pl.lit("part"))
+        .when(_has(other, T.BLOB_RE)).then(pl.lit("blob"))
+        .when(_has(other, _EARLY_RE)).then(pl.lit("early"))
+        .when(_has(other, _KV_DUMP_RE)).then(pl.lit("kv_dump"))
+        .when(_has(other, _FUNC_RE)).then(pl.lit("func"))
         # any other line behind the relative time and level prefix is still llama.cpp's
         .when(pl.col("_rel").is_not_null() | pl.col("_lvl").is_not_null()).then(pl.lit("prefixed"))
     )
-    df = df.with_columns(form.alias("_form"))
+    df = df.with_columns(form.alias("_form")).drop("_other")
     f = pl.col("_form")
     df = df.with_columns(pl.when(f == "func").then(b).str.extract_groups(_FUNC_WHOLE_RE).alias("_fg"))
     jb = pl.when(f == "json").then(b)
     jmsg = pl.coalesce(jb.str.json_path_match("$.msg"), jb.str.json_path_match("$.message"))
     # the text form's extras follow ` | tid=` (2024-02 on)
     tb = pl.when(f == "text24").then(b)
-    txt_msg = tb.str.replace(_ERA_A_TEXT_RE, "").str.replace(r" \| tid=.*$", "")
+    # (a replace runs over the text under a null too: only in a chunk holding such lines)
+    if (df["_form"] == "text24").any():
+        txt_msg = tb.str.replace(_ERA_A_TEXT_RE, "").str.replace(r" \| tid=.*$", "")
+    else:
+        txt_msg = pl.lit(None, _STR)
     txt_extra = tb.str.extract(r" \| (tid=.*)$", 1)
     df = df.with_columns(
         pl.when(f == "json").then(b).when(f == "text24").then(txt_extra).alias("_xsrc"),
@@ -364,8 +376,8 @@ def _classified(df: pl.DataFrame) -> pl.DataFrame:
     )
     # a line without a level letter (builds before 2026): the server prints a cancel with
     # SRV_WRN, so it is a warning in every format
-    df = df.with_columns(pl.when(pl.col("level").is_null() & pl.col("_msg").str.contains(
-        "cancel task, id_task = ", literal=True)).then(pl.lit("WARNING"))
+    df = df.with_columns(pl.when(_has(pl.when(pl.col("level").is_null()).then(pl.col("_msg")),
+                                      "cancel task, id_task = ")).then(pl.lit("WARNING"))
         # the router's `load` (spawning a child, its arguments) and the prompt cache's `load`
         # print with SRV_INF only
         .when(pl.col("level").is_null() & (pl.col("_tag") == "srv") & (pl.col("_fn") == "load")).then(pl.lit("INFO"))
@@ -382,18 +394,25 @@ def _classified(df: pl.DataFrame) -> pl.DataFrame:
             *[pl.lit(None, _STR).alias(f"_x_{k}") for k in _EXTRAS_STR],
         ]
     df = df.with_columns(*extras)
+    # the message's own mention searched only where the prefix and the extras name none
+    slot = pl.coalesce(
+        pl.when(f == "tag").then(tag.struct.field("4").cast(pl.Int64, strict=False)),
+        pl.col("_x_id_slot").cast(pl.Int64, strict=False),
+        pl.col("_x_slot_id").cast(pl.Int64, strict=False),
+    )
+    task = pl.coalesce(
+        pl.when(f == "tag").then(pl.coalesce(tag.struct.field("5"), tag.struct.field("6")).cast(pl.Int64, strict=False)),
+        pl.col("_x_id_task").cast(pl.Int64, strict=False),
+        pl.col("_x_task_id").cast(pl.Int64, strict=False),
+    )
     df = df.with_columns(
         pl.coalesce(
-            pl.when(f == "tag").then(tag.struct.field("4").cast(pl.Int64, strict=False)),
-            pl.col("_x_id_slot").cast(pl.Int64, strict=False),
-            pl.col("_x_slot_id").cast(pl.Int64, strict=False),
-            pl.col("_msg").str.extract(r"^slot ([0-9]+) ", 1).cast(pl.Int64, strict=False),
+            slot,
+            pl.when(slot.is_null()).then(pl.col("_msg")).str.extract(r"^slot ([0-9]+) ", 1).cast(pl.Int64, strict=False),
         ).alias("_slot"),
         pl.coalesce(
-            pl.when(f == "tag").then(pl.coalesce(tag.struct.field("5"), tag.struct.field("6")).cast(pl.Int64, strict=False)),
-            pl.col("_x_id_task").cast(pl.Int64, strict=False),
-            pl.col("_x_task_id").cast(pl.Int64, strict=False),
-            pl.col("_msg").str.extract(r"\[task id: ([0-9]+)\]", 1).cast(pl.Int64, strict=False),
+            task,
+            pl.when(task.is_null()).then(pl.col("_msg")).str.extract(r"\[task id: ([0-9]+)\]", 1).cast(pl.Int64, strict=False),
             # `srv  send_error: task id = 289, error: ...`: the request the error is sent to
             pl.when(pl.col("_fn") == "send_error").then(pl.col("_msg")).str.extract(r"^task id = ([0-9]+)", 1).cast(pl.Int64, strict=False),
         ).alias("_task"),
@@ -409,13 +428,25 @@ def _abs_seconds(v: pl.Expr) -> pl.Expr:
     return pl.when((n > 946_684_800) & (n < 4_102_444_800)).then(n)
 
 
+def _by_port(df: pl.DataFrame):
+    """A window over the router port (null: the server's own lines), or none when every
+    line of the chunk is the server's own: one group, and a window costs a grouping."""
+    if df["_port"].null_count() == df.height:
+        return lambda e: e
+    return lambda e: e.over(pl.col("_port").fill_null(-1))
+
+
 def _timing_roles(df: pl.DataFrame) -> pl.DataFrame:
     """`_part`: the row's role in a timing block; `_opener`: it opens one; `_key`: which
     request's block (port|slot|task). A continuation line (2024-09..2026-05) or a hidden
     journald blob takes the key of the `slot print_timing:` header just before it (same
     router port, with only such lines between)."""
     f, msg = pl.col("_form"), pl.col("_msg")
-    kind = T.part_kind(msg)
+    # a part's kind only on the rows that may be parts (its patterns over null are free)
+    timed = f.is_in(["tag", "json", "text24", "part", "func"]) & (pl.col("_fn").is_null() | pl.col("_fn").is_in(["print_timing", "print_timings"]))
+    df = df.with_columns(pl.when(timed).then(msg).alias("_kind"))
+    df = df.with_columns(T.part_kind(pl.col("_kind")).alias("_kind"))
+    kind = pl.col("_kind")
     header = (f == "tag") & (pl.col("_fn") == "print_timing") & (msg.str.strip_chars() == "")
     own_key = pl.concat_str(
         [pl.col("_port").cast(_STR).fill_null(""), pl.col("_slot").cast(_STR), pl.col("_task").cast(_STR)],
@@ -426,13 +457,13 @@ def _timing_roles(df: pl.DataFrame) -> pl.DataFrame:
     df = df.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("_idx"), own_key.alias("_own_key"))
     own_key = pl.col("_own_key")
     idx = pl.col("_idx")
-    port = pl.col("_port").fill_null(-1)
+    by_port = _by_port(df)
     candidate = f.is_in(["part", "blob"]).fill_null(False)
     df = df.with_columns(
         header.alias("_hdr"),
-        pl.when(header).then(idx).forward_fill().over(port).alias("_hdr_at"),
-        pl.when(header).then(own_key).forward_fill().over(port).alias("_hdr_key"),
-        pl.when(~candidate).then(idx).forward_fill().over(port).alias("_last_other"),
+        by_port(pl.when(header).then(idx).forward_fill()).alias("_hdr_at"),
+        by_port(pl.when(header).then(own_key).forward_fill()).alias("_hdr_key"),
+        by_port(pl.when(~candidate).then(idx).forward_fill()).alias("_last_other"),
     )
     # the continuation lines directly follow their header (one log call writes them all)
     follows = (
@@ -442,8 +473,7 @@ def _timing_roles(df: pl.DataFrame) -> pl.DataFrame:
     part = (
         pl.when(header).then(pl.lit("header"))
         .when((f == "blob") & follows).then(pl.lit("hidden"))
-        .when(f.is_in(["tag", "json", "text24", "part", "func"]) & kind.is_not_null()
-              & (pl.col("_fn").is_null() | pl.col("_fn").is_in(["print_timing", "print_timings"]))).then(kind)
+        .when(kind.is_not_null()).then(kind)
     )
     df = df.with_columns(part.alias("_part"), cont.alias("_cont"))
     return df.with_columns(
@@ -451,7 +481,7 @@ def _timing_roles(df: pl.DataFrame) -> pl.DataFrame:
         pl.when(pl.col("_part").is_not_null()).then(
             pl.when(pl.col("_cont")).then(pl.col("_hdr_key")).otherwise(own_key)
         ).alias("_key"),
-    ).drop("_hdr", "_hdr_at", "_idx", "_last_other", "_own_key")
+    ).drop("_hdr", "_hdr_at", "_idx", "_last_other", "_own_key", "_kind")
 
 
 # ---------------------------------------------------------------------------------------
@@ -471,6 +501,8 @@ _ERROR_RE = (
 )
 # a literal of each rare pattern of `_events` (aborts, capacity, model, unified KV)
 _RARE_HINT = "cancel task|n_slots|n_seq_max|n_parallel|n_ctx|-> Slot|loading model|kv_unified"
+# the usual `new prompt` line whole: n_ctx_slot, n_keep, the prompt's tokens
+_NEW_PROMPT_RE = r"^new prompt, n_ctx_slot = ([0-9]+), n_keep = (-?[0-9]+), (?:n_prompt_tokens|task\.n_tokens) = ([0-9]+)$"
 _ACCESS_RE = r"(?:^|: )(?:done )?request: ([A-Z]+) (\S+) (\S+) ([0-9]{3})\s*$"
 # llama-box: `srv  log_server_request: rid 959706094865 | POST /v1/chat/completions 1.2.3.4:52058`
 # as the request arrives (a `log`), `srv  log_server_response: rid ... | GET /v1/models
@@ -484,32 +516,51 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
     msg, fn, f, lvl = pl.col("_msg"), pl.col("_fn"), pl.col("_form"), pl.col("level")
     body = pl.col("_body")
     headed = f.is_not_null()
-    # each pattern only where a literal test says it may match (a search over null is free)
-    access = pl.when(body.str.contains("request: ", literal=True)).then(body).str.extract_groups(_ACCESS_RE)
-    box = pl.when(fn.is_in(["log_server_request", "log_server_response"])).then(msg).str.extract_groups(_BOX_ACCESS_RE)
-    tg = pl.when(msg.str.starts_with("n_")).then(msg).str.extract_groups(_TG_RE)
-    pp = pl.when(msg.str.starts_with("prompt processing,")).then(msg).str.extract_groups(_PP_RE)
-    json_access = (fn == "log_server_request") & pl.col("_x_status").is_not_null()
-    arrived = msg.str.contains(r"^(?:processing task|slot is processing task)") | msg.str.contains(
-        r"^slot [0-9]+ is processing \[task id: [0-9]+\]")
-    finished = msg.str.contains(r"^(?:stop processing|slot released|slot [0-9]+ released)")
+    # each pattern only where a literal test says it may match (a search over null is free);
+    # those read for several fields as columns first: a pattern under `when` is run again for
+    # every field read from it
+    np_head = msg.str.starts_with("new prompt,")
+    slot_head = msg.str.starts_with("slot ")
+    df = df.with_columns(
+        pl.when(body.str.contains("request: ", literal=True)).then(body).str.extract_groups(_ACCESS_RE).alias("_accg"),
+        pl.when(fn.is_in(["log_server_request", "log_server_response"])).then(msg).str.extract_groups(_BOX_ACCESS_RE).alias("_boxg"),
+        pl.when(msg.str.starts_with("n_")).then(msg).str.extract_groups(_TG_RE).alias("_tgg"),
+        pl.when(msg.str.starts_with("prompt processing,")).then(msg).str.extract_groups(_PP_RE).alias("_ppg"),
+        # `prompt processing progress, n_past = P, n_tokens = B, progress = F` (2024-25: P tokens
+        # done, B in this batch), `... n_tokens = P, batch.n_tokens = B, progress = F` (2025-26)
+        pl.when(msg.str.starts_with("prompt processing progress,")).then(msg).str.extract_groups(
+            r"^prompt processing progress, (?:n_past = ([0-9]+), n_tokens = ([0-9]+)|n_tokens = ([0-9]+), batch\.n_tokens = ([0-9]+)), progress = ([0-9.]+)"
+        ).alias("_pppg"),
+        # `new prompt, n_ctx_slot = N, n_keep = N, n_prompt_tokens = N` (2025: `task.n_tokens =
+        # N`): the task's whole prompt, cached part included. A line of exactly that shape is
+        # read by one pattern (no rare pattern below can match it: each needs a literal it does
+        # not hold, or starts otherwise); any other `new prompt,` line by the field patterns
+        pl.when(np_head).then(msg).str.extract_groups(_NEW_PROMPT_RE).alias("_npg"),
+        # (each pattern only on the messages opening with one of its literal heads)
+        _has(pl.when(msg.str.starts_with("processing task") | slot_head).then(msg),
+             r"^(?:processing task|slot is processing task|slot [0-9]+ is processing \[task id: [0-9]+\])").alias("_arrived"),
+        _has(pl.when(msg.str.starts_with("stop processing") | slot_head).then(msg),
+             r"^(?:stop processing|slot released|slot [0-9]+ released)").alias("_finished"),
+    )
+    access, box, tg, pp, ppp, np_exact = (pl.col(c) for c in ("_accg", "_boxg", "_tgg", "_ppg", "_pppg", "_npg"))
+    np_other = np_exact.struct.field("1").is_null()
     # the start-up and abort lines: a few per run among every request's lines, so their
-    # patterns run only on the messages holding one of their literals
-    rare = pl.when(msg.str.contains(_RARE_HINT)).then(msg)
+    # patterns run only on the messages holding one of their literals (as a column: read by
+    # several patterns)
+    df = df.with_columns(
+        pl.when(np_head & np_other).then(msg).alias("_npm"),
+        pl.when(msg.str.contains(_RARE_HINT) & np_other).then(msg).alias("_rare"),
+    )
+    np_msg, rare = pl.col("_npm"), pl.col("_rare")
+    json_access = (fn == "log_server_request") & pl.col("_x_status").is_not_null()
+    arrived, finished = pl.col("_arrived"), pl.col("_finished")
     aborted_id = rare.str.extract(r"cancel task, id_task = ([0-9]+)", 1)
-    # `new prompt, n_ctx_slot = N, n_keep = N, n_prompt_tokens = N` (2025: `task.n_tokens = N`):
-    # the task's whole prompt, cached part included
-    np_msg = pl.when(msg.str.starts_with("new prompt,")).then(msg)
-    new_prompt = np_msg.str.extract(r"(?:n_prompt_tokens|task\.n_tokens) = ([0-9]+)", 1).cast(pl.Int64, strict=False)
+    new_prompt = pl.coalesce(np_exact.struct.field("3"), np_msg.str.extract(r"(?:n_prompt_tokens|task\.n_tokens) = ([0-9]+)", 1)).cast(pl.Int64, strict=False)
     # `kv cache rm [N, end)` (2024; early 2024: `slot 0 : kv cache rm - [N, end)`), `n_tokens =
     # N, memory_seq_rm [N, end)` (2025), `cached n_tokens = N, memory_seq_rm [N, end)` (2026):
     # the prompt's first N tokens are reused
     cached = pl.when(msg.str.contains("rm ", literal=True)).then(msg).str.extract(
         r"^(?:kv cache rm|slot [0-9]+ : kv cache rm -|(?:cached )?n_tokens = [0-9]+, memory_seq_rm) \[([0-9]+), end\)", 1)
-    # `prompt processing progress, n_past = P, n_tokens = B, progress = F` (2024-25: P tokens
-    # done, B in this batch), `... n_tokens = P, batch.n_tokens = B, progress = F` (2025-26)
-    ppp = pl.when(msg.str.starts_with("prompt processing progress,")).then(msg).str.extract_groups(
-        r"^prompt processing progress, (?:n_past = ([0-9]+), n_tokens = ([0-9]+)|n_tokens = ([0-9]+), batch\.n_tokens = ([0-9]+)), progress = ([0-9.]+)")
     n_slots = pl.coalesce(rare.str.extract(r"initializing(?: slots)?, n_slots = ([0-9]+)", 1).cast(pl.Int64, strict=False),
                           pl.when(msg == "initializing slots").then(pl.col("_x_n_slots").cast(pl.Int64, strict=False)))
     n_seq = rare.str.extract(r"^(?:n_seq_max|n_parallel)\s*=\s*([0-9]+)", 1).cast(pl.Int64, strict=False)
@@ -544,8 +595,8 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         pl.coalesce(cached.cast(pl.Int64, strict=False),
                     # 2024's records: `kv cache rm [p0, end)` with the position in `p0`
                     pl.when(msg.str.starts_with("kv cache rm [p0")).then(pl.col("_x_p0").cast(pl.Int64, strict=False))).alias("cached_tokens"),
-        np_msg.str.extract(r"n_ctx_slot = ([0-9]+)", 1).cast(pl.Int64, strict=False).alias("_np_ctx"),
-        np_msg.str.extract(r"n_keep = (-?[0-9]+)", 1).cast(pl.Int64, strict=False).alias("n_keep"),
+        pl.coalesce(np_exact.struct.field("1"), np_msg.str.extract(r"n_ctx_slot = ([0-9]+)", 1)).cast(pl.Int64, strict=False).alias("_np_ctx"),
+        pl.coalesce(np_exact.struct.field("2"), np_msg.str.extract(r"n_keep = (-?[0-9]+)", 1)).cast(pl.Int64, strict=False).alias("n_keep"),
         _num(pp.struct.field("3")).alias("elapsed_s"),
         _num(pp.struct.field("4")).alias("_pp"),
         n_slots.alias("_n_slots"), n_seq.alias("_n_seq"), n_ctx.alias("_n_ctx"),
@@ -557,17 +608,19 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         rare.str.extract(r"kv_unified = '(\w+)'", 1).alias("_kv_unified"),
     )
     # 2023's `slot 0 released (N tokens in cache)` names its slot only: the task that slot
-    # took last
-    slot_task = pl.when(arrived).then(pl.col("_task")).forward_fill().over(pl.col("_port").fill_null(-1), "_slot")
-    df = df.with_columns(
-        pl.coalesce("_task", pl.when(finished & pl.col("_slot").is_not_null()).then(slot_task)).alias("_task")
-    )
+    # took last (looked for only when a chunk has such a line)
+    if df.select((finished & pl.col("_task").is_null() & pl.col("_slot").is_not_null()).any()).item():
+        slot_task = pl.when(arrived).then(pl.col("_task")).forward_fill().over(pl.col("_port").fill_null(-1), "_slot")
+        df = df.with_columns(
+            pl.coalesce("_task", pl.when(finished & pl.col("_slot").is_not_null()).then(slot_task)).alias("_task")
+        )
     # 2024's metrics task: `slot data` with n_idle_slots / n_processing_slots (slots busy now)
     slot_data = (msg == "slot data") & pl.col("_x_n_processing_slots").is_not_null()
     is_cap = pl.coalesce(pl.col("_n_slots"), pl.col("_n_seq"), pl.col("_n_ctx"), pl.col("n_ctx_slot")).is_not_null()
     is_access = pl.col("_status").is_not_null() | json_access
-    error = (lvl == "ERROR") | body.str.contains(_ERROR_RE)
     part = pl.col("_part")
+    # (a timing part's row is a request or a log before the error test is read)
+    error = (lvl == "ERROR") | _has(pl.when(part.is_null()).then(body), _ERROR_RE)
     event = (
         pl.when(pl.col("_blk_last")).then(pl.lit("request"))
         .when(part.is_not_null()).then(pl.lit("log"))
@@ -579,7 +632,7 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         .when(pl.col("_tg").is_not_null() | pl.col("_pp").is_not_null() | slot_data).then(pl.lit("engine_stats"))
         .when(is_cap).then(pl.lit("capacity"))
         .when(headed).then(pl.lit("log"))
-        .when(pl.when(~headed).then(body).str.contains(r"GGML_ASSERT|terminate called|Segmentation fault|core dumped"))
+        .when(_has(pl.when(~headed).then(body), r"GGML_ASSERT|terminate called|Segmentation fault|core dumped"))
         .then(pl.lit("error"))
         .otherwise(pl.lit("unparsed"))
     )
@@ -611,7 +664,9 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
     fin_msg = pl.when(ev.is_in(["request_finished", "request_aborted"])).then(msg)
     err_body = pl.when(ev == "error").then(body)
     key_task = pl.col("_key").str.extract(r"\|(-?[0-9]+)$", 1)
-    task = pl.when(part.is_not_null()).then(key_task).otherwise(pl.col("_task").cast(_STR))
+    # (as a column: read three times below)
+    df = df.with_columns(pl.when(part.is_not_null()).then(key_task).otherwise(pl.col("_task").cast(_STR)).alias("_row_task"))
+    task = pl.col("_row_task")
     df = df.with_columns(
         *[pl.when(req).then(e).alias(e.meta.output_name()) for e in T.request_columns()],
     ).with_columns(
@@ -635,7 +690,7 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
             pl.col("_n_ctx"),
             pl.when(pl.col("_kv_unified") == "true").then(pl.col("n_ctx_slot")),
             # each slot its own n_ctx_slot cells (n_ctx split over n_slots)
-            pl.col("_n_slots").forward_fill().over(pl.col("_port").fill_null(-1)) * pl.col("n_ctx_slot"),
+            _by_port(df)(pl.col("_n_slots").forward_fill()) * pl.col("n_ctx_slot"),
         )).alias("kv_capacity_tokens"),
         pl.when(ev.is_in(["request_finished", "request_aborted"])).then(pl.coalesce(
             fin_msg.str.extract(r"n_(?:tokens|past) = ([0-9]+)", 1).cast(pl.Int64, strict=False),
@@ -648,8 +703,8 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         pl.when(part.is_not_null() & ~pl.col("_blk_last")).then(pl.col("_last_line")).alias("request_line"),
         pl.when(part.is_not_null() & ~pl.col("_blk_last")).then(part).alias("timing_part"),
         pl.when(f == "blob").then(pl.lit(True)).alias("hidden"),
-        pl.when(ev == "error").then(pl.when(err_body.str.contains("GGML_ASSERT")).then(pl.lit("assert"))
-                                    .when(err_body.str.contains(r"(?i)out of memory")).then(pl.lit("oom"))
+        pl.when(ev == "error").then(pl.when(_has(err_body, "GGML_ASSERT")).then(pl.lit("assert"))
+                                    .when(_has(err_body, r"(?i)out of memory")).then(pl.lit("oom"))
                                     .otherwise(pl.lit("error"))).alias("error_kind"),
         (pl.col("_rel") / 1e6).round(6).alias("rel_s"),
         pl.col("_anchor").alias("ts_anchor"),
@@ -704,8 +759,9 @@ def _whole_prompt(df: pl.DataFrame) -> pl.DataFrame:
     np_ = pl.col("_np_tokens")
     if df["_np_tokens"].null_count() == df.height:
         return df.with_columns(pl.lit(None, pl.Int64).alias("prompt_evaluated"))
-    key = pl.concat_str([pl.col("_port").fill_null(-1).cast(_STR), pl.col("_task_id")], separator="|")
-    whole = pl.when(pl.col("_task_id").is_not_null()).then(np_.forward_fill().over("_crun", key))
+    # (by run, port and task as three keys: the same groups as their joined text wherever a
+    # task is named, without building it)
+    whole = pl.when(pl.col("_task_id").is_not_null()).then(np_.forward_fill().over("_crun", pl.col("_port").fill_null(-1), "_task_id"))
     ev = pl.col("event")
     on_req = ev.is_in(["request", "request_arrived", "request_finished", "request_aborted"]) | np_.is_not_null()
     return df.with_columns(whole.alias("_whole")).with_columns(

@@ -54,13 +54,16 @@ BLOB_RE = r"^\[[0-9.]+[KMGT]?B blob data\]$"
 
 
 def part_kind(msg: pl.Expr) -> pl.Expr:
-    """`prompt` / `eval` / `total` / `graphs` / `draft` for a timing message, else null."""
+    """`prompt` / `eval` / `total` / `graphs` / `draft` for a timing message, else null.
+    Searched with `find` (whether there is a match): unlike `contains`, it skips a null
+    message, so a caller may null the rows that cannot be parts."""
+    has = lambda p: msg.str.find(p).is_not_null()  # noqa: E731
     return (
-        pl.when(msg.str.contains(r"^\s*prompt eval time\s*=")).then(pl.lit("prompt"))
-        .when(msg.str.contains(r"^\s*(?:generation )?eval time\s*=")).then(pl.lit("eval"))
-        .when(msg.str.contains(r"^\s*total time\s*=")).then(pl.lit("total"))
-        .when(msg.str.contains(r"^\s*graphs reused\s*=")).then(pl.lit("graphs"))
-        .when(msg.str.contains(r"^\s*draft acceptance")).then(pl.lit("draft"))
+        pl.when(has(r"^\s*prompt eval time\s*=")).then(pl.lit("prompt"))
+        .when(has(r"^\s*(?:generation )?eval time\s*=")).then(pl.lit("eval"))
+        .when(has(r"^\s*total time\s*=")).then(pl.lit("total"))
+        .when(has(r"^\s*graphs reused\s*=")).then(pl.lit("graphs"))
+        .when(has(r"^\s*draft acceptance")).then(pl.lit("draft"))
     )
 
 
@@ -73,10 +76,16 @@ def part_fields(df: pl.DataFrame) -> pl.DataFrame:
     exact extras (`_x_*` columns) win over the rounded printed numbers."""
     msg, kind = pl.col("_msg"), pl.col("_part")
     x = lambda k: pl.col(f"_x_{k}") if f"_x_{k}" in df.columns else pl.lit(None, pl.Float64)  # noqa: E731
-    p = msg.str.extract_groups(PROMPT_RE)
-    e = msg.str.extract_groups(EVAL_RE)
-    t = msg.str.extract_groups(TOTAL_RE)
-    d = msg.str.extract_groups(DRAFT_RE)
+    # each part's pattern only on its own rows (its values are read there alone), as a
+    # column of its own: a pattern under `when` is not shared between the fields read from it
+    on = lambda k: pl.when(kind == k).then(msg)  # noqa: E731
+    df = df.with_columns(
+        on("prompt").str.extract_groups(PROMPT_RE).alias("_pg"),
+        on("eval").str.extract_groups(EVAL_RE).alias("_eg"),
+        on("total").str.extract_groups(TOTAL_RE).alias("_ttg"),
+        on("draft").str.extract_groups(DRAFT_RE).alias("_dg"),
+    )
+    p, e, t, d = pl.col("_pg"), pl.col("_eg"), pl.col("_ttg"), pl.col("_dg")
     return df.with_columns(
         pl.when(kind == "prompt").then(pl.coalesce(x("t_prompt_processing"), _num(p.struct.field("1")))).alias("_prompt_ms"),
         pl.when(kind == "prompt").then(pl.coalesce(x("n_prompt_tokens_processed"), _num(p.struct.field("2")))).alias("_prompt_n"),
@@ -87,12 +96,12 @@ def part_fields(df: pl.DataFrame) -> pl.DataFrame:
         pl.when(kind == "prompt").then(_num(p.struct.field("4"))).alias("_prompt_printed_tps"),
         pl.when(kind == "total").then(pl.coalesce(x("t_total"), _num(t.struct.field("1")))).alias("_total_ms"),
         pl.when(kind == "total").then(_num(t.struct.field("2"))).alias("_total_n"),
-        pl.when(kind == "graphs").then(_num(msg.str.extract(GRAPHS_RE, 1))).alias("_graphs"),
+        _num(on("graphs").str.extract(GRAPHS_RE, 1)).alias("_graphs"),
         pl.when(kind == "draft").then(_num(d.struct.field("1"))).alias("_draft_rate"),
         pl.when(kind == "draft").then(_num(d.struct.field("2"))).alias("_draft_acc"),
         pl.when(kind == "draft").then(_num(d.struct.field("3"))).alias("_draft_gen"),
         pl.when(kind == "draft").then(_num(d.struct.field("4"))).alias("_draft_len"),
-    )
+    ).drop("_pg", "_eg", "_ttg", "_dg")
 
 
 _VALUES = (
