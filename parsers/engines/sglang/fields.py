@@ -172,6 +172,119 @@ def stats_wide(pairs: pl.DataFrame) -> pl.DataFrame:
     return wide
 
 
+
+# The stats lines of the shapes SGLang prints most (v0.4 on: prefill and decode, with or
+# without the forward counter, cuda/npu/cpu graph, speculative decoding's accept figures,
+# the PD fields, SWA models' decode line), each key at its place, as one anchored pattern per
+# label that never has two ways on (one-pass: its captures cost about one search, where
+# splitting and pivoting the pairs costs many; at most 16 groups keep a pattern one-pass).
+# Every field ends with `, ` or the end of the line, and each optional part starts with a
+# character nothing it may be skipped for starts with. On a line of these shapes
+# `stats_pairs` splits exactly these `key: value` pairs, every key known and printed once,
+# the value digits, a decimal, a percentage or True/False, so the typed captures are what
+# `stats_wide` reads; lines of any other shape are read key by key.
+_SHAPE_VALUE = {"int": "[0-9]+", "float": r"[0-9]+(?:\.[0-9]+)?", "pct": r"[0-9]+(?:\.[0-9]+)?"}
+_SHAPE_GROUPS: dict[str, list[str]] = {}  # field name -> its capture groups (either pattern)
+_END = "(?:, |$)"
+
+
+def _field(key: str, name: str) -> str:
+    """`key: value, ` with the value a group of field `name` (key as a pattern, `#` off
+    where the pattern has read it already)."""
+    kind = KINDS[name]
+    group = f"g{sum(map(len, _SHAPE_GROUPS.values()))}"
+    _SHAPE_GROUPS.setdefault(name, []).append(group)
+    return f"{key}: (?P<{group}>{_SHAPE_VALUE[kind]})" + ("%" if kind == "pct" else "") + _END
+
+
+def _graph(side: str) -> str:
+    # `cuda graph: True` / `cpu graph` / `npu graph` as one group: the device and the flag
+    return rf"(?:(?P<{side}graph>(?:c(?:uda|pu)|npu) graph: (?:True|False)){_END})?"
+
+
+PREFILL_SHAPE = (
+    r"^Prefill batch(?:\(mixed #running-req: (?P<mixed>[0-9]+)\))?(?: \[(?P<pfwd>[0-9]+)\])?[.,] "
+    + _field("#new-seq", "new_seq") + _field("#new-token", "batch_tokens")
+    + _field("#cached-token", "cached_tokens")
+    + f"(?:{_field('cache hit rate', 'cache_hit_rate')})?"
+    + _field("(?:full )?token usage", "kv_usage")
+    + _field("#running-req", "running") + _field("#queue-req", "waiting")
+    + "(?:" + _field("#pending-token", "pending_tokens")
+    + "(?:#(?:" + _field("bootstrap-req", "bootstrap_reqs") + "#|" + _field("prealloc-req", "prealloc_reqs") + "#)"
+    + _field("inflight-req", "inflight_reqs") + f"(?:{_field('#optimistic-req', 'optimistic_reqs')})?)?)?"
+    + _graph("p") + "(?:" + _field(r"input throughput \(token/s\)", "prompt_tps") + ")?$"
+)
+_PREFILL_GROUPS = {g for gs in _SHAPE_GROUPS.values() for g in gs}
+DECODE_SHAPE = (
+    r"^Decode batch(?: \[(?P<dfwd>[0-9]+)\])?[.,] "
+    + _field("#running-req", "running")
+    + _field("#(?:full )?token", "kv_tokens") + _field("(?:full )?token usage", "kv_usage")
+    + f"(?:{_field('#swa token', 'swa_kv_tokens')}{_field('swa token usage', 'swa_kv_usage')})?"
+    + f"(?:{_field('accept len', 'accept_len')}(?:{_field('accept rate', 'accept_rate')})?)?"
+    + f"(?:{_field('pre-allocated usage', 'prealloc_kv_usage')}(?:#(?:"
+    + _field("prealloc-req", "prealloc_reqs") + _field("#transfer-req", "transfer_reqs") + "#)?"
+    + _field("retracted-req", "retracted_reqs") + ")?)?"
+    + _graph("d") + _field(r"gen throughput \(token/s\)", "gen_tps")
+    + f"(?:{_field('largest-len', 'largest_len')})?(?:{_field('#queue-req', 'waiting')})?$"
+)
+_GRAPH_DEVICE = {f"{d} graph: {v}": d for d in ("cuda", "cpu", "npu") for v in ("True", "False")}
+
+
+def shape_captures() -> list[pl.Expr]:
+    """PREFILL_SHAPE's and DECODE_SHAPE's captures of `m` (`_ps`, `_ds`: structs), each
+    pattern run on the lines of its label only."""
+    return [
+        pl.when(M.str.starts_with("Prefill batch")).then(M).str.extract_groups(PREFILL_SHAPE).alias("_ps"),
+        pl.when(M.str.starts_with("Decode batch")).then(M).str.extract_groups(DECODE_SHAPE).alias("_ds"),
+    ]
+
+
+# (the first field of each shape is never optional)
+IS_SHAPED = (pl.col("_ps").struct.field(_SHAPE_GROUPS["new_seq"][0]).is_not_null()
+             | pl.col("_ds").struct.field(_SHAPE_GROUPS["running"][-1]).is_not_null())
+_STATS_DTYPES = {"int": pl.Int64, "float": pl.Float64, "pct": pl.Float64, "bool": pl.Boolean}
+
+
+def stats_shaped(sub: pl.DataFrame) -> pl.DataFrame:
+    """`sub` (stats rows of the shapes, with shape_captures) with what stats_by_key adds,
+    from the captures: every field of KINDS (typed as stats_wide types it, null where the
+    line lacks it), `graph_device`, `_extra` and `_fragments` (none: every key of the shapes
+    is known and has a value), the head `_h` (STATS_HEAD's captures)."""
+    p, d = pl.col("_ps").struct.field, pl.col("_ds").struct.field
+    out: dict[str, pl.Expr] = {}
+    for name, kind in KINDS.items():
+        found = [p(g) if g in _PREFILL_GROUPS else d(g) for g in _SHAPE_GROUPS.get(name, ())]
+        if name == "graph":
+            out[name] = pl.coalesce(p("pgraph"), d("dgraph")).str.ends_with("True")
+        elif not found:
+            out[name] = pl.lit(None, _STATS_DTYPES[kind])
+        else:
+            raw = found[0] if len(found) == 1 else pl.coalesce(found)
+            typed = raw.cast(_STATS_DTYPES[kind], strict=False)  # (digits past Int64: null, as _typed)
+            out[name] = (typed / 100.0).round(6) if kind == "pct" else typed
+    out["graph_device"] = pl.coalesce(p("pgraph"), d("dgraph")).replace_strict(_GRAPH_DEVICE, default=None)
+    out["_extra"] = pl.lit(None, pl.String)
+    out["_fragments"] = pl.lit(None, pl.String)
+    out["_h"] = pl.struct(
+        pl.when(p(_SHAPE_GROUPS["new_seq"][0]).is_not_null()).then(pl.lit("Prefill batch"))
+        .otherwise(pl.lit("Decode batch")).alias("label"),
+        p("mixed").alias("mixed"),
+        pl.coalesce(p("pfwd"), d("dfwd")).alias("fwd"),
+    )
+    return sub.with_columns(v.alias(k) for k, v in out.items()).drop("_ps", "_ds")
+
+
+def stats_by_key(sub: pl.DataFrame) -> pl.DataFrame:
+    """`sub` (stats rows) with every field of KINDS, `graph_device`, `_extra`, `_fragments`
+    and the head `_h`, read key by key (stats_pairs, stats_wide)."""
+    sub = sub.with_row_index("_row")
+    wide = stats_wide(stats_pairs(sub.select("_row", "m")))
+    sub = sub.join(wide, on="_row", how="left", maintain_order="left").drop("_row")
+    for c in (*STATS_COLUMNS, *STATS_ATTRS, "graph_device", "_extra", "_fragments"):
+        if c not in sub.columns:
+            sub = sub.with_columns(pl.lit(None, _STATS_DTYPES.get(KINDS.get(c), pl.String)).alias(c))
+    return sub.with_columns(M.str.extract_groups(STATS_HEAD).alias("_h"))
+
 # ---------------------------------------------------------------------------------------
 # capacity announced at start-up
 

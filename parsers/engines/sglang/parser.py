@@ -530,17 +530,18 @@ def _merge_json(a: pl.Expr, b: pl.Expr) -> pl.Expr:
 
 
 def _stats_frame(sub: pl.DataFrame, ctx: ParseContext):
-    """The scheduler stats records: key by key (fields.stats_pairs)."""
-    sub = sub.with_row_index("_row")
-    pairs = F.stats_pairs(sub.select("_row", "m"))
-    wide = F.stats_wide(pairs)
-    sub = sub.join(wide, on="_row", how="left", maintain_order="left")
-    dtypes = {"int": pl.Int64, "float": pl.Float64, "pct": pl.Float64, "bool": pl.Boolean}
-    for c in (*F.STATS_COLUMNS, *F.STATS_ATTRS, "graph_device", "_extra", "_fragments"):
-        if c not in sub.columns:
-            sub = sub.with_columns(pl.lit(None, dtypes.get(F.KINDS.get(c), pl.String)).alias(c))
-    head = pl.col("m").str.extract_groups(F.STATS_HEAD)
-    sub = sub.with_columns(head.alias("_h"))
+    """The scheduler stats records: those of the common shapes by one pattern each
+    (fields.stats_shaped), the others key by key (fields.stats_by_key)."""
+    sub = sub.with_columns(F.shape_captures())
+    shaped = sub.select(F.IS_SHAPED).to_series()
+    n_shaped = shaped.sum()
+    if n_shaped == sub.height:
+        sub = F.stats_shaped(sub)
+    elif n_shaped == 0:
+        sub = F.stats_by_key(sub.drop("_ps", "_ds"))
+    else:
+        sub = pl.concat([F.stats_shaped(sub.filter(shaped)), F.stats_by_key(sub.filter(~shaped).drop("_ps", "_ds"))],
+                        how="diagonal_relaxed")
     label = pl.col("_h").struct.field("label")
     is_prefill = label.is_in(["Prefill batch", "new fill batch"]).fill_null(False)
     pd_prefill = is_prefill & pl.any_horizontal(pl.col(k).is_not_null() for k in F.PD_PREFILL_KEYS)

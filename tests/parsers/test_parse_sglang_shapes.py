@@ -1,0 +1,120 @@
+"""The cheap readings of SGLang's commonest lines say what the general ones say: a stats line
+of `fields.PREFILL_SHAPE` / `DECODE_SHAPE` read by its one pattern (`fields.stats_shaped`)
+gives what the key-by-key reading (`fields.stats_by_key`) gives, on every line (those of the
+fixtures and sample logs, generated ones, and near misses)."""
+
+from __future__ import annotations
+
+import gzip
+import re
+from pathlib import Path
+
+import polars as pl
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from servelens.parsers.engines.sglang import fields as F
+
+ROOT = Path(__file__).parents[2]
+READ = [*F.KINDS, "graph_device", "_extra", "_fragments", "_h"]
+
+
+def both(messages: list[str]) -> tuple[pl.Series, pl.DataFrame, pl.DataFrame]:
+    """Which messages are of a shape, and what each reading gives on those."""
+    df = pl.DataFrame({"m": messages}, schema={"m": pl.String}).with_columns(F.shape_captures())
+    fits = df.select(F.IS_SHAPED).to_series()
+    sub = df.filter(fits)
+    fast = F.stats_shaped(sub).select(READ)
+    slow = F.stats_by_key(sub.drop("_ps", "_ds")).select(READ)
+    return fits, fast, slow
+
+
+def assert_same_where_shaped(messages: list[str]) -> pl.Series:
+    fits, fast, slow = both(messages)
+    assert fast.schema == slow.schema
+    shaped = [m for m, f in zip(messages, fits) if f]
+    diff = [(m, a, b) for m, a, b in zip(shaped, fast.rows(), slow.rows()) if a != b]
+    assert diff == []
+    return fits
+
+
+def logged_stats_messages() -> list[str]:
+    """The stats messages of the fixtures and sample logs (the text from the label on, found
+    by its own regex)."""
+    head = re.compile(r"^.*?((?:Prefill|Decode) batch\b.*)$")
+    out = []
+    for d in ("tests/fixtures", "sample_logs"):
+        for p in sorted((ROOT / d).rglob("*")):
+            if not p.is_file() or p.suffix not in (".log", ".gz", ".yaml", ".txt", ".jsonl"):
+                continue
+            raw = gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_bytes()
+            for line in raw.decode("utf-8", errors="replace").splitlines():
+                if "batch" in line and (m := head.match(line.rstrip("\r"))):
+                    out.append(m.group(1))
+    return out
+
+
+def test_logged_stats_lines_read_the_same_and_the_common_ones_by_the_shape():
+    messages = logged_stats_messages()
+    assert len(messages) > 100
+    fits = assert_same_where_shaped(messages)
+    # v0.4's and v0.5's plain prefill and decode lines are of the shapes
+    plain = re.compile(
+        r"^(?:Prefill batch[.,] #new-seq: \d+, #new-token: \d+, #cached-token: \d+, token usage: [\d.]+, "
+        r"#running-req: \d+, #queue-req: \d+(?:, cuda graph: (?:True|False), input throughput \(token/s\): [\d.]+)?"
+        r"|Decode batch[.,] #running-req: \d+, #token: \d+, token usage: [\d.]+, (?:cuda graph: (?:True|False), )?"
+        r"gen throughput \(token/s\): [\d.]+, #queue-req: \d+)(?:, )?$"
+    )
+    assert [m for m, f in zip(messages, fits) if plain.match(m) and not f] == []
+    assert fits.sum() > 100
+
+
+NEAR_MISSES = [
+    # the common ones, then what the key-by-key reading takes and the shapes do not
+    "Prefill batch, #new-seq: 1, #new-token: 139, #cached-token: 0, token usage: 0.00, #running-req: 0, "
+    "#queue-req: 0, cuda graph: False, input throughput (token/s): 0.00",
+    "Decode batch, #running-req: 4, #token: 1008, token usage: 0.02, cuda graph: True, "
+    "gen throughput (token/s): 150.44, #queue-req: 0, ",
+    "Prefill batch(mixed #running-req: 3) [12]. #new-seq: 1, #new-token: 1, #cached-token: 0, "
+    "cache hit rate: 12.50%, full token usage: 0.5, #running-req: 0, #queue-req: 0",
+    "Decode batch [40], #running-req: 3, #token: 1216, token usage: 0.02, pre-allocated usage: 0.00, "
+    "#prealloc-req: 0, #transfer-req: 0, #retracted-req: 0, npu graph: True, gen throughput (token/s): 69.88, "
+    "largest-len: 7, #queue-req: 0",
+    "Decode batch. #running-req: 99999999999999999999, #token: 0002, token usage: 100.000, "
+    "gen throughput (token/s): 0, #queue-req: 0",
+    # a trailing comma without its blank, a period, blanks; a value of another form
+    "Decode batch. #running-req: 1, #token: 2, token usage: 0.1, gen throughput (token/s): 5.0, #queue-req: 0,",
+    "Decode batch. #running-req: 1, #token: 2, token usage: 0.1, gen throughput (token/s): 5.0, #queue-req: 0.",
+    "Decode batch. #running-req: 1, #token: 2, token usage: 0.1, gen throughput (token/s): 5.0, #queue-req: 0 ",
+    "Decode batch. #running-req: 1, #token: 2, token usage: 0.1, gen throughput (token/s): 5., #queue-req: 0",
+    "Decode batch. #running-req: 1,024, #token: 2, token usage: 0.1, gen throughput (token/s): 5.0",
+    "Decode batch. #running-req: ٣, #token: 2, token usage: 1e-3, gen throughput (token/s): -5.0",
+    "Prefill batch. #new-seq: 1, #new-token: 1, #cached-token: 0, cache hit rate: 12.50, token usage: 0.5, "
+    "#running-req: 0, #queue-req: 0",
+    "Prefill batch. #new-seq: 1, #new-token: 1, #cached-token: 0, token usage: 0.5, #running-req: 0, "
+    "#queue-req: 0, gpu graph: True",
+    "Prefill batch. #new-seq: 1, #new-token: 1, #cached-token: 0, token usage: 0.5, #running-req: 0, "
+    "#queue-req: 0, cuda graph: true",
+    # keys twice, out of order, unknown, a piece without `: `
+    "Decode batch. #running-req: 1, #running-req: 2, #token: 2, token usage: 0.1, gen throughput (token/s): 5.0",
+    "Decode batch. #token: 2, #running-req: 1, token usage: 0.1, gen throughput (token/s): 5.0",
+    "Decode batch. #running-req: 1, #token: 2, token usage: 0.1, cap len: 3, gen throughput (token/s): 5.0",
+    "Decode batch. #running-req: 1, #token: 2, token usage: 0.1, gen throughput (token/s): 5.0, oops",
+    "Decode batch #running-req: 1, #token: 2, token usage: 0.1, gen throughput (token/s): 5.0",
+    "Decode batch(mixed #running-req: 3). #running-req: 1, #token: 2, token usage: 0.1, gen throughput (token/s): 5.0",
+    "Prefill batch. #new-seq: 1, #new-token: 1, #cached-token: 0, full token usage: 0.5, mamba usage: 0.1, "
+    "#running-req: 0, #queue-req: 0",
+]
+
+
+def test_near_misses_read_the_same():
+    fits = assert_same_where_shaped(NEAR_MISSES)
+    assert fits[:5].all() and not fits[5:].any()
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.from_regex(F.PREFILL_SHAPE, fullmatch=True) | st.from_regex(F.DECODE_SHAPE, fullmatch=True),
+                min_size=1, max_size=20))
+def test_every_line_of_the_shapes_reads_the_same(messages):
+    messages = [m for m in messages if "\n" not in m]
+    fits = assert_same_where_shaped(messages)
+    assert fits.all()
