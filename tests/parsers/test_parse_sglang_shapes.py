@@ -118,3 +118,46 @@ def test_every_line_of_the_shapes_reads_the_same(messages):
     messages = [m for m in messages if "\n" not in m]
     fits = assert_same_where_shaped(messages)
     assert fits.all()
+
+
+# ---------------------------------------------------------------------------------------
+# the line anatomy's cheap readings against the general ones (the parser with them off)
+
+PREFIXES = [
+    "[2025-02-27 04:46:39 DP1 TP1 EP1] ", "[2025-02-27 04:46:39] ", "[2025-02-27 04:46:39 TP0]",
+    "[2026-05-12 08:00:01.245 DP0 TP0 EP0] ", "[2026-05-12 08:00:01,1234567 TP0] ", "[2025-02-27 04:46:39 TP0TP1] ",
+    "[2025-02-27 04:46:39 ATTN_CP2 MOE_DP1 PP0 X9] ", "[2025-02-27 04:46:39 gpu_id=0] ", "[2025-02-27 04:46:39 tp0] ",
+    "[2025-02-27 04:46:39  TP0] ", "[2025-02-27 04:46:39 TP٣] ", "[2025-02-27 4:46:39 TP0] ", "[16:43:29 TP0] ",
+    "[TP0] ", "[gpu_id=3] ", "[] ", "[2025-03-11 16:44:27] [2025-03-11 01:44:27 TP0] ", "(pid=1) [2025-02-27 04:46:39 TP0] ",
+    "2026-06-07 10:59:31,659 [INFO] sglang.srt.managers.scheduler: ", "2025-10-20 03:02:22 INFO 31223 [DP3 TP3 EP3 x.py:222] ",
+    "[2025-02-27 04:46:39 " + " ".join(f"TP{i}" for i in range(30)) + "] ", "",
+]
+MESSAGES = [
+    "Decode batch, #running-req: 4, #token: 1008, token usage: 0.02, cuda graph: True, gen throughput (token/s): 150.44, #queue-req: 0, ",
+    'INFO:     10.0.0.7:39139 - "POST /v1/chat/completions HTTP/1.1" 200 OK',
+    "The server is fired up and ready to roll!", "", "  indented", "KV cache pool is full. Retract requests. #retracted_reqs: 1, #new_token_ratio: 0.5 -> 0.7",
+]
+
+
+def parse_each_and_all(monkeypatch, cheap: bool) -> list[pl.DataFrame]:
+    from servelens.parsers.base import ParseContext
+    from servelens.parsers.engines.sglang import parser as P
+
+    if not cheap:  # a pattern that matches no line: every line takes the general readings
+        monkeypatch.setattr(P, "_FULL_PREFIX", r"^(?P<pre>(?P<date>\x00)(?P<hms>\x00)(?P<frac>\x00)(?P<ranks>\x00))")
+    lines = [p + m for p in PREFIXES for m in MESSAGES]
+    out = []
+    for chunk in [[x] for x in lines] + [lines, lines[::-1]]:
+        df = pl.DataFrame({"line": range(1, len(chunk) + 1), "text": chunk}, schema={"line": pl.Int64, "text": pl.String})
+        ctx = ParseContext(engine="sglang", source="x.log", instance="x", year=2026)
+        out.append(P.parse(df, ctx))
+    monkeypatch.undo()
+    return out
+
+
+def test_prefixes_read_the_same_by_the_cheap_and_the_general_readings(monkeypatch):
+    cheap = parse_each_and_all(monkeypatch, True)
+    general = parse_each_and_all(monkeypatch, False)
+    for a, b in zip(cheap, general):
+        assert a.schema == b.schema
+        assert a.rows() == b.rows()

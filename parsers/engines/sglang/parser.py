@@ -58,6 +58,14 @@ _PREFIX = (
     r"^\[(?:(?P<date>\d{4}-\d{2}-\d{2}) )?(?P<hms>\d{2}:\d{2}:\d{2})?(?:[.,](?P<frac>\d{1,6}))?"
     rf"(?P<ranks>(?: ?{_RANK})*)\] ?"
 )
+# the commonest prefix, `[2025-02-27 04:46:39 DP1 TP1] ` (with or without a fraction of a
+# second and ranks), as a pattern that never has two ways on (one-pass: its captures cost
+# about one search); where it matches within 120 characters, _PREFIX matches the same text
+# with the same captures (each class is a part of _PREFIX's)
+_FULL_PREFIX = (
+    r"^(?P<pre>\[(?P<date>[0-9]{4}-[0-9]{2}-[0-9]{2}) (?P<hms>[0-9]{2}:[0-9]{2}:[0-9]{2})"
+    r"(?:[.,](?P<frac>[0-9]{1,6}))?(?P<ranks>(?: [A-Z][A-Z_]*[0-9]+)*)\] ?)"
+)
 _EMPTY_MESSAGE = r"^\[(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}(?: [A-Z]+\d+)*\] ?$"
 _PREFIX_HINT = rf"^\[(?:\d{{4}}-\d{{2}}-\d{{2}} \d|\d{{2}}:\d{{2}}:\d{{2}}[ \].,]|{_RANK}[ \]])"
 # a logging config's `%(asctime)s [%(levelname)s] %(name)s: %(message)s`
@@ -203,15 +211,34 @@ def _split_prefix(df: pl.DataFrame) -> pl.DataFrame:
     form; `lead` of a late prefix), `_hdr` (a prefix was found) and `m`: the message."""
     t = pl.col("_t")
     head = t.str.slice(0, 120)
-    df = df.with_columns(
-        pl.when(t.str.contains(_PREFIX_HINT)).then(head).str.extract_groups(_PREFIX).alias("_p")
-    ).unnest("_p")
-    # `[]` or a bare `[` ... `]` with neither time nor rank is no prefix
-    ok = pl.col("hms").is_not_null() | (pl.col("ranks").str.strip_chars() != "")
-    plen = head.str.extract(_PREFIX, 0).str.len_chars()
-    df = df.with_columns(ok.fill_null(False).alias("_hdr"), pl.when(ok).then(plen).alias("_plen"))
+    # the full prefix (date, time, blank-separated ranks) by its one-pass pattern; the
+    # other lines by _PREFIX, on their first 120 characters
+    df = df.with_columns(t.str.extract_groups(_FULL_PREFIX).alias("_f"))
+    f = pl.col("_f").struct.field
+    full = (f("pre").str.len_chars() <= 120).fill_null(False)
+    if not df.select(full.all()).item():
+        rest = pl.when(~full).then(t)
+        df = df.with_columns(
+            pl.when(rest.str.contains(_PREFIX_HINT)).then(head).str.extract_groups(_PREFIX).alias("_p"),
+            rest.str.slice(0, 120).str.extract(_PREFIX, 0).str.len_chars().alias("_plen"),
+        ).unnest("_p")
+        # `[]` or a bare `[` ... `]` with neither time nor rank is no prefix
+        ok = pl.col("hms").is_not_null() | (pl.col("ranks").str.strip_chars() != "")
+        df = df.with_columns(
+            *(pl.when(full).then(f(c)).otherwise(pl.col(c)).alias(c) for c in ("date", "hms", "frac", "ranks")),
+            (full | ok.fill_null(False)).alias("_hdr"),
+            pl.when(full).then(f("pre").str.len_chars()).when(ok).then(pl.col("_plen")).alias("_plen"),
+        )
+    else:
+        df = df.with_columns(
+            *(f(c).alias(c) for c in ("date", "hms", "frac", "ranks")),
+            pl.lit(True).alias("_hdr"),
+            f("pre").str.len_chars().alias("_plen"),
+        )
+    df = df.drop("_f")
+    bare = pl.when(~pl.col("_hdr")).then(t)  # (the other forms' tests run on these lines only)
     pylog_cols = ("pdate", "phms", "pfrac", "plevel", "plogger")
-    if _any(df, ~pl.col("_hdr") & t.str.contains(_PYLOG_HINT)):
+    if _any(df, bare.str.contains(_PYLOG_HINT)):
         df = df.with_columns(
             pl.when(~pl.col("_hdr")).then(head).str.extract_groups(_PYLOG).alias("_g")
         ).unnest("_g")
@@ -222,7 +249,7 @@ def _split_prefix(df: pl.DataFrame) -> pl.DataFrame:
         )
     else:
         df = df.with_columns(pl.lit(None, pl.String).alias(c) for c in pylog_cols)
-    if _any(df, ~pl.col("_hdr") & t.str.contains(_CUSTOM_HINT)):
+    if _any(df, bare.str.contains(_CUSTOM_HINT)):
         c = pl.col("_c").struct
         df = df.with_columns(pl.when(~pl.col("_hdr")).then(head).str.extract_groups(_CUSTOM).alias("_c"))
         hit = c.field("chms").is_not_null()
@@ -233,7 +260,7 @@ def _split_prefix(df: pl.DataFrame) -> pl.DataFrame:
             (pl.col("_hdr") | hit).alias("_hdr"),
             pl.coalesce("_plen", pl.when(hit).then(head.str.extract(_CUSTOM, 0).str.len_chars())).alias("_plen"),
         ).drop("_c")
-    if _any(df, ~pl.col("_hdr") & t.str.contains(_LATE_HINT)):
+    if _any(df, bare.str.contains(_LATE_HINT)):
         late = pl.when(~pl.col("_hdr")).then(t.str.slice(0, 320)).str.extract(_LATE_PREFIX, 0)
         df = df.with_columns(late.alias("_late"))
         inner = pl.col("_t").str.slice(pl.col("_late").str.extract(r"^(.*?)\[[^\]]*\] $", 1).str.len_chars())
