@@ -161,3 +161,45 @@ def test_prefixes_read_the_same_by_the_cheap_and_the_general_readings(monkeypatc
     for a, b in zip(cheap, general):
         assert a.schema == b.schema
         assert a.rows() == b.rows()
+
+
+FAMILY_NEAR_MISSES = [
+    "[2025-02-27 04:46:39] INFO:     127.0.0.1:1 - \"GET / HTTP/1.1\" 200 OK",
+    "[2025-02-27 04:46:39] INFO:     Started server process [1]",
+    "[2025-02-27 04:46:39] INFO: 10.6.131.6 [14/Apr/2025:03:55:53 +0000] \"PUT /m HTTP/1.1\" 200 176 \"-\" \"-\"",
+    "INFO:     127.0.0.1:1 - \"GET / HTTP/1.1\" 200 OK",
+    "INFO:Finish: obj=x 'e2e_latency': 1",
+    "[2025-02-27 04:46:39 TP0] Prefill batch transfer failed for request rank=1 req.rid='a'",
+    "[2025-02-27 04:46:39 TP0] Prefill batch; #new-seq: 1",
+    "[2025-02-27 04:46:39 TP0] Decode batch",
+    "[2025-02-27 04:46:39 TP0] Decode batch [x], #running-req: 1",
+    "Decode batch. #running-req: 1, #token: 2, token usage: 0.1, gen throughput (token/s): 5.0",
+    "[2025-02-27 04:46:39 TP0] Decode out of memory happened. #retracted_reqs: 1, #new_token_ratio: 0.5 -> 0.7",
+]
+
+
+def sglang_logs() -> list[Path]:
+    return [p for d in ("tests/fixtures", "sample_logs") for p in sorted((ROOT / d).rglob("*.log"))
+            if "sglang" in str(p.relative_to(ROOT))]
+
+
+def test_families_told_by_their_head_are_the_chains(monkeypatch):
+    from servelens.parsers.base import ParseContext
+    from servelens.parsers.engines.sglang import parser as P
+
+    texts = [p.read_text(errors="replace").splitlines() for p in sglang_logs()] + [FAMILY_NEAR_MISSES]
+    assert len(texts) > 40
+
+    def parse_all() -> list[pl.DataFrame]:
+        out = []
+        for lines in texts:
+            df = pl.DataFrame({"line": range(1, len(lines) + 1), "text": lines}, schema={"line": pl.Int64, "text": pl.String})
+            out.append(P.parse(df, ParseContext(engine="sglang", source="x.log", instance="x", year=2026)))
+        return out
+
+    cheap = parse_all()
+    monkeypatch.setattr(P, "_families", lambda rec: rec.select(P._family().alias("_fam")).to_series())
+    chain = parse_all()
+    for a, b in zip(cheap, chain):
+        assert a.schema == b.schema
+        assert a.rows() == b.rows()

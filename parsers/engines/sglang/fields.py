@@ -26,7 +26,8 @@ STATS_HEAD = (
     r"^(?P<label>Prefill batch|Decode batch|new fill batch)"
     r"(?:\(mixed #running-req: (?P<mixed>\d+)\))?(?: \[(?P<fwd>\d+)\])?[.,] "
 )
-IS_STATS = M.str.contains(r"^(?:Prefill batch|Decode batch|new fill batch)(?:\(mixed [^)]*\))?(?: \[\d+\])?[.,] ") | M.str.contains(
+STATS_LABELLED = r"^(?:Prefill batch|Decode batch|new fill batch)(?:\(mixed [^)]*\))?(?: \[\d+\])?[.,] "
+IS_STATS = M.str.contains(STATS_LABELLED) | M.str.contains(
     r"^#running-req: \d+, #token: \d+, "
 )
 STATS_HINT = M.str.contains(r"^(?:Prefill batch|Decode batch|new fill batch|#running-req: )")
