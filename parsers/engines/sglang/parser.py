@@ -439,23 +439,29 @@ def _times(rec: pl.DataFrame, ctx: ParseContext) -> list[pl.Expr]:
 
 
 def _rank_attrs(sub: pl.DataFrame) -> dict[str, pl.Expr]:
+    """The ranks' attrs (each rank tag's number; `ranks_other`: a rank token we do not know, a
+    newer parallelism or a pid suffix, kept as printed), none when no row has ranks. A chunk
+    holds a few distinct rank strings: they are read once each and looked up per row."""
     ranks = pl.col("ranks")
-    if not _any(sub, ranks.str.strip_chars() != ""):
+    seen = sub.select(ranks.unique())
+    if not _any(seen, ranks.str.strip_chars() != ""):
         return {}
+    known = "|".join(sorted(_RANK_NAMES, key=len, reverse=True))
+    other = ranks.str.replace_all(rf"(?:^|\s)(?:{known})\d+\b", "").str.strip_chars()
+    table = seen.drop_nulls().select(
+        "ranks",
+        *(ranks.str.extract(rf"(?:^|\s){tag}(\d+)\b", 1).cast(pl.Int64, strict=False).alias(name)
+          for tag, name in _RANK_NAMES.items()),
+        pl.when(other != "").then(other).alias("ranks_other"),
+    )
     return {
-        name: ranks.str.extract(rf"(?:^|\s){tag}(\d+)\b", 1).cast(pl.Int64, strict=False)
-        for tag, name in _RANK_NAMES.items()
+        name: ranks.replace_strict(table["ranks"], table[name], default=None, return_dtype=table.schema[name])
+        for name in table.columns[1:]
     }
 
 
 def _common_attrs(sub: pl.DataFrame) -> dict[str, pl.Expr]:
-    attrs = _rank_attrs(sub)
-    # a rank token we do not know (a newer parallelism, a pid suffix) is kept as printed
-    if attrs:
-        known = "|".join(sorted(_RANK_NAMES, key=len, reverse=True))
-        other = pl.col("ranks").str.replace_all(rf"(?:^|\s)(?:{known})\d+\b", "").str.strip_chars()
-        attrs["ranks_other"] = pl.when(other != "").then(other)
-    return attrs | {
+    return _rank_attrs(sub) | {
         "logger": pl.col("plogger"),
         "wrapper": pl.col("lead"),
         "date_source": pl.col("_date_source"),
