@@ -454,9 +454,10 @@ def _rank_attrs(sub: pl.DataFrame) -> dict[str, pl.Expr]:
           for tag, name in _RANK_NAMES.items()),
         pl.when(other != "").then(other).alias("ranks_other"),
     )
+    # (an attr null for every rank string is null on every row: in no row's attrs)
     return {
         name: ranks.replace_strict(table["ranks"], table[name], default=None, return_dtype=table.schema[name])
-        for name in table.columns[1:]
+        for name in table.columns[1:] if table[name].null_count() < table.height
     }
 
 
