@@ -231,48 +231,44 @@ DECODE_SHAPE = (
 _GRAPH_DEVICE = {f"{d} graph: {v}": d for d in ("cuda", "cpu", "npu") for v in ("True", "False")}
 
 
-def shape_captures() -> list[pl.Expr]:
-    """PREFILL_SHAPE's and DECODE_SHAPE's captures of `m` (`_ps`, `_ds`: structs), each
-    pattern run on the lines of its label only."""
-    return [
-        pl.when(M.str.starts_with("Prefill batch")).then(M).str.extract_groups(PREFILL_SHAPE).alias("_ps"),
-        pl.when(M.str.starts_with("Decode batch")).then(M).str.extract_groups(DECODE_SHAPE).alias("_ds"),
-    ]
-
-
-# (the first field of each shape is never optional)
-IS_SHAPED = (pl.col("_ps").struct.field(_SHAPE_GROUPS["new_seq"][0]).is_not_null()
-             | pl.col("_ds").struct.field(_SHAPE_GROUPS["running"][-1]).is_not_null())
+STATS_SHAPES = {"Prefill batch": PREFILL_SHAPE, "Decode batch": DECODE_SHAPE}
 _STATS_DTYPES = {"int": pl.Int64, "float": pl.Float64, "pct": pl.Float64, "bool": pl.Boolean}
 
 
-def stats_shaped(sub: pl.DataFrame) -> pl.DataFrame:
-    """`sub` (stats rows of the shapes, with shape_captures) with what stats_by_key adds,
-    from the captures: every field of KINDS (typed as stats_wide types it, null where the
-    line lacks it), `graph_device`, `_extra` and `_fragments` (none: every key of the shapes
-    is known and has a value), the head `_h` (STATS_HEAD's captures)."""
-    p, d = pl.col("_ps").struct.field, pl.col("_ds").struct.field
+def stats_shaped(sub: pl.DataFrame, label: str) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The rows of `sub` (stats rows whose message starts with `label`) of the label's shape,
+    with what stats_by_key adds, read from the pattern's captures: every field of KINDS
+    (typed as stats_wide types it, null where the line lacks it), `graph_device`, `_extra`
+    and `_fragments` (none: every key of the shapes is known and has a value), the head `_h`
+    (STATS_HEAD's captures); and the other rows, as they were."""
+    prefill = label == "Prefill batch"
+    sub = sub.with_columns(M.str.extract_groups(STATS_SHAPES[label]).alias("_s"))
+    g = pl.col("_s").struct.field
+    mine = (lambda x: x in _PREFILL_GROUPS) if prefill else (lambda x: x not in _PREFILL_GROUPS)
+    # (the first field of each shape is never optional)
+    first = _SHAPE_GROUPS["new_seq" if prefill else "running"]
+    shaped = sub.select(g(next(x for x in first if mine(x))).is_not_null()).to_series()
+    graph = g("pgraph" if prefill else "dgraph")
     out: dict[str, pl.Expr] = {}
     for name, kind in KINDS.items():
-        found = [p(g) if g in _PREFILL_GROUPS else d(g) for g in _SHAPE_GROUPS.get(name, ())]
+        found = [g(x) for x in _SHAPE_GROUPS.get(name, ()) if mine(x)]
         if name == "graph":
-            out[name] = pl.coalesce(p("pgraph"), d("dgraph")).str.ends_with("True")
+            out[name] = graph.str.ends_with("True")
         elif not found:
             out[name] = pl.lit(None, _STATS_DTYPES[kind])
         else:
-            raw = found[0] if len(found) == 1 else pl.coalesce(found)
-            typed = raw.cast(_STATS_DTYPES[kind], strict=False)  # (digits past Int64: null, as _typed)
+            typed = found[0].cast(_STATS_DTYPES[kind], strict=False)  # (digits past Int64: null, as _typed)
             out[name] = (typed / 100.0).round(6) if kind == "pct" else typed
-    out["graph_device"] = pl.coalesce(p("pgraph"), d("dgraph")).replace_strict(_GRAPH_DEVICE, default=None)
+    out["graph_device"] = graph.replace_strict(_GRAPH_DEVICE, default=None)
     out["_extra"] = pl.lit(None, pl.String)
     out["_fragments"] = pl.lit(None, pl.String)
     out["_h"] = pl.struct(
-        pl.when(p(_SHAPE_GROUPS["new_seq"][0]).is_not_null()).then(pl.lit("Prefill batch"))
-        .otherwise(pl.lit("Decode batch")).alias("label"),
-        p("mixed").alias("mixed"),
-        pl.coalesce(p("pfwd"), d("dfwd")).alias("fwd"),
+        pl.lit(label).alias("label"),
+        (g("mixed") if prefill else pl.lit(None, pl.String)).alias("mixed"),
+        g("pfwd" if prefill else "dfwd").alias("fwd"),
     )
-    return sub.with_columns(v.alias(k) for k, v in out.items()).drop("_ps", "_ds")
+    done = sub.filter(shaped).with_columns(v.alias(k) for k, v in out.items()).drop("_s")
+    return done, sub.filter(~shaped).drop("_s")
 
 
 def stats_by_key(sub: pl.DataFrame) -> pl.DataFrame:

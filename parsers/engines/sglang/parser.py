@@ -586,16 +586,22 @@ def _merge_json(a: pl.Expr, b: pl.Expr) -> pl.Expr:
 def _stats_frame(sub: pl.DataFrame, ctx: ParseContext):
     """The scheduler stats records: those of the common shapes by one pattern each
     (fields.stats_shaped), the others key by key (fields.stats_by_key)."""
-    sub = sub.with_columns(F.shape_captures())
-    shaped = sub.select(F.IS_SHAPED).to_series()
-    n_shaped = shaped.sum()
-    if n_shaped == sub.height:
-        sub = F.stats_shaped(sub)
-    elif n_shaped == 0:
-        sub = F.stats_by_key(sub.drop("_ps", "_ds"))
-    else:
-        sub = pl.concat([F.stats_shaped(sub.filter(shaped)), F.stats_by_key(sub.filter(~shaped).drop("_ps", "_ds"))],
-                        how="diagonal_relaxed")
+    m = pl.col("m")
+    head = pl.when(m.str.starts_with("Prefill batch")).then(pl.lit("Prefill batch"))
+    head = head.when(m.str.starts_with("Decode batch")).then(pl.lit("Decode batch"))
+    done, rest = [], []
+    for (label,), part in sub.with_columns(head.alias("_k")).partition_by("_k", as_dict=True).items():
+        part = part.drop("_k")
+        if label is None:
+            rest.append(part)
+            continue
+        shaped, other = F.stats_shaped(part, label)
+        done.append(shaped)
+        rest.append(other)
+    rest = [r for r in rest if r.height]
+    if rest:
+        done.append(F.stats_by_key(pl.concat(rest) if len(rest) > 1 else rest[0]))
+    sub = pl.concat(done, how="diagonal_relaxed") if len(done) > 1 else done[0]
     label = pl.col("_h").struct.field("label")
     is_prefill = label.is_in(["Prefill batch", "new fill batch"]).fill_null(False)
     pd_prefill = is_prefill & pl.any_horizontal(pl.col(k).is_not_null() for k in F.PD_PREFILL_KEYS)
