@@ -173,7 +173,6 @@ def stats_wide(pairs: pl.DataFrame) -> pl.DataFrame:
     return wide
 
 
-
 # The stats lines of the shapes SGLang prints most (v0.4 on: prefill and decode, with or
 # without the forward counter, cuda/npu/cpu graph, speculative decoding's accept figures,
 # the PD fields, SWA models' decode line), each key at its place, as one anchored pattern per
@@ -229,8 +228,6 @@ DECODE_SHAPE = (
     + f"(?:{_field('largest-len', 'largest_len')})?(?:{_field('#queue-req', 'waiting')})?$"
 )
 _GRAPH_DEVICE = {f"{d} graph: {v}": d for d in ("cuda", "cpu", "npu") for v in ("True", "False")}
-
-
 STATS_SHAPES = {"Prefill batch": PREFILL_SHAPE, "Decode batch": DECODE_SHAPE}
 _STATS_DTYPES = {"int": pl.Int64, "float": pl.Float64, "pct": pl.Float64, "bool": pl.Boolean}
 
@@ -281,6 +278,7 @@ def stats_by_key(sub: pl.DataFrame) -> pl.DataFrame:
         if c not in sub.columns:
             sub = sub.with_columns(pl.lit(None, _STATS_DTYPES.get(KINDS.get(c), pl.String)).alias(c))
     return sub.with_columns(M.str.extract_groups(STATS_HEAD).alias("_h"))
+
 
 # ---------------------------------------------------------------------------------------
 # capacity announced at start-up

@@ -236,9 +236,8 @@ def _split_prefix(df: pl.DataFrame) -> pl.DataFrame:
             f("pre").str.len_chars().alias("_plen"),
         )
     df = df.drop("_f")
-    bare = pl.when(~pl.col("_hdr")).then(t)  # (the other forms' tests run on these lines only)
     pylog_cols = ("pdate", "phms", "pfrac", "plevel", "plogger")
-    if _any(df, bare.str.contains(_PYLOG_HINT)):
+    if _any(df, ~pl.col("_hdr") & t.str.contains(_PYLOG_HINT)):
         df = df.with_columns(
             pl.when(~pl.col("_hdr")).then(head).str.extract_groups(_PYLOG).alias("_g")
         ).unnest("_g")
@@ -249,7 +248,7 @@ def _split_prefix(df: pl.DataFrame) -> pl.DataFrame:
         )
     else:
         df = df.with_columns(pl.lit(None, pl.String).alias(c) for c in pylog_cols)
-    if _any(df, bare.str.contains(_CUSTOM_HINT)):
+    if _any(df, ~pl.col("_hdr") & t.str.contains(_CUSTOM_HINT)):
         c = pl.col("_c").struct
         df = df.with_columns(pl.when(~pl.col("_hdr")).then(head).str.extract_groups(_CUSTOM).alias("_c"))
         hit = c.field("chms").is_not_null()
@@ -260,7 +259,7 @@ def _split_prefix(df: pl.DataFrame) -> pl.DataFrame:
             (pl.col("_hdr") | hit).alias("_hdr"),
             pl.coalesce("_plen", pl.when(hit).then(head.str.extract(_CUSTOM, 0).str.len_chars())).alias("_plen"),
         ).drop("_c")
-    if _any(df, bare.str.contains(_LATE_HINT)):
+    if _any(df, ~pl.col("_hdr") & t.str.contains(_LATE_HINT)):
         late = pl.when(~pl.col("_hdr")).then(t.str.slice(0, 320)).str.extract(_LATE_PREFIX, 0)
         df = df.with_columns(late.alias("_late"))
         inner = pl.col("_t").str.slice(pl.col("_late").str.extract(r"^(.*?)\[[^\]]*\] $", 1).str.len_chars())
@@ -373,8 +372,9 @@ def _family() -> pl.Expr:
 def _families(rec: pl.DataFrame) -> pl.Series:
     """_family() of every record; the two commonest kinds told by their head first, so that
     the chain's tests run only on the other records. (A message starting with a stats label
-    is a stats record when IS_STATS says so; one starting with `INFO:` passes none of the
-    chain's tests before the access one, each anchored at another head.)"""
+    is a stats record when IS_STATS's test of labelled lines says so; one starting with
+    `INFO:` passes none of the chain's tests before the access one, each anchored at another
+    head.)"""
     m = pl.col("m")
     labelled = m.str.starts_with("Prefill batch") | m.str.starts_with("Decode batch")
     info = m.str.starts_with("INFO:")
