@@ -26,7 +26,8 @@ STATS_HEAD = (
     r"^(?P<label>Prefill batch|Decode batch|new fill batch)"
     r"(?:\(mixed #running-req: (?P<mixed>\d+)\))?(?: \[(?P<fwd>\d+)\])?[.,] "
 )
-IS_STATS = M.str.contains(r"^(?:Prefill batch|Decode batch|new fill batch)(?:\(mixed [^)]*\))?(?: \[\d+\])?[.,] ") | M.str.contains(
+STATS_LABELLED = r"^(?:Prefill batch|Decode batch|new fill batch)(?:\(mixed [^)]*\))?(?: \[\d+\])?[.,] "
+IS_STATS = M.str.contains(STATS_LABELLED) | M.str.contains(
     r"^#running-req: \d+, #token: \d+, "
 )
 STATS_HINT = M.str.contains(r"^(?:Prefill batch|Decode batch|new fill batch|#running-req: )")
@@ -170,6 +171,113 @@ def stats_wide(pairs: pl.DataFrame) -> pl.DataFrame:
         )
         wide = wide.join(extra, on="_row", how="full", coalesce=True).join(frags, on="_row", how="full", coalesce=True)
     return wide
+
+
+# The stats lines of the shapes SGLang prints most (v0.4 on: prefill and decode, with or
+# without the forward counter, cuda/npu/cpu graph, speculative decoding's accept figures,
+# the PD fields, SWA models' decode line), each key at its place, as one anchored pattern per
+# label that never has two ways on (one-pass: its captures cost about one search, where
+# splitting and pivoting the pairs costs many; at most 16 groups keep a pattern one-pass).
+# Every field ends with `, ` or the end of the line, and each optional part starts with a
+# character nothing it may be skipped for starts with. On a line of these shapes
+# `stats_pairs` splits exactly these `key: value` pairs, every key known and printed once,
+# the value digits, a decimal, a percentage or True/False, so the typed captures are what
+# `stats_wide` reads; lines of any other shape are read key by key.
+_SHAPE_VALUE = {"int": "[0-9]+", "float": r"[0-9]+(?:\.[0-9]+)?", "pct": r"[0-9]+(?:\.[0-9]+)?"}
+_SHAPE_GROUPS: dict[str, list[str]] = {}  # field name -> its capture groups (either pattern)
+_END = "(?:, |$)"
+
+
+def _field(key: str, name: str) -> str:
+    """`key: value, ` with the value a group of field `name` (key as a pattern, `#` off
+    where the pattern has read it already)."""
+    kind = KINDS[name]
+    group = f"g{sum(map(len, _SHAPE_GROUPS.values()))}"
+    _SHAPE_GROUPS.setdefault(name, []).append(group)
+    return f"{key}: (?P<{group}>{_SHAPE_VALUE[kind]})" + ("%" if kind == "pct" else "") + _END
+
+
+def _graph(side: str) -> str:
+    # `cuda graph: True` / `cpu graph` / `npu graph` as one group: the device and the flag
+    return rf"(?:(?P<{side}graph>(?:c(?:uda|pu)|npu) graph: (?:True|False)){_END})?"
+
+
+PREFILL_SHAPE = (
+    r"^Prefill batch(?:\(mixed #running-req: (?P<mixed>[0-9]+)\))?(?: \[(?P<pfwd>[0-9]+)\])?[.,] "
+    + _field("#new-seq", "new_seq") + _field("#new-token", "batch_tokens")
+    + _field("#cached-token", "cached_tokens")
+    + f"(?:{_field('cache hit rate', 'cache_hit_rate')})?"
+    + _field("(?:full )?token usage", "kv_usage")
+    + _field("#running-req", "running") + _field("#queue-req", "waiting")
+    + "(?:" + _field("#pending-token", "pending_tokens")
+    + "(?:#(?:" + _field("bootstrap-req", "bootstrap_reqs") + "#|" + _field("prealloc-req", "prealloc_reqs") + "#)"
+    + _field("inflight-req", "inflight_reqs") + f"(?:{_field('#optimistic-req', 'optimistic_reqs')})?)?)?"
+    + _graph("p") + "(?:" + _field(r"input throughput \(token/s\)", "prompt_tps") + ")?$"
+)
+_PREFILL_GROUPS = {g for gs in _SHAPE_GROUPS.values() for g in gs}
+DECODE_SHAPE = (
+    r"^Decode batch(?: \[(?P<dfwd>[0-9]+)\])?[.,] "
+    + _field("#running-req", "running")
+    + _field("#(?:full )?token", "kv_tokens") + _field("(?:full )?token usage", "kv_usage")
+    + f"(?:{_field('#swa token', 'swa_kv_tokens')}{_field('swa token usage', 'swa_kv_usage')})?"
+    + f"(?:{_field('accept len', 'accept_len')}(?:{_field('accept rate', 'accept_rate')})?)?"
+    + f"(?:{_field('pre-allocated usage', 'prealloc_kv_usage')}(?:#(?:"
+    + _field("prealloc-req", "prealloc_reqs") + _field("#transfer-req", "transfer_reqs") + "#)?"
+    + _field("retracted-req", "retracted_reqs") + ")?)?"
+    + _graph("d") + _field(r"gen throughput \(token/s\)", "gen_tps")
+    + f"(?:{_field('largest-len', 'largest_len')})?(?:{_field('#queue-req', 'waiting')})?$"
+)
+_GRAPH_DEVICE = {f"{d} graph: {v}": d for d in ("cuda", "cpu", "npu") for v in ("True", "False")}
+STATS_SHAPES = {"Prefill batch": PREFILL_SHAPE, "Decode batch": DECODE_SHAPE}
+_STATS_DTYPES = {"int": pl.Int64, "float": pl.Float64, "pct": pl.Float64, "bool": pl.Boolean}
+
+
+def stats_shaped(sub: pl.DataFrame, label: str) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The rows of `sub` (stats rows whose message starts with `label`) of the label's shape,
+    with what stats_by_key adds, read from the pattern's captures: every field of KINDS
+    (typed as stats_wide types it, null where the line lacks it), `graph_device`, `_extra`
+    and `_fragments` (none: every key of the shapes is known and has a value), the head `_h`
+    (STATS_HEAD's captures); and the other rows, as they were."""
+    prefill = label == "Prefill batch"
+    sub = sub.with_columns(M.str.extract_groups(STATS_SHAPES[label]).alias("_s"))
+    g = pl.col("_s").struct.field
+    mine = (lambda x: x in _PREFILL_GROUPS) if prefill else (lambda x: x not in _PREFILL_GROUPS)
+    # (the first field of each shape is never optional)
+    first = _SHAPE_GROUPS["new_seq" if prefill else "running"]
+    shaped = sub.select(g(next(x for x in first if mine(x))).is_not_null()).to_series()
+    graph = g("pgraph" if prefill else "dgraph")
+    out: dict[str, pl.Expr] = {}
+    for name, kind in KINDS.items():
+        found = [g(x) for x in _SHAPE_GROUPS.get(name, ()) if mine(x)]
+        if name == "graph":
+            out[name] = graph.str.ends_with("True")
+        elif not found:
+            out[name] = pl.lit(None, _STATS_DTYPES[kind])
+        else:
+            typed = found[0].cast(_STATS_DTYPES[kind], strict=False)  # (digits past Int64: null, as _typed)
+            out[name] = (typed / 100.0).round(6) if kind == "pct" else typed
+    out["graph_device"] = graph.replace_strict(_GRAPH_DEVICE, default=None)
+    out["_extra"] = pl.lit(None, pl.String)
+    out["_fragments"] = pl.lit(None, pl.String)
+    out["_h"] = pl.struct(
+        pl.lit(label).alias("label"),
+        (g("mixed") if prefill else pl.lit(None, pl.String)).alias("mixed"),
+        g("pfwd" if prefill else "dfwd").alias("fwd"),
+    )
+    done = sub.filter(shaped).with_columns(v.alias(k) for k, v in out.items()).drop("_s")
+    return done, sub.filter(~shaped).drop("_s")
+
+
+def stats_by_key(sub: pl.DataFrame) -> pl.DataFrame:
+    """`sub` (stats rows) with every field of KINDS, `graph_device`, `_extra`, `_fragments`
+    and the head `_h`, read key by key (stats_pairs, stats_wide)."""
+    sub = sub.with_row_index("_row")
+    wide = stats_wide(stats_pairs(sub.select("_row", "m")))
+    sub = sub.join(wide, on="_row", how="left", maintain_order="left").drop("_row")
+    for c in (*STATS_COLUMNS, *STATS_ATTRS, "graph_device", "_extra", "_fragments"):
+        if c not in sub.columns:
+            sub = sub.with_columns(pl.lit(None, _STATS_DTYPES.get(KINDS.get(c), pl.String)).alias(c))
+    return sub.with_columns(M.str.extract_groups(STATS_HEAD).alias("_h"))
 
 
 # ---------------------------------------------------------------------------------------

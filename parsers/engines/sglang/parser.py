@@ -58,6 +58,14 @@ _PREFIX = (
     r"^\[(?:(?P<date>\d{4}-\d{2}-\d{2}) )?(?P<hms>\d{2}:\d{2}:\d{2})?(?:[.,](?P<frac>\d{1,6}))?"
     rf"(?P<ranks>(?: ?{_RANK})*)\] ?"
 )
+# the commonest prefix, `[2025-02-27 04:46:39 DP1 TP1] ` (with or without a fraction of a
+# second and ranks), as a pattern that never has two ways on (one-pass: its captures cost
+# about one search); where it matches within 120 characters, _PREFIX matches the same text
+# with the same captures (each class is a part of _PREFIX's)
+_FULL_PREFIX = (
+    r"^(?P<pre>\[(?P<date>[0-9]{4}-[0-9]{2}-[0-9]{2}) (?P<hms>[0-9]{2}:[0-9]{2}:[0-9]{2})"
+    r"(?:[.,](?P<frac>[0-9]{1,6}))?(?P<ranks>(?: [A-Z][A-Z_]*[0-9]+)*)\] ?)"
+)
 _EMPTY_MESSAGE = r"^\[(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}(?: [A-Z]+\d+)*\] ?$"
 _PREFIX_HINT = rf"^\[(?:\d{{4}}-\d{{2}}-\d{{2}} \d|\d{{2}}:\d{{2}}:\d{{2}}[ \].,]|{_RANK}[ \]])"
 # a logging config's `%(asctime)s [%(levelname)s] %(name)s: %(message)s`
@@ -203,13 +211,31 @@ def _split_prefix(df: pl.DataFrame) -> pl.DataFrame:
     form; `lead` of a late prefix), `_hdr` (a prefix was found) and `m`: the message."""
     t = pl.col("_t")
     head = t.str.slice(0, 120)
-    df = df.with_columns(
-        pl.when(t.str.contains(_PREFIX_HINT)).then(head).str.extract_groups(_PREFIX).alias("_p")
-    ).unnest("_p")
-    # `[]` or a bare `[` ... `]` with neither time nor rank is no prefix
-    ok = pl.col("hms").is_not_null() | (pl.col("ranks").str.strip_chars() != "")
-    plen = head.str.extract(_PREFIX, 0).str.len_chars()
-    df = df.with_columns(ok.fill_null(False).alias("_hdr"), pl.when(ok).then(plen).alias("_plen"))
+    # the full prefix (date, time, blank-separated ranks) by its one-pass pattern; the
+    # other lines by _PREFIX, on their first 120 characters
+    df = df.with_columns(t.str.extract_groups(_FULL_PREFIX).alias("_f"))
+    f = pl.col("_f").struct.field
+    full = (f("pre").str.len_chars() <= 120).fill_null(False)
+    if not df.select(full.all()).item():
+        rest = pl.when(~full).then(t)
+        df = df.with_columns(
+            pl.when(rest.str.contains(_PREFIX_HINT)).then(head).str.extract_groups(_PREFIX).alias("_p"),
+            rest.str.slice(0, 120).str.extract(_PREFIX, 0).str.len_chars().alias("_plen"),
+        ).unnest("_p")
+        # `[]` or a bare `[` ... `]` with neither time nor rank is no prefix
+        ok = pl.col("hms").is_not_null() | (pl.col("ranks").str.strip_chars() != "")
+        df = df.with_columns(
+            *(pl.when(full).then(f(c)).otherwise(pl.col(c)).alias(c) for c in ("date", "hms", "frac", "ranks")),
+            (full | ok.fill_null(False)).alias("_hdr"),
+            pl.when(full).then(f("pre").str.len_chars()).when(ok).then(pl.col("_plen")).alias("_plen"),
+        )
+    else:
+        df = df.with_columns(
+            *(f(c).alias(c) for c in ("date", "hms", "frac", "ranks")),
+            pl.lit(True).alias("_hdr"),
+            f("pre").str.len_chars().alias("_plen"),
+        )
+    df = df.drop("_f")
     pylog_cols = ("pdate", "phms", "pfrac", "plevel", "plogger")
     if _any(df, ~pl.col("_hdr") & t.str.contains(_PYLOG_HINT)):
         df = df.with_columns(
@@ -343,8 +369,29 @@ def _family() -> pl.Expr:
     )
 
 
+def _families(rec: pl.DataFrame) -> pl.Series:
+    """_family() of every record; the two commonest kinds told by their head first, so that
+    the chain's tests run only on the other records. (A message starting with a stats label
+    is a stats record when IS_STATS's test of labelled lines says so; one starting with
+    `INFO:` passes none of the chain's tests before the access one, each anchored at another
+    head.)"""
+    m = pl.col("m")
+    labelled = m.str.starts_with("Prefill batch") | m.str.starts_with("Decode batch")
+    info = m.str.starts_with("INFO:")
+    fam = rec.select(
+        pl.when(labelled & m.str.contains(F.STATS_LABELLED)).then(pl.lit("stats"))
+        .when(info & m.str.contains(F.UVICORN_ACCESS)).then(pl.lit("access"))
+        .alias("_fam")
+    ).to_series()
+    rest = fam.is_null()
+    if rest.any():
+        idx = rest.arg_true()
+        fam = fam.scatter(idx, rec[idx].select(_family()).to_series())
+    return fam
+
+
 def _events(rec: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
-    rec = rec.with_columns(_family().alias("_fam"), *_times(rec, ctx))
+    rec = rec.with_columns(_families(rec), *_times(rec, ctx))
     parts = [
         _family_frame(fam, part, ctx)
         for (fam,), part in rec.partition_by("_fam", as_dict=True, maintain_order=True).items()
@@ -392,23 +439,30 @@ def _times(rec: pl.DataFrame, ctx: ParseContext) -> list[pl.Expr]:
 
 
 def _rank_attrs(sub: pl.DataFrame) -> dict[str, pl.Expr]:
+    """The ranks' attrs (each rank tag's number; `ranks_other`: a rank token we do not know, a
+    newer parallelism or a pid suffix, kept as printed), none when no row has ranks. A chunk
+    holds a few distinct rank strings: they are read once each and looked up per row."""
     ranks = pl.col("ranks")
-    if not _any(sub, ranks.str.strip_chars() != ""):
+    seen = sub.select(ranks.unique())
+    if not _any(seen, ranks.str.strip_chars() != ""):
         return {}
+    known = "|".join(sorted(_RANK_NAMES, key=len, reverse=True))
+    other = ranks.str.replace_all(rf"(?:^|\s)(?:{known})\d+\b", "").str.strip_chars()
+    table = seen.drop_nulls().select(
+        "ranks",
+        *(ranks.str.extract(rf"(?:^|\s){tag}(\d+)\b", 1).cast(pl.Int64, strict=False).alias(name)
+          for tag, name in _RANK_NAMES.items()),
+        pl.when(other != "").then(other).alias("ranks_other"),
+    )
+    # (an attr null for every rank string is null on every row: in no row's attrs)
     return {
-        name: ranks.str.extract(rf"(?:^|\s){tag}(\d+)\b", 1).cast(pl.Int64, strict=False)
-        for tag, name in _RANK_NAMES.items()
+        name: ranks.replace_strict(table["ranks"], table[name], default=None, return_dtype=table.schema[name])
+        for name in table.columns[1:] if table[name].null_count() < table.height
     }
 
 
 def _common_attrs(sub: pl.DataFrame) -> dict[str, pl.Expr]:
-    attrs = _rank_attrs(sub)
-    # a rank token we do not know (a newer parallelism, a pid suffix) is kept as printed
-    if attrs:
-        known = "|".join(sorted(_RANK_NAMES, key=len, reverse=True))
-        other = pl.col("ranks").str.replace_all(rf"(?:^|\s)(?:{known})\d+\b", "").str.strip_chars()
-        attrs["ranks_other"] = pl.when(other != "").then(other)
-    return attrs | {
+    return _rank_attrs(sub) | {
         "logger": pl.col("plogger"),
         "wrapper": pl.col("lead"),
         "date_source": pl.col("_date_source"),
@@ -530,17 +584,24 @@ def _merge_json(a: pl.Expr, b: pl.Expr) -> pl.Expr:
 
 
 def _stats_frame(sub: pl.DataFrame, ctx: ParseContext):
-    """The scheduler stats records: key by key (fields.stats_pairs)."""
-    sub = sub.with_row_index("_row")
-    pairs = F.stats_pairs(sub.select("_row", "m"))
-    wide = F.stats_wide(pairs)
-    sub = sub.join(wide, on="_row", how="left", maintain_order="left")
-    dtypes = {"int": pl.Int64, "float": pl.Float64, "pct": pl.Float64, "bool": pl.Boolean}
-    for c in (*F.STATS_COLUMNS, *F.STATS_ATTRS, "graph_device", "_extra", "_fragments"):
-        if c not in sub.columns:
-            sub = sub.with_columns(pl.lit(None, dtypes.get(F.KINDS.get(c), pl.String)).alias(c))
-    head = pl.col("m").str.extract_groups(F.STATS_HEAD)
-    sub = sub.with_columns(head.alias("_h"))
+    """The scheduler stats records: those of the common shapes by one pattern each
+    (fields.stats_shaped), the others key by key (fields.stats_by_key)."""
+    m = pl.col("m")
+    head = pl.when(m.str.starts_with("Prefill batch")).then(pl.lit("Prefill batch"))
+    head = head.when(m.str.starts_with("Decode batch")).then(pl.lit("Decode batch"))
+    done, rest = [], []
+    for (label,), part in sub.with_columns(head.alias("_k")).partition_by("_k", as_dict=True).items():
+        part = part.drop("_k")
+        if label is None:
+            rest.append(part)
+            continue
+        shaped, other = F.stats_shaped(part, label)
+        done.append(shaped)
+        rest.append(other)
+    rest = [r for r in rest if r.height]
+    if rest:
+        done.append(F.stats_by_key(pl.concat(rest) if len(rest) > 1 else rest[0]))
+    sub = pl.concat(done, how="diagonal_relaxed") if len(done) > 1 else done[0]
     label = pl.col("_h").struct.field("label")
     is_prefill = label.is_in(["Prefill batch", "new fill batch"]).fill_null(False)
     pd_prefill = is_prefill & pl.any_horizontal(pl.col(k).is_not_null() for k in F.PD_PREFILL_KEYS)
