@@ -3,6 +3,7 @@ small files of one shape per engine."""
 
 from __future__ import annotations
 
+import gzip
 import os
 import re
 from pathlib import Path
@@ -120,3 +121,19 @@ def fill_up(path: Path) -> Path:
         except OSError:
             pass
     return path
+
+
+def logged_messages(literal: str, head: str, suffixes: tuple[str, ...] = (".log", ".gz", ".yaml")) -> list[str]:
+    """The messages of the lines of tests/fixtures and sample_logs (files of `suffixes`, .gz
+    read decompressed) holding `literal`: the first group of `head`, a regex of the whole line."""
+    head_re = re.compile(head)
+    out = []
+    for d in (REPO / "tests" / "fixtures", SAMPLE_LOGS):
+        for p in sorted(d.rglob("*")):
+            if not p.is_file() or p.suffix not in suffixes:
+                continue
+            raw = gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_bytes()
+            for line in raw.decode("utf-8", errors="replace").splitlines():
+                if literal in line and (m := head_re.match(line.rstrip("\r"))):
+                    out.append(m.group(1))
+    return out

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from servelens.parsers.base import ParseContext, finalize, lines_frame
 from servelens.parsers.engines.llamacpp import parser as llamacpp
 
-from tests.parsers.test_parse_vllm_shapes import logged_messages
+from tests.helpers.common import logged_messages
 
 # the shape the parser reads in one pass (pinned here: the test of its coverage below)
 SHAPE = re.compile(r"new prompt, n_ctx_slot = [0-9]+, n_keep = -?[0-9]+, (?:n_prompt_tokens|task\.n_tokens) = [0-9]+")

@@ -5,7 +5,6 @@ fixtures and sample logs, generated ones, and near misses)."""
 
 from __future__ import annotations
 
-import gzip
 import re
 from pathlib import Path
 
@@ -13,6 +12,8 @@ import polars as pl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from servelens.parsers.engines.sglang import fields as F
+
+from tests.helpers.common import logged_messages
 
 ROOT = Path(__file__).parents[2]
 READ = [*F.KINDS, "graph_device", "_extra", "_fragments", "_h"]
@@ -42,17 +43,8 @@ def assert_same_where_shaped(messages: list[str]) -> pl.Series:
 def logged_stats_messages() -> list[str]:
     """The stats messages of the fixtures and sample logs (the text from the label on, found
     by its own regex)."""
-    head = re.compile(r"^.*?((?:Prefill|Decode) batch\b.*)$")
-    out = []
-    for d in ("tests/fixtures", "sample_logs"):
-        for p in sorted((ROOT / d).rglob("*")):
-            if not p.is_file() or p.suffix not in (".log", ".gz", ".yaml", ".txt", ".jsonl"):
-                continue
-            raw = gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_bytes()
-            for line in raw.decode("utf-8", errors="replace").splitlines():
-                if "batch" in line and (m := head.match(line.rstrip("\r"))):
-                    out.append(m.group(1))
-    return out
+    return logged_messages("batch", r"^.*?((?:Prefill|Decode) batch\b.*)$",
+                           suffixes=(".log", ".gz", ".yaml", ".txt", ".jsonl"))
 
 
 def test_logged_stats_lines_read_the_same_and_the_common_ones_by_the_shape():

@@ -7,9 +7,7 @@ misses)."""
 
 from __future__ import annotations
 
-import gzip
 import re
-from pathlib import Path
 
 import polars as pl
 from hypothesis import HealthCheck, given, settings
@@ -17,7 +15,8 @@ from hypothesis import strategies as st
 from servelens.parsers import uvicorn
 from servelens.parsers.engines.vllm import fields as F
 
-ROOT = Path(__file__).parents[2]
+from tests.helpers.common import logged_messages
+
 NON_RARE = [k for k in F.stats_attrs() if k not in F.RARE_STATS_KEYS]
 
 
@@ -49,22 +48,6 @@ def test_the_shape_reads_the_keys_in_the_order_of_the_per_key_regexes():
     cols, attrs = F.shaped_stats(pl.col("_st"))
     assert list(cols) == list(F.stats_columns())
     assert list(attrs) == NON_RARE
-
-
-def logged_messages(literal: str, head: str) -> list[str]:
-    """The messages of the lines of the fixtures and sample logs holding `literal`: the
-    first group of `head`, a regex of the whole line."""
-    head_re = re.compile(head)
-    out = []
-    for d in ("tests/fixtures", "sample_logs"):
-        for p in sorted((ROOT / d).rglob("*")):
-            if not p.is_file() or p.suffix not in (".log", ".gz", ".yaml"):
-                continue
-            raw = gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_bytes()
-            for line in raw.decode("utf-8", errors="replace").splitlines():
-                if literal in line and (m := head_re.match(line.rstrip("\r"))):
-                    out.append(m.group(1))
-    return out
 
 
 def logged_stats_messages() -> list[str]:
