@@ -70,7 +70,7 @@ def _decode_lines(data: bytes, first_line: int, end: int | None = None) -> tuple
         starts = line_start_offsets(memoryview(data)[:end])
         if end and data[end - 1] == 10:
             starts = starts[:-1]
-        s = pl.Series(_CArray(_line_views(data, starts, end))).alias("text")
+        s = arrow_series(_line_views(data, starts, end)).alias("text")
         bad, own = False, starts
     else:
         data = data[:end]
