@@ -26,7 +26,17 @@ from typing import NamedTuple
 import polars as pl
 
 from ...base import ParseContext, group_records
-from .events import FRAME_RE, PY_EXC_RE, TABLE_RE, TB_START_RE, iter_events, other_events, stats_events
+from .events import (
+    FRAME_RE,
+    PY_EXC_RE,
+    TABLE_RE,
+    TB_START_RE,
+    access_events,
+    iter_events,
+    other_events,
+    plain_access,
+    stats_events,
+)
 from .stats import PYTORCH_ITER_RE, any_row, safe_json_decode, split_stats
 
 NAME = "trtllm"
@@ -196,6 +206,9 @@ def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     # Stats JSON: decoded in vectorised calls (see split_stats); one event per element (an
     # executor array shares its line span). Stats rows skip the message regexes.
     stats, other = split_stats(df, "msg")
+    access = plain_access(other)
+    n_access = int(access.sum())
+    plain, other = (other.filter(access), other.filter(~access)) if n_access else (other.head(0), other)
     is_iter = pl.col("msg").str.contains(PYTORCH_ITER_RE) & ~pl.col("_level").is_in(
         ["ERROR", "CRITICAL"]
     )
@@ -204,6 +217,7 @@ def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
         (stats_events, stats),
         (iter_events, other.filter(pl.col("_iter"))),
         (other_events, other.filter(~pl.col("_iter"))),
+        (access_events, plain),
     ]
     # an empty family is skipped: building its columns has a cost even for no rows
     out = pl.concat(
