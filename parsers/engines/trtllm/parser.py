@@ -284,14 +284,12 @@ def _peel_text(text: pl.Series, prefix_re: str, rest: str) -> pl.DataFrame:
     r"""The groups of `prefix_re` at the start of each `text`, and the `rest` after it.
 
     One capture pass over the first 200 characters (captures running to the end of long
-    JSON lines cost 10x more). Pure-ASCII rows use the regex in ASCII mode: on ASCII text
-    `\d`, `\w`, `\s` match the same characters, and the Unicode classes make capturing
-    ~2x slower. Rows with other characters keep the Unicode regex."""
+    JSON lines cost 10x more). Rows whose head is pure ASCII use the regex in ASCII mode: on
+    ASCII text `\d`, `\w`, `\s` match the same characters, and the Unicode classes make
+    capturing ~2x slower. Rows with other characters there keep the Unicode regex."""
     src = pl.col("_src")
-    df = pl.DataFrame({"_src": text}).with_columns(
-        src.str.slice(0, 200).alias("_head"),
-        (src.str.len_bytes() == src.str.len_chars()).alias("_ascii"),
-    )
+    df = pl.DataFrame({"_src": text}).with_columns(src.str.slice(0, 200).alias("_head"))
+    df = df.with_columns((pl.col("_head").str.len_bytes() == pl.col("_head").str.len_chars()).alias("_ascii"))
     head, is_ascii = pl.col("_head"), pl.col("_ascii")
     pattern = "^(?P<_pre>" + prefix_re + ")"
     n_ascii = int(df["_ascii"].sum())
