@@ -177,8 +177,9 @@ def _is_json(m: pl.Expr) -> pl.Expr:
 
 # Lines that match STATS_JSON_RE by their literals alone: Triton's object opens with its
 # first key; an executor object names `iterLatencyMS` on the same line (`.` is any but `\n`)
+_SURE_TRITON = pl.first().str.starts_with('{"Active Request Count"').fill_null(False)
 _SURE_STATS = (
-    pl.first().str.starts_with('{"Active Request Count"')
+    _SURE_TRITON
     | (
         pl.first().str.starts_with("{")
         & pl.first().str.contains('"iterLatencyMS"', literal=True)
@@ -191,6 +192,9 @@ def _stats_rows(msg: pl.DataFrame) -> pl.Series:
     """`_is_json` of each row of the one-column frame `msg` (null as false). The pattern
     runs only on the rows its literals do not settle: a pattern under `when` would still
     read every row."""
+    sure = msg.select(_SURE_TRITON)[:, 0]
+    if sure.all():  # Triton's: the executor's test would read every line to its end
+        return sure
     sure = msg.select(_SURE_STATS)[:, 0]
     if sure.all():
         return sure
