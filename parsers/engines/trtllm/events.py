@@ -51,6 +51,7 @@ CAP = {
 BATCH_RE = r"^Inference batch: (\d+) requests?, total_input_tokens=(\d+), total_output_tokens=(\d+)"
 GPU_MEM_FULL_RE = r"^GPU memory usage: ([\d.]+)\s*([KMGT]i?B) / ([\d.]+)\s*([KMGT]i?B), KV cache: ([\d.]+)\s*([KMGT]i?B)"
 SRC_LOC_RE = r"\(([^()\s]+\.(?:h|hpp|cpp|cc|cu|cuh)):(\d+)\)"
+TRT_ERR_RE = r"\[TensorRT-LLM\]\[ERROR\]|\[TRT-LLM\] \[[EF]\]"
 
 
 _UNIT = {
@@ -147,6 +148,50 @@ def iter_events(df: pl.DataFrame) -> pl.DataFrame:
     return _select_out(_with_attrs(df, {**_common_attrs(), **attrs}))
 
 
+def plain_access(df: pl.DataFrame) -> pl.Series:
+    """Which rows are uvicorn access lines (`INFO:     host:port - "GET /p HTTP/1.1" 200 OK`)
+    with no prefix, alone in their record and naming no error or request: what
+    `other_events` makes of each is then fixed (`access_events`), and the dozens of
+    message patterns it tries on every row need not run on them (the executor writes one
+    such line per request). The literal head and the prefix columns come first: the
+    pattern runs only where they hold."""
+    g = pl.col
+    head = (
+        g("msg").str.starts_with("INFO:")
+        & (g("n_lines") == 1)
+        & g("_level").is_null()  # no C++, Python or glog level prefix
+        & g("gmsg").is_null()
+        & g("tmsg").is_null()
+        & g("_mpitag").is_null()
+        & g("_version").is_null()
+    ).fill_null(False)
+    rows = df.select(head.alias("h"), g("msg"), g("text"))
+    if not rows["h"].any():
+        return rows["h"]
+    msg, text = g("msg"), g("text")
+    plain = (
+        msg.str.contains(HTTP_RE)
+        & ~text.str.contains(TRT_ERR_RE)
+        & ~msg.str.contains("Assertion failed", literal=True)
+        & ~msg.str.contains("requestId", literal=True)
+    )
+    return rows.select(pl.when(g("h")).then(plain).otherwise(False).fill_null(False))[:, 0]
+
+
+def access_events(df: pl.DataFrame) -> pl.DataFrame:
+    """The events of `plain_access` rows: what `other_events` gives them."""
+    http = pl.col("msg").str.extract_groups(HTTP_RE)
+    df = df.with_columns(http.alias("_http")).with_columns(
+        pl.lit("INFO").alias("level"),
+        pl.lit("http_access").alias("event"),
+        pl.col("_line_ts").alias("ts"),
+        pl.col("_http").struct.field("status").cast(pl.Int32, strict=False).alias("http_status"),
+        pl.col("msg").alias("message"),
+    )
+    f = pl.col("_http").struct.field
+    return _select_out(_with_attrs(df, {**_common_attrs(), "method": f("method"), "path": f("path")}))
+
+
 def _cap(name: str, group: int = 1, dtype: pl.DataType = pl.Int64) -> pl.Expr:
     return pl.col("msg").str.extract(CAP[name], group).cast(dtype, strict=False)
 
@@ -163,9 +208,7 @@ def other_events(df: pl.DataFrame) -> pl.DataFrame:
             clean.str.contains(TABLE_RE)
             | ((pl.col("gmsg").str.strip_chars() == "") & rest.str.contains(r"^\n[+|]"))
         ).alias("_table"),
-        text.str.contains(r"\[TensorRT-LLM\]\[ERROR\]|\[TRT-LLM\] \[[EF]\]").alias(
-            "_trt_err"
-        ),
+        text.str.contains(TRT_ERR_RE).alias("_trt_err"),
         pl.any_horizontal([msg.str.contains(r) for r in CAP.values()]).alias("_cap"),
         msg.str.extract_groups(BATCH_RE).alias("_batch"),
         msg.str.extract_groups(GPU_MEM_FULL_RE).alias("_mem"),

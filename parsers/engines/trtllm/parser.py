@@ -26,7 +26,17 @@ from typing import NamedTuple
 import polars as pl
 
 from ...base import ParseContext, group_records
-from .events import FRAME_RE, PY_EXC_RE, TABLE_RE, TB_START_RE, iter_events, other_events, stats_events
+from .events import (
+    FRAME_RE,
+    PY_EXC_RE,
+    TABLE_RE,
+    TB_START_RE,
+    access_events,
+    iter_events,
+    other_events,
+    plain_access,
+    stats_events,
+)
 from .stats import PYTORCH_ITER_RE, any_row, safe_json_decode, split_stats
 
 NAME = "trtllm"
@@ -196,6 +206,9 @@ def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     # Stats JSON: decoded in vectorised calls (see split_stats); one event per element (an
     # executor array shares its line span). Stats rows skip the message regexes.
     stats, other = split_stats(df, "msg")
+    access = plain_access(other)
+    n_access = int(access.sum())
+    plain, other = (other.filter(access), other.filter(~access)) if n_access else (other.head(0), other)
     is_iter = pl.col("msg").str.contains(PYTORCH_ITER_RE) & ~pl.col("_level").is_in(
         ["ERROR", "CRITICAL"]
     )
@@ -204,6 +217,7 @@ def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
         (stats_events, stats),
         (iter_events, other.filter(pl.col("_iter"))),
         (other_events, other.filter(~pl.col("_iter"))),
+        (access_events, plain),
     ]
     # an empty family is skipped: building its columns has a cost even for no rows
     out = pl.concat(
@@ -270,14 +284,12 @@ def _peel_text(text: pl.Series, prefix_re: str, rest: str) -> pl.DataFrame:
     r"""The groups of `prefix_re` at the start of each `text`, and the `rest` after it.
 
     One capture pass over the first 200 characters (captures running to the end of long
-    JSON lines cost 10x more). Pure-ASCII rows use the regex in ASCII mode: on ASCII text
-    `\d`, `\w`, `\s` match the same characters, and the Unicode classes make capturing
-    ~2x slower. Rows with other characters keep the Unicode regex."""
+    JSON lines cost 10x more). Rows whose head is pure ASCII use the regex in ASCII mode: on
+    ASCII text `\d`, `\w`, `\s` match the same characters, and the Unicode classes make
+    capturing ~2x slower. Rows with other characters there keep the Unicode regex."""
     src = pl.col("_src")
-    df = pl.DataFrame({"_src": text}).with_columns(
-        src.str.slice(0, 200).alias("_head"),
-        (src.str.len_bytes() == src.str.len_chars()).alias("_ascii"),
-    )
+    df = pl.DataFrame({"_src": text}).with_columns(src.str.slice(0, 200).alias("_head"))
+    df = df.with_columns((pl.col("_head").str.len_bytes() == pl.col("_head").str.len_chars()).alias("_ascii"))
     head, is_ascii = pl.col("_head"), pl.col("_ascii")
     pattern = "^(?P<_pre>" + prefix_re + ")"
     n_ascii = int(df["_ascii"].sum())

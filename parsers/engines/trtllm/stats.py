@@ -138,6 +138,87 @@ def _decode_into(s: pl.Series, dtype: pl.DataType, parts: list[pl.Series]) -> No
 
 
 def split_stats(df: pl.DataFrame, msg: str) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(stats rows, other rows) of `df`, as `split_stats_general` gives them.
+
+    A chunk's stats lines are nearly always of one form: all flat objects (Triton) or all
+    nested objects and arrays (the executor). Then only the stats rows are decoded, taken
+    apart from the others before: filtering a frame of text columns is cheap, filtering it
+    once it holds the wide decoded struct is not. Any other mix, or a stats row that does
+    not decode, takes the general path."""
+    m = pl.col(msg)
+    is_json = _stats_rows(df.select(m))
+    n_json = int(is_json.sum())
+    if n_json == 0:
+        return df.head(0), df
+    stats = df if n_json == df.height else df.filter(is_json)
+    j = stats.select(_json_text(m, stats).alias("_st"))
+    shape = j.select(
+        _flat(pl.col("_st")).sum().alias("flat"), pl.col("_st").str.ends_with("}").sum().alias("closed")
+    ).row(0)
+    if shape == (n_json, n_json):  # every stats row a flat object: decoded as a struct
+        st = _decode_flat(j["_st"])
+        if st.null_count():
+            return split_stats_general(df, msg)
+        stats = stats.with_columns(st)
+    elif shape[0] == 0:  # nested objects and arrays: decoded as arrays, one row per element
+        elements = safe_json_decode(j.select(_wrapped(pl.col("_st")))[:, 0], STATS_DTYPE)
+        if elements.null_count():
+            return split_stats_general(df, msg)
+        stats = stats.with_columns(elements).explode("_st", empty_as_null=True)
+    else:
+        return split_stats_general(df, msg)
+    other = df.head(0) if n_json == df.height else df.filter(~is_json)
+    return stats, other
+
+
+def _is_json(m: pl.Expr) -> pl.Expr:
+    return m.str.contains(STATS_JSON_RE) | m.str.contains(r"^\s*\[\]\s*$")
+
+
+# Lines that match STATS_JSON_RE by their literals alone: Triton's object opens with its
+# first key; an executor object names `iterLatencyMS` on the same line (`.` is any but `\n`)
+_SURE_TRITON = pl.first().str.starts_with('{"Active Request Count"').fill_null(False)
+_SURE_STATS = (
+    _SURE_TRITON
+    | (
+        pl.first().str.starts_with("{")
+        & pl.first().str.contains('"iterLatencyMS"', literal=True)
+        & ~pl.first().str.contains("\n", literal=True)
+    )
+).fill_null(False)
+
+
+def _stats_rows(msg: pl.DataFrame) -> pl.Series:
+    """`_is_json` of each row of the one-column frame `msg` (null as false). The pattern
+    runs only on the rows its literals do not settle: a pattern under `when` would still
+    read every row."""
+    sure = msg.select(_SURE_TRITON)[:, 0]
+    if sure.all():  # Triton's: the executor's test would read every line to its end
+        return sure
+    sure = msg.select(_SURE_STATS)[:, 0]
+    if sure.all():
+        return sure
+    unsure = ~sure
+    found = msg.filter(unsure).select(_is_json(pl.first()).fill_null(False))[:, 0]
+    return sure.scatter(unsure.arg_true(), found)
+
+
+def _json_text(m: pl.Expr, df: pl.DataFrame) -> pl.Expr:
+    """The message without surrounding whitespace (stripped only when some row has any)."""
+    padded = m.str.contains(r"^\s") | m.str.contains(r"\s$")
+    return m.str.strip_chars() if any_row(df, padded) else m
+
+
+def _flat(j: pl.Expr) -> pl.Expr:
+    # only a flat object (no `}` before its last character) can be read as one value
+    return j.str.starts_with("{") & ~j.str.contains(r"(?s)\}.")
+
+
+def _wrapped(j: pl.Expr) -> pl.Expr:
+    return pl.when(j.str.starts_with("[")).then(j).otherwise(pl.concat_str([pl.lit("["), j, pl.lit("]")]))
+
+
+def split_stats_general(df: pl.DataFrame, msg: str) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(stats rows, other rows) of `df`: a stats row holds one decoded stats object in the
     struct column `_st`; an array's elements share their record's row span (an empty
     array, the executor's stats buffer before the first iteration, gives one null `_st`).
@@ -148,17 +229,14 @@ def split_stats(df: pl.DataFrame, msg: str) -> tuple[pl.DataFrame, pl.DataFrame]
     decode. The JSON is the message without surrounding whitespace: tested on the message
     as is (the patterns allow it), stripped only when some row has any."""
     m = pl.col(msg)
-    is_json = m.str.contains(STATS_JSON_RE) | m.str.contains(r"^\s*\[\]\s*$")
-    df = df.with_columns(is_json.alias("_is_json"))
+    df = df.with_columns(_is_json(m).alias("_is_json"))
     is_json = pl.col("_is_json")
     padded = is_json & (m.str.contains(r"^\s") | m.str.contains(r"\s$"))
     text = m.str.strip_chars() if any_row(df, padded) else m
     df = df.with_columns(pl.when(is_json).then(text).alias("_json")).drop("_is_json")
     j = pl.col("_json")
-    # only a flat object (no `}` before its last character) can be read as one value;
     # one without a closing `}` at all (a cut line) is not tried: bad rows make decoding bisect
-    flat = j.str.starts_with("{") & ~j.str.contains(r"(?s)\}.")
-    df = df.with_columns(flat.alias("_flat"))
+    df = df.with_columns(_flat(j).alias("_flat"))
     obj = df.select(pl.when(pl.col("_flat") & j.str.ends_with("}")).then(j))["_json"]
     df = df.with_columns(_decode_flat(obj).alias("_st"))
     array = j.is_not_null() & ~pl.col("_flat")  # a flat object failing alone fails wrapped
@@ -171,15 +249,7 @@ def split_stats(df: pl.DataFrame, msg: str) -> tuple[pl.DataFrame, pl.DataFrame]
         stats = df.filter(pl.col("_st").is_not_null())
         other = df.filter(pl.col("_st").is_null())
         return stats.drop("_json", "_flat"), other.drop("_st", "_json", "_flat")
-    wrapped = df.select(
-        pl.when(array)
-        .then(
-            pl.when(j.str.starts_with("["))
-            .then(j)
-            .otherwise(pl.concat_str([pl.lit("["), j, pl.lit("]")]))
-        )
-        .alias("_json")
-    )["_json"]
+    wrapped = df.select(pl.when(array).then(_wrapped(j)).alias("_json"))["_json"]
     df = df.with_columns(safe_json_decode(wrapped, STATS_DTYPE).alias("_elements"))
     df = df.drop("_flat")
     objects = df.filter(pl.col("_st").is_not_null()).drop("_elements", "_json")
