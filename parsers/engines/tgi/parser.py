@@ -52,6 +52,7 @@ Every understood event's attrs also say where it came from: `target`, `file` (fi
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import polars as pl
@@ -187,7 +188,12 @@ def _utc_ts(df: pl.DataFrame, col: str) -> pl.Expr:
     all_z, any_comma = df.select(
         text.str.ends_with("Z").all().alias("z"), text.str.contains(",", literal=True).any().alias("comma")
     ).row(0)
-    if all_z and not any_comma:
+    return _ts_expr(col, all_z and not any_comma)
+
+
+@functools.cache
+def _ts_expr(col: str, utc_dot: bool) -> pl.Expr:
+    if utc_dot:
         return pl.col(col).str.to_datetime(
             "%Y-%m-%dT%H:%M:%S%.fZ", time_unit="us", time_zone="UTC", strict=False
         )
@@ -207,6 +213,16 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         df = df.with_columns(
             pl.lit(None, pl.Int64 if col in ("_rank_json", "batch_size") else _STR).alias(col) for col in missing
         )
+    special, columns, plain = _event_exprs()
+    df = df.with_columns(special).with_columns(*columns, _utc_ts(df, "_ts").alias("ts"))
+    df = df.with_columns(plain)
+    return _events_of_kinds(df, int(df["_plain"].sum()))
+
+
+@functools.cache
+def _event_exprs() -> tuple[pl.Expr, tuple[pl.Expr, ...], pl.Expr]:
+    """`_events`' columns: the headless records' kind, then `_full`, `rank` and `level`,
+    then whether a record is a plain `Success` (built once: they are the same every call)."""
     msg, target = pl.col("_msg"), pl.col("target")
     cont = pl.col("_cont")
     has_cont = cont.is_not_null() & (cont.str.strip_chars() != "")
@@ -223,7 +239,7 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         .when(headless.str.contains(_EXIT_RE)).then(pl.lit("launcher_exit"))
     )
     with_rank = _only(full.str.contains("rank=", literal=True), full)
-    df = df.with_columns(special.alias("_special")).with_columns(
+    columns = (
         pl.when(pl.col("_special").is_not_null()).then(
             pl.when(has_cont).then(pl.concat_str([first, pl.lit("\n"), cont.str.strip_chars_end()])).otherwise(first)
         ).when(target.is_not_null()).then(
@@ -232,7 +248,6 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         pl.coalesce(pl.col("_rank_json"), with_rank.str.extract(rank_re, 1).cast(pl.Int64, strict=False)).alias("rank"),
         pl.when(lvl == "WARN").then(pl.lit("WARNING")).when(lvl == "TRACE").then(pl.lit("DEBUG"))
         .otherwise(lvl).alias("level"),
-        _utc_ts(df, "_ts").alias("ts"),
     )
     full = pl.col("_full")
     router_says = target.str.starts_with("text_generation_router") | pl.col("_d_total_u").is_not_null()
@@ -242,8 +257,10 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         (msg == "Success") & (full == "Success") & target.is_not_null() & router_says
         & (pl.col("level") != "ERROR") & pl.col("_special").is_null()
     )
-    df = df.with_columns(plain.fill_null(False).alias("_plain"))
-    n_plain = int(df["_plain"].sum())
+    return special.alias("_special"), columns, plain.fill_null(False).alias("_plain")
+
+
+def _events_of_kinds(df: pl.DataFrame, n_plain: int) -> pl.DataFrame:
     if n_plain == df.height:
         plain_success, rest = df, df.clear()
     elif n_plain == 0:
@@ -402,12 +419,43 @@ def _seed_apart(df: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+# what `_parameters_of` gave for each dump seen by this process: a client's few parameter
+# sets recur in every block, and reading one anew costs the compiling of some twenty regexes
+_PARAMS_SEEN: dict[str | None, tuple[int | None, str | None]] = {}
+_PARAMS_SEEN_MAX = 4096
+# more distinct dumps than this in one call, and they are read there without the memo
+_PARAMS_MEMO_ROWS = 256
+_PARAMS_SCHEMA = {"_params": pl.String, "max_tokens": pl.Int64, "sampling_params": pl.String}
+
+
 def _parameters(params: pl.Series) -> pl.DataFrame:
     """Sampling parameters per distinct dump (its seed apart, see `_seed_apart`): clients
     repeat the same parameters, so this runs the many small extracts, and encodes
     `sampling_params`, once per distinct value, not once per request (the join then gives
-    each request a view of its dump's JSON)."""
-    uniq = params.unique().to_frame("_params")
+    each request a view of its dump's JSON); and a dump this process read before is not
+    read again."""
+    uniq = params.unique()
+    if uniq.len() > _PARAMS_MEMO_ROWS:
+        return _parameters_of(uniq)
+    dumps = uniq.to_list()
+    got = {d: v for d in dumps if (v := _PARAMS_SEEN.get(d)) is not None}
+    if len(got) < len(dumps):
+        read = _parameters_of(pl.Series([d for d in dumps if d not in got], dtype=pl.String))
+        new = dict(zip(read["_params"], zip(read["max_tokens"], read["sampling_params"])))
+        got.update(new)
+        if len(_PARAMS_SEEN) + len(new) > _PARAMS_SEEN_MAX:
+            _PARAMS_SEEN.clear()
+        _PARAMS_SEEN.update(new)
+    known = [got[d] for d in dumps]
+    return pl.DataFrame(
+        {"_params": dumps, "max_tokens": [k[0] for k in known], "sampling_params": [k[1] for k in known]},
+        schema=_PARAMS_SCHEMA,
+    )
+
+
+def _parameters_of(dumps: pl.Series) -> pl.DataFrame:
+    """`_parameters` of distinct dumps, read here."""
+    uniq = dumps.to_frame("_params")
     p = pl.col("_params")
     fields = generate_parameters(p)
     del fields["param_seed"]  # per request: `_seed_apart` read it
