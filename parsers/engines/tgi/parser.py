@@ -284,6 +284,11 @@ def _events_of_kinds(df: pl.DataFrame, n_plain: int) -> pl.DataFrame:
 
 def _classify(df: pl.DataFrame) -> pl.DataFrame:
     """`event`, `error_kind` and `_design` of records other than the plain `Success`."""
+    return df.with_columns(*_classify_exprs())
+
+
+@functools.cache
+def _classify_exprs() -> tuple[pl.Expr, ...]:
     msg, target, full, special = pl.col("_msg"), pl.col("target"), pl.col("_full"), pl.col("_special")
     msg1 = msg.str.strip_chars()
     router_says = target.str.starts_with("text_generation_router") | pl.col("_d_total_u").is_not_null()
@@ -315,7 +320,7 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
         .when(err_kind.is_not_null()).then(pl.lit("error"))
         .otherwise(pl.lit("log"))
     )
-    return df.with_columns(
+    return (
         event.alias("event"),
         err_kind.alias("error_kind"),
         design_req.alias("_design"),
@@ -329,17 +334,37 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
 def _requests(df: pl.DataFrame) -> pl.DataFrame:
     if df.height == 0:
         return df
-    df = df.with_columns(
-        parts_ns("_d_total").alias("_ns_total"),
-        parts_ns("_d_valid").alias("_ns_valid"),
-        parts_ns("_d_queue").alias("_ns_queue"),
-        parts_ns("_d_inf").alias("_ns_inf"),
-        parts_ns("_d_tpot").alias("_ns_tpot"),
-    )
+    df = df.with_columns(*_ns_exprs())
+    design_any = bool(df["_design"].any())
+    small = _small(df, "_ns_total", "_ns_queue", "_ns_inf", "_ns_tpot", "_ns_valid")
+    # v0.3-v1.0 routers nest the request span in axum's `HTTP request{...}` span
+    if df["_spans"].str.starts_with("HTTP request{").any():
+        df = df.with_columns(pl.col("_spans").str.replace(r"^HTTP request\{[^{}]*\}:", "").alias("_spans"))
+    df = df.with_columns(_endpoint_expr())
+    main, last = _request_exprs(design_any, small)
+    return df.with_columns(*main).pipe(_seed_apart).pipe(
+        lambda d: d.join(_parameters(d["_params"]), on="_params", how="left", nulls_equal=True)
+    ).with_columns(*last)
+
+
+@functools.cache
+def _ns_exprs() -> tuple[pl.Expr, ...]:
+    return tuple(parts_ns(p).alias("_ns" + p[2:]) for p in ("_d_total", "_d_valid", "_d_queue", "_d_inf", "_d_tpot"))
+
+
+@functools.cache
+def _endpoint_expr() -> pl.Expr:
+    return _outer_span(pl.coalesce(pl.col("span"), pl.col("_spans"))).alias("_endpoint")
+
+
+@functools.cache
+def _request_exprs(design_any: bool, small: bool) -> tuple[tuple[pl.Expr, ...], tuple[pl.Expr, ...]]:
+    """`_requests`' columns before and after the parameters join, for a chunk with or
+    without design-note lines, with or without durations past 2**53 ns."""
     design = pl.col("_design")
     msg = pl.col("_msg")
     # the design-note form carries its own counts (`request_id=.., prompt_tokens=..`)
-    if df["_design"].any():
+    if design_any:
         design_msg = _only(design, msg)
         design_fields = [
             _kv(design_msg, "request_id").alias("request_id"),
@@ -354,14 +379,10 @@ def _requests(df: pl.DataFrame) -> pl.DataFrame:
             pl.lit(None, pl.Int64).alias("prompt_tokens"),
             pl.lit(None, pl.Int64).alias("_gen_tokens"),
         ]
-    seconds = _seconds(df, "_ns_total", "_ns_queue", "_ns_inf", "_ns_tpot", "_ns_valid")
-    # v0.3-v1.0 routers nest the request span in axum's `HTTP request{...}` span
-    if df["_spans"].str.starts_with("HTTP request{").any():
-        df = df.with_columns(pl.col("_spans").str.replace(r"^HTTP request\{[^{}]*\}:", "").alias("_spans"))
-    df = df.with_columns(_outer_span(pl.coalesce(pl.col("span"), pl.col("_spans"))).alias("_endpoint"))
+    seconds = _seconds(small)
     tpot_ok = pl.col("_ns_tpot") > 0
     arrival_ns = pl.col("ts").dt.epoch("ns") - pl.col("_ns_total")
-    return df.with_columns(
+    main = (
         seconds("_ns_total").alias("e2e_s"),
         seconds("_ns_queue").alias("queue_s"),
         seconds("_ns_inf").alias("inference_s"),
@@ -382,19 +403,23 @@ def _requests(df: pl.DataFrame) -> pl.DataFrame:
             pl.col("_endpoint"),
         ).alias("span"),
         *design_fields,
-    ).pipe(_seed_apart).pipe(
-        lambda d: d.join(_parameters(d["_params"]), on="_params", how="left", nulls_equal=True)
-    ).with_columns(
+    )
+    last = (
         pl.coalesce(pl.col("_gen_tokens"), pl.col("_tokens_from_time")).alias("output_tokens"),
         pl.when(~design).then(pl.col("_full")).otherwise(msg).alias("message"),
     )
+    return main, last
 
 
-def _seconds(df: pl.DataFrame, *ns_columns: str) -> Callable[[str], pl.Expr]:
-    """`ns_to_s` for the given nanosecond columns; when every value is below 2**53 (a
-    duration under 104 days) its plain division, without the text path for huge values."""
+def _small(df: pl.DataFrame, *ns_columns: str) -> bool:
+    """Whether every value of the nanosecond columns is below 2**53 (a duration under 104
+    days): then `ns_to_s` is its plain division, without the text path for huge values."""
     small = df.select(pl.max_horizontal(pl.col(c).abs().max() for c in ns_columns)).item()
-    if small is None or small < 2**53:
+    return small is None or small < 2**53
+
+
+def _seconds(small: bool) -> Callable[[str], pl.Expr]:
+    if small:
         return lambda c: ns_to_s_small(pl.col(c))
     return lambda c: ns_to_s(pl.col(c))
 
@@ -489,10 +514,15 @@ def _others(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def _capacity_fields(df: pl.DataFrame) -> pl.DataFrame:
+    return df.with_columns(*_capacity_exprs())
+
+
+@functools.cache
+def _capacity_exprs() -> tuple[pl.Expr, ...]:
     full = pl.col("_full")
     args = args_fields(full)
     capf = capacity_fields(full)
-    return df.with_columns(
+    return (
         pl.coalesce(capf["max_batch_tokens"], args["max_batch_tokens"]).alias("max_batch_tokens"),
         capf["kv_blocks_total"].alias("kv_blocks_total"),
         capf["kv_capacity_tokens"].alias("kv_capacity_tokens"),
@@ -509,8 +539,13 @@ def _capacity_fields(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def _batch_fields(df: pl.DataFrame) -> pl.DataFrame:
+    return df.with_columns(*_batch_exprs())
+
+
+@functools.cache
+def _batch_exprs() -> tuple[pl.Expr, ...]:
     msg = pl.col("_msg")
-    return df.with_columns(
+    return (
         _kv(msg, "max_tokens").cast(pl.Int64, strict=False).alias("max_batch_tokens"),
         pl.coalesce(_kv(msg, "batch_size").cast(pl.Int64, strict=False), pl.col("batch_size")).alias("batch_size"),
         _kv(msg, "queued_requests").cast(pl.Int64, strict=False).alias("waiting"),
@@ -518,8 +553,13 @@ def _batch_fields(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def _error_fields(df: pl.DataFrame) -> pl.DataFrame:
+    return df.with_columns(*_error_exprs())
+
+
+@functools.cache
+def _error_exprs() -> tuple[pl.Expr, ...]:
     full = pl.col("_full")
-    return df.with_columns(
+    return (
         full.str.extract(_METHOD_RE, 1).alias("method"),
         full.str.contains(r"(?i)cuda out of memory|OutOfMemoryError").alias("oom"),
     )
@@ -527,9 +567,14 @@ def _error_fields(df: pl.DataFrame) -> pl.DataFrame:
 
 def _log_fields(df: pl.DataFrame) -> pl.DataFrame:
     # step by step: nested, the helpers' repeated sub-expressions multiply (slow to plan)
+    ready_ns, ready_s = _log_exprs()
+    return df.with_columns(ready_ns).with_columns(ready_s).drop("_ready_ns")
+
+
+@functools.cache
+def _log_exprs() -> tuple[pl.Expr, pl.Expr]:
     ready = pl.col("_full").str.extract(r"^Shard ready in (\S+)$", 1)
-    df = df.with_columns(duration_ns(ready).alias("_ready_ns"))
-    return df.with_columns(ns_to_s(pl.col("_ready_ns")).alias("ready_s")).drop("_ready_ns")
+    return duration_ns(ready).alias("_ready_ns"), ns_to_s(pl.col("_ready_ns")).alias("ready_s")
 
 
 _KIND_FIELDS = {
