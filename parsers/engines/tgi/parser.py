@@ -7,7 +7,8 @@ TGI's own (router/src/, launcher/src/) as real logs show them. The text records 
 
 Speed: most records of a busy server are the router's bare `Success`; they skip the
 error/capacity classification, and each other kind's fields are read on its own rows
-(see `text_format.py` for the text lines themselves).
+(see `text_format.py` for the text lines themselves). A parameters dump is read once per
+process (`_parameters`), and the steps' expressions are built once, not at every block.
 
 Records: a record starts at a line whose TGI header is an RFC 3339 time plus a level, or
 at a TGI JSON object (`{"timestamp":...`). Docker-compose prefixes, ANSI codes and outer
@@ -445,7 +446,7 @@ def _seed_apart(df: pl.DataFrame) -> pl.DataFrame:
 
 
 # what `_parameters_of` gave for each dump seen by this process: a client's few parameter
-# sets recur in every block, and reading one anew costs the compiling of some twenty regexes
+# sets recur in every block, and reading one anew runs some twenty extracts
 _PARAMS_SEEN: dict[str | None, tuple[int | None, str | None]] = {}
 _PARAMS_SEEN_MAX = 4096
 # more distinct dumps than this in one call, and they are read there without the memo
