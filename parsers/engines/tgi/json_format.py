@@ -5,6 +5,7 @@ and turned into the same columns the text path produces."""
 
 from __future__ import annotations
 
+import functools
 import json
 
 import polars as pl
@@ -70,6 +71,12 @@ def json_records(recs: pl.DataFrame) -> pl.DataFrame:
     if recs.height == 0:
         return recs
     recs = pl.concat([recs, _decode_json(recs["_first"])], how="horizontal")
+    return recs.with_columns(*_record_exprs()).drop("_j").unnest(*DURATION_FIELDS.values())
+
+
+@functools.cache
+def _record_exprs() -> tuple[pl.Expr, ...]:
+    """`json_records`' columns from the decoded `_j` (built once: the same every call)."""
     j = pl.col("_j")
     span = j.struct.field("span")
     spans = j.struct.field("spans")
@@ -77,7 +84,7 @@ def json_records(recs: pl.DataFrame) -> pl.DataFrame:
     names = spans.list.eval(pl.element().struct.field("name")).list.join(":")
     outer_batch = spans.list.eval(pl.element().struct.field("batch_size")).list.drop_nulls().list.first()
     lvl = j.struct.field("level")
-    return recs.with_columns(
+    return (
         j.struct.field("timestamp").alias("_ts"),
         pl.when(lvl.str.contains(_LEVEL_RE)).then(lvl).alias("_lvl"),
         j.struct.field("target").alias("target"),
@@ -93,4 +100,4 @@ def json_records(recs: pl.DataFrame) -> pl.DataFrame:
         sf("parameters").alias("_params"),
         pl.coalesce(sf("batch_size"), outer_batch).cast(pl.Int64, strict=False).alias("batch_size"),
         sf("rank").cast(pl.Int64, strict=False).alias("_rank_json"),
-    ).drop("_j").unnest(*DURATION_FIELDS.values())
+    )

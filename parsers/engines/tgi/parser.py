@@ -7,7 +7,8 @@ TGI's own (router/src/, launcher/src/) as real logs show them. The text records 
 
 Speed: most records of a busy server are the router's bare `Success`; they skip the
 error/capacity classification, and each other kind's fields are read on its own rows
-(see `text_format.py` for the text lines themselves).
+(see `text_format.py` for the text lines themselves). A parameters dump is read once per
+process (`_parameters`), and the steps' expressions are built once, not at every block.
 
 Records: a record starts at a line whose TGI header is an RFC 3339 time plus a level, or
 at a TGI JSON object (`{"timestamp":...`). Docker-compose prefixes, ANSI codes and outer
@@ -52,6 +53,7 @@ Every understood event's attrs also say where it came from: `target`, `file` (fi
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import polars as pl
@@ -187,7 +189,12 @@ def _utc_ts(df: pl.DataFrame, col: str) -> pl.Expr:
     all_z, any_comma = df.select(
         text.str.ends_with("Z").all().alias("z"), text.str.contains(",", literal=True).any().alias("comma")
     ).row(0)
-    if all_z and not any_comma:
+    return _ts_expr(col, all_z and not any_comma)
+
+
+@functools.cache
+def _ts_expr(col: str, utc_dot: bool) -> pl.Expr:
+    if utc_dot:
         return pl.col(col).str.to_datetime(
             "%Y-%m-%dT%H:%M:%S%.fZ", time_unit="us", time_zone="UTC", strict=False
         )
@@ -207,6 +214,16 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         df = df.with_columns(
             pl.lit(None, pl.Int64 if col in ("_rank_json", "batch_size") else _STR).alias(col) for col in missing
         )
+    special, columns, plain = _event_exprs()
+    df = df.with_columns(special).with_columns(*columns, _utc_ts(df, "_ts").alias("ts"))
+    df = df.with_columns(plain)
+    return _events_of_kinds(df, int(df["_plain"].sum()))
+
+
+@functools.cache
+def _event_exprs() -> tuple[pl.Expr, tuple[pl.Expr, ...], pl.Expr]:
+    """`_events`' columns: the headless records' kind, then `_full`, `rank` and `level`,
+    then whether a record is a plain `Success` (built once: they are the same every call)."""
     msg, target = pl.col("_msg"), pl.col("target")
     cont = pl.col("_cont")
     has_cont = cont.is_not_null() & (cont.str.strip_chars() != "")
@@ -223,7 +240,7 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         .when(headless.str.contains(_EXIT_RE)).then(pl.lit("launcher_exit"))
     )
     with_rank = _only(full.str.contains("rank=", literal=True), full)
-    df = df.with_columns(special.alias("_special")).with_columns(
+    columns = (
         pl.when(pl.col("_special").is_not_null()).then(
             pl.when(has_cont).then(pl.concat_str([first, pl.lit("\n"), cont.str.strip_chars_end()])).otherwise(first)
         ).when(target.is_not_null()).then(
@@ -232,7 +249,6 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         pl.coalesce(pl.col("_rank_json"), with_rank.str.extract(rank_re, 1).cast(pl.Int64, strict=False)).alias("rank"),
         pl.when(lvl == "WARN").then(pl.lit("WARNING")).when(lvl == "TRACE").then(pl.lit("DEBUG"))
         .otherwise(lvl).alias("level"),
-        _utc_ts(df, "_ts").alias("ts"),
     )
     full = pl.col("_full")
     router_says = target.str.starts_with("text_generation_router") | pl.col("_d_total_u").is_not_null()
@@ -242,8 +258,10 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         (msg == "Success") & (full == "Success") & target.is_not_null() & router_says
         & (pl.col("level") != "ERROR") & pl.col("_special").is_null()
     )
-    df = df.with_columns(plain.fill_null(False).alias("_plain"))
-    n_plain = int(df["_plain"].sum())
+    return special.alias("_special"), columns, plain.fill_null(False).alias("_plain")
+
+
+def _events_of_kinds(df: pl.DataFrame, n_plain: int) -> pl.DataFrame:
     if n_plain == df.height:
         plain_success, rest = df, df.clear()
     elif n_plain == 0:
@@ -267,6 +285,11 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
 
 def _classify(df: pl.DataFrame) -> pl.DataFrame:
     """`event`, `error_kind` and `_design` of records other than the plain `Success`."""
+    return df.with_columns(*_classify_exprs())
+
+
+@functools.cache
+def _classify_exprs() -> tuple[pl.Expr, ...]:
     msg, target, full, special = pl.col("_msg"), pl.col("target"), pl.col("_full"), pl.col("_special")
     msg1 = msg.str.strip_chars()
     router_says = target.str.starts_with("text_generation_router") | pl.col("_d_total_u").is_not_null()
@@ -298,7 +321,7 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
         .when(err_kind.is_not_null()).then(pl.lit("error"))
         .otherwise(pl.lit("log"))
     )
-    return df.with_columns(
+    return (
         event.alias("event"),
         err_kind.alias("error_kind"),
         design_req.alias("_design"),
@@ -312,17 +335,37 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
 def _requests(df: pl.DataFrame) -> pl.DataFrame:
     if df.height == 0:
         return df
-    df = df.with_columns(
-        parts_ns("_d_total").alias("_ns_total"),
-        parts_ns("_d_valid").alias("_ns_valid"),
-        parts_ns("_d_queue").alias("_ns_queue"),
-        parts_ns("_d_inf").alias("_ns_inf"),
-        parts_ns("_d_tpot").alias("_ns_tpot"),
-    )
+    df = df.with_columns(*_ns_exprs())
+    design_any = bool(df["_design"].any())
+    small = _small(df, "_ns_total", "_ns_queue", "_ns_inf", "_ns_tpot", "_ns_valid")
+    # v0.3-v1.0 routers nest the request span in axum's `HTTP request{...}` span
+    if df["_spans"].str.starts_with("HTTP request{").any():
+        df = df.with_columns(pl.col("_spans").str.replace(r"^HTTP request\{[^{}]*\}:", "").alias("_spans"))
+    df = df.with_columns(_endpoint_expr())
+    main, last = _request_exprs(design_any, small)
+    return df.with_columns(*main).pipe(_seed_apart).pipe(
+        lambda d: d.join(_parameters(d["_params"]), on="_params", how="left", nulls_equal=True)
+    ).with_columns(*last)
+
+
+@functools.cache
+def _ns_exprs() -> tuple[pl.Expr, ...]:
+    return tuple(parts_ns(p).alias("_ns" + p[2:]) for p in ("_d_total", "_d_valid", "_d_queue", "_d_inf", "_d_tpot"))
+
+
+@functools.cache
+def _endpoint_expr() -> pl.Expr:
+    return _outer_span(pl.coalesce(pl.col("span"), pl.col("_spans"))).alias("_endpoint")
+
+
+@functools.cache
+def _request_exprs(design_any: bool, small: bool) -> tuple[tuple[pl.Expr, ...], tuple[pl.Expr, ...]]:
+    """`_requests`' columns before and after the parameters join, for a chunk with or
+    without design-note lines, with or without durations past 2**53 ns."""
     design = pl.col("_design")
     msg = pl.col("_msg")
     # the design-note form carries its own counts (`request_id=.., prompt_tokens=..`)
-    if df["_design"].any():
+    if design_any:
         design_msg = _only(design, msg)
         design_fields = [
             _kv(design_msg, "request_id").alias("request_id"),
@@ -337,14 +380,10 @@ def _requests(df: pl.DataFrame) -> pl.DataFrame:
             pl.lit(None, pl.Int64).alias("prompt_tokens"),
             pl.lit(None, pl.Int64).alias("_gen_tokens"),
         ]
-    seconds = _seconds(df, "_ns_total", "_ns_queue", "_ns_inf", "_ns_tpot", "_ns_valid")
-    # v0.3-v1.0 routers nest the request span in axum's `HTTP request{...}` span
-    if df["_spans"].str.starts_with("HTTP request{").any():
-        df = df.with_columns(pl.col("_spans").str.replace(r"^HTTP request\{[^{}]*\}:", "").alias("_spans"))
-    df = df.with_columns(_outer_span(pl.coalesce(pl.col("span"), pl.col("_spans"))).alias("_endpoint"))
+    seconds = _seconds(small)
     tpot_ok = pl.col("_ns_tpot") > 0
     arrival_ns = pl.col("ts").dt.epoch("ns") - pl.col("_ns_total")
-    return df.with_columns(
+    main = (
         seconds("_ns_total").alias("e2e_s"),
         seconds("_ns_queue").alias("queue_s"),
         seconds("_ns_inf").alias("inference_s"),
@@ -365,19 +404,23 @@ def _requests(df: pl.DataFrame) -> pl.DataFrame:
             pl.col("_endpoint"),
         ).alias("span"),
         *design_fields,
-    ).pipe(_seed_apart).pipe(
-        lambda d: d.join(_parameters(d["_params"]), on="_params", how="left", nulls_equal=True)
-    ).with_columns(
+    )
+    last = (
         pl.coalesce(pl.col("_gen_tokens"), pl.col("_tokens_from_time")).alias("output_tokens"),
         pl.when(~design).then(pl.col("_full")).otherwise(msg).alias("message"),
     )
+    return main, last
 
 
-def _seconds(df: pl.DataFrame, *ns_columns: str) -> Callable[[str], pl.Expr]:
-    """`ns_to_s` for the given nanosecond columns; when every value is below 2**53 (a
-    duration under 104 days) its plain division, without the text path for huge values."""
+def _small(df: pl.DataFrame, *ns_columns: str) -> bool:
+    """Whether every value of the nanosecond columns is below 2**53 (a duration under 104
+    days): then `ns_to_s` is its plain division, without the text path for huge values."""
     small = df.select(pl.max_horizontal(pl.col(c).abs().max() for c in ns_columns)).item()
-    if small is None or small < 2**53:
+    return small is None or small < 2**53
+
+
+def _seconds(small: bool) -> Callable[[str], pl.Expr]:
+    if small:
         return lambda c: ns_to_s_small(pl.col(c))
     return lambda c: ns_to_s(pl.col(c))
 
@@ -402,12 +445,43 @@ def _seed_apart(df: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+# what `_parameters_of` gave for each dump seen by this process: a client's few parameter
+# sets recur in every block, and reading one anew runs some twenty extracts
+_PARAMS_SEEN: dict[str | None, tuple[int | None, str | None]] = {}
+_PARAMS_SEEN_MAX = 4096
+# more distinct dumps than this in one call, and they are read there without the memo
+_PARAMS_MEMO_ROWS = 256
+_PARAMS_SCHEMA = {"_params": pl.String, "max_tokens": pl.Int64, "sampling_params": pl.String}
+
+
 def _parameters(params: pl.Series) -> pl.DataFrame:
     """Sampling parameters per distinct dump (its seed apart, see `_seed_apart`): clients
     repeat the same parameters, so this runs the many small extracts, and encodes
     `sampling_params`, once per distinct value, not once per request (the join then gives
-    each request a view of its dump's JSON)."""
-    uniq = params.unique().to_frame("_params")
+    each request a view of its dump's JSON); and a dump this process read before is not
+    read again."""
+    uniq = params.unique()
+    if uniq.len() > _PARAMS_MEMO_ROWS:
+        return _parameters_of(uniq)
+    dumps = uniq.to_list()
+    got = {d: v for d in dumps if (v := _PARAMS_SEEN.get(d)) is not None}
+    if len(got) < len(dumps):
+        read = _parameters_of(pl.Series([d for d in dumps if d not in got], dtype=pl.String))
+        new = dict(zip(read["_params"], zip(read["max_tokens"], read["sampling_params"])))
+        got.update(new)
+        if len(_PARAMS_SEEN) + len(new) > _PARAMS_SEEN_MAX:
+            _PARAMS_SEEN.clear()
+        _PARAMS_SEEN.update(new)
+    known = [got[d] for d in dumps]
+    return pl.DataFrame(
+        {"_params": dumps, "max_tokens": [k[0] for k in known], "sampling_params": [k[1] for k in known]},
+        schema=_PARAMS_SCHEMA,
+    )
+
+
+def _parameters_of(dumps: pl.Series) -> pl.DataFrame:
+    """`_parameters` of distinct dumps, read here."""
+    uniq = dumps.to_frame("_params")
     p = pl.col("_params")
     fields = generate_parameters(p)
     del fields["param_seed"]  # per request: `_seed_apart` read it
@@ -441,10 +515,15 @@ def _others(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def _capacity_fields(df: pl.DataFrame) -> pl.DataFrame:
+    return df.with_columns(*_capacity_exprs())
+
+
+@functools.cache
+def _capacity_exprs() -> tuple[pl.Expr, ...]:
     full = pl.col("_full")
     args = args_fields(full)
     capf = capacity_fields(full)
-    return df.with_columns(
+    return (
         pl.coalesce(capf["max_batch_tokens"], args["max_batch_tokens"]).alias("max_batch_tokens"),
         capf["kv_blocks_total"].alias("kv_blocks_total"),
         capf["kv_capacity_tokens"].alias("kv_capacity_tokens"),
@@ -461,8 +540,13 @@ def _capacity_fields(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def _batch_fields(df: pl.DataFrame) -> pl.DataFrame:
+    return df.with_columns(*_batch_exprs())
+
+
+@functools.cache
+def _batch_exprs() -> tuple[pl.Expr, ...]:
     msg = pl.col("_msg")
-    return df.with_columns(
+    return (
         _kv(msg, "max_tokens").cast(pl.Int64, strict=False).alias("max_batch_tokens"),
         pl.coalesce(_kv(msg, "batch_size").cast(pl.Int64, strict=False), pl.col("batch_size")).alias("batch_size"),
         _kv(msg, "queued_requests").cast(pl.Int64, strict=False).alias("waiting"),
@@ -470,8 +554,13 @@ def _batch_fields(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def _error_fields(df: pl.DataFrame) -> pl.DataFrame:
+    return df.with_columns(*_error_exprs())
+
+
+@functools.cache
+def _error_exprs() -> tuple[pl.Expr, ...]:
     full = pl.col("_full")
-    return df.with_columns(
+    return (
         full.str.extract(_METHOD_RE, 1).alias("method"),
         full.str.contains(r"(?i)cuda out of memory|OutOfMemoryError").alias("oom"),
     )
@@ -479,9 +568,14 @@ def _error_fields(df: pl.DataFrame) -> pl.DataFrame:
 
 def _log_fields(df: pl.DataFrame) -> pl.DataFrame:
     # step by step: nested, the helpers' repeated sub-expressions multiply (slow to plan)
+    ready_ns, ready_s = _log_exprs()
+    return df.with_columns(ready_ns).with_columns(ready_s).drop("_ready_ns")
+
+
+@functools.cache
+def _log_exprs() -> tuple[pl.Expr, pl.Expr]:
     ready = pl.col("_full").str.extract(r"^Shard ready in (\S+)$", 1)
-    df = df.with_columns(duration_ns(ready).alias("_ready_ns"))
-    return df.with_columns(ns_to_s(pl.col("_ready_ns")).alias("ready_s")).drop("_ready_ns")
+    return duration_ns(ready).alias("_ready_ns"), ns_to_s(pl.col("_ready_ns")).alias("ready_s")
 
 
 _KIND_FIELDS = {

@@ -11,6 +11,8 @@ regex reads the five durations and the seed.
 
 from __future__ import annotations
 
+import functools
+
 import polars as pl
 
 from ...base import RFC3339_RE, byte_slice
@@ -46,13 +48,17 @@ def text_records(recs: pl.DataFrame) -> pl.DataFrame:
 def _locate_tail(recs: pl.DataFrame) -> pl.DataFrame:
     """`_ts`, `_lvl`, and byte offsets into `_first`: `_rest_at` (after the head) and
     `_tail_at` (the router tail `target: file.rs:N: msg`, found by a literal search)."""
+    head, rest_at, tail_at, tail = _locate_exprs()
+    recs = recs.with_columns(head).unnest("_h").with_columns(rest_at).drop("_head")
+    return recs.with_columns(tail_at).with_columns(tail)
+
+
+@functools.cache
+def _locate_exprs() -> tuple[pl.Expr, ...]:
     first = pl.col("_first")
     # one anchored capture over the line's head; the rest of the line is then addressed
     # by byte offsets into `_first` (slicing copies: only the pieces needed are cut out)
     head = first.str.extract_groups(rf"^(?P<_head>(?P<_ts>{TS})[ \t]+(?P<_lvl>{LEVEL})[ \t]+)")
-    recs = recs.with_columns(head.alias("_h")).unnest("_h").with_columns(
-        pl.col("_head").str.len_bytes().alias("_rest_at")
-    ).drop("_head")
     rest_at = pl.col("_rest_at")
     # router "Full" format `[spans: ]target: file.rs:N: msg`. TGI's own targets all start
     # with `text_generation_`, so a literal search finds the tail on almost every line; the
@@ -63,8 +69,9 @@ def _locate_tail(recs: pl.DataFrame) -> pl.DataFrame:
         .when(first.str.find("text_generation_", literal=True) == rest_at).then(rest_at)
         .otherwise(first.str.find(": text_generation_", literal=True) + 2)
     )
-    return recs.with_columns(tail_at.alias("_tail_at")).with_columns(
-        byte_slice(first, pl.col("_tail_at")).alias("_tail")
+    return (
+        head.alias("_h"), pl.col("_head").str.len_bytes().alias("_rest_at"),
+        tail_at.alias("_tail_at"), byte_slice(first, pl.col("_tail_at")).alias("_tail"),
     )
 
 
@@ -124,25 +131,9 @@ def _split_records(recs: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
 def _span_fields(recs: pl.DataFrame) -> pl.DataFrame:
     """From the span chain: the parameters dump (`_params`), the root batch span's size
     and the request span's durations (`_d_*` parts) and seed."""
-    spans = pl.col("_spans")
-    # string-recorded span fields follow the parameters dump: cut there (a literal search,
-    # cheap) so the field regexes scan only the short tail and the dump can be de-duplicated
-    recs = recs.with_columns(spans.str.find(" total_time=", literal=True).alias("_cut"))
-    cut = pl.col("_cut")
-    recs = recs.with_columns(
-        # without the cut both are the whole chain
-        byte_slice(spans, 0, pl.coalesce(cut, spans.str.len_bytes())).alias("_params"),
-        byte_slice(spans, cut.fill_null(0)).alias("_timing"),
-        # `batch` is a root span (parent: None): it heads the chain
-        spans.str.extract(r"^batch\{batch_size=([0-9]+)\}", 1).cast(pl.Int64, strict=False).alias("batch_size"),
-    )
-    # one regex for all durations; lines in another shape (fields missing, reordered) are
-    # read field by field (a line naming none of the fields keeps the nulls)
-    recs = recs.with_columns(pl.col("_timing").str.extract_groups(TIMING_RE).alias("_tg")).unnest("_tg")
-    slow = pl.col("_d_total_u").is_null() & pl.col("_timing").str.contains_any(
-        ['_time="', 'time_per_token="', 'seed="']
-    ).fill_null(False)
-    recs = recs.with_columns(slow.alias("_slow"))
+    cut, pieces, timing, slow = _span_exprs()
+    recs = recs.with_columns(cut).with_columns(*pieces)
+    recs = recs.with_columns(timing).unnest("_tg").with_columns(slow)
     if recs["_slow"].any():
         t = pl.col("_timing")
         slow = recs.filter(pl.col("_slow")).drop(
@@ -154,6 +145,30 @@ def _span_fields(recs: pl.DataFrame) -> pl.DataFrame:
         recs = pl.concat([recs.filter(~pl.col("_slow")), slow.select(recs.columns)])
     scratch = ("_rest", "_rest_at", "_routed", "_tail", "_tail_at", "_cut", "_timing", "_slow")
     return recs.drop(*scratch, strict=False)
+
+
+@functools.cache
+def _span_exprs() -> tuple[pl.Expr, tuple[pl.Expr, ...], pl.Expr, pl.Expr]:
+    spans = pl.col("_spans")
+    # string-recorded span fields follow the parameters dump: cut there (a literal search,
+    # cheap) so the field regexes scan only the short tail and the dump can be de-duplicated
+    cut = pl.col("_cut")
+    pieces = (
+        # without the cut both are the whole chain
+        byte_slice(spans, 0, pl.coalesce(cut, spans.str.len_bytes())).alias("_params"),
+        byte_slice(spans, cut.fill_null(0)).alias("_timing"),
+        # `batch` is a root span (parent: None): it heads the chain
+        spans.str.extract(r"^batch\{batch_size=([0-9]+)\}", 1).cast(pl.Int64, strict=False).alias("batch_size"),
+    )
+    # one regex for all durations; lines in another shape (fields missing, reordered) are
+    # read field by field (a line naming none of the fields keeps the nulls)
+    slow = pl.col("_d_total_u").is_null() & pl.col("_timing").str.contains_any(
+        ['_time="', 'time_per_token="', 'seed="']
+    ).fill_null(False)
+    return (
+        spans.str.find(" total_time=", literal=True).alias("_cut"), pieces,
+        pl.col("_timing").str.extract_groups(TIMING_RE).alias("_tg"), slow.alias("_slow"),
+    )
 
 
 def _router_tail_fields(tails: pl.DataFrame) -> pl.DataFrame:
