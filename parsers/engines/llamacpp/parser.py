@@ -420,6 +420,9 @@ def _classified(df: pl.DataFrame) -> pl.DataFrame:
         pl.col("_x_id_task").cast(pl.Int64, strict=False),
         pl.col("_x_task_id").cast(pl.Int64, strict=False),
     )
+    # (as columns first: each is read twice below)
+    df = df.with_columns(slot.alias("_slot"), task.alias("_task"))
+    slot, task = pl.col("_slot"), pl.col("_task")
     df = df.with_columns(
         pl.coalesce(
             slot,
@@ -478,8 +481,9 @@ def _timing_roles(df: pl.DataFrame) -> pl.DataFrame:
     header = (f == "tag") & (pl.col("_fn") == "print_timing") & (msg.str.strip_chars() == "")
     # (built only on the rows that read it: a header, a part that names its own slot and task)
     keyed = header | kind.is_not_null()
+    port = pl.lit("") if df["_port"].null_count() == df.height else pl.col("_port").cast(_STR).fill_null("")
     own_key = pl.concat_str(
-        [pl.col("_port").cast(_STR).fill_null(""), pl.when(keyed).then(pl.col("_slot")).cast(_STR), pl.col("_task").cast(_STR)],
+        [port, pl.when(keyed).then(pl.col("_slot")).cast(_STR), pl.when(keyed).then(pl.col("_task")).cast(_STR)],
         separator="|",
     )
     # (a row number column: `int_range` inside `.over()` would count within each port; the
@@ -533,6 +537,9 @@ _ERROR_RE = (
 _RARE_HINT = "cancel task|n_slots|n_seq_max|n_parallel|n_ctx|-> Slot|loading model|kv_unified"
 # the usual `new prompt` line whole: n_ctx_slot, n_keep, the prompt's tokens
 _NEW_PROMPT_RE = r"^new prompt, n_ctx_slot = ([0-9]+), n_keep = (-?[0-9]+), (?:n_prompt_tokens|task\.n_tokens) = ([0-9]+)$"
+# the usual release line whole: its two numbers by one anchored pattern; any other release
+# line by the field patterns (each the first of its kind in the message, as here)
+_RELEASE_RE = r"^stop processing: n_tokens = ([0-9]+), truncated = ([0-9]+)$"
 _ACCESS_RE = r"(?:^|: )(?:done )?request: ([A-Z]+) (\S+) (\S+) ([0-9]{3})\s*$"
 # llama-box: `srv  log_server_request: rid 959706094865 | POST /v1/chat/completions 1.2.3.4:52058`
 # as the request arrives (a `log`), `srv  log_server_response: rid ... | GET /v1/models
@@ -566,6 +573,7 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         # read by one pattern (no rare pattern below can match it: each needs a literal it does
         # not hold, or starts otherwise); any other `new prompt,` line by the field patterns
         pl.when(np_head).then(msg).str.extract_groups(_NEW_PROMPT_RE).alias("_npg"),
+        pl.when(msg.str.starts_with("stop processing: n_tokens = ")).then(msg).str.extract_groups(_RELEASE_RE).alias("_relg"),
         # (each pattern only on the messages opening with one of its literal heads)
         _has(pl.when(msg.str.starts_with("processing task") | slot_head).then(msg),
              r"^(?:processing task|slot is processing task|slot [0-9]+ is processing \[task id: [0-9]+\])").alias("_arrived"),
@@ -651,21 +659,29 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
     part = pl.col("_part")
     # (a timing part's row is a request or a log before the error test is read)
     error = (lvl == "ERROR") | _has(pl.when(part.is_null()).then(body), _ERROR_RE)
-    event = (
-        pl.when(pl.col("_blk_last")).then(pl.lit("request"))
-        .when(part.is_not_null()).then(pl.lit("log"))
-        .when(error & headed).then(pl.lit("error"))
-        .when(arrived & pl.col("_task").is_not_null()).then(pl.lit("request_arrived"))
-        .when(finished & pl.col("_task").is_not_null()).then(pl.lit("request_finished"))
-        .when(pl.col("_abort_task").is_not_null()).then(pl.lit("request_aborted"))
-        .when(is_access).then(pl.lit("http_access"))
-        .when(pl.col("_tg").is_not_null() | pl.col("_pp").is_not_null() | slot_data).then(pl.lit("engine_stats"))
-        .when(is_cap).then(pl.lit("capacity"))
-        .when(headed).then(pl.lit("log"))
-        .when(_has(pl.when(~headed).then(body), r"GGML_ASSERT|terminate called|Segmentation fault|core dumped"))
-        .then(pl.lit("error"))
-        .otherwise(pl.lit("unparsed"))
-    )
+    # (a branch whose columns are null on every row of the chunk never takes a row: left out,
+    # as each costs a pass over every row)
+    unset = lambda *cols: all(df[c].null_count() == df.height for c in cols)  # noqa: E731
+    branches = [
+        (pl.col("_blk_last"), "request"),
+        (part.is_not_null(), "log"),
+        (error & headed, "error"),
+        (arrived & pl.col("_task").is_not_null(), "request_arrived"),
+        (finished & pl.col("_task").is_not_null(), "request_finished"),
+        (None if unset("_abort_task") else pl.col("_abort_task").is_not_null(), "request_aborted"),
+        (None if unset("_status", "_x_status") else is_access, "http_access"),
+        (None if unset("_tg", "_pp", "_x_n_processing_slots") else
+         pl.col("_tg").is_not_null() | pl.col("_pp").is_not_null() | slot_data, "engine_stats"),
+        (None if unset("_n_slots", "_n_seq", "_n_ctx", "n_ctx_slot") else is_cap, "capacity"),
+        (headed, "log"),
+        (None if df["_form"].null_count() == 0 else
+         _has(pl.when(~headed).then(body), r"GGML_ASSERT|terminate called|Segmentation fault|core dumped"), "error"),
+    ]
+    event = pl.when(pl.lit(False)).then(pl.lit(None, _STR))
+    for cond, kind in branches:
+        if cond is not None:
+            event = event.when(cond).then(pl.lit(kind))
+    event = event.otherwise(pl.lit("unparsed"))
     df = df.with_columns(event.cast(_EVENTS).alias("event"))
     # an error told by its message alone (no level letter printed): libllama's
     # LLAMA_LOG_ERROR, the server's SRV_ERR and the aborts are errors
@@ -691,7 +707,10 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
     df = _cancel_wins(df)
     ev = pl.col("event")
     req = ev == "request"
-    fin_msg = pl.when(ev.is_in(["request_finished", "request_aborted"])).then(msg)
+    fin = ev.is_in(["request_finished", "request_aborted"])
+    released = pl.col("_relg")
+    # (the field patterns only where the release line's own pattern did not match)
+    fin_msg = pl.when(fin & released.struct.field("1").is_null()).then(msg)
     err_body = pl.when(ev == "error").then(body)
     # a part's task is its key's (`port|slot|task`): its header's for a continuation line, else
     # its own (the key is null where the slot or the task is)
@@ -725,11 +744,13 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
             # each slot its own n_ctx_slot cells (n_ctx split over n_slots)
             _by_port(df)(pl.col("_n_slots").forward_fill()) * pl.col("n_ctx_slot"),
         )).alias("kv_capacity_tokens"),
-        pl.when(ev.is_in(["request_finished", "request_aborted"])).then(pl.coalesce(
+        pl.when(fin).then(pl.coalesce(
+            released.struct.field("1").cast(pl.Int64, strict=False),
             fin_msg.str.extract(r"n_(?:tokens|past) = ([0-9]+)", 1).cast(pl.Int64, strict=False),
             pl.col("_x_n_past").cast(pl.Int64, strict=False), pl.col("_x_n_cache_tokens").cast(pl.Int64, strict=False),
         )).alias("n_tokens_used"),
-        pl.when(ev.is_in(["request_finished", "request_aborted"])).then(pl.coalesce(
+        pl.when(fin).then(pl.coalesce(
+            released.struct.field("2").cast(pl.Int64, strict=False).cast(pl.Boolean),
             fin_msg.str.extract(r"truncated = ([0-9]+)", 1).cast(pl.Int64, strict=False).cast(pl.Boolean),
             pl.col("_x_truncated").replace_strict({"true": True, "false": False}, default=None, return_dtype=pl.Boolean),
         )).alias("truncated"),
@@ -794,7 +815,10 @@ def _whole_prompt(df: pl.DataFrame) -> pl.DataFrame:
         return df.with_columns(pl.lit(None, pl.Int64).alias("prompt_evaluated"))
     # (by run, port and task as three keys: the same groups as their joined text wherever a
     # task is named, without building it)
-    whole = pl.when(pl.col("_task_id").is_not_null()).then(np_.forward_fill().over("_crun", pl.col("_port").fill_null(-1), "_task_id"))
+    # (a key that is one value on every row of the chunk is left out: the same groups)
+    keys = [k for k, one in (("_crun", df["_crun"].n_unique() == 1), ("_port", df["_port"].null_count() == df.height)) if not one]
+    keys = [pl.col("_port").fill_null(-1) if k == "_port" else k for k in keys]
+    whole = pl.when(pl.col("_task_id").is_not_null()).then(np_.forward_fill().over(*keys, "_task_id"))
     ev = pl.col("event")
     on_req = ev.is_in(["request", "request_arrived", "request_finished", "request_aborted"]) | np_.is_not_null()
     return df.with_columns(whole.alias("_whole")).with_columns(
