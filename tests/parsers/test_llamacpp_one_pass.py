@@ -163,9 +163,8 @@ def parsed_releases(messages: list[str], between: list[str] = ()) -> list[tuple]
 
 
 def assert_releases(messages: list[str]) -> None:
-    got = parsed_releases(messages)
-    diff = [(m, g, expected_release(m)) for m, g in zip(messages, got) if g != expected_release(m)]
-    assert diff == []
+    want = [expected_release(m) for m in messages]
+    assert [(m, g, w) for m, g, w in zip(messages, parsed_releases(messages), want) if g != w] == []
 
 
 def test_logged_release_lines_read_the_same_and_most_are_of_the_shape():
