@@ -61,6 +61,8 @@ _STR = pl.String
 
 _PORT_RE = r"^\[\s*([0-9]+)\] "
 _LEVEL_RE = r"^([IWEDT]) "
+# the relative time (clock.REL_RE) and the level letter after it, if any
+_REL_LVL_RE = REL_RE[:-1] + r" (?:([IWEDT]) )?"
 # (the function name is cut to 12 characters; forks such as llama-box print it whole and
 # name a task alone: `srv  send_error: task 40 | error = ...`)
 _TAG_RE = r"^(slot|srv|que|res|cmn) +([^\s:]{1,40}): (?:id +(-?[0-9]+) \| task (-?[0-9]+) \| ?|task (-?[0-9]+) \| )?"
@@ -79,6 +81,14 @@ _INDENTED_REL_RE = r"^\s+([0-9]+\.[0-9]{2}\.[0-9]{3}\.[0-9]{3} [IWEDT] )"
 # the indented `key = value, ...` lines of a multi-line `sampler params:` (or similar) dump
 _KV_DUMP_RE = r"^\s{2,}[a-z_]+ = [^,\s]+(?:, [a-z_]+ = [^,\s]+)+\s*$"
 _EARLY_RE = r"^(?:slot [0-9]+ (?:is processing|released|: )|all slots are idle|Available slots:| -> Slot [0-9]+ - max context|llama server listening at |system prompt updated$|[a-z_]{3,40} : |encoding image slice|image slice encoded in |decoding image batch |image decoded \(batch )"
+
+# the forms of a line's body (`_classified`) and the event kinds, as Enums: each row's kind is
+# compared with a name many times, a string comparison each time
+_FORMS = pl.Enum(["json", "text24", "tag", "part", "blob", "early", "kv_dump", "func", "prefixed"])
+_EVENTS = pl.Enum([
+    "request", "log", "error", "request_arrived", "request_finished", "request_aborted", "http_access",
+    "engine_stats", "capacity", "unparsed",
+])
 
 _LEVELS = {
     "I": "INFO", "W": "WARNING", "E": "ERROR", "D": "DEBUG", "T": "DEBUG",
@@ -277,20 +287,20 @@ def _header(text: pl.Series, wrap: pl.Series | None = None) -> pl.DataFrame:
     if df["_port"].null_count() < df.height:
         df = df.with_columns(c.str.replace(_PORT_RE, ""))
     # each prefix's pattern once; the body is cut after it by the length of what matched
-    # (the rest of the line as a group of its own would cost the pattern several times)
+    # (the rest of the line as a group of its own would cost the pattern several times).
+    # The level letter after a relative time is read by the same pattern.
     g = pl.col("_g")
-    df = df.with_columns(c.str.extract_groups(REL_RE).alias("_g"))
-    rel_len = g.struct.field("1").str.len_chars() + 12  # the minutes, 2 + 3 + 3 digits, 3 dots, a space
-    df = df.with_columns(rel_us(g).alias("_rel")).with_columns(
-        pl.when(pl.col("_rel").is_not_null()).then(c.str.slice(rel_len)).otherwise(c).alias("_body")
-    ).drop("_g")
-    # `^([IWEDT]) `: a level letter and a space, the first two characters
-    lvl = pl.when(c.str.head(2).is_in(["I ", "W ", "E ", "D ", "T "])).then(c.str.head(1))
+    df = df.with_columns(c.str.extract_groups(_REL_LVL_RE).alias("_g"))
+    df = df.with_columns(rel_us(g).alias("_rel"))
+    timed = pl.col("_rel").is_not_null()
+    # the minutes, 2 + 3 + 3 digits, 3 dots, a space; and the level letter with its space
+    rel_len = g.struct.field("1").str.len_chars() + 12 + pl.when(g.struct.field("5").is_not_null()).then(2).otherwise(0)
     # a bare level letter only before a timestamp's body or a server tag
-    has_lvl = pl.col("_rel").is_not_null() | c.str.contains(r"^[IWEDT] (?:slot|srv|que|res|cmn) ")
-    df = df.with_columns(pl.when(has_lvl).then(lvl).alias("_lvl")).with_columns(
-        pl.when(pl.col("_lvl").is_not_null()).then(c.str.slice(2)).otherwise(c)
-    )
+    bare = _has(pl.when(~timed).then(c), r"^[IWEDT] (?:slot|srv|que|res|cmn) ")
+    df = df.with_columns(
+        pl.when(timed).then(g.struct.field("5")).when(bare).then(c.str.head(1)).alias("_lvl"),
+        pl.when(timed).then(c.str.slice(rel_len)).when(bare).then(c.str.slice(2)).otherwise(c).alias("_body"),
+    ).drop("_g")
     wrap_col = wrap.cast(pl.Datetime("us", "UTC")) if wrap is not None else pl.repeat(
         None, df.height, dtype=pl.Datetime("us", "UTC"), eager=True)
     return df.with_columns(wrap_col.alias("_wrap"))
@@ -343,35 +353,40 @@ def _classified(df: pl.DataFrame) -> pl.DataFrame:
         # any other line behind the relative time and level prefix is still llama.cpp's
         .when(pl.col("_rel").is_not_null() | pl.col("_lvl").is_not_null()).then(pl.lit("prefixed"))
     )
-    df = df.with_columns(form.alias("_form")).drop("_other")
+    # (an Enum: the form is compared with a name many times per line)
+    df = df.with_columns(form.cast(_FORMS).alias("_form")).drop("_other")
     f = pl.col("_form")
-    df = df.with_columns(pl.when(f == "func").then(b).str.extract_groups(_FUNC_WHOLE_RE).alias("_fg"))
+    # a branch for a form no line of the chunk has would still cost a pass over every row
+    present = set(df["_form"].unique().to_list())
+    on = lambda *branches, otherwise=None: _by_form(present, branches, otherwise)  # noqa: E731
+    if "func" in present:
+        df = df.with_columns(pl.when(f == "func").then(b).str.extract_groups(_FUNC_WHOLE_RE).alias("_fg"))
     jb = pl.when(f == "json").then(b)
     jmsg = pl.coalesce(jb.str.json_path_match("$.msg"), jb.str.json_path_match("$.message"))
     # the text form's extras follow ` | tid=` (2024-02 on)
     tb = pl.when(f == "text24").then(b)
     # (a replace runs over the text under a null too: only in a chunk holding such lines)
-    if (df["_form"] == "text24").any():
+    if "text24" in present:
         txt_msg = tb.str.replace(_ERA_A_TEXT_RE, "").str.replace(r" \| tid=.*$", "")
     else:
         txt_msg = pl.lit(None, _STR)
     txt_extra = tb.str.extract(r" \| (tid=.*)$", 1)
     df = df.with_columns(
-        pl.when(f == "json").then(b).when(f == "text24").then(txt_extra).alias("_xsrc"),
-        pl.when(f == "json").then(pl.coalesce(jb.str.json_path_match("$.function"), pl.lit("?")))
-        .when(f == "text24").then(a_txt.struct.field("2"))
-        .when(f == "tag").then(tag.struct.field("3"))
-        .when(f == "func").then(fnc.struct.field("2")).alias("_fn"),
-        pl.when(f == "tag").then(tag.struct.field("2")).alias("_tag"),
-        pl.when(f == "json").then(jmsg)
-        .when(f == "text24").then(txt_msg)
-        .when(f == "tag").then(b.str.slice(tag.struct.field("1").str.len_chars()))
-        .when(f == "func").then(b.str.slice(fnc.struct.field("1").str.len_chars()))
-        .otherwise(b).alias("_msg"),
+        on(("json", b), ("text24", txt_extra)).alias("_xsrc"),
+        on(("json", pl.coalesce(jb.str.json_path_match("$.function"), pl.lit("?"))),
+           ("text24", a_txt.struct.field("2")),
+           ("tag", tag.struct.field("3")),
+           ("func", fnc.struct.field("2"))).alias("_fn"),
+        on(("tag", tag.struct.field("2"))).alias("_tag"),
+        on(("json", jmsg),
+           ("text24", txt_msg),
+           ("tag", b.str.slice(tag.struct.field("1").str.len_chars())),
+           ("func", b.str.slice(fnc.struct.field("1").str.len_chars())),
+           otherwise=b).alias("_msg"),
         pl.coalesce(
             pl.col("_lvl"),
-            jb.str.json_path_match("$.level"),
-            pl.when(f == "text24").then(a_txt.struct.field("1")),
+            *([jb.str.json_path_match("$.level")] if "json" in present else []),
+            *([pl.when(f == "text24").then(a_txt.struct.field("1"))] if "text24" in present else []),
         ).replace_strict(_LEVELS, default=None).alias("level"),
     )
     # a line without a level letter (builds before 2026): the server prints a cancel with
@@ -405,6 +420,9 @@ def _classified(df: pl.DataFrame) -> pl.DataFrame:
         pl.col("_x_id_task").cast(pl.Int64, strict=False),
         pl.col("_x_task_id").cast(pl.Int64, strict=False),
     )
+    # (as columns first: each is read twice below)
+    df = df.with_columns(slot.alias("_slot"), task.alias("_task"))
+    slot, task = pl.col("_slot"), pl.col("_task")
     df = df.with_columns(
         pl.coalesce(
             slot,
@@ -419,7 +437,20 @@ def _classified(df: pl.DataFrame) -> pl.DataFrame:
         pl.from_epoch(_abs_seconds(pl.col("_x_timestamp")), time_unit="s")
         .dt.replace_time_zone("UTC").cast(pl.Datetime("us", "UTC")).alias("_abs"),
     )
-    return _timing_roles(df.drop("_is_json", "_at", "_tg", "_fg"))
+    return _timing_roles(df.drop("_is_json", "_at", "_tg", "_fg", strict=False))
+
+
+def _by_form(present: set, branches, otherwise: pl.Expr | None = None) -> pl.Expr:
+    """`when(_form == form).then(value)...` over the (form, value) branches whose form is in
+    `present` (the forms of the chunk's lines), then `otherwise` (else null)."""
+    out = None
+    for form, value in branches:
+        if form in present:
+            cond = pl.col("_form") == form
+            out = pl.when(cond).then(value) if out is None else out.when(cond).then(value)
+    if out is None:
+        return pl.lit(None, _STR) if otherwise is None else otherwise
+    return out if otherwise is None else out.otherwise(otherwise)
 
 
 def _abs_seconds(v: pl.Expr) -> pl.Expr:
@@ -448,8 +479,11 @@ def _timing_roles(df: pl.DataFrame) -> pl.DataFrame:
     df = df.with_columns(T.part_kind(pl.col("_kind")).alias("_kind"))
     kind = pl.col("_kind")
     header = (f == "tag") & (pl.col("_fn") == "print_timing") & (msg.str.strip_chars() == "")
+    # (built only on the rows that read it: a header, a part that names its own slot and task)
+    keyed = header | kind.is_not_null()
+    port = pl.lit("") if df["_port"].null_count() == df.height else pl.col("_port").cast(_STR).fill_null("")
     own_key = pl.concat_str(
-        [pl.col("_port").cast(_STR).fill_null(""), pl.col("_slot").cast(_STR), pl.col("_task").cast(_STR)],
+        [port, pl.when(keyed).then(pl.col("_slot")).cast(_STR), pl.when(keyed).then(pl.col("_task")).cast(_STR)],
         separator="|",
     )
     # (a row number column: `int_range` inside `.over()` would count within each port; the
@@ -503,6 +537,9 @@ _ERROR_RE = (
 _RARE_HINT = "cancel task|n_slots|n_seq_max|n_parallel|n_ctx|-> Slot|loading model|kv_unified"
 # the usual `new prompt` line whole: n_ctx_slot, n_keep, the prompt's tokens
 _NEW_PROMPT_RE = r"^new prompt, n_ctx_slot = ([0-9]+), n_keep = (-?[0-9]+), (?:n_prompt_tokens|task\.n_tokens) = ([0-9]+)$"
+# the usual release line whole: its two numbers by one anchored pattern; any other release
+# line by the field patterns (each the first of its kind in the message, as here)
+_RELEASE_RE = r"^stop processing: n_tokens = ([0-9]+), truncated = ([0-9]+)$"
 _ACCESS_RE = r"(?:^|: )(?:done )?request: ([A-Z]+) (\S+) (\S+) ([0-9]{3})\s*$"
 # llama-box: `srv  log_server_request: rid 959706094865 | POST /v1/chat/completions 1.2.3.4:52058`
 # as the request arrives (a `log`), `srv  log_server_response: rid ... | GET /v1/models
@@ -536,6 +573,7 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         # read by one pattern (no rare pattern below can match it: each needs a literal it does
         # not hold, or starts otherwise); any other `new prompt,` line by the field patterns
         pl.when(np_head).then(msg).str.extract_groups(_NEW_PROMPT_RE).alias("_npg"),
+        pl.when(msg.str.starts_with("stop processing: n_tokens = ")).then(msg).str.extract_groups(_RELEASE_RE).alias("_relg"),
         # (each pattern only on the messages opening with one of its literal heads)
         _has(pl.when(msg.str.starts_with("processing task") | slot_head).then(msg),
              r"^(?:processing task|slot is processing task|slot [0-9]+ is processing \[task id: [0-9]+\])").alias("_arrived"),
@@ -621,22 +659,30 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
     part = pl.col("_part")
     # (a timing part's row is a request or a log before the error test is read)
     error = (lvl == "ERROR") | _has(pl.when(part.is_null()).then(body), _ERROR_RE)
-    event = (
-        pl.when(pl.col("_blk_last")).then(pl.lit("request"))
-        .when(part.is_not_null()).then(pl.lit("log"))
-        .when(error & headed).then(pl.lit("error"))
-        .when(arrived & pl.col("_task").is_not_null()).then(pl.lit("request_arrived"))
-        .when(finished & pl.col("_task").is_not_null()).then(pl.lit("request_finished"))
-        .when(pl.col("_abort_task").is_not_null()).then(pl.lit("request_aborted"))
-        .when(is_access).then(pl.lit("http_access"))
-        .when(pl.col("_tg").is_not_null() | pl.col("_pp").is_not_null() | slot_data).then(pl.lit("engine_stats"))
-        .when(is_cap).then(pl.lit("capacity"))
-        .when(headed).then(pl.lit("log"))
-        .when(_has(pl.when(~headed).then(body), r"GGML_ASSERT|terminate called|Segmentation fault|core dumped"))
-        .then(pl.lit("error"))
-        .otherwise(pl.lit("unparsed"))
-    )
-    df = df.with_columns(event.alias("event"))
+    # (a branch whose columns are null on every row of the chunk never takes a row: left out,
+    # as each costs a pass over every row)
+    unset = lambda *cols: all(df[c].null_count() == df.height for c in cols)  # noqa: E731
+    branches = [
+        (pl.col("_blk_last"), "request"),
+        (part.is_not_null(), "log"),
+        (error & headed, "error"),
+        (arrived & pl.col("_task").is_not_null(), "request_arrived"),
+        (finished & pl.col("_task").is_not_null(), "request_finished"),
+        (None if unset("_abort_task") else pl.col("_abort_task").is_not_null(), "request_aborted"),
+        (None if unset("_status", "_x_status") else is_access, "http_access"),
+        (None if unset("_tg", "_pp", "_x_n_processing_slots") else
+         pl.col("_tg").is_not_null() | pl.col("_pp").is_not_null() | slot_data, "engine_stats"),
+        (None if unset("_n_slots", "_n_seq", "_n_ctx", "n_ctx_slot") else is_cap, "capacity"),
+        (headed, "log"),
+        (None if df["_form"].null_count() == 0 else
+         _has(pl.when(~headed).then(body), r"GGML_ASSERT|terminate called|Segmentation fault|core dumped"), "error"),
+    ]
+    event = pl.when(pl.lit(False)).then(pl.lit(None, _STR))
+    for cond, kind in branches:
+        if cond is not None:
+            event = event.when(cond).then(pl.lit(kind))
+    event = event.otherwise(pl.lit("unparsed"))
+    df = df.with_columns(event.cast(_EVENTS).alias("event"))
     # an error told by its message alone (no level letter printed): libllama's
     # LLAMA_LOG_ERROR, the server's SRV_ERR and the aborts are errors
     df = df.with_columns(pl.when((pl.col("event") == "error") & pl.col("level").is_null())
@@ -661,9 +707,15 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
     df = _cancel_wins(df)
     ev = pl.col("event")
     req = ev == "request"
-    fin_msg = pl.when(ev.is_in(["request_finished", "request_aborted"])).then(msg)
+    fin = ev.is_in(["request_finished", "request_aborted"])
+    released = pl.col("_relg")
+    # (the field patterns only where the release line's own pattern did not match)
+    fin_msg = pl.when(fin & released.struct.field("1").is_null()).then(msg)
     err_body = pl.when(ev == "error").then(body)
-    key_task = pl.col("_key").str.extract(r"\|(-?[0-9]+)$", 1)
+    # a part's task is its key's (`port|slot|task`): its header's for a continuation line, else
+    # its own (the key is null where the slot or the task is)
+    key_task = pl.when(pl.col("_cont")).then(pl.col("_key").str.extract(r"\|(-?[0-9]+)$", 1)).when(
+        pl.col("_slot").is_not_null()).then(pl.col("_task").cast(_STR))
     # (as a column: read three times below)
     df = df.with_columns(pl.when(part.is_not_null()).then(key_task).otherwise(pl.col("_task").cast(_STR)).alias("_row_task"))
     task = pl.col("_row_task")
@@ -692,11 +744,13 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
             # each slot its own n_ctx_slot cells (n_ctx split over n_slots)
             _by_port(df)(pl.col("_n_slots").forward_fill()) * pl.col("n_ctx_slot"),
         )).alias("kv_capacity_tokens"),
-        pl.when(ev.is_in(["request_finished", "request_aborted"])).then(pl.coalesce(
+        pl.when(fin).then(pl.coalesce(
+            released.struct.field("1").cast(pl.Int64, strict=False),
             fin_msg.str.extract(r"n_(?:tokens|past) = ([0-9]+)", 1).cast(pl.Int64, strict=False),
             pl.col("_x_n_past").cast(pl.Int64, strict=False), pl.col("_x_n_cache_tokens").cast(pl.Int64, strict=False),
         )).alias("n_tokens_used"),
-        pl.when(ev.is_in(["request_finished", "request_aborted"])).then(pl.coalesce(
+        pl.when(fin).then(pl.coalesce(
+            released.struct.field("2").cast(pl.Int64, strict=False).cast(pl.Boolean),
             fin_msg.str.extract(r"truncated = ([0-9]+)", 1).cast(pl.Int64, strict=False).cast(pl.Boolean),
             pl.col("_x_truncated").replace_strict({"true": True, "false": False}, default=None, return_dtype=pl.Boolean),
         )).alias("truncated"),
@@ -747,7 +801,7 @@ def _cancel_wins(df: pl.DataFrame) -> pl.DataFrame:
     cancel = (ev == "request_aborted").cast(pl.Int32)
     before = (cancel.cum_sum() - cancel).over("_crun", key) > 0
     return df.with_columns(
-        pl.when((ev == "request_finished") & before).then(pl.lit("request_aborted")).otherwise(ev).alias("event")
+        pl.when((ev == "request_finished") & before).then(pl.lit("request_aborted", _EVENTS)).otherwise(ev).alias("event")
     )
 
 
@@ -761,7 +815,10 @@ def _whole_prompt(df: pl.DataFrame) -> pl.DataFrame:
         return df.with_columns(pl.lit(None, pl.Int64).alias("prompt_evaluated"))
     # (by run, port and task as three keys: the same groups as their joined text wherever a
     # task is named, without building it)
-    whole = pl.when(pl.col("_task_id").is_not_null()).then(np_.forward_fill().over("_crun", pl.col("_port").fill_null(-1), "_task_id"))
+    # (a key that is one value on every row of the chunk is left out: the same groups)
+    keys = [k for k, one in (("_crun", df["_crun"].n_unique() == 1), ("_port", df["_port"].null_count() == df.height)) if not one]
+    keys = [pl.col("_port").fill_null(-1) if k == "_port" else k for k in keys]
+    whole = pl.when(pl.col("_task_id").is_not_null()).then(np_.forward_fill().over(*keys, "_task_id"))
     ev = pl.col("event")
     on_req = ev.is_in(["request", "request_arrived", "request_finished", "request_aborted"]) | np_.is_not_null()
     return df.with_columns(whole.alias("_whole")).with_columns(
@@ -805,5 +862,6 @@ def _finish(df: pl.DataFrame) -> pl.DataFrame:
         pl.lit(1, pl.Int32).alias("n_lines"),
         pl.when(ev != "unparsed").then(pl.col("level")).alias("level"),
         attrs.alias("attrs"),
+        ev.cast(_STR),
     )
     return out
