@@ -117,10 +117,8 @@ def decode(df: pl.DataFrame, header: str) -> pl.DataFrame:
     # cut one off)
     is_header = (text == header) | (text == "\ufeff" + header)
     df = df.with_columns(text.str.count_matches('"', literal=True).alias("_q"))
-    balanced = df.select((pl.col("_q") % 2 == 0).all()).item()
+    balanced = _one_record_a_line(df)
     if balanced:
-        # every line balances its quotes (no message in the block holds a newline): each
-        # line is a record, as the joining below would find
         df = df.drop("_q")
     else:
         df = _join_records(df, is_header, role["time"] == 0, sep)
@@ -157,6 +155,12 @@ def decode(df: pl.DataFrame, header: str) -> pl.DataFrame:
         pl.when(~pl.col("_whole")).then(pl.lit("a CSV row with an unclosed quote (cut short?)")).alias("_lab_decode_error"),
     ).drop([f"_c{i}" for i in range(len(cols))] + ["_whole"])
     return message_lines(time_order(df, _KEYS))
+
+
+def _one_record_a_line(df: pl.DataFrame) -> bool:
+    """Does every line balance its quotes (`_q`: the quotes in each)? Then no message in the
+    block holds a newline and each line is a record, as `_join_records` would find."""
+    return bool(df.select((pl.col("_q") % 2 == 0).all()).item())
 
 
 def _join_records(df: pl.DataFrame, is_header: pl.Expr, time_first: bool, sep: str) -> pl.DataFrame:
