@@ -137,6 +137,12 @@ def decode(df: pl.DataFrame, header: str) -> pl.DataFrame:
         fields = _read_rows(df.filter(pl.col("_whole"))["text"], len(cols), sep)
         df = pl.concat([df.filter(pl.col("_whole")).hstack(fields), df.filter(~pl.col("_whole"))], how="diagonal_relaxed")
         df = df.sort("line")
+    unread = None
+    if "_unread" in df.columns:
+        # a record no CSV reader takes (a stray quote joined rows into one with a bare line
+        # break) keeps its text, as a row left open does
+        unread = pl.col("_unread").fill_null(False)
+        df = df.with_columns(pl.col("_whole") & ~unread)
     f = {r: pl.col(f"_c{i}") for r, i in role.items()}
     msg = f["message"]
     # a whole JSON payload in one column (GCP structured logs moved to OpenSearch): its message
@@ -152,9 +158,17 @@ def decode(df: pl.DataFrame, header: str) -> pl.DataFrame:
         pl.when(pl.col("_whole")).then(line_of(msg.fill_null(""))).otherwise(pl.col("text")).alias("text"),
         set_time(df, any_time_of(df, f["time"])),
         *labels,
-        pl.when(~pl.col("_whole")).then(pl.lit("a CSV row with an unclosed quote (cut short?)")).alias("_lab_decode_error"),
-    ).drop([f"_c{i}" for i in range(len(cols))] + ["_whole"])
+        _decode_error(unread),
+    ).drop([f"_c{i}" for i in range(len(cols))] + ["_whole"] + (["_unread"] if unread is not None else []))
     return message_lines(time_order(df, _KEYS))
+
+
+def _decode_error(unread: pl.Expr | None) -> pl.Expr:
+    """Why a row is left to the engine parser as it is written (null for a row read)."""
+    open_ = pl.lit("a CSV row with an unclosed quote (cut short?)")
+    if unread is None:
+        return pl.when(~pl.col("_whole")).then(open_).alias("_lab_decode_error")
+    return pl.when(unread).then(pl.lit("not a CSV record (a stray quote?)")).when(~pl.col("_whole")).then(open_).alias("_lab_decode_error")
 
 
 def _one_record_a_line(df: pl.DataFrame) -> bool:
@@ -204,8 +218,19 @@ def _read_rows(rows: pl.Series, n: int, sep: str = ",") -> pl.DataFrame:
             return out
     except pl.exceptions.PolarsError:
         pass
-    parsed = [next(csv.reader([r], delimiter=sep), []) if r else [] for r in rows.to_list()]
-    return pl.DataFrame([(p + [None] * n)[:n] for p in parsed], schema={c: pl.String for c in names}, orient="row")
+    parsed = [_fields(r, sep) if r else [] for r in rows.to_list()]
+    out = pl.DataFrame([((p or []) + [None] * n)[:n] for p in parsed], schema={c: pl.String for c in names}, orient="row")
+    if any(p is None for p in parsed):
+        out = out.with_columns(pl.Series("_unread", [p is None for p in parsed], dtype=pl.Boolean))
+    return out
+
+
+def _fields(row: str, sep: str) -> list[str] | None:
+    """One record's fields by the csv module; None where it is no CSV record."""
+    try:
+        return next(csv.reader([row], delimiter=sep), [])
+    except csv.Error:
+        return None
 
 
 def any_time_of(df: pl.DataFrame, expr: pl.Expr) -> pl.Expr:

@@ -106,3 +106,24 @@ def test_grafana_text_rows_are_cut_as_each_line_read_alone_says(engine, rel):
     ms = out["_wts"].dt.epoch("ms").to_list()
     assert ms == [e[1] for e in expect]
     assert set(out["_lab_pod"].to_list()) == {POD}
+
+
+def test_stray_quotes_in_a_csv_whose_time_comes_last_are_unparsed_and_the_rest_ingests():
+    from tests.parsers.test_wrappers_exports import SAME, in_time_order, parse
+
+    lines, times, base = truth("sample_logs/vllm/real/v1_0_11.log", "vllm")
+    rows = wr.split_lines(gcp_csv(lines, times))
+    # a quote before a row and another three rows on (the Logs Explorer download puts the
+    # time last, so no row start ends what the first opens): the four rows balance as one
+    # record with bare line breaks, which no CSV reader takes
+    k = 6
+    rows[k], rows[k + 3] = '"' + rows[k], '"' + rows[k + 3]
+    _, _, ev = parse("vllm", "\n".join(rows) + "\n")
+    bad = ev.filter(pl.col("labels").str.contains("stray quote"))
+    assert bad.height >= 1 and set(bad["line"].to_list()) == {k + 1}
+    # the rows before them (the newest entries) and after them give the server's events
+    # (newest first: data row i holds the server's line len(lines) - i + 1)
+    newer = in_time_order(ev.filter(pl.col("line") < k + 1))
+    assert newer.select(SAME).equals(base.filter(pl.col("line") > len(lines) - k + 1).select(SAME))
+    older = in_time_order(ev.filter(pl.col("line") > k + 4))
+    assert older.select(SAME).equals(base.filter(pl.col("line") <= len(lines) - k - 3).select(SAME))
