@@ -112,32 +112,37 @@ def decode(df: pl.DataFrame, header: str) -> pl.DataFrame:
     sep = delimiter(header)
     cols = next(csv.reader([header], delimiter=sep))
     role = roles([c.strip() for c in cols])
-    text = pl.col("text").str.strip_prefix("\ufeff")
-    is_header = text == header
-    # a record ends where its quotes balance, counted from the last row that opens with
-    # its time (an unclosed quote cannot swallow the rows after it)
-    starts = (text.str.contains(_ROW_TIME + ("\t" if sep == "\t" else ",")) & ~is_header) if role["time"] == 0 else pl.lit(False)
-    df = df.with_columns(starts.alias("_rs"), text.str.count_matches('"', literal=True).alias("_q"))
-    # (the quotes counted since the segment's start: the running count less its value
-    # where the segment began, no grouping)
-    total = pl.col("_q").cum_sum()
-    since = total - pl.when(pl.col("_rs")).then(total - pl.col("_q")).forward_fill().fill_null(0)
-    df = df.with_columns(pl.col("_rs").cum_sum().alias("_seg"))
-    odd = (since % 2) == 1
-    ends = ~odd | pl.col("_rs").shift(-1).fill_null(False)
-    df = df.with_columns(ends.alias("_e"), odd.alias("_odd"))
-    # the message's own newlines, put back between the physical lines joined
-    df = df.with_columns(pl.when(pl.col("_e")).then(pl.col("text")).otherwise(pl.col("text") + "\n").alias("text"))
-    df = join_fragments(df.drop("_rs", "_q", "_seg", "_odd"), pl.col("_e")).drop("_e", strict=False)
-    df = df.filter(~(pl.col("text").str.strip_prefix("\ufeff") == header) | pl.col("_open"))
+    text = pl.col("text")
+    # (the header with or without a byte order mark, compared whole: no line is copied to
+    # cut one off)
+    is_header = (text == header) | (text == "\ufeff" + header)
+    df = df.with_columns(text.str.count_matches('"', literal=True).alias("_q"))
+    balanced = _one_record_a_line(df)
+    if balanced:
+        df = df.drop("_q")
+    else:
+        df = _join_records(df, is_header, role["time"] == 0, sep)
+    df = df.filter(~is_header | pl.col("_open"))
     if df.height == 0:
         return df.with_columns(pl.lit(None, pl.String).alias("_lab_decode_error"))
     # a record is whole when its quotes balance (join_fragments kept the first fragment's flag)
-    whole = (pl.col("text").str.count_matches('"', literal=True) % 2 == 0) & ~pl.col("_open")
+    even = pl.lit(True) if balanced else pl.col("text").str.count_matches('"', literal=True) % 2 == 0
+    whole = even & ~pl.col("_open")
     df = df.with_columns(whole.alias("_whole"))
-    fields = _read_rows(df.filter(pl.col("_whole"))["text"], len(cols), sep)
-    df = pl.concat([df.filter(pl.col("_whole")).hstack(fields), df.filter(~pl.col("_whole"))], how="diagonal_relaxed")
-    df = df.sort("line")
+    if df["_whole"].all():
+        # (the reader's columns come in pieces, one per thread: made whole once here, not
+        # by every later pass over them)
+        df = df.hstack(_read_rows(df["text"], len(cols), sep).rechunk())
+    else:
+        fields = _read_rows(df.filter(pl.col("_whole"))["text"], len(cols), sep)
+        df = pl.concat([df.filter(pl.col("_whole")).hstack(fields), df.filter(~pl.col("_whole"))], how="diagonal_relaxed")
+        df = df.sort("line")
+    unread = None
+    if "_unread" in df.columns:
+        # a record no CSV reader takes (a stray quote joined rows into one with a bare line
+        # break) keeps its text, as a row left open does
+        unread = pl.col("_unread").fill_null(False)
+        df = df.with_columns(pl.col("_whole") & ~unread)
     f = {r: pl.col(f"_c{i}") for r, i in role.items()}
     msg = f["message"]
     # a whole JSON payload in one column (GCP structured logs moved to OpenSearch): its message
@@ -153,9 +158,45 @@ def decode(df: pl.DataFrame, header: str) -> pl.DataFrame:
         pl.when(pl.col("_whole")).then(line_of(msg.fill_null(""))).otherwise(pl.col("text")).alias("text"),
         set_time(df, any_time_of(df, f["time"])),
         *labels,
-        pl.when(~pl.col("_whole")).then(pl.lit("a CSV row with an unclosed quote (cut short?)")).alias("_lab_decode_error"),
-    ).drop([f"_c{i}" for i in range(len(cols))] + ["_whole"])
+        _decode_error(unread),
+    ).drop([f"_c{i}" for i in range(len(cols))] + ["_whole"] + (["_unread"] if unread is not None else []))
     return message_lines(time_order(df, _KEYS))
+
+
+def _decode_error(unread: pl.Expr | None) -> pl.Expr:
+    """Why a row is left to the engine parser as it is written (null for a row read)."""
+    open_ = pl.lit("a CSV row with an unclosed quote (cut short?)")
+    if unread is None:
+        return pl.when(~pl.col("_whole")).then(open_).alias("_lab_decode_error")
+    return pl.when(unread).then(pl.lit("not a CSV record (a stray quote?)")).when(~pl.col("_whole")).then(open_).alias("_lab_decode_error")
+
+
+def _one_record_a_line(df: pl.DataFrame) -> bool:
+    """Does every line balance its quotes (`_q`: the quotes in each)? Then no message in the
+    block holds a newline and each line is a record, as `_join_records` would find."""
+    return bool(df.select((pl.col("_q") % 2 == 0).all()).item())
+
+
+def _join_records(df: pl.DataFrame, is_header: pl.Expr, time_first: bool, sep: str) -> pl.DataFrame:
+    """The physical lines (`_q`: the quotes in each) joined into records: a record ends where
+    its quotes balance, counted from the last row that opens with its time (an unclosed quote
+    cannot swallow the rows after it)."""
+    text = pl.col("text")
+    # (a byte order mark before the first row, as the file's first line may have)
+    row_time = "^\ufeff?" + _ROW_TIME.removeprefix("^") + ("\t" if sep == "\t" else ",")
+    starts = (text.str.contains(row_time) & ~is_header) if time_first else pl.lit(False)
+    df = df.with_columns(starts.alias("_rs"))
+    # (the quotes counted since the segment's start: the running count less its value
+    # where the segment began, no grouping)
+    total = pl.col("_q").cum_sum()
+    since = total - pl.when(pl.col("_rs")).then(total - pl.col("_q")).forward_fill().fill_null(0)
+    df = df.with_columns(pl.col("_rs").cum_sum().alias("_seg"))
+    odd = (since % 2) == 1
+    ends = ~odd | pl.col("_rs").shift(-1).fill_null(False)
+    df = df.with_columns(ends.alias("_e"), odd.alias("_odd"))
+    # the message's own newlines, put back between the physical lines joined
+    df = df.with_columns(pl.when(pl.col("_e")).then(pl.col("text")).otherwise(pl.col("text") + "\n").alias("text"))
+    return join_fragments(df.drop("_rs", "_q", "_seg", "_odd"), pl.col("_e")).drop("_e", strict=False)
 
 
 def _read_rows(rows: pl.Series, n: int, sep: str = ",") -> pl.DataFrame:
@@ -177,8 +218,19 @@ def _read_rows(rows: pl.Series, n: int, sep: str = ",") -> pl.DataFrame:
             return out
     except pl.exceptions.PolarsError:
         pass
-    parsed = [next(csv.reader([r], delimiter=sep), []) if r else [] for r in rows.to_list()]
-    return pl.DataFrame([(p + [None] * n)[:n] for p in parsed], schema={c: pl.String for c in names}, orient="row")
+    parsed = [_fields(r, sep) if r else [] for r in rows.to_list()]
+    out = pl.DataFrame([((p or []) + [None] * n)[:n] for p in parsed], schema={c: pl.String for c in names}, orient="row")
+    if any(p is None for p in parsed):
+        out = out.with_columns(pl.Series("_unread", [p is None for p in parsed], dtype=pl.Boolean))
+    return out
+
+
+def _fields(row: str, sep: str) -> list[str] | None:
+    """One record's fields by the csv module; None where it is no CSV record."""
+    try:
+        return next(csv.reader([row], delimiter=sep), [])
+    except csv.Error:
+        return None
 
 
 def any_time_of(df: pl.DataFrame, expr: pl.Expr) -> pl.Expr:

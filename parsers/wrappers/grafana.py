@@ -79,28 +79,36 @@ def decode(df: pl.DataFrame, common: str = "") -> pl.DataFrame:
         df = df.filter(~(head & (text.str.contains(_META) | ~text.str.contains(r"\S"))) | pl.col("_open"))
     # JSON: one line holding every entry, decoded whole, or else cut into its entries
     df = df.with_columns(text.str.contains(_JSON).alias("_isj"))
-    whole = _whole_arrays(df)
-    df = whole if whole is not None else _entries(df)
+    if not df.select(pl.col("_isj").any()).item():  # a text download: no entry to cut
+        df = df.with_columns(pl.lit(None, _DTYPE.inner).alias("_j"))
+    else:
+        whole = _whole_arrays(df)
+        df = whole if whole is not None else _entries(df)
     j = pl.col("_j").struct.field
     fields = j("fields").struct.field
     # (a JSON entry's row still holds the whole array: the text rows' patterns skip it)
     plain = pl.when(~pl.col("_isj")).then(text)
-    row = plain.str.extract_groups(_ROW).struct.field
-    old = plain.str.extract_groups(_OLD).struct.field
+    # each pattern matched once, its groups kept as columns (an expression used several
+    # times in one eager call is computed each time); the older form's only where a row is
+    # not of the newer one
+    df = df.with_columns(plain.str.extract_groups(_ROW).alias("_row"))
+    row = pl.col("_row").struct.field
+    df = df.with_columns(pl.when(row("_ms").is_null()).then(plain).str.extract(_OLD, 1).alias("_old"))
+    old = pl.col("_old")
     ms = (row("_ms").cast(pl.Int64, strict=False) * 1_000_000).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC")
-    oldts = old("_old").str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="ns", strict=False).dt.replace_time_zone("UTC")
+    oldts = old.str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="ns", strict=False).dt.replace_time_zone("UTC")
     ns = j("timestamp").cast(pl.Int64, strict=False).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC")
     const = json.loads(common) if common else {}
     labels = label_columns(_LABELS, fields, const)
     out = (
         pl.when(j("line").is_not_null()).then(cut_suffix(j("line"), "\n"))
-        .when(row("_ms").is_not_null()).then(text.str.slice(row("_ms").str.len_chars() + row("_iso").str.len_chars() + 2))
-        .when(old("_old").is_not_null()).then(text.str.slice(old("_old").str.len_chars() + 1))
+        .when(row("_ms").is_not_null()).then(text.str.slice(row("_ms").str.len_bytes() + row("_iso").str.len_bytes() + 2))
+        .when(old.is_not_null()).then(text.str.slice(old.str.len_bytes() + 1))
         .otherwise(text)
     )
     # (a row's ISO time is its ms time again: the row pattern holds both, so the ms is never
     # missing where the ISO time is there, and the ISO time is not parsed)
-    df = df.with_columns(out.alias("text"), set_time(df, pl.coalesce(ns, ms, oldts).cast(WTS)), *labels).drop("_j", "_isj")
+    df = df.with_columns(out.alias("text"), set_time(df, pl.coalesce(ns, ms, oldts).cast(WTS)), *labels).drop("_j", "_isj", "_row", "_old")
     last = pl.int_range(pl.len()) == pl.len() - 1
     df = df.with_columns((pl.col("_open") & last).alias("_open"))
     return time_order(df, _KEYS)
