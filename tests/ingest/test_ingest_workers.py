@@ -375,3 +375,53 @@ def test_workers_started_early_and_not_needed_are_stopped_and_the_files_read_her
     assert set(multiprocessing.active_children()) - before == set()
     files = json.loads((tmp_path / "s" / "manifest.json").read_text())["files"].values()
     assert [e["lines"] for e in files] == [log.read_bytes().count(b"\n")]
+
+
+def test_the_largest_files_are_handed_out_first(tmp_path, by_workers):
+    """Each reader takes the next file when it is free: the largest first, so that what is
+    left at the end, read while another reader may wait, is the smallest."""
+    logs = _logs(tmp_path)
+    ingest([tmp_path / "logs"], tmp_path / "store", workers=2)
+    assert by_workers[0] == max(logs, key=lambda p: p.stat().st_size).name
+
+
+def test_a_workers_flushes_are_committed_as_it_stages_them_and_store_what_reading_here_stores(
+        tmp_path, monkeypatch, by_workers):
+    """A worker sends each flush as soon as it has staged it, and this process commits it
+    between its own blocks (not all of a file's once the file ends, when only the commits
+    would run): the store holds what reading the files one by one here stores."""
+    import queue
+    from collections import Counter
+    from concurrent.futures import ThreadPoolExecutor
+
+    _logs(tmp_path)
+    monkeypatch.setattr(ingest_mod, "FLUSH_ROWS", 1_000)  # several flushes a file
+    sent, keys = queue.SimpleQueue(), []
+
+    class Staged:  # the workers' queue, saying which file each flush it carried was of
+        def put(self, item):
+            keys.append(item[0])
+            sent.put(item)
+
+        def get(self):
+            return sent.get()
+
+        def empty(self):
+            return sent.empty()
+
+    staged = Staged()
+    monkeypatch.setattr(workers_mod, "_STAGED", staged)
+    # the worker a thread of this process, which sees the flush limit set here
+    monkeypatch.setattr(workers_mod, "start", lambda n, progress: workers_mod.Workers(ThreadPoolExecutor(n), n, staged=staged))
+    # (blocks of 64 KiB: files of several blocks, each block's events more than a flush's rows)
+    ingest([tmp_path / "logs"], tmp_path / "store", workers=2, block_bytes=1 << 16)
+    ingest([tmp_path / "logs"], tmp_path / "serial", workers=1, block_bytes=1 << 16)
+
+    manifest = json.loads((tmp_path / "store" / "manifest.json").read_text())
+    sources = Counter(manifest["files"][k]["source"].rsplit("/", 1)[-1] for k in keys)
+    # (the first worker file, the largest, flushed several times)
+    assert set(sources) == set(by_workers) and sources[by_workers[0]] >= 2
+    assert events(tmp_path / "store").equals(events(tmp_path / "serial"))
+    assert _entries(tmp_path / "store") == _entries(tmp_path / "serial")
+    assert not (tmp_path / "store" / "_staging").exists()
+    assert all(held == said for held, said in _part_records(tmp_path / "store"))
