@@ -42,6 +42,12 @@ FLUSH_ROWS = 500_000
 # Rows alone do not bound memory: a vLLM `Received request` event carries the whole prompt in
 # its message (kilobytes), so 500,000 of them would hold about a gigabyte.
 FLUSH_BYTES = 64 * 1024 * 1024  # held in frames; the flush (concat, sort, Arrow, Parquet) needs a few times that
+# Readers side by side (worker processes) each flush at their share of those limits, so that
+# together they hold about what one ingest would; but never at less than this share: each
+# flush is a commit in the ingesting process (manifest writes and their fsyncs), so with
+# ever smaller shares the commits would grow as the square of the readers, and the parts
+# shrink, until that process's commits bound the ingest.
+MAX_FLUSH_SHARE = 2
 DETECT_BYTES = wrappers.SAMPLE_BYTES
 DETECT_LINES = wrappers.SAMPLE_LINES
 LIVE_WINDOW_S = 60.0
@@ -695,6 +701,11 @@ def _for_workers(found: list, name_of: Callable[[Any], str | None], workers: int
     return [item for _, item in big] if len(big) >= 2 else []
 
 
+def _flush_share(readers: int) -> int:
+    """The share of the flush limits each of `readers` reading side by side flushes at."""
+    return max(1, min(readers, MAX_FLUSH_SHARE))
+
+
 def _all_files(found: list, reading: _Reading, workers: int, notes: list[str],
                pool: Workers | None = None) -> Iterator[FileResult]:
     """Each file's result: the files `_for_workers` picks read side by side by this process
@@ -717,7 +728,7 @@ def _all_files(found: list, reading: _Reading, workers: int, notes: list[str],
     notes.append(f"{len(big):,} large files read side by side by this process and {pool.n} worker "
                  f"process{'es' if pool.n > 1 else ''} (--workers 1: one at a time)")
     side = _SideBySide(pool, batch, block_bytes, on_progress)
-    batch.share = pool.readers  # (together they hold what one ingest would)
+    batch.share = _flush_share(pool.readers)
     finished = False
     try:
         reserved: set[str] = set()
@@ -781,7 +792,7 @@ class _SideBySide:
             portable = dataclasses.replace(opened, parser=None)  # (a parser is a module: rebuilt there)
             try:
                 future = self.pool.executor.submit(_read_in_worker, str(self.batch.store.root), portable,
-                                                   self.block_bytes, self.pool.readers, self.pool.staged is not None)
+                                                   self.block_bytes, self.batch.share, self.pool.staged is not None)
             except BrokenProcessPool:
                 return  # a worker died: said where this process waits for its file (`committed`)
             self.running.append((self.queue.popleft(), future))
@@ -845,9 +856,9 @@ class _SideBySide:
             self.hand_over()
 
 
-def _read_in_worker(root: str, opened: _Opened, block_bytes: int, readers: int = 1,
+def _read_in_worker(root: str, opened: _Opened, block_bytes: int, share: int = 1,
                     send: bool = False) -> tuple[FileResult, list | int]:
-    """In a worker process (one of `readers` reading side by side): read an opened file as
+    """In a worker process (flushing at `share` of the limits): read an opened file as
     `_read_file` does, its flushes staged in the store's directory, not committed. With
     `send`, each flush is sent on the workers' queue as soon as it is staged (and the count
     of them returned), else they are returned with the file's result."""
@@ -855,7 +866,7 @@ def _read_in_worker(root: str, opened: _Opened, block_bytes: int, readers: int =
     opened.parser = wrappers.wrap(get_parser(r.engine), r.decode, opened.labels)
     out = workers_mod.staged() if send else None
     batch = _StagedBatch(Store(root=Path(root)), out.put if out is not None else None, opened.key)
-    batch.share = readers
+    batch.share = share
     queue = workers_mod.progress()
     said = queue.put if queue is not None else None
     result = _read_file(opened, batch, block_bytes, said)

@@ -389,12 +389,13 @@ def test_a_workers_flushes_are_committed_as_it_stages_them_and_store_what_readin
         tmp_path, monkeypatch, by_workers):
     """A worker sends each flush as soon as it has staged it, and this process commits it
     between its own blocks (not all of a file's once the file ends, when only the commits
-    would run): the store holds what reading the files one by one here stores."""
+    would run): the store holds what reading the files one by one here stores. More readers
+    do not flush a file more often (each flush is a commit here)."""
     import queue
     from collections import Counter
     from concurrent.futures import ThreadPoolExecutor
 
-    _logs(tmp_path)
+    largest = max(_logs(tmp_path), key=lambda p: p.stat().st_size).name  # (a worker's: handed out first)
     monkeypatch.setattr(ingest_mod, "FLUSH_ROWS", 1_000)  # several flushes a file
     sent, keys = queue.SimpleQueue(), []
 
@@ -411,17 +412,23 @@ def test_a_workers_flushes_are_committed_as_it_stages_them_and_store_what_readin
 
     staged = Staged()
     monkeypatch.setattr(workers_mod, "_STAGED", staged)
-    # the worker a thread of this process, which sees the flush limit set here
+    # the workers threads of this process, which see the flush limit set here
     monkeypatch.setattr(workers_mod, "start", lambda n, progress: workers_mod.Workers(ThreadPoolExecutor(n), n, staged=staged))
     # (blocks of 64 KiB: files of several blocks, each block's events more than a flush's rows)
-    ingest([tmp_path / "logs"], tmp_path / "store", workers=2, block_bytes=1 << 16)
     ingest([tmp_path / "logs"], tmp_path / "serial", workers=1, block_bytes=1 << 16)
+    flushes = {}
+    for readers in (2, 4):
+        store = tmp_path / f"store{readers}"
+        keys.clear()
+        by_workers.clear()
+        ingest([tmp_path / "logs"], store, workers=readers, block_bytes=1 << 16)
 
-    manifest = json.loads((tmp_path / "store" / "manifest.json").read_text())
-    sources = Counter(manifest["files"][k]["source"].rsplit("/", 1)[-1] for k in keys)
-    # (the first worker file, the largest, flushed several times)
-    assert set(sources) == set(by_workers) and sources[by_workers[0]] >= 2
-    assert events(tmp_path / "store").equals(events(tmp_path / "serial"))
-    assert _entries(tmp_path / "store") == _entries(tmp_path / "serial")
-    assert not (tmp_path / "store" / "_staging").exists()
-    assert all(held == said for held, said in _part_records(tmp_path / "store"))
+        manifest = json.loads((store / "manifest.json").read_text())
+        sources = Counter(manifest["files"][k]["source"].rsplit("/", 1)[-1] for k in keys)
+        assert set(sources) == set(by_workers) and sources[largest] >= 2
+        flushes[readers] = sources[largest]
+        assert events(store).equals(events(tmp_path / "serial"))
+        assert _entries(store) == _entries(tmp_path / "serial")
+        assert not (store / "_staging").exists()
+        assert all(held == said for held, said in _part_records(store))
+    assert flushes[4] == flushes[2]
