@@ -121,6 +121,7 @@ def run(cmd: list[str], env: dict | None = None, timeline: Path | None = None) -
     out = {"wall_s": r.wall_s, "cpu_s": r.cpu_s, "rss": r.peak_rss_bytes, "load": load_average()}
     if timeline is not None:
         out.update(parts(r.cpu_s, [json.loads(line) for line in timeline.read_text().splitlines()]))
+        out["serial_end_s"] = r.wall_s - out.pop("last_read_end_s")
     return out
 
 
@@ -146,7 +147,7 @@ def parts(tree_cpu: float, procs: list[dict]) -> dict:
         beside = sum(r[4] - r[3] for r in parent["reads"] if r[0] == "commit" and r[1] < last)
         after -= beside
     return {"parent_cpu": parent_cpu, "workers_cpu": sum(p["cpu"] for p in procs if p["role"] == "worker"),
-            "serial_cpu": before + after, "serial_start_s": first - parent["start"],
+            "serial_cpu": before + after, "serial_start_s": first - parent["start"], "last_read_end_s": last - parent["start"],
             "read_cpu": sum(r[4] - r[3] for _, r in reads), "files": len(reads)}
 
 
@@ -188,7 +189,8 @@ def main() -> None:
                 r = run([*modes[m], "--store", str(store)], envs[m], timeline)
                 res[m].append(r)
                 more = (f", this process {r['parent_cpu']:.2f} CPU-s (serial {r['serial_cpu']:.2f}, reading from "
-                        f"{r['serial_start_s']:.2f} s), workers {r['workers_cpu']:.2f}, {r['files']} reads "
+                        f"{r['serial_start_s']:.2f} s to {r['serial_end_s']:.2f} s before the end), workers "
+                        f"{r['workers_cpu']:.2f}, {r['files']} reads "
                         f"{r['read_cpu']:.2f}") if timeline else ""
                 print(f"run {i + 1} {m}: {r['wall_s']:.2f} s, {r['cpu_s']:.2f} CPU-s{more}, "
                       f"tree RSS {r['rss'] / 2**20:.0f} MiB, load {r['load']}", file=sys.stderr, flush=True)
@@ -209,14 +211,16 @@ def model(res: dict[str, list[dict]], one_core: str) -> None:
     least N files of about equal size, wall = s + p x k / N, k the CPU per file read against
     one core's (two busy readers' contention; assumed to stay at two readers' figure)."""
     print()
-    print("| mode | this process CPU-s | workers CPU-s | serial CPU-s | serial share | CPU-s per file read | contention k |")
-    print("|---|---|---|---|---|---|---|")
+    print("| mode | this process CPU-s | workers CPU-s | serial CPU-s | serial share | serial wall s (start + end) "
+          "| CPU-s per file read | contention k |")
+    print("|---|---|---|---|---|---|---|---|")
     base = median([r["read_cpu"] / r["files"] for r in res[one_core]])
     for m, rs in res.items():
         w, s = median([r["cpu_s"] for r in rs]), median([r["serial_cpu"] for r in rs])
         per = median([r["read_cpu"] / r["files"] for r in rs])
         print(f"| {m} | {median([r['parent_cpu'] for r in rs]):.2f} | {median([r['workers_cpu'] for r in rs]):.2f} | "
-              f"{s:.2f} | {s / w:.1%} | {per:.2f} | {per / base:.2f} |")
+              f"{s:.2f} | {s / w:.1%} | {median([r['serial_start_s'] for r in rs]):.2f} + "
+              f"{median([r['serial_end_s'] for r in rs]):.2f} | {per:.2f} | {per / base:.2f} |")
     w1 = median([r["cpu_s"] for r in res[one_core]])
     s1 = median([r["serial_cpu"] for r in res[one_core]])
     ks = [median([r["read_cpu"] / r["files"] for r in rs]) / base for m, rs in res.items() if "--workers 1" not in m]
