@@ -432,3 +432,54 @@ def test_a_workers_flushes_are_committed_as_it_stages_them_and_store_what_readin
         assert not (store / "_staging").exists()
         assert all(held == said for held, said in _part_records(store))
     assert flushes[4] == flushes[2]
+
+
+def test_a_workers_flushes_record_the_parsers_state_at_their_end_as_reading_here_does(tmp_path, monkeypatch):
+    """Each flush a worker commits says where the file was read to and the parser's state
+    there (the manifest's entry, and the next part's roll-back point, which a resume or a
+    repair starts from): the state at that flush's end, as reading the file alone here
+    records it at the same flushes, not the state at the file's end."""
+    import pickle
+    import queue
+    from concurrent.futures import ThreadPoolExecutor
+    from servelens.pipeline.simulate import simulate
+
+    simulate("llamacpp", "steady", "20m", seed=7, out_dir=tmp_path / "sim", instances=2)
+    logs = tmp_path / "logs"
+    for log in sorted((tmp_path / "sim").glob("*.log")):
+        write(logs / log.name, log.read_bytes())
+    largest = max(logs.iterdir(), key=lambda p: p.stat().st_size)
+    monkeypatch.setattr(workers_mod, "WORKER_MIN_BYTES", 0)
+    sent = queue.SimpleQueue()
+
+    class Staged:  # the workers' queue: what goes on it is pickled then, as on a real one
+        def put(self, item):
+            sent.put(pickle.loads(pickle.dumps(item)))
+
+        def get(self):
+            return sent.get()
+
+        def empty(self):
+            return sent.empty()
+
+    staged = Staged()
+    monkeypatch.setattr(workers_mod, "_STAGED", staged)
+    monkeypatch.setattr(workers_mod, "start", lambda n, progress: workers_mod.Workers(ThreadPoolExecutor(n), n, staged=staged))
+    monkeypatch.setattr(ingest_mod, "FLUSH_ROWS", 2_000)  # a worker flushes at half of it
+    ingest([logs], tmp_path / "store", workers=2, block_bytes=1 << 18)
+    # the largest file alone here, flushing as often as the worker did
+    monkeypatch.setattr(ingest_mod, "FLUSH_ROWS", 1_000)
+    monkeypatch.setattr(ingest_mod, "FLUSH_BYTES", ingest_mod.FLUSH_BYTES // 2)
+    ingest([largest], tmp_path / "serial", workers=1, block_bytes=1 << 18)
+
+    def roll_back_points(store):
+        m = json.loads((store / "manifest.json").read_text())
+        key = next(k for k, e in m["files"].items() if e["source"].endswith(largest.name))
+        points = sorted((src["from"]["offset"], json.dumps(src["from"]["ctx"], sort_keys=True))
+                        for info in m["part_info"].values() for k, src in info["sources"].items()
+                        if k == key and src["from"] is not None)
+        return points, m["files"][key]["ctx"]
+
+    points, final = roll_back_points(tmp_path / "store")
+    assert len(points) >= 2 and len({ctx for _, ctx in points}) >= 2  # (the state moves on in the file)
+    assert (points, final) == roll_back_points(tmp_path / "serial")
