@@ -47,6 +47,34 @@ def by_workers(monkeypatch):
     return read
 
 
+@pytest.fixture
+def thread_workers(monkeypatch):
+    """Worker threads of this process instead of processes (they see the flush limits a test
+    sets here), sending their flushes on a queue that pickles what goes on it, as a real one
+    does; the keys of the files whose flushes it carried, in order."""
+    import pickle
+    import queue
+    from concurrent.futures import ThreadPoolExecutor
+
+    sent, keys = queue.SimpleQueue(), []
+
+    class Staged:
+        def put(self, item):
+            keys.append(item[0])
+            sent.put(pickle.loads(pickle.dumps(item)))
+
+        def get(self):
+            return sent.get()
+
+        def empty(self):
+            return sent.empty()
+
+    staged = Staged()
+    monkeypatch.setattr(workers_mod, "_STAGED", staged)
+    monkeypatch.setattr(workers_mod, "start", lambda n, progress: workers_mod.Workers(ThreadPoolExecutor(n), n, staged=staged))
+    return keys
+
+
 def _entries(store):
     files = json.loads((store / "manifest.json").read_text())["files"]
     return sorted((e["source"], e["instance"], e["offset"], e["lines"], e["crc"], e["ctx"]["last_ts"]) for e in files.values())
@@ -386,34 +414,16 @@ def test_the_largest_files_are_handed_out_first(tmp_path, by_workers):
 
 
 def test_a_workers_flushes_are_committed_as_it_stages_them_and_store_what_reading_here_stores(
-        tmp_path, monkeypatch, by_workers):
+        tmp_path, monkeypatch, by_workers, thread_workers):
     """A worker sends each flush as soon as it has staged it, and this process commits it
     between its own blocks (not all of a file's once the file ends, when only the commits
     would run): the store holds what reading the files one by one here stores. More readers
     do not flush a file more often (each flush is a commit here)."""
-    import queue
     from collections import Counter
-    from concurrent.futures import ThreadPoolExecutor
 
+    keys = thread_workers
     largest = max(_logs(tmp_path), key=lambda p: p.stat().st_size).name  # (a worker's: handed out first)
     monkeypatch.setattr(ingest_mod, "FLUSH_ROWS", 1_000)  # several flushes a file
-    sent, keys = queue.SimpleQueue(), []
-
-    class Staged:  # the workers' queue, saying which file each flush it carried was of
-        def put(self, item):
-            keys.append(item[0])
-            sent.put(item)
-
-        def get(self):
-            return sent.get()
-
-        def empty(self):
-            return sent.empty()
-
-    staged = Staged()
-    monkeypatch.setattr(workers_mod, "_STAGED", staged)
-    # the workers threads of this process, which see the flush limit set here
-    monkeypatch.setattr(workers_mod, "start", lambda n, progress: workers_mod.Workers(ThreadPoolExecutor(n), n, staged=staged))
     # (blocks of 64 KiB: files of several blocks, each block's events more than a flush's rows)
     ingest([tmp_path / "logs"], tmp_path / "serial", workers=1, block_bytes=1 << 16)
     flushes = {}
@@ -434,14 +444,12 @@ def test_a_workers_flushes_are_committed_as_it_stages_them_and_store_what_readin
     assert flushes[4] == flushes[2]
 
 
-def test_a_workers_flushes_record_the_parsers_state_at_their_end_as_reading_here_does(tmp_path, monkeypatch):
+def test_a_workers_flushes_record_the_parsers_state_at_their_end_as_reading_here_does(
+        tmp_path, monkeypatch, thread_workers):
     """Each flush a worker commits says where the file was read to and the parser's state
     there (the manifest's entry, and the next part's roll-back point, which a resume or a
     repair starts from): the state at that flush's end, as reading the file alone here
     records it at the same flushes, not the state at the file's end."""
-    import pickle
-    import queue
-    from concurrent.futures import ThreadPoolExecutor
     from servelens.pipeline.simulate import simulate
 
     simulate("llamacpp", "steady", "20m", seed=7, out_dir=tmp_path / "sim", instances=2)
@@ -450,21 +458,6 @@ def test_a_workers_flushes_record_the_parsers_state_at_their_end_as_reading_here
         write(logs / log.name, log.read_bytes())
     largest = max(logs.iterdir(), key=lambda p: p.stat().st_size)
     monkeypatch.setattr(workers_mod, "WORKER_MIN_BYTES", 0)
-    sent = queue.SimpleQueue()
-
-    class Staged:  # the workers' queue: what goes on it is pickled then, as on a real one
-        def put(self, item):
-            sent.put(pickle.loads(pickle.dumps(item)))
-
-        def get(self):
-            return sent.get()
-
-        def empty(self):
-            return sent.empty()
-
-    staged = Staged()
-    monkeypatch.setattr(workers_mod, "_STAGED", staged)
-    monkeypatch.setattr(workers_mod, "start", lambda n, progress: workers_mod.Workers(ThreadPoolExecutor(n), n, staged=staged))
     monkeypatch.setattr(ingest_mod, "FLUSH_ROWS", 2_000)  # a worker flushes at half of it
     ingest([logs], tmp_path / "store", workers=2, block_bytes=1 << 18)
     # the largest file alone here, flushing as often as the worker did
