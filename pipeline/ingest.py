@@ -42,6 +42,12 @@ FLUSH_ROWS = 500_000
 # Rows alone do not bound memory: a vLLM `Received request` event carries the whole prompt in
 # its message (kilobytes), so 500,000 of them would hold about a gigabyte.
 FLUSH_BYTES = 64 * 1024 * 1024  # held in frames; the flush (concat, sort, Arrow, Parquet) needs a few times that
+# Readers side by side (worker processes) each flush at their share of those limits, so that
+# together they hold about what one ingest would; but never at less than this share: each
+# flush is a commit in the ingesting process (manifest writes and their fsyncs), so with
+# ever smaller shares the commits would grow as the square of the readers, and the parts
+# shrink, until that process's commits bound the ingest.
+MAX_FLUSH_SHARE = 2
 DETECT_BYTES = wrappers.SAMPLE_BYTES
 DETECT_LINES = wrappers.SAMPLE_LINES
 LIVE_WINDOW_S = 60.0
@@ -165,15 +171,22 @@ class _Batch:
 
 class _StagedBatch(_Batch):
     """A worker process's batch: a flush writes its parts to staging and keeps them, with the
-    file states they bring, for the writer to commit (the worker holds no lock)."""
+    file states they bring, for the writer to commit (the worker holds no lock). `send`:
+    where each flush goes as soon as it is staged, with `token` (else kept in `staged`)."""
 
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, send: Callable[[Any], None] | None = None, token: Any = None):
         super().__init__(store)
         self.staged: list[tuple[Staged, dict[str, dict]]] = []
+        self.send, self.token, self.sent = send, token, 0
 
     def _write(self) -> None:
         if self.frames or self.files:
-            self.staged.append((self.store.stage_flush(self.frames), self.files))
+            flush = (self.store.stage_flush(self.frames), self.files)
+            if self.send is None:
+                self.staged.append(flush)
+            else:
+                self.send((self.token, *flush))
+                self.sent += 1
 
 
 def ingest(
@@ -670,7 +683,7 @@ def _files_in_order(found: list, reading: _Reading) -> Iterator[FileResult]:
 def _for_workers(found: list, name_of: Callable[[Any], str | None], workers: int) -> list:
     """The files to read in worker processes: large ones whose instance has no other file
     here, when there are two or more (one file alone gains nothing from a process: the
-    parse threads already share its blocks)."""
+    parse threads already share its blocks), largest first."""
     if workers < 2:
         return []
     names = Counter(name_of(item) for item in found)
@@ -681,8 +694,16 @@ def _for_workers(found: list, name_of: Callable[[Any], str | None], workers: int
         except OSError:
             continue  # opened here, which says what is wrong
         if names[name_of(item)] == 1 and size >= workers_mod.WORKER_MIN_BYTES:
-            big.append(item)
-    return big if len(big) >= 2 else []
+            big.append((size, item))
+    # each reader takes the next file when it is free: the largest handed out first leave
+    # the small ones to even out the readers' ends (a large file last would be read alone)
+    big.sort(key=lambda x: -x[0])
+    return [item for _, item in big] if len(big) >= 2 else []
+
+
+def _flush_share(readers: int) -> int:
+    """The share of the flush limits each of `readers` reading side by side flushes at."""
+    return max(1, min(readers, MAX_FLUSH_SHARE))
 
 
 def _all_files(found: list, reading: _Reading, workers: int, notes: list[str],
@@ -707,7 +728,7 @@ def _all_files(found: list, reading: _Reading, workers: int, notes: list[str],
     notes.append(f"{len(big):,} large files read side by side by this process and {pool.n} worker "
                  f"process{'es' if pool.n > 1 else ''} (--workers 1: one at a time)")
     side = _SideBySide(pool, batch, block_bytes, on_progress)
-    batch.share = pool.readers  # (together they hold what one ingest would)
+    batch.share = _flush_share(pool.readers)
     finished = False
     try:
         reserved: set[str] = set()
@@ -733,6 +754,10 @@ def _all_files(found: list, reading: _Reading, workers: int, notes: list[str],
             opened.threads = pool.share  # (this process's share of the cores, as each worker's)
             yield _read_file(opened, batch, block_bytes, side.progress)
             yield from side.committed()
+        if side.running:
+            # this process's last events are written while the workers still read, not
+            # after their last file, where nothing else would run beside the writing
+            batch.flush()
         yield from side.committed(wait=True)
         finished = True
     finally:
@@ -756,6 +781,7 @@ class _SideBySide:
         self.queue: deque[_Opened] = deque()
         self.running: list[tuple[_Opened, Future]] = []
         self.ready: list[FileResult] = []  # committed, not yet reported
+        self.flushes: Counter = Counter()  # per file (its key): the flushes committed as they came
 
     def hand_over(self) -> None:
         from concurrent.futures.process import BrokenProcessPool
@@ -766,7 +792,7 @@ class _SideBySide:
             portable = dataclasses.replace(opened, parser=None)  # (a parser is a module: rebuilt there)
             try:
                 future = self.pool.executor.submit(_read_in_worker, str(self.batch.store.root), portable,
-                                                   self.block_bytes, self.pool.readers)
+                                                   self.block_bytes, self.batch.share, self.pool.staged is not None)
             except BrokenProcessPool:
                 return  # a worker died: said where this process waits for its file (`committed`)
             self.running.append((self.queue.popleft(), future))
@@ -777,6 +803,7 @@ class _SideBySide:
         say they read; what they finished is committed, a free worker gets the next file."""
         _progress(self.on_progress, n)
         self._workers_read()
+        self._staged()
         # (a worker's failure is left to `committed`: raised here, it would pass for a
         # failure of the file this process is reading)
         for r in [r for r in self.running if r[1].done() and r[1].exception() is None]:
@@ -788,10 +815,20 @@ class _SideBySide:
         while queue is not None and not queue.empty():
             _progress(self.on_progress, queue.get())
 
+    def _staged(self, key: str | None = None, until: int = 0) -> None:
+        """Commit the flushes the workers staged so far, in the order they were sent (a
+        worker's file's last ones are then all that is left once it ends); with `key`, wait
+        until that file's `until` flushes are in."""
+        queue = self.pool.staged
+        while queue is not None and (not queue.empty() or (key is not None and self.flushes[key] < until)):
+            token, parts, files = queue.get()
+            self.batch.commit_staged(parts, files)
+            self.flushes[token] += 1
+
     def _commit(self, r: tuple[_Opened, Future]) -> None:
         self.running.remove(r)
         self._workers_read()
-        self.ready.append(_commit_read(self.batch, *r))
+        self.ready.append(_commit_read(self.batch, *r, self._staged))
         if self.pool.progress is None:
             _progress(self.on_progress, r[0].size)
 
@@ -811,6 +848,7 @@ class _SideBySide:
                     return
                 wait_for([f for _, f in self.running], timeout=0.2, return_when=FIRST_COMPLETED)
                 self._workers_read()
+                self._staged()
                 self.hand_over()
                 continue
             for r in done:
@@ -818,23 +856,29 @@ class _SideBySide:
             self.hand_over()
 
 
-def _read_in_worker(root: str, opened: _Opened, block_bytes: int, readers: int = 1) -> tuple[FileResult, list]:
-    """In a worker process (one of `readers` reading side by side): read an opened file as
-    `_read_file` does, its flushes staged in the store's directory, not committed."""
+def _read_in_worker(root: str, opened: _Opened, block_bytes: int, share: int = 1,
+                    send: bool = False) -> tuple[FileResult, list | int]:
+    """In a worker process (flushing at `share` of the limits): read an opened file as
+    `_read_file` does, its flushes staged in the store's directory, not committed. With
+    `send`, each flush is sent on the workers' queue as soon as it is staged (and the count
+    of them returned), else they are returned with the file's result."""
     r = opened.result
     opened.parser = wrappers.wrap(get_parser(r.engine), r.decode, opened.labels)
-    batch = _StagedBatch(Store(root=Path(root)))
-    batch.share = readers
+    out = workers_mod.staged() if send else None
+    batch = _StagedBatch(Store(root=Path(root)), out.put if out is not None else None, opened.key)
+    batch.share = share
     queue = workers_mod.progress()
     said = queue.put if queue is not None else None
     result = _read_file(opened, batch, block_bytes, said)
     batch.flush()
-    return result, batch.staged
+    return result, batch.staged if out is None else batch.sent
 
 
-def _commit_read(batch: _Batch, opened: _Opened, pending: Future) -> FileResult:
+def _commit_read(batch: _Batch, opened: _Opened, pending: Future,
+                 committed: Callable[[str, int], None] | None = None) -> FileResult:
     """Commit what a worker read of one file (finished), flush by flush, in the order it
-    read it."""
+    read it: the flushes it returned, or, where it sent them as it staged them (a count
+    returned), the ones not yet in (`committed(key, count)` waits for them)."""
     from concurrent.futures.process import BrokenProcessPool
 
     try:
@@ -845,6 +889,11 @@ def _commit_read(batch: _Batch, opened: _Opened, pending: Future) -> FileResult:
             "memory); what was committed is kept: run the same command again, with --workers 1 to read "
             "one file at a time"
         ) from None
+    if isinstance(staged, int):
+        if committed is None:
+            raise TypeError("a worker sent its flushes, and nothing here takes them")
+        committed(opened.key, staged)
+        return result
     for parts, files in staged:
         batch.commit_staged(parts, files)
     return result

@@ -51,14 +51,16 @@ def available_memory() -> int:
 @dataclass
 class Workers:
     """Started worker processes (`executor`, `n` of them), the queue they report the bytes
-    they have read on (None: no progress shown), and each reader's parse threads, its share
-    of the cores (None: the user's SERVELENS_PARSE_THREADS, which every reader keeps)."""
+    they have read on (None: no progress shown), each reader's parse threads, its share
+    of the cores (None: the user's SERVELENS_PARSE_THREADS, which every reader keeps), and
+    the queue they send each staged flush on, to be committed as soon as it is staged."""
 
     executor: Any
     n: int
     progress: Any = None
     processes: tuple = ()
     share: int | None = None
+    staged: Any = None
 
     @property
     def readers(self) -> int:
@@ -86,7 +88,8 @@ def start(n: int, with_progress: bool) -> Workers:
     # spawned, not forked: a fork of a process whose polars and parse threads run may deadlock
     spawn = multiprocessing.get_context("spawn")
     progress = spawn.SimpleQueue() if with_progress else None
-    pool = ProcessPoolExecutor(n, mp_context=spawn, initializer=_start_worker, initargs=(progress,))
+    staged = spawn.SimpleQueue()
+    pool = ProcessPoolExecutor(n, mp_context=spawn, initializer=_start_worker, initargs=(progress, staged))
     share = max(1, usable_cores() // (n + 1))
     # (a worker inherits the environment as it is when it starts; a user's setting wins)
     mine = [k for k in ("POLARS_MAX_THREADS", "SERVELENS_PARSE_THREADS") if k not in os.environ]
@@ -105,7 +108,7 @@ def start(n: int, with_progress: bool) -> Workers:
             signal.signal(signal.SIGINT, was)
         for k in mine:
             del os.environ[k]
-    return Workers(pool, n, progress, tuple(set(multiprocessing.active_children()) - before), threads)
+    return Workers(pool, n, progress, tuple(set(multiprocessing.active_children()) - before), threads, staged)
 
 
 def prestart(paths: list[Path], store_dir: Path, requested: int, with_progress: bool) -> Workers | None:
@@ -167,11 +170,12 @@ def _under(path: str, top: str) -> bool:
 
 
 _PROGRESS: Any = None  # in a worker process: where it says how many bytes it has read
+_STAGED: Any = None  # in a worker process: where it sends each flush it staged
 
 
-def _start_worker(progress: Any) -> None:
-    global _PROGRESS
-    _PROGRESS = progress
+def _start_worker(progress: Any, staged: Any = None) -> None:
+    global _PROGRESS, _STAGED
+    _PROGRESS, _STAGED = progress, staged
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # (started from another thread: see start)
     atexit.register(_exit_now)
     # what reading a file needs, imported now: before the first file is handed over
@@ -192,3 +196,8 @@ def _exit_now() -> None:
 def progress() -> Any:
     """In a worker process: the queue its read bytes go on (None: nobody shows them)."""
     return _PROGRESS
+
+
+def staged() -> Any:
+    """In a worker process: the queue its staged flushes go on (None: returned with its file)."""
+    return _STAGED

@@ -8,6 +8,7 @@ and tail both read and write these entries, so batch and live data never double.
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import hashlib
 from pathlib import Path
@@ -105,12 +106,14 @@ def file_state(
 
 
 def save_ctx(ctx: ParseContext) -> dict:
+    """The context as it is now: a copy of the parser's state, which reading on changes in
+    place (an entry kept while more is read, as a part's roll-back point, must not move)."""
     return {
         "last_ts": ctx.last_ts.isoformat() if ctx.last_ts else None,
         "last_month": ctx.last_month,
         "year_base": ctx.year_base,
         "rollovers": ctx.rollovers,
-        "state": ctx.state,
+        "state": copy.deepcopy(ctx.state),
     }
 
 

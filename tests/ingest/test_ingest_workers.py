@@ -47,6 +47,34 @@ def by_workers(monkeypatch):
     return read
 
 
+@pytest.fixture
+def thread_workers(monkeypatch):
+    """Worker threads of this process instead of processes (they see the flush limits a test
+    sets here), sending their flushes on a queue that pickles what goes on it, as a real one
+    does; the keys of the files whose flushes it carried, in order."""
+    import pickle
+    import queue
+    from concurrent.futures import ThreadPoolExecutor
+
+    sent, keys = queue.SimpleQueue(), []
+
+    class Staged:
+        def put(self, item):
+            keys.append(item[0])
+            sent.put(pickle.loads(pickle.dumps(item)))
+
+        def get(self):
+            return sent.get()
+
+        def empty(self):
+            return sent.empty()
+
+    staged = Staged()
+    monkeypatch.setattr(workers_mod, "_STAGED", staged)
+    monkeypatch.setattr(workers_mod, "start", lambda n, progress: workers_mod.Workers(ThreadPoolExecutor(n), n, staged=staged))
+    return keys
+
+
 def _entries(store):
     files = json.loads((store / "manifest.json").read_text())["files"]
     return sorted((e["source"], e["instance"], e["offset"], e["lines"], e["crc"], e["ctx"]["last_ts"]) for e in files.values())
@@ -375,3 +403,76 @@ def test_workers_started_early_and_not_needed_are_stopped_and_the_files_read_her
     assert set(multiprocessing.active_children()) - before == set()
     files = json.loads((tmp_path / "s" / "manifest.json").read_text())["files"].values()
     assert [e["lines"] for e in files] == [log.read_bytes().count(b"\n")]
+
+
+def test_the_largest_files_are_handed_out_first(tmp_path, by_workers):
+    """Each reader takes the next file when it is free: the largest first, so that what is
+    left at the end, read while another reader may wait, is the smallest."""
+    logs = _logs(tmp_path)
+    ingest([tmp_path / "logs"], tmp_path / "store", workers=2)
+    assert by_workers[0] == max(logs, key=lambda p: p.stat().st_size).name
+
+
+def test_a_workers_flushes_are_committed_as_it_stages_them_and_store_what_reading_here_stores(
+        tmp_path, monkeypatch, by_workers, thread_workers):
+    """A worker sends each flush as soon as it has staged it, and this process commits it
+    between its own blocks (not all of a file's once the file ends, when only the commits
+    would run): the store holds what reading the files one by one here stores. More readers
+    do not flush a file more often (each flush is a commit here)."""
+    from collections import Counter
+
+    keys = thread_workers
+    largest = max(_logs(tmp_path), key=lambda p: p.stat().st_size).name  # (a worker's: handed out first)
+    monkeypatch.setattr(ingest_mod, "FLUSH_ROWS", 1_000)  # several flushes a file
+    # (blocks of 64 KiB: files of several blocks, each block's events more than a flush's rows)
+    ingest([tmp_path / "logs"], tmp_path / "serial", workers=1, block_bytes=1 << 16)
+    flushes = {}
+    for readers in (2, 4):
+        store = tmp_path / f"store{readers}"
+        keys.clear()
+        by_workers.clear()
+        ingest([tmp_path / "logs"], store, workers=readers, block_bytes=1 << 16)
+
+        manifest = json.loads((store / "manifest.json").read_text())
+        sources = Counter(manifest["files"][k]["source"].rsplit("/", 1)[-1] for k in keys)
+        assert set(sources) == set(by_workers) and sources[largest] >= 2
+        flushes[readers] = sources[largest]
+        assert events(store).equals(events(tmp_path / "serial"))
+        assert _entries(store) == _entries(tmp_path / "serial")
+        assert not (store / "_staging").exists()
+        assert all(held == said for held, said in _part_records(store))
+    assert flushes[4] == flushes[2]
+
+
+def test_a_workers_flushes_record_the_parsers_state_at_their_end_as_reading_here_does(
+        tmp_path, monkeypatch, thread_workers):
+    """Each flush a worker commits says where the file was read to and the parser's state
+    there (the manifest's entry, and the next part's roll-back point, which a resume or a
+    repair starts from): the state at that flush's end, as reading the file alone here
+    records it at the same flushes, not the state at the file's end."""
+    from servelens.pipeline.simulate import simulate
+
+    simulate("llamacpp", "steady", "20m", seed=7, out_dir=tmp_path / "sim", instances=2)
+    logs = tmp_path / "logs"
+    for log in sorted((tmp_path / "sim").glob("*.log")):
+        write(logs / log.name, log.read_bytes())
+    largest = max(logs.iterdir(), key=lambda p: p.stat().st_size)
+    monkeypatch.setattr(workers_mod, "WORKER_MIN_BYTES", 0)
+    monkeypatch.setattr(ingest_mod, "FLUSH_ROWS", 2_000)  # a worker flushes at half of it
+    ingest([logs], tmp_path / "store", workers=2, block_bytes=1 << 18)
+    # the largest file alone here, flushing as often as the worker did
+    monkeypatch.setattr(ingest_mod, "FLUSH_ROWS", 1_000)
+    monkeypatch.setattr(ingest_mod, "FLUSH_BYTES", ingest_mod.FLUSH_BYTES // 2)
+    ingest([largest], tmp_path / "serial", workers=1, block_bytes=1 << 18)
+
+    def roll_back_points(store):
+        m = json.loads((store / "manifest.json").read_text())
+        key = next(k for k, e in m["files"].items() if e["source"].endswith(largest.name))
+        points = sorted((src["from"]["offset"], json.dumps(src["from"]["ctx"], sort_keys=True))
+                        for info in m["part_info"].values() for k, src in info["sources"].items()
+                        if k == key and src["from"] is not None)
+        return points, m["files"][key]["ctx"]
+
+    points, final = roll_back_points(tmp_path / "store")
+    assert len(points) >= 2 and len({ctx for _, ctx in points}) >= 2  # (the state moves on in the file)
+    assert (points, final) == roll_back_points(tmp_path / "serial")
