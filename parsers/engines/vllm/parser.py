@@ -18,6 +18,8 @@ family is computed on its own rows only, after a classification by anchored test
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
 from ... import uvicorn
@@ -112,10 +114,10 @@ def _lines_anatomy(df: pl.DataFrame) -> pl.DataFrame:
     # (each cut copies every line's text): `_o` is where the prefix ends (characters, `_ob`
     # bytes), and the body is sliced once, behind both
     if has["proc"]:
-        df = _proc_groups(df)
+        df, prefix = _proc_groups(df)
     else:
-        df = df.with_columns(pl.lit(0, pl.UInt32).alias("_o"), pl.lit(0, pl.UInt32).alias("_ob"))
-    df = _header_groups(df)
+        df, prefix = df.with_columns(pl.lit(0, pl.UInt32).alias("_o"), pl.lit(0, pl.UInt32).alias("_ob")), ""
+    df = _header_groups(df, prefix)
     src = pl.col("src")
     not_py = src.is_not_null() & ~(src.str.ends_with(".py") & (src.str.len_chars() > 3))
     if _any(df, not_py):
@@ -175,17 +177,19 @@ def _by_start(df: pl.DataFrame, key: pl.Expr, pattern: str, then: dict[str, pl.E
     return df.join(starts, on="_start", how="left", maintain_order="left").drop("_start")
 
 
-def _proc_groups(df: pl.DataFrame) -> pl.DataFrame:
+def _proc_groups(df: pl.DataFrame) -> tuple[pl.DataFrame, str | None]:
     """The process prefix's fields (_PROC_FIELDS) at the start of `_t`, and `_o`/`_ob`, its
-    length in characters/bytes. A match starts with `(` or `[`; nothing it reads before
+    length in characters/bytes; and the one prefix every line that has one has, if so
+    (None when the lines have several). A match starts with `(` or `[`; nothing it reads before
     its `)` can be one, so it ends at the line's first `)` or one character after it, and
     without a `)` it is at most `[rankN]:` and one blank, which ends one character after
     the first `]`. (`str.find` counts bytes, `str.head` characters: a start with
     characters of several bytes is longer than needed, never shorter.)"""
     t = pl.col("_t")
+    opens = t.str.starts_with("(") | t.str.starts_with("[")
     close, bracket = t.str.find(")", literal=True), t.str.find("]", literal=True)
     n = (
-        pl.when(~(t.str.starts_with("(") | t.str.starts_with("["))).then(0)
+        pl.when(~opens).then(0)
         .when(close.is_not_null()).then(close + 2)
         .when(bracket.is_not_null()).then(bracket + 3)
         .otherwise(0)
@@ -193,26 +197,40 @@ def _proc_groups(df: pl.DataFrame) -> pl.DataFrame:
     pre = pl.col("pre")
     then = {**{f: pl.col(f) for f in _PROC_FIELDS}, "_o": pre.str.len_chars(), "_ob": pre.str.len_bytes()}
     pattern = f"^(?P<pre>{_PROC})"
-    # most files have one writer: when every line starts with the first one's start, and
-    # that start is all of `n` and holds a `)`, it is every line's start (the same first `)`,
-    # the same `n`), and its groups are every line's
-    first = df.head(1).select(t.str.head(n)).item()
-    close_at = (first or "").encode().find(b")")
-    if close_at >= 0 and len(first) == close_at + 2 and df.select(t.str.starts_with(first).all()).item():
-        one = pl.DataFrame({"_start": [first]}).select(pl.col("_start").str.extract_groups(pattern).alias("_g"))
-        one = one.unnest("_g").select(*(v.alias(k) for k, v in then.items()))
-        return df.with_columns(pl.lit(one[c][0], one[c].dtype).alias(c) for c in one.columns).with_columns(
-            pl.col("_o").fill_null(0), pl.col("_ob").fill_null(0)
-        )
+    # most files have one writer: when every line that opens like a prefix starts with the
+    # first such line's start, and that start is all of its `n` and holds a `)`, it is every
+    # such line's start (the same first `)`, the same `n`), and its groups are every such
+    # line's; the other lines' start is empty (`n` is 0): no prefix (uvicorn's own lines
+    # among vLLM's)
+    at = df.select(opens.arg_max()).item()
+    first = df.slice(at, 1).select(t.str.head(n)).item() or ""
+    close_at = first.encode().find(b")")
+    if close_at >= 0 and len(first) == close_at + 2:
+        mine = t.str.starts_with(first)
+        every, each = df.select(mine.all().alias("every"), (mine | ~opens).all().alias("each")).row(0)
+        if each:
+            one = pl.DataFrame({"_start": [first]}).select(pl.col("_start").str.extract_groups(pattern).alias("_g"))
+            one = one.unnest("_g").select(*(v.alias(k) for k, v in then.items()))
+            values = [pl.lit(one[c][0], one[c].dtype) for c in one.columns]
+            if not every:
+                values = [pl.when(mine).then(v) for v in values]
+            df = df.with_columns(v.alias(c) for v, c in zip(values, one.columns))
+            # the prefix the pattern read (a start it does not read whole has a shorter one)
+            return df.with_columns(pl.col("_o").fill_null(0), pl.col("_ob").fill_null(0)), first[: one["_o"][0]]
     df = _by_start(df, t.str.head(n), pattern, then)
-    return df.with_columns(pl.col("_o").fill_null(0), pl.col("_ob").fill_null(0))
+    return df.with_columns(pl.col("_o").fill_null(0), pl.col("_ob").fill_null(0)), None
 
 
-def _header_groups(df: pl.DataFrame) -> pl.DataFrame:
+# lines whose header starts are sampled to tell whether most starts are distinct
+_SAMPLE = 2048
+
+
+def _header_groups(df: pl.DataFrame, prefix: str | None = None) -> pl.DataFrame:
     """The named groups of `_HDR_ANY_FILE` behind the process prefix (at `_o`), as
     columns. Every match ends at the first `]` behind the prefix or one character after it
     (nothing the pattern reads before its closing bracket can be one), so the line's start
-    up to there decides the match. A line without `]` there has no header."""
+    up to there decides the match. A line without `]` there has no header. `prefix`: the
+    one process prefix of every line that has one ("" for none), if known."""
     t = pl.col("_t")
     at, at_b = pl.col("_o"), pl.col("_ob")
     first = t.str.find("]", literal=True)  # bytes into the line
@@ -220,7 +238,22 @@ def _header_groups(df: pl.DataFrame) -> pl.DataFrame:
     if _any(df, first < at_b):
         first = pl.when(first >= at_b).then(first).otherwise(t.str.slice(at).str.find("]", literal=True) + at_b)
     key = pl.when(first.is_not_null()).then(t.str.slice(at, first - at_b + 2))
+    if prefix is not None and _mostly_distinct(df.head(_SAMPLE).select(key).to_series()):
+        # each line has `prefix` or no prefix before its header: one pattern that holds the
+        # prefix as an option reads the header in place (`prefix` opens with a bracket, which
+        # no header does, so a line with the prefix matches behind it or not at all), without
+        # cutting the line's start first
+        lead = f"(?:{re.escape(prefix)})?" if prefix else ""
+        groups = df.select(t.str.extract_groups(f"^{lead}{_HDR_ANY_FILE}").alias("_g")).unnest("_g")
+        return df.hstack(groups)
     return _by_start(df, key, f"^{_HDR_ANY_FILE}")
+
+
+def _mostly_distinct(starts: pl.Series) -> bool:
+    """Whether most of these (non-null) line starts are distinct: then deduplicating them
+    costs more than it saves (`_by_start`'s test, on a sample)."""
+    n = starts.len() - starts.null_count()
+    return n > 0 and 2 * starts.drop_nulls().n_unique() > n
 
 
 def _header_behind_prefix(df: pl.DataFrame) -> pl.DataFrame:
