@@ -212,8 +212,8 @@ def _proc_groups(df: pl.DataFrame) -> tuple[pl.DataFrame, str | None]:
             one = pl.DataFrame({"_start": [first]}).select(pl.col("_start").str.extract_groups(pattern).alias("_g"))
             one = one.unnest("_g").select(*(v.alias(k) for k, v in then.items()))
             values = [pl.lit(one[c][0], one[c].dtype) for c in one.columns]
-            if not every:
-                values = [pl.when(mine).then(v) for v in values]
+            if not every:  # a field the prefix does not set is null on every line
+                values = [v if one[c][0] is None else pl.when(mine).then(v) for v, c in zip(values, one.columns)]
             df = df.with_columns(v.alias(c) for v, c in zip(values, one.columns))
             # the prefix the pattern read (a start it does not read whole has a shorter one)
             return df.with_columns(pl.col("_o").fill_null(0), pl.col("_ob").fill_null(0)), first[: one["_o"][0]]
@@ -232,20 +232,25 @@ def _header_groups(df: pl.DataFrame, prefix: str | None = None) -> pl.DataFrame:
     up to there decides the match. A line without `]` there has no header. `prefix`: the
     one process prefix of every line that has one ("" for none), if known."""
     t = pl.col("_t")
-    at, at_b = pl.col("_o"), pl.col("_ob")
     first = t.str.find("]", literal=True)  # bytes into the line
+    if prefix is not None and "]" not in prefix:
+        # each line has `prefix` or no prefix before its header: one pattern that holds the
+        # prefix as an option reads the header (`prefix` opens with a bracket, which no header
+        # does, so a line with the prefix matches behind it or not at all), and the line's
+        # start that decides the match is the same with the prefix in it
+        lead = f"(?:{re.escape(prefix)})?" if prefix else ""
+        pattern = f"^{lead}{_HDR_ANY_FILE}"
+        key = pl.when(first.is_not_null()).then(t.str.head(first + 2))
+        if _mostly_distinct(df.head(_SAMPLE).select(key).to_series()):
+            # read in place, without cutting the starts first; lines without `]` are skipped
+            groups = df.select(pl.when(first.is_not_null()).then(t).str.extract_groups(pattern).alias("_g"))
+            return df.hstack(groups.unnest("_g"))
+        return _by_start(df, key, pattern)
+    at, at_b = pl.col("_o"), pl.col("_ob")
     # a `]` inside the prefix (`[rank0]: `): the first one behind it is looked for
     if _any(df, first < at_b):
         first = pl.when(first >= at_b).then(first).otherwise(t.str.slice(at).str.find("]", literal=True) + at_b)
     key = pl.when(first.is_not_null()).then(t.str.slice(at, first - at_b + 2))
-    if prefix is not None and _mostly_distinct(df.head(_SAMPLE).select(key).to_series()):
-        # each line has `prefix` or no prefix before its header: one pattern that holds the
-        # prefix as an option reads the header in place (`prefix` opens with a bracket, which
-        # no header does, so a line with the prefix matches behind it or not at all), without
-        # cutting the line's start first
-        lead = f"(?:{re.escape(prefix)})?" if prefix else ""
-        groups = df.select(t.str.extract_groups(f"^{lead}{_HDR_ANY_FILE}").alias("_g")).unnest("_g")
-        return df.hstack(groups)
     return _by_start(df, key, f"^{_HDR_ANY_FILE}")
 
 
@@ -732,7 +737,12 @@ def _fold_deltas(sub: pl.DataFrame) -> pl.DataFrame:
 
 
 def _events(rec: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
-    rec = rec.with_columns(_families(rec), *_times(rec))
+    fams = _families(rec)
+    # what the families read no more goes before the partition (which copies every column):
+    # the time's parts, the source file and line apart (`srcline` is the attr), the raw
+    # lines unless an unparsed record may keep them
+    spent = ["md", "hms", "frac", "src", "lineno", *(["raw"] if not (fams == "other").any() else [])]
+    rec = rec.with_columns(fams, *_times(rec)).drop(spent)
     if (rec["_fam"] == "delta").any():
         # runs of consecutive records of one family: a delta run folds into one span
         fam = pl.col("_fam")
