@@ -470,14 +470,16 @@ def _family() -> pl.Expr:
 _FEW_ROWS = 1000
 
 
-def _families(rec: pl.DataFrame) -> pl.Series:
-    """`_family()` of every record. The stats and capacity tests search the whole message
-    (a 3 KB prompt included), so they run only on the few messages holding one of their
-    literals; the other records take the same chain without them (anchored tests that
-    fail at the first bytes), those behind a header its header tests only, the others
-    its access test only."""
+def _families(rec: pl.DataFrame) -> tuple[pl.Series, pl.Series | None]:
+    """`_family()` of every record, and the access lines' captures
+    (`uvicorn.access_groups`, in their order) when the access test read them. The stats and
+    capacity tests search the whole message (a 3 KB prompt included), so they run only on
+    the few messages holding one of their literals; the other records take the same chain
+    without them (anchored tests that fail at the first bytes), those behind a header its
+    header tests only, the others its access test only: the access line's reading itself
+    (a line is one when uvicorn.ACCESS matches: its method is read)."""
     if rec.height < _FEW_ROWS:  # on few rows one pass of the whole chain costs less
-        return rec.select(_family().alias("_fam")).to_series()
+        return rec.select(_family().alias("_fam")).to_series(), None
     hot = rec["m"].str.contains(F.STATS_OR_CAPACITY_HINT)
     hdr = rec["has_hdr"]
     # the chain's tests each need a header or its absence: each runs on its side only
@@ -490,7 +492,6 @@ def _families(rec: pl.DataFrame) -> pl.Series:
         .when(F.IS_BATCH_NOTE | F.IS_GEN_NOTE).then(pl.lit("note"))
         .otherwise(pl.lit("other"))
     )
-    bare = pl.when(pl.col("m").str.contains(F.UVICORN_ACCESS)).then(pl.lit("access")).otherwise(pl.lit("other"))
     fam = pl.repeat("other", rec.height, dtype=pl.String, eager=True).alias("_fam")
     m = rec.select("m")
     # behind a header, the request lines (most of a log with request logging on) are told
@@ -504,10 +505,16 @@ def _families(rec: pl.DataFrame) -> pl.Series:
     if idx.len():
         plain = pl.when(F.IS_PLAIN_REQUEST).then(pl.lit("req_plain")).otherwise(pl.lit("req"))
         fam = fam.scatter(idx, m[idx].select(plain).to_series())
-    for rows, chain in ((side & ~received & ~ended, behind_header), (~hot & ~hdr, bare)):
-        idx = rows.arg_true()
-        if idx.len():
-            fam = fam.scatter(idx, m[idx].select(chain).to_series())
+    idx = (side & ~received & ~ended).arg_true()
+    if idx.len():
+        fam = fam.scatter(idx, m[idx].select(behind_header).to_series())
+    uv = None
+    idx = (~hot & ~hdr).arg_true()
+    if idx.len():
+        uv = uvicorn.access_groups(head.gather(idx))
+        access = uv.struct.field("method").is_not_null()
+        fam = fam.scatter(idx.filter(access), "access")
+        uv = uv.filter(access)
     if hot.any():
         idx = hot.arg_true()
         hot_rows = rec.select("m", "has_hdr", "pname")[idx]
@@ -518,7 +525,9 @@ def _families(rec: pl.DataFrame) -> pl.Series:
         if not stats.all():
             rest = hot_rows.filter(~stats).select(_family()).to_series()
             fam = fam.scatter(idx.filter(~stats), rest)
-    return fam
+            if (rest == "access").any():  # access lines of both sides: read again together
+                uv = None
+    return fam, uv
 
 
 def _common_attrs(sub: pl.DataFrame) -> dict[str, pl.Expr]:
@@ -549,8 +558,9 @@ def _with_attrs(sub: pl.DataFrame, fields: list[str]) -> pl.DataFrame:
     return sub.drop(f"_a_{k}" for k in fields).with_columns(attrs_column(vals, fields))
 
 
-def _family_frame(fam: str, sub: pl.DataFrame) -> pl.DataFrame:
-    """Event kind, schema columns and attrs for the rows of one family."""
+def _family_frame(fam: str, sub: pl.DataFrame, uv: pl.Series | None = None) -> pl.DataFrame:
+    """Event kind, schema columns and attrs for the rows of one family (`uv`: the access
+    lines' captures, if read)."""
     m = pl.col("m")
     cols: dict[str, pl.Expr] = {}
     extra: dict[str, pl.Expr] = {}
@@ -624,7 +634,7 @@ def _family_frame(fam: str, sub: pl.DataFrame) -> pl.DataFrame:
         cols = {"event": pl.lit("batch"), **F.note_columns()}
         extra = {"batch_index": m.str.extract(r"^Running batch #(\d+)", 1).cast(pl.Int64, strict=False)}
     elif fam == "access":
-        sub, cols, extra = uvicorn.access_columns(sub, m)
+        sub, cols, extra = uvicorn.access_columns(sub, m, uv)
     else:
         # the exception a record names: its continuation lines' (`_xt`) or its own
         exc = pl.col("_e").struct
@@ -737,7 +747,7 @@ def _fold_deltas(sub: pl.DataFrame) -> pl.DataFrame:
 
 
 def _events(rec: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
-    fams = _families(rec)
+    fams, uv = _families(rec)
     # what the families read no more goes before the partition (which copies every column):
     # the time's parts, the source file and line apart (`srcline` is the attr), the raw
     # lines unless an unparsed record may keep them
@@ -748,7 +758,7 @@ def _events(rec: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
         fam = pl.col("_fam")
         rec = rec.with_columns((fam != fam.shift(1)).fill_null(True).cum_sum().alias("_run"))
     parts = [
-        _fold_deltas(part) if fam == "delta" else _family_frame(fam, part)
+        _fold_deltas(part) if fam == "delta" else _family_frame(fam, part, uv if fam == "access" else None)
         for (fam,), part in rec.partition_by("_fam", as_dict=True, maintain_order=True).items()
     ]
     out = pl.concat(parts, how="diagonal_relaxed").sort("line")
