@@ -15,7 +15,7 @@ from servelens.parsers import uvicorn
 from servelens.parsers.base import ParseContext
 from servelens.parsers.engines.vllm import parser as P
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 STATS = (
     "(APIServer pid=7) INFO 05-12 08:00:{s:02d} [loggers.py:335] Engine 000: Avg prompt throughput: 1.0 tokens/s, "

@@ -16,7 +16,7 @@ import pytest
 from servelens.parsers.base import ParseContext
 from servelens.parsers.engines.vllm import parser as P
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 HDR = "INFO 05-12 08:00:00 [logger.py:49] "
 LINES = [
     f"(APIServer pid=1) {HDR}Received request a: params: None",

@@ -14,7 +14,7 @@ import pytest
 from servelens.parsers import base, get_parser
 from servelens.parsers.base import ParseContext, attrs_column, attrs_json
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def whole(df: pl.DataFrame, keys: list[str]) -> pl.Series:
