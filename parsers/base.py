@@ -216,7 +216,25 @@ def _encode_shape(rows: pl.DataFrame, keys: list[str], bits: int) -> pl.Series:
     present = [k for i, k in enumerate(keys) if bits >> i & 1]
     if not present:
         return pl.repeat(None, rows.height, dtype=pl.String, eager=True).alias("attrs")
-    return rows.select(pl.struct(present).struct.json_encode().alias("attrs")).to_series()
+    # the leading fields of one value on every row (the process, its pid, the source line)
+    # are encoded once, from the first row, and put before each row's encoding of the rest
+    # (an object's members are encoded one after the other). Floats are left out of the
+    # test: 0.0 and -0.0 are equal but print differently
+    schema = rows.schema
+    candidates = []
+    for k in present:
+        if schema[k].is_float():
+            break
+        candidates.append(k)
+    same = rows.select((pl.col(k) == pl.col(k).first()).all().alias(k) for k in candidates).row(0) if candidates else ()
+    n_head = next((i for i, s in enumerate(same) if not s), len(same))
+    if n_head == 0:
+        return rows.select(pl.struct(present).struct.json_encode().alias("attrs")).to_series()
+    head = rows.head(1).select(pl.struct(present[:n_head]).struct.json_encode()).item()
+    if n_head == len(present):
+        return pl.repeat(head, rows.height, dtype=pl.String, eager=True).alias("attrs")
+    tail = pl.struct(present[n_head:]).struct.json_encode()
+    return rows.select(tail.str.replace("{", head[:-1] + ",", literal=True).alias("attrs")).to_series()
 
 
 def _attrs_by_regex(df: pl.DataFrame, keys: list[str], keep: pl.Expr) -> pl.Series:

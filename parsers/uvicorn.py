@@ -40,10 +40,13 @@ def access_groups(message: pl.Series) -> pl.Series:
     return fast.to_struct(message.name)
 
 
-def access_columns(sub: pl.DataFrame, message: pl.Expr) -> tuple[pl.DataFrame, dict, dict]:
+def access_columns(sub: pl.DataFrame, message: pl.Expr, groups: pl.Series | None = None) -> tuple[pl.DataFrame, dict, dict]:
     """An access line's event columns and attrs: `sub` with the capture added, the columns
-    (event, level, http_status) and the extra fields (method, path, client, protocol)."""
-    sub = sub.with_columns(access_groups(sub.select(message).to_series()).alias("_uv"))
+    (event, level, http_status) and the extra fields (method, path, client, protocol).
+    `groups`: `access_groups` of the rows' messages, when the caller has read them."""
+    if groups is None:
+        groups = access_groups(sub.select(message).to_series())
+    sub = sub.with_columns(groups.alias("_uv"))
     uv = pl.col("_uv").struct
     cols = {
         "event": pl.lit("http_access"),

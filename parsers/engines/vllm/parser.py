@@ -18,6 +18,8 @@ family is computed on its own rows only, after a classification by anchored test
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
 from ... import uvicorn
@@ -112,10 +114,10 @@ def _lines_anatomy(df: pl.DataFrame) -> pl.DataFrame:
     # (each cut copies every line's text): `_o` is where the prefix ends (characters, `_ob`
     # bytes), and the body is sliced once, behind both
     if has["proc"]:
-        df = _proc_groups(df)
+        df, prefix = _proc_groups(df)
     else:
-        df = df.with_columns(pl.lit(0, pl.UInt32).alias("_o"), pl.lit(0, pl.UInt32).alias("_ob"))
-    df = _header_groups(df)
+        df, prefix = df.with_columns(pl.lit(0, pl.UInt32).alias("_o"), pl.lit(0, pl.UInt32).alias("_ob")), ""
+    df = _header_groups(df, prefix)
     src = pl.col("src")
     not_py = src.is_not_null() & ~(src.str.ends_with(".py") & (src.str.len_chars() > 3))
     if _any(df, not_py):
@@ -175,17 +177,19 @@ def _by_start(df: pl.DataFrame, key: pl.Expr, pattern: str, then: dict[str, pl.E
     return df.join(starts, on="_start", how="left", maintain_order="left").drop("_start")
 
 
-def _proc_groups(df: pl.DataFrame) -> pl.DataFrame:
+def _proc_groups(df: pl.DataFrame) -> tuple[pl.DataFrame, str | None]:
     """The process prefix's fields (_PROC_FIELDS) at the start of `_t`, and `_o`/`_ob`, its
-    length in characters/bytes. A match starts with `(` or `[`; nothing it reads before
+    length in characters/bytes; and the one prefix every line that has one has, if so
+    (None when the lines have several). A match starts with `(` or `[`; nothing it reads before
     its `)` can be one, so it ends at the line's first `)` or one character after it, and
     without a `)` it is at most `[rankN]:` and one blank, which ends one character after
     the first `]`. (`str.find` counts bytes, `str.head` characters: a start with
     characters of several bytes is longer than needed, never shorter.)"""
     t = pl.col("_t")
+    opens = t.str.starts_with("(") | t.str.starts_with("[")
     close, bracket = t.str.find(")", literal=True), t.str.find("]", literal=True)
     n = (
-        pl.when(~(t.str.starts_with("(") | t.str.starts_with("["))).then(0)
+        pl.when(~opens).then(0)
         .when(close.is_not_null()).then(close + 2)
         .when(bracket.is_not_null()).then(bracket + 3)
         .otherwise(0)
@@ -193,34 +197,68 @@ def _proc_groups(df: pl.DataFrame) -> pl.DataFrame:
     pre = pl.col("pre")
     then = {**{f: pl.col(f) for f in _PROC_FIELDS}, "_o": pre.str.len_chars(), "_ob": pre.str.len_bytes()}
     pattern = f"^(?P<pre>{_PROC})"
-    # most files have one writer: when every line starts with the first one's start, and
-    # that start is all of `n` and holds a `)`, it is every line's start (the same first `)`,
-    # the same `n`), and its groups are every line's
-    first = df.head(1).select(t.str.head(n)).item()
-    close_at = (first or "").encode().find(b")")
-    if close_at >= 0 and len(first) == close_at + 2 and df.select(t.str.starts_with(first).all()).item():
-        one = pl.DataFrame({"_start": [first]}).select(pl.col("_start").str.extract_groups(pattern).alias("_g"))
-        one = one.unnest("_g").select(*(v.alias(k) for k, v in then.items()))
-        return df.with_columns(pl.lit(one[c][0], one[c].dtype).alias(c) for c in one.columns).with_columns(
-            pl.col("_o").fill_null(0), pl.col("_ob").fill_null(0)
-        )
+    # most files have one writer: when every line that opens like a prefix starts with the
+    # first such line's start, and that start is all of its `n` and holds a `)`, it is every
+    # such line's start (the same first `)`, the same `n`), and its groups are every such
+    # line's; the other lines' start is empty (`n` is 0): no prefix (uvicorn's own lines
+    # among vLLM's)
+    at = df.select(opens.arg_max()).item()
+    first = df.slice(at, 1).select(t.str.head(n)).item() or ""
+    close_at = first.encode().find(b")")
+    if close_at >= 0 and len(first) == close_at + 2:
+        mine = t.str.starts_with(first)
+        every, each = df.select(mine.all().alias("every"), (mine | ~opens).all().alias("each")).row(0)
+        if each:
+            one = pl.DataFrame({"_start": [first]}).select(pl.col("_start").str.extract_groups(pattern).alias("_g"))
+            one = one.unnest("_g").select(*(v.alias(k) for k, v in then.items()))
+            values = [pl.lit(one[c][0], one[c].dtype) for c in one.columns]
+            if not every:  # a field the prefix does not set is null on every line
+                values = [v if one[c][0] is None else pl.when(mine).then(v) for v, c in zip(values, one.columns)]
+            df = df.with_columns(v.alias(c) for v, c in zip(values, one.columns))
+            # the prefix the pattern read (a start it does not read whole has a shorter one)
+            return df.with_columns(pl.col("_o").fill_null(0), pl.col("_ob").fill_null(0)), first[: one["_o"][0]]
     df = _by_start(df, t.str.head(n), pattern, then)
-    return df.with_columns(pl.col("_o").fill_null(0), pl.col("_ob").fill_null(0))
+    return df.with_columns(pl.col("_o").fill_null(0), pl.col("_ob").fill_null(0)), None
 
 
-def _header_groups(df: pl.DataFrame) -> pl.DataFrame:
+# lines whose header starts are sampled to tell whether most starts are distinct
+_SAMPLE = 2048
+
+
+def _header_groups(df: pl.DataFrame, prefix: str | None = None) -> pl.DataFrame:
     """The named groups of `_HDR_ANY_FILE` behind the process prefix (at `_o`), as
     columns. Every match ends at the first `]` behind the prefix or one character after it
     (nothing the pattern reads before its closing bracket can be one), so the line's start
-    up to there decides the match. A line without `]` there has no header."""
+    up to there decides the match. A line without `]` there has no header. `prefix`: the
+    one process prefix of every line that has one ("" for none), if known."""
     t = pl.col("_t")
-    at, at_b = pl.col("_o"), pl.col("_ob")
     first = t.str.find("]", literal=True)  # bytes into the line
+    if prefix is not None and "]" not in prefix:
+        # each line has `prefix` or no prefix before its header: one pattern that holds the
+        # prefix as an option reads the header (`prefix` opens with a bracket, which no header
+        # does, so a line with the prefix matches behind it or not at all), and the line's
+        # start that decides the match is the same with the prefix in it
+        lead = f"(?:{re.escape(prefix)})?" if prefix else ""
+        pattern = f"^{lead}{_HDR_ANY_FILE}"
+        key = pl.when(first.is_not_null()).then(t.str.head(first + 2))
+        if _mostly_distinct(df.head(_SAMPLE).select(key).to_series()):
+            # read in place, without cutting the starts first; lines without `]` are skipped
+            groups = df.select(pl.when(first.is_not_null()).then(t).str.extract_groups(pattern).alias("_g"))
+            return df.hstack(groups.unnest("_g"))
+        return _by_start(df, key, pattern)
+    at, at_b = pl.col("_o"), pl.col("_ob")
     # a `]` inside the prefix (`[rank0]: `): the first one behind it is looked for
     if _any(df, first < at_b):
         first = pl.when(first >= at_b).then(first).otherwise(t.str.slice(at).str.find("]", literal=True) + at_b)
     key = pl.when(first.is_not_null()).then(t.str.slice(at, first - at_b + 2))
     return _by_start(df, key, f"^{_HDR_ANY_FILE}")
+
+
+def _mostly_distinct(starts: pl.Series) -> bool:
+    """Whether most of these (non-null) line starts are distinct: then deduplicating them
+    costs more than it saves (`_by_start`'s test, on a sample)."""
+    n = starts.len() - starts.null_count()
+    return n > 0 and 2 * starts.drop_nulls().n_unique() > n
 
 
 def _header_behind_prefix(df: pl.DataFrame) -> pl.DataFrame:
@@ -432,14 +470,16 @@ def _family() -> pl.Expr:
 _FEW_ROWS = 1000
 
 
-def _families(rec: pl.DataFrame) -> pl.Series:
-    """`_family()` of every record. The stats and capacity tests search the whole message
-    (a 3 KB prompt included), so they run only on the few messages holding one of their
-    literals; the other records take the same chain without them (anchored tests that
-    fail at the first bytes), those behind a header its header tests only, the others
-    its access test only."""
+def _families(rec: pl.DataFrame) -> tuple[pl.Series, pl.Series | None]:
+    """`_family()` of every record, and the access lines' captures
+    (`uvicorn.access_groups`, in their order) when the access test read them. The stats and
+    capacity tests search the whole message (a 3 KB prompt included), so they run only on
+    the few messages holding one of their literals; the other records take the same chain
+    without them (anchored tests that fail at the first bytes), those behind a header its
+    header tests only, the others its access test only: the access line's reading itself
+    (a line is one when uvicorn.ACCESS matches: its method is read)."""
     if rec.height < _FEW_ROWS:  # on few rows one pass of the whole chain costs less
-        return rec.select(_family().alias("_fam")).to_series()
+        return rec.select(_family().alias("_fam")).to_series(), None
     hot = rec["m"].str.contains(F.STATS_OR_CAPACITY_HINT)
     hdr = rec["has_hdr"]
     # the chain's tests each need a header or its absence: each runs on its side only
@@ -452,7 +492,6 @@ def _families(rec: pl.DataFrame) -> pl.Series:
         .when(F.IS_BATCH_NOTE | F.IS_GEN_NOTE).then(pl.lit("note"))
         .otherwise(pl.lit("other"))
     )
-    bare = pl.when(pl.col("m").str.contains(F.UVICORN_ACCESS)).then(pl.lit("access")).otherwise(pl.lit("other"))
     fam = pl.repeat("other", rec.height, dtype=pl.String, eager=True).alias("_fam")
     m = rec.select("m")
     # behind a header, the request lines (most of a log with request logging on) are told
@@ -466,10 +505,16 @@ def _families(rec: pl.DataFrame) -> pl.Series:
     if idx.len():
         plain = pl.when(F.IS_PLAIN_REQUEST).then(pl.lit("req_plain")).otherwise(pl.lit("req"))
         fam = fam.scatter(idx, m[idx].select(plain).to_series())
-    for rows, chain in ((side & ~received & ~ended, behind_header), (~hot & ~hdr, bare)):
-        idx = rows.arg_true()
-        if idx.len():
-            fam = fam.scatter(idx, m[idx].select(chain).to_series())
+    idx = (side & ~received & ~ended).arg_true()
+    if idx.len():
+        fam = fam.scatter(idx, m[idx].select(behind_header).to_series())
+    uv = None
+    idx = (~hot & ~hdr).arg_true()
+    if idx.len():
+        uv = uvicorn.access_groups(head.gather(idx))
+        access = uv.struct.field("method").is_not_null()
+        fam = fam.scatter(idx.filter(access), "access")
+        uv = uv.filter(access)
     if hot.any():
         idx = hot.arg_true()
         hot_rows = rec.select("m", "has_hdr", "pname")[idx]
@@ -480,7 +525,9 @@ def _families(rec: pl.DataFrame) -> pl.Series:
         if not stats.all():
             rest = hot_rows.filter(~stats).select(_family()).to_series()
             fam = fam.scatter(idx.filter(~stats), rest)
-    return fam
+            if (rest == "access").any():  # access lines of both sides: read again together
+                uv = None
+    return fam, uv
 
 
 def _common_attrs(sub: pl.DataFrame) -> dict[str, pl.Expr]:
@@ -511,8 +558,9 @@ def _with_attrs(sub: pl.DataFrame, fields: list[str]) -> pl.DataFrame:
     return sub.drop(f"_a_{k}" for k in fields).with_columns(attrs_column(vals, fields))
 
 
-def _family_frame(fam: str, sub: pl.DataFrame) -> pl.DataFrame:
-    """Event kind, schema columns and attrs for the rows of one family."""
+def _family_frame(fam: str, sub: pl.DataFrame, uv: pl.Series | None = None) -> pl.DataFrame:
+    """Event kind, schema columns and attrs for the rows of one family (`uv`: the access
+    lines' captures, if read)."""
     m = pl.col("m")
     cols: dict[str, pl.Expr] = {}
     extra: dict[str, pl.Expr] = {}
@@ -586,7 +634,7 @@ def _family_frame(fam: str, sub: pl.DataFrame) -> pl.DataFrame:
         cols = {"event": pl.lit("batch"), **F.note_columns()}
         extra = {"batch_index": m.str.extract(r"^Running batch #(\d+)", 1).cast(pl.Int64, strict=False)}
     elif fam == "access":
-        sub, cols, extra = uvicorn.access_columns(sub, m)
+        sub, cols, extra = uvicorn.access_columns(sub, m, uv)
     else:
         # the exception a record names: its continuation lines' (`_xt`) or its own
         exc = pl.col("_e").struct
@@ -699,13 +747,18 @@ def _fold_deltas(sub: pl.DataFrame) -> pl.DataFrame:
 
 
 def _events(rec: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
-    rec = rec.with_columns(_families(rec), *_times(rec))
+    fams, uv = _families(rec)
+    # what the families read no more goes before the partition (which copies every column):
+    # the time's parts, the source file and line apart (`srcline` is the attr), the raw
+    # lines unless an unparsed record may keep them
+    spent = ["md", "hms", "frac", "src", "lineno", *(["raw"] if not (fams == "other").any() else [])]
+    rec = rec.with_columns(fams, *_times(rec)).drop(spent)
     if (rec["_fam"] == "delta").any():
         # runs of consecutive records of one family: a delta run folds into one span
         fam = pl.col("_fam")
         rec = rec.with_columns((fam != fam.shift(1)).fill_null(True).cum_sum().alias("_run"))
     parts = [
-        _fold_deltas(part) if fam == "delta" else _family_frame(fam, part)
+        _fold_deltas(part) if fam == "delta" else _family_frame(fam, part, uv if fam == "access" else None)
         for (fam,), part in rec.partition_by("_fam", as_dict=True, maintain_order=True).items()
     ]
     out = pl.concat(parts, how="diagonal_relaxed").sort("line")
