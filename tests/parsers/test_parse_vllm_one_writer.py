@@ -43,6 +43,6 @@ def events(lines: list[str]) -> list[dict]:
 
 def test_a_line_after_another_reads_the_same_whatever_starts_the_chunk():
     pairs = list(itertools.product(LINES, LINES))
-    # `x` has no process prefix: the chunk it starts takes every line's prefix apart
+    # `x` has no process prefix: the chunk it starts is not one writer's, and must read the same
     diff = [(a, b) for a, b in pairs if events([a, b]) != events(["x", a, b])]
     assert diff == []
