@@ -12,7 +12,10 @@ several physical lines:
 The columns are found by name (any order, any others), so the header is part of the layer
 (`csv-export:<header row>`): a block read far from the file's head is decoded the same way.
 A row is one record when its quotes balance; a row that opens with the time column starts a
-record whatever came before it, so an unclosed quote spoils its own row only. The rows are
+record whatever came before it, so an unclosed quote spoils its own row only. Where the time
+column comes last (Logs Explorer), a block read from the middle of the file may begin inside
+a quoted message: the lines up to the first row end whose quotes do not balance are that
+message's tail, and the records after it are read as the whole file reads them. The rows are
 read by polars' CSV reader; a row that is no whole CSV record keeps its text and a label
 `decode_error` saying why (the engine parser keeps it as `unparsed`). Each line of a message
 is a line for the engine parser; entries are put back in time order per stream."""
@@ -53,11 +56,11 @@ ROLES: dict[str, tuple[str, ...]] = {
     "severity": ("severity", "status", "log.level", "level"),
 }
 _KEYS = ["_lab_namespace", "_lab_pod", "_lab_container", "_lab_log_group", "_lab_log_stream", "_lab_host"]
-# a time as the first field of a row (quoted or not), in the forms the platforms print; the
-# space-separated form needs its fraction so that a Python logging line (`... 14:23:45,123`)
+# a time field (quoted or not), the first or the last of a row, in the forms the platforms
+# print; the space-separated form needs its fraction so that a Python logging line (`... 14:23:45,123`)
 # inside a message is never taken for a row
-_ROW_TIME = (
-    r'^"?(?:[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?(?:Z|[+-][0-9]{2}:?[0-9]{2})?'
+_TIME = (
+    r'"?(?:[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?(?:Z|[+-][0-9]{2}:?[0-9]{2})?'
     r"|[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]+"
     r"|[A-Z][a-z]{2} [0-9]{1,2}, [0-9]{4} @ [0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?"
     r'|[0-9]{10,19})"?'
@@ -121,7 +124,7 @@ def decode(df: pl.DataFrame, header: str) -> pl.DataFrame:
     if balanced:
         df = df.drop("_q")
     else:
-        df = _join_records(df, is_header, role["time"] == 0, sep)
+        df = _join_records(df, is_header, role["time"], len(cols), sep)
     df = df.filter(~is_header | pl.col("_open"))
     if df.height == 0:
         return df.with_columns(pl.lit(None, pl.String).alias("_lab_decode_error"))
@@ -177,26 +180,43 @@ def _one_record_a_line(df: pl.DataFrame) -> bool:
     return bool(df.select((pl.col("_q") % 2 == 0).all()).item())
 
 
-def _join_records(df: pl.DataFrame, is_header: pl.Expr, time_first: bool, sep: str) -> pl.DataFrame:
+def _join_records(df: pl.DataFrame, is_header: pl.Expr, time_col: int, n_cols: int, sep: str) -> pl.DataFrame:
     """The physical lines (`_q`: the quotes in each) joined into records: a record ends where
     its quotes balance, counted from the last row that opens with its time (an unclosed quote
-    cannot swallow the rows after it)."""
+    cannot swallow the rows after it). Where the time is the last column, a block that begins
+    inside a quoted message (read from the middle of the file) ends that message's tail at
+    its first row end (`_head_tail`), so that the quotes after it are counted the right way."""
     text = pl.col("text")
-    # (a byte order mark before the first row, as the file's first line may have)
-    row_time = "^\ufeff?" + _ROW_TIME.removeprefix("^") + ("\t" if sep == "\t" else ",")
-    starts = (text.str.contains(row_time) & ~is_header) if time_first else pl.lit(False)
+    sep_re = "\t" if sep == "\t" else ","
+    if time_col == 0:
+        # (a byte order mark before the first row, as the file's first line may have)
+        starts = text.str.contains("^\ufeff?" + _TIME + sep_re) & ~is_header
+    else:
+        starts = pl.lit(False)
+    tail_end = _head_tail(df, text.str.contains(sep_re + _TIME + "$") & ~is_header) if time_col == n_cols - 1 else -1
     df = df.with_columns(starts.alias("_rs"))
     # (the quotes counted since the segment's start: the running count less its value
     # where the segment began, no grouping)
     total = pl.col("_q").cum_sum()
+    if tail_end >= 0:
+        total = total - pl.when(pl.int_range(pl.len()) > tail_end).then(pl.col("_q").head(tail_end + 1).sum()).otherwise(0)
     since = total - pl.when(pl.col("_rs")).then(total - pl.col("_q")).forward_fill().fill_null(0)
     df = df.with_columns(pl.col("_rs").cum_sum().alias("_seg"))
     odd = (since % 2) == 1
-    ends = ~odd | pl.col("_rs").shift(-1).fill_null(False)
+    ends = ~odd | pl.col("_rs").shift(-1).fill_null(False) | (pl.int_range(pl.len()) == tail_end)
     df = df.with_columns(ends.alias("_e"), odd.alias("_odd"))
     # the message's own newlines, put back between the physical lines joined
     df = df.with_columns(pl.when(pl.col("_e")).then(pl.col("text")).otherwise(pl.col("text") + "\n").alias("text"))
     return join_fragments(df.drop("_rs", "_q", "_seg", "_odd"), pl.col("_e")).drop("_e", strict=False)
+
+
+def _head_tail(df: pl.DataFrame, row_end: pl.Expr) -> int:
+    """The last line of the quoted message's tail a block begins with (-1 when it begins
+    with a whole record): lines before the first that ends with the time column (`row_end`)
+    whose quotes, counted from the block's start to it, do not balance. A record's own lines
+    balance by its end; a message's tail leaves its opening quote out."""
+    first = df.select(pl.int_range(pl.len()).filter(row_end).first(), pl.col("_q").cum_sum().filter(row_end).first()).row(0)
+    return first[0] if first[0] is not None and first[1] % 2 == 1 else -1
 
 
 def _read_rows(rows: pl.Series, n: int, sep: str = ",") -> pl.DataFrame:
