@@ -575,10 +575,11 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         pl.when(np_head).then(msg).str.extract_groups(_NEW_PROMPT_RE).alias("_npg"),
         pl.when(msg.str.starts_with("stop processing: n_tokens = ")).then(msg).str.extract_groups(_RELEASE_RE).alias("_relg"),
         # (each pattern only on the messages opening with one of its literal heads)
-        _has(pl.when(msg.str.starts_with("processing task") | slot_head).then(msg),
-             r"^(?:processing task|slot is processing task|slot [0-9]+ is processing \[task id: [0-9]+\])").alias("_arrived"),
-        _has(pl.when(msg.str.starts_with("stop processing") | slot_head).then(msg),
-             r"^(?:stop processing|slot released|slot [0-9]+ released)").alias("_finished"),
+        # (a message opening with the literal is one; the pattern only for the older forms)
+        (msg.str.starts_with("processing task").fill_null(False)
+         | _has(pl.when(slot_head).then(msg), r"^slot (?:is processing task|[0-9]+ is processing \[task id: [0-9]+\])")).alias("_arrived"),
+        (msg.str.starts_with("stop processing").fill_null(False)
+         | _has(pl.when(slot_head).then(msg), r"^slot (?:released|[0-9]+ released)")).alias("_finished"),
     )
     access, box, tg, pp, ppp, np_exact = (pl.col(c) for c in ("_accg", "_boxg", "_tgg", "_ppg", "_pppg", "_npg"))
     np_other = np_exact.struct.field("1").is_null()
