@@ -153,3 +153,42 @@ def test_lifecycle_near_misses_read_the_same():
 ), min_size=1, max_size=12))
 def test_generated_lifecycle_messages_read_the_same(cases):
     assert_lifecycle([f"{a}{b}{c}" for a, b, c in cases])
+
+
+# ---------------------------------------------------------------------------------------
+# the model's name from the loader's metadata
+
+GENERAL_NAME = re.compile(r"general\.name\s+(?:str\s+)?=\s+(.+?)\s*$")
+LOADER = "llama_model_loader: "
+
+
+def assert_models(lines: list[str]) -> None:
+    # each line (`<function>: <message>`) a chunk of its own (the model is carried forward from
+    # line to line); the general reading searches the message after the function's name
+    got = [events([line])["model"][0] for line in lines]
+    want = [(m.group(1) if (m := GENERAL_NAME.search(line.split(": ", 1)[1])) else None) for line in lines]
+    assert [(line, g, w) for line, g, w in zip(lines, got, want) if g != w] == []
+
+
+def test_logged_model_names_read_the_same():
+    lines = logged_messages("general.name", r"^.*?((?:llama_model_loader|llm_load_print_meta|print_info): .*)$")
+    assert len(lines) >= 2
+    assert_models(lines)
+
+
+MODEL_NEAR_MISSES = [LOADER + m for m in (
+    "- kv   2:                               general.name str              = Qwen2.5 7B Instruct",
+    "- kv   2:                               general.name str              = ",
+    "- kv   2:                               general.name = tiny ",
+    "- kv   2:                               generalXname str              = Qwen",
+    "- kv   2:                               general.name str = ",
+    "- kv   2:                               general.names str = Qwen",
+    "- kv   2:                               general.name\tstr\t=\tQwen 3",
+    "- kv   2: general.name=Qwen",
+    "general.name",
+)] + ["print_info: general.name     = Llama 3", "llm_load_print_meta: general.name = x y  ", "llm_load_print_meta: general_name = x"]
+
+
+def test_model_near_misses_read_the_same():
+    assert_models(MODEL_NEAR_MISSES)
+    assert len([m for m in MODEL_NEAR_MISSES if GENERAL_NAME.search(m)]) >= 5
