@@ -16,11 +16,10 @@ import re
 import polars as pl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from servelens.parsers.base import ParseContext, finalize, lines_frame
-from servelens.parsers.engines.llamacpp import parser as llamacpp
 from servelens.parsers.engines.llamacpp import timing
 
 from tests.helpers.common import logged_messages
+from tests.parsers.test_llamacpp_one_pass import events
 
 # ---------------------------------------------------------------------------------------
 # the timing part's kind
@@ -95,13 +94,6 @@ def test_generated_timing_messages_read_the_same(cases):
 
 ARRIVED = re.compile(r"^(?:processing task|slot is processing task|slot [0-9]+ is processing \[task id: [0-9]+\])")
 FINISHED = re.compile(r"^(?:stop processing|slot released|slot [0-9]+ released)")
-
-
-def events(texts: list[str]) -> pl.DataFrame:
-    ctx = ParseContext(engine="llamacpp", source="t.log", instance="t")
-    ev = finalize(llamacpp.parse(lines_frame(texts), ctx), ctx, carry=llamacpp.CARRY_FORWARD).sort("line")
-    assert ev.height == len(texts)
-    return ev
 
 
 def expected_lifecycle(message: str) -> str | None:
