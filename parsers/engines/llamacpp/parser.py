@@ -533,8 +533,8 @@ _ERROR_RE = (
     r"|failed to decode the batch|failed to (?:initialize batch|decode, ret = )|Invalid input batch"
     r"|inconsistent sequence positions|Assertion `.*' failed|^srv +send_error: "
 )
-# a literal of each rare pattern of `_events` (aborts, capacity, model, unified KV)
-_RARE_HINT = "cancel task|n_slots|n_seq_max|n_parallel|n_ctx|-> Slot|loading model|kv_unified"
+# a literal of each rare pattern of `_events` (aborts, capacity, model name, unified KV)
+_RARE_HINT = r"cancel task|n_slots|n_seq_max|n_parallel|n_ctx|-> Slot|loading model|kv_unified|general\.name"
 # the usual `new prompt` line whole: n_ctx_slot, n_keep, the prompt's tokens
 _NEW_PROMPT_RE = r"^new prompt, n_ctx_slot = ([0-9]+), n_keep = (-?[0-9]+), (?:n_prompt_tokens|task\.n_tokens) = ([0-9]+)$"
 # the usual release line whole: its two numbers by one anchored pattern; any other release
@@ -575,10 +575,11 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         pl.when(np_head).then(msg).str.extract_groups(_NEW_PROMPT_RE).alias("_npg"),
         pl.when(msg.str.starts_with("stop processing: n_tokens = ")).then(msg).str.extract_groups(_RELEASE_RE).alias("_relg"),
         # (each pattern only on the messages opening with one of its literal heads)
-        _has(pl.when(msg.str.starts_with("processing task") | slot_head).then(msg),
-             r"^(?:processing task|slot is processing task|slot [0-9]+ is processing \[task id: [0-9]+\])").alias("_arrived"),
-        _has(pl.when(msg.str.starts_with("stop processing") | slot_head).then(msg),
-             r"^(?:stop processing|slot released|slot [0-9]+ released)").alias("_finished"),
+        # (a message opening with the literal is one; the pattern only for the older forms)
+        (msg.str.starts_with("processing task").fill_null(False)
+         | _has(pl.when(slot_head).then(msg), r"^slot (?:is processing task|[0-9]+ is processing \[task id: [0-9]+\])")).alias("_arrived"),
+        (msg.str.starts_with("stop processing").fill_null(False)
+         | _has(pl.when(slot_head).then(msg), r"^slot (?:released|[0-9]+ released)")).alias("_finished"),
     )
     access, box, tg, pp, ppp, np_exact = (pl.col(c) for c in ("_accg", "_boxg", "_tgg", "_ppg", "_pppg", "_npg"))
     np_other = np_exact.struct.field("1").is_null()
@@ -589,7 +590,15 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         pl.when(np_head & np_other).then(msg).alias("_npm"),
         pl.when(msg.str.contains(_RARE_HINT) & np_other).then(msg).alias("_rare"),
     )
-    np_msg, rare = pl.col("_npm"), pl.col("_rare")
+    # most chunks hold no start-up line, no other `new prompt` form and no 2024 record: then
+    # their readings are left out (each would cost a pass over every row, for nulls)
+    some = lambda col: df[col].null_count() < df.height  # noqa: E731
+    has_rare = some("_rare")
+    np_msg = pl.col("_npm") if some("_npm") else pl.lit(None, _STR)
+    rare = pl.col("_rare") if has_rare else pl.lit(None, _STR)
+    # a 2024 record's field on the messages that name it (none where no record holds it)
+    x_on = lambda message, k: pl.when(msg == message).then(pl.col(f"_x_{k}").cast(pl.Int64, strict=False)) if some(f"_x_{k}") else None  # noqa: E731
+    or_null = lambda *es: pl.coalesce(*[e for e in es if e is not None] or [pl.lit(None, pl.Int64)])  # noqa: E731
     json_access = (fn == "log_server_request") & pl.col("_x_status").is_not_null()
     arrived, finished = pl.col("_arrived"), pl.col("_finished")
     aborted_id = rare.str.extract(r"cancel task, id_task = ([0-9]+)", 1)
@@ -599,25 +608,24 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
     # the prompt's first N tokens are reused
     cached = pl.when(msg.str.contains("rm ", literal=True)).then(msg).str.extract(
         r"^(?:kv cache rm|slot [0-9]+ : kv cache rm -|(?:cached )?n_tokens = [0-9]+, memory_seq_rm) \[([0-9]+), end\)", 1)
-    n_slots = pl.coalesce(rare.str.extract(r"initializing(?: slots)?, n_slots = ([0-9]+)", 1).cast(pl.Int64, strict=False),
-                          pl.when(msg == "initializing slots").then(pl.col("_x_n_slots").cast(pl.Int64, strict=False)))
+    n_slots = or_null(rare.str.extract(r"initializing(?: slots)?, n_slots = ([0-9]+)", 1).cast(pl.Int64, strict=False),
+                      x_on("initializing slots", "n_slots"))
     n_seq = rare.str.extract(r"^(?:n_seq_max|n_parallel)\s*=\s*([0-9]+)", 1).cast(pl.Int64, strict=False)
-    n_ctx = pl.coalesce(
+    n_ctx = or_null(
         pl.when(fn.is_in(["llama_context", "llama_new_context_with_model", "llama_init_from_model"])).then(
-            rare.str.extract(r"^n_ctx\s*=\s*([0-9]+)", 1).cast(pl.Int64, strict=False)),
+            rare.str.extract(r"^n_ctx\s*=\s*([0-9]+)", 1).cast(pl.Int64, strict=False)) if has_rare else None,
         # `llama_kv_cache: size = 2048.00 MiB ( 16384 cells,  32 layers,  1/1 seqs), ...`
         pl.when(fn.is_in(["llama_kv_cache", "llama_kv_cache_unified"])).then(
             msg.str.extract(r"^size =\s*[0-9.]+ MiB \(\s*([0-9]+) cells", 1).cast(pl.Int64, strict=False)),
     )
-    n_ctx_slot_new = pl.coalesce(
+    n_ctx_slot_new = or_null(
         rare.str.extract(r"(?:new slot,?|^initializing, n_slots = [0-9]+,) n_ctx_slot = ([0-9]+)", 1).cast(pl.Int64, strict=False),
-        pl.when(msg == "new slot").then(pl.col("_x_n_ctx_slot").cast(pl.Int64, strict=False)),
+        x_on("new slot", "n_ctx_slot"),
         rare.str.extract(r"^ -> Slot [0-9]+ - max context: ([0-9]+)", 1).cast(pl.Int64, strict=False),
     )
     model = pl.coalesce(
         rare.str.extract(r"loading model '([^']+)'", 1),
-        pl.when(msg.str.contains("general.name", literal=True)).then(msg)
-        .str.extract(r"general\.name\s+(?:str\s+)?=\s+(.+?)\s*$", 1),
+        rare.str.extract(r"general\.name\s+(?:str\s+)?=\s+(.+?)\s*$", 1),
     )
     df = df.with_columns(
         pl.coalesce(access.struct.field("1"), box.struct.field("1")).alias("method"),
@@ -632,7 +640,8 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         pl.coalesce(ppp.struct.field("2"), ppp.struct.field("4")).cast(pl.Int64, strict=False).alias("batch_n_tokens"),
         pl.coalesce(cached.cast(pl.Int64, strict=False),
                     # 2024's records: `kv cache rm [p0, end)` with the position in `p0`
-                    pl.when(msg.str.starts_with("kv cache rm [p0")).then(pl.col("_x_p0").cast(pl.Int64, strict=False))).alias("cached_tokens"),
+                    *([pl.when(msg.str.starts_with("kv cache rm [p0")).then(pl.col("_x_p0").cast(pl.Int64, strict=False))]
+                      if some("_x_p0") else [])).alias("cached_tokens"),
         pl.coalesce(np_exact.struct.field("1"), np_msg.str.extract(r"n_ctx_slot = ([0-9]+)", 1)).cast(pl.Int64, strict=False).alias("_np_ctx"),
         pl.coalesce(np_exact.struct.field("2"), np_msg.str.extract(r"n_keep = (-?[0-9]+)", 1)).cast(pl.Int64, strict=False).alias("n_keep"),
         _num(pp.struct.field("3")).alias("elapsed_s"),

@@ -53,18 +53,16 @@ PART_RE = (
 BLOB_RE = r"^\[[0-9.]+[KMGT]?B blob data\]$"
 
 
+# the parts' heads as one anchored pattern: they open with different words, so at most one
+# of them matches a message; the kind is told by the head's first two letters
+PART_HEAD_RE = r"^\s*(prompt eval time\s*=|(?:generation )?eval time\s*=|total time\s*=|graphs reused\s*=|draft acceptance)"
+_KIND_BY_HEAD = {"pr": "prompt", "ev": "eval", "ge": "eval", "to": "total", "gr": "graphs", "dr": "draft"}
+
+
 def part_kind(msg: pl.Expr) -> pl.Expr:
-    """`prompt` / `eval` / `total` / `graphs` / `draft` for a timing message, else null.
-    Searched with `find` (whether there is a match): unlike `contains`, it skips a null
-    message, so a caller may null the rows that cannot be parts."""
-    has = lambda p: msg.str.find(p).is_not_null()  # noqa: E731
-    return (
-        pl.when(has(r"^\s*prompt eval time\s*=")).then(pl.lit("prompt"))
-        .when(has(r"^\s*(?:generation )?eval time\s*=")).then(pl.lit("eval"))
-        .when(has(r"^\s*total time\s*=")).then(pl.lit("total"))
-        .when(has(r"^\s*graphs reused\s*=")).then(pl.lit("graphs"))
-        .when(has(r"^\s*draft acceptance")).then(pl.lit("draft"))
-    )
+    """`prompt` / `eval` / `total` / `graphs` / `draft` for a timing message, else null. One
+    pattern (`extract` skips a null message: a caller may null the rows that cannot be parts)."""
+    return msg.str.extract(PART_HEAD_RE, 1).str.head(2).replace_strict(_KIND_BY_HEAD, default=None, return_dtype=pl.String)
 
 
 def _num(expr: pl.Expr) -> pl.Expr:
@@ -113,34 +111,36 @@ _VALUES = (
 
 def blocks(df: pl.DataFrame) -> pl.DataFrame:
     """Group the timing rows of a chunk into blocks and return the chunk with, per row,
-    `_blk` (block number, null outside blocks) and `_blk_last` (true on the row that gets
-    the request event), plus the block's values on that row.
+    `_blk_last` (true on the row that gets the request event), plus the block's values on
+    that row.
 
     Expects per row: `line`, `_part` (prompt/eval/total/graphs/draft/header/hidden or null),
     `_opener` (the row opens a block), `_key` (port|slot|task, null for rows without)."""
     t = df.filter(pl.col("_part").is_not_null())
     if t.height == 0:
         return df.with_columns(
-            pl.lit(None, pl.Int64).alias("_blk"), pl.lit(False).alias("_blk_last"),
+            pl.lit(False).alias("_blk_last"),
             pl.lit(None, pl.Int64).alias("_last_line"),
             pl.lit(None, pl.UInt32).alias("_n_hidden"), pl.lit(None, pl.UInt32).alias("_n_core"),
             *[pl.lit(None, pl.Float64).alias(c) for c in _VALUES],
         )
     t = part_fields(t.with_columns(pl.col("_key").fill_null("?")))
     t = t.with_columns(pl.col("_opener").cast(pl.Int64, strict=False).cum_sum().over("_key").alias("_nth"))
-    t = t.with_columns(pl.struct("_key", "_nth").rank("dense").cast(pl.Int64, strict=False).alias("_blk"))
-    agg = t.group_by("_blk").agg(
+    # a block is its key and its opener's number: grouped by the two (numbering the pairs
+    # first would cost a ranking of them)
+    blk = ["_key", "_nth"]
+    agg = t.group_by(blk).agg(
         pl.col("line").max().alias("_last_line"),
         pl.col("line").min().alias("_first_line"),
         *[pl.col(c).drop_nulls().first().alias(c) for c in _VALUES],
         (pl.col("_part") == "hidden").sum().alias("_n_hidden"),
         pl.col("_part").filter(pl.col("_part").is_in(["prompt", "eval", "total"])).unique().len().alias("_n_core"),
     )
-    values = [c for c in agg.columns if c not in ("_blk", "_last_line", "_first_line")]
+    values = [c for c in agg.columns if c not in (*blk, "_last_line", "_first_line")]
     # a block needs one of its core lines to be a request: a pasted fragment of only
     # `graphs reused` / `draft acceptance` lines stays `log`
     agg = agg.with_columns(pl.when(pl.col("_n_core") > 0).then(pl.col("_last_line")).alias("_last_line"))
-    t = t.select("line", "_blk").join(agg, on="_blk", how="left").with_columns(
+    t = t.select("line", *blk).join(agg, on=blk, how="left").drop(blk).with_columns(
         (pl.col("line") == pl.col("_last_line")).fill_null(False).alias("_blk_last"),
     )
     t = t.with_columns(
