@@ -109,7 +109,8 @@ def events_to_arrow(df: pl.DataFrame) -> pa.Table:
     the work itself.)"""
     dict_cols = [c for c in DICTIONARY_COLUMNS if c in df.columns]
     table = df.drop(dict_cols).to_arrow()
-    fields = [f for f in EVENT_SCHEMA if f.name in table.column_names or f.name in dict_cols]
+    present = {*table.column_names, *dict_cols}  # (column_names makes a new list at each call)
+    fields = [f for f in EVENT_SCHEMA if f.name in present]
     cols = [_dictionary_column(df[f.name]) if f.name in dict_cols else _as_type(table[f.name], f.type)
             for f in fields]
     return pa.Table.from_arrays(cols, schema=pa.schema(fields))
