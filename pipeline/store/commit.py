@@ -62,10 +62,15 @@ GARBAGE_DIR = "_garbage"
 # repetitive columns; on `message` and `attrs` (most of the bytes, nearly all distinct) they
 # cost write time for nothing (bench/RESULTS.md).
 _WIDE_TEXT = ("message", "attrs", "request_id")
+# Durations and rates measured per request or per interval are nearly all distinct too: their
+# dictionary is as large as the values, so the indices are extra bytes and the hashing extra
+# time (kv_usage, a percentage with one decimal, repeats and keeps its dictionary).
+_MEASURED = ("e2e_s", "queue_s", "ttft_s", "tpot_s", "inference_s", "prompt_tps", "gen_tps")
 PARQUET_OPTIONS = dict(
     compression="zstd",
     row_group_size=256_000,
-    use_dictionary=[f.name for f in FILE_SCHEMA if f.name not in _WIDE_TEXT and f.name not in ("ts", "line", "byte_offset")],
+    use_dictionary=[f.name for f in FILE_SCHEMA
+                    if f.name not in (*_WIDE_TEXT, *_MEASURED, "ts", "line", "byte_offset")],
     write_statistics=[f.name for f in FILE_SCHEMA if f.name not in ("message", "attrs")],
 )
 
