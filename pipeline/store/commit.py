@@ -62,10 +62,10 @@ GARBAGE_DIR = "_garbage"
 # repetitive columns; on `message` and `attrs` (most of the bytes, nearly all distinct) they
 # cost write time for nothing (bench/RESULTS.md).
 _WIDE_TEXT = ("message", "attrs", "request_id")
-# Durations and rates measured per request or per interval are nearly all distinct too: their
-# dictionary is as large as the values, so the indices are extra bytes and the hashing extra
-# time (kv_usage, a percentage with one decimal, repeats and keeps its dictionary).
-_MEASURED = ("e2e_s", "queue_s", "ttft_s", "tpot_s", "inference_s", "prompt_tps", "gen_tps")
+# The throughputs an engine logs per interval are nearly all distinct too: their dictionary is
+# as large as the values, so its indices are extra bytes and its hashing extra time. (Request
+# durations repeat: printed to the millisecond, they keep their dictionary, as kv_usage does.)
+_MEASURED = ("prompt_tps", "gen_tps")
 PARQUET_OPTIONS = dict(
     compression="zstd",
     row_group_size=256_000,
