@@ -109,7 +109,8 @@ def events_to_arrow(df: pl.DataFrame) -> pa.Table:
     the work itself.)"""
     dict_cols = [c for c in DICTIONARY_COLUMNS if c in df.columns]
     table = df.drop(dict_cols).to_arrow()
-    fields = [f for f in EVENT_SCHEMA if f.name in table.column_names or f.name in dict_cols]
+    present = {*table.column_names, *dict_cols}  # (column_names makes a new list at each call)
+    fields = [f for f in EVENT_SCHEMA if f.name in present]
     cols = [_dictionary_column(df[f.name]) if f.name in dict_cols else _as_type(table[f.name], f.type)
             for f in fields]
     return pa.Table.from_arrays(cols, schema=pa.schema(fields))
@@ -131,7 +132,8 @@ def _narrow(arr: pa.Array) -> pa.Array | None:
     """A large string array as a string array over the same bytes (None when its offsets
     do not fit 32 bits: Arrow's cast says so)."""
     if len(arr) == 0:
-        return pa.array([], pa.string())
+        # (not pa.array([]): converting a Python list first imports pandas, if installed)
+        return pa.nulls(0, pa.string())
     validity, offsets, data = arr.buffers()
     wide = np.frombuffer(offsets, dtype=np.int64, count=arr.offset + len(arr) + 1)
     if wide[-1] > np.iinfo(np.int32).max:
@@ -146,6 +148,8 @@ def _dictionary_column(s: pl.Series) -> pa.Array:
     """A String series as a DICT_STRING array: its distinct values in the order they first
     appear (as Arrow's dictionary_encode orders them), each row their index."""
     s = s.cast(pl.String)
+    if s.null_count() == len(s):  # the column of most events: nothing to look up
+        return pa.DictionaryArray.from_arrays(pa.nulls(len(s), pa.int32()), pa.nulls(0, pa.string()))
     values = s.drop_nulls().unique(maintain_order=True)
     codes = (
         s.to_frame("v")

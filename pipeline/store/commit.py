@@ -62,10 +62,15 @@ GARBAGE_DIR = "_garbage"
 # repetitive columns; on `message` and `attrs` (most of the bytes, nearly all distinct) they
 # cost write time for nothing (bench/RESULTS.md).
 _WIDE_TEXT = ("message", "attrs", "request_id")
+# The throughputs an engine logs per interval are nearly all distinct too: their dictionary is
+# as large as the values, so its indices are extra bytes and its hashing extra time. (Request
+# durations repeat: printed to the millisecond, they keep their dictionary, as kv_usage does.)
+_MEASURED = ("prompt_tps", "gen_tps")
 PARQUET_OPTIONS = dict(
     compression="zstd",
     row_group_size=256_000,
-    use_dictionary=[f.name for f in FILE_SCHEMA if f.name not in _WIDE_TEXT and f.name not in ("ts", "line", "byte_offset")],
+    use_dictionary=[f.name for f in FILE_SCHEMA
+                    if f.name not in (*_WIDE_TEXT, *_MEASURED, "ts", "line", "byte_offset")],
     write_statistics=[f.name for f in FILE_SCHEMA if f.name not in ("message", "attrs")],
 )
 
@@ -207,15 +212,7 @@ class Store:
         Returns (staged, final) relative paths."""
         if events.height == 0:
             return []
-        day_of = pl.col("ts").dt.strftime("%Y-%m-%d")
-        # most batches are one engine's day: a group-by would copy all of it once more
-        # (one engine and one day, or none: each counted alone costs less than the pairs)
-        one = (pl.col("engine").n_unique() == 1) & (pl.col("ts").dt.date().n_unique() == 1)
-        if events.select(one).item():
-            groups = [(events.head(1).select("engine", day_of).row(0), events)]
-        else:
-            keyed = events.with_columns(day_of.alias("_day"))
-            groups = ((key, part.drop("_day")) for key, part in keyed.group_by(["engine", "_day"], maintain_order=True))
+        groups = partitions(events)
         moves = []
         stage_dir = self.root / "_staging" / txid
         stage_dir.mkdir(parents=True, exist_ok=True)
@@ -508,6 +505,24 @@ def _content_record(path: Path) -> dict:
         return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "crc32": part_checksum(fd)}
     finally:
         os.close(fd)
+
+
+def partitions(events: pl.DataFrame) -> list[tuple[tuple[str | None, str | None], pl.DataFrame]]:
+    """The events of each (engine, day), in the order each first appears, each one's rows in
+    their order: what a group-by keeping the order gives. A batch is mostly one engine's rows
+    in time order (a long log's crosses midnight or several): then its days are runs, and
+    each part a slice of the batch, without the group-by's copy of every row."""
+    engine = events["engine"]
+    day = events["ts"].dt.date().to_physical()
+    if engine.null_count() == 0 and day.null_count() == 0 and (engine == engine[0]).all() \
+            and (day.diff().drop_nulls() >= 0).all():
+        starts = (day != day.shift(1)).fill_null(True).arg_true()
+        # each run's day written as the group-by's key is (the first row's, by strftime)
+        days = events.select(pl.col("ts").gather(starts).dt.strftime("%Y-%m-%d")).to_series().to_list()
+        bounds = [*starts.to_list(), events.height]
+        return [((engine[0], d), events.slice(lo, hi - lo)) for d, lo, hi in zip(days, bounds, bounds[1:])]
+    keyed = events.with_columns(pl.col("ts").dt.strftime("%Y-%m-%d").alias("_day"))
+    return [(key, part.drop("_day")) for key, part in keyed.group_by(["engine", "_day"], maintain_order=True)]
 
 
 def by_time(events: pl.DataFrame) -> pl.DataFrame:
