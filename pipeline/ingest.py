@@ -170,23 +170,18 @@ class _Batch:
 
 
 class _StagedBatch(_Batch):
-    """A worker process's batch: a flush writes its parts to staging and keeps them, with the
-    file states they bring, for the writer to commit (the worker holds no lock). `send`:
-    where each flush goes as soon as it is staged, with `token` (else kept in `staged`)."""
+    """A worker process's batch: a flush writes its parts to staging and sends them, with the
+    file states they bring and `token`, on `send` as soon as they are staged, for the writer
+    to commit (the worker holds no lock). `sent`: how many flushes went."""
 
-    def __init__(self, store: Store, send: Callable[[Any], None] | None = None, token: Any = None):
+    def __init__(self, store: Store, send: Callable[[Any], None], token: Any):
         super().__init__(store)
-        self.staged: list[tuple[Staged, dict[str, dict]]] = []
         self.send, self.token, self.sent = send, token, 0
 
     def _write(self) -> None:
         if self.frames or self.files:
-            flush = (self.store.stage_flush(self.frames), self.files)
-            if self.send is None:
-                self.staged.append(flush)
-            else:
-                self.send((self.token, *flush))
-                self.sent += 1
+            self.send((self.token, self.store.stage_flush(self.frames), self.files))
+            self.sent += 1
 
 
 def ingest(
@@ -792,7 +787,7 @@ class _SideBySide:
             portable = dataclasses.replace(opened, parser=None)  # (a parser is a module: rebuilt there)
             try:
                 future = self.pool.executor.submit(_read_in_worker, str(self.batch.store.root), portable,
-                                                   self.block_bytes, self.batch.share, self.pool.staged is not None)
+                                                   self.block_bytes, self.batch.share)
             except BrokenProcessPool:
                 return  # a worker died: said where this process waits for its file (`committed`)
             self.running.append((self.queue.popleft(), future))
@@ -820,7 +815,7 @@ class _SideBySide:
         worker's file's last ones are then all that is left once it ends); with `key`, wait
         until that file's `until` flushes are in."""
         queue = self.pool.staged
-        while queue is not None and (not queue.empty() or (key is not None and self.flushes[key] < until)):
+        while not queue.empty() or (key is not None and self.flushes[key] < until):
             token, parts, files = queue.get()
             self.batch.commit_staged(parts, files)
             self.flushes[token] += 1
@@ -828,7 +823,7 @@ class _SideBySide:
     def _commit(self, r: tuple[_Opened, Future]) -> None:
         self.running.remove(r)
         self._workers_read()
-        self.ready.append(_commit_read(self.batch, *r, self._staged))
+        self.ready.append(_commit_read(*r, self._staged))
         if self.pool.progress is None:
             _progress(self.on_progress, r[0].size)
 
@@ -856,46 +851,36 @@ class _SideBySide:
             self.hand_over()
 
 
-def _read_in_worker(root: str, opened: _Opened, block_bytes: int, share: int = 1,
-                    send: bool = False) -> tuple[FileResult, list | int]:
+def _read_in_worker(root: str, opened: _Opened, block_bytes: int, share: int = 1) -> tuple[FileResult, int]:
     """In a worker process (flushing at `share` of the limits): read an opened file as
-    `_read_file` does, its flushes staged in the store's directory, not committed. With
-    `send`, each flush is sent on the workers' queue as soon as it is staged (and the count
-    of them returned), else they are returned with the file's result."""
+    `_read_file` does, each flush staged in the store's directory, not committed, and sent on
+    the workers' queue as soon as it is staged; returns the file's result and the count of
+    flushes sent."""
     r = opened.result
     opened.parser = wrappers.wrap(get_parser(r.engine), r.decode, opened.labels)
-    out = workers_mod.staged() if send else None
-    batch = _StagedBatch(Store(root=Path(root)), out.put if out is not None else None, opened.key)
+    batch = _StagedBatch(Store(root=Path(root)), workers_mod.staged().put, opened.key)
     batch.share = share
     queue = workers_mod.progress()
     said = queue.put if queue is not None else None
     result = _read_file(opened, batch, block_bytes, said)
     batch.flush()
-    return result, batch.staged if out is None else batch.sent
+    return result, batch.sent
 
 
-def _commit_read(batch: _Batch, opened: _Opened, pending: Future,
-                 committed: Callable[[str, int], None] | None = None) -> FileResult:
-    """Commit what a worker read of one file (finished), flush by flush, in the order it
-    read it: the flushes it returned, or, where it sent them as it staged them (a count
-    returned), the ones not yet in (`committed(key, count)` waits for them)."""
+def _commit_read(opened: _Opened, pending: Future, committed: Callable[[str, int], None]) -> FileResult:
+    """What a worker read of one file (finished), its flushes committed: those not yet in
+    are waited for (`committed(key, count)`), in the order it staged them."""
     from concurrent.futures.process import BrokenProcessPool
 
     try:
-        result, staged = pending.result()
+        result, sent = pending.result()
     except BrokenProcessPool:
         raise IngestError(
             f"the worker process reading {opened.source} stopped before it finished (killed, e.g. out of "
             "memory); what was committed is kept: run the same command again, with --workers 1 to read "
             "one file at a time"
         ) from None
-    if isinstance(staged, int):
-        if committed is None:
-            raise TypeError("a worker sent its flushes, and nothing here takes them")
-        committed(opened.key, staged)
-        return result
-    for parts, files in staged:
-        batch.commit_staged(parts, files)
+    committed(opened.key, sent)
     return result
 
 

@@ -173,7 +173,7 @@ _PROGRESS: Any = None  # in a worker process: where it says how many bytes it ha
 _STAGED: Any = None  # in a worker process: where it sends each flush it staged
 
 
-def _start_worker(progress: Any, staged: Any = None) -> None:
+def _start_worker(progress: Any, staged: Any) -> None:
     global _PROGRESS, _STAGED
     _PROGRESS, _STAGED = progress, staged
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # (started from another thread: see start)
@@ -199,5 +199,5 @@ def progress() -> Any:
 
 
 def staged() -> Any:
-    """In a worker process: the queue its staged flushes go on (None: returned with its file)."""
+    """In a worker process: the queue its staged flushes go on."""
     return _STAGED

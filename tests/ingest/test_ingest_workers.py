@@ -39,9 +39,9 @@ def by_workers(monkeypatch):
     monkeypatch.setattr(workers_mod, "WORKER_MIN_BYTES", 0)
     real, read = ingest_mod._commit_read, []
 
-    def spy(batch, opened, *rest):
+    def spy(opened, *rest):
         read.append(opened.path.name)
-        return real(batch, opened, *rest)
+        return real(opened, *rest)
 
     monkeypatch.setattr(ingest_mod, "_commit_read", spy)
     return read
@@ -170,7 +170,7 @@ def test_a_worker_that_dies_stops_the_ingest_with_one_line_saying_what_to_do(tmp
     dead: Future = Future()
     dead.set_exception(BrokenProcessPool("a child process terminated abruptly"))
     with pytest.raises(IngestError) as e:
-        ingest_mod._commit_read(None, opened, dead)
+        ingest_mod._commit_read(opened, dead, lambda key, sent: pytest.fail("nothing was read to commit"))
     assert str(e.value).startswith("the worker process reading logs/vllm-a.log stopped before it finished")
     assert "--workers 1" in str(e.value) and "\n" not in str(e.value)
 
