@@ -32,6 +32,18 @@ def events(store: Path) -> pl.DataFrame:
     return run(store, "select * from events order by source, line")
 
 
+def parsed_lines(engine: str, texts: list[str], source: str = "t.log", **ctx) -> pl.DataFrame:
+    """`texts` as the lines 1.. of one file of instance `t`, parsed by the engine's parser and
+    finalized with the fields it carries forward: what an ingest of them stores. `ctx`: more
+    ParseContext fields (e.g. year)."""
+    from servelens.parsers import get_parser
+    from servelens.parsers.base import ParseContext, finalize, lines_frame
+
+    parser = get_parser(engine)
+    c = ParseContext(engine=engine, source=source, instance="t", **ctx)
+    return finalize(parser.parse(lines_frame(texts), c), c, getattr(parser, "CARRY_FORWARD", ()))
+
+
 def ingested(directory: Path, name: str, text: str) -> Path:
     """A store (directory/store) holding one log `name` with `text`, ingested by the CLI."""
     from typer.testing import CliRunner

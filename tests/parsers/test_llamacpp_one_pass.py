@@ -17,18 +17,15 @@ import re
 import polars as pl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from servelens.parsers.base import ParseContext, finalize, lines_frame
-from servelens.parsers.engines.llamacpp import parser as llamacpp
 
-from tests.helpers.common import REPO, SAMPLE_LOGS, logged_messages
+from tests.helpers.common import REPO, SAMPLE_LOGS, logged_messages, parsed_lines
 
 LEVELS = {"I": "INFO", "W": "WARNING", "E": "ERROR", "D": "DEBUG", "T": "DEBUG"}
 REL = re.compile(r"(\d+)\.(\d{2})\.(\d{3})\.(\d{3}) ")
 
 
 def events(texts: list[str]) -> pl.DataFrame:
-    ctx = ParseContext(engine="llamacpp", source="t.log", instance="t")
-    ev = finalize(llamacpp.parse(lines_frame(texts), ctx), ctx, carry=llamacpp.CARRY_FORWARD).sort("line")
+    ev = parsed_lines("llamacpp", texts).sort("line")
     assert ev.height == len(texts)
     return ev
 

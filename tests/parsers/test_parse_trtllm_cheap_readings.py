@@ -16,12 +16,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
-from servelens.parsers.base import ParseContext, finalize, lines_frame
 from servelens.parsers.engines.trtllm import parser as P
 from servelens.parsers.engines.trtllm import stats as S
 from servelens.parsers.engines.trtllm.parser import GLOG_PREFIX
 
-from tests.helpers.common import REPO, logged_messages
+from tests.helpers.common import REPO, logged_messages, parsed_lines
 
 SETTINGS = settings(
     max_examples=60,
@@ -38,8 +37,7 @@ TRT_FILES = sorted(
 
 
 def events(texts: list[str]) -> pl.DataFrame:
-    ctx = ParseContext(engine="trtllm", source="t", instance="t", year=2026)
-    return finalize(P.parse(lines_frame(texts), ctx), ctx, getattr(P, "CARRY_FORWARD", ()))
+    return parsed_lines("trtllm", texts, source="t", year=2026)
 
 
 def no_plain_access(df: pl.DataFrame) -> pl.Series:
