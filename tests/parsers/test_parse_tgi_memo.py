@@ -123,10 +123,16 @@ def test_files_parse_the_same_with_the_memo_empty_full_overflowing_or_bypassed(m
     monkeypatch.setattr(tgi, "_PARAMS_SEEN_MAX", 1)
     tgi._PARAMS_SEEN.clear()
     overflowing = parse_files(paths)
+    # every dump longer than the memo keeps: read at each call, none kept
+    monkeypatch.setattr(tgi, "_PARAMS_SEEN_MAX", 4096)
+    monkeypatch.setattr(tgi, "_PARAMS_SEEN_BYTES", 0)
+    tgi._PARAMS_SEEN.clear()
+    too_long = parse_files(paths)
+    assert set(tgi._PARAMS_SEEN) <= {None}
     # more distinct dumps in a call than the memo takes: read there
     monkeypatch.setattr(tgi, "_PARAMS_MEMO_ROWS", 0)
     bypassed = parse_files(paths)
-    for got in (warm, overflowing, bypassed):
+    for got in (warm, overflowing, too_long, bypassed):
         for a, b in zip(cold, got, strict=True):
             assert a.equals(b, null_equal=True)
 

@@ -449,6 +449,9 @@ def _seed_apart(df: pl.DataFrame) -> pl.DataFrame:
 # sets recur in every block, and reading one anew runs some twenty extracts
 _PARAMS_SEEN: dict[str | None, tuple[int | None, str | None]] = {}
 _PARAMS_SEEN_MAX = 4096
+# a longer dump is read at each call, not kept: a server's dumps are a few hundred bytes,
+# and the memo's memory stays bounded whatever a log's lines hold
+_PARAMS_SEEN_BYTES = 4096
 # more distinct dumps than this in one call, and they are read there without the memo
 _PARAMS_MEMO_ROWS = 256
 _PARAMS_SCHEMA = {"_params": pl.String, "max_tokens": pl.Int64, "sampling_params": pl.String}
@@ -469,9 +472,10 @@ def _parameters(params: pl.Series) -> pl.DataFrame:
         read = _parameters_of(pl.Series([d for d in dumps if d not in got], dtype=pl.String))
         new = dict(zip(read["_params"], zip(read["max_tokens"], read["sampling_params"])))
         got.update(new)
-        if len(_PARAMS_SEEN) + len(new) > _PARAMS_SEEN_MAX:
+        kept = {d: v for d, v in new.items() if d is None or len(d) <= _PARAMS_SEEN_BYTES}
+        if len(_PARAMS_SEEN) + len(kept) > _PARAMS_SEEN_MAX:
             _PARAMS_SEEN.clear()
-        _PARAMS_SEEN.update(new)
+        _PARAMS_SEEN.update(kept)
     known = [got[d] for d in dumps]
     return pl.DataFrame(
         {"_params": dumps, "max_tokens": [k[0] for k in known], "sampling_params": [k[1] for k in known]},
