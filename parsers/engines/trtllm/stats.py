@@ -195,12 +195,17 @@ _SURE_STATS = (
 
 
 def _stats_rows(msg: pl.DataFrame) -> pl.Series:
-    """`_is_json` of each row of the one-column frame `msg` (null as false). The pattern
-    runs only on the rows its literals do not settle: a pattern under `when` would still
-    read every row."""
+    """`_is_json` of each row of the one-column frame `msg` (null as false). Each test runs
+    only on the rows the ones before did not settle: Triton's head, then the executor's
+    literals, then the pattern (a pattern under `when` would still read every row; the
+    executor's literals read a line to its end)."""
     sure = msg.select(_SURE_TRITON)[:, 0]
-    if sure.all():  # Triton's: the executor's test would read every line to its end
+    if sure.all():
         return sure
+    return sure.scatter((~sure).arg_true(), _stats_rows_rest(msg.filter(~sure)))
+
+
+def _stats_rows_rest(msg: pl.DataFrame) -> pl.Series:
     sure = msg.select(_SURE_STATS)[:, 0]
     if sure.all():
         return sure
