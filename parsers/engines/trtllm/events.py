@@ -7,6 +7,8 @@ Message patterns and units (see the module docstring of `trtllm.py` for the choi
 
 from __future__ import annotations
 
+from functools import cache
+
 import polars as pl
 
 from ...base import attrs_column
@@ -119,9 +121,16 @@ def _with_attrs(df: pl.DataFrame, fields: dict[str, pl.Expr]) -> pl.DataFrame:
 
 
 def stats_events(df: pl.DataFrame) -> pl.DataFrame:
+    columns, attrs = _stats_exprs()
+    return _select_out(_with_attrs(df.with_columns(columns), attrs))
+
+
+@cache
+def _stats_exprs() -> tuple[list[pl.Expr], dict[str, pl.Expr]]:
+    """`stats_events`'s columns and attrs fields, built once per process."""
     cols, attrs = json_stats_columns("_st")
     is_stats = pl.col("_st").is_not_null()
-    df = df.with_columns(
+    columns = [
         pl.col("_level").alias("level"),
         # an empty executor array (`[]` before the first request) is a log line
         pl.when(is_stats)
@@ -130,9 +139,9 @@ def stats_events(df: pl.DataFrame) -> pl.DataFrame:
         .alias("event"),
         pl.coalesce(cols.pop("ts"), pl.col("_line_ts")).alias("ts"),
         pl.col("msg").alias("message"),
-        **cols,
-    )
-    return _select_out(_with_attrs(df, {**_common_attrs(), **attrs}))
+        *(e.alias(name) for name, e in cols.items()),
+    ]
+    return columns, {**_common_attrs(), **attrs}
 
 
 def iter_events(df: pl.DataFrame) -> pl.DataFrame:
@@ -200,10 +209,20 @@ def other_events(df: pl.DataFrame) -> pl.DataFrame:
     """Every record that is not stats JSON. Staged: flags, then values, then event kind,
     message and attrs from materialised columns (eager polars re-evaluates repeated
     sub-expressions)."""
+    stages, attrs = _other_stages()
+    for stage in stages:
+        df = df.with_columns(stage)
+    return _select_out(_with_attrs(df, attrs))
+
+
+@cache
+def _other_stages() -> tuple[list[list[pl.Expr]], dict[str, pl.Expr]]:
+    """`other_events`'s stages and attrs fields, built once per process: building them
+    costs about as much as running them on the few rows a chunk usually has."""
     msg, text, clean = pl.col("msg"), pl.col("text"), pl.col("clean")
-    df = df.with_columns(text.str.slice(pl.col("first").str.len_chars()).alias("_rest"))
+    stage_rest = [text.str.slice(pl.col("first").str.len_chars()).alias("_rest")]
     rest = pl.col("_rest")
-    df = df.with_columns(
+    stage_flags = [
         (
             clean.str.contains(TABLE_RE)
             | ((pl.col("gmsg").str.strip_chars() == "") & rest.str.contains(r"^\n[+|]"))
@@ -221,7 +240,7 @@ def other_events(df: pl.DataFrame) -> pl.DataFrame:
             msg.str.extract(r"^(?:Received request|Response started) (\S+) at \d", 1),
         ).alias("request_id"),
         (clean.str.strip_chars() == "").alias("_blank"),
-    )
+    ]
     is_error = (
         pl.col("_level").is_in(["ERROR", "CRITICAL"])
         | pl.col("_trt_err")
@@ -233,7 +252,7 @@ def other_events(df: pl.DataFrame) -> pl.DataFrame:
         | clean.str.contains(FRAME_RE)
         | (pl.col("_table") & text.str.contains(r"UNAVAILABLE:"))
     )
-    df = df.with_columns(is_error.alias("_error"))
+    stage_error = [is_error.alias("_error")]
     batch, mem, http = (pl.col(c).struct.field for c in ("_batch", "_mem", "_http"))
     event = (
         pl.when(msg.str.starts_with("Encountered error for requestId"))
@@ -262,7 +281,7 @@ def other_events(df: pl.DataFrame) -> pl.DataFrame:
     # kept as text: a count past 2**63 becomes null with a note (domain.py), not a failure
     b_n, b_in, b_out = (batch(k) for k in ("1", "2", "3"))
     b_sum = b_in.cast(pl.Int64, strict=False) + b_out.cast(pl.Int64, strict=False)
-    df = df.with_columns(
+    stage_values = [
         event.alias("event"),
         pl.when(pl.col("_level").is_null() & pl.col("_trt_err"))
         .then(pl.lit("ERROR"))
@@ -288,9 +307,9 @@ def other_events(df: pl.DataFrame) -> pl.DataFrame:
             "kv_capacity_tokens"
         ),
         http("status").cast(pl.Int32, strict=False).alias("http_status"),
-    )
+    ]
     ev, err = pl.col("event"), pl.col("_error")
-    df = df.with_columns(
+    stage_message = [
         pl.when(ev == "unparsed")
         .then(text)
         .when(pl.col("_table"))
@@ -304,7 +323,7 @@ def other_events(df: pl.DataFrame) -> pl.DataFrame:
         text.str.count_matches(r"(?m)^(?:\|[^\n]*\|\s+)?\d+\s+0x[0-9a-fA-F]+ ").alias(
             "_frames"
         ),
-    )
+    ]
     error_kind = pl.when(err).then(
         pl.when(text.str.contains(r"(?i)out of memory"))
         .then(pl.lit("oom"))
@@ -352,4 +371,4 @@ def other_events(df: pl.DataFrame) -> pl.DataFrame:
         method=http("method"),
         path=http("path"),
     )
-    return _select_out(_with_attrs(df, attrs))
+    return [stage_rest, stage_flags, stage_error, stage_values, stage_message], attrs

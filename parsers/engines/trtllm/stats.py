@@ -8,6 +8,9 @@ both key sets, so key order never matters. `trtllm.py` owns line anatomy and cal
 
 from __future__ import annotations
 
+import json
+from functools import lru_cache
+
 import polars as pl
 
 _I = pl.Int64
@@ -151,6 +154,10 @@ def split_stats(df: pl.DataFrame, msg: str) -> tuple[pl.DataFrame, pl.DataFrame]
     if n_json == 0:
         return df.head(0), df
     stats = df if n_json == df.height else df.filter(is_json)
+    other = df.head(0) if n_json == df.height else df.filter(~is_json)
+    st = read_flat_by_template(stats[msg])
+    if st is not None:  # flat objects, unpadded: what the decode below gives them
+        return stats.with_columns(st.alias("_st")), other
     j = stats.select(_json_text(m, stats).alias("_st"))
     shape = j.select(
         _flat(pl.col("_st")).sum().alias("flat"), pl.col("_st").str.ends_with("}").sum().alias("closed")
@@ -167,7 +174,6 @@ def split_stats(df: pl.DataFrame, msg: str) -> tuple[pl.DataFrame, pl.DataFrame]
         stats = stats.with_columns(elements).explode("_st", empty_as_null=True)
     else:
         return split_stats_general(df, msg)
-    other = df.head(0) if n_json == df.height else df.filter(~is_json)
     return stats, other
 
 
@@ -189,12 +195,17 @@ _SURE_STATS = (
 
 
 def _stats_rows(msg: pl.DataFrame) -> pl.Series:
-    """`_is_json` of each row of the one-column frame `msg` (null as false). The pattern
-    runs only on the rows its literals do not settle: a pattern under `when` would still
-    read every row."""
+    """`_is_json` of each row of the one-column frame `msg` (null as false). Each test runs
+    only on the rows the ones before did not settle: Triton's head, then the executor's
+    literals, then the pattern (a pattern under `when` would still read every row; the
+    executor's literals read a line to its end)."""
     sure = msg.select(_SURE_TRITON)[:, 0]
-    if sure.all():  # Triton's: the executor's test would read every line to its end
+    if sure.all():
         return sure
+    return sure.scatter((~sure).arg_true(), _stats_rows_rest(msg.filter(~sure)))
+
+
+def _stats_rows_rest(msg: pl.DataFrame) -> pl.Series:
     sure = msg.select(_SURE_STATS)[:, 0]
     if sure.all():
         return sure
@@ -275,6 +286,100 @@ def _decode_flat(obj: pl.Series) -> pl.Series:
         pass
     wrapped = obj.to_frame().select(pl.concat_str([pl.lit("["), pl.col(obj.name), pl.lit("]")]))
     return safe_json_decode(wrapped.to_series(), STATS_DTYPE).list.first().alias(obj.name)
+
+
+def read_flat_by_template(obj: pl.Series) -> pl.Series | None:
+    """`_decode_flat(obj)` read without the JSON decoder, when every row is the first row's
+    object with other values; None otherwise (then the decoder reads them).
+
+    A backend prints its stats objects with the same keys in the same order, integers and a
+    timestamp string: the first row names them. Each row is cut at its first commas; a row
+    counts only if each piece opens with its key (`"key":`), the pieces and commas make the
+    whole row, the last closes it, every integer is written as JSON writes one and fits
+    Int64, and every string holds no quote, backslash or control character (no escape to
+    undo). Such a row has one JSON reading: the values between the keys."""
+    if obj.len() == 0 or obj.null_count():
+        return None
+    keys = _template(obj[0])
+    if keys is None:
+        return None
+    cut, read, check, build = _template_exprs(keys)
+    values = obj.to_frame("_j").select(cut).select(read).select(check)
+    if not values["_ok"].all() or values.drop("_ok").null_count().row(0) != (0,) * len(keys):
+        return None
+    return values.select(build).to_series().alias(obj.name)
+
+
+def _template(first: str) -> tuple[str, ...] | None:
+    """The keys of a flat object whose values are integers of Int64 keys or strings of
+    String keys; None for any other object (floats, nulls, nesting, repeated or unknown
+    keys)."""
+    if not first.startswith("{"):
+        return None
+    try:
+        pairs = json.loads(first, object_pairs_hook=lambda p: p)
+    except ValueError:
+        return None
+    if not isinstance(pairs, list) or not pairs:
+        return None
+    keys = tuple(k for k, _ in pairs)
+    if len(set(keys)) != len(keys):
+        return None
+    for key, value in pairs:
+        dtype = GPTMANAGER_KEYS.get(key)
+        if not ((dtype == _I and type(value) is int) or (dtype == pl.String and type(value) is str)):
+            return None
+    return keys
+
+
+# JSON's integer grammar; the strings a template accepts: no escape, no control character,
+# no `}` (a row holding one is not read as a flat object by `split_stats`)
+_JSON_INT = r"-?(?:0|[1-9][0-9]*)"
+_PLAIN_STRING = r'^"[^"\\}\x00-\x1f]*"$'
+
+
+@lru_cache(maxsize=16)
+def _template_exprs(keys: tuple[str, ...]) -> tuple[list[pl.Expr], list[pl.Expr], list[pl.Expr], pl.Expr]:
+    """Four stages (eager polars evaluates a shared sub-expression at every use): the row
+    `_j` cut at its first commas; the text after each key `_tI` and `_ok` (the keys and
+    commas make the row); each value `_vI` and `_ok` (the texts are JSON values of the
+    key's type); `_st` (STATS_STRUCT)."""
+    j = pl.col("_j")
+    n = len(keys)
+    heads = [("{" if i == 0 else "") + json.dumps(k) + ":" for i, k in enumerate(keys)]
+    cut = [j, j.str.split_exact(",", n - 1).alias("_parts")]
+    pieces = [pl.col("_parts").struct.field(f"field_{i}") for i in range(n)]
+    texts = [p.str.slice(len(h)).alias(f"_t{i}") for i, (p, h) in enumerate(zip(pieces, heads))]
+    texts[-1] = texts[-1].str.strip_suffix("}")
+    shape = [p.str.starts_with(h) for p, h in zip(pieces, heads)] + [
+        pieces[-1].str.ends_with("}"),
+        # the pieces and the commas between them are the whole row
+        pl.sum_horizontal(p.str.len_bytes() for p in pieces) + (n - 1) == j.str.len_bytes(),
+    ]
+    read = [*texts, pl.all_horizontal(shape).alias("_ok")]
+    ok = [pl.col("_ok")]
+    ints = [pl.col(f"_t{i}") for i, k in enumerate(keys) if GPTMANAGER_KEYS[k] == _I]
+    if ints:
+        ok.append(
+            pl.concat_str(ints, separator=",").str.contains(
+                f"^{_JSON_INT}" + f"(?:,{_JSON_INT}){{{len(ints) - 1}}}$"
+            )
+        )
+    values = []
+    for i, key in enumerate(keys):
+        text = pl.col(f"_t{i}")
+        if GPTMANAGER_KEYS[key] == _I:
+            values.append(text.cast(_I, strict=False).alias(f"_v{i}"))  # null past Int64
+        else:
+            ok.append(text.str.contains(_PLAIN_STRING))
+            values.append(text.str.slice(1, text.str.len_chars() - 2).alias(f"_v{i}"))
+    check = [*values, pl.all_horizontal(ok).fill_null(False).alias("_ok")]
+    value_of = {k: pl.col(f"_v{i}") for i, k in enumerate(keys)}
+    build = pl.struct(
+        value_of[f.name].alias(f.name) if f.name in value_of else pl.lit(None, f.dtype).alias(f.name)
+        for f in STATS_STRUCT.fields
+    ).alias("_st")
+    return cut, read, check, build
 
 
 def any_row(df: pl.DataFrame, test: pl.Expr) -> bool:
