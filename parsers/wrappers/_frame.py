@@ -25,16 +25,20 @@ FRAME_COLS = ("line", "text", "_n", "_wts", "_stream", "_open", "_pre")
 
 def start(lines: pl.DataFrame) -> pl.DataFrame:
     """The decode frame of plain physical lines."""
-    text = pl.col("text").fill_null("") if lines["text"].null_count() else pl.col("text")
-    return lines.select(
-        "line",
+    text = lines["text"]
+    text = text.fill_null("") if text.null_count() else text
+    n = lines.height
+    # (built from the columns, not by an eager call on `lines`: polars takes a one-row
+    # frame's columns as single values, copying a long line, a one-line JSON download's)
+    return pl.DataFrame([
+        lines["line"],
         text.alias("text"),
-        pl.lit(1, pl.Int32).alias("_n"),
-        pl.lit(None, WTS).alias("_wts"),
-        pl.lit(None, pl.String).alias("_stream"),
-        pl.lit(False).alias("_open"),
-        pl.lit(None, pl.String).alias("_pre"),
-    )
+        pl.repeat(1, n, dtype=pl.Int32, eager=True).alias("_n"),
+        pl.repeat(None, n, dtype=WTS, eager=True).alias("_wts"),
+        pl.repeat(None, n, dtype=pl.String, eager=True).alias("_stream"),
+        pl.repeat(False, n, eager=True).alias("_open"),
+        pl.repeat(None, n, dtype=pl.String, eager=True).alias("_pre"),
+    ])
 
 
 def rfc3339_ns(expr: pl.Expr) -> pl.Expr:

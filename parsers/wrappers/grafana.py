@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 
 import polars as pl
+import pyarrow.compute as pc
 
 from ._export import time_order
 from ._frame import WTS, cut_suffix, label_columns, set_time, share
@@ -71,19 +72,11 @@ def layer(texts: list[str]) -> str:
 
 def decode(df: pl.DataFrame, common: str = "") -> pl.DataFrame:
     text = pl.col("text")
-    # the meta lines and blank lines before the rows are Grafana's, not the server's
-    head = pl.int_range(pl.len()) < (text.str.contains(_ROW) | text.str.contains(_OLD) | text.str.contains(_JSON)).arg_true().first().fill_null(0)
-    first_block = df.height and int(df["line"][0]) == 1
-    if first_block:
-        # (a blank line has no character but white space: found without copying a long line)
-        df = df.filter(~(head & (text.str.contains(_META) | ~text.str.contains(r"\S"))) | pl.col("_open"))
-    # JSON: one line holding every entry, decoded whole, or else cut into its entries
-    df = df.with_columns(text.str.contains(_JSON).alias("_isj"))
-    if not df.select(pl.col("_isj").any()).item():  # a text download: no entry to cut
-        df = df.with_columns(pl.lit(None, _DTYPE.inner).alias("_j"))
+    one = _one_download(df)
+    if one is not None:
+        df = one
     else:
-        whole = _whole_arrays(df)
-        df = whole if whole is not None else _entries(df)
+        df = _cut(df)
     j = pl.col("_j").struct.field
     fields = j("fields").struct.field
     # (a JSON entry's row still holds the whole array: the text rows' patterns skip it)
@@ -112,6 +105,51 @@ def decode(df: pl.DataFrame, common: str = "") -> pl.DataFrame:
     last = pl.int_range(pl.len()) == pl.len() - 1
     df = df.with_columns((pl.col("_open") & last).alias("_open"))
     return time_order(df, _KEYS)
+
+
+def _one_download(df: pl.DataFrame) -> pl.DataFrame | None:
+    """A block that is one whole JSON download (the file is one line: the usual case), as
+    `_cut` gives it, one row per entry, asked and decoded without an eager call on the
+    block itself: polars takes a one-row frame's columns as single values, and each call
+    copies the download's line. None for any other block."""
+    if df.height != 1:
+        return None
+    line = df["text"].to_arrow()
+    if not pc.match_substring_regex(line, _JSON)[0].as_py():
+        return None
+    try:
+        items = pl.Series(line).str.json_decode(_DTYPE)
+    except pl.exceptions.PolarsError:
+        return None
+    n = items.list.len()[0]
+    if not n:
+        return None
+    entries = items.explode()
+    # (a row's text is the download's line only where its entry has no `line`, as in `_cut`)
+    bare = entries.struct.field("line").is_null()
+    text = pl.Series("text", [None] * n, dtype=pl.String)
+    if bare.any():
+        text = text.scatter(bare.arg_true(), line[0].as_py())
+    cols = {c: (text if c == "text" else pl.repeat(df[c][0], n, dtype=df.schema[c], eager=True).alias(c)) for c in df.columns}
+    return pl.DataFrame({**cols, "_isj": pl.repeat(True, n, eager=True), "_j": entries})
+
+
+def _cut(df: pl.DataFrame) -> pl.DataFrame:
+    """The block without the text download's meta lines before its rows (in the file's
+    first block), each JSON download line cut into its entries (`_j`, `_isj`)."""
+    text = pl.col("text")
+    # the meta lines and blank lines before the rows are Grafana's, not the server's
+    head = pl.int_range(pl.len()) < (text.str.contains(_ROW) | text.str.contains(_OLD) | text.str.contains(_JSON)).arg_true().first().fill_null(0)
+    first_block = df.height and int(df["line"][0]) == 1
+    if first_block:
+        # (a blank line has no character but white space: found without copying a long line)
+        df = df.filter(~(head & (text.str.contains(_META) | ~text.str.contains(r"\S"))) | pl.col("_open"))
+    # JSON: one line holding every entry, decoded whole, or else cut into its entries
+    df = df.with_columns(text.str.contains(_JSON).alias("_isj"))
+    if not df.select(pl.col("_isj").any()).item():  # a text download: no entry to cut
+        return df.with_columns(pl.lit(None, _DTYPE.inner).alias("_j"))
+    whole = _whole_arrays(df)
+    return whole if whole is not None else _entries(df)
 
 
 def _whole_arrays(df: pl.DataFrame) -> pl.DataFrame | None:
