@@ -43,7 +43,7 @@ import polars as pl
 
 from . import timing as T
 from ...base import ANSI_RE, ParseContext, attrs_column
-from .clock import REL_RE, anchor, file_runs, rel_us
+from .clock import REL_HEAD_RE, REL_LVL_HEAD_RE, anchor, file_runs, rel_digits, rel_us
 
 NAME = "llamacpp"
 # the decoding stage passes each line's wrapper time (`wrapper_ts`): a 2026 line's relative
@@ -61,8 +61,6 @@ _STR = pl.String
 
 _PORT_RE = r"^\[\s*([0-9]+)\] "
 _LEVEL_RE = r"^([IWEDT]) "
-# the relative time (clock.REL_RE) and the level letter after it, if any
-_REL_LVL_RE = REL_RE[:-1] + r" (?:([IWEDT]) )?"
 # (the function name is cut to 12 characters; forks such as llama-box print it whole and
 # name a task alone: `srv  send_error: task 40 | error = ...`)
 _TAG_RE = r"^(slot|srv|que|res|cmn) +([^\s:]{1,40}): (?:id +(-?[0-9]+) \| task (-?[0-9]+) \| ?|task (-?[0-9]+) \| )?"
@@ -189,7 +187,21 @@ def _cut_lead(df: pl.DataFrame, col: str) -> pl.DataFrame:
 
 
 def _relative(text: pl.Series) -> pl.Series:
-    """`_header`'s `_rel` alone (µs since start, null for lines without), for the first pass."""
+    """`_header`'s `_rel` alone (µs since start, null for lines without), for the first pass.
+    A line that opens with the relative time needs none of the steps before it (no colour
+    code, lead or router prefix comes first): read off the line as it is, and only the
+    other lines taken apart."""
+    rel = _rel_of(pl.DataFrame({"b": text}, schema={"b": _STR}), "b")
+    missing = rel.is_null()
+    if not missing.any():
+        return rel
+    if missing.all():
+        return _relative_apart(text)
+    return rel.scatter(missing.arg_true(), _relative_apart(text.filter(missing)))
+
+
+def _relative_apart(text: pl.Series) -> pl.Series:
+    """`_relative` of lines taken apart: colour codes, a lead, a router prefix first."""
     df = pl.DataFrame({"b": text}, schema={"b": _STR})
     b = pl.col("b")
     if df.select(b.str.contains(ANSI_RE).any()).item():
@@ -197,7 +209,12 @@ def _relative(text: pl.Series) -> pl.Series:
     df = _cut_lead(df, "b")
     if df.select(b.str.contains(_PORT_RE).any()).item():  # a router's children: their prefix first
         df = df.with_columns(b.str.replace(_PORT_RE, ""))
-    return df.select(rel_us(b.str.extract_groups(REL_RE))).to_series()
+    return _rel_of(df, "b")
+
+
+def _rel_of(df: pl.DataFrame, col: str) -> pl.Series:
+    """`rel_us` of the lines of `col` (null where a line does not open with a relative time)."""
+    return df.select(rel_digits(pl.col(col).str.extract(REL_HEAD_RE, 0)).alias("_n")).select(rel_us(pl.col("_n"))).to_series()
 
 
 def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
@@ -290,17 +307,18 @@ def _header(text: pl.Series, wrap: pl.Series | None = None) -> pl.DataFrame:
     # (the rest of the line as a group of its own would cost the pattern several times).
     # The level letter after a relative time is read by the same pattern.
     g = pl.col("_g")
-    df = df.with_columns(c.str.extract_groups(_REL_LVL_RE).alias("_g"))
-    df = df.with_columns(rel_us(g).alias("_rel"))
+    df = df.with_columns(c.str.extract(REL_LVL_HEAD_RE, 0).alias("_g"))
+    df = df.with_columns(rel_digits(g).alias("_rel"), g.str.slice(-2, 1).alias("_g1"))
+    df = df.with_columns(rel_us(pl.col("_rel")))
     timed = pl.col("_rel").is_not_null()
-    # the minutes, 2 + 3 + 3 digits, 3 dots, a space; and the level letter with its space
-    rel_len = g.struct.field("1").str.len_chars() + 12 + pl.when(g.struct.field("5").is_not_null()).then(2).otherwise(0)
+    # the time ends in a digit and a space: a letter before the head's last space is the level
+    lvl = pl.col("_g1")
     # a bare level letter only before a timestamp's body or a server tag
     bare = _has(pl.when(~timed).then(c), r"^[IWEDT] (?:slot|srv|que|res|cmn) ")
     df = df.with_columns(
-        pl.when(timed).then(g.struct.field("5")).when(bare).then(c.str.head(1)).alias("_lvl"),
-        pl.when(timed).then(c.str.slice(rel_len)).when(bare).then(c.str.slice(2)).otherwise(c).alias("_body"),
-    ).drop("_g")
+        pl.when(timed & lvl.is_in(list("IWEDT"))).then(lvl).when(bare).then(c.str.head(1)).alias("_lvl"),
+        pl.when(timed).then(c.str.slice(g.str.len_chars())).when(bare).then(c.str.slice(2)).otherwise(c).alias("_body"),
+    ).drop("_g", "_g1")
     wrap_col = wrap.cast(pl.Datetime("us", "UTC")) if wrap is not None else pl.repeat(
         None, df.height, dtype=pl.Datetime("us", "UTC"), eager=True)
     return df.with_columns(wrap_col.alias("_wrap"))
