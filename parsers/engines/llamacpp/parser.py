@@ -39,6 +39,8 @@ and each message's numbers. Everything is polars expressions over the chunk.
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
 from . import timing as T
@@ -291,6 +293,30 @@ def _joined(events: pl.DataFrame, line: pl.Series, cont: pl.Series) -> pl.DataFr
 # the line's anatomy
 
 
+def _opens_timed(text: pl.Series) -> bool:
+    return len(text) > 0 and re.match(r"[0-9]+\.", text[0] or "") is not None
+
+
+def _cut_prefixes(df: pl.DataFrame) -> pl.DataFrame:
+    """`_body` without a lead (`_lead`) and a router's prefix (`_port`), then `_timed_head`."""
+    c = pl.col("_body")
+    df = _cut_lead(df, "_body")
+    df = df.with_columns(c.str.extract(_PORT_RE, 1).cast(pl.Int64, strict=False).alias("_port"))
+    if df["_port"].null_count() < df.height:
+        df = df.with_columns(c.str.replace(_PORT_RE, ""))
+    return _timed_head(df)
+
+
+def _timed_head(df: pl.DataFrame) -> pl.DataFrame:
+    """The relative time and level letter `_body` opens with: `_g` the match whole (the body is
+    cut after it by its length: the rest of the line as a group would cost the pattern several
+    times), `_rel` µs since start, `_g1` the character before the match's last space."""
+    g = pl.col("_g")
+    df = df.with_columns(pl.col("_body").str.extract(REL_LVL_HEAD_RE, 0).alias("_g"))
+    df = df.with_columns(rel_digits(g).alias("_rel"), g.str.slice(-2, 1).alias("_g1"))
+    return df.with_columns(rel_us(pl.col("_rel")))
+
+
 def _header(text: pl.Series, wrap: pl.Series | None = None) -> pl.DataFrame:
     """Per physical line: `_raw`, `_port`, `_rel` (µs since start), `_lvl`, `_body` (what
     follows the prefixes), `_abs` (a wall-clock time the line carries), `_wrap`."""
@@ -299,17 +325,19 @@ def _header(text: pl.Series, wrap: pl.Series | None = None) -> pl.DataFrame:
     df = df.with_columns(pl.col("_raw").alias("_body"))
     if df.select(c.str.contains(ANSI_RE).any()).item():
         df = df.with_columns(c.str.replace_all(ANSI_RE, ""))
-    df = _cut_lead(df, "_body")
-    df = df.with_columns(c.str.extract(_PORT_RE, 1).cast(pl.Int64, strict=False).alias("_port"))
-    if df["_port"].null_count() < df.height:
-        df = df.with_columns(c.str.replace(_PORT_RE, ""))
-    # each prefix's pattern once; the body is cut after it by the length of what matched
-    # (the rest of the line as a group of its own would cost the pattern several times).
-    # The level letter after a relative time is read by the same pattern.
+    # a line that opens with the relative time has no lead or router prefix to cut (their steps
+    # leave it as it is): when every line of the chunk does, as most of a 2026 log's chunks,
+    # they are left out (tried when the first line does)
+    if _opens_timed(text):
+        df = _timed_head(df)
+        if df["_rel"].null_count() == 0:
+            df = df.with_columns(pl.lit(None, _STR).alias("_lead"), pl.lit(None, pl.Int64).alias("_port"))
+            df = df.select("_raw", "_body", "_lead", "_port", "_g", "_rel", "_g1")
+        else:
+            df = _cut_prefixes(df.drop("_g", "_rel", "_g1"))
+    else:
+        df = _cut_prefixes(df)
     g = pl.col("_g")
-    df = df.with_columns(c.str.extract(REL_LVL_HEAD_RE, 0).alias("_g"))
-    df = df.with_columns(rel_digits(g).alias("_rel"), g.str.slice(-2, 1).alias("_g1"))
-    df = df.with_columns(rel_us(pl.col("_rel")))
     timed = pl.col("_rel").is_not_null()
     # the time ends in a digit and a space: a letter before the head's last space is the level
     lvl = pl.col("_g1")
