@@ -521,10 +521,14 @@ def _timing_roles(df: pl.DataFrame) -> pl.DataFrame:
     f, msg = pl.col("_form"), pl.col("_msg")
     # a part's kind only on the rows that may be parts (its patterns over null are free)
     timed = f.is_in(["tag", "json", "text24", "part", "func"]) & (pl.col("_fn").is_null() | pl.col("_fn").is_in(["print_timing", "print_timings"]))
-    df = df.with_columns(pl.when(timed).then(msg).alias("_kind"))
+    # (the header test as a column: it is read up to five times)
+    df = df.with_columns(
+        pl.when(timed).then(msg).alias("_kind"),
+        ((f == "tag") & (pl.col("_fn") == "print_timing") & (msg.str.strip_chars() == "")).alias("_hdr"),
+    )
     df = df.with_columns(T.part_kind(pl.col("_kind")).alias("_kind"))
     kind = pl.col("_kind")
-    header = (f == "tag") & (pl.col("_fn") == "print_timing") & (msg.str.strip_chars() == "")
+    header = pl.col("_hdr")
     # (built only on the rows that read it: a header, a part that names its own slot and task)
     keyed = header | kind.is_not_null()
     port = pl.lit("") if df["_port"].null_count() == df.height else pl.col("_port").cast(_STR).fill_null("")
@@ -532,6 +536,14 @@ def _timing_roles(df: pl.DataFrame) -> pl.DataFrame:
         [port, pl.when(keyed).then(pl.col("_slot")).cast(_STR), pl.when(keyed).then(pl.col("_task")).cast(_STR)],
         separator="|",
     )
+    if not df["_hdr"].any():
+        # no header in the chunk (a 2026 block's lines each name their task, or no block): no
+        # line continues one, and every part keys itself
+        return df.with_columns(
+            kind.alias("_part"), pl.lit(False).alias("_cont"),
+            (header | (kind == "prompt")).alias("_opener"),
+            pl.when(kind.is_not_null()).then(own_key).alias("_key"),
+        ).drop("_hdr", "_kind")
     # (a row number column: `int_range` inside `.over()` would count within each port; the
     # key a column too: it is read twice)
     df = df.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("_idx"), own_key.alias("_own_key"))
@@ -540,7 +552,6 @@ def _timing_roles(df: pl.DataFrame) -> pl.DataFrame:
     by_port = _by_port(df)
     candidate = f.is_in(["part", "blob"]).fill_null(False)
     df = df.with_columns(
-        header.alias("_hdr"),
         by_port(pl.when(header).then(idx).forward_fill()).alias("_hdr_at"),
         by_port(pl.when(header).then(own_key).forward_fill()).alias("_hdr_key"),
         by_port(pl.when(~candidate).then(idx).forward_fill()).alias("_last_other"),
@@ -561,7 +572,7 @@ def _timing_roles(df: pl.DataFrame) -> pl.DataFrame:
         pl.when(pl.col("_part").is_not_null()).then(
             pl.when(pl.col("_cont")).then(pl.col("_hdr_key")).otherwise(own_key)
         ).alias("_key"),
-    ).drop("_hdr", "_hdr_at", "_idx", "_last_other", "_own_key", "_kind")
+    ).drop("_hdr", "_hdr_at", "_hdr_key", "_idx", "_last_other", "_own_key", "_kind")
 
 
 # ---------------------------------------------------------------------------------------
