@@ -426,8 +426,9 @@ def _classified(df: pl.DataFrame) -> pl.DataFrame:
         on(("tag", tag.struct.field("2"))).alias("_tag"),
         on(("json", jmsg),
            ("text24", txt_msg),
-           ("tag", b.str.slice(tag.struct.field("1").str.len_chars())),
-           ("func", b.str.slice(fnc.struct.field("1").str.len_chars())),
+           # (the body opens with the whole match: cut off as a prefix, not counted in characters)
+           ("tag", b.str.strip_prefix(tag.struct.field("1"))),
+           ("func", b.str.strip_prefix(fnc.struct.field("1"))),
            otherwise=b).alias("_msg"),
         pl.coalesce(
             pl.col("_lvl"),
