@@ -18,8 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from servelens.parsers.engines.llamacpp import timing
 
-from tests.helpers.common import logged_messages
-from tests.parsers.test_llamacpp_one_pass import events
+from tests.helpers.common import logged_messages, parsed_lines
 
 # ---------------------------------------------------------------------------------------
 # the timing part's kind
@@ -105,7 +104,8 @@ def expected_lifecycle(message: str) -> str | None:
 def assert_lifecycle(messages: list[str]) -> None:
     # each message on a slot's line naming its task (so that a lifecycle line is an event)
     texts = [f"0.{i % 60:02d}.000.000 I slot launch_slot_: id  0 | task {i} | {m}" for i, m in enumerate(messages)]
-    ev = events(texts)
+    ev = parsed_lines("llamacpp", texts).sort("line")
+    assert ev.height == len(texts)
     got = [e if e in ("request_arrived", "request_finished") else None for e in ev["event"].to_list()]
     assert [(m, g, w) for m, g, w in zip(messages, got, map(expected_lifecycle, messages)) if g != w] == []
 
@@ -157,7 +157,11 @@ LOADER = "llama_model_loader: "
 def assert_models(lines: list[str]) -> None:
     # each line (`<function>: <message>`) a chunk of its own (the model is carried forward from
     # line to line); the general reading searches the message after the function's name
-    got = [events([line])["model"][0] for line in lines]
+    got = []
+    for line in lines:
+        ev = parsed_lines("llamacpp", [line])
+        assert ev.height == 1
+        got.append(ev["model"][0])
     want = [(m.group(1) if (m := GENERAL_NAME.search(line.split(": ", 1)[1])) else None) for line in lines]
     assert [(line, g, w) for line, g, w in zip(lines, got, want) if g != w] == []
 

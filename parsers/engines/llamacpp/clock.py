@@ -32,16 +32,26 @@ import polars as pl
 
 from ...finalize import run_offsets
 
-REL_RE = r"^(\d+)\.(\d{2})\.(\d{3})\.(\d{3}) "
+# the relative time `M.SS.mmm.uuu ` (and the level letter after it, if any), matched whole: no
+# groups, as each group captured costs about as much as a search of its own
+REL_HEAD_RE = r"^\d+\.\d{2}\.\d{3}\.\d{3} "
+REL_LVL_HEAD_RE = REL_HEAD_RE + "(?:[IWEDT] )?"
 _TS = pl.Datetime("us", "UTC")
 _STR = pl.String
 
 
-def rel_us(groups: pl.Expr) -> pl.Expr:
-    """The struct of REL_RE's four groups -> microseconds since process start."""
-    f = lambda i: groups.struct.field(str(i)).cast(pl.Int64, strict=False)  # noqa: E731 (a damaged value: null)
+def rel_digits(head: pl.Expr) -> pl.Expr:
+    """The digits of a match of REL_HEAD_RE or REL_LVL_HEAD_RE (null: none) as one number,
+    M * 10^8 + SS * 10^6 + mmm * 10^3 + uuu, for `rel_us` (a column first: it reads it three
+    times). A digit of another script fails the cast: null, as a damaged value."""
+    return head.str.strip_chars_end(" IWEDT").str.replace_all(".", "", literal=True).cast(pl.Int64, strict=False)
+
+
+def rel_us(digits: pl.Expr) -> pl.Expr:
+    """Microseconds since process start from `rel_digits`: its last eight digits are the
+    microseconds within the minute, the others the minutes."""
     # minutes beyond ten million (19 years) are damage, and would overflow microseconds
-    return pl.when(f(1) < 10_000_000).then(((f(1) * 60 + f(2)) * 1000 + f(3)) * 1000 + f(4))
+    return pl.when(digits < 10_000_000 * 100_000_000).then(digits // 100_000_000 * 60_000_000 + digits % 100_000_000)
 
 
 def anchor(df: pl.DataFrame) -> pl.DataFrame:

@@ -39,11 +39,13 @@ and each message's numbers. Everything is polars expressions over the chunk.
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
 from . import timing as T
 from ...base import ANSI_RE, ParseContext, attrs_column
-from .clock import REL_RE, anchor, file_runs, rel_us
+from .clock import REL_HEAD_RE, REL_LVL_HEAD_RE, anchor, file_runs, rel_digits, rel_us
 
 NAME = "llamacpp"
 # the decoding stage passes each line's wrapper time (`wrapper_ts`): a 2026 line's relative
@@ -61,8 +63,6 @@ _STR = pl.String
 
 _PORT_RE = r"^\[\s*([0-9]+)\] "
 _LEVEL_RE = r"^([IWEDT]) "
-# the relative time (clock.REL_RE) and the level letter after it, if any
-_REL_LVL_RE = REL_RE[:-1] + r" (?:([IWEDT]) )?"
 # (the function name is cut to 12 characters; forks such as llama-box print it whole and
 # name a task alone: `srv  send_error: task 40 | error = ...`)
 _TAG_RE = r"^(slot|srv|que|res|cmn) +([^\s:]{1,40}): (?:id +(-?[0-9]+) \| task (-?[0-9]+) \| ?|task (-?[0-9]+) \| )?"
@@ -189,7 +189,21 @@ def _cut_lead(df: pl.DataFrame, col: str) -> pl.DataFrame:
 
 
 def _relative(text: pl.Series) -> pl.Series:
-    """`_header`'s `_rel` alone (µs since start, null for lines without), for the first pass."""
+    """`_header`'s `_rel` alone (µs since start, null for lines without), for the first pass.
+    A line that opens with the relative time needs none of the steps before it (no colour
+    code, lead or router prefix comes first): read off the line as it is, and only the
+    other lines taken apart."""
+    rel = _rel_of(pl.DataFrame({"b": text}, schema={"b": _STR}), "b")
+    missing = rel.is_null()
+    if not missing.any():
+        return rel
+    if missing.all():
+        return _relative_apart(text)
+    return rel.scatter(missing.arg_true(), _relative_apart(text.filter(missing)))
+
+
+def _relative_apart(text: pl.Series) -> pl.Series:
+    """`_relative` of lines taken apart: colour codes, a lead, a router prefix first."""
     df = pl.DataFrame({"b": text}, schema={"b": _STR})
     b = pl.col("b")
     if df.select(b.str.contains(ANSI_RE).any()).item():
@@ -197,7 +211,12 @@ def _relative(text: pl.Series) -> pl.Series:
     df = _cut_lead(df, "b")
     if df.select(b.str.contains(_PORT_RE).any()).item():  # a router's children: their prefix first
         df = df.with_columns(b.str.replace(_PORT_RE, ""))
-    return df.select(rel_us(b.str.extract_groups(REL_RE))).to_series()
+    return _rel_of(df, "b")
+
+
+def _rel_of(df: pl.DataFrame, col: str) -> pl.Series:
+    """`rel_us` of the lines of `col` (null where a line does not open with a relative time)."""
+    return df.select(rel_digits(pl.col(col).str.extract(REL_HEAD_RE, 0)).alias("_n")).select(rel_us(pl.col("_n"))).to_series()
 
 
 def parse(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
@@ -274,6 +293,30 @@ def _joined(events: pl.DataFrame, line: pl.Series, cont: pl.Series) -> pl.DataFr
 # the line's anatomy
 
 
+def _opens_timed(text: pl.Series) -> bool:
+    return len(text) > 0 and re.match(r"[0-9]+\.", text[0] or "") is not None
+
+
+def _cut_prefixes(df: pl.DataFrame) -> pl.DataFrame:
+    """`_body` without a lead (`_lead`) and a router's prefix (`_port`), then `_timed_head`."""
+    c = pl.col("_body")
+    df = _cut_lead(df, "_body")
+    df = df.with_columns(c.str.extract(_PORT_RE, 1).cast(pl.Int64, strict=False).alias("_port"))
+    if df["_port"].null_count() < df.height:
+        df = df.with_columns(c.str.replace(_PORT_RE, ""))
+    return _timed_head(df)
+
+
+def _timed_head(df: pl.DataFrame) -> pl.DataFrame:
+    """The relative time and level letter `_body` opens with: `_g` the match whole (the body is
+    cut after it by its length: the rest of the line as a group would cost the pattern several
+    times), `_rel` µs since start, `_g1` the character before the match's last space."""
+    g = pl.col("_g")
+    df = df.with_columns(pl.col("_body").str.extract(REL_LVL_HEAD_RE, 0).alias("_g"))
+    df = df.with_columns(rel_digits(g).alias("_rel"), g.str.slice(-2, 1).alias("_g1"))
+    return df.with_columns(rel_us(pl.col("_rel")))
+
+
 def _header(text: pl.Series, wrap: pl.Series | None = None) -> pl.DataFrame:
     """Per physical line: `_raw`, `_port`, `_rel` (µs since start), `_lvl`, `_body` (what
     follows the prefixes), `_abs` (a wall-clock time the line carries), `_wrap`."""
@@ -282,25 +325,28 @@ def _header(text: pl.Series, wrap: pl.Series | None = None) -> pl.DataFrame:
     df = df.with_columns(pl.col("_raw").alias("_body"))
     if df.select(c.str.contains(ANSI_RE).any()).item():
         df = df.with_columns(c.str.replace_all(ANSI_RE, ""))
-    df = _cut_lead(df, "_body")
-    df = df.with_columns(c.str.extract(_PORT_RE, 1).cast(pl.Int64, strict=False).alias("_port"))
-    if df["_port"].null_count() < df.height:
-        df = df.with_columns(c.str.replace(_PORT_RE, ""))
-    # each prefix's pattern once; the body is cut after it by the length of what matched
-    # (the rest of the line as a group of its own would cost the pattern several times).
-    # The level letter after a relative time is read by the same pattern.
+    # a line that opens with the relative time has no lead or router prefix to cut (their steps
+    # leave it as it is): when every line of the chunk does, as most of a 2026 log's chunks,
+    # they are left out (tried when the first line does)
+    if _opens_timed(text):
+        df = _timed_head(df)
+        if df["_rel"].null_count() == 0:
+            df = df.with_columns(pl.lit(None, _STR).alias("_lead"), pl.lit(None, pl.Int64).alias("_port"))
+            df = df.select("_raw", "_body", "_lead", "_port", "_g", "_rel", "_g1")
+        else:
+            df = _cut_prefixes(df.drop("_g", "_rel", "_g1"))
+    else:
+        df = _cut_prefixes(df)
     g = pl.col("_g")
-    df = df.with_columns(c.str.extract_groups(_REL_LVL_RE).alias("_g"))
-    df = df.with_columns(rel_us(g).alias("_rel"))
     timed = pl.col("_rel").is_not_null()
-    # the minutes, 2 + 3 + 3 digits, 3 dots, a space; and the level letter with its space
-    rel_len = g.struct.field("1").str.len_chars() + 12 + pl.when(g.struct.field("5").is_not_null()).then(2).otherwise(0)
+    # the time ends in a digit and a space: a letter before the head's last space is the level
+    lvl = pl.col("_g1")
     # a bare level letter only before a timestamp's body or a server tag
     bare = _has(pl.when(~timed).then(c), r"^[IWEDT] (?:slot|srv|que|res|cmn) ")
     df = df.with_columns(
-        pl.when(timed).then(g.struct.field("5")).when(bare).then(c.str.head(1)).alias("_lvl"),
-        pl.when(timed).then(c.str.slice(rel_len)).when(bare).then(c.str.slice(2)).otherwise(c).alias("_body"),
-    ).drop("_g")
+        pl.when(timed & lvl.is_in(list("IWEDT"))).then(lvl).when(bare).then(c.str.head(1)).alias("_lvl"),
+        pl.when(timed).then(c.str.slice(g.str.len_chars())).when(bare).then(c.str.slice(2)).otherwise(c).alias("_body"),
+    ).drop("_g", "_g1")
     wrap_col = wrap.cast(pl.Datetime("us", "UTC")) if wrap is not None else pl.repeat(
         None, df.height, dtype=pl.Datetime("us", "UTC"), eager=True)
     return df.with_columns(wrap_col.alias("_wrap"))
@@ -380,8 +426,9 @@ def _classified(df: pl.DataFrame) -> pl.DataFrame:
         on(("tag", tag.struct.field("2"))).alias("_tag"),
         on(("json", jmsg),
            ("text24", txt_msg),
-           ("tag", b.str.slice(tag.struct.field("1").str.len_chars())),
-           ("func", b.str.slice(fnc.struct.field("1").str.len_chars())),
+           # (the body opens with the whole match: cut off as a prefix, not counted in characters)
+           ("tag", b.str.strip_prefix(tag.struct.field("1"))),
+           ("func", b.str.strip_prefix(fnc.struct.field("1"))),
            otherwise=b).alias("_msg"),
         pl.coalesce(
             pl.col("_lvl"),
@@ -475,10 +522,14 @@ def _timing_roles(df: pl.DataFrame) -> pl.DataFrame:
     f, msg = pl.col("_form"), pl.col("_msg")
     # a part's kind only on the rows that may be parts (its patterns over null are free)
     timed = f.is_in(["tag", "json", "text24", "part", "func"]) & (pl.col("_fn").is_null() | pl.col("_fn").is_in(["print_timing", "print_timings"]))
-    df = df.with_columns(pl.when(timed).then(msg).alias("_kind"))
+    # (the header test as a column: it is read up to five times)
+    df = df.with_columns(
+        pl.when(timed).then(msg).alias("_kind"),
+        ((f == "tag") & (pl.col("_fn") == "print_timing") & (msg.str.strip_chars() == "")).alias("_hdr"),
+    )
     df = df.with_columns(T.part_kind(pl.col("_kind")).alias("_kind"))
     kind = pl.col("_kind")
-    header = (f == "tag") & (pl.col("_fn") == "print_timing") & (msg.str.strip_chars() == "")
+    header = pl.col("_hdr")
     # (built only on the rows that read it: a header, a part that names its own slot and task)
     keyed = header | kind.is_not_null()
     port = pl.lit("") if df["_port"].null_count() == df.height else pl.col("_port").cast(_STR).fill_null("")
@@ -486,6 +537,14 @@ def _timing_roles(df: pl.DataFrame) -> pl.DataFrame:
         [port, pl.when(keyed).then(pl.col("_slot")).cast(_STR), pl.when(keyed).then(pl.col("_task")).cast(_STR)],
         separator="|",
     )
+    if not df["_hdr"].any():
+        # no header in the chunk (a 2026 block's lines each name their task, or no block): no
+        # line continues one, and every part keys itself
+        return df.with_columns(
+            kind.alias("_part"), pl.lit(False).alias("_cont"),
+            (header | (kind == "prompt")).alias("_opener"),
+            pl.when(kind.is_not_null()).then(own_key).alias("_key"),
+        ).drop("_hdr", "_kind")
     # (a row number column: `int_range` inside `.over()` would count within each port; the
     # key a column too: it is read twice)
     df = df.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("_idx"), own_key.alias("_own_key"))
@@ -494,7 +553,6 @@ def _timing_roles(df: pl.DataFrame) -> pl.DataFrame:
     by_port = _by_port(df)
     candidate = f.is_in(["part", "blob"]).fill_null(False)
     df = df.with_columns(
-        header.alias("_hdr"),
         by_port(pl.when(header).then(idx).forward_fill()).alias("_hdr_at"),
         by_port(pl.when(header).then(own_key).forward_fill()).alias("_hdr_key"),
         by_port(pl.when(~candidate).then(idx).forward_fill()).alias("_last_other"),
@@ -515,7 +573,7 @@ def _timing_roles(df: pl.DataFrame) -> pl.DataFrame:
         pl.when(pl.col("_part").is_not_null()).then(
             pl.when(pl.col("_cont")).then(pl.col("_hdr_key")).otherwise(own_key)
         ).alias("_key"),
-    ).drop("_hdr", "_hdr_at", "_idx", "_last_other", "_own_key", "_kind")
+    ).drop("_hdr", "_hdr_at", "_hdr_key", "_idx", "_last_other", "_own_key", "_kind")
 
 
 # ---------------------------------------------------------------------------------------
