@@ -3,7 +3,7 @@
 relays), and both `--json-output` shapes, possibly mixed in one file. The formats are
 TGI's own (router/src/, launcher/src/) as real logs show them. The text records are read in `text_format.py`, the JSON records in
 `json_format.py` (both into the same columns), field helpers live in `fields.py` and the
-`attrs` column in `_finish` below.
+`attrs` column in `_with_attrs` below.
 
 Speed: most records of a busy server are the router's bare `Success`; they skip the
 error/capacity classification, and each other kind's fields are read on its own rows
@@ -130,19 +130,18 @@ def _group(lines: pl.DataFrame) -> pl.DataFrame:
     """One row per record: `line`, `n_lines`, raw `text`, cleaned first line `_first`,
     continuation `_cont` (null for one-line records).
     Like base.group_records, with the first line and the continuation apart."""
-    df = lines.with_columns(pl.col("text").cast(pl.String).alias("_clean"))
-    starts = df["_clean"].str.contains(_START_RE).fill_null(False)
+    clean = pl.col("text").cast(pl.String)
+    starts = lines["text"].cast(pl.String).str.contains(_START_RE).fill_null(False)
     # a one-line record: it starts and the next line starts too (or the chunk ends)
     starts = starts.scatter(0, True)
     one = starts & starts.shift(-1, fill_value=True)
-    df = df.with_columns(record_ids(starts), one.alias("_one"))
-    all_single = bool(one.all())
-    single = (df if all_single else df.filter(pl.col("_one"))).select(
-        "line", pl.lit(1, pl.Int32).alias("n_lines"), "text",
-        pl.col("_clean").alias("_first"), pl.lit(None, _STR).alias("_cont"),
+    single = ("line", pl.lit(1, pl.Int32).alias("n_lines"), "text")
+    if one.all():
+        return lines.select(*single, clean.alias("_first"), pl.lit(None, _STR).alias("_cont"))
+    df = lines.with_columns(clean.alias("_clean"), record_ids(starts), one.alias("_one"))
+    single = df.filter(pl.col("_one")).select(
+        *single, pl.col("_clean").alias("_first"), pl.lit(None, _STR).alias("_cont")
     )
-    if all_single:
-        return single
     multi = df.filter(~pl.col("_one")).group_by("_rec", maintain_order=True).agg(
         pl.col("line").first(),
         pl.len().cast(pl.Int32).alias("n_lines"),
@@ -276,11 +275,11 @@ def _events_of_kinds(df: pl.DataFrame, n_plain: int) -> pl.DataFrame:
     if rest.height:
         rest = _classify(rest)
         requests.append(rest.filter(pl.col("event") == "request"))
-        events.append(_others(rest.filter(pl.col("event") != "request")))
+        events.append(_with_attrs(_others(rest.filter(pl.col("event") != "request"))))
     requests = [p for p in requests if p.height]
     if requests:
-        events.append(_requests(pl.concat(requests, how="diagonal_relaxed")))
-    return _finish(pl.concat([p for p in events if p.height], how="diagonal_relaxed"))
+        events.append(_with_attrs(_requests(pl.concat(requests, how="diagonal_relaxed")), requests_only=True))
+    return _finish([p for p in events if p.height])
 
 
 def _classify(df: pl.DataFrame) -> pl.DataFrame:
@@ -302,13 +301,15 @@ def _classify_exprs() -> tuple[pl.Expr, ...]:
         | _outer_span(_only((msg1 == "Success") & ~router_says, pl.coalesce(pl.col("span"), pl.col("_spans"))))
         .is_in(_REQUEST_SPANS)
     )
+    # (the literal searches need no regex: the patterns a chunk's parse compiles are fewer
+    # than polars keeps compiled per thread, so they are not compiled anew at every block)
     err_kind = (
         pl.when(special.is_not_null()).then(special)
-        .when(full.str.contains("no permits available")).then(pl.lit("overloaded"))
-        .when(full.str.contains("Request failed during generation")).then(pl.lit("generation"))
-        .when(full.str.contains(r"^Server error:")).then(pl.lit("server"))
+        .when(full.str.contains("no permits available", literal=True)).then(pl.lit("overloaded"))
+        .when(full.str.contains("Request failed during generation", literal=True)).then(pl.lit("generation"))
+        .when(full.str.starts_with("Server error:")).then(pl.lit("server"))
         .when(full.str.contains(_METHOD_RE)).then(pl.lit("shard_exception"))
-        .when(full.str.contains(r"Receiver dropped")).then(pl.lit("client_gone"))
+        .when(full.str.contains("Receiver dropped", literal=True)).then(pl.lit("client_gone"))
         .when(full.str.contains(r"(?i)cuda out of memory|OutOfMemoryError")).then(pl.lit("oom"))
         .when(pl.col("level") == "ERROR").then(pl.lit("error"))
     )
@@ -611,10 +612,25 @@ _OUT_COLS = (
 )
 
 
-def _finish(df: pl.DataFrame) -> pl.DataFrame:
+def _with_attrs(df: pl.DataFrame, requests_only: bool = False) -> pl.DataFrame:
+    """`df` with its `attrs`. The requests and the other events are encoded apart: a
+    row's attrs hold its set fields only, so either part's encoding is what the whole
+    frame's would give, and the requests' shape test then skips the other kinds' keys."""
+    if df.height == 0:
+        return df
     have = set(df.columns)
     keys = [k for k in _ATTR_KEYS if k in have]
-    attrs = attrs_column(df, keys, keep=pl.col("event") != "unparsed")
+    keep = None if requests_only else pl.col("event") != "unparsed"
+    return df.with_columns(attrs_column(df, keys, keep=keep).alias("attrs"))
+
+
+def _finish(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    # each part narrowed to the output before they are joined: the first step after a
+    # concat copies every column of the joined frame into one piece
+    df = pl.concat([p.select(*[c for c in _OUT_COLS if c in p.columns], "attrs") for p in parts], how="diagonal_relaxed")
+    have = set(df.columns)
     # (a column no event kind of this chunk has is a null String; finalize casts it)
     out = [pl.col(c) if c in have else pl.lit(None, _STR).alias(c) for c in _OUT_COLS]
-    return df.select(*out).with_columns(attrs.alias("attrs")).sort("line")
+    df = df.select(*out, "attrs")
+    # a chunk of one kind of record is in line order already
+    return df if df["line"].is_sorted() else df.sort("line")
