@@ -8,7 +8,7 @@ TGI's own (router/src/, launcher/src/) as real logs show them. The text records 
 Speed: most records of a busy server are the router's bare `Success`; they skip the
 error/capacity classification, and each other kind's fields are read on its own rows
 (see `text_format.py` for the text lines themselves). A parameters dump is read once per
-process (`_parameters`), and the steps' expressions are built once, not at every block.
+process (`read_parameters`), and the steps' expressions are built once, not at every block.
 
 Records: a record starts at a line whose TGI header is an RFC 3339 time plus a level, or
 at a TGI JSON object (`{"timestamp":...`). Docker-compose prefixes, ANSI codes and outer
@@ -345,7 +345,7 @@ def _requests(df: pl.DataFrame) -> pl.DataFrame:
     df = df.with_columns(_endpoint_expr())
     main, last = _request_exprs(design_any, small)
     return df.with_columns(*main).pipe(_seed_apart).pipe(
-        lambda d: d.join(_parameters(d["_params"]), on="_params", how="left", nulls_equal=True)
+        lambda d: d.join(read_parameters(d["_params"]), on="_params", how="left", nulls_equal=True)
     ).with_columns(*last)
 
 
@@ -433,7 +433,7 @@ _PARAM_SEED_RE = r"(?-u:\b)seed: (?:Some\(([0-9]+)\)|([0-9]+))"
 def _seed_apart(df: pl.DataFrame) -> pl.DataFrame:
     """`param_seed` per request, and the dumps with their seed made `None`: a client that
     sends a seed per request would otherwise make nearly every dump distinct, and
-    `_parameters` would run its extracts once per request again."""
+    `read_parameters` would run its extracts once per request again."""
     has = df["_params"].str.contains(_PARAM_SEED_RE).fill_null(False)
     if not has.any():
         return df.with_columns(pl.lit(None, _STR).alias("param_seed"))
@@ -449,23 +449,36 @@ def _seed_apart(df: pl.DataFrame) -> pl.DataFrame:
 # what `_parameters_of` gave for each dump seen by this process: a client's few parameter
 # sets recur in every block, and reading one anew runs some twenty extracts
 _PARAMS_SEEN: dict[str | None, tuple[int | None, str | None]] = {}
-_PARAMS_SEEN_MAX = 4096
-# a longer dump is read at each call, not kept: a server's dumps are a few hundred bytes,
-# and the memo's memory stays bounded whatever a log's lines hold
-_PARAMS_SEEN_BYTES = 4096
-# more distinct dumps than this in one call, and they are read there without the memo
-_PARAMS_MEMO_ROWS = 256
+# the memo's bounds (settings of this module, which a test may lower): at most this many
+# dumps are kept; a longer dump than PARAMS_MEMO_DUMP_BYTES is read at each call, not kept
+# (a server's dumps are a few hundred bytes, and the memo's memory stays bounded whatever a
+# log's lines hold); more distinct dumps than PARAMS_MEMO_ROWS in one call, and they are
+# read there without the memo
+PARAMS_MEMO_DUMPS = 4096
+PARAMS_MEMO_DUMP_BYTES = 4096
+PARAMS_MEMO_ROWS = 256
 _PARAMS_SCHEMA = {"_params": pl.String, "max_tokens": pl.Int64, "sampling_params": pl.String}
 
 
-def _parameters(params: pl.Series) -> pl.DataFrame:
+def forget_parameters() -> None:
+    """Empty this process's memo of parameters dumps."""
+    _PARAMS_SEEN.clear()
+
+
+def remembered_parameters() -> frozenset[str | None]:
+    """The dumps this process's memo holds."""
+    return frozenset(_PARAMS_SEEN)
+
+
+def read_parameters(params: pl.Series, *, memo: bool = True) -> pl.DataFrame:
     """Sampling parameters per distinct dump (its seed apart, see `_seed_apart`): clients
     repeat the same parameters, so this runs the many small extracts, and encodes
     `sampling_params`, once per distinct value, not once per request (the join then gives
     each request a view of its dump's JSON); and a dump this process read before is not
-    read again."""
+    read again (`memo=False`: every dump is read here, the memo neither asked nor filled).
+    Columns `_params` (each distinct dump), `max_tokens`, `sampling_params`."""
     uniq = params.unique()
-    if uniq.len() > _PARAMS_MEMO_ROWS:
+    if not memo or uniq.len() > PARAMS_MEMO_ROWS:
         return _parameters_of(uniq)
     dumps = uniq.to_list()
     got = {d: v for d in dumps if (v := _PARAMS_SEEN.get(d)) is not None}
@@ -473,8 +486,8 @@ def _parameters(params: pl.Series) -> pl.DataFrame:
         read = _parameters_of(pl.Series([d for d in dumps if d not in got], dtype=pl.String))
         new = dict(zip(read["_params"], zip(read["max_tokens"], read["sampling_params"])))
         got.update(new)
-        kept = {d: v for d, v in new.items() if d is None or len(d) <= _PARAMS_SEEN_BYTES}
-        if len(_PARAMS_SEEN) + len(kept) > _PARAMS_SEEN_MAX:
+        kept = {d: v for d, v in new.items() if d is None or len(d) <= PARAMS_MEMO_DUMP_BYTES}
+        if len(_PARAMS_SEEN) + len(kept) > PARAMS_MEMO_DUMPS:
             _PARAMS_SEEN.clear()
         _PARAMS_SEEN.update(kept)
     known = [got[d] for d in dumps]
@@ -485,7 +498,7 @@ def _parameters(params: pl.Series) -> pl.DataFrame:
 
 
 def _parameters_of(dumps: pl.Series) -> pl.DataFrame:
-    """`_parameters` of distinct dumps, read here."""
+    """`read_parameters` of distinct dumps, read here."""
     uniq = dumps.to_frame("_params")
     p = pl.col("_params")
     fields = generate_parameters(p)
