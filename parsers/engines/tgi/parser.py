@@ -213,37 +213,49 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         df = df.with_columns(
             pl.lit(None, pl.Int64 if col in ("_rank_json", "batch_size") else _STR).alias(col) for col in missing
         )
-    special, columns, plain = _event_exprs()
-    df = df.with_columns(special).with_columns(*columns, _utc_ts(df, "_ts").alias("ts"))
+    # (a chunk whose every record has a header, or is one line, has the simpler columns)
+    headless, cont = df["_ts"].null_count() > 0, df["_cont"].null_count() < df.height
+    special, columns, plain = _event_exprs(headless, cont)
+    if headless:
+        df = df.with_columns(special).with_columns(*columns, _utc_ts(df, "_ts").alias("ts"))
+    else:
+        df = df.with_columns(special, *columns, _utc_ts(df, "_ts").alias("ts"))
     df = df.with_columns(plain)
     return _events_of_kinds(df, int(df["_plain"].sum()))
 
 
 @functools.cache
-def _event_exprs() -> tuple[pl.Expr, tuple[pl.Expr, ...], pl.Expr]:
+def _event_exprs(headless: bool, cont: bool) -> tuple[pl.Expr, tuple[pl.Expr, ...], pl.Expr]:
     """`_events`' columns: the headless records' kind, then `_full`, `rank` and `level`,
-    then whether a record is a plain `Success` (built once: they are the same every call)."""
+    then whether a record is a plain `Success` (built once: they are the same every call),
+    for a chunk with or without headless records, with or without continuation lines."""
     msg, target = pl.col("_msg"), pl.col("target")
-    cont = pl.col("_cont")
-    has_cont = cont.is_not_null() & (cont.str.strip_chars() != "")
+    cont_text = pl.col("_cont")
+    has_cont = cont_text.is_not_null() & (cont_text.str.strip_chars() != "")
     full = pl.when(has_cont).then(
-        pl.concat_str([msg, pl.lit("\n"), cont.str.strip_chars_end()])
-    ).otherwise(msg)
+        pl.concat_str([msg, pl.lit("\n"), cont_text.str.strip_chars_end()])
+    ).otherwise(msg) if cont else msg
     # launcher span fields come after the message: `... Shard ready in 10.3s rank=0`
     rank_re = r"[ \t]+rank=([0-9]+)[ \t]*$"
     lvl = pl.col("_lvl")
     first = pl.col("_first")
-    headless = _only(pl.col("_ts").is_null(), first)
-    special = (
-        pl.when(headless.str.contains(_PANIC_RE)).then(pl.lit("panic"))
-        .when(headless.str.contains(_EXIT_RE)).then(pl.lit("launcher_exit"))
-    )
+    if headless:
+        headless_first = _only(pl.col("_ts").is_null(), first)
+        special = (
+            pl.when(headless_first.str.contains(_PANIC_RE)).then(pl.lit("panic"))
+            .when(headless_first.str.contains(_EXIT_RE)).then(pl.lit("launcher_exit"))
+        )
+    else:
+        special = pl.lit(None, _STR)
     with_rank = _only(full.str.contains("rank=", literal=True), full)
+    full_special = pl.when(has_cont).then(
+        pl.concat_str([first, pl.lit("\n"), cont_text.str.strip_chars_end()])
+    ).otherwise(first) if cont else first
+    full_of = pl.coalesce(with_rank.str.replace(rank_re, ""), full)
     columns = (
-        pl.when(pl.col("_special").is_not_null()).then(
-            pl.when(has_cont).then(pl.concat_str([first, pl.lit("\n"), cont.str.strip_chars_end()])).otherwise(first)
-        ).when(target.is_not_null()).then(
-            pl.coalesce(with_rank.str.replace(rank_re, ""), full)
+        (
+            pl.when(pl.col("_special").is_not_null()).then(full_special).when(target.is_not_null()).then(full_of)
+            if headless else pl.when(target.is_not_null()).then(full_of)
         ).alias("_full"),
         pl.coalesce(pl.col("_rank_json"), with_rank.str.extract(rank_re, 1).cast(pl.Int64, strict=False)).alias("rank"),
         pl.when(lvl == "WARN").then(pl.lit("WARNING")).when(lvl == "TRACE").then(pl.lit("DEBUG"))
