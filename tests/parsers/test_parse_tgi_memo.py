@@ -33,10 +33,10 @@ def logged_dumps() -> list[str]:
 def read_both(dumps: list[str | None]) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """The dumps read anew, then through the memo twice (empty, then holding them all)."""
     series = pl.Series(dumps, dtype=pl.String)
-    anew = tgi._parameters_of(series.unique()).sort("_params", nulls_last=True)
-    tgi._PARAMS_SEEN.clear()
-    cold = tgi._parameters(series).sort("_params", nulls_last=True)
-    warm = tgi._parameters(series).sort("_params", nulls_last=True)
+    anew = tgi.read_parameters(series, memo=False).sort("_params", nulls_last=True)
+    tgi.forget_parameters()
+    cold = tgi.read_parameters(series).sort("_params", nulls_last=True)
+    warm = tgi.read_parameters(series).sort("_params", nulls_last=True)
     return anew, cold, warm
 
 
@@ -115,22 +115,22 @@ def tgi_logs() -> list[Path]:
 def test_files_parse_the_same_with_the_memo_empty_full_overflowing_or_bypassed(monkeypatch):
     paths = tgi_logs()
     assert len(paths) > 5
-    tgi._PARAMS_SEEN.clear()
+    tgi.forget_parameters()
     cold = parse_files(paths)
-    assert len(tgi._PARAMS_SEEN) > 0
+    assert len(tgi.remembered_parameters()) > 0
     warm = parse_files(paths)
     # a memo smaller than a file's dumps: cleared on the way, never wrong
-    monkeypatch.setattr(tgi, "_PARAMS_SEEN_MAX", 1)
-    tgi._PARAMS_SEEN.clear()
+    monkeypatch.setattr(tgi, "PARAMS_MEMO_DUMPS", 1)
+    tgi.forget_parameters()
     overflowing = parse_files(paths)
     # every dump longer than the memo keeps: read at each call, none kept
-    monkeypatch.setattr(tgi, "_PARAMS_SEEN_MAX", 4096)
-    monkeypatch.setattr(tgi, "_PARAMS_SEEN_BYTES", 0)
-    tgi._PARAMS_SEEN.clear()
+    monkeypatch.setattr(tgi, "PARAMS_MEMO_DUMPS", 4096)
+    monkeypatch.setattr(tgi, "PARAMS_MEMO_DUMP_BYTES", 0)
+    tgi.forget_parameters()
     too_long = parse_files(paths)
-    assert set(tgi._PARAMS_SEEN) <= {None}
+    assert tgi.remembered_parameters() <= {None}
     # more distinct dumps in a call than the memo takes: read there
-    monkeypatch.setattr(tgi, "_PARAMS_MEMO_ROWS", 0)
+    monkeypatch.setattr(tgi, "PARAMS_MEMO_ROWS", 0)
     bypassed = parse_files(paths)
     for got in (warm, overflowing, too_long, bypassed):
         for a, b in zip(cold, got, strict=True):
@@ -142,7 +142,7 @@ def test_a_memo_hit_gives_the_requests_their_parameters(name):
     """Parsed twice (the second time every dump from the memo), a file's requests keep
     their max_tokens and sampling_params, which the dumps on their lines say."""
     path = ROOT / "tests" / "fixtures" / "tgi" / name
-    tgi._PARAMS_SEEN.clear()
+    tgi.forget_parameters()
     first, again = parse_files([path])[0], parse_files([path])[0]
     req = again.filter(pl.col("event") == "request")
     assert req.height > 0

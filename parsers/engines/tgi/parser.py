@@ -3,12 +3,12 @@
 relays), and both `--json-output` shapes, possibly mixed in one file. The formats are
 TGI's own (router/src/, launcher/src/) as real logs show them. The text records are read in `text_format.py`, the JSON records in
 `json_format.py` (both into the same columns), field helpers live in `fields.py` and the
-`attrs` column in `_finish` below.
+`attrs` column in `_with_attrs` below.
 
 Speed: most records of a busy server are the router's bare `Success`; they skip the
 error/capacity classification, and each other kind's fields are read on its own rows
 (see `text_format.py` for the text lines themselves). A parameters dump is read once per
-process (`_parameters`), and the steps' expressions are built once, not at every block.
+process (`read_parameters`), and the steps' expressions are built once, not at every block.
 
 Records: a record starts at a line whose TGI header is an RFC 3339 time plus a level, or
 at a TGI JSON object (`{"timestamp":...`). Docker-compose prefixes, ANSI codes and outer
@@ -130,19 +130,18 @@ def _group(lines: pl.DataFrame) -> pl.DataFrame:
     """One row per record: `line`, `n_lines`, raw `text`, cleaned first line `_first`,
     continuation `_cont` (null for one-line records).
     Like base.group_records, with the first line and the continuation apart."""
-    df = lines.with_columns(pl.col("text").cast(pl.String).alias("_clean"))
-    starts = df["_clean"].str.contains(_START_RE).fill_null(False)
+    clean = pl.col("text").cast(pl.String)
+    starts = lines["text"].cast(pl.String).str.contains(_START_RE).fill_null(False)
     # a one-line record: it starts and the next line starts too (or the chunk ends)
     starts = starts.scatter(0, True)
     one = starts & starts.shift(-1, fill_value=True)
-    df = df.with_columns(record_ids(starts), one.alias("_one"))
-    all_single = bool(one.all())
-    single = (df if all_single else df.filter(pl.col("_one"))).select(
-        "line", pl.lit(1, pl.Int32).alias("n_lines"), "text",
-        pl.col("_clean").alias("_first"), pl.lit(None, _STR).alias("_cont"),
+    single = ("line", pl.lit(1, pl.Int32).alias("n_lines"), "text")
+    if one.all():
+        return lines.select(*single, clean.alias("_first"), pl.lit(None, _STR).alias("_cont"))
+    df = lines.with_columns(clean.alias("_clean"), record_ids(starts), one.alias("_one"))
+    single = df.filter(pl.col("_one")).select(
+        *single, pl.col("_clean").alias("_first"), pl.lit(None, _STR).alias("_cont")
     )
-    if all_single:
-        return single
     multi = df.filter(~pl.col("_one")).group_by("_rec", maintain_order=True).agg(
         pl.col("line").first(),
         pl.len().cast(pl.Int32).alias("n_lines"),
@@ -214,37 +213,49 @@ def _events(df: pl.DataFrame) -> pl.DataFrame:
         df = df.with_columns(
             pl.lit(None, pl.Int64 if col in ("_rank_json", "batch_size") else _STR).alias(col) for col in missing
         )
-    special, columns, plain = _event_exprs()
-    df = df.with_columns(special).with_columns(*columns, _utc_ts(df, "_ts").alias("ts"))
+    # (a chunk whose every record has a header, or is one line, has the simpler columns)
+    headless, cont = df["_ts"].null_count() > 0, df["_cont"].null_count() < df.height
+    special, columns, plain = _event_exprs(headless, cont)
+    if headless:
+        df = df.with_columns(special).with_columns(*columns, _utc_ts(df, "_ts").alias("ts"))
+    else:
+        df = df.with_columns(special, *columns, _utc_ts(df, "_ts").alias("ts"))
     df = df.with_columns(plain)
     return _events_of_kinds(df, int(df["_plain"].sum()))
 
 
 @functools.cache
-def _event_exprs() -> tuple[pl.Expr, tuple[pl.Expr, ...], pl.Expr]:
+def _event_exprs(headless: bool, cont: bool) -> tuple[pl.Expr, tuple[pl.Expr, ...], pl.Expr]:
     """`_events`' columns: the headless records' kind, then `_full`, `rank` and `level`,
-    then whether a record is a plain `Success` (built once: they are the same every call)."""
+    then whether a record is a plain `Success` (built once: they are the same every call),
+    for a chunk with or without headless records, with or without continuation lines."""
     msg, target = pl.col("_msg"), pl.col("target")
-    cont = pl.col("_cont")
-    has_cont = cont.is_not_null() & (cont.str.strip_chars() != "")
+    cont_text = pl.col("_cont")
+    has_cont = cont_text.is_not_null() & (cont_text.str.strip_chars() != "")
     full = pl.when(has_cont).then(
-        pl.concat_str([msg, pl.lit("\n"), cont.str.strip_chars_end()])
-    ).otherwise(msg)
+        pl.concat_str([msg, pl.lit("\n"), cont_text.str.strip_chars_end()])
+    ).otherwise(msg) if cont else msg
     # launcher span fields come after the message: `... Shard ready in 10.3s rank=0`
     rank_re = r"[ \t]+rank=([0-9]+)[ \t]*$"
     lvl = pl.col("_lvl")
     first = pl.col("_first")
-    headless = _only(pl.col("_ts").is_null(), first)
-    special = (
-        pl.when(headless.str.contains(_PANIC_RE)).then(pl.lit("panic"))
-        .when(headless.str.contains(_EXIT_RE)).then(pl.lit("launcher_exit"))
-    )
+    if headless:
+        headless_first = _only(pl.col("_ts").is_null(), first)
+        special = (
+            pl.when(headless_first.str.contains(_PANIC_RE)).then(pl.lit("panic"))
+            .when(headless_first.str.contains(_EXIT_RE)).then(pl.lit("launcher_exit"))
+        )
+    else:
+        special = pl.lit(None, _STR)
     with_rank = _only(full.str.contains("rank=", literal=True), full)
+    full_special = pl.when(has_cont).then(
+        pl.concat_str([first, pl.lit("\n"), cont_text.str.strip_chars_end()])
+    ).otherwise(first) if cont else first
+    full_of = pl.coalesce(with_rank.str.replace(rank_re, ""), full)
     columns = (
-        pl.when(pl.col("_special").is_not_null()).then(
-            pl.when(has_cont).then(pl.concat_str([first, pl.lit("\n"), cont.str.strip_chars_end()])).otherwise(first)
-        ).when(target.is_not_null()).then(
-            pl.coalesce(with_rank.str.replace(rank_re, ""), full)
+        (
+            pl.when(pl.col("_special").is_not_null()).then(full_special).when(target.is_not_null()).then(full_of)
+            if headless else pl.when(target.is_not_null()).then(full_of)
         ).alias("_full"),
         pl.coalesce(pl.col("_rank_json"), with_rank.str.extract(rank_re, 1).cast(pl.Int64, strict=False)).alias("rank"),
         pl.when(lvl == "WARN").then(pl.lit("WARNING")).when(lvl == "TRACE").then(pl.lit("DEBUG"))
@@ -276,11 +287,11 @@ def _events_of_kinds(df: pl.DataFrame, n_plain: int) -> pl.DataFrame:
     if rest.height:
         rest = _classify(rest)
         requests.append(rest.filter(pl.col("event") == "request"))
-        events.append(_others(rest.filter(pl.col("event") != "request")))
+        events.append(_with_attrs(_others(rest.filter(pl.col("event") != "request"))))
     requests = [p for p in requests if p.height]
     if requests:
-        events.append(_requests(pl.concat(requests, how="diagonal_relaxed")))
-    return _finish(pl.concat([p for p in events if p.height], how="diagonal_relaxed"))
+        events.append(_with_attrs(_requests(pl.concat(requests, how="diagonal_relaxed")), requests_only=True))
+    return _finish([p for p in events if p.height])
 
 
 def _classify(df: pl.DataFrame) -> pl.DataFrame:
@@ -302,13 +313,15 @@ def _classify_exprs() -> tuple[pl.Expr, ...]:
         | _outer_span(_only((msg1 == "Success") & ~router_says, pl.coalesce(pl.col("span"), pl.col("_spans"))))
         .is_in(_REQUEST_SPANS)
     )
+    # (plain text is searched as a literal: one pattern fewer each for polars to compile,
+    # and it keeps only a few compiled per thread)
     err_kind = (
         pl.when(special.is_not_null()).then(special)
-        .when(full.str.contains("no permits available")).then(pl.lit("overloaded"))
-        .when(full.str.contains("Request failed during generation")).then(pl.lit("generation"))
-        .when(full.str.contains(r"^Server error:")).then(pl.lit("server"))
+        .when(full.str.contains("no permits available", literal=True)).then(pl.lit("overloaded"))
+        .when(full.str.contains("Request failed during generation", literal=True)).then(pl.lit("generation"))
+        .when(full.str.starts_with("Server error:")).then(pl.lit("server"))
         .when(full.str.contains(_METHOD_RE)).then(pl.lit("shard_exception"))
-        .when(full.str.contains(r"Receiver dropped")).then(pl.lit("client_gone"))
+        .when(full.str.contains("Receiver dropped", literal=True)).then(pl.lit("client_gone"))
         .when(full.str.contains(r"(?i)cuda out of memory|OutOfMemoryError")).then(pl.lit("oom"))
         .when(pl.col("level") == "ERROR").then(pl.lit("error"))
     )
@@ -344,7 +357,7 @@ def _requests(df: pl.DataFrame) -> pl.DataFrame:
     df = df.with_columns(_endpoint_expr())
     main, last = _request_exprs(design_any, small)
     return df.with_columns(*main).pipe(_seed_apart).pipe(
-        lambda d: d.join(_parameters(d["_params"]), on="_params", how="left", nulls_equal=True)
+        lambda d: d.join(read_parameters(d["_params"]), on="_params", how="left", nulls_equal=True)
     ).with_columns(*last)
 
 
@@ -432,7 +445,7 @@ _PARAM_SEED_RE = r"(?-u:\b)seed: (?:Some\(([0-9]+)\)|([0-9]+))"
 def _seed_apart(df: pl.DataFrame) -> pl.DataFrame:
     """`param_seed` per request, and the dumps with their seed made `None`: a client that
     sends a seed per request would otherwise make nearly every dump distinct, and
-    `_parameters` would run its extracts once per request again."""
+    `read_parameters` would run its extracts once per request again."""
     has = df["_params"].str.contains(_PARAM_SEED_RE).fill_null(False)
     if not has.any():
         return df.with_columns(pl.lit(None, _STR).alias("param_seed"))
@@ -448,23 +461,36 @@ def _seed_apart(df: pl.DataFrame) -> pl.DataFrame:
 # what `_parameters_of` gave for each dump seen by this process: a client's few parameter
 # sets recur in every block, and reading one anew runs some twenty extracts
 _PARAMS_SEEN: dict[str | None, tuple[int | None, str | None]] = {}
-_PARAMS_SEEN_MAX = 4096
-# a longer dump is read at each call, not kept: a server's dumps are a few hundred bytes,
-# and the memo's memory stays bounded whatever a log's lines hold
-_PARAMS_SEEN_BYTES = 4096
-# more distinct dumps than this in one call, and they are read there without the memo
-_PARAMS_MEMO_ROWS = 256
+# the memo's bounds (settings of this module, which a test may lower): at most this many
+# dumps are kept; a longer dump than PARAMS_MEMO_DUMP_BYTES is read at each call, not kept
+# (a server's dumps are a few hundred bytes, and the memo's memory stays bounded whatever a
+# log's lines hold); more distinct dumps than PARAMS_MEMO_ROWS in one call, and they are
+# read there without the memo
+PARAMS_MEMO_DUMPS = 4096
+PARAMS_MEMO_DUMP_BYTES = 4096
+PARAMS_MEMO_ROWS = 256
 _PARAMS_SCHEMA = {"_params": pl.String, "max_tokens": pl.Int64, "sampling_params": pl.String}
 
 
-def _parameters(params: pl.Series) -> pl.DataFrame:
+def forget_parameters() -> None:
+    """Empty this process's memo of parameters dumps."""
+    _PARAMS_SEEN.clear()
+
+
+def remembered_parameters() -> frozenset[str | None]:
+    """The dumps this process's memo holds."""
+    return frozenset(_PARAMS_SEEN)
+
+
+def read_parameters(params: pl.Series, *, memo: bool = True) -> pl.DataFrame:
     """Sampling parameters per distinct dump (its seed apart, see `_seed_apart`): clients
     repeat the same parameters, so this runs the many small extracts, and encodes
     `sampling_params`, once per distinct value, not once per request (the join then gives
     each request a view of its dump's JSON); and a dump this process read before is not
-    read again."""
+    read again (`memo=False`: every dump is read here, the memo neither asked nor filled).
+    Columns `_params` (each distinct dump), `max_tokens`, `sampling_params`."""
     uniq = params.unique()
-    if uniq.len() > _PARAMS_MEMO_ROWS:
+    if not memo or uniq.len() > PARAMS_MEMO_ROWS:
         return _parameters_of(uniq)
     dumps = uniq.to_list()
     got = {d: v for d in dumps if (v := _PARAMS_SEEN.get(d)) is not None}
@@ -472,8 +498,8 @@ def _parameters(params: pl.Series) -> pl.DataFrame:
         read = _parameters_of(pl.Series([d for d in dumps if d not in got], dtype=pl.String))
         new = dict(zip(read["_params"], zip(read["max_tokens"], read["sampling_params"])))
         got.update(new)
-        kept = {d: v for d, v in new.items() if d is None or len(d) <= _PARAMS_SEEN_BYTES}
-        if len(_PARAMS_SEEN) + len(kept) > _PARAMS_SEEN_MAX:
+        kept = {d: v for d, v in new.items() if d is None or len(d) <= PARAMS_MEMO_DUMP_BYTES}
+        if len(_PARAMS_SEEN) + len(kept) > PARAMS_MEMO_DUMPS:
             _PARAMS_SEEN.clear()
         _PARAMS_SEEN.update(kept)
     known = [got[d] for d in dumps]
@@ -484,7 +510,7 @@ def _parameters(params: pl.Series) -> pl.DataFrame:
 
 
 def _parameters_of(dumps: pl.Series) -> pl.DataFrame:
-    """`_parameters` of distinct dumps, read here."""
+    """`read_parameters` of distinct dumps, read here."""
     uniq = dumps.to_frame("_params")
     p = pl.col("_params")
     fields = generate_parameters(p)
@@ -611,10 +637,25 @@ _OUT_COLS = (
 )
 
 
-def _finish(df: pl.DataFrame) -> pl.DataFrame:
+def _with_attrs(df: pl.DataFrame, requests_only: bool = False) -> pl.DataFrame:
+    """`df` with its `attrs`. The requests and the other events are encoded apart: a
+    row's attrs hold its set fields only, so either part's encoding is what the whole
+    frame's would give, and the requests' shape test then skips the other kinds' keys."""
+    if df.height == 0:
+        return df
     have = set(df.columns)
     keys = [k for k in _ATTR_KEYS if k in have]
-    attrs = attrs_column(df, keys, keep=pl.col("event") != "unparsed")
+    keep = None if requests_only else pl.col("event") != "unparsed"
+    return df.with_columns(attrs_column(df, keys, keep=keep).alias("attrs"))
+
+
+def _finish(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    # each part narrowed to the output before they are joined: the first step after a
+    # concat copies every column of the joined frame into one piece
+    df = pl.concat([p.select(*[c for c in _OUT_COLS if c in p.columns], "attrs") for p in parts], how="diagonal_relaxed")
+    have = set(df.columns)
     # (a column no event kind of this chunk has is a null String; finalize casts it)
     out = [pl.col(c) if c in have else pl.lit(None, _STR).alias(c) for c in _OUT_COLS]
-    return df.select(*out).with_columns(attrs.alias("attrs")).sort("line")
+    df = df.select(*out, "attrs")
+    # a chunk of one kind of record is in line order already
+    return df if df["line"].is_sorted() else df.sort("line")

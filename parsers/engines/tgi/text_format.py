@@ -63,10 +63,12 @@ def _locate_exprs() -> tuple[pl.Expr, ...]:
     # router "Full" format `[spans: ]target: file.rs:N: msg`. TGI's own targets all start
     # with `text_generation_`, so a literal search finds the tail on almost every line; the
     # regex search (slower over a long span chain) only runs on the lines left over. (The
-    # head holds neither literal, so a search from the line's start finds them in the rest.)
+    # head holds neither literal, so a search from the line's start finds them in the rest;
+    # and the first `text_generation_` is at the rest's start when the rest starts with it:
+    # the head is ASCII, so its length in bytes is its length in characters.)
     tail_at = (
         pl.when(rest_at.is_null()).then(None)
-        .when(first.str.find("text_generation_", literal=True) == rest_at).then(rest_at)
+        .when(first.str.slice(rest_at, 16) == "text_generation_").then(rest_at)
         .otherwise(first.str.find(": text_generation_", literal=True) + 2)
     )
     return (
@@ -131,10 +133,16 @@ def _split_records(recs: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
 def _span_fields(recs: pl.DataFrame) -> pl.DataFrame:
     """From the span chain: the parameters dump (`_params`), the root batch span's size
     and the request span's durations (`_d_*` parts) and seed."""
-    cut, pieces, timing, slow = _span_exprs()
-    recs = recs.with_columns(cut).with_columns(*pieces)
-    recs = recs.with_columns(timing).unnest("_tg").with_columns(slow)
-    if recs["_slow"].any():
+    cut, pieces, batch, timing, slow = _span_exprs()
+    # (a chunk without a `batch{..}` root span, or whose every record had its durations
+    # read by the one regex, skips the search for them)
+    if not recs["_spans"].str.starts_with("batch{").any():
+        batch = pl.lit(None, pl.Int64).alias("batch_size")
+    recs = recs.with_columns(cut).with_columns(*pieces, batch)
+    recs = recs.with_columns(timing).unnest("_tg")
+    if recs["_d_total_u"].null_count():
+        recs = recs.with_columns(slow)
+    if "_slow" in recs.columns and recs["_slow"].any():
         t = pl.col("_timing")
         slow = recs.filter(pl.col("_slow")).drop(
             *[c for c in recs.columns if c.startswith("_d_")], "_seed"
@@ -148,7 +156,7 @@ def _span_fields(recs: pl.DataFrame) -> pl.DataFrame:
 
 
 @functools.cache
-def _span_exprs() -> tuple[pl.Expr, tuple[pl.Expr, ...], pl.Expr, pl.Expr]:
+def _span_exprs() -> tuple[pl.Expr, tuple[pl.Expr, ...], pl.Expr, pl.Expr, pl.Expr]:
     spans = pl.col("_spans")
     # string-recorded span fields follow the parameters dump: cut there (a literal search,
     # cheap) so the field regexes scan only the short tail and the dump can be de-duplicated
@@ -157,16 +165,17 @@ def _span_exprs() -> tuple[pl.Expr, tuple[pl.Expr, ...], pl.Expr, pl.Expr]:
         # without the cut both are the whole chain
         byte_slice(spans, 0, pl.coalesce(cut, spans.str.len_bytes())).alias("_params"),
         byte_slice(spans, cut.fill_null(0)).alias("_timing"),
-        # `batch` is a root span (parent: None): it heads the chain
-        spans.str.extract(r"^batch\{batch_size=([0-9]+)\}", 1).cast(pl.Int64, strict=False).alias("batch_size"),
     )
+    # `batch` is a root span (parent: None): it heads the chain
+    batch = spans.str.extract(r"^batch\{batch_size=([0-9]+)\}", 1).cast(pl.Int64, strict=False).alias("batch_size")
     # one regex for all durations; lines in another shape (fields missing, reordered) are
     # read field by field (a line naming none of the fields keeps the nulls)
-    slow = pl.col("_d_total_u").is_null() & pl.col("_timing").str.contains_any(
+    missed = pl.col("_d_total_u").is_null()
+    slow = missed & pl.when(missed).then(pl.col("_timing")).str.contains_any(
         ['_time="', 'time_per_token="', 'seed="']
     ).fill_null(False)
     return (
-        spans.str.find(" total_time=", literal=True).alias("_cut"), pieces,
+        spans.str.find(" total_time=", literal=True).alias("_cut"), pieces, batch,
         pl.col("_timing").str.extract_groups(TIMING_RE).alias("_tg"), slow.alias("_slow"),
     )
 
