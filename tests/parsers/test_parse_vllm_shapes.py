@@ -1,6 +1,6 @@
 """The cheap readings of the commonest lines say what the general ones say: a stats line of
 `fields.STATS_SHAPE` read by that one pattern (`fields.shaped_stats`) gives what the per-key
-regexes give, a `Received request` line of V1's common shape read by `fields.shaped_received`
+regexes give, a `Received request` line of V1's or V0's common shape read by `fields.shaped_received`
 what the general request readings give, and `uvicorn.access_groups` gives `uvicorn.ACCESS`'s
 captures, on every line (those of the fixtures and sample logs, generated ones, and near
 misses)."""
@@ -162,9 +162,11 @@ def test_generated_access_lines_read_the_same(lines):
 def received_both(messages: list[str]) -> tuple[pl.Series, pl.DataFrame, pl.DataFrame]:
     """Which messages are of V1's common `Received request` shape, and on those, what
     shaped_received reads and what the general request readings read."""
-    df = pl.DataFrame({"m": messages}, schema={"m": pl.String})
-    fits, rid = F.received_shape(df)
-    part, cols, attrs = F.shaped_received(df.filter(fits).with_columns(rid.filter(fits)))
+    df = pl.DataFrame({"m": messages}, schema={"m": pl.String}).with_row_index("_i")
+    shaped, _ = F.received_shapes(df)
+    shaped = shaped.sort("_i")
+    fits = df["_i"].is_in(shaped["_i"].implode())
+    part, cols, attrs = F.shaped_received(shaped)
     fast = part.select(v.alias(k) for k, v in {**cols, **attrs}.items())
     general = F.with_sampling_params(df.filter(fits).with_columns(**F.request_parts()))
     slow_exprs = {
@@ -189,12 +191,22 @@ def logged_received_messages() -> list[str]:
     return logged_messages("Received request ", r"^.*?(?:\] |^)(Received request .*)$")
 
 
-def test_logged_received_lines_read_the_same_and_v1_ones_by_the_shape():
+def test_logged_received_lines_read_the_same_and_v1_and_v0_ones_by_the_shapes():
     messages = logged_received_messages()
     fits = assert_received_same(messages)
     assert fits.sum() > 100
     v1 = [m for m in messages if re.fullmatch(r"Received request [\w-]+: params: SamplingParams\([^)]*\), lora_request: None\.", m)]
     assert [m for m, f in zip(messages, fits) if m in v1 and not f] == []
+    # V0's, with the prompt, whose prompt holds none of the fields' words (counted apart)
+    v0 = [
+        m for m in messages
+        if re.fullmatch(r"Received request [\w-]+: prompt: .*, params: SamplingParams\([^)]*\), prompt_token_ids: None, "
+                        r"lora_request: None(?:, prompt_adapter_request: None)?\.", m)
+        and not re.search(r"max_tokens=|finish_reason|token.ids: \[|prompt_len=|streaming_complete|SamplingParams\(",
+                          m[: m.index(", params: SamplingParams(")])
+    ]
+    assert len(v0) > 100
+    assert [m for m, f in zip(messages, fits) if m in v0 and not f] == []
 
 
 SP = (
@@ -235,6 +247,61 @@ def test_received_near_misses_read_the_same():
     assert fits.any() and not fits.all()
 
 
+V0_TAIL = "), prompt_token_ids: None, lora_request: None, prompt_adapter_request: None."
+V0_TAIL_SHORT = "), prompt_token_ids: None, lora_request: None."
+# V0's lines print the prompt before the repr: the general readings look for their fields in it
+V0_NEAR_MISSES = [
+    f"Received request chatcmpl-1: prompt: 'Hello there', params: SamplingParams({SP}{V0_TAIL}",
+    f"Received request chatcmpl-1: prompt: 'Hello there', params: SamplingParams({SP}{V0_TAIL_SHORT}",
+    f"Received request chatcmpl-1: prompt: \"it's\", params: SamplingParams({SP.replace('seed=None', 'seed=3')}{V0_TAIL}",
+    f"Received request tokenize-1: prompt: 'x', params: SamplingParams({SP}{V0_TAIL}",
+    f"Received request a: prompt: '', params: SamplingParams({V0_TAIL}",
+    f"Received request a: prompt: 'caf\u00e9 \u2603', params: SamplingParams({SP}{V0_TAIL}",
+    # each field's words in the prompt: the general readings find them there
+    f"Received request a: prompt: 'set max_tokens=5 please', params: SamplingParams({SP}{V0_TAIL}",
+    f"Received request a: prompt: 'finish_reason: length', params: SamplingParams({SP}{V0_TAIL}",
+    f"Received request a: prompt: 'prompt_token_ids: [1, 2, 3]', params: SamplingParams({SP}{V0_TAIL}",
+    f"Received request a: prompt: 'prompt token ids: [1]', params: SamplingParams({SP}{V0_TAIL}",
+    f"Received request a: prompt: 'output_token_ids: [4, 5]', params: SamplingParams({SP}{V0_TAIL}",
+    f"Received request a: prompt: 'prompt_len=12', params: SamplingParams({SP}{V0_TAIL}",
+    f"Received request a: prompt: \": output: '<streaming_complete: 9 tokens>'\", params: SamplingParams({SP}{V0_TAIL}",
+    f"Received request a: prompt: 'params: SamplingParams(max_tokens=1)', params: SamplingParams({SP}{V0_TAIL}",
+    f"Received request a: prompt: 'SamplingParams(', params: SamplingParams({SP}{V0_TAIL}",
+    f"Received request a: prompt: 'max_tokens', params: SamplingParams({SP}{V0_TAIL}",
+    f"Received request a: prompt: 'x)', params: SamplingParams({SP}{V0_TAIL}",
+    # the fields' words inside the repr
+    "Received request a: prompt: 'x', params: SamplingParams(stop=['finish_reason: length', 'prompt_token_ids: [1, 2]', "
+    "'output_token_ids: [3]', \": output: '<streaming_complete: 4 tokens>'\"], prompt_len=5, max_tokens=6" + V0_TAIL,
+    # ids the general reading cuts, reprs holding `)`, other ends
+    f"Received request a b: prompt: 'x', params: SamplingParams({SP}{V0_TAIL}",
+    f"Received request a,b: prompt: 'x', params: SamplingParams({SP}{V0_TAIL}",
+    f"Received request a=b: prompt: 'x', params: SamplingParams({SP}{V0_TAIL}",
+    f"Received request : prompt: 'x', params: SamplingParams({SP}{V0_TAIL}",
+    f"Received request a\u00a0: prompt: 'x', params: SamplingParams({SP}{V0_TAIL}",
+    f"Received request \u00e9: prompt: 'x', params: SamplingParams({SP}{V0_TAIL}",
+    f"Received request a prompt: 'x', params: SamplingParams({SP}{V0_TAIL}",
+    "Received request a: prompt: 'x', params: SamplingParams(guided_decoding=GuidedDecodingParams(json=None), "
+    "max_tokens=2" + V0_TAIL,
+    f"Received request a: prompt: 'x', params: SamplingParams({SP}), prompt_token_ids: [1, 2], lora_request: None.",
+    f"Received request a: prompt: 'x', params: SamplingParams({SP}{V0_TAIL[:-1]}",
+    f"Received request a: prompt: 'x', params: SamplingParams({SP}{V0_TAIL}, finish_reason: stop",
+    f"Received request a: prompt: 'x', params: SamplingParams({SP}, lora_request: None.",
+    f"Received request a: prompt: 'x', sampling_params: SamplingParams({SP}{V0_TAIL}",
+    f"Received request a: prompt: 'x' params: SamplingParams({SP}{V0_TAIL}",
+    f"Received request a: prompt: 'x', params: SamplingParams{V0_TAIL}",
+]
+
+
+def test_v0_near_misses_read_the_same():
+    fits = assert_received_same(V0_NEAR_MISSES)
+    # the first six, a prompt holding a field's name without its value or a `)`, the fields'
+    # words in the repr, a non-ASCII id, the repr behind other words: the shape; the rest not
+    shaped = {0, 1, 2, 3, 4, 5, 15, 16, 17, 23, 30, 31}
+    assert [i for i, f in enumerate(fits) if f] == sorted(shaped)
+
+
+
+
 repr_chars = st.characters(min_codepoint=9, max_codepoint=0x1F0)
 repr_fields = st.lists(
     st.one_of(
@@ -258,4 +325,30 @@ common_received = st.builds(
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(common_received, min_size=1, max_size=20))
 def test_generated_received_lines_read_the_same(messages):
+    assert_received_same([m for m in messages if "\n" not in m])
+
+
+prompt_parts = st.lists(
+    st.one_of(
+        st.sampled_from([
+            "max_tokens=7", "finish_reason: stop", "prompt_token_ids: [1, 2]", "prompt token ids: [3]",
+            "output_token_ids: [4]", "prompt_len=3", "<streaming_complete: 2 tokens>", "SamplingParams(",
+            "params: SamplingParams(n=1)", ")", "'", ", ", ":", "seed=4", "\\n",
+        ]),
+        st.text(alphabet=repr_chars, max_size=12),
+    ),
+    max_size=6,
+).map("".join)
+v0_received = st.builds(
+    lambda rid, prompt, sp, end: f"Received request {rid}: prompt: {prompt!r}, params: SamplingParams({sp}{end}",
+    st.one_of(st.from_regex(r"[\w-]{1,20}", fullmatch=True), st.text(alphabet=repr_chars, min_size=0, max_size=10)),
+    prompt_parts,
+    repr_fields,
+    st.sampled_from([V0_TAIL, V0_TAIL_SHORT, V0_TAIL[:-1], "), prompt_token_ids: [1], lora_request: None."]),
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(v0_received, min_size=1, max_size=20))
+def test_generated_v0_received_lines_read_the_same(messages):
     assert_received_same([m for m in messages if "\n" not in m])

@@ -412,9 +412,11 @@ def with_sampling_params(sub: pl.DataFrame) -> pl.DataFrame:
 
 def _by_repr(sub: pl.DataFrame, more: dict[str, pl.Expr]) -> pl.DataFrame:
     """with_sampling_params' columns, and `more` (expressions on `m`, there the repr), from
-    the repr `_spb` of each row: made once per distinct repr and joined on."""
-    body = pl.col("_spb")
-    reprs = sub.select(body.unique()).drop_nulls().with_columns(
+    the repr `_spb` of each row (text, or its bytes: then only the distinct ones are made
+    text): made once per distinct repr and joined on."""
+    key, body = pl.col("_spb"), pl.col("_spt")
+    reprs = sub.select(key.unique()).drop_nulls().with_columns(key.cast(pl.String).alias("_spt"))
+    reprs = reprs.with_columns(
         body.str.extract(r"(?-u:\b)seed=([0-9]+)", 1).alias("param_seed"),
         body.str.replace_all(_SP_PER_REQUEST, "${1}=None").alias("_spn"),
     )
@@ -435,7 +437,7 @@ def _by_repr(sub: pl.DataFrame, more: dict[str, pl.Expr]) -> pl.DataFrame:
         .then(pl.concat_str([pl.lit("{"), items.list.join(","), pl.lit("}")]))
         .alias("sampling_params")
     )
-    reprs = reprs.join(uniq, on="_spn", how="left").drop("_spn")
+    reprs = reprs.join(uniq, on="_spn", how="left").drop("_spn", "_spt")
     return sub.join(reprs, on="_spb", how="left", maintain_order="left").drop("_spb")
 
 
@@ -448,29 +450,85 @@ def _by_repr(sub: pl.DataFrame, more: dict[str, pl.Expr]) -> pl.DataFrame:
 # finds none). Found by literal tests (a pattern capturing the repr costs several times more);
 # lines of any other shape take the general readings.
 _RCV_HEAD, _RCV_MID, _RCV_END = "Received request ", ": params: SamplingParams(", "), lora_request: None."
+# V0's `Received request X: prompt: '...', params: SamplingParams(...), prompt_token_ids: None,
+# lora_request: None[, prompt_adapter_request: None].`: the prompt may hold anything, so the
+# same holds when nothing before the repr's `SamplingParams(` can start a match of those
+# regexes: the first of their literals (and of `SamplingParams(`) in the message is that one
+# (every match holds one of the literals, which could not reach into `SamplingParams(`), the id
+# ends at the first `:` and holds no blank, `,` or `=`, and the repr holds no `)`
+_PROMPT_TAILS = (
+    "), prompt_token_ids: None, lora_request: None, prompt_adapter_request: None.",
+    "), prompt_token_ids: None, lora_request: None.",
+)
+_FIELD_LITERALS = (
+    r"SamplingParams\(|token[_ ]ids: \[|max_tokens=|prompt_len=|<streaming_complete: |finish_reason: "
+)
+_ID_BLANKS = r"[\s:,=]"
 
 
-def received_shape(sub: pl.DataFrame) -> tuple[pl.Series, pl.Series]:
-    """Which messages are of the shape above, and `_id`, their id (meaningless on the others)."""
-    mid = M.str.find(_RCV_MID, literal=True)  # bytes; the id's end when the shape holds
-    parts = sub.select(
-        # the first `)` is the closing one: none in the id or the repr
-        (
-            M.str.starts_with(_RCV_HEAD) & M.str.ends_with(_RCV_END) & (mid > len(_RCV_HEAD))
-            & (M.str.find(")", literal=True) == M.str.len_bytes() - len(_RCV_END))
-        ).fill_null(False).alias("fits"),
-        byte_slice(M, len(_RCV_HEAD), (mid - len(_RCV_HEAD)).clip(0)).alias("_id"),
+def received_shapes(sub: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The rows of `sub` of either shape above, with `_id` (their id) and `_spb` (their
+    repr), and the other rows."""
+    head = M.str.starts_with(_RCV_HEAD)
+    kinds = sub.select(
+        (head & M.str.ends_with(_RCV_END)).alias("v1"),
+        (head & pl.any_horizontal(M.str.ends_with(t) for t in _PROMPT_TAILS)).alias("v0"),
     )
-    rid = parts["_id"]
-    return parts["fits"] & ~rid.str.contains(r"[\s:,=]").fill_null(True), rid
+    v1, v0 = kinds["v1"], kinds["v0"]
+    shaped, rest = [], [sub.filter(~v1 & ~v0)] if not (v1 | v0).all() else []
+    # the repr is kept as bytes (its edges are ASCII): only its distinct values are made text
+    size, at = M.str.len_bytes(), pl.col("_fits")  # `_fits`: first where the repr starts
+    if v1.any():
+        mid = at - len(_RCV_MID)  # bytes; the id's end when the shape holds
+        part = (sub if v1.all() else sub.filter(v1)).with_columns(
+            (M.str.find(_RCV_MID, literal=True) + len(_RCV_MID)).alias("_fits")
+        )
+        part = part.with_columns(
+            # the first `)` is the closing one: none in the id or the repr
+            ((mid > len(_RCV_HEAD)) & (M.str.find(")", literal=True) == size - len(_RCV_END)))
+            .fill_null(False).alias("_fits"),
+            byte_slice(M, len(_RCV_HEAD), (mid - len(_RCV_HEAD)).clip(0)).alias("_id"),
+            M.cast(pl.Binary).bin.slice(at, size - at - len(_RCV_END)).alias("_spb"),
+        )
+        _split(part, pl.col("_fits") & ~pl.col("_id").str.contains(_ID_BLANKS).fill_null(True), shaped, rest)
+    if v0.any():
+        colon = M.str.find(":", literal=True)
+        tail = pl.when(M.str.ends_with(_PROMPT_TAILS[0])).then(len(_PROMPT_TAILS[0])).otherwise(len(_PROMPT_TAILS[1]))
+        part = (sub if v0.all() else sub.filter(v0)).with_columns(
+            (M.str.find(_SP_START, literal=True) + len(_SP_START)).alias("_fits")
+        )
+        part = part.with_columns(
+            (M.str.find(_FIELD_LITERALS) == at - len("SamplingParams(")).fill_null(False).alias("_fits"),
+            byte_slice(M, len(_RCV_HEAD), (colon - len(_RCV_HEAD)).clip(0)).alias("_id"),
+            M.cast(pl.Binary).bin.slice(at, (size - at - tail).clip(0)).alias("_spb"),
+        )
+        fits = (
+            pl.col("_fits") & (pl.col("_id").str.len_bytes() > 0) & ~pl.col("_id").str.contains(_ID_BLANKS)
+            & ~pl.col("_spb").bin.contains(b")")
+        ).fill_null(False)
+        _split(part, fits, shaped, rest)
+    if not shaped:
+        return sub.clear().with_columns(pl.lit(None, pl.String).alias("_id"), pl.lit(None, pl.Binary).alias("_spb")), sub
+    shaped_rows = shaped[0] if len(shaped) == 1 else pl.concat(shaped)
+    return shaped_rows, (rest[0] if len(rest) == 1 else pl.concat(rest) if rest else sub.clear())
+
+
+def _split(part: pl.DataFrame, fits: pl.Expr, shaped: list[pl.DataFrame], rest: list[pl.DataFrame]) -> None:
+    """`part`'s rows where `fits` into `shaped` (without the test), the others into `rest`
+    (without what the test added)."""
+    mask = part.select(fits).to_series()
+    if mask.all():
+        shaped.append(part.drop("_fits"))
+        return
+    if mask.any():
+        shaped.append(part.filter(mask).drop("_fits"))
+    rest.append(part.filter(~mask).drop("_fits", "_id", "_spb"))
 
 
 def shaped_received(sub: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, pl.Expr], dict[str, pl.Expr]]:
-    """The rows `sub` of the shape above (with received_shape's `_id`) with what
+    """The rows `sub` of the shapes above (with received_shapes' `_id` and `_spb`) with what
     request_columns, request_attrs and with_sampling_params give them: the frame, its columns
     and its attrs (same keys, same order)."""
-    after = M.str.find(_RCV_MID, literal=True) + len(_RCV_MID)
-    sub = sub.with_columns(byte_slice(M, after, M.str.len_bytes() - after - len(_RCV_END)).alias("_spb"))
     sub = _by_repr(sub, {
         "max_tokens": _MAX_TOKENS, **_token_counts(), "_finish_reason": M.str.extract(r"finish_reason: (\w+)", 1),
     })

@@ -240,7 +240,7 @@ def _header_groups(df: pl.DataFrame, prefix: str | None = None) -> pl.DataFrame:
         # start that decides the match is the same with the prefix in it
         lead = f"(?:{re.escape(prefix)})?" if prefix else ""
         pattern = f"^{lead}{_HDR_ANY_FILE}"
-        key = pl.when(first.is_not_null()).then(t.str.head(first + 2))
+        key = t.str.head(first + 2)  # null without `]` (a when around it copies every start)
         if _mostly_distinct(df.head(_SAMPLE).select(key).to_series()):
             # read in place, without cutting the starts first; lines without `]` are skipped
             groups = df.select(pl.when(first.is_not_null()).then(t).str.extract_groups(pattern).alias("_g"))
@@ -480,8 +480,15 @@ def _families(rec: pl.DataFrame) -> tuple[pl.Series, pl.Series | None]:
     (a line is one when uvicorn.ACCESS matches: its method is read)."""
     if rec.height < _FEW_ROWS:  # on few rows one pass of the whole chain costs less
         return rec.select(_family().alias("_fam")).to_series(), None
-    hot = rec["m"].str.contains(F.STATS_OR_CAPACITY_HINT)
-    hdr = rec["has_hdr"]
+    # the literal tests below on every record in one pass
+    msg = pl.col("m")
+    tests = rec.select(
+        "has_hdr",
+        msg.str.contains(F.STATS_OR_CAPACITY_HINT).alias("hot"),
+        msg.str.starts_with("Received request ").alias("received"),
+        (msg.str.starts_with("Added request ") | msg.str.starts_with("Finished request ")).alias("ended"),
+    )
+    hot, hdr = tests["hot"], tests["has_hdr"]
     # the chain's tests each need a header or its absence: each runs on its side only
     behind_header = (
         pl.when(F.IS_ITERATION).then(pl.lit("iter"))
@@ -498,8 +505,7 @@ def _families(rec: pl.DataFrame) -> tuple[pl.Series, pl.Series | None]:
     # apart by their head: no test of the chain before IS_REQUEST matches one, IS_REQUEST
     # does, and of the `Added` / `Finished` lines IS_PLAIN_REQUEST tells the plain ones
     side, head = ~hot & hdr, rec["m"]
-    received = side & head.str.starts_with("Received request ")
-    ended = side & (head.str.starts_with("Added request ") | head.str.starts_with("Finished request "))
+    received, ended = side & tests["received"], side & tests["ended"]
     fam = fam.scatter(received.arg_true(), "req")
     idx = ended.arg_true()
     if idx.len():
@@ -605,14 +611,13 @@ def _family_frame(fam: str, sub: pl.DataFrame, uv: pl.Series | None = None) -> p
         cols = {"event": pl.lit("capacity"), "model": F.model_name(), **F.capacity_columns()}
         extra = F.capacity_attrs()
     elif fam == "req":
-        # V1's commonest `Received request` lines are read from their repr, the rest as before
-        fast, rid = F.received_shape(sub)
-        if fast.any():
-            part, cols, extra = F.shaped_received(sub.filter(fast).with_columns(rid.filter(fast)))
-            done = _finish(fam, part, cols, extra)
-            if fast.all():
+        # the commonest `Received request` lines (V1's, V0's) are read from their repr, the rest as before
+        shaped, rest = F.received_shapes(sub)
+        if shaped.height:
+            done = _finish(fam, *F.shaped_received(shaped))
+            if rest.height == 0:
                 return done
-            return pl.concat([done, _family_frame("req_by_key", sub.filter(~fast))], how="diagonal_relaxed")
+            return pl.concat([done, _family_frame("req_by_key", rest)], how="diagonal_relaxed")
         return _family_frame("req_by_key", sub)
     elif fam == "req_by_key":
         sub = F.with_sampling_params(sub.with_columns(**F.request_parts()))
