@@ -4,11 +4,13 @@ until a worker runs, so the command can start them before its own heavy imports.
 from __future__ import annotations
 
 import atexit
+import gc
 import json
 import os
 import signal
 import sys
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -173,15 +175,34 @@ _PROGRESS: Any = None  # in a worker process: where it says how many bytes it ha
 _STAGED: Any = None  # in a worker process: where it sends each flush it staged
 
 
+@contextmanager
+def lasting_imports(first: str):
+    """Imports whose objects last as long as the process (the libraries an ingest loads, led
+    by the module `first`): the cyclic collector does not run while they load (they leave
+    next to no garbage, and its passes would walk every new object, several times) and never
+    looks at their objects again (frozen). Nothing done when `first` is loaded already (a
+    process that ran an ingest before, a test run): what is frozen is never collected."""
+    if first in sys.modules or not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        gc.enable()
+
+
 def _start_worker(progress: Any, staged: Any) -> None:
     global _PROGRESS, _STAGED
     _PROGRESS, _STAGED = progress, staged
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # (started from another thread: see start)
     atexit.register(_exit_now)
     # what reading a file needs, imported now: before the first file is handed over
-    from servelens.parsers import wrappers  # noqa: F401
-    from .sources import lines  # noqa: F401
-    from .store import commit  # noqa: F401
+    with lasting_imports("servelens.pipeline.store.commit"):
+        from servelens.parsers import wrappers  # noqa: F401
+        from .sources import lines  # noqa: F401
+        from .store import commit  # noqa: F401
 
 
 def _exit_now() -> None:
