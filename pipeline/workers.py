@@ -13,7 +13,7 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 # A worker costs an interpreter's start and its imports: paid back by large files only.
 WORKER_MIN_BYTES = 64 * 1024 * 1024
@@ -191,6 +191,30 @@ def lasting_imports(first: str):
     finally:
         gc.freeze()
         gc.enable()
+
+
+# polars' allocator (jemalloc), as polars configures it, hands the pages freed back to the
+# system within a second; an ingest frees and allocates buffers of the same sizes at every
+# block, so each page handed back is faulted in and zeroed again at the next (under a loaded
+# host, where a second holds less work, ever more of them). Kept instead, for reuse: the
+# process then holds about its peak (a little above it: pages kept unused) until it ends.
+ALLOCATOR_CONF = ("_RJEM_MALLOC_CONF", "dirty_decay_ms:-1,muzzy_decay_ms:-1")
+
+
+def keep_freed_pages() -> Callable[[], None]:
+    """From now on, polars' allocator in this process and the workers started from it keeps
+    the pages it frees (ALLOCATOR_CONF), when polars is not loaded yet (its allocator reads
+    the setting once, at load) and the user set none (theirs wins). Returns what undoes it
+    (for the processes started afterwards, which are no ingest's)."""
+    name, value = ALLOCATOR_CONF
+    if name in os.environ or "polars" in sys.modules:
+        return lambda: None
+    os.environ[name] = value
+
+    def undo() -> None:
+        os.environ.pop(name, None)
+
+    return undo
 
 
 def _start_worker(progress: Any, staged: Any) -> None:

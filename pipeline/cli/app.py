@@ -119,15 +119,16 @@ def ingest(
         raise fail("--no-rollups and --defer-rollups / --refresh-rollups exclude each other: choose one")
     import tempfile
 
-    from ..workers import lasting_imports, prestart, worker_count
+    from ..workers import keep_freed_pages, lasting_imports, prestart, worker_count
 
     target = store_path(store)
     show_progress = not quiet and not as_json and sys.stderr.isatty()
-    # the worker processes' imports then run beside this process's own, below
-    pool = None if instance is not None or any(str(p) == "-" for p in paths) else \
-        prestart(paths, target, worker_count(workers), show_progress)
-
+    unkeep = keep_freed_pages()  # (before the workers start: they inherit it)
+    pool = None
     try:
+        # the worker processes' imports then run beside this process's own, below
+        if instance is None and not any(str(p) == "-" for p in paths):
+            pool = prestart(paths, target, worker_count(workers), show_progress)
         with lasting_imports("servelens.pipeline.ingest"):
             from ..ingest import IngestError, ingest as run_ingest
             from .console import print_file_line, print_summary, progress_bar, summary_dict
@@ -184,6 +185,7 @@ def ingest(
     finally:
         if pool is not None:
             pool.close()  # (unused, or stopped short: never left running)
+        unkeep()
 
 
 def _interrupted(target: Path) -> str:
