@@ -4,14 +4,16 @@ until a worker runs, so the command can start them before its own heavy imports.
 from __future__ import annotations
 
 import atexit
+import gc
 import json
 import os
 import signal
 import sys
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 # A worker costs an interpreter's start and its imports: paid back by large files only.
 WORKER_MIN_BYTES = 64 * 1024 * 1024
@@ -173,15 +175,58 @@ _PROGRESS: Any = None  # in a worker process: where it says how many bytes it ha
 _STAGED: Any = None  # in a worker process: where it sends each flush it staged
 
 
+@contextmanager
+def lasting_imports(first: str):
+    """Imports whose objects last as long as the process (the libraries an ingest loads, led
+    by the module `first`): the cyclic collector does not run while they load (they leave
+    next to no garbage, and its passes would walk every new object, several times) and never
+    looks at their objects again (frozen). Nothing done when `first` is loaded already (a
+    process that ran an ingest before, a test run): what is frozen is never collected."""
+    if first in sys.modules or not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        gc.enable()
+
+
+# polars' allocator (jemalloc), as polars configures it, hands the pages freed back to the
+# system within a second; an ingest frees and allocates buffers of the same sizes at every
+# block, so each page handed back is faulted in and zeroed again at the next (under a loaded
+# host, where a second holds less work, ever more of them). Kept instead, for reuse: the
+# process then holds about its peak (a little above it: pages kept unused) until it ends.
+ALLOCATOR_CONF = ("_RJEM_MALLOC_CONF", "dirty_decay_ms:-1,muzzy_decay_ms:-1")
+
+
+def keep_freed_pages() -> Callable[[], None]:
+    """From now on, polars' allocator in this process and the workers started from it keeps
+    the pages it frees (ALLOCATOR_CONF), when polars is not loaded yet (its allocator reads
+    the setting once, at load) and the user set none (theirs wins). Returns what undoes it
+    (for the processes started afterwards, which are no ingest's)."""
+    name, value = ALLOCATOR_CONF
+    if name in os.environ or "polars" in sys.modules:
+        return lambda: None
+    os.environ[name] = value
+
+    def undo() -> None:
+        os.environ.pop(name, None)
+
+    return undo
+
+
 def _start_worker(progress: Any, staged: Any) -> None:
     global _PROGRESS, _STAGED
     _PROGRESS, _STAGED = progress, staged
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # (started from another thread: see start)
     atexit.register(_exit_now)
     # what reading a file needs, imported now: before the first file is handed over
-    from servelens.parsers import wrappers  # noqa: F401
-    from .sources import lines  # noqa: F401
-    from .store import commit  # noqa: F401
+    with lasting_imports("servelens.pipeline.store.commit"):
+        from servelens.parsers import wrappers  # noqa: F401
+        from .sources import lines  # noqa: F401
+        from .store import commit  # noqa: F401
 
 
 def _exit_now() -> None:

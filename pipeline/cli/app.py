@@ -7,6 +7,8 @@ their own module register themselves through `register(app)` (see COMMAND_MODULE
 
 from __future__ import annotations
 
+import atexit
+import gc
 import importlib
 import os
 import sys
@@ -117,18 +119,20 @@ def ingest(
         raise fail("--no-rollups and --defer-rollups / --refresh-rollups exclude each other: choose one")
     import tempfile
 
-    from ..workers import prestart, worker_count
+    from ..workers import keep_freed_pages, lasting_imports, prestart, worker_count
 
     target = store_path(store)
     show_progress = not quiet and not as_json and sys.stderr.isatty()
-    # the worker processes' imports then run beside this process's own, below
-    pool = None if instance is not None or any(str(p) == "-" for p in paths) else \
-        prestart(paths, target, worker_count(workers), show_progress)
-
+    unkeep = keep_freed_pages()  # (before the workers start: they inherit it)
+    pool = None
     try:
-        from ..ingest import IngestError, ingest as run_ingest
-        from .console import print_file_line, print_summary, progress_bar, summary_dict
-        from ..store.manifest import StoreError
+        # the worker processes' imports then run beside this process's own, below
+        if instance is None and not any(str(p) == "-" for p in paths):
+            pool = prestart(paths, target, worker_count(workers), show_progress)
+        with lasting_imports("servelens.pipeline.ingest"):
+            from ..ingest import IngestError, ingest as run_ingest
+            from .console import print_file_line, print_summary, progress_bar, summary_dict
+            from ..store.manifest import StoreError
 
         spool = None
         if any(str(p) == "-" for p in paths):
@@ -181,6 +185,7 @@ def ingest(
     finally:
         if pool is not None:
             pool.close()  # (unused, or stopped short: never left running)
+        unkeep()
 
 
 def _interrupted(target: Path) -> str:
@@ -304,6 +309,19 @@ def build_app() -> typer.Typer:
     return app
 
 
+def _cheap_exit() -> None:
+    """At the interpreter's exit, every object frozen first: its last collection then walks
+    none of the libraries' objects (a large share of a short command's exit), and the
+    modules are still torn down as usual."""
+    global _exit_frozen
+    if not _exit_frozen:
+        atexit.register(gc.freeze)
+        _exit_frozen = True
+
+
+_exit_frozen = False
+
+
 # The commands defined in this module: running one of them needs no other command registered
 # (importing the other command modules and building their options costs tens of ms at every
 # start, and `servelens sql` is run by scripts once per query).
@@ -311,6 +329,7 @@ OWN_COMMANDS = frozenset({"ingest", "sql"})
 
 
 def main() -> None:
+    _cheap_exit()
     try:
         if sys.argv[1:2] and sys.argv[1] in OWN_COMMANDS:
             app()
