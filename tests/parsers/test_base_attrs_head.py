@@ -37,6 +37,8 @@ CASES = {
     "nulls make shapes": frame(process=["A"], pid=[1, None, 3], rank=[None, 2], kv=[0.5, float("nan"), None]),
     "constant bool then int": frame(ok=[True], n=[1, 2, 3], s=["x"]),
     "escapes in head": frame(process=["\n\t\"\\/\u0001é"], n=[1, 2]),
+    # two shapes over N rows: the per-shape path, not the regex (NaN and infinities unset)
+    "non-finite floats unset": frame(process=["A"], kv=[0.5, float("nan"), float("inf"), -float("inf")], n=[1, 2]),
 }
 
 
