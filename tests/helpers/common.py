@@ -32,6 +32,12 @@ def events(store: Path) -> pl.DataFrame:
     return run(store, "select * from events order by source, line")
 
 
+def engine_logs(engine: str) -> list[Path]:
+    """Every `.log` of tests/fixtures and sample_logs with a folder named `engine` on its
+    path (real, recorded and held-out logs of that engine), sorted."""
+    return sorted(p for d in (REPO / "tests" / "fixtures", SAMPLE_LOGS) for p in d.rglob("*.log") if engine in p.parts)
+
+
 def parsed_lines(engine: str, texts: list[str], source: str = "t.log", **ctx) -> pl.DataFrame:
     """`texts` as the lines 1.. of one file of instance `t`, parsed by the engine's parser and
     finalized with the fields it carries forward: what an ingest of them stores. `ctx`: more

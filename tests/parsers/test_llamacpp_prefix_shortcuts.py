@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from servelens.parsers.engines.llamacpp import parser as P
 
-from tests.helpers.common import REPO, SAMPLE_LOGS
+from tests.helpers.common import engine_logs
 
 # the general reading of the relative time: its groups, and the level letter after it
 GROUPS = r"^(\d+)\.(\d{2})\.(\d{3})\.(\d{3}) (?:([IWEDT]) )?"
@@ -74,10 +74,7 @@ def assert_prefix_reads_the_same(texts: list[str]) -> None:
 
 def logged_files() -> list[list[str]]:
     """The lines of each llama.cpp log of tests/fixtures and sample_logs."""
-    paths = sorted(
-        p for d in (REPO / "tests" / "fixtures", SAMPLE_LOGS) for p in d.rglob("*.log") if "llamacpp" in p.parts
-    )
-    return [p.read_text(errors="replace").splitlines() for p in paths]
+    return [p.read_text(errors="replace").splitlines() for p in engine_logs("llamacpp")]
 
 
 def test_logged_lines_read_the_same():

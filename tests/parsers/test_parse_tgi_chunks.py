@@ -9,21 +9,15 @@ lines and on near misses of each choice."""
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import polars as pl
 import pytest
 from servelens.parsers.base import ParseContext, lines_frame
 from servelens.parsers.engines.tgi import parser as tgi
 
-ROOT = Path(__file__).parents[2]
+from tests.helpers.common import REPO as ROOT, engine_logs
+
 CTX = ParseContext(engine="tgi", source="t.log", instance="t", year=2026)
-
-
-def tgi_logs() -> list[Path]:
-    return sorted((ROOT / "tests" / "fixtures" / "tgi").glob("*.log")) + sorted(
-        (ROOT / "sample_logs").rglob("tgi/**/*.log")
-    )
 
 
 def records(texts: list[str]) -> list[tuple[int, list[str]]]:
@@ -54,7 +48,7 @@ def assert_same_alone_and_whole(texts: list[str]) -> int:
     return len(got)
 
 
-@pytest.mark.parametrize("path", tgi_logs(), ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("path", engine_logs("tgi"), ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_logged_record_parses_alone_as_in_its_file(path):
     texts = path.read_text(errors="replace").splitlines()
     assert assert_same_alone_and_whole(texts) > 0

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from servelens.parsers.base import ParseContext, lines_frame
 from servelens.parsers.engines.tgi import parser as tgi
 
-from tests.helpers.common import logged_messages
+from tests.helpers.common import engine_logs, logged_messages
 
 ROOT = Path(__file__).parents[2]
 
@@ -106,14 +106,8 @@ def parse_files(paths: list[Path]) -> list[pl.DataFrame]:
     return out
 
 
-def tgi_logs() -> list[Path]:
-    return sorted((ROOT / "tests" / "fixtures" / "tgi").glob("*.log")) + sorted(
-        (ROOT / "sample_logs" / "tgi").rglob("*.log")
-    )
-
-
 def test_files_parse_the_same_with_the_memo_empty_full_overflowing_or_bypassed(monkeypatch):
-    paths = tgi_logs()
+    paths = engine_logs("tgi")
     assert len(paths) > 5
     tgi.forget_parameters()
     cold = parse_files(paths)

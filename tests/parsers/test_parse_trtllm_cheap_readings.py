@@ -20,20 +20,14 @@ from servelens.parsers.engines.trtllm import parser as P
 from servelens.parsers.engines.trtllm import stats as S
 from servelens.parsers.engines.trtllm.parser import GLOG_PREFIX
 
-from tests.helpers.common import REPO, logged_messages, parsed_lines
+from tests.helpers.common import engine_logs, logged_messages, parsed_lines
 
 SETTINGS = settings(
     max_examples=60,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-TRT_FILES = sorted(
-    [
-        *(REPO / "tests" / "fixtures" / "trtllm").glob("*.log"),
-        *(REPO / "sample_logs" / "trtllm").rglob("*.log"),
-        *(REPO / "sample_logs" / "incident" / "trtllm").glob("*.log"),
-    ]
-)
+TRT_FILES = engine_logs("trtllm")
 
 
 def events(texts: list[str]) -> pl.DataFrame:

@@ -16,20 +16,14 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal, assert_series_equal
 from servelens.parsers.engines.trtllm import stats as S
 
-from tests.helpers.common import REPO, parsed_lines
+from tests.helpers.common import engine_logs, parsed_lines
 
 SETTINGS = settings(
     max_examples=150,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-TRT_FILES = sorted(
-    [
-        *(REPO / "tests" / "fixtures" / "trtllm").glob("*.log"),
-        *(REPO / "sample_logs" / "trtllm").rglob("*.log"),
-        *(REPO / "sample_logs" / "incident" / "trtllm").glob("*.log"),
-    ]
-)
+TRT_FILES = engine_logs("trtllm")
 # held out: a flat object opening with Triton's first key, after a glog prefix or alone
 TRITON_OBJECT = re.compile(r'^(?:.*?\] )?(\{"Active Request Count":[^{}]*\})\s*$')
 
