@@ -312,14 +312,10 @@ def build_app() -> typer.Typer:
 def _cheap_exit() -> None:
     """At the interpreter's exit, every object frozen first: its last collection then walks
     none of the libraries' objects (a large share of a short command's exit), and the
-    modules are still torn down as usual."""
-    global _exit_frozen
-    if not _exit_frozen:
-        atexit.register(gc.freeze)
-        _exit_frozen = True
-
-
-_exit_frozen = False
+    modules are still torn down as usual. Registered once however often `main` runs in a
+    process (tests run it many times)."""
+    atexit.unregister(gc.freeze)
+    atexit.register(gc.freeze)
 
 
 # The commands defined in this module: running one of them needs no other command registered
