@@ -38,6 +38,7 @@ Parsing is vectorised: polars expressions over the whole chunk, never a Python l
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -107,11 +108,29 @@ def rfc3339_to_ts(expr: pl.Expr) -> pl.Expr:
     )
 
 
-def byte_slice(expr: pl.Expr, offset: pl.Expr | int, length: pl.Expr | int | None = None) -> pl.Expr:
-    """A slice of a string by byte offsets, as `str.find` gives them (`str.slice` counts
-    characters: wrong once a character of several bytes comes before). Only for offsets at
-    the edge of an ASCII match, which are always character boundaries."""
-    return expr.cast(pl.Binary).bin.slice(offset, length).cast(pl.String)
+@functools.cache
+def find_counts_chars() -> bool:
+    """Whether `str.find` gives offsets in characters (polars 2.2 on) or in bytes (before)."""
+    return pl.select(pl.lit("\u00e9:").str.find(":", literal=True)).item() == 1
+
+
+def find_slice(
+    expr: pl.Expr, offset: pl.Expr | int, length: pl.Expr | int | None = None, *, binary: bool = False
+) -> pl.Expr:
+    """A slice of a string at an offset, and of a length, in the unit `str.find` gives them
+    (and `find_len`): characters or bytes by polars version. Byte offsets are only ever
+    those of an ASCII match's edge, which are always character boundaries. `binary`: the
+    slice as bytes (made text later, once per distinct value)."""
+    if find_counts_chars():
+        out = expr.str.slice(offset, length)
+        return out.cast(pl.Binary) if binary else out
+    out = expr.cast(pl.Binary).bin.slice(offset, length)
+    return out if binary else out.cast(pl.String)
+
+
+def find_len(expr: pl.Expr) -> pl.Expr:
+    """A string's length in the unit `str.find` gives offsets in."""
+    return expr.str.len_chars() if find_counts_chars() else expr.str.len_bytes()
 
 
 def record_ids(starts: pl.Series) -> pl.Series:

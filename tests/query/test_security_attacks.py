@@ -88,7 +88,8 @@ def test_a_rust_panic_leaves_only_its_one_line(tmp_path):
         import sys
         import polars as pl, pyarrow as pa
         from servelens.pipeline.query.quiet import is_panic, panics_hidden
-        df = pl.from_arrow(pa.table({"t": pa.array([2**63 - 1], pa.timestamp("us"))}))
+        # a date no calendar holds (polars 2.2 prints the largest timestamp, not this)
+        df = pl.from_arrow(pa.table({"d": pa.array([2**31 - 1], pa.date32())}))
         guarded = sys.argv[1] == "guarded"
         try:
             if guarded:

@@ -4,8 +4,8 @@ file.rs:N: msg`) or the compact one of the launcher and other tracing lines (`[s
 target: msg`), turned into the columns the JSON path (`json_format.py`) also produces.
 
 Speed: the router's `Success` line is most of a busy log (~650 bytes, most of it the
-parameters dump). Its parts are found by literal searches and cut out by byte offsets
-(`str.find` counts bytes); the same few tails are split once per distinct value; one
+parameters dump). Its parts are found by literal searches and cut out at the offsets
+they give (`find_slice`); the same few tails are split once per distinct value; one
 regex reads the five durations and the seed.
 """
 
@@ -15,7 +15,7 @@ import functools
 
 import polars as pl
 
-from ...base import RFC3339_RE, byte_slice
+from ...base import RFC3339_RE, find_len, find_slice
 from .fields import DURATION_FIELDS, TIMING_RE, duration_struct, span_field
 
 # base.RFC3339_RE with ASCII classes: Unicode-aware \d, \w, \s and \b keep the regex
@@ -46,7 +46,7 @@ def text_records(recs: pl.DataFrame) -> pl.DataFrame:
 
 
 def _locate_tail(recs: pl.DataFrame) -> pl.DataFrame:
-    """`_ts`, `_lvl`, and byte offsets into `_first`: `_rest_at` (after the head) and
+    """`_ts`, `_lvl`, and offsets into `_first` (in `str.find`'s unit): `_rest_at` (after the head) and
     `_tail_at` (the router tail `target: file.rs:N: msg`, found by a literal search)."""
     head, rest_at, tail_at, tail = _locate_exprs()
     recs = recs.with_columns(head).unnest("_h").with_columns(rest_at).drop("_head")
@@ -57,7 +57,7 @@ def _locate_tail(recs: pl.DataFrame) -> pl.DataFrame:
 def _locate_exprs() -> tuple[pl.Expr, ...]:
     first = pl.col("_first")
     # one anchored capture over the line's head; the rest of the line is then addressed
-    # by byte offsets into `_first` (slicing copies: only the pieces needed are cut out)
+    # by offsets into `_first` (slicing copies: only the pieces needed are cut out)
     head = first.str.extract_groups(rf"^(?P<_head>(?P<_ts>{TS})[ \t]+(?P<_lvl>{LEVEL})[ \t]+)")
     rest_at = pl.col("_rest_at")
     # router "Full" format `[spans: ]target: file.rs:N: msg`. TGI's own targets all start
@@ -65,7 +65,8 @@ def _locate_exprs() -> tuple[pl.Expr, ...]:
     # regex search (slower over a long span chain) only runs on the lines left over. (The
     # head holds neither literal, so a search from the line's start finds them in the rest;
     # and the first `text_generation_` is at the rest's start when the rest starts with it:
-    # the head is ASCII, so its length in bytes is its length in characters.)
+    # the head is ASCII, so its length in bytes is its length in characters: an offset in
+    # either unit `str.find` may count in.)
     tail_at = (
         pl.when(rest_at.is_null()).then(None)
         .when(first.str.slice(rest_at, 16) == "text_generation_").then(rest_at)
@@ -73,7 +74,7 @@ def _locate_exprs() -> tuple[pl.Expr, ...]:
     )
     return (
         head.alias("_h"), pl.col("_head").str.len_bytes().alias("_rest_at"),
-        tail_at.alias("_tail_at"), byte_slice(first, pl.col("_tail_at")).alias("_tail"),
+        tail_at.alias("_tail_at"), find_slice(first, pl.col("_tail_at")).alias("_tail"),
     )
 
 
@@ -91,7 +92,7 @@ def _split_records(recs: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     recs = recs.with_columns(pl.col("_tail").is_in(routed_tails.implode()).fill_null(False).alias("_routed"))
     tail = pl.col("_tail")
     # the spans: what precedes `: tail`
-    spans = byte_slice(first, rest_at, (pl.col("_tail_at").cast(pl.Int64) - 2 - rest_at).clip(0))
+    spans = find_slice(first, rest_at, (pl.col("_tail_at").cast(pl.Int64) - 2 - rest_at).clip(0))
     if recs["_routed"].all():
         routed, others = recs.with_columns(spans.alias("_spans")), recs.clear()
     else:
@@ -163,8 +164,8 @@ def _span_exprs() -> tuple[pl.Expr, tuple[pl.Expr, ...], pl.Expr, pl.Expr, pl.Ex
     cut = pl.col("_cut")
     pieces = (
         # without the cut both are the whole chain
-        byte_slice(spans, 0, pl.coalesce(cut, spans.str.len_bytes())).alias("_params"),
-        byte_slice(spans, cut.fill_null(0)).alias("_timing"),
+        find_slice(spans, 0, pl.coalesce(cut, find_len(spans))).alias("_params"),
+        find_slice(spans, cut.fill_null(0)).alias("_timing"),
     )
     # `batch` is a root span (parent: None): it heads the chain
     batch = spans.str.extract(r"^batch\{batch_size=([0-9]+)\}", 1).cast(pl.Int64, strict=False).alias("batch_size")

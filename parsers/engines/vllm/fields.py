@@ -15,7 +15,7 @@ import re
 import polars as pl
 
 from ... import uvicorn
-from ...base import byte_slice
+from ...base import find_len, find_slice
 
 M = pl.col("m")  # the message, leading blanks removed
 
@@ -398,11 +398,11 @@ def with_sampling_params(sub: pl.DataFrame) -> pl.DataFrame:
     requests share theirs: the seed and max_tokens take few values), then joined onto the
     rows; the JSON once per distinct repr with its per-request fields made None."""
     # literal and capture-free searches find the repr (a capturing regex over the prompt
-    # before it costs several times more); their offsets count bytes, and the prompt before
-    # the repr may hold characters of several
+    # before it costs several times more); find_slice cuts where their offsets point (in
+    # bytes or characters, by polars version: the prompt may hold characters of several bytes)
     start = pl.when(IS_RECEIVED).then(M.str.find(_SP_START, literal=True) + len(_SP_START))
-    rest = byte_slice(M, start)
-    sub = sub.with_columns(byte_slice(rest, 0, rest.str.find(_SP_END)).alias("_spb"))
+    rest = find_slice(M, start)
+    sub = sub.with_columns(find_slice(rest, 0, rest.str.find(_SP_END)).alias("_spb"))
     if sub["_spb"].null_count() == sub.height:
         return sub.drop("_spb").with_columns(
             pl.lit(None, pl.String).alias("sampling_params"), pl.lit(None, pl.String).alias("param_seed")
@@ -477,9 +477,9 @@ def received_shapes(sub: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     v1, v0 = kinds["v1"], kinds["v0"]
     shaped, rest = [], [sub.filter(~v1 & ~v0)] if not (v1 | v0).all() else []
     # the repr is kept as bytes (its edges are ASCII): only its distinct values are made text
-    size, at = M.str.len_bytes(), pl.col("_fits")  # `_fits`: first where the repr starts
+    size, at = find_len(M), pl.col("_fits")  # `_fits`: first where the repr starts
     if v1.any():
-        mid = at - len(_RCV_MID)  # bytes; the id's end when the shape holds
+        mid = at - len(_RCV_MID)  # the id's end when the shape holds
         part = (sub if v1.all() else sub.filter(v1)).with_columns(
             (M.str.find(_RCV_MID, literal=True) + len(_RCV_MID)).alias("_fits")
         )
@@ -487,8 +487,8 @@ def received_shapes(sub: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
             # the first `)` is the closing one: none in the id or the repr
             ((mid > len(_RCV_HEAD)) & (M.str.find(")", literal=True) == size - len(_RCV_END)))
             .fill_null(False).alias("_fits"),
-            byte_slice(M, len(_RCV_HEAD), (mid - len(_RCV_HEAD)).clip(0)).alias("_id"),
-            M.cast(pl.Binary).bin.slice(at, size - at - len(_RCV_END)).alias("_spb"),
+            find_slice(M, len(_RCV_HEAD), (mid - len(_RCV_HEAD)).clip(0)).alias("_id"),
+            find_slice(M, at, size - at - len(_RCV_END), binary=True).alias("_spb"),
         )
         _split(part, pl.col("_fits") & ~pl.col("_id").str.contains(_ID_BLANKS).fill_null(True), shaped, rest)
     if v0.any():
@@ -499,8 +499,8 @@ def received_shapes(sub: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         )
         part = part.with_columns(
             (M.str.find(_FIELD_LITERALS) == at - len("SamplingParams(")).fill_null(False).alias("_fits"),
-            byte_slice(M, len(_RCV_HEAD), (colon - len(_RCV_HEAD)).clip(0)).alias("_id"),
-            M.cast(pl.Binary).bin.slice(at, (size - at - tail).clip(0)).alias("_spb"),
+            find_slice(M, len(_RCV_HEAD), (colon - len(_RCV_HEAD)).clip(0)).alias("_id"),
+            find_slice(M, at, (size - at - tail).clip(0), binary=True).alias("_spb"),
         )
         fits = (
             pl.col("_fits") & (pl.col("_id").str.len_bytes() > 0) & ~pl.col("_id").str.contains(_ID_BLANKS)
@@ -561,7 +561,7 @@ def delta_columns() -> dict[str, pl.Expr]:
     head = len("Generated response ")
     ids = M.str.extract(r"output_token_ids: \[([\d, ]*)\], finish_reason: \w+$", 1)
     return {
-        "request_id": M.str.slice(head, M.str.find(" (streaming delta): ", literal=True) - head),
+        "request_id": find_slice(M, head, M.str.find(" (streaming delta): ", literal=True) - head),
         "_tokens": pl.when(ids == "").then(0).otherwise(ids.str.count_matches(",", literal=True) + 1),
         "_finish": pl.when(~M.str.ends_with(", finish_reason: None")).then(
             M.str.extract(r", finish_reason: (\w+)$", 1)

@@ -24,7 +24,7 @@ import polars as pl
 
 from ... import uvicorn
 from . import fields as F
-from ...base import ParseContext, attrs_column, record_ids
+from ...base import ParseContext, attrs_column, find_len, record_ids
 
 NAME = "vllm"
 CARRY_FORWARD = ("model",)
@@ -112,7 +112,7 @@ def _lines_anatomy(df: pl.DataFrame) -> pl.DataFrame:
     # the process prefix, then the header: two small anchored patterns cost less than one
     # that holds both; a part no line starts with is skipped. Neither is cut off the line
     # (each cut copies every line's text): `_o` is where the prefix ends (characters, `_ob`
-    # bytes), and the body is sliced once, behind both
+    # in the unit of `str.find`'s offsets), and the body is sliced once, behind both
     if has["proc"]:
         df, prefix = _proc_groups(df)
     else:
@@ -183,8 +183,9 @@ def _proc_groups(df: pl.DataFrame) -> tuple[pl.DataFrame, str | None]:
     (None when the lines have several). A match starts with `(` or `[`; nothing it reads before
     its `)` can be one, so it ends at the line's first `)` or one character after it, and
     without a `)` it is at most `[rankN]:` and one blank, which ends one character after
-    the first `]`. (`str.find` counts bytes, `str.head` characters: a start with
-    characters of several bytes is longer than needed, never shorter.)"""
+    the first `]`. (`str.find` counts bytes or characters by polars version, `str.head`
+    characters: a start with characters of several bytes may be longer than needed, never
+    shorter.)"""
     t = pl.col("_t")
     opens = t.str.starts_with("(") | t.str.starts_with("[")
     close, bracket = t.str.find(")", literal=True), t.str.find("]", literal=True)
@@ -195,7 +196,7 @@ def _proc_groups(df: pl.DataFrame) -> tuple[pl.DataFrame, str | None]:
         .otherwise(0)
     )
     pre = pl.col("pre")
-    then = {**{f: pl.col(f) for f in _PROC_FIELDS}, "_o": pre.str.len_chars(), "_ob": pre.str.len_bytes()}
+    then = {**{f: pl.col(f) for f in _PROC_FIELDS}, "_o": pre.str.len_chars(), "_ob": find_len(pre)}
     pattern = f"^(?P<pre>{_PROC})"
     # most files have one writer: when every line that opens like a prefix starts with the
     # first such line's start, and that start is all of its `n` and holds a `)`, it is every
@@ -232,7 +233,7 @@ def _header_groups(df: pl.DataFrame, prefix: str | None = None) -> pl.DataFrame:
     up to there decides the match. A line without `]` there has no header. `prefix`: the
     one process prefix of every line that has one ("" for none), if known."""
     t = pl.col("_t")
-    first = t.str.find("]", literal=True)  # bytes into the line
+    first = t.str.find("]", literal=True)  # in the unit of `_ob`
     if prefix is not None and "]" not in prefix:
         # each line has `prefix` or no prefix before its header: one pattern that holds the
         # prefix as an option reads the header (`prefix` opens with a bracket, which no header
