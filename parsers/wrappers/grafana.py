@@ -125,11 +125,11 @@ def _one_download(df: pl.DataFrame) -> pl.DataFrame | None:
     if not n:
         return None
     entries = items.explode()
-    # (a row's text is the download's line only where its entry has no `line`, as in `_cut`)
+    # (an entry without its `line` keeps its own JSON as its text, as in `_cut`)
     bare = entries.struct.field("line").is_null()
     text = pl.Series("text", [None] * n, dtype=pl.String)
     if bare.any():
-        text = text.scatter(bare.arg_true(), line[0].as_py())
+        text = text.scatter(bare.arg_true(), entries.filter(bare).struct.json_encode())
     cols = {c: (text if c == "text" else pl.repeat(df[c][0], n, dtype=df.schema[c], eager=True).alias(c)) for c in df.columns}
     return pl.DataFrame({**cols, "_isj": pl.repeat(True, n, eager=True), "_j": entries})
 
@@ -163,7 +163,16 @@ def _whole_arrays(df: pl.DataFrame) -> pl.DataFrame | None:
         return None
     if items.filter(df["_isj"]).list.len().min() == 0:
         return None
-    return df.with_columns(items.alias("_j")).explode("_j", empty_as_null=True, keep_nulls=True)
+    df = df.with_columns(items.alias("_j")).explode("_j", empty_as_null=True, keep_nulls=True)
+    return df.with_columns(_own_text(pl.col("_isj")).alias("text"))
+
+
+def _own_text(entry: pl.Expr) -> pl.Expr:
+    """The text of rows where `entry` holds: an entry without its `line` keeps its own JSON
+    (as read: `null` for a null entry), never the download's line, which would be copied
+    once for each such entry."""
+    j = pl.col("_j")
+    return pl.when(entry & j.struct.field("line").is_null()).then(j.struct.json_encode()).otherwise(pl.col("text"))
 
 
 def _entries(df: pl.DataFrame) -> pl.DataFrame:
@@ -192,7 +201,10 @@ def _entries(df: pl.DataFrame) -> pl.DataFrame:
     # an entry with its `line` is read from that alone (decode): its row does not keep the
     # download's line as its text, and the broken pieces are put in apart, since a column
     # mixing the pieces and that line holds a copy of the line for every entry
-    kept = df.select(pl.when(pl.col("_j").struct.field("line").is_null() & ~broken).then(text)).to_series()
+    kept = df.select(
+        pl.when(~is_json).then(text).when(pl.col("_j").struct.field("line").is_null() & ~broken)
+        .then(_own_text(is_json))
+    ).to_series()
     at = df.select(pl.arg_where(broken)).to_series()
     df = df.with_columns(kept.scatter(at, df["_p"].gather(at)).alias("text"), (pl.col("_open") | (broken & last)).alias("_open"))
     df = df.drop("_p", "_np")
