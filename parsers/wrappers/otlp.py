@@ -60,8 +60,14 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
     rec = pl.col("_rec").struct.field
     body = rec("body").struct.field("stringValue")
     ns = pl.coalesce(rec("timeUnixNano").cast(pl.Int64, strict=False).replace(0, None), rec("observedTimeUnixNano").cast(pl.Int64, strict=False))
+    # a record without a body, or a resource or scope without records, keeps its own JSON:
+    # the batch's line, copied to each of them, would grow with their count times its length
+    own = pl.col("_rec"), pl.col("_s"), pl.col("_r")
+    text = pl.when(body.is_not_null()).then(body.str.strip_suffix("\n"))
+    for part in own:
+        text = text.when(part.is_not_null()).then(part.struct.json_encode())
     df = df.with_columns(
-        pl.when(body.is_not_null()).then(body.str.strip_suffix("\n")).otherwise(pl.col("text")).alias("text"),
+        text.otherwise(pl.col("text")).alias("text"),
         set_time(df, ns.cast(pl.Datetime("ns")).dt.replace_time_zone("UTC").cast(WTS)),
         rec("severityText").alias("_lab_severity"),
     ).drop("_j", "_r", "_s", "_rec")

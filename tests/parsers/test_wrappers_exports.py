@@ -181,6 +181,30 @@ def test_an_otlp_file_cut_inside_its_last_batch_keeps_the_batches_before():
     assert rest.select(SAME).equals(base.filter(pl.col("line") <= whole).select(SAME))
 
 
+@pytest.mark.parametrize("bare", ["record", "scope", "resource"])
+def test_otlp_parts_without_a_line_keep_their_own_json(bare):
+    """A record without a body (or a scope without records, a resource without scopes) once
+    copied the batch's whole line as its text: 20,000 of them in one batch made tens of GB."""
+    import json
+
+    line = "INFO 06-10 14:23:45 [loggers.py:116] Engine 000: Avg prompt throughput: 1.0 tokens/s"
+    rec = {"timeUnixNano": "1781101425123000000", "body": {"stringValue": line}}
+    n = 20_000
+    shapes = {
+        "record": ([{"scopeLogs": [{"logRecords": [rec] + [{"timeUnixNano": "1"}] * n}]}],
+                   '{"timeUnixNano":"1","observedTimeUnixNano":null,"severityText":null,"body":null}'),
+        "scope": ([{"scopeLogs": [{"logRecords": [rec]}] + [{}] * n}], '{"logRecords":null}'),
+        "resource": ([{"scopeLogs": [{"logRecords": [rec]}]}] + [{}] * n, '{"resource":null,"scopeLogs":null}'),
+    }
+    resources, own = shapes[bare]
+    text = json.dumps({"resourceLogs": resources}) + "\n"
+    layers, _, ev = parse("vllm", text)
+    assert layers == ("otlp",)
+    assert ev.filter(pl.col("event") == "engine_stats").height == 1
+    kept = ev.filter(pl.col("event") == "unparsed")
+    assert kept.height == n and kept["message"].unique().to_list() == [own]
+
+
 def test_detection_is_from_content_only():
     lines, times, _ = truth("sample_logs/tgi/real/launcher_traceback.log", "tgi")
     entries = [gcp_entry(ln, t, i=i) for i, (ln, t) in enumerate(zip(lines, times))]
