@@ -46,8 +46,9 @@ def text_records(recs: pl.DataFrame) -> pl.DataFrame:
 
 
 def _locate_tail(recs: pl.DataFrame) -> pl.DataFrame:
-    """`_ts`, `_lvl`, and offsets into `_first` (in `str.find`'s unit): `_rest_at` (after the head) and
-    `_tail_at` (the router tail `target: file.rs:N: msg`, found by a literal search)."""
+    """`_ts`, `_lvl`, and offsets into `_first` (in `str.find`'s unit): `_rest_at` (after
+    the head) and `_tail_at` (the router tail `target: file.rs:N: msg`, found by a literal
+    search)."""
     head, rest_at, tail_at, tail = _locate_exprs()
     recs = recs.with_columns(head).unnest("_h").with_columns(rest_at).drop("_head")
     return recs.with_columns(tail_at).with_columns(tail)
