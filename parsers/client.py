@@ -104,7 +104,7 @@ _ATTRS = ["client", "index", "itl_s", "itl_max_s", "success", "start_estimated",
 def _vllm_bench(r: dict) -> pl.DataFrame:
     try:
         obj = json.loads(r["text"])
-    except ValueError:
+    except (ValueError, RecursionError):
         return _unparsed(r)
     if not isinstance(obj, dict) or not isinstance(obj.get("ttfts"), list):
         return _unparsed(r)  # a results file saved without --save-detailed: no requests in it
@@ -229,7 +229,7 @@ def _guidellm_request(q: dict, status: str) -> dict:
 def _guidellm(r: dict) -> pl.DataFrame:
     try:
         obj = json.loads(r["text"])
-    except ValueError:
+    except (ValueError, RecursionError):
         return _unparsed(r)
     benches = obj.get("benchmarks") if isinstance(obj, dict) else None
     if not isinstance(benches, list):
@@ -281,7 +281,7 @@ def _bench_date(value: object) -> dt.datetime | None:
 def _is_json(text: str) -> bool:
     try:
         json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     return True
 

@@ -195,7 +195,7 @@ def decode_one(text: str | None):
         return None
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # (nesting deeper than Python's stack)
         return None
 
 

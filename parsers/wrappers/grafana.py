@@ -59,7 +59,7 @@ def layer(texts: list[str]) -> str:
         if t.startswith("Common labels: {"):
             try:
                 labels = json.loads(t.removeprefix("Common labels: "))
-            except ValueError:
+            except (ValueError, RecursionError):
                 break
             keep = {_LABELS[k]: str(v) for k, v in labels.items() if k in _LABELS}
             if keep:

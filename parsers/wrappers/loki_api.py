@@ -71,7 +71,7 @@ def _string(quoted: str | None) -> str | None:
 
     try:
         value = json.loads(quoted) if quoted is not None else None
-    except ValueError:
+    except (ValueError, RecursionError):
         return quoted
     return value if isinstance(value, str) else quoted
 

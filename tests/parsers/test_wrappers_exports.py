@@ -205,6 +205,18 @@ def test_otlp_parts_without_a_line_keep_their_own_json(bare):
     assert kept.height == n and kept["message"].unique().to_list() == [own]
 
 
+def test_an_otlp_batch_nested_past_pythons_stack_is_kept_unparsed():
+    """polars refuses the nesting, Python's json then runs out of stack: the line is kept
+    as not a whole object, and the batch before it is read."""
+    lines, times, base = truth("sample_logs/vllm/real/v1_0_11.log", "vllm")
+    text = otlp_file(lines, times, batch=len(lines)) + '{"resourceLogs":' + "[" * 200_000 + "\n"
+    layers, texts, ev = parse("vllm", text)
+    assert layers == ("otlp",)
+    deep = ev.filter(pl.col("line") == len(texts))
+    assert deep["event"].to_list() == ["unparsed"] and "not a whole JSON object" in deep["labels"][0]
+    assert in_time_order(ev.filter(pl.col("line") < len(texts))).select(SAME).equals(base.select(SAME))
+
+
 def test_detection_is_from_content_only():
     lines, times, _ = truth("sample_logs/tgi/real/launcher_traceback.log", "tgi")
     entries = [gcp_entry(ln, t, i=i) for i, (ln, t) in enumerate(zip(lines, times))]

@@ -42,7 +42,7 @@ def _normalise_json(text: str) -> str | None:
     None when it is not a JSON object (the record then stays unparsed)."""
     try:
         obj = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(obj, dict):
         return None

@@ -318,7 +318,7 @@ def _template(first: str) -> tuple[str, ...] | None:
         return None
     try:
         pairs = json.loads(first, object_pairs_hook=lambda p: p)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(pairs, list) or not pairs:
         return None
