@@ -381,7 +381,10 @@ def test_without_a_visitor_the_warm_up_evaluates_every_width_after_a_while(store
 
     monkeypatch.setattr(data, "FIRST_PAGE_DRAWN", threading.Event())  # nobody draws a page
     monkeypatch.setattr(data, "_last_visit", [time.monotonic() - 3600.0])  # nor asked for anything
-    serve.warm(["--store", str(store)], others_after_s=0.05)
+    # the first page's own queries count as a visit: the pauses after it are another test's
+    # (below), here short ones
+    monkeypatch.setattr(serve, "IDLE_SLOW_S", 0.05)
+    serve.warm(["--store", str(store)], others_after_s=0.05, idle_s=0.05)
     conn = _connection(store)
     assert sorted(conn.widths) == sorted(sidebar.WINDOWS.values())
     assert conn.window_s == float(data.thresholds(None)["window_s"])
