@@ -27,7 +27,7 @@ from __future__ import annotations
 import polars as pl
 
 from ._export import time_order
-from ._frame import cut_suffix, rfc3339_ns_of, set_time
+from ._frame import cut_suffix, line_of, rfc3339_ns_of, set_time
 
 NAME = "gcp-logging-yaml"
 DOC = "Google Cloud Logging YAML (`gcloud logging read`'s default output, `---` before each LogEntry): `textPayload` / `jsonPayload.message` in any YAML scalar style, `timestamp` (ns); labels `pod`, `container`, `namespace`, `node`, `cluster`, `severity`; newest-first put back in time order per pod"
@@ -77,34 +77,22 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
         (t.str.starts_with("textPayload:") | t.str.starts_with("  message:")).alias("_head"),
     )
     text = _scalars(payload)
-    top_vals = _top_values(df)
-    # (the resource's lines four in, the entry's labels' two in, then their keys: a key holds
-    # no `: `)
-    res = df.filter((pl.col("_in_res") & t.str.starts_with("    ")) | (pl.col("_in_lab") & t.str.starts_with(f"  {_VM_NAME}: "))).select(
-        "_g", t.str.strip_chars_start(" ").str.split_exact(": ", 1).alias("_kv")).select(
-        "_g", pl.col("_kv").struct.field("field_0").alias("k"), pl.col("_kv").struct.field("field_1").alias("v")).filter(
-        pl.col("k").is_in([*_RES, _VM_ID, _VM_NAME]) & pl.col("v").is_not_null())
-    res = res.with_columns(_unquote_of(res, pl.col("v")))
-    res = res.pivot(on="k", index="_g", values="v", aggregate_function="first") if res.height else pl.DataFrame(
-        {"_g": pl.Series([], dtype=df["_g"].dtype)})
+    meta = _meta_values(df)
     # one row per document: its first line (`---`, or a block's first line before any)
     first = df.filter(sep | (pl.int_range(pl.len()) == 0))
     heads = first.select(
         "_g", "line", pl.col("text").alias("_first"), "_wts", "_stream", "_pre", *labels_in,
         (pl.col("line").shift(-1).fill_null(df["line"][-1] + 1) - pl.col("line")).cast(pl.Int32).alias("_n_all"),
     ).unique("_g", keep="last", maintain_order=True)
-    out = heads.join(text, on="_g", how="left").join(top_vals, on="_g", how="left").join(res, on="_g", how="left")
-    for k in (*_RES, _VM_ID, _VM_NAME):
+    out = heads.join(text, on="_g", how="left").join(meta, on="_g", how="left")
+    for k in (*_RES, _VM_ID, _VM_NAME, "_ts", "_sev"):
         if k not in out.columns:
             out = out.with_columns(pl.lit(None, pl.String).alias(k))
     # (a document whose payload could not be found keeps its first line: `unparsed`)
-    msg = pl.col("_msg").str.strip_suffix("\n").str.strip_suffix("\r")
     out = out.with_columns(
-        pl.coalesce(msg, pl.col("_first")).alias("text"),
+        pl.coalesce(line_of(pl.col("_msg")), pl.col("_first")).alias("text"),
         pl.col("_n_all").alias("_n"),
         pl.lit(False).alias("_open"),
-    )
-    out = out.with_columns(
         set_time(out, rfc3339_ns_of(out, pl.col("_ts"))),
         *[pl.col(k).alias(f"_lab_{v}") for k, v in _RES.items()],
         pl.coalesce(_VM_NAME, _VM_ID).alias("_lab_host"),
@@ -115,14 +103,26 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
     return time_order(out.select(*cols, *labels), _KEYS)
 
 
-def _top_values(df: pl.DataFrame) -> pl.DataFrame:
-    """Each document's `timestamp` and `severity` (one line each: a time is never folded)."""
-    t = pl.col("text")
-    both = df.filter(pl.col("_top") & (t.str.starts_with("timestamp: ") | t.str.starts_with("severity: "))).select("_g", "text")
-    ts = both.filter(t.str.starts_with("t")).select("_g", t.str.slice(11).alias("_ts")).unique("_g", keep="first")
-    sev = both.filter(t.str.starts_with("s")).select("_g", t.str.slice(10).alias("_sev")).unique("_g", keep="first")
-    ts, sev = ts.with_columns(_unquote_of(ts, pl.col("_ts"))), sev.with_columns(_unquote_of(sev, pl.col("_sev")))
-    return ts.join(sev, on="_g", how="full", coalesce=True)
+def _meta_values(df: pl.DataFrame) -> pl.DataFrame:
+    """Each document's `timestamp` and `severity` (`_ts`, `_sev`: one line each, a time is
+    never folded) and the instance's names (the resource's lines four in, the entry's labels'
+    two in, then their keys: a key holds no `: `), one row per document, from one filter."""
+    t, top = pl.col("text"), pl.col("_top")
+    rows = df.filter((top & (t.str.starts_with("timestamp: ") | t.str.starts_with("severity: ")))
+                     | (pl.col("_in_res") & t.str.starts_with("    "))
+                     | (pl.col("_in_lab") & t.str.starts_with(f"  {_VM_NAME}: "))).select(
+        "_g", "_top", t.str.strip_chars_start(" ").str.split_exact(": ", 1).alias("_kv"))
+    # (the entry's own two keep names no resource key can take: a resource's `timestamp`
+    # label is not the entry's)
+    k = pl.col("_kv").struct.field("field_0")
+    rows = rows.select("_g", pl.when(top).then(pl.when(k == "timestamp").then(pl.lit("\x00ts")).otherwise(pl.lit("\x00sev")))
+                       .otherwise(k).alias("k"), pl.col("_kv").struct.field("field_1").alias("v")).filter(
+        pl.col("k").is_in([*_RES, _VM_ID, _VM_NAME, "\x00ts", "\x00sev"]) & pl.col("v").is_not_null())
+    rows = rows.with_columns(_unquote_of(rows, pl.col("v")))
+    if not rows.height:
+        return pl.DataFrame({"_g": pl.Series([], dtype=df["_g"].dtype)})
+    return rows.pivot(on="k", index="_g", values="v", aggregate_function="first").rename(
+        {"\x00ts": "_ts", "\x00sev": "_sev"}, strict=False)
 
 
 def _unquote_of(df: pl.DataFrame, v: pl.Expr) -> pl.Expr:
