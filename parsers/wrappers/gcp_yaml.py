@@ -110,15 +110,19 @@ def _meta_values(df: pl.DataFrame) -> pl.DataFrame:
     t, top = pl.col("text"), pl.col("_top")
     rows = df.filter((top & (t.str.starts_with("timestamp: ") | t.str.starts_with("severity: ")))
                      | (pl.col("_in_res") & t.str.starts_with("    "))
-                     | (pl.col("_in_lab") & t.str.starts_with(f"  {_VM_NAME}: "))).select(
-        "_g", "_top", t.str.strip_chars_start(" ").str.split_exact(": ", 1).alias("_kv"))
+                     | (pl.col("_in_lab") & t.str.starts_with(f"  {_VM_NAME}: "))).select("_g", "text")
+    # (each document repeats its resource's lines: each distinct line is read once; a line
+    # starting at its key is one of the entry's own)
+    kv = rows.select(t.unique()).select("text", t.str.strip_chars_start(" ").str.split_exact(": ", 1).alias("_kv"))
     # (the entry's own two keep names no resource key can take: a resource's `timestamp`
     # label is not the entry's)
     k = pl.col("_kv").struct.field("field_0")
-    rows = rows.select("_g", pl.when(top).then(pl.when(k == "timestamp").then(pl.lit("\x00ts")).otherwise(pl.lit("\x00sev")))
-                       .otherwise(k).alias("k"), pl.col("_kv").struct.field("field_1").alias("v")).filter(
+    kv = kv.select("text", pl.when(~t.str.starts_with(" ")).then(pl.when(k == "timestamp").then(pl.lit("\x00ts"))
+                                                                  .otherwise(pl.lit("\x00sev"))).otherwise(k).alias("k"),
+                   pl.col("_kv").struct.field("field_1").alias("v")).filter(
         pl.col("k").is_in([*_RES, _VM_ID, _VM_NAME, "\x00ts", "\x00sev"]) & pl.col("v").is_not_null())
-    rows = rows.with_columns(_unquote_of(rows, pl.col("v")))
+    kv = kv.with_columns(_unquote_of(kv, pl.col("v")))
+    rows = rows.join(kv, on="text", how="inner", maintain_order="left")
     if not rows.height:
         return pl.DataFrame({"_g": pl.Series([], dtype=df["_g"].dtype)})
     return rows.pivot(on="k", index="_g", values="v", aggregate_function="first").rename(
