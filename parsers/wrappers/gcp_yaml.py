@@ -222,8 +222,17 @@ def _joined(p: pl.DataFrame) -> pl.DataFrame:
         # a block's indentation: the key's and 2, or the digit the indicator gives
         digit = pl.col("_hv_all").str.extract(r"^[|>][+-]?([1-9])", 1).cast(pl.Int64, strict=False)
         ind = pl.col("_base") + digit.fill_null(2)
-        parts.append(block.select("_g", "_style", pl.when(is_head).then(pl.lit("")).otherwise(
-            pl.when(t.str.len_chars() >= ind).then(t.str.slice(ind)).otherwise(pl.lit("")) + pl.lit("\n")).alias("_piece")))
+        body = pl.when(t.str.len_chars() >= ind).then(t.str.slice(ind)).otherwise(pl.lit(""))
+        # most blocks hold one line (a line that kept its newline): its text is the block's,
+        # taken as it is (its newline is cut from every message at the end, and a line holds
+        # none of its own)
+        g = pl.col("_g")
+        first = (g != g.shift(1)).fill_null(True)
+        one = ~is_head & is_head.shift(1).fill_null(False) & first.shift(1).fill_null(False) & (g != g.shift(-1)).fill_null(True)
+        block = block.with_columns(one.alias("_one"))
+        done.append(block.filter(pl.col("_one")).select("_g", body.alias("_piece"), "_style"))
+        block = block.filter(~(pl.col("_one") | pl.col("_one").shift(-1).fill_null(False)))
+        parts.append(block.select("_g", "_style", pl.when(is_head).then(pl.lit("")).otherwise(body + pl.lit("\n")).alias("_piece")))
     if flow.height:
         # continuation lines lose their indentation; folding joins them with a space, an
         # empty line stands for a newline, a double-quoted line ending in `\` joins as it is
