@@ -61,15 +61,20 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
     top = ~t.str.starts_with(" ") & (t != "")
     sep = t == "---"
     df = df.with_columns(sep.cum_sum().alias("_g"), top.alias("_top"))
-    under = lambda name: pl.when(pl.col("_top")).then(t.str.starts_with(name)).forward_fill().fill_null(False)  # noqa: E731
-    json_payload = bool(df.select(t.str.starts_with("jsonPayload:").any()).item())
-    in_text = under("textPayload:")
-    marks = [in_text.alias("_in_text"), under("resource:").alias("_in_res"), under("labels:").alias("_in_lab")]
+    # the top-level key each line is under (one forward fill for all of them)
+    keys = ("textPayload:", "resource:", "labels:", "jsonPayload:")
+    code = pl.when(t.str.starts_with(keys[0])).then(pl.lit(1, pl.Int8))
+    for i, key in enumerate(keys[1:], 2):
+        code = code.when(t.str.starts_with(key)).then(pl.lit(i, pl.Int8))
+    df = df.with_columns(pl.when(pl.col("_top")).then(code.otherwise(pl.lit(0, pl.Int8))).forward_fill().fill_null(0).alias("_sec"))
+    sec = pl.col("_sec")
+    json_payload = bool(df.select((sec == 4).any()).item())
+    marks = [(sec == 1).alias("_in_text"), (sec == 2).alias("_in_res"), (sec == 3).alias("_in_lab")]
     if json_payload:
         # jsonPayload's own members, one level in: the lines of its `message`
         sub = pl.when(pl.col("_top")).then(pl.lit(None, pl.Boolean)).when(t.str.contains(r"^  [A-Za-z_]")).then(
             t.str.starts_with("  message:")).forward_fill().fill_null(False)
-        marks.append((under("jsonPayload:") & sub).alias("_in_msg"))
+        marks.append(((sec == 4) & sub).alias("_in_msg"))
     df = df.with_columns(marks)
     in_msg = pl.col("_in_msg") if json_payload else pl.lit(False)
     payload = df.filter(pl.col("_in_text") | in_msg).select(
