@@ -193,13 +193,16 @@ def _scalars(p: pl.DataFrame) -> pl.DataFrame:
     parts = pl.concat([one, more.select(one.columns)]) if more.height else one
     v = pl.col("_piece")
     out = []
+    # (only the styles the block holds are cut out of it)
+    styles = set(parts["_style"].unique().to_list())
     for style, fn in (("'", _single_quoted), ('"', lambda sub, v: _unescape(v.str.strip_chars_end().str.strip_prefix('"').str.strip_suffix('"'))),
                       ("|", lambda sub, v: v), (">", lambda sub, v: v)):
-        sub = parts.filter(pl.col("_style") == style)
-        if sub.height:
+        if style in styles:
+            sub = parts.filter(pl.col("_style") == style)
             out.append(sub.select("_g", fn(sub, v).alias("_msg")))
-    plain = parts.filter(~pl.col("_style").is_in(["'", '"', "|", ">"]).fill_null(True))
-    out.append(plain.select("_g", v.str.strip_chars_end().alias("_msg")))
+    if styles - {"'", '"', "|", ">"} or not out:
+        plain = parts.filter(~pl.col("_style").is_in(["'", '"', "|", ">"]).fill_null(True))
+        out.append(plain.select("_g", v.str.strip_chars_end().alias("_msg")))
     return pl.concat(out)
 
 
