@@ -27,7 +27,7 @@ from __future__ import annotations
 import polars as pl
 
 from ._export import time_order
-from ._frame import cut_suffix, rfc3339_ns_of, set_time
+from ._frame import cut_suffix, line_of, rfc3339_ns_of, set_time
 
 NAME = "gcp-logging-yaml"
 DOC = "Google Cloud Logging YAML (`gcloud logging read`'s default output, `---` before each LogEntry): `textPayload` / `jsonPayload.message` in any YAML scalar style, `timestamp` (ns); labels `pod`, `container`, `namespace`, `node`, `cluster`, `severity`; newest-first put back in time order per pod"
@@ -61,15 +61,20 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
     top = ~t.str.starts_with(" ") & (t != "")
     sep = t == "---"
     df = df.with_columns(sep.cum_sum().alias("_g"), top.alias("_top"))
-    under = lambda name: pl.when(pl.col("_top")).then(t.str.starts_with(name)).forward_fill().fill_null(False)  # noqa: E731
-    json_payload = bool(df.select(t.str.starts_with("jsonPayload:").any()).item())
-    in_text = under("textPayload:")
-    marks = [in_text.alias("_in_text"), under("resource:").alias("_in_res"), under("labels:").alias("_in_lab")]
+    # the top-level key each line is under (one forward fill for all of them)
+    keys = ("textPayload:", "resource:", "labels:", "jsonPayload:")
+    code = pl.when(t.str.starts_with(keys[0])).then(pl.lit(1, pl.Int8))
+    for i, key in enumerate(keys[1:], 2):
+        code = code.when(t.str.starts_with(key)).then(pl.lit(i, pl.Int8))
+    df = df.with_columns(pl.when(pl.col("_top")).then(code.otherwise(pl.lit(0, pl.Int8))).forward_fill().fill_null(0).alias("_sec"))
+    sec = pl.col("_sec")
+    json_payload = bool(df.select((sec == 4).any()).item())
+    marks = [(sec == 1).alias("_in_text"), (sec == 2).alias("_in_res"), (sec == 3).alias("_in_lab")]
     if json_payload:
         # jsonPayload's own members, one level in: the lines of its `message`
         sub = pl.when(pl.col("_top")).then(pl.lit(None, pl.Boolean)).when(t.str.contains(r"^  [A-Za-z_]")).then(
             t.str.starts_with("  message:")).forward_fill().fill_null(False)
-        marks.append((under("jsonPayload:") & sub).alias("_in_msg"))
+        marks.append(((sec == 4) & sub).alias("_in_msg"))
     df = df.with_columns(marks)
     in_msg = pl.col("_in_msg") if json_payload else pl.lit(False)
     payload = df.filter(pl.col("_in_text") | in_msg).select(
@@ -77,34 +82,22 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
         (t.str.starts_with("textPayload:") | t.str.starts_with("  message:")).alias("_head"),
     )
     text = _scalars(payload)
-    top_vals = _top_values(df)
-    # (the resource's lines four in, the entry's labels' two in, then their keys: a key holds
-    # no `: `)
-    res = df.filter((pl.col("_in_res") & t.str.starts_with("    ")) | (pl.col("_in_lab") & t.str.starts_with(f"  {_VM_NAME}: "))).select(
-        "_g", t.str.strip_chars_start(" ").str.split_exact(": ", 1).alias("_kv")).select(
-        "_g", pl.col("_kv").struct.field("field_0").alias("k"), pl.col("_kv").struct.field("field_1").alias("v")).filter(
-        pl.col("k").is_in([*_RES, _VM_ID, _VM_NAME]) & pl.col("v").is_not_null())
-    res = res.with_columns(_unquote_of(res, pl.col("v")))
-    res = res.pivot(on="k", index="_g", values="v", aggregate_function="first") if res.height else pl.DataFrame(
-        {"_g": pl.Series([], dtype=df["_g"].dtype)})
+    meta = _meta_values(df)
     # one row per document: its first line (`---`, or a block's first line before any)
     first = df.filter(sep | (pl.int_range(pl.len()) == 0))
     heads = first.select(
         "_g", "line", pl.col("text").alias("_first"), "_wts", "_stream", "_pre", *labels_in,
         (pl.col("line").shift(-1).fill_null(df["line"][-1] + 1) - pl.col("line")).cast(pl.Int32).alias("_n_all"),
     ).unique("_g", keep="last", maintain_order=True)
-    out = heads.join(text, on="_g", how="left").join(top_vals, on="_g", how="left").join(res, on="_g", how="left")
-    for k in (*_RES, _VM_ID, _VM_NAME):
+    out = heads.join(text, on="_g", how="left").join(meta, on="_g", how="left")
+    for k in (*_RES, _VM_ID, _VM_NAME, "_ts", "_sev"):
         if k not in out.columns:
             out = out.with_columns(pl.lit(None, pl.String).alias(k))
     # (a document whose payload could not be found keeps its first line: `unparsed`)
-    msg = pl.col("_msg").str.strip_suffix("\n").str.strip_suffix("\r")
     out = out.with_columns(
-        pl.coalesce(msg, pl.col("_first")).alias("text"),
+        pl.coalesce(line_of(pl.col("_msg")), pl.col("_first")).alias("text"),
         pl.col("_n_all").alias("_n"),
         pl.lit(False).alias("_open"),
-    )
-    out = out.with_columns(
         set_time(out, rfc3339_ns_of(out, pl.col("_ts"))),
         *[pl.col(k).alias(f"_lab_{v}") for k, v in _RES.items()],
         pl.coalesce(_VM_NAME, _VM_ID).alias("_lab_host"),
@@ -115,14 +108,30 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
     return time_order(out.select(*cols, *labels), _KEYS)
 
 
-def _top_values(df: pl.DataFrame) -> pl.DataFrame:
-    """Each document's `timestamp` and `severity` (one line each: a time is never folded)."""
-    t = pl.col("text")
-    both = df.filter(pl.col("_top") & (t.str.starts_with("timestamp: ") | t.str.starts_with("severity: "))).select("_g", "text")
-    ts = both.filter(t.str.starts_with("t")).select("_g", t.str.slice(11).alias("_ts")).unique("_g", keep="first")
-    sev = both.filter(t.str.starts_with("s")).select("_g", t.str.slice(10).alias("_sev")).unique("_g", keep="first")
-    ts, sev = ts.with_columns(_unquote_of(ts, pl.col("_ts"))), sev.with_columns(_unquote_of(sev, pl.col("_sev")))
-    return ts.join(sev, on="_g", how="full", coalesce=True)
+def _meta_values(df: pl.DataFrame) -> pl.DataFrame:
+    """Each document's `timestamp` and `severity` (`_ts`, `_sev`: one line each, a time is
+    never folded) and the instance's names (the resource's lines four in, the entry's labels'
+    two in, then their keys: a key holds no `: `), one row per document, from one filter."""
+    t, top = pl.col("text"), pl.col("_top")
+    rows = df.filter((top & (t.str.starts_with("timestamp: ") | t.str.starts_with("severity: ")))
+                     | (pl.col("_in_res") & t.str.starts_with("    "))
+                     | (pl.col("_in_lab") & t.str.starts_with(f"  {_VM_NAME}: "))).select("_g", "text")
+    # (each document repeats its resource's lines: each distinct line is read once; a line
+    # starting at its key is one of the entry's own)
+    kv = rows.select(t.unique()).select("text", t.str.strip_chars_start(" ").str.split_exact(": ", 1).alias("_kv"))
+    # (the entry's own two keep names no resource key can take: a resource's `timestamp`
+    # label is not the entry's)
+    k = pl.col("_kv").struct.field("field_0")
+    kv = kv.select("text", pl.when(~t.str.starts_with(" ")).then(pl.when(k == "timestamp").then(pl.lit("\x00ts"))
+                                                                  .otherwise(pl.lit("\x00sev"))).otherwise(k).alias("k"),
+                   pl.col("_kv").struct.field("field_1").alias("v")).filter(
+        pl.col("k").is_in([*_RES, _VM_ID, _VM_NAME, "\x00ts", "\x00sev"]) & pl.col("v").is_not_null())
+    kv = kv.with_columns(_unquote_of(kv, pl.col("v")))
+    rows = rows.join(kv, on="text", how="inner", maintain_order="left")
+    if not rows.height:
+        return pl.DataFrame({"_g": pl.Series([], dtype=df["_g"].dtype)})
+    return rows.pivot(on="k", index="_g", values="v", aggregate_function="first").rename(
+        {"\x00ts": "_ts", "\x00sev": "_sev"}, strict=False)
 
 
 def _unquote_of(df: pl.DataFrame, v: pl.Expr) -> pl.Expr:
@@ -184,13 +193,16 @@ def _scalars(p: pl.DataFrame) -> pl.DataFrame:
     parts = pl.concat([one, more.select(one.columns)]) if more.height else one
     v = pl.col("_piece")
     out = []
+    # (only the styles the block holds are cut out of it)
+    styles = set(parts["_style"].unique().to_list())
     for style, fn in (("'", _single_quoted), ('"', lambda sub, v: _unescape(v.str.strip_chars_end().str.strip_prefix('"').str.strip_suffix('"'))),
                       ("|", lambda sub, v: v), (">", lambda sub, v: v)):
-        sub = parts.filter(pl.col("_style") == style)
-        if sub.height:
+        if style in styles:
+            sub = parts.filter(pl.col("_style") == style)
             out.append(sub.select("_g", fn(sub, v).alias("_msg")))
-    plain = parts.filter(~pl.col("_style").is_in(["'", '"', "|", ">"]).fill_null(True))
-    out.append(plain.select("_g", v.str.strip_chars_end().alias("_msg")))
+    if styles - {"'", '"', "|", ">"} or not out:
+        plain = parts.filter(~pl.col("_style").is_in(["'", '"', "|", ">"]).fill_null(True))
+        out.append(plain.select("_g", v.str.strip_chars_end().alias("_msg")))
     return pl.concat(out)
 
 
@@ -218,8 +230,17 @@ def _joined(p: pl.DataFrame) -> pl.DataFrame:
         # a block's indentation: the key's and 2, or the digit the indicator gives
         digit = pl.col("_hv_all").str.extract(r"^[|>][+-]?([1-9])", 1).cast(pl.Int64, strict=False)
         ind = pl.col("_base") + digit.fill_null(2)
-        parts.append(block.select("_g", "_style", pl.when(is_head).then(pl.lit("")).otherwise(
-            pl.when(t.str.len_chars() >= ind).then(t.str.slice(ind)).otherwise(pl.lit("")) + pl.lit("\n")).alias("_piece")))
+        body = pl.when(t.str.len_chars() >= ind).then(t.str.slice(ind)).otherwise(pl.lit(""))
+        # most blocks hold one line (a line that kept its newline): its text is the block's,
+        # taken as it is (its newline is cut from every message at the end, and a line holds
+        # none of its own)
+        g = pl.col("_g")
+        first = (g != g.shift(1)).fill_null(True)
+        one = ~is_head & is_head.shift(1).fill_null(False) & first.shift(1).fill_null(False) & (g != g.shift(-1)).fill_null(True)
+        block = block.with_columns(one.alias("_one"))
+        done.append(block.filter(pl.col("_one")).select("_g", body.alias("_piece"), "_style"))
+        block = block.filter(~(pl.col("_one") | pl.col("_one").shift(-1).fill_null(False)))
+        parts.append(block.select("_g", "_style", pl.when(is_head).then(pl.lit("")).otherwise(body + pl.lit("\n")).alias("_piece")))
     if flow.height:
         # continuation lines lose their indentation; folding joins them with a space, an
         # empty line stands for a newline, a double-quoted line ending in `\` joins as it is
