@@ -154,9 +154,8 @@ def _cut(df: pl.DataFrame) -> pl.DataFrame:
 
 def _whole_arrays(df: pl.DataFrame) -> pl.DataFrame | None:
     """Each download line decoded whole, one row per entry (None when some array is not
-    whole: a head read for detection, a download cut short)."""
-    if not df.select(pl.col("_isj").any()).item():
-        return None
+    whole: a head read for detection, a download cut short). Asked only of a block that
+    holds a download line (`_cut`)."""
     try:
         items = df.select(pl.when(pl.col("_isj")).then(pl.col("text")).str.json_decode(_DTYPE))[:, 0]
     except pl.exceptions.PolarsError:
