@@ -120,7 +120,20 @@ def sniff_export(texts: list[str], entry: str, marks: str) -> float:
     if not has_entry.any() or not has_mark.any():
         return 0.0
     one_line = s.str.contains(r"^\s*\{.*\}\s*,?$")
-    return float((one_line & has_entry & has_mark).mean()) if one_line.mean() > 0.5 else 1.0
+    if one_line.mean() > 0.5:
+        return float((one_line & has_entry & has_mark).mean())
+    return 1.0 if pretty_printed(s) else 0.0
+
+
+# a line of a pretty-printed JSON document: a member, a string in an array, a bracket, a brace
+_JSON_SHAPED = r'^\s*[\[\]{}"]'
+
+
+def pretty_printed(s: pl.Series) -> bool:
+    """Whether the non-blank sample lines `s` read as a pretty-printed JSON document (most of
+    them JSON-shaped), not as a log one of whose lines holds some JSON: a prompt quoting a
+    log record must not make the whole file an export."""
+    return len(s) > 0 and float(s.str.contains(_JSON_SHAPED).mean()) >= 0.5
 
 
 def decode_objects(df: pl.DataFrame, dtype: pl.Struct, envelope: tuple[str, ...] = ()) -> pl.DataFrame:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ._export import Entries, decode_objects, time_order
+from ._export import Entries, decode_objects, pretty_printed, time_order
 from ._frame import line_of, rfc3339_ns_of, set_time
 
 NAME = "datadog"
@@ -42,7 +42,9 @@ def sniff(texts: list[str]) -> float:
     if not log.any() or not attrs.any() or not s.str.contains(r'"message"\s*:').any():
         return 0.0
     one_line = s.str.contains(r"^\s*\{.*\}\s*,?$")
-    return float((one_line & log & attrs).mean()) if one_line.mean() > 0.5 else 1.0
+    if one_line.mean() > 0.5:
+        return float((one_line & log & attrs).mean())
+    return 1.0 if pretty_printed(s) else 0.0
 
 
 def decode(df: pl.DataFrame) -> pl.DataFrame:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ._export import decode_objects, time_order
+from ._export import decode_objects, pretty_printed, time_order
 from ._frame import line_of, rfc3339_ns_of, set_time
 
 NAME = "elastic"
@@ -56,7 +56,7 @@ def sniff(texts: list[str]) -> float:
     one_line = s.str.contains(r"^\s*\{.*\}\s*,?$")
     if one_line.mean() > 0.5:
         return float((one_line & entry & mark & s.str.contains(r'"@timestamp"\s*:')).mean())
-    return 1.0
+    return 1.0 if pretty_printed(s) else 0.0
 
 
 def decode(df: pl.DataFrame) -> pl.DataFrame:

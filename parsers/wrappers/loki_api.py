@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ._export import decode_objects, time_order
+from ._export import decode_objects, pretty_printed, time_order
 from ._frame import WTS, label_columns, set_time
 from .loki import KEYS, LABELS
 
@@ -34,7 +34,9 @@ _LABEL = r'^\s*"([^"\\]+)"\s*:\s*(".*"),?\s*$'
 
 def sniff(texts: list[str]) -> float:
     s = pl.Series(texts, dtype=pl.String)
-    if not s.str.contains(_RESULT).any():
+    s = s.filter(s.str.strip_chars().str.len_bytes() > 0)
+    # (a response on one line opens with its brace: JSON-shaped too)
+    if not s.str.contains(_RESULT).any() or not pretty_printed(s):
         return 0.0
     return 1.0 if (s.str.contains(r'"values"\s*:').any() or s.str.contains(r'"result"\s*:\s*\[').any()) else 0.0
 
