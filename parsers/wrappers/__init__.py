@@ -136,7 +136,8 @@ def _decoded_sample(texts: list[str], layer: str) -> tuple[list[str], list[str]]
         return [], []
     lines = pl.DataFrame({"line": pl.int_range(1, len(texts) + 1, eager=True), "text": pl.Series(texts, dtype=pl.String)})
     dec = decode(lines, (layer,))
-    inner = dec["text"].to_list()
+    # (an entry without text would reach the next depth's sniffers as None)
+    inner = dec["text"].fill_null("").to_list()
     if dec.height and bool(dec["_open"][-1]):
         return inner, inner[:-1]
     return inner, inner

@@ -28,6 +28,8 @@ _RESULT = r'"resultType"\s*:\s*"streams"'
 _STREAM = pl.Struct({"stream": pl.Struct({k: pl.String for k in LABELS}), "values": pl.List(pl.List(pl.String))})
 # an indented pair: its time alone on a line (a JSON string of digits), the line on the next
 _TIME = r'^\s*"([0-9]{1,19})",\s*$'
+# a pair's time, the last of the pair (the line missing)
+_ANY_TIME = r'^\s*"([0-9]{1,19})",?\s*$'
 _TEXT = r'^\s*(".*")\s*$'
 _LABEL = r'^\s*"([^"\\]+)"\s*:\s*(".*"),?\s*$'
 
@@ -62,10 +64,16 @@ def _compact(df: pl.DataFrame) -> pl.DataFrame:
     pair = pl.col("_v")
     ns = pair.list.get(0, null_on_oob=True).cast(pl.Int64, strict=False)
     df = df.with_columns(
-        pl.when(pair.is_not_null()).then(pair.list.get(1, null_on_oob=True)).otherwise(pl.col("text")).alias("text"),
+        pl.when(pair.is_not_null()).then(pl.coalesce(pair.list.get(1, null_on_oob=True), _own_json(pair))).otherwise(pl.col("text")).alias("text"),
         set_time(df, ns.cast(pl.Datetime("ns")).dt.replace_time_zone("UTC").cast(WTS)),
     ).drop("_v")
     return time_order(df, KEYS)
+
+
+def _own_json(pair: pl.Expr) -> pl.Expr:
+    """A pair without its line (`["<ns>"]`, `["<ns>", null]`) as its own JSON: kept as the
+    text the engine parser leaves unparsed, never as no text at all."""
+    return pl.struct(pair.alias("v")).struct.json_encode().str.slice(5).str.strip_suffix("}")
 
 
 def _string(quoted: str | None) -> str | None:
@@ -98,19 +106,26 @@ def _indented(df: pl.DataFrame) -> pl.DataFrame:
     # a pair: the time's line, the line after it (its `[` before, `]` after)
     nxt = text.shift(-1)
     is_time = text.str.contains(_TIME) & nxt.str.contains(_TEXT).fill_null(False)
-    pairs = df.with_columns(is_time.alias("_t"), nxt.str.extract(_TEXT, 1).alias("_line")).filter(pl.col("_t"))
+    # a pair without its line (`[`, the time, then `]` or a `null`): its own JSON is its text
+    bare = text.shift(1).str.contains(r"^\s*\[\s*$").fill_null(False) & text.str.contains(_ANY_TIME) & ~is_time
+    pairs = df.with_columns(is_time.alias("_t"), bare.alias("_b"), nxt.str.extract(_TEXT, 1).alias("_line"),
+                            nxt.str.strip_chars().str.strip_suffix(",").alias("_nx")).filter(pl.col("_t") | pl.col("_b"))
     try:
         line = pairs.select(pl.col("_line").str.json_decode(pl.String))[:, 0]
     except pl.exceptions.PolarsError:
         # some line is no whole JSON string: that one keeps its text as it is
         line = pairs["_line"].map_elements(_string, return_dtype=pl.String)
-    pairs = pairs.with_columns(line.alias("_line"))
+    closed = pl.col("_nx").str.starts_with("]").fill_null(True)
+    t = text.str.strip_chars().str.strip_suffix(",")
+    own = pl.when(closed).then(pl.concat_str([pl.lit("["), t, pl.lit("]")])).otherwise(pl.concat_str([pl.lit("["), t, pl.lit(","), pl.col("_nx"), pl.lit("]")]))
+    pairs = pairs.with_columns(pl.when(pl.col("_b")).then(own).otherwise(line).alias("_line"),
+                               pl.when(pl.col("_b") & closed).then(3).otherwise(4).cast(pl.Int32).alias("_n"))
     last_open = bool(df["_open"][-1]) if df.height else False
     out = pairs.select(
         (pl.col("line") - 1).alias("line"),
         pl.col("_line").alias("text"),
-        pl.lit(4, pl.Int32).alias("_n"),
-        text.str.extract(_TIME, 1).cast(pl.Int64).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC").cast(WTS).alias("_wts"),
+        "_n",
+        text.str.extract(_ANY_TIME, 1).cast(pl.Int64).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC").cast(WTS).alias("_wts"),
         "_stream", pl.lit(False).alias("_open"), "_pre", "_s",
     ).join(wide, on="_s", how="left", maintain_order="left").drop("_s")
     if last_open and out.height:
