@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 
 import polars as pl
 import pyarrow as pa
@@ -260,6 +261,9 @@ def any_time_of(df: pl.DataFrame, expr: pl.Expr) -> pl.Expr:
     s = expr.str.strip_chars()
     if df.height == 0:
         return any_time(expr)
+    one = _one_form_time(df, s)
+    if one is not None:
+        return pl.lit(one)
     forms = [
         lambda: pl.when(s.str.contains("T")).then(rfc3339_ns_of(df, s)) if df.select(s.str.contains("T").any()).item() else None,
         lambda: s.str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="ns", strict=False).dt.replace_time_zone("UTC"),
@@ -275,6 +279,35 @@ def any_time_of(df: pl.DataFrame, expr: pl.Expr) -> pl.Expr:
         if e is not None:
             out = out.fill_null(df.select(e.cast(WTS)).to_series())
     return pl.lit(out)
+
+
+# the forms `any_time_of` tries, told apart by a value's shape: a value one of them reads has
+# the shape of none of the others (a `T` only in RFC 3339, digits and `-` first only in the
+# first two, a month's name first only in Kibana's, digits alone only in an epoch number)
+_SHAPES = (
+    (re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T"), 0),
+    (re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]"), 1),
+    (re.compile(r"[A-Za-z]{3} [0-9]{1,2}, [0-9]{4} @ "), 2),
+    (re.compile(r"[+-]?[0-9]+$"), 3),
+)
+
+
+def _one_form_time(df: pl.DataFrame, s: pl.Expr) -> pl.Series | None:
+    """`any_time_of`'s times read in one pass where every time is in the form the first
+    one is in (a file writes its times in one form): a value that form reads is read by no
+    other form (`_SHAPES`), so the forms before it would leave it to this one. None where
+    some time is not read by it (the forms are then tried in turn)."""
+    first = df.select(s.drop_nulls().first()).item()
+    if first is None:
+        return None
+    form = next((k for shape, k in _SHAPES if shape.match(first)), None)
+    if form is None:
+        return None
+    e = (pl.when(s.str.contains("T")).then(rfc3339_ns_of(df, s)) if form == 0
+         else s.str.to_datetime(("%Y-%m-%d %H:%M:%S%.f", "%b %d, %Y @ %H:%M:%S%.f")[form - 1], time_unit="ns", strict=False)
+         .dt.replace_time_zone("UTC") if form < 3 else _epoch(s))
+    out = df.select(e.cast(WTS).alias("_t"), s.is_not_null().sum().alias("_w"))
+    return out["_t"] if out["_t"].count() == out["_w"][0] else None
 
 
 def _epoch(s: pl.Expr) -> pl.Expr:
