@@ -150,7 +150,7 @@ def _text_rows(df: pl.DataFrame, common: str) -> pl.DataFrame | None:
     new = {"text": out.alias("text"), "_wts": set_time(df, ts.cast(WTS)), "_open": (pl.col("_open") & last).alias("_open"),
            **{e.meta.output_name(): e for e in labels}}
     cols = [new.pop(c, pl.col(c)) for c in df.columns if c not in ("_pre_row", "_old")]
-    return _one_stream_order(df.select(*cols, *new.values()))
+    return one_stream_order(df.select(*cols, *new.values()))
 
 
 def _without_meta(df: pl.DataFrame) -> pl.DataFrame:
@@ -168,9 +168,9 @@ def _without_meta(df: pl.DataFrame) -> pl.DataFrame:
     return df.filter(keep)
 
 
-def _one_stream_order(df: pl.DataFrame) -> pl.DataFrame:
-    """`time_order` of a block whose entries are one stream (every label a constant): the
-    same steps without the stream key."""
+def one_stream_order(df: pl.DataFrame) -> pl.DataFrame:
+    """`time_order` of a block whose entries are one stream (every label naming a stream
+    holds one value): the same steps without the stream key."""
     if df.height < 2:
         return df
     ts = pl.col("_wts")

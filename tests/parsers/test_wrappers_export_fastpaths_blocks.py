@@ -160,3 +160,67 @@ def test_the_one_form_reading_is_taken_only_where_it_reads_every_time():
     assert one(TIMES["kibana"]) is not None and one(TIMES["epoch"]) is not None
     assert one(TIMES["kibana-then-epoch"]) is None
     assert one(TIMES["junk-first"]) is None and one(TIMES["all-null"]) is None
+
+
+# --- CSV time order of one stream ----------------------------------------------------------
+
+def order_frame(pods: list[str | None], ms: list[int | None], open_last: bool = False, containers=None) -> pl.DataFrame:
+    n = len(pods)
+    return pl.DataFrame({
+        "line": pl.int_range(1, n + 1, eager=True),
+        "text": [f"l{i}" for i in range(n)],
+        "_wts": pl.Series([None if m is None else T0 + m * 1_000_000 for m in ms], dtype=pl.Int64).cast(pl.Datetime("ns", "UTC")),
+        "_open": [False] * (n - 1) + [open_last],
+        "_lab_pod": pl.Series(pods, dtype=pl.String),
+        "_lab_container": pl.Series(containers or ["server"] * n, dtype=pl.String),
+    })
+
+
+ORDERS = {
+    "newest-first": (["a"] * 6, [6, 5, 4, 3, 2, 1]),
+    "oldest-first": (["a"] * 4, [1, 2, 3, 4]),
+    "ties-newest-first": (["a"] * 5, [3, 3, 2, 2, 1]),
+    "one-late": (["a"] * 5, [1, 2, 4, 3, 5]),
+    "no-time-rows": (["a"] * 5, [3, None, 2, None, 1]),
+    "null-and-empty-pod": ([None, "", None, ""], [4, 3, 2, 1]),
+    "two-pods": (["a", "b", "a", "b", "a"], [5, 5, 4, 3, 1]),
+    "two-pods-in-runs": (["b", "b", "a", "a"], [4, 3, 2, 1]),
+    "pod-then-null": (["a", None, "a"], [3, 2, 1]),
+    "no-times": (["a", "a", "a"], [None, None, None]),
+}
+
+
+@pytest.mark.parametrize("name", list(ORDERS))
+@pytest.mark.parametrize("open_last", [False, True])
+def test_csv_time_order_of_one_stream_is_time_orders(name, open_last):
+    from servelens.parsers.wrappers._export import time_order
+
+    pods, ms = ORDERS[name]
+    df = order_frame(pods, ms, open_last)
+    keys = ["_lab_namespace", "_lab_pod", "_lab_container"]
+    assert csvexport._time_order(df, keys).equals(time_order(df, keys), null_equal=True)
+    varied = order_frame(pods, ms, open_last, containers=["server", "sidecar"] * (len(pods) // 2) + ["server"] * (len(pods) % 2))
+    assert csvexport._time_order(varied, keys).equals(time_order(varied, keys), null_equal=True)
+
+
+def test_csv_time_order_of_one_stream_puts_a_newest_first_block_in_order():
+    out = csvexport._time_order(order_frame(["a"] * 4, [4, 3, 3, 1], open_last=True), ["_lab_pod"])
+    # the unfinished last line stays last; the rest oldest first, equal times as written
+    assert out["text"].to_list() == ["l2", "l1", "l0", "l3"]
+
+
+def test_a_csv_of_several_pods_reads_as_with_the_general_time_order(monkeypatch):
+    from servelens.parsers.wrappers._export import time_order
+    from tests.helpers.wrapping_exports import _csv, _ms_utc
+
+    lines = [f"INFO 06-10 14:23:{i % 60:02d} [loggers.py:123] step {i}, \"q\"" for i in range(30)]
+    rows = [[_ms_utc(T0 + i * 5_000_000, "%Y-%m-%dT%H:%M:%S") + "Z", ["vllm-0", "vllm-1"][i % 2 if i > 10 else 0], m]
+            for i, m in enumerate(lines)]
+    text = _csv(["date", "pod_name", "message"], rows[::-1])
+    texts = wr.split_lines(text)
+    layer = W.detect(texts)[0]
+    fast = W.decode(frame(texts), (layer,))
+    monkeypatch.setattr(csvexport, "_time_order", time_order)
+    slow = W.decode(frame(texts), (layer,))
+    assert fast.equals(slow, null_equal=True)
+    assert fast.filter(pl.col("_lab_pod") == "vllm-1")["text"].to_list() == [lines[i] for i in range(11, 30, 2)]
