@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 
 import polars as pl
 import pyarrow as pa
 
 from ._export import message_lines, time_order
 from .cloudwatch import k8s_of_streams
+from .grafana import one_stream_order
 from ._frame import WTS, join_fragments, line_of, rfc3339_ns, rfc3339_ns_of, set_time
 
 NAME = "csv-export"
@@ -163,7 +165,21 @@ def decode(df: pl.DataFrame, header: str) -> pl.DataFrame:
         *labels,
         _decode_error(unread),
     ).drop([f"_c{i}" for i in range(len(cols))] + ["_whole"] + (["_unread"] if unread is not None else []))
-    return message_lines(time_order(df, _KEYS))
+    return message_lines(_time_order(df, _KEYS))
+
+
+def _time_order(df: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """`time_order`, without its stream key where the block is one stream (each of the
+    label columns naming a stream holds one value: an export of one server, the usual
+    case), whose order is put back as for one stream."""
+    present = [k for k in keys if k in df.columns]
+    if df.height < 2:
+        return df
+    # (a null and an empty label name the same stream, as in `time_order`'s key)
+    same = [(pl.col(k).fill_null("") == pl.col(k).fill_null("").first()).all() for k in present]
+    if not same or df.select(pl.all_horizontal(same)).item():
+        return one_stream_order(df)
+    return time_order(df, keys)
 
 
 def _decode_error(unread: pl.Expr | None) -> pl.Expr:
@@ -260,6 +276,9 @@ def any_time_of(df: pl.DataFrame, expr: pl.Expr) -> pl.Expr:
     s = expr.str.strip_chars()
     if df.height == 0:
         return any_time(expr)
+    one = _one_form_time(df, s)
+    if one is not None:
+        return pl.lit(one)
     forms = [
         lambda: pl.when(s.str.contains("T")).then(rfc3339_ns_of(df, s)) if df.select(s.str.contains("T").any()).item() else None,
         lambda: s.str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="ns", strict=False).dt.replace_time_zone("UTC"),
@@ -275,6 +294,35 @@ def any_time_of(df: pl.DataFrame, expr: pl.Expr) -> pl.Expr:
         if e is not None:
             out = out.fill_null(df.select(e.cast(WTS)).to_series())
     return pl.lit(out)
+
+
+# the forms `any_time_of` tries, told apart by a value's shape: a value one of them reads has
+# the shape of none of the others (a `T` only in RFC 3339, digits and `-` first only in the
+# first two, a month's name first only in Kibana's, digits alone only in an epoch number)
+_SHAPES = (
+    (re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T"), 0),
+    (re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]"), 1),
+    (re.compile(r"[A-Za-z]{3} [0-9]{1,2}, [0-9]{4} @ "), 2),
+    (re.compile(r"[+-]?[0-9]+$"), 3),
+)
+
+
+def _one_form_time(df: pl.DataFrame, s: pl.Expr) -> pl.Series | None:
+    """`any_time_of`'s times read in one pass where every time is in the form the first
+    one is in (a file writes its times in one form): a value that form reads is read by no
+    other form (`_SHAPES`), so the forms before it would leave it to this one. None where
+    some time is not read by it (the forms are then tried in turn)."""
+    first = df.select(s.drop_nulls().first()).item()
+    if first is None:
+        return None
+    form = next((k for shape, k in _SHAPES if shape.match(first)), None)
+    if form is None:
+        return None
+    e = (pl.when(s.str.contains("T")).then(rfc3339_ns_of(df, s)) if form == 0
+         else s.str.to_datetime(("%Y-%m-%d %H:%M:%S%.f", "%b %d, %Y @ %H:%M:%S%.f")[form - 1], time_unit="ns", strict=False)
+         .dt.replace_time_zone("UTC") if form < 3 else _epoch(s))
+    out = df.select(e.cast(WTS).alias("_t"), s.is_not_null().sum().alias("_w"))
+    return out["_t"] if out["_t"].count() == out["_w"][0] else None
 
 
 def _epoch(s: pl.Expr) -> pl.Expr:

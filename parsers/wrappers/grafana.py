@@ -72,6 +72,9 @@ def layer(texts: list[str]) -> str:
 
 def decode(df: pl.DataFrame, common: str = "") -> pl.DataFrame:
     text = pl.col("text")
+    rows = _text_rows(df, common)
+    if rows is not None:
+        return rows
     one = _one_download(df)
     if one is not None:
         df = one
@@ -105,6 +108,84 @@ def decode(df: pl.DataFrame, common: str = "") -> pl.DataFrame:
     last = pl.int_range(pl.len()) == pl.len() - 1
     df = df.with_columns((pl.col("_open") & last).alias("_open"))
     return time_order(df, _KEYS)
+
+
+# a text row's time and tab-separated prefix, matched whole (`_ROW` without its groups)
+_ROW_PREFIX = r"^([0-9]{10,16}\t[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z\t)"
+# the lines a text download's first block opens with before its rows are few: its first row
+# is looked for among these first (the whole block only where none is one)
+_HEAD_ROWS = 64
+
+
+def _text_rows(df: pl.DataFrame, common: str) -> pl.DataFrame | None:
+    """`decode` of a block of a text download (no line opens a JSON download) in a few
+    calls: the labels are the layer's constants, so the block is one stream, and each row's
+    prefix is matched once. None for any other block (the general reading takes it)."""
+    if df.height < 2:
+        return None
+    text = pl.col("text")
+    if df.select(text.str.starts_with("[{").any()).item():
+        return None
+    if int(df["line"][0]) == 1:
+        df = _without_meta(df)
+    const = json.loads(common) if common else {}
+    labels = [pl.lit(const.get(label), pl.String).alias(f"_lab_{label}") for label in dict.fromkeys(_LABELS.values())]
+    pre = pl.col("_pre_row")
+    last = pl.int_range(pl.len()) == pl.len() - 1
+    df = df.with_columns(text.str.extract(_ROW_PREFIX, 1).alias("_pre_row"))
+    ms = (pre.str.head(pre.str.find("\t", literal=True)).cast(pl.Int64, strict=False) * 1_000_000).cast(
+        pl.Datetime("ns")).dt.replace_time_zone("UTC")
+    if df["_pre_row"].null_count():
+        # some row is not of the newer form: the older form's where it is not
+        df = df.with_columns(pl.when(pre.is_null()).then(text).str.extract(_OLD, 1).alias("_old"))
+        old = pl.col("_old")
+        oldts = old.str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="ns", strict=False).dt.replace_time_zone("UTC")
+        out = (pl.when(pre.is_not_null()).then(text.str.slice(pre.str.len_bytes()))
+               .when(old.is_not_null()).then(text.str.slice(old.str.len_bytes() + 1)).otherwise(text))
+        ts = pl.coalesce(ms, oldts)
+    else:
+        out, ts = text.str.slice(pre.str.len_bytes()), ms
+    # (the columns where the general reading leaves them: an outer layer's label replaced in
+    # its place, this layer's others after)
+    new = {"text": out.alias("text"), "_wts": set_time(df, ts.cast(WTS)), "_open": (pl.col("_open") & last).alias("_open"),
+           **{e.meta.output_name(): e for e in labels}}
+    cols = [new.pop(c, pl.col(c)) for c in df.columns if c not in ("_pre_row", "_old")]
+    return one_stream_order(df.select(*cols, *new.values()))
+
+
+def _without_meta(df: pl.DataFrame) -> pl.DataFrame:
+    """`_cut`'s dropping of the meta and blank lines before the first row, the first row
+    found among the block's first lines."""
+    text = pl.col("text")
+    is_row = text.str.contains(_ROW) | text.str.contains(_OLD) | text.str.contains(_JSON)
+    at = df.head(_HEAD_ROWS).select(is_row.arg_true().first()).item()
+    if at is None:
+        at = df.select(is_row.arg_true().first()).item() or 0
+    if at == 0:
+        return df
+    meta = df.head(at).select(text.str.contains(_META) | ~text.str.contains(r"\S")).to_series()
+    keep = (~meta | df["_open"].head(at)).append(pl.repeat(True, df.height - at, eager=True))
+    return df.filter(keep)
+
+
+def one_stream_order(df: pl.DataFrame) -> pl.DataFrame:
+    """`time_order` of a block whose entries are one stream (every label naming a stream
+    holds one value): the same steps without the stream key."""
+    if df.height < 2:
+        return df
+    ts = pl.col("_wts")
+    back = df.select((ts.diff() < pl.duration(nanoseconds=0)).fill_null(False).any()).item()
+    if not back:
+        return df
+    last_open = bool(df["_open"][-1])
+    body, tail = (df[:-1], df[-1:]) if last_open else (df, df[:0])
+    steps = body.select(ts.diff().dt.total_nanoseconds().sign().sum()).item()
+    if steps is not None and steps < 0:
+        body = body.reverse()
+    key = body.select(ts.forward_fill().backward_fill()).to_series()
+    if not key.is_sorted():
+        body = body.with_columns(key.alias("_key_ts")).sort("_key_ts", maintain_order=True).drop("_key_ts")
+    return pl.concat([body, tail.select(body.columns)])
 
 
 def _one_download(df: pl.DataFrame) -> pl.DataFrame | None:
