@@ -80,6 +80,7 @@ def detect_lines(sample: list[str]) -> tuple[tuple[str, ...], list[str]]:
     block's decode keeps it)."""
     layers: list[str] = []
     texts = inner = sample
+    order = (0, 0)
     global _last_detected
     for _ in range(MAX_DEPTH):
         joined = "\n".join(t or "" for t in texts)
@@ -92,17 +93,21 @@ def detect_lines(sample: list[str]) -> tuple[tuple[str, ...], list[str]]:
             if mod.sniff(texts) >= SNIFF_THRESHOLD:
                 name = mod.layer(texts) if hasattr(mod, "layer") else name
                 layers.append(name)
-                inner, texts = _decoded_sample(texts, name)
+                inner, texts, steps = _decoded_sample(texts, name)
+                if len(layers) == 1:
+                    order = steps
                 break
         else:
             break
-    _last_detected = (tuple(layers), sample, inner)
+    _last_detected = (tuple(layers), sample, inner, order)
     return tuple(layers), inner
 
 
-# the last sample detected, its layers and the lines inside: a file's read block is scaled
-# from the same head right after (block_scale), which then does not decode it again
-_last_detected: tuple[tuple[str, ...], list[str], list[str]] | None = None
+# the last sample detected, its layers, the lines inside and the order of its one layer's
+# entries on disk: a file's read block is scaled from the same head right after
+# (block_scale), and the reader asks whether the file runs newest first (sample_newest_first),
+# neither decoding it again
+_last_detected: tuple[tuple[str, ...], list[str], list[str], tuple[int, int]] | None = None
 
 
 def _inner_lines(sample: list[str], layers: tuple[str, ...]) -> list[str]:
@@ -128,18 +133,45 @@ def _base(layer: str) -> str:
     return layer.partition(":")[0]
 
 
-def _decoded_sample(texts: list[str], layer: str) -> tuple[list[str], list[str]]:
+def _decoded_sample(texts: list[str], layer: str) -> tuple[list[str], list[str], tuple[int, int]]:
     """The lines inside one layer of a sample: all of them, and those the next depth sniffs,
     without an unfinished last one (the sample's end cuts an export's last object short: its
-    raw text would be taken for another format)."""
+    raw text would be taken for another format); and `entry_steps` of the decoded lines."""
     if not texts:
-        return [], []
+        return [], [], (0, 0)
     lines = pl.DataFrame({"line": pl.int_range(1, len(texts) + 1, eager=True), "text": pl.Series(texts, dtype=pl.String)})
     dec = decode(lines, (layer,))
     inner = dec["text"].to_list()
+    steps = entry_steps(dec)
     if dec.height and bool(dec["_open"][-1]):
-        return inner, inner[:-1]
-    return inner, inner
+        return inner, inner[:-1], steps
+    return inner, inner, steps
+
+
+def entry_steps(dec: pl.DataFrame) -> tuple[int, int]:
+    """Between consecutive decoded lines that have a platform time: how many steps go back
+    on disk and how many forward (an export put in time order whose lines run backwards on
+    disk was written newest first)."""
+    steps = dec.filter(pl.col("_wts").is_not_null())["line"].diff().drop_nulls()
+    return int((steps < 0).sum()), int((steps > 0).sum())
+
+
+# the timed steps a sample's entries must all take one way for its order to stand for the
+# file's head (fewer, or some each way: the head is decoded to tell)
+SAMPLE_ORDER_STEPS = 8
+
+
+def sample_newest_first(sample: list[str], layers: tuple[str, ...]) -> bool | None:
+    """Whether a file in one layer `layers` runs newest first, from the detection of its
+    head's `sample` just made (None when that detection was of another sample, or its
+    entries do not all step one way, SAMPLE_ORDER_STEPS of them at least)."""
+    last = _last_detected
+    if last is None or len(layers) != 1 or last[0] != tuple(layers) or last[1] != sample:
+        return None
+    back, forward = last[3]
+    if back + forward < SAMPLE_ORDER_STEPS or (back and forward):
+        return None
+    return back > 0
 
 
 def decode_texts(texts: list[str], layers: tuple[str, ...]) -> list[str]:

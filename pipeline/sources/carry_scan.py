@@ -46,7 +46,9 @@ def scan_carry(path: Path, engine: str, layers: tuple[str, ...], ctx: ParseConte
         # (searched where it lies: no block of the file is copied)
         head = data[offset:offset + min(block_bytes, HEAD_BYTES)]
         # in time order on disk (the usual case): a carry forward is right, nothing to do
-        if not _newest_first(head, layers):
+        # (told by the detection of the file's head when it read the order plainly)
+        newest = ctx.file.get("newest_first") if offset == 0 else None
+        if not (_newest_first(head, layers) if newest is None else newest):
             return
         # only the entries around such a line are decoded
         for lo, hi in _windows(data, hints_b, offset, _Finder(data, path, hints_b, offset)):
@@ -173,8 +175,5 @@ def _newest_first(head: bytes, layers: tuple[str, ...]) -> bool:
     if head.find(b"\n", 0, len(head) - 1) < 0:
         return False
     lines, _ = decode_lines(head, 1)
-    dec = wrappers.decode(lines, layers).filter(pl.col("_wts").is_not_null())
-    if dec.height < 2:
-        return False
-    steps = dec["line"].diff().drop_nulls()
-    return int((steps < 0).sum()) > int((steps > 0).sum())
+    back, forward = wrappers.entry_steps(wrappers.decode(lines, layers))
+    return back > forward
