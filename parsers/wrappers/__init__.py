@@ -459,6 +459,10 @@ def _labels_of(dec: pl.DataFrame, cols: list[str], constant: dict[str, str]) -> 
     if not cols:
         return dec.select("line").with_columns(_labels_expr(cols, constant).alias("_labels"))["_labels"]
     lab = dec.select(cols)
+    # (one stream's block, the usual one: the same labels on every line, encoded once)
+    if lab.height and all(lab.select(pl.col(c).eq_missing(pl.col(c).first()).all() for c in cols).row(0)):
+        one = lab.head(1).select(_labels_expr(cols, constant)).to_series()
+        return one.new_from_index(0, lab.height)
     combos = lab.unique(maintain_order=True)
     if combos.height * 4 > lab.height:
         return lab.select(_labels_expr(cols, constant)).to_series()
@@ -500,14 +504,15 @@ def _wrapper_time(events: pl.DataFrame) -> pl.DataFrame:
     # one member's null needs no cutting out)
     events = events.with_columns(pl.when(take).then(engine_ts).alias("_own_ts"))
     own_ts = pl.col("_own_ts")
+    # the members added (null: none), `"engine_ts":…,"prefix":…`
     ets = pl.lit('"engine_ts":"') + own_ts + pl.lit('"')
     if has_pre:
         pre = pl.struct(pl.col("_pre").alias("prefix")).struct.json_encode().str.slice(1).str.strip_suffix("}")
         pre = pl.when(pl.col("_pre").is_not_null()).then(pre)
         add = pl.when(own_ts.is_not_null() | pl.col("_pre").is_not_null()).then(
-            pl.lit("{") + pl.concat_str([ets, pre], separator=",", ignore_nulls=True) + pl.lit("}"))
+            pl.concat_str([ets, pre], separator=",", ignore_nulls=True))
     else:
-        add = pl.when(own_ts.is_not_null()).then(pl.lit("{") + ets + pl.lit("}"))
+        add = ets
     events = events.with_columns(
         pl.when(take).then(wts.dt.cast_time_unit("us")).otherwise(own).alias("ts"),
         pl.when(take).then(None).otherwise(noyear).alias("ts_noyear"),
@@ -517,14 +522,16 @@ def _wrapper_time(events: pl.DataFrame) -> pl.DataFrame:
 
 
 def _merge_attrs(events: pl.DataFrame, add: pl.Expr) -> pl.Expr:
-    """attrs (a JSON object string or null) with the members of the object `add` (or null)."""
+    """attrs (a JSON object string or null) with the members `add` (`"k":v,…`; null: none)."""
+    whole = pl.lit("{") + add + pl.lit("}")
     if "attrs" not in events.columns:
-        return add
+        return whole
     old = pl.col("attrs").cast(pl.String)
+    # (the members written once into the merged string: not an object first, then cut open)
     return (
         pl.when(add.is_null()).then(old)
-        .when(old.is_null() | (old == "{}")).then(add)
-        .otherwise(pl.concat_str(cut_suffix(old, "}"), pl.lit(","), add.str.strip_prefix("{")))
+        .when(old.is_null() | (old == "{}")).then(whole)
+        .otherwise(pl.concat_str(cut_suffix(old, "}"), pl.lit(","), add, pl.lit("}")))
     )
 
 
