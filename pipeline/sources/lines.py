@@ -217,6 +217,8 @@ def line_start_offsets(data: bytes) -> np.ndarray:
     starts = np.empty(len(nl) + 1, dtype=np.int64)
     starts[0] = 0
     starts[1:] = nl + 1
+    if len(data) <= MAX_LINE_BYTES:  # (no line that long in it)
+        return starts
     ends = np.append(nl, len(data))  # where each line's text ends (its \n not counted)
     long = np.flatnonzero(ends - starts > MAX_LINE_BYTES)
     if len(long):  # rare: cut each long line into pieces
