@@ -99,14 +99,16 @@ def _seeded(events: pl.DataFrame, col: str, seed: pl.DataFrame) -> pl.DataFrame:
     need = pl.col(col).is_null() & pl.col("wrapper_ts").is_not_null()
     if not events.select(need.any()).item():
         return events
-    events = events.with_row_index("_ri")
     pod = pl.col("_carry_by").fill_null("") if "_carry_by" in events.columns else pl.lit("")
-    want = events.filter(need).select("_ri", pl.col("wrapper_ts").cast(seed.schema["_seed_ts"]).alias("_t"),
-                                      pod.alias("_seed_pod")).sort("_t")
+    want = events.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("_ri"), need.alias("_need"),
+                         pl.col("wrapper_ts").cast(seed.schema["_seed_ts"]).alias("_t"), pod.alias("_seed_pod"))
+    want = want.filter("_need").drop("_need").sort("_t")
     got = want.join_asof(seed, left_on="_t", right_on="_seed_ts", by="_seed_pod", strategy="backward",
                          check_sortedness=False)
-    events = events.join(got.select("_ri", pl.col("_seed").cast(events.schema[col])), on="_ri", how="left")
-    return events.with_columns(pl.coalesce(pl.col(col), pl.col("_seed")).alias(col)).drop("_ri", "_seed")
+    # each value put in its event's row (a join back on the row would copy every column)
+    dtype = events.schema[col]
+    found = pl.repeat(None, events.height, dtype=dtype, eager=True).scatter(got["_ri"], got["_seed"].cast(dtype))
+    return events.with_columns(pl.coalesce(pl.col(col), found).alias(col))
 
 
 def _carry_by_pod(events: pl.DataFrame, col: str, ctx: ParseContext, use_prior: bool = True) -> pl.DataFrame:

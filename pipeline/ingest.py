@@ -456,6 +456,12 @@ def _open_file(
         crc = known["crc"] if "crc" in known else fp.content_crc(path, offset, head)
     # (a file read in one block either way needs no scale)
     scale = wrappers.block_scale(result.decode, head) if size - offset > block_bytes else 1.0
+    if offset == 0 and size > block_bytes and result.decode:
+        # the order of an export's entries as its detection read them (the carry scan of a
+        # file read in several blocks asks it)
+        newest = wrappers.sample_newest_first(wrappers.head_sample(head), result.decode)
+        if newest is not None:
+            ctx.file["newest_first"] = newest
     return _Opened(path, result, parser, ctx, head, key, known, offset, next_line, live, size, source, crc, scale, labels)
 
 

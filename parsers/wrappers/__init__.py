@@ -80,6 +80,7 @@ def detect_lines(sample: list[str]) -> tuple[tuple[str, ...], list[str]]:
     block's decode keeps it)."""
     layers: list[str] = []
     texts = inner = sample
+    order = (0, 0)
     global _last_detected
     for _ in range(MAX_DEPTH):
         joined = "\n".join(t or "" for t in texts)
@@ -92,17 +93,21 @@ def detect_lines(sample: list[str]) -> tuple[tuple[str, ...], list[str]]:
             if mod.sniff(texts) >= SNIFF_THRESHOLD:
                 name = mod.layer(texts) if hasattr(mod, "layer") else name
                 layers.append(name)
-                inner, texts = _decoded_sample(texts, name)
+                inner, texts, steps = _decoded_sample(texts, name)
+                if len(layers) == 1:
+                    order = steps
                 break
         else:
             break
-    _last_detected = (tuple(layers), sample, inner)
+    _last_detected = (tuple(layers), sample, inner, order)
     return tuple(layers), inner
 
 
-# the last sample detected, its layers and the lines inside: a file's read block is scaled
-# from the same head right after (block_scale), which then does not decode it again
-_last_detected: tuple[tuple[str, ...], list[str], list[str]] | None = None
+# the last sample detected, its layers, the lines inside and the order of its one layer's
+# entries on disk: a file's read block is scaled from the same head right after
+# (block_scale), and the reader asks whether the file runs newest first (sample_newest_first),
+# neither decoding it again
+_last_detected: tuple[tuple[str, ...], list[str], list[str], tuple[int, int]] | None = None
 
 
 def _inner_lines(sample: list[str], layers: tuple[str, ...]) -> list[str]:
@@ -128,19 +133,46 @@ def _base(layer: str) -> str:
     return layer.partition(":")[0]
 
 
-def _decoded_sample(texts: list[str], layer: str) -> tuple[list[str], list[str]]:
+def _decoded_sample(texts: list[str], layer: str) -> tuple[list[str], list[str], tuple[int, int]]:
     """The lines inside one layer of a sample: all of them, and those the next depth sniffs,
     without an unfinished last one (the sample's end cuts an export's last object short: its
-    raw text would be taken for another format)."""
+    raw text would be taken for another format); and `entry_steps` of the decoded lines."""
     if not texts:
-        return [], []
+        return [], [], (0, 0)
     lines = pl.DataFrame({"line": pl.int_range(1, len(texts) + 1, eager=True), "text": pl.Series(texts, dtype=pl.String)})
     dec = decode(lines, (layer,))
     # (an entry without text would reach the next depth's sniffers as None)
     inner = dec["text"].fill_null("").to_list()
+    steps = entry_steps(dec)
     if dec.height and bool(dec["_open"][-1]):
-        return inner, inner[:-1]
-    return inner, inner
+        return inner, inner[:-1], steps
+    return inner, inner, steps
+
+
+def entry_steps(dec: pl.DataFrame) -> tuple[int, int]:
+    """Between consecutive decoded lines that have a platform time: how many steps go back
+    on disk and how many forward (an export put in time order whose lines run backwards on
+    disk was written newest first)."""
+    steps = dec.filter(pl.col("_wts").is_not_null())["line"].diff().drop_nulls()
+    return int((steps < 0).sum()), int((steps > 0).sum())
+
+
+# the timed steps a sample's entries must all take one way for its order to stand for the
+# file's head (fewer, or some each way: the head is decoded to tell)
+SAMPLE_ORDER_STEPS = 8
+
+
+def sample_newest_first(sample: list[str], layers: tuple[str, ...]) -> bool | None:
+    """Whether a file in one layer `layers` runs newest first, from the detection of its
+    head's `sample` just made (None when that detection was of another sample, or its
+    entries do not all step one way, SAMPLE_ORDER_STEPS of them at least)."""
+    last = _last_detected
+    if last is None or len(layers) != 1 or last[0] != tuple(layers) or last[1] != sample:
+        return None
+    back, forward = last[3]
+    if back + forward < SAMPLE_ORDER_STEPS or (back and forward):
+        return None
+    return back > 0
 
 
 def decode_texts(texts: list[str], layers: tuple[str, ...]) -> list[str]:
@@ -428,6 +460,10 @@ def _labels_of(dec: pl.DataFrame, cols: list[str], constant: dict[str, str]) -> 
     if not cols:
         return dec.select("line").with_columns(_labels_expr(cols, constant).alias("_labels"))["_labels"]
     lab = dec.select(cols)
+    # (one stream's block, the usual one: the same labels on every line, encoded once)
+    if lab.height and all(lab.select(pl.col(c).eq_missing(pl.col(c).first()).all() for c in cols).row(0)):
+        one = lab.head(1).select(_labels_expr(cols, constant)).to_series()
+        return one.new_from_index(0, lab.height)
     combos = lab.unique(maintain_order=True)
     if combos.height * 4 > lab.height:
         return lab.select(_labels_expr(cols, constant)).to_series()
@@ -469,14 +505,15 @@ def _wrapper_time(events: pl.DataFrame) -> pl.DataFrame:
     # one member's null needs no cutting out)
     events = events.with_columns(pl.when(take).then(engine_ts).alias("_own_ts"))
     own_ts = pl.col("_own_ts")
+    # the members added (null: none), `"engine_ts":…,"prefix":…`
     ets = pl.lit('"engine_ts":"') + own_ts + pl.lit('"')
     if has_pre:
         pre = pl.struct(pl.col("_pre").alias("prefix")).struct.json_encode().str.slice(1).str.strip_suffix("}")
         pre = pl.when(pl.col("_pre").is_not_null()).then(pre)
         add = pl.when(own_ts.is_not_null() | pl.col("_pre").is_not_null()).then(
-            pl.lit("{") + pl.concat_str([ets, pre], separator=",", ignore_nulls=True) + pl.lit("}"))
+            pl.concat_str([ets, pre], separator=",", ignore_nulls=True))
     else:
-        add = pl.when(own_ts.is_not_null()).then(pl.lit("{") + ets + pl.lit("}"))
+        add = ets
     events = events.with_columns(
         pl.when(take).then(wts.dt.cast_time_unit("us")).otherwise(own).alias("ts"),
         pl.when(take).then(None).otherwise(noyear).alias("ts_noyear"),
@@ -486,14 +523,16 @@ def _wrapper_time(events: pl.DataFrame) -> pl.DataFrame:
 
 
 def _merge_attrs(events: pl.DataFrame, add: pl.Expr) -> pl.Expr:
-    """attrs (a JSON object string or null) with the members of the object `add` (or null)."""
+    """attrs (a JSON object string or null) with the members `add` (`"k":v,…`; null: none)."""
+    whole = pl.lit("{") + add + pl.lit("}")
     if "attrs" not in events.columns:
-        return add
+        return whole
     old = pl.col("attrs").cast(pl.String)
+    # (the members written once into the merged string: not an object first, then cut open)
     return (
         pl.when(add.is_null()).then(old)
-        .when(old.is_null() | (old == "{}")).then(add)
-        .otherwise(pl.concat_str(cut_suffix(old, "}"), pl.lit(","), add.str.strip_prefix("{")))
+        .when(old.is_null() | (old == "{}")).then(whole)
+        .otherwise(pl.concat_str(cut_suffix(old, "}"), pl.lit(","), add, pl.lit("}")))
     )
 
 

@@ -36,7 +36,6 @@ def scan_carry(path: Path, engine: str, layers: tuple[str, ...], ctx: ParseConte
         return
     if fp.is_transcoded(path) or path.stat().st_size - offset <= block_bytes:
         return
-    found: list[pl.DataFrame] = []
     # searched for by the longest piece without a space: a YAML export folds a long line
     # at its spaces, so the hint whole may not be in the file's bytes (the decoded lines
     # around each piece are then tested for the hint itself)
@@ -46,13 +45,16 @@ def scan_carry(path: Path, engine: str, layers: tuple[str, ...], ctx: ParseConte
         # (searched where it lies: no block of the file is copied)
         head = data[offset:offset + min(block_bytes, HEAD_BYTES)]
         # in time order on disk (the usual case): a carry forward is right, nothing to do
-        if not _newest_first(head, layers):
+        # (told by the detection of the file's head when it read the order plainly)
+        newest = ctx.file.get("newest_first") if offset == 0 else None
+        if not (_newest_first(head, layers) if newest is None else newest):
             return
-        # only the entries around such a line are decoded
-        for lo, hi in _windows(data, hints_b, offset, _Finder(data, path, hints_b, offset)):
-            lines, _ = decode_lines(data[lo:hi], next_line)
-            dec = wrappers.decode(lines, layers)
-            found.append(dec.filter(has_hint).select("text", "_wts", wrappers.server_of(dec).alias("_pod")))
+        # only the entries around such a line are decoded: a few entries' worth of bytes
+        # first, the wide reach when an entry naming a value was not held whole that way
+        finder = _Finder(data, path, hints_b, offset)
+        found = _around(data, hints_b, offset, finder, NEAR, layers, next_line, has_hint)
+        if found is None:
+            found = _around(data, hints_b, offset, finder, AROUND, layers, next_line, has_hint)
     cands = pl.concat(found) if found else pl.DataFrame()
     if cands.height == 0:
         return
@@ -74,28 +76,63 @@ def scan_carry(path: Path, engine: str, layers: tuple[str, ...], ctx: ParseConte
 
 
 # bytes either side of a line naming a value decoded with it: its whole entry (a
-# pretty-printed JSON entry is ~30 lines, a YAML one folds a long line over more)
+# pretty-printed JSON entry is ~30 lines, a YAML one folds a long line over more); NEAR
+# first, AROUND when some such entry was not held whole within NEAR
+NEAR = 16 * 1024
 AROUND = 256 * 1024
+
+
+def _around(data, hints: list[bytes], offset: int, finder: _Finder, reach: int, layers: tuple[str, ...],
+            next_line: int, has_hint: pl.Expr) -> list[pl.DataFrame] | None:
+    """The decoded lines holding a hint (`text`, `_wts`, `_pod`), from the lines within
+    `reach` bytes of each occurrence; None when, short of AROUND, an entry holding a hint
+    may have been cut by its window's edge."""
+    found = []
+    for lo, hi in _windows(data, hints, offset, finder, reach):
+        lines, _ = decode_lines(data[lo:hi], next_line)
+        dec = wrappers.decode(lines, layers)
+        hit = dec.filter(has_hint)
+        if reach < AROUND and not _held_whole(dec, hit):
+            return None
+        found.append(hit.select("text", "_wts", wrappers.server_of(hit).alias("_pod")))
+    return found
+
+
+def _held_whole(dec: pl.DataFrame, hit: pl.DataFrame) -> bool:
+    """Was each entry of `hit` (lines of the window `dec` holding a hint) decoded whole: an
+    entry with its platform time, an entry with one before it and after it on disk (a window
+    cut only its first and last entries short)."""
+    if hit.height == 0:
+        return True
+    if hit["_wts"].null_count():
+        return False
+    timed = dec.filter(pl.col("_wts").is_not_null())["line"]
+    return timed.min() < hit["line"].min() and hit["line"].max() < timed.max()
 # bytes of the file's head decoded to tell its order
 HEAD_BYTES = 256 * 1024
 
 
-def _windows(data, hints: list[bytes], offset: int = 0, finder: _Finder | None = None) -> list[tuple[int, int]]:
-    """Whole-line byte ranges of `data` (from `offset`) around each occurrence of a hint,
-    merged. `finder`: where the hints may be (else `data` is searched whole)."""
+def _windows(data, hints: list[bytes], offset: int = 0, finder: _Finder | None = None,
+             reach: int = AROUND) -> list[tuple[int, int]]:
+    """Whole-line byte ranges of `data` (from `offset`) within `reach` bytes of each
+    occurrence of a hint, merged. `finder`: where the hints may be (else `data` is searched
+    whole)."""
     find = finder.find if finder is not None else (lambda h, at: data.find(h, at))
     spans = []
     for h in hints:
         at = find(h, offset)
         while at >= 0:
-            lo = max(offset, data.rfind(b"\n", offset, max(offset, at - AROUND)) + 1)
-            hi = data.find(b"\n", at + AROUND)
+            lo = max(offset, data.rfind(b"\n", offset, max(offset, at - reach)) + 1)
+            hi = data.find(b"\n", at + reach)
             spans.append((lo, len(data) if hi < 0 else hi + 1))
-            at = find(h, at + AROUND)
+            at = find(h, at + reach)
     spans.sort()
+    # (a narrow reach joins windows as near as the wide one would have: a server starting
+    # again and again names its model many times, each window a decode of its own)
+    gap = AROUND if reach < AROUND else 0
     merged: list[tuple[int, int]] = []
     for lo, hi in spans:
-        if merged and lo <= merged[-1][1]:
+        if merged and lo <= merged[-1][1] + gap:
             merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
         else:
             merged.append((lo, hi))
@@ -173,8 +210,5 @@ def _newest_first(head: bytes, layers: tuple[str, ...]) -> bool:
     if head.find(b"\n", 0, len(head) - 1) < 0:
         return False
     lines, _ = decode_lines(head, 1)
-    dec = wrappers.decode(lines, layers).filter(pl.col("_wts").is_not_null())
-    if dec.height < 2:
-        return False
-    steps = dec["line"].diff().drop_nulls()
-    return int((steps < 0).sum()) > int((steps > 0).sum())
+    back, forward = wrappers.entry_steps(wrappers.decode(lines, layers))
+    return back > forward
