@@ -147,3 +147,38 @@ def test_values_alike_are_decoded_once_and_as_each_alone():
     assert _export.json_values(v, pl.String).to_list() == ["a", "a", "b\n"]
     assert _export.json_values(pl.Series(["1", "1"]), pl.Int64).to_list() == [1, 1]
 
+
+def _block(ts: list[int | None], pods: list[str | None], open_last: bool = False) -> pl.DataFrame:
+    n = len(ts)
+    return pl.DataFrame({
+        "line": list(range(1, n + 1)), "text": [f"l{i}" for i in range(n)], "_n": [1] * n,
+        "_wts": pl.Series(ts, dtype=pl.Int64).cast(pl.Datetime("ns", "UTC")), "_stream": [None] * n,
+        "_open": [False] * (n - 1) + [open_last], "_pre": [None] * n, "_lab_pod": pl.Series(pods, dtype=pl.String),
+    })
+
+
+ORDERS = {
+    "in-order": ([1, 2, 2, 3, 5], ["a"] * 5, False),
+    "newest-first": ([5, 3, 2, 2, 1], ["a"] * 5, False),
+    "newest-first-open": ([5, 3, 2, 2, 1, 9], ["a"] * 6, True),
+    "newest-first-untimed": ([5, None, 3, 3, None, 1], ["a"] * 6, False),
+    "mostly-newest-first": ([5, 4, 6, 2, 1, 3], ["a"] * 6, False),
+    "mostly-in-order": ([1, 2, 0, 4, 5, 3, 6], ["a"] * 7, False),
+    "two-pods": ([5, 3, 4, 1, 2, 0], ["a", "b", "a", "b", "a", "b"], False),
+    "a-pod-missing": ([5, 3, 4, 1], ["a", None, "a", "a"], False),
+}
+
+
+@pytest.mark.parametrize("name", list(ORDERS))
+def test_one_streams_time_order_is_the_grouped_one(name, monkeypatch):
+    ts, pods, open_last = ORDERS[name]
+    df = _block(ts, pods, open_last)
+    fast = _export.time_order(df, ["_lab_namespace", "_lab_pod"])
+    monkeypatch.setattr(_export, "_one_stream", lambda df, keys: False)
+    grouped = _export.time_order(df, ["_lab_namespace", "_lab_pod"])
+    assert fast.equals(grouped)
+    if name == "newest-first":
+        # entries of one time keep the order the server wrote them in
+        assert fast["text"].to_list() == ["l4", "l3", "l2", "l1", "l0"]
+    if name == "newest-first-open":
+        assert fast["text"].to_list()[-1] == "l5"
