@@ -292,13 +292,13 @@ def time_order(df: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
 
 
 def _one_stream(df: pl.DataFrame, keys: list[str]) -> bool:
-    """Does every line name the same stream, none of them nothing (an export of one server,
-    the usual one)? Then there is nothing to group by."""
+    """Does every line name the same stream (an export of one server, the usual one; a
+    label no line has, or an empty one, names it as `time_order`'s key does)? Then there
+    is nothing to group by."""
     if not keys:
         return True
-    if any(df[k].null_count() for k in keys):
-        return False
-    return bool(df.select(pl.all_horizontal([(pl.col(k) == pl.col(k).first()).all() for k in keys])).item())
+    named = [pl.col(k).fill_null("") for k in keys]
+    return bool(df.select(pl.all_horizontal([(c == c.first()).all() for c in named])).item())
 
 
 def _one_stream_order(df: pl.DataFrame) -> pl.DataFrame:
@@ -360,8 +360,8 @@ class Entries:
         close_at = close_at[k]
         if n > 1 and not (close_at[:-1] < open_at[1:]).all():
             return None
-        shape = Shape.of(df, pad, marks["o"], marks["c"])
-        if shape is not None:
+        shape = Shape.of(df, pad, marks["o"], marks["c"], partial=True)
+        if shape is not None and shape.count == n:
             # (every row from the first entry's to the last's is inside one)
             g = None
             rows = np.arange(df.height)
@@ -421,15 +421,52 @@ class Entries:
             at = same_offsets(self._under(parents, hit, self.probe).filter(pick))
             if at is not None:
                 text = self.df["text"].gather(sh.rows(at))
-                return pl.DataFrame([sh.entry_of(at), value(text)])
+                return self._and_rest(pl.DataFrame([sh.entry_of(at), value(text)]), parents, hit, pick, value)
         lines = self._under(parents, hit, self.side).filter(pick)
         return pl.DataFrame([lines["_g"], value(lines["text"])])
+
+    def _and_rest(self, part: pl.DataFrame, parents: tuple[str, ...], hit: pl.Expr, pick: pl.Expr, value) -> pl.DataFrame:
+        """`part` (the `Shape`'s entries) and the same reading of the entries after them,
+        where the shape holds only the first ones. Those are read line by line after the
+        first entry's lines: a line's enclosing members are then found as after the last
+        entry of the shape (every entry of it ends as the first one does)."""
+        sh = self.shape
+        if self.g is None:
+            return part
+        g = self.g
+        rest = self.df.select("text", g.alias("_g")).filter(self.inside & ((g == 1) | (g > sh.count)))
+        lines = self._under(parents, hit, rest).filter(pick).filter(pl.col("_g") > 1)
+        if lines.height == 0:
+            return part
+        return pl.concat([part, pl.DataFrame([lines["_g"], value(lines["text"])])])
 
     def members(self, parents: tuple[str, ...], keys: dict[str, pl.DataType]) -> list[pl.DataFrame]:
         """Per key of `keys` (scalar members of the object at `parents`, keys from the
         entry down): `_g` and its value, a column named after the key."""
         text = pl.col("text")
         at = self._at(len(parents) + 1)
+        sh = self.shape
+        pres = {k: f'{at}"{k}": ' for k in keys}
+        if sh is not None and sh.decides(self._probes(parents) + [at + '"', *pres.values()]):
+            # every key's rows found from one reading of the probe, the values of the keys on
+            # one row of each entry decoded together
+            under = self._under(parents, text.str.starts_with(at + '"'), self.probe)
+            rows = list(zip(under["_g"].to_list(), under["_k"].to_list(), under["text"].to_list()))
+            offsets = {}
+            for k, pre in pres.items():
+                one = [o for g, o, t in rows if g == 1 and t.startswith(pre)]
+                two = [o for g, o, t in rows if g == 2 and t.startswith(pre)]
+                offsets[k] = one if one == two else None
+            if all(v is not None for v in offsets.values()):
+                single = {k: (self.df["text"].gather(sh.rows(offsets[k])), len(pres[k]), dt) for k, dt in keys.items() if len(offsets[k]) == 1}
+                values = member_values(single) if single else None
+                g = sh.entry_of([0])
+                hit = text.str.starts_with(at + '"')
+                return [self._and_rest(
+                    pl.DataFrame([g, values[k]]) if len(offsets[k]) == 1 else
+                    pl.DataFrame([sh.entry_of(offsets[k]), _value(self.df["text"].gather(sh.rows(offsets[k])), len(pres[k]), dt).alias(k)]),
+                    parents, hit, text.str.starts_with(pres[k]), lambda t, pre=pres[k], k=k, dt=dt: _value(t, len(pre), dt).alias(k))
+                    for k, dt in keys.items()]
         out = []
         for k, dtype in keys.items():
             pre = f'{at}"{k}": '
@@ -479,6 +516,27 @@ def _value(text: pl.Series, skip: int, dtype: pl.DataType) -> pl.Series:
     return json_values(text.to_frame("text").select(cut_suffix(t, ",").str.slice(skip))[:, 0], dtype)
 
 
+def member_values(lines: dict[str, tuple[pl.Series, int, pl.DataType]]) -> pl.DataFrame:
+    """Per key, `_value` of its lines (`lines`: key -> the member's lines, the characters
+    before its value, its type), all keys in a few passes: one a step, not one a key and
+    step (a block's few members cost their calls more than their bytes)."""
+    f = pl.DataFrame([t.alias(k) for k, (t, _, _) in lines.items()])
+    v = f.select([cut_suffix(pl.col(k), ",").str.slice(skip).alias(k) for k, (_, skip, _) in lines.items()])
+    # (`json_values`: a key whose lines all hold the same text decoded once)
+    if v.height > 1:
+        same = v.select([((pl.col(k).null_count() == 0) & (pl.col(k) == pl.col(k).first()).all()).alias(k) for k in v.columns]).row(0)
+    else:
+        same = (False,) * v.width
+    dtypes = {k: dt for k, (_, _, dt) in lines.items()}
+    once = [k for k, s in zip(v.columns, same) if s]
+    each = [k for k, s in zip(v.columns, same) if not s]
+    out = v.select([pl.col(k).str.json_decode(dtypes[k]) for k in each]) if each else pl.DataFrame()
+    if once:
+        first = v.head(1).select([pl.col(k).str.json_decode(dtypes[k]) for k in once])
+        out = out.hstack([first[k].new_from_index(0, v.height) for k in once])
+    return out.select(v.columns)
+
+
 def json_values(v: pl.Series, dtype: pl.DataType) -> pl.Series:
     """`v.str.json_decode(dtype)`, decoded once where every value is the same text (a label
     of the one server an export holds)."""
@@ -506,18 +564,26 @@ class Shape:
         self.o0, self.n, self.count, self.heads = o0, n, count, heads
 
     @classmethod
-    def of(cls, df: pl.DataFrame, pad: str, opens: pl.Series, closes: pl.Series) -> "Shape | None":
-        """`opens` / `closes`: the rows opening (`pad{`) and closing (`pad}` / `pad},`) an entry."""
+    def of(cls, df: pl.DataFrame, pad: str, opens: pl.Series, closes: pl.Series, partial: bool = False) -> "Shape | None":
+        """`opens` / `closes`: the rows opening (`pad{`) and closing (`pad}` / `pad},`) an entry.
+        `partial`: the entries printed alike may be followed by others (the envelope's own
+        objects after the events): the shape is then that of the first ones, two at least."""
         o = np.flatnonzero(opens.to_numpy())
         if len(o) < 2:
             return None
         o0, count = int(o[0]), len(o)
         n = int(o[1] - o0)
-        if n < 3 or o0 + count * n > df.height or not (o == o0 + n * np.arange(count)).all():
+        if n < 3:
             return None
         c = closes.to_numpy()
-        if not c[o0 + n - 1: o0 + count * n: n].all():
-            return None
+        alike = (o == o0 + n * np.arange(count)) & (o + n - 1 < df.height)
+        alike[alike] &= c[(o + n - 1)[alike]]
+        if not alike.all():
+            if not partial:
+                return None
+            count = int(np.argmin(alike))
+            if count < 2:
+                return None
         first = df["text"].slice(o0, n).to_list()
         heads, most = [pad + "{"], [len(pad) + 1]
         for t in first[1:-1]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from ._export import Shape, indent_of, decode_objects, json_values, same_offsets, sniff_export, time_order
+from ._export import Shape, indent_of, decode_objects, json_values, member_values, same_offsets, sniff_export, time_order
 from ._frame import cut_suffix, line_of, rfc3339_ns_of, set_time
 
 NAME = "gcp-logging"
@@ -110,21 +110,38 @@ def _members(df: pl.DataFrame) -> pl.DataFrame | None:
             return None
         at = {k: same_offsets(part) for k, part in lines.items()}
         if all(v is not None for v in at.values()):
+            # (a member on one row of each entry, the usual case, is a column beside the
+            # entries; one on none a column of nulls; one on several rows joined)
+            one = {k: (df["text"].gather(shape.rows(at[k])), len(pre), pl.String) for k, pre in keys if len(at[k]) == 1}
+            values = member_values(one) if one else pl.DataFrame()
             for k, pre in keys:
-                text_k = df["text"].gather(shape.rows(at[k]))
-                fields[k] = pl.DataFrame([shape.entry_of(at[k]), _value(text_k, pre).alias(k)])
+                if len(at[k]) == 1:
+                    fields[k] = values[k]
+                elif not at[k]:
+                    fields[k] = pl.Series(k, [], dtype=pl.String)
+                else:
+                    fields[k] = pl.DataFrame([shape.entry_of(at[k]), _value(df["text"].gather(shape.rows(at[k])), pre).alias(k)])
+            if len(at["textPayload"]) != 1:
+                return None
+            heads = pl.DataFrame({"_g": pl.int_range(1, n_open + 1, eager=True, dtype=pl.Int64), "line": open_at,
+                                  "_n": (close_at - open_at + 1).cast(pl.Int32)})
+            heads = heads.hstack([f if f.len() else pl.repeat(None, n_open, dtype=pl.String, eager=True).alias(k)
+                                  for k, f in fields.items() if isinstance(f, pl.Series)])
+            for f in fields.values():
+                if isinstance(f, pl.DataFrame):
+                    heads = _beside(heads, f)
     if not fields:
         # the entries' own members and the lines that may be labels, the rest left behind
         lines = _lines(df.select("text", g), mpad, lpad, vm_pre, keys)
         if lines is None:
             return None
         fields = {k: pl.DataFrame([lines[k]["_g"].cast(pl.Int64), _value(lines[k]["text"], pre).alias(k)]) for k, pre in keys}
-    if fields["textPayload"].height != n_open:
-        return None
-    heads = pl.DataFrame({"_g": pl.int_range(1, n_open + 1, eager=True, dtype=pl.Int64), "line": open_at,
-                          "_n": (close_at - open_at + 1).cast(pl.Int32)})
-    for k, f in fields.items():
-        heads = _beside(heads, f)
+        if fields["textPayload"].height != n_open:
+            return None
+        heads = pl.DataFrame({"_g": pl.int_range(1, n_open + 1, eager=True, dtype=pl.Int64), "line": open_at,
+                              "_n": (close_at - open_at + 1).cast(pl.Int32)})
+        for k, f in fields.items():
+            heads = _beside(heads, f)
     first = df.filter(o)
     res = pl.struct([pl.col(k) for k in (*_RES, _VM_ID)]).alias("labels")
     j = pl.struct(pl.col("textPayload"), pl.lit(None, pl.Struct({"message": pl.String})).alias("jsonPayload"),

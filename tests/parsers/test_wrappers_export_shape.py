@@ -69,7 +69,15 @@ def blocks():
              "ingestionTime": ev[3]["ingestionTime"], "eventId": ev[3]["eventId"]}
     ev[9]["message"] += "\n"
     yield "cw-order", "cloudwatch", json.dumps({"events": ev}, indent=4) + "\n"
+    # the last entries printed otherwise: the first ones read by rows, the others line by line
+    ev = [wx.cw_event(ln, t, i) for i, (ln, t) in enumerate(zip(lines, times))]
+    ev[-4]["extra"] = {"a": 1}
+    ev[-2].pop("logStreamName")
+    yield "cw-tail-otherwise", "cloudwatch", json.dumps({"events": ev, "nextForwardToken": "f/1"}, indent=4) + "\n"
     yield "datadog", "datadog", wx.datadog_json(lines, times)
+    dd = json.loads(wx.datadog_json(lines, times))
+    dd["data"][-3]["attributes"]["tags"].append("pod_name:late")
+    yield "datadog-tail-otherwise", "datadog", json.dumps(dd, indent=4) + "\n"
     dd = json.loads(wx.datadog_json(lines, times))
     dd["data"][3]["attributes"]["tags"] = ["kube_namespace:x", "pod_name:other", "source:vllm", "kube_container_name:c"]
     dd["data"][6]["attributes"]["tags"] = ["kube_namespace:x", "pod_name:other", "pod_name:again", "kube_container_name:c"]
@@ -82,7 +90,7 @@ def blocks():
 def test_entries_printed_alike_read_as_every_line_read_says(name, layer, text, monkeypatch):
     df = frame(text)
     fast = W.decode(df, (layer,))
-    monkeypatch.setattr(_export.Shape, "of", classmethod(lambda cls, *a: None))
+    monkeypatch.setattr(_export.Shape, "of", classmethod(lambda cls, *a, **k: None))
     general = W.decode(df, (layer,))
     assert fast.height > 0
     assert fast.equals(general)
@@ -166,6 +174,8 @@ ORDERS = {
     "mostly-in-order": ([1, 2, 0, 4, 5, 3, 6], ["a"] * 7, False),
     "two-pods": ([5, 3, 4, 1, 2, 0], ["a", "b", "a", "b", "a", "b"], False),
     "a-pod-missing": ([5, 3, 4, 1], ["a", None, "a", "a"], False),
+    "no-pod-named": ([5, 3, 4, 1], [None] * 4, False),
+    "empty-or-none": ([5, 3, 4, 1], ["", None, "", None], False),
 }
 
 
