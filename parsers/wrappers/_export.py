@@ -521,20 +521,19 @@ def member_values(lines: dict[str, tuple[pl.Series, int, pl.DataType]]) -> pl.Da
     before its value, its type), all keys in a few passes: one a step, not one a key and
     step (a block's few members cost their calls more than their bytes)."""
     f = pl.DataFrame([t.alias(k) for k, (t, _, _) in lines.items()])
-    v = f.select([cut_suffix(pl.col(k), ",").str.slice(skip).alias(k) for k, (_, skip, _) in lines.items()])
-    # (`json_values`: a key whose lines all hold the same text decoded once)
-    if v.height > 1:
-        same = v.select([((pl.col(k).null_count() == 0) & (pl.col(k) == pl.col(k).first()).all()).alias(k) for k in v.columns]).row(0)
+    value = {k: cut_suffix(pl.col(k), ",").str.slice(skip).str.json_decode(dt).alias(k) for k, (_, skip, dt) in lines.items()}
+    # (`json_values`: a key whose lines are all the same text has one value, decoded once)
+    if f.height > 1:
+        same = f.select([((pl.col(k).null_count() == 0) & (pl.col(k) == pl.col(k).first()).all()).alias(k) for k in f.columns]).row(0)
     else:
-        same = (False,) * v.width
-    dtypes = {k: dt for k, (_, _, dt) in lines.items()}
-    once = [k for k, s in zip(v.columns, same) if s]
-    each = [k for k, s in zip(v.columns, same) if not s]
-    out = v.select([pl.col(k).str.json_decode(dtypes[k]) for k in each]) if each else pl.DataFrame()
+        same = (False,) * f.width
+    once = [k for k, s in zip(f.columns, same) if s]
+    each = [k for k, s in zip(f.columns, same) if not s]
+    out = f.select([value[k] for k in each]) if each else pl.DataFrame()
     if once:
-        first = v.head(1).select([pl.col(k).str.json_decode(dtypes[k]) for k in once])
-        out = out.hstack([first[k].new_from_index(0, v.height) for k in once])
-    return out.select(v.columns)
+        first = f.head(1).select([value[k] for k in once])
+        out = out.hstack([first[k].new_from_index(0, f.height) for k in once])
+    return out.select(f.columns)
 
 
 def json_values(v: pl.Series, dtype: pl.DataType) -> pl.Series:
@@ -606,11 +605,14 @@ class Shape:
         # (the last entry's close has no comma: the close rows are `closes` as tested above)
         heads.append(pad + "}")
         most.append(len(pad) + 2)
-        at = np.tile(np.arange(n, dtype=np.uint32), count)
-        head = pl.Series(heads, dtype=pl.String).gather(at)
-        cap = pl.Series(np.array(most, dtype=np.int64)).gather(at)
         text = df["text"].slice(o0, count * n)
-        ok = pl.select((text.str.starts_with(head) & ((cap < 0) | (text.str.len_bytes().cast(pl.Int64) <= cap))).all()).item()
+        # (the lengths of punctuation lines checked by entry and line, the beginnings by row)
+        most = np.array(most, dtype=np.int64)
+        lens = text.str.len_bytes().to_numpy().reshape(count, n)
+        if not ((most < 0) | (lens <= most)).all():
+            return None
+        head = pl.Series(heads, dtype=pl.String).gather(np.tile(np.arange(n, dtype=np.uint32), count))
+        ok = pl.select(text.str.starts_with(head).all()).item()
         return cls(o0, n, count, heads) if ok else None
 
     def decides(self, probes) -> bool:

@@ -192,3 +192,17 @@ def test_one_streams_time_order_is_the_grouped_one(name, monkeypatch):
         assert fast["text"].to_list() == ["l4", "l3", "l2", "l1", "l0"]
     if name == "newest-first-open":
         assert fast["text"].to_list()[-1] == "l5"
+
+
+def test_member_values_are_each_lines_value():
+    pre = '    "k": '
+    same = pl.Series([pre + '"a\\u00e9",'] * 3)
+    mixed = pl.Series([pre + '"x",', pre + '"y\\n",', pre + '"x"'])
+    nums = pl.Series([pre + "1,", pre + "2,", pre + "3"])
+    out = _export.member_values({"s": (same, len(pre), pl.String), "m": (mixed, len(pre), pl.String), "n": (nums, len(pre), pl.Int64)})
+    assert out.columns == ["s", "m", "n"]
+    assert out["s"].to_list() == ["a\u00e9"] * 3
+    assert out["m"].to_list() == ["x", "y\n", "x"]
+    assert out["n"].to_list() == [1, 2, 3]
+    with pytest.raises(pl.exceptions.PolarsError):
+        _export.member_values({"b": (pl.Series([pre + '"a",', pre + "{"]), len(pre), pl.String)})
