@@ -135,8 +135,10 @@ def decode_objects(df: pl.DataFrame, dtype: pl.Struct, envelope: tuple[str, ...]
     if envelope:
         df = _split_whole(df, dtype, envelope)
     obj = pl.col("text").str.starts_with("{")
+    # (every line an object, as one object a line is: decoded as they are, not picked first)
+    text = pl.col("text") if df.height and df.select(obj.all()).item() else pl.when(obj).then(pl.col("text"))
     try:
-        return df.with_columns(pl.when(obj).then(pl.col("text")).str.json_decode(dtype).alias("_j"))
+        return df.with_columns(text.str.json_decode(dtype).alias("_j"))
     except pl.exceptions.PolarsError:
         # some object is broken: only then one object at a time, the broken one labelled
         # with why it is left to the engine parser

@@ -206,3 +206,15 @@ def test_member_values_are_each_lines_value():
     assert out["n"].to_list() == [1, 2, 3]
     with pytest.raises(pl.exceptions.PolarsError):
         _export.member_values({"b": (pl.Series([pre + '"a",', pre + "{"]), len(pre), pl.String)})
+
+
+def test_objects_a_line_decode_as_picked_ones():
+    dtype = pl.Struct({"message": pl.String})
+    df = W.decode(frame('{"message": "a"}\n{"message": "b"}\n'), ())
+    out = _export.decode_objects(df, dtype)
+    assert out["_j"].struct.field("message").to_list() == ["a", "b"]
+    # a line that is no object beside them is left undecoded, the objects read as before
+    df = W.decode(frame('{"message": "a"}\nINFO plain line\n{"message": "b"}\n'), ())
+    out = _export.decode_objects(df, dtype)
+    assert out["_j"].struct.field("message").to_list() == ["a", None, "b"]
+    assert "_lab_decode_error" not in out.columns
