@@ -14,6 +14,7 @@ are put back in time order per stream (the platform's instance labels) before it
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import polars as pl
@@ -147,8 +148,10 @@ def decode_objects(df: pl.DataFrame, dtype: pl.Struct, envelope: tuple[str, ...]
     if envelope:
         df = _split_whole(df, dtype, envelope)
     obj = pl.col("text").str.starts_with("{")
+    # (every line an object, as one object a line is: decoded as they are, not picked first)
+    text = pl.col("text") if df.height and df.select(obj.all()).item() else pl.when(obj).then(pl.col("text"))
     try:
-        return df.with_columns(pl.when(obj).then(pl.col("text")).str.json_decode(dtype).alias("_j"))
+        return df.with_columns(text.str.json_decode(dtype).alias("_j"))
     except pl.exceptions.PolarsError:
         # some object is broken: only then one object at a time, the broken one labelled
         # with why it is left to the engine parser
@@ -263,6 +266,8 @@ def time_order(df: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
         return df
     keys = [k for k in keys if k in df.columns]
     ts = pl.col("_wts")
+    if _one_stream(df, keys):
+        return _one_stream_order(df)
     named = pl.concat_str([pl.col(k).fill_null("") for k in keys], separator="\x1f") if keys else pl.lit("")
     # lines without a time (punctuation, an undecodable part) go with the entry before them;
     # where an inner layer brings the times (`kubectl logs --prefix --timestamps`), a line
@@ -301,6 +306,32 @@ def time_order(df: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     return pl.concat([body, tail.select(body.columns)]).drop("_key_grp")
 
 
+def _one_stream(df: pl.DataFrame, keys: list[str]) -> bool:
+    """Does every line name the same stream (an export of one server, the usual one; a
+    label no line has, or an empty one, names it as `time_order`'s key does)? Then there
+    is nothing to group by."""
+    if not keys:
+        return True
+    named = [pl.col(k).fill_null("") for k in keys]
+    return bool(df.select(pl.all_horizontal([(c == c.first()).all() for c in named])).item())
+
+
+def _one_stream_order(df: pl.DataFrame) -> pl.DataFrame:
+    """`time_order` of a block of one stream: what its grouping gives with one group."""
+    ts = pl.col("_wts")
+    if not df.select((ts.diff() < pl.duration(nanoseconds=0)).fill_null(False).any()).item():
+        return df
+    last_open = bool(df["_open"][-1])
+    body, tail = (df[:-1], df[-1:]) if last_open else (df, df[:0])
+    steps = body.select(ts.diff().dt.total_nanoseconds().sign().sum()).item()
+    if steps is not None and steps < 0:
+        body = body.reverse()
+    key = body.select(ts.forward_fill().backward_fill())[:, 0]
+    if not key.is_sorted():
+        body = body.with_columns(key.alias("_key_ts")).sort("_key_ts", maintain_order=True).drop("_key_ts")
+    return pl.concat([body, tail.select(body.columns)])
+
+
 # an envelope line: punctuation, or a member whose value is on its own line (join_objects
 # leaves these out)
 _ENVELOPE = r'^\s*"[^"]*"\s*:\s*(?:[\[{]|\[\]|"[^"]*"|[0-9.]+|true|false|null),?\s*$'
@@ -310,10 +341,16 @@ class Entries:
     """A pretty-printed JSON export's entries, each member read from its own line (a
     printer puts one member a line, and a JSON string never spans lines), without joining
     and decoding whole entries. `of(df)` is None where that reading does not hold: a block
-    cut inside an entry, lines another layer joined, envelope lines no envelope has."""
+    cut inside an entry, lines another layer joined, envelope lines no envelope has.
 
-    def __init__(self, side: pl.DataFrame, heads: pl.DataFrame, pad: str, step: int):
-        self.side, self.heads, self.pad, self.step = side, heads, pad, step
+    Where every entry is printed alike (`Shape`), the lines a reading picks are found in
+    the first two entries and taken from the same rows of every entry."""
+
+    def __init__(self, df: pl.DataFrame, inside: pl.Series, g: pl.Series, heads: pl.DataFrame, pad: str, step: int,
+                 shape: Shape | None):
+        self.df, self.inside, self.g, self.heads, self.pad, self.step, self.shape = df, inside, g, heads, pad, step, shape
+        self._side: pl.DataFrame | None = None
+        self._probe: pl.DataFrame | None = None
 
     @classmethod
     def of(cls, df: pl.DataFrame) -> "Entries | None":
@@ -338,9 +375,16 @@ class Entries:
         close_at = close_at[k]
         if n > 1 and not (close_at[:-1] < open_at[1:]).all():
             return None
-        g = marks["o"].cum_sum().cast(pl.Int64)
-        closes = pl.Series(np.concatenate([[0], close_at])).gather(g)
-        inside = (g > 0) & (line <= closes)
+        shape = Shape.of(df, pad, marks["o"], marks["c"], partial=True)
+        if shape is not None and shape.count == n:
+            # (every row from the first entry's to the last's is inside one)
+            g = None
+            rows = np.arange(df.height)
+            inside = pl.Series((rows >= shape.o0) & (rows < shape.o0 + shape.count * shape.n))
+        else:
+            g = marks["o"].cum_sum().cast(pl.Int64)
+            closes = pl.Series(np.concatenate([[0], close_at])).gather(g)
+            inside = (g > 0) & (line <= closes)
         outside = df.filter(~inside)
         if outside.height and not outside.select((text.str.contains(_PUNCT) | text.str.contains(_ENVELOPE)).all()).item():
             return None
@@ -350,47 +394,119 @@ class Entries:
         step = len(df["text"][first + 1]) - len(df["text"][first + 1].lstrip(" ")) - indent
         if step <= 0:
             return None
-        side = df.select("text", g.alias("_g")).filter(inside)
         rows = df.filter(marks["o"])
         heads = rows.select("line", pl.Series("_n", close_at - open_at + 1).cast(pl.Int32), "_wts", "_stream", "_pre",
                             *[c for c in df.columns if c.startswith("_lab_")]).with_columns(
             pl.int_range(1, n + 1, dtype=pl.Int64).alias("_g"))
-        return cls(side, heads, pad, step)
+        return cls(df, inside, g, heads, pad, step, shape)
+
+    @property
+    def side(self) -> pl.DataFrame:
+        """The lines inside the entries, each with its entry `_g` (1..N)."""
+        if self._side is None:
+            g = self.g if self.g is not None else self.df.select(pl.col("text") == self.pad + "{")[:, 0].cum_sum().cast(pl.Int64)
+            self._side = self.df.select("text", g.alias("_g")).filter(self.inside)
+        return self._side
+
+    @property
+    def probe(self) -> pl.DataFrame:
+        """`side` of the first two entries (a `Shape`'s), with each line's offset `_k`."""
+        if self._probe is None:
+            sh = self.shape
+            self._probe = self.df.slice(sh.o0, 2 * sh.n).select(
+                "text", pl.Series("_g", np.repeat([1, 2], sh.n).astype(np.int64)), pl.Series("_k", np.tile(np.arange(sh.n), 2)))
+        return self._probe
 
     def _at(self, depth: int) -> str:
         return self.pad + " " * (self.step * depth)
+
+    def _probes(self, parents: tuple[str, ...]) -> list[str]:
+        """The beginnings `_under(parents, ...)` tests lines for."""
+        out = []
+        for depth, key in enumerate(parents, start=1):
+            at = self._at(depth) + '"'
+            out += [at, f'{at}{key}": ']
+        return out
+
+    def _lines(self, parents: tuple[str, ...], hit: pl.Expr, probes: list[str], pick: pl.Expr, value) -> pl.DataFrame:
+        """`_g` and `value(text)` of the lines `hit` & `pick` under `parents`: from the rows
+        a `Shape` puts them on when it decides every test, else from all lines."""
+        sh = self.shape
+        if sh is not None and sh.decides(self._probes(parents) + probes):
+            at = same_offsets(self._under(parents, hit, self.probe).filter(pick))
+            if at is not None:
+                text = self.df["text"].gather(sh.rows(at))
+                return self._and_rest(pl.DataFrame([sh.entry_of(at), value(text)]), parents, hit, pick, value)
+        lines = self._under(parents, hit, self.side).filter(pick)
+        return pl.DataFrame([lines["_g"], value(lines["text"])])
+
+    def _and_rest(self, part: pl.DataFrame, parents: tuple[str, ...], hit: pl.Expr, pick: pl.Expr, value) -> pl.DataFrame:
+        """`part` (the `Shape`'s entries) and the same reading of the entries after them,
+        where the shape holds only the first ones. Those are read line by line after the
+        first entry's lines: a line's enclosing members are then found as after the last
+        entry of the shape (every entry of it ends as the first one does)."""
+        sh = self.shape
+        if self.g is None:
+            return part
+        g = self.g
+        rest = self.df.select("text", g.alias("_g")).filter(self.inside & ((g == 1) | (g > sh.count)))
+        lines = self._under(parents, hit, rest).filter(pick).filter(pl.col("_g") > 1)
+        if lines.height == 0:
+            return part
+        return pl.concat([part, pl.DataFrame([lines["_g"], value(lines["text"])])])
 
     def members(self, parents: tuple[str, ...], keys: dict[str, pl.DataType]) -> list[pl.DataFrame]:
         """Per key of `keys` (scalar members of the object at `parents`, keys from the
         entry down): `_g` and its value, a column named after the key."""
         text = pl.col("text")
         at = self._at(len(parents) + 1)
-        lines = self._under(parents, text.str.starts_with(at + '"'))
+        sh = self.shape
+        pres = {k: f'{at}"{k}": ' for k in keys}
+        if sh is not None and sh.decides(self._probes(parents) + [at + '"', *pres.values()]):
+            # every key's rows found from one reading of the probe, the values of the keys on
+            # one row of each entry decoded together
+            under = self._under(parents, text.str.starts_with(at + '"'), self.probe)
+            rows = list(zip(under["_g"].to_list(), under["_k"].to_list(), under["text"].to_list()))
+            offsets = {}
+            for k, pre in pres.items():
+                one = [o for g, o, t in rows if g == 1 and t.startswith(pre)]
+                two = [o for g, o, t in rows if g == 2 and t.startswith(pre)]
+                offsets[k] = one if one == two else None
+            if all(v is not None for v in offsets.values()):
+                single = {k: (self.df["text"].gather(sh.rows(offsets[k])), len(pres[k]), dt) for k, dt in keys.items() if len(offsets[k]) == 1}
+                values = member_values(single) if single else None
+                g = sh.entry_of([0])
+                hit = text.str.starts_with(at + '"')
+                return [self._and_rest(
+                    pl.DataFrame([g, values[k]]) if len(offsets[k]) == 1 else
+                    pl.DataFrame([sh.entry_of(offsets[k]), _value(self.df["text"].gather(sh.rows(offsets[k])), len(pres[k]), dt).alias(k)]),
+                    parents, hit, text.str.starts_with(pres[k]), lambda t, pre=pres[k], k=k, dt=dt: _value(t, len(pre), dt).alias(k))
+                    for k, dt in keys.items()]
         out = []
         for k, dtype in keys.items():
             pre = f'{at}"{k}": '
-            out.append(lines.filter(text.str.starts_with(pre)).select(
-                "_g", cut_suffix(text, ",").str.slice(len(pre)).str.json_decode(dtype).alias(k)))
+            out.append(self._lines(parents, text.str.starts_with(at + '"'), [at + '"', pre], text.str.starts_with(pre),
+                                   lambda t, pre=pre, k=k, dtype=dtype: _value(t, len(pre), dtype).alias(k)))
         return out
 
     def items(self, path: tuple[str, ...]) -> pl.DataFrame:
         """`_g` and each string item of the array at `path`, in order."""
         text = pl.col("text")
         pre = self._at(len(path) + 1) + '"'
-        return self._under(path, text.str.starts_with(pre)).select(
-            "_g", cut_suffix(text, ",").str.slice(len(pre) - 1).str.json_decode(pl.String).alias("_item"))
+        return self._lines(path, text.str.starts_with(pre), [pre], pl.lit(True),
+                           lambda t: _value(t, len(pre) - 1, pl.String).alias("_item"))
 
-    def _under(self, parents: tuple[str, ...], hit: pl.Expr) -> pl.DataFrame:
-        """The lines `hit` whose enclosing members are `parents` (each the last member
-        opened at its depth before the line)."""
+    def _under(self, parents: tuple[str, ...], hit: pl.Expr, side: pl.DataFrame) -> pl.DataFrame:
+        """The lines `hit` of `side` whose enclosing members are `parents` (each the last
+        member opened at its depth before the line)."""
         text = pl.col("text")
         conds = []
         for depth, key in enumerate(parents, start=1):
             at = self._at(depth) + '"'
             conds.append(pl.when(text.str.starts_with(at)).then(text.str.starts_with(f'{at}{key}": ')).forward_fill().fill_null(False))
         if not conds:
-            return self.side.filter(hit)
-        return self.side.filter(hit & pl.all_horizontal(conds))
+            return side.filter(hit)
+        return side.filter(hit & pl.all_horizontal(conds))
 
     def joined(self, *parts: pl.DataFrame) -> pl.DataFrame | None:
         """The heads with each part's column (None when a part names some entry twice)."""
@@ -406,3 +522,133 @@ class Entries:
             else:
                 out = out.join(p, on="_g", how="left", maintain_order="left")
         return out
+
+
+def _value(text: pl.Series, skip: int, dtype: pl.DataType) -> pl.Series:
+    """The JSON value after the first `skip` characters of member lines, without the comma
+    that ends all but the last."""
+    t = pl.col("text")
+    return json_values(text.to_frame("text").select(cut_suffix(t, ",").str.slice(skip))[:, 0], dtype)
+
+
+def member_values(lines: dict[str, tuple[pl.Series, int, pl.DataType]]) -> pl.DataFrame:
+    """Per key, `_value` of its lines (`lines`: key -> the member's lines, the characters
+    before its value, its type), all keys in a few passes: one a step, not one a key and
+    step (a block's few members cost their calls more than their bytes)."""
+    f = pl.DataFrame([t.alias(k) for k, (t, _, _) in lines.items()])
+    value = {k: cut_suffix(pl.col(k), ",").str.slice(skip).str.json_decode(dt).alias(k) for k, (_, skip, dt) in lines.items()}
+    # (`json_values`: a key whose lines are all the same text has one value, decoded once)
+    if f.height > 1:
+        same = f.select([((pl.col(k).null_count() == 0) & (pl.col(k) == pl.col(k).first()).all()).alias(k) for k in f.columns]).row(0)
+    else:
+        same = (False,) * f.width
+    once = [k for k, s in zip(f.columns, same) if s]
+    each = [k for k, s in zip(f.columns, same) if not s]
+    out = f.select([value[k] for k in each]) if each else pl.DataFrame()
+    if once:
+        first = f.head(1).select([value[k] for k in once])
+        out = out.hstack([first[k].new_from_index(0, f.height) for k in once])
+    return out.select(f.columns)
+
+
+def json_values(v: pl.Series, dtype: pl.DataType) -> pl.Series:
+    """`v.str.json_decode(dtype)`, decoded once where every value is the same text (a label
+    of the one server an export holds)."""
+    if len(v) > 1 and v.null_count() == 0 and bool((v == v[0]).all()):
+        return v.head(1).str.json_decode(dtype).new_from_index(0, len(v))
+    return v.str.json_decode(dtype)
+
+
+# the lines of an entry by kind: a member (its indentation and key), an array's string item
+# (its indentation and quote), punctuation
+_KEY_LINE = re.compile(r' *"(?:[^"\\]|\\.)*": ')
+_ITEM_LINE = re.compile(r'( *)"(?:[^"\\]|\\.)*",?')
+_BRACES = frozenset(("{", "}", "},", "[", "]", "],", "{}", "{},", "[]", "[],"))
+
+
+class Shape:
+    """A block whose entries are all printed alike, as an export of one kind of entry is: N
+    entries of n lines each from row `o0` on, each line beginning as the same line of the
+    first entry does (a member's indentation and key, an array item's indentation and quote,
+    punctuation whole). A test that reads a line's beginning then answers alike for the same
+    line of every entry, so where to find a member is found in the first entries and the
+    member read from the same row of each (no pass over all lines per member)."""
+
+    def __init__(self, o0: int, n: int, count: int, heads: list[str]):
+        self.o0, self.n, self.count, self.heads = o0, n, count, heads
+
+    @classmethod
+    def of(cls, df: pl.DataFrame, pad: str, opens: pl.Series, closes: pl.Series, partial: bool = False) -> "Shape | None":
+        """`opens` / `closes`: the rows opening (`pad{`) and closing (`pad}` / `pad},`) an entry.
+        `partial`: the entries printed alike may be followed by others (the envelope's own
+        objects after the events): the shape is then that of the first ones, two at least."""
+        o = np.flatnonzero(opens.to_numpy())
+        if len(o) < 2:
+            return None
+        o0, count = int(o[0]), len(o)
+        n = int(o[1] - o0)
+        if n < 3:
+            return None
+        c = closes.to_numpy()
+        alike = (o == o0 + n * np.arange(count)) & (o + n - 1 < df.height)
+        alike[alike] &= c[(o + n - 1)[alike]]
+        if not alike.all():
+            if not partial:
+                return None
+            count = int(np.argmin(alike))
+            if count < 2:
+                return None
+        first = df["text"].slice(o0, n).to_list()
+        heads, most = [pad + "{"], [len(pad) + 1]
+        for t in first[1:-1]:
+            if not t.startswith(pad + " "):
+                return None
+            m = _KEY_LINE.match(t)
+            if m is not None:
+                heads.append(m.group(0))
+                most.append(-1)
+                continue
+            m = _ITEM_LINE.fullmatch(t)
+            if m is not None:
+                heads.append(m.group(1) + '"')
+                most.append(-1)
+            elif t.strip(" ") in _BRACES:
+                heads.append(t)
+                most.append(len(t))
+            else:
+                return None
+        # (the last entry's close has no comma: the close rows are `closes` as tested above)
+        heads.append(pad + "}")
+        most.append(len(pad) + 2)
+        text = df["text"].slice(o0, count * n)
+        # (the lengths of punctuation lines checked by entry and line, the beginnings by row)
+        most = np.array(most, dtype=np.int64)
+        lens = text.str.len_bytes().to_numpy().reshape(count, n)
+        if not ((most < 0) | (lens <= most)).all():
+            return None
+        head = pl.Series(heads, dtype=pl.String).gather(np.tile(np.arange(n, dtype=np.uint32), count))
+        ok = pl.select(text.str.starts_with(head).all()).item()
+        return cls(o0, n, count, heads) if ok else None
+
+    def decides(self, probes) -> bool:
+        """Whether `probes` (the texts lines are tested to begin with) are answered by each
+        line's beginning alone: none of them goes on past a beginning the entries share."""
+        return not any(len(h) < len(p) and p.startswith(h) for h in self.heads for p in probes)
+
+    def rows(self, at: list[int]) -> np.ndarray:
+        """The rows of the lines `at` (offsets in an entry) of every entry, entry by entry."""
+        k = np.asarray(at, dtype=np.int64)
+        return (self.o0 + self.n * np.arange(self.count, dtype=np.int64)[:, None] + k[None, :]).ravel()
+
+    def entry_of(self, at: list[int]) -> pl.Series:
+        """The entry (1..N) of each of `rows(at)`."""
+        return pl.Series("_g", np.repeat(np.arange(1, self.count + 1, dtype=np.int64), len(at)))
+
+
+def same_offsets(probe: pl.DataFrame) -> list[int] | None:
+    """The offsets (`_k`) of a probe's lines in its first entry when its second entry has its
+    lines at the same offsets (`_g` 1 and 2), else None."""
+    g, k = probe["_g"].to_list(), probe["_k"].to_list()
+    one = [b for a, b in zip(g, k) if a == 1]
+    two = [b for a, b in zip(g, k) if a == 2]
+    return one if one == two else None

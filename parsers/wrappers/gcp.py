@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from ._export import indent_of, decode_objects, sniff_export, time_order
+from ._export import Shape, indent_of, decode_objects, json_values, member_values, same_offsets, sniff_export, time_order
 from ._frame import cut_suffix, line_of, rfc3339_ns_of, set_time
 
 NAME = "gcp-logging"
@@ -89,39 +89,59 @@ def _members(df: pl.DataFrame) -> pl.DataFrame | None:
     # every entry opens before it closes and before the next one opens
     if not ((close_at > open_at).all() and (open_at.slice(1) > close_at.slice(0, n_open - 1)).all()):
         return None
-    member = text.str.starts_with(mpad + '"') & ~text.str.starts_with(mpad + '" ')
     lpad = mpad + "    "
     vm_pre = f'{mpad}  "{_VM_NAME}": '
-    def within(name: str) -> pl.Expr:
-        return pl.when(pl.col("_m")).then(text.str.starts_with(f'{mpad}"{name}": ')).forward_fill().fill_null(False)
-
     g = o.cum_sum().alias("_g")
     # outside the entries: only the array's brackets
     outside = df.filter((g == 0) | (line > close_at[-1]))
     if not outside["text"].str.strip_chars().is_in(["[", "]", ""]).all():
         return None
-    # the entries' own members and the lines that may be labels, the rest left behind (the
-    # member enclosing a label line is the last member line before it: both are kept)
-    side = df.select("text", g, member.alias("_m")).filter(
-        pl.col("_m") | text.str.starts_with(lpad + '"') | text.str.starts_with(vm_pre))
-    if side.select((pl.col("_m") & text.str.starts_with(mpad + '"jsonPayload": ')).any()).item():
-        return None
-    side = side.with_columns(within("resource").alias("_res"), within("labels").alias("_lab"))
-    heads = pl.DataFrame({"_g": pl.int_range(1, n_open + 1, eager=True, dtype=side["_g"].dtype), "line": open_at,
-                          "_n": (close_at - open_at + 1).cast(pl.Int32)})
+    keys = [*[(k, f'{mpad}"{k}": ') for k in _TOP], *[(k, f'{lpad}"{k}": ') for k in (*_RES, _VM_ID)], (_VM_NAME, vm_pre)]
     fields = {}
-    # (each key looked for among the lines of its kind only)
-    members = side.filter(pl.col("_m"))
-    in_res = side.filter(pl.col("_res") & text.str.starts_with(lpad + '"'))
-    in_lab = side.filter(pl.col("_lab") & text.str.starts_with(vm_pre))
-    for k, lines, pre in [*[(k, members, f'{mpad}"{k}": ') for k in _TOP], *[(k, in_res, f'{lpad}"{k}": ') for k in (*_RES, _VM_ID)],
-                          (_VM_NAME, in_lab, vm_pre)]:
-        fields[k] = lines.filter(text.str.starts_with(pre)).select(
-            "_g", cut_suffix(text, ",").str.slice(len(pre)).str.json_decode(pl.String).alias(k))
-    if fields["textPayload"].height != n_open:
-        return None
-    for k, f in fields.items():
-        heads = _beside(heads, f)
+    shape = Shape.of(df, pad, o, c)
+    probes = [mpad + '"', mpad + '" ', lpad + '"', vm_pre, f'{mpad}"jsonPayload": ', f'{mpad}"resource": ', f'{mpad}"labels": ',
+              *[pre for _, pre in keys]]
+    if shape is not None and shape.decides(probes):
+        # every entry printed alike: the rows of each member found in the first two entries
+        probe = df.slice(shape.o0, 2 * shape.n).select(
+            "text", pl.Series("_g", np.repeat([1, 2], shape.n)), pl.Series("_k", np.tile(np.arange(shape.n), 2)))
+        lines = _lines(probe, mpad, lpad, vm_pre, keys)
+        if lines is None:
+            return None
+        at = {k: same_offsets(part) for k, part in lines.items()}
+        if all(v is not None for v in at.values()):
+            # (a member on one row of each entry, the usual case, is a column beside the
+            # entries; one on none a column of nulls; one on several rows joined)
+            one = {k: (df["text"].gather(shape.rows(at[k])), len(pre), pl.String) for k, pre in keys if len(at[k]) == 1}
+            values = member_values(one) if one else pl.DataFrame()
+            for k, pre in keys:
+                if len(at[k]) == 1:
+                    fields[k] = values[k]
+                elif not at[k]:
+                    fields[k] = pl.Series(k, [], dtype=pl.String)
+                else:
+                    fields[k] = pl.DataFrame([shape.entry_of(at[k]), _value(df["text"].gather(shape.rows(at[k])), pre).alias(k)])
+            if len(at["textPayload"]) != 1:
+                return None
+            heads = pl.DataFrame({"_g": pl.int_range(1, n_open + 1, eager=True, dtype=pl.Int64), "line": open_at,
+                                  "_n": (close_at - open_at + 1).cast(pl.Int32)})
+            heads = heads.hstack([f if f.len() else pl.repeat(None, n_open, dtype=pl.String, eager=True).alias(k)
+                                  for k, f in fields.items() if isinstance(f, pl.Series)])
+            for f in fields.values():
+                if isinstance(f, pl.DataFrame):
+                    heads = _beside(heads, f)
+    if not fields:
+        # the entries' own members and the lines that may be labels, the rest left behind
+        lines = _lines(df.select("text", g), mpad, lpad, vm_pre, keys)
+        if lines is None:
+            return None
+        fields = {k: pl.DataFrame([lines[k]["_g"].cast(pl.Int64), _value(lines[k]["text"], pre).alias(k)]) for k, pre in keys}
+        if fields["textPayload"].height != n_open:
+            return None
+        heads = pl.DataFrame({"_g": pl.int_range(1, n_open + 1, eager=True, dtype=pl.Int64), "line": open_at,
+                              "_n": (close_at - open_at + 1).cast(pl.Int32)})
+        for k, f in fields.items():
+            heads = _beside(heads, f)
     first = df.filter(o)
     res = pl.struct([pl.col(k) for k in (*_RES, _VM_ID)]).alias("labels")
     j = pl.struct(pl.col("textPayload"), pl.lit(None, pl.Struct({"message": pl.String})).alias("jsonPayload"),
@@ -133,6 +153,35 @@ def _members(df: pl.DataFrame) -> pl.DataFrame | None:
         *[first[c] for c in first.columns if c.startswith("_lab_")],
     )
     return out.select("line", "text", "_n", "_wts", "_stream", "_open", "_pre", *[c for c in first.columns if c.startswith("_lab_")], "_j")
+
+
+def _value(lines: pl.Series, pre: str) -> pl.Series:
+    """A member's value on its lines `pre...`."""
+    return json_values(lines.to_frame("text").select(cut_suffix(pl.col("text"), ",").str.slice(len(pre)))[:, 0], pl.String)
+
+
+def _lines(df: pl.DataFrame, mpad: str, lpad: str, vm_pre: str, keys: list[tuple[str, str]]) -> dict[str, pl.DataFrame] | None:
+    """Per key, the lines of `df` (`text`, its entry `_g`) that hold that member: an entry's
+    own members, the resource's labels, the VM name among the entry's labels (None where an
+    entry has a `jsonPayload`: the general path reads it)."""
+    text = pl.col("text")
+    member = text.str.starts_with(mpad + '"') & ~text.str.starts_with(mpad + '" ')
+
+    def within(name: str) -> pl.Expr:
+        return pl.when(pl.col("_m")).then(text.str.starts_with(f'{mpad}"{name}": ')).forward_fill().fill_null(False)
+
+    # (the member enclosing a label line is the last member line before it: both are kept)
+    side = df.with_columns(member.alias("_m")).filter(
+        pl.col("_m") | text.str.starts_with(lpad + '"') | text.str.starts_with(vm_pre))
+    if side.select((pl.col("_m") & text.str.starts_with(mpad + '"jsonPayload": ')).any()).item():
+        return None
+    side = side.with_columns(within("resource").alias("_res"), within("labels").alias("_lab"))
+    # (each key looked for among the lines of its kind only)
+    members = side.filter(pl.col("_m"))
+    in_res = side.filter(pl.col("_res") & text.str.starts_with(lpad + '"'))
+    in_lab = side.filter(pl.col("_lab") & text.str.starts_with(vm_pre))
+    of = {**{k: members for k in _TOP}, **{k: in_res for k in (*_RES, _VM_ID)}, _VM_NAME: in_lab}
+    return {k: of[k].filter(text.str.starts_with(pre)) for k, pre in keys}
 
 
 def _beside(heads: pl.DataFrame, part: pl.DataFrame) -> pl.DataFrame:
