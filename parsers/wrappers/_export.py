@@ -267,7 +267,7 @@ def time_order(df: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     keys = [k for k in keys if k in df.columns]
     ts = pl.col("_wts")
     if _one_stream(df, keys):
-        return _one_stream_order(df)
+        return one_stream_order(df)
     named = pl.concat_str([pl.col(k).fill_null("") for k in keys], separator="\x1f") if keys else pl.lit("")
     # lines without a time (punctuation, an undecodable part) go with the entry before them;
     # where an inner layer brings the times (`kubectl logs --prefix --timestamps`), a line
@@ -316,7 +316,7 @@ def _one_stream(df: pl.DataFrame, keys: list[str]) -> bool:
     return bool(df.select(pl.all_horizontal([(c == c.first()).all() for c in named])).item())
 
 
-def _one_stream_order(df: pl.DataFrame) -> pl.DataFrame:
+def one_stream_order(df: pl.DataFrame) -> pl.DataFrame:
     """`time_order` of a block of one stream: what its grouping gives with one group."""
     ts = pl.col("_wts")
     if not df.select((ts.diff() < pl.duration(nanoseconds=0)).fill_null(False).any()).item():

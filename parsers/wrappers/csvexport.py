@@ -31,7 +31,6 @@ import pyarrow as pa
 
 from ._export import message_lines, time_order
 from .cloudwatch import k8s_of_streams
-from .grafana import one_stream_order
 from ._frame import WTS, join_fragments, line_of, rfc3339_ns, rfc3339_ns_of, set_time
 
 NAME = "csv-export"
@@ -165,21 +164,7 @@ def decode(df: pl.DataFrame, header: str) -> pl.DataFrame:
         *labels,
         _decode_error(unread),
     ).drop([f"_c{i}" for i in range(len(cols))] + ["_whole"] + (["_unread"] if unread is not None else []))
-    return message_lines(_time_order(df, _KEYS))
-
-
-def _time_order(df: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
-    """`time_order`, without its stream key where the block is one stream (each of the
-    label columns naming a stream holds one value: an export of one server, the usual
-    case), whose order is put back as for one stream."""
-    present = [k for k in keys if k in df.columns]
-    if df.height < 2:
-        return df
-    # (a null and an empty label name the same stream, as in `time_order`'s key)
-    same = [(pl.col(k).fill_null("") == pl.col(k).fill_null("").first()).all() for k in present]
-    if not same or df.select(pl.all_horizontal(same)).item():
-        return one_stream_order(df)
-    return time_order(df, keys)
+    return message_lines(time_order(df, _KEYS))
 
 
 def _decode_error(unread: pl.Expr | None) -> pl.Expr:

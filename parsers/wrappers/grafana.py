@@ -21,7 +21,7 @@ import json
 import polars as pl
 import pyarrow.compute as pc
 
-from ._export import time_order
+from ._export import one_stream_order, time_order
 from ._frame import WTS, cut_suffix, label_columns, set_time, share
 
 NAME = "grafana-explore"
@@ -166,26 +166,6 @@ def _without_meta(df: pl.DataFrame) -> pl.DataFrame:
     meta = df.head(at).select(text.str.contains(_META) | ~text.str.contains(r"\S")).to_series()
     keep = (~meta | df["_open"].head(at)).append(pl.repeat(True, df.height - at, eager=True))
     return df.filter(keep)
-
-
-def one_stream_order(df: pl.DataFrame) -> pl.DataFrame:
-    """`time_order` of a block whose entries are one stream (every label naming a stream
-    holds one value): the same steps without the stream key."""
-    if df.height < 2:
-        return df
-    ts = pl.col("_wts")
-    back = df.select((ts.diff() < pl.duration(nanoseconds=0)).fill_null(False).any()).item()
-    if not back:
-        return df
-    last_open = bool(df["_open"][-1])
-    body, tail = (df[:-1], df[-1:]) if last_open else (df, df[:0])
-    steps = body.select(ts.diff().dt.total_nanoseconds().sign().sum()).item()
-    if steps is not None and steps < 0:
-        body = body.reverse()
-    key = body.select(ts.forward_fill().backward_fill()).to_series()
-    if not key.is_sorted():
-        body = body.with_columns(key.alias("_key_ts")).sort("_key_ts", maintain_order=True).drop("_key_ts")
-    return pl.concat([body, tail.select(body.columns)])
 
 
 def _one_download(df: pl.DataFrame) -> pl.DataFrame | None:

@@ -192,25 +192,30 @@ ORDERS = {
 
 @pytest.mark.parametrize("name", list(ORDERS))
 @pytest.mark.parametrize("open_last", [False, True])
-def test_csv_time_order_of_one_stream_is_time_orders(name, open_last):
-    from servelens.parsers.wrappers._export import time_order
+def test_time_order_of_one_stream_is_the_grouped_ones(name, open_last, monkeypatch):
+    from servelens.parsers.wrappers import _export
 
     pods, ms = ORDERS[name]
-    df = order_frame(pods, ms, open_last)
     keys = ["_lab_namespace", "_lab_pod", "_lab_container"]
-    assert csvexport._time_order(df, keys).equals(time_order(df, keys), null_equal=True)
+    df = order_frame(pods, ms, open_last)
     varied = order_frame(pods, ms, open_last, containers=["server", "sidecar"] * (len(pods) // 2) + ["server"] * (len(pods) % 2))
-    assert csvexport._time_order(varied, keys).equals(time_order(varied, keys), null_equal=True)
+    fast = [_export.time_order(df, keys), _export.time_order(varied, keys)]
+    monkeypatch.setattr(_export, "_one_stream", lambda df, keys: False)
+    grouped = [_export.time_order(df, keys), _export.time_order(varied, keys)]
+    assert fast[0].equals(grouped[0], null_equal=True)
+    assert fast[1].equals(grouped[1], null_equal=True)
 
 
-def test_csv_time_order_of_one_stream_puts_a_newest_first_block_in_order():
-    out = csvexport._time_order(order_frame(["a"] * 4, [4, 3, 3, 1], open_last=True), ["_lab_pod"])
+def test_time_order_of_one_stream_puts_a_newest_first_block_in_order():
+    from servelens.parsers.wrappers._export import time_order
+
+    out = time_order(order_frame(["a"] * 4, [4, 3, 3, 1], open_last=True), ["_lab_pod"])
     # the unfinished last line stays last; the rest oldest first, equal times as written
     assert out["text"].to_list() == ["l2", "l1", "l0", "l3"]
 
 
 def test_a_csv_of_several_pods_reads_as_with_the_general_time_order(monkeypatch):
-    from servelens.parsers.wrappers._export import time_order
+    from servelens.parsers.wrappers import _export
     from tests.helpers.wrapping_exports import _csv, _ms_utc
 
     lines = [f"INFO 06-10 14:23:{i % 60:02d} [loggers.py:123] step {i}, \"q\"" for i in range(30)]
@@ -220,7 +225,7 @@ def test_a_csv_of_several_pods_reads_as_with_the_general_time_order(monkeypatch)
     texts = wr.split_lines(text)
     layer = W.detect(texts)[0]
     fast = W.decode(frame(texts), (layer,))
-    monkeypatch.setattr(csvexport, "_time_order", time_order)
+    monkeypatch.setattr(_export, "_one_stream", lambda df, keys: False)
     slow = W.decode(frame(texts), (layer,))
     assert fast.equals(slow, null_equal=True)
     assert fast.filter(pl.col("_lab_pod") == "vllm-1")["text"].to_list() == [lines[i] for i in range(11, 30, 2)]
