@@ -142,6 +142,10 @@ def _members(df: pl.DataFrame) -> pl.DataFrame | None:
                               "_n": (close_at - open_at + 1).cast(pl.Int32)})
         for k, f in fields.items():
             heads = _beside(heads, f)
+    if heads["textPayload"].null_count():
+        # (an entry whose `textPayload` is null keeps its whole object as its text: the
+        # general reading's)
+        return None
     first = df.filter(o)
     res = pl.struct([pl.col(k) for k in (*_RES, _VM_ID)]).alias("labels")
     j = pl.struct(pl.col("textPayload"), pl.lit(None, pl.Struct({"message": pl.String})).alias("jsonPayload"),

@@ -1,7 +1,7 @@
 """An export entry that holds no engine line (a Loki pair without its line, an Elasticsearch
-hit whose document has no `message`) is kept: one `unparsed` row holding the entry's own
-JSON, at the entry's time, beside the engine lines of the other entries, in every form the
-platform writes it (one line, indented)."""
+hit whose document has no `message`, a Cloud Logging entry whose `textPayload` is null) is
+kept: one `unparsed` row holding the entry's own JSON, at the entry's time, beside the engine
+lines of the other entries, in every form the platform writes it (one line, indented)."""
 
 from __future__ import annotations
 
@@ -62,3 +62,19 @@ def test_elasticsearch_hits_without_a_message_are_kept(tmp_path):
     bare = ev.filter(pl.col("event") == "unparsed")
     assert [t.second for t in bare["wrapper_ts"].to_list()] == [2, 7, 12, 17]
     assert all('"kubernetes"' in m and '"message":null' in m for m in bare["message"].to_list())
+
+
+def test_cloud_logging_entries_with_a_null_text_payload_are_kept(tmp_path):
+    from tests.helpers.wrapping_exports import gcloud_json, gcp_entry
+
+    entries = [gcp_entry(STATS.format(s=i), (T0 + i) * 10**9, i=i) for i in range(20)]
+    for i in (2, 7, 12, 17):
+        entries[i]["textPayload"] = None
+    path = tmp_path / "gcloud.json"
+    path.write_text(gcloud_json(entries))
+    ingest([path], tmp_path / "store", rollups=False)
+    ev = events(tmp_path / "store").sort("wrapper_ts")
+    assert ev["event"].value_counts().sort("event").rows() == [("engine_stats", 16), ("unparsed", 4)]
+    bare = ev.filter(pl.col("event") == "unparsed")
+    assert [t.second for t in bare["wrapper_ts"].to_list()] == [2, 7, 12, 17]
+    assert all('"textPayload": null' in m and '"insertId"' in m for m in bare["message"].to_list())
