@@ -377,18 +377,28 @@ def with_byte_offsets(events: pl.DataFrame, starts: np.ndarray, first_line: int)
 TAIL_WINDOW_LINES = 256
 
 
-def last_record_start(parser, text: pl.Series) -> int:
+def last_record_start(parser, text: pl.Series, asked: int = 0) -> int:
     """Index of the last line (after the first) where a record begins; 0 when none does.
 
     Only the end of the block matters. A parser whose `RECORD_LOOKBACK` says how many lines
     before a line decide whether it starts a record (vLLM: 1, TGI: 0) is asked about the
     last lines only (computing starts over a whole block cost 16% of vLLM ingest); the
     window doubles until it holds a start past its look-back lines. Without it (TensorRT-LLM:
-    a traceback's state reaches back to its `Traceback` line) the whole block is used."""
+    a traceback's state reaches back to its `Traceback` line) the whole block is used.
+    `asked`: the lines before it (after the first) are known to begin no record (the held
+    part of the block before, already asked): no window reaches further back than them."""
     n = len(text)
     lookback = getattr(parser, "RECORD_LOOKBACK", None)
     k = TAIL_WINDOW_LINES
     while lookback is not None and lookback + k < n:
+        if asked > 1 and (n - k <= asked or (k > TAIL_WINDOW_LINES and 2 * asked >= n)):
+            # the last window (at once when the first found nothing and most of the block
+            # is a record held before: it goes on): the lines from `asked` on, with their
+            # look-back lines (and one more: a newest-first export's oldest entries in a
+            # window count as unknown)
+            lo = max(0, asked - lookback - 1)
+            j = _last_start(parser, text.slice(lo, n - lo))
+            return lo + j if lo + j >= asked else 0
         size = lookback + k
         j = _last_start(parser, text.slice(n - size, size))
         if j >= max(lookback, 1):  # a line whose look-back lines are all in the window
@@ -420,6 +430,9 @@ def _split_chunks(
     of the content up to the chunk's end when `crc` was given)."""
     held = b""
     tail = b""
+    # the held lines (after the first) known to begin no record: a record held over many
+    # blocks (a long traceback) is asked about its new lines only, not all of it each time
+    asked = 0
     while True:
         block = stream.read(block_bytes)
         eof = len(block) < block_bytes
@@ -436,15 +449,20 @@ def _split_chunks(
         lines, bad, at = _decode_lines(buf, next_line, cut)
         keep = lines.height
         final = eof and not hold_last_record
+        asked_now = 0
         if not final and cut < MAX_HELD_BYTES:
             # everything before the last record start is complete; the last record may
             # still continue in the next block
-            keep = last_record_start(parser, lines["text"])
+            keep = last_record_start(parser, lines["text"], asked)
+            asked_now = lines.height
         if keep == 0:
             held = buf
+            asked = asked_now
             if eof:
                 return
             continue
+        # (the lines after the last start begin none: held, they need not be asked again)
+        asked = asked_now - keep if asked_now else 0
         # (the lines' offsets found once: counted again only where bad bytes were replaced)
         starts = (at if at is not None else line_start_offsets(memoryview(buf)[:cut]))[: lines.height]
         if keep < lines.height:
