@@ -28,7 +28,8 @@ import polars as pl
 
 from .sources import fingerprint as fp
 from .sources.exposition import ParseStats, exposition_flags, finish_raw, looks_like_exposition, parse_blocks
-from .store.samples import commit_samples, sample_entries, sample_parts
+from .store.sample_parts import sample_parts
+from .store.samples import commit_samples, sample_entries
 from .sources.samples import POLARS_SCHEMA
 from .store.commit import Store
 

@@ -33,7 +33,7 @@ from ..sources.samples import POLARS_SCHEMA, SAMPLE_KEY, SAMPLE_SCHEMA, to_arrow
 from .manifest import NO_SPACE, fsync_dir, no_space, write_json_atomic
 from .commit import Store, merge_dirty, new_txid
 # what a query needs of the samples (it imports neither polars nor pyarrow)
-from .sample_parts import MANIFEST_KEY, bind_samples, no_samples_sql, sample_entries, sample_parts, samples_select
+from .sample_parts import MANIFEST_KEY, sample_entries
 
 SAMPLES_DIR = "samples"
 SAMPLE_PARQUET_OPTIONS = dict(compression="zstd", row_group_size=256_000,
