@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 
 import polars as pl
-import pyarrow.compute as pc
 
 from ._export import one_stream_order, time_order
 from ._frame import WTS, cut_suffix, label_columns, set_time, share
@@ -175,6 +174,8 @@ def _one_download(df: pl.DataFrame) -> pl.DataFrame | None:
     copies the download's line. None for any other block."""
     if df.height != 1:
         return None
+    import pyarrow.compute as pc  # (here: every command reading logs imports this module)
+
     line = df["text"].to_arrow()
     if not pc.match_substring_regex(line, _JSON)[0].as_py():
         return None
