@@ -66,6 +66,12 @@ def cut_suffix(expr: pl.Expr, suffix: str) -> pl.Expr:
     return pl.when(expr.str.ends_with(suffix)).then(expr.str.head(-len(suffix))).otherwise(expr)
 
 
+def json_literal(value: pl.Expr) -> pl.Expr:
+    """A value as its JSON text: the JSON of a one-member struct `{"v":...}` with the key
+    and the braces cut off."""
+    return pl.struct(value.alias("v")).struct.json_encode().str.slice(5).str.strip_suffix("}")
+
+
 def line_of(expr: pl.Expr) -> pl.Expr:
     """A platform's message as the server's line: without the newline (and carriage
     return) that ended it."""

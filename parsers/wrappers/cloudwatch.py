@@ -16,7 +16,7 @@ from __future__ import annotations
 import polars as pl
 
 from ._export import Entries, decode_objects, explode_whole, sniff_export, time_order
-from ._frame import WTS, join_fragments, line_of, set_time, share
+from ._frame import WTS, join_fragments, json_literal, line_of, set_time, share
 
 NAME = "cloudwatch"
 DOC = "AWS CloudWatch Logs JSON (`aws logs filter-log-events` / `get-log-events`, Logs Insights results): `message` / `@message`, `timestamp` (ms) / `@timestamp`; labels `log_stream`, `log_group`, and `pod`, `namespace`, `container` from a Kubernetes stream name; put back in time order per stream"
@@ -78,12 +78,6 @@ def k8s_of_streams(df: pl.DataFrame, stream: pl.Expr) -> list[pl.Series]:
 _PAIR = pl.Struct({"field": pl.String, "value": pl.String})
 
 
-def _json(value: pl.Expr) -> pl.Expr:
-    """A string as its JSON literal: the JSON of a one-member struct `{"v":...}` with the
-    key and the braces cut off."""
-    return pl.struct(value.alias("v")).struct.json_encode().str.slice(5).str.strip_suffix("}")
-
-
 def _compact_results(df: pl.DataFrame) -> pl.DataFrame:
     """`aws logs get-query-results` saved on one line (`{"results":[[{"field","value"},...],...]}`)
     -> one line per row, the row an object `{"@timestamp": ..., "@message": ..., ...}`."""
@@ -91,7 +85,7 @@ def _compact_results(df: pl.DataFrame) -> pl.DataFrame:
     if out is None:
         return df
     pair = pl.element().struct.field
-    member = _json(pair("field")) + pl.lit(":") + _json(pair("value"))
+    member = json_literal(pair("field")) + pl.lit(":") + json_literal(pair("value"))
     obj = pl.lit("{") + pl.col("_item").list.eval(member).list.join(",") + pl.lit("}")
     return out.with_columns(pl.when(pl.col("_item").is_not_null()).then(obj).otherwise(pl.col("text")).alias("text")).drop("_item")
 
@@ -104,8 +98,8 @@ def _query_rows(df: pl.DataFrame) -> pl.DataFrame:
         return df
     pair = f("field").is_not_null()
     # each pair as `,"<field>":<value as JSON>`, joined per row, read again as one object
-    member = _json(f("value"))
-    key = _json(f("field"))
+    member = json_literal(f("value"))
+    key = json_literal(f("field"))
     df = df.with_columns(pl.when(pair).then(pl.lit(",") + key + pl.lit(":") + member).otherwise(pl.col("text")).alias("text"))
     ends = ~pair | (f("field") == "@ptr") | ~pair.shift(-1).fill_null(False)
     df = join_fragments(df.with_columns(ends.alias("_qend")).drop("_j"), pl.col("_qend")).drop("_qend", strict=False)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import polars as pl
 
 from ._export import decode_objects, pretty_printed, time_order
-from ._frame import WTS, label_columns, set_time
+from ._frame import WTS, json_literal, label_columns, set_time
 from .loki import KEYS, LABELS
 
 NAME = "loki-api"
@@ -63,17 +63,13 @@ def _compact(df: pl.DataFrame) -> pl.DataFrame:
     df = df.filter(~(pl.col("_v").is_not_null() & (pl.col("_v").list.len() == 0))).explode("_v")
     pair = pl.col("_v")
     ns = pair.list.get(0, null_on_oob=True).cast(pl.Int64, strict=False)
+    # (a pair without its line, `["<ns>"]`, is kept as its own JSON: the text the engine
+    # parser leaves unparsed, never no text at all)
     df = df.with_columns(
-        pl.when(pair.is_not_null()).then(pl.coalesce(pair.list.get(1, null_on_oob=True), _own_json(pair))).otherwise(pl.col("text")).alias("text"),
+        pl.when(pair.is_not_null()).then(pl.coalesce(pair.list.get(1, null_on_oob=True), json_literal(pair))).otherwise(pl.col("text")).alias("text"),
         set_time(df, ns.cast(pl.Datetime("ns")).dt.replace_time_zone("UTC").cast(WTS)),
     ).drop("_v")
     return time_order(df, KEYS)
-
-
-def _own_json(pair: pl.Expr) -> pl.Expr:
-    """A pair without its line (`["<ns>"]`, `["<ns>", null]`) as its own JSON: kept as the
-    text the engine parser leaves unparsed, never as no text at all."""
-    return pl.struct(pair.alias("v")).struct.json_encode().str.slice(5).str.strip_suffix("}")
 
 
 def _string(quoted: str | None) -> str | None:
