@@ -479,14 +479,14 @@ class Entries:
                 hit = text.str.starts_with(at + '"')
                 return [self._and_rest(
                     pl.DataFrame([g, values[k]]) if len(offsets[k]) == 1 else
-                    pl.DataFrame([sh.entry_of(offsets[k]), _value(self.df["text"].gather(sh.rows(offsets[k])), len(pres[k]), dt).alias(k)]),
-                    parents, hit, text.str.starts_with(pres[k]), lambda t, pre=pres[k], k=k, dt=dt: _value(t, len(pre), dt).alias(k))
+                    pl.DataFrame([sh.entry_of(offsets[k]), member_value(self.df["text"].gather(sh.rows(offsets[k])), len(pres[k]), dt).alias(k)]),
+                    parents, hit, text.str.starts_with(pres[k]), lambda t, pre=pres[k], k=k, dt=dt: member_value(t, len(pre), dt).alias(k))
                     for k, dt in keys.items()]
         out = []
         for k, dtype in keys.items():
             pre = f'{at}"{k}": '
             out.append(self._lines(parents, text.str.starts_with(at + '"'), [at + '"', pre], text.str.starts_with(pre),
-                                   lambda t, pre=pre, k=k, dtype=dtype: _value(t, len(pre), dtype).alias(k)))
+                                   lambda t, pre=pre, k=k, dtype=dtype: member_value(t, len(pre), dtype).alias(k)))
         return out
 
     def items(self, path: tuple[str, ...]) -> pl.DataFrame:
@@ -494,7 +494,7 @@ class Entries:
         text = pl.col("text")
         pre = self._at(len(path) + 1) + '"'
         return self._lines(path, text.str.starts_with(pre), [pre], pl.lit(True),
-                           lambda t: _value(t, len(pre) - 1, pl.String).alias("_item"))
+                           lambda t: member_value(t, len(pre) - 1, pl.String).alias("_item"))
 
     def _under(self, parents: tuple[str, ...], hit: pl.Expr, side: pl.DataFrame) -> pl.DataFrame:
         """The lines `hit` of `side` whose enclosing members are `parents` (each the last
@@ -524,7 +524,7 @@ class Entries:
         return out
 
 
-def _value(text: pl.Series, skip: int, dtype: pl.DataType) -> pl.Series:
+def member_value(text: pl.Series, skip: int, dtype: pl.DataType) -> pl.Series:
     """The JSON value after the first `skip` characters of member lines, without the comma
     that ends all but the last."""
     t = pl.col("text")

@@ -17,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from ._export import Shape, indent_of, decode_objects, json_values, member_values, same_offsets, sniff_export, time_order
-from ._frame import cut_suffix, line_of, rfc3339_ns_of, set_time
+from ._export import Shape, indent_of, decode_objects, member_value, member_values, same_offsets, sniff_export, time_order
+from ._frame import line_of, rfc3339_ns_of, set_time
 
 NAME = "gcp-logging"
 DOC = "Google Cloud Logging JSON (`gcloud logging read --format=json`, Logs Explorer download, one LogEntry per line): `textPayload` / `jsonPayload.message`, `timestamp` (ns); labels `pod`, `container`, `namespace`, `node`, `cluster`, `severity`, and `host` for a Compute Engine VM; newest-first put back in time order per pod"
@@ -120,7 +120,7 @@ def _members(df: pl.DataFrame) -> pl.DataFrame | None:
                 elif not at[k]:
                     fields[k] = pl.Series(k, [], dtype=pl.String)
                 else:
-                    fields[k] = pl.DataFrame([shape.entry_of(at[k]), _value(df["text"].gather(shape.rows(at[k])), pre).alias(k)])
+                    fields[k] = pl.DataFrame([shape.entry_of(at[k]), member_value(df["text"].gather(shape.rows(at[k])), len(pre), pl.String).alias(k)])
             if len(at["textPayload"]) != 1:
                 return None
             heads = pl.DataFrame({"_g": pl.int_range(1, n_open + 1, eager=True, dtype=pl.Int64), "line": open_at,
@@ -135,7 +135,7 @@ def _members(df: pl.DataFrame) -> pl.DataFrame | None:
         lines = _lines(df.select("text", g), mpad, lpad, vm_pre, keys)
         if lines is None:
             return None
-        fields = {k: pl.DataFrame([lines[k]["_g"].cast(pl.Int64), _value(lines[k]["text"], pre).alias(k)]) for k, pre in keys}
+        fields = {k: pl.DataFrame([lines[k]["_g"].cast(pl.Int64), member_value(lines[k]["text"], len(pre), pl.String).alias(k)]) for k, pre in keys}
         if fields["textPayload"].height != n_open:
             return None
         heads = pl.DataFrame({"_g": pl.int_range(1, n_open + 1, eager=True, dtype=pl.Int64), "line": open_at,
@@ -157,11 +157,6 @@ def _members(df: pl.DataFrame) -> pl.DataFrame | None:
         *[first[c] for c in first.columns if c.startswith("_lab_")],
     )
     return out.select("line", "text", "_n", "_wts", "_stream", "_open", "_pre", *[c for c in first.columns if c.startswith("_lab_")], "_j")
-
-
-def _value(lines: pl.Series, pre: str) -> pl.Series:
-    """A member's value on its lines `pre...`."""
-    return json_values(lines.to_frame("text").select(cut_suffix(pl.col("text"), ",").str.slice(len(pre)))[:, 0], pl.String)
 
 
 def _lines(df: pl.DataFrame, mpad: str, lpad: str, vm_pre: str, keys: list[tuple[str, str]]) -> dict[str, pl.DataFrame] | None:
