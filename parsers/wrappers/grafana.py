@@ -153,8 +153,8 @@ def _text_rows(df: pl.DataFrame, common: str) -> pl.DataFrame | None:
 
 
 def _without_meta(df: pl.DataFrame) -> pl.DataFrame:
-    """`_cut`'s dropping of the meta and blank lines before the first row, the first row
-    found among the block's first lines."""
+    """The file's first block without the meta and blank lines before its first row (the
+    first row looked for among the block's first lines, then in all of it)."""
     text = pl.col("text")
     is_row = text.str.contains(_ROW) | text.str.contains(_OLD) | text.str.contains(_JSON)
     at = df.head(_HEAD_ROWS).select(is_row.arg_true().first()).item()
@@ -162,6 +162,7 @@ def _without_meta(df: pl.DataFrame) -> pl.DataFrame:
         at = df.select(is_row.arg_true().first()).item() or 0
     if at == 0:
         return df
+    # (a blank line has no character but white space: found without copying a long line)
     meta = df.head(at).select(text.str.contains(_META) | ~text.str.contains(r"\S")).to_series()
     keep = (~meta | df["_open"].head(at)).append(pl.repeat(True, df.height - at, eager=True))
     return df.filter(keep)
@@ -201,11 +202,8 @@ def _cut(df: pl.DataFrame) -> pl.DataFrame:
     first block), each JSON download line cut into its entries (`_j`, `_isj`)."""
     text = pl.col("text")
     # the meta lines and blank lines before the rows are Grafana's, not the server's
-    head = pl.int_range(pl.len()) < (text.str.contains(_ROW) | text.str.contains(_OLD) | text.str.contains(_JSON)).arg_true().first().fill_null(0)
-    first_block = df.height and int(df["line"][0]) == 1
-    if first_block:
-        # (a blank line has no character but white space: found without copying a long line)
-        df = df.filter(~(head & (text.str.contains(_META) | ~text.str.contains(r"\S"))) | pl.col("_open"))
+    if df.height and int(df["line"][0]) == 1:
+        df = _without_meta(df)
     # JSON: one line holding every entry, decoded whole, or else cut into its entries
     df = df.with_columns(text.str.contains(_JSON).alias("_isj"))
     if not df.select(pl.col("_isj").any()).item():  # a text download: no entry to cut
