@@ -39,28 +39,29 @@ def _elastic(indent: int | None) -> str:
     return json.dumps({"took": 1, "hits": {"total": {"value": 20}, "hits": hits[::-1]}}, indent=indent)
 
 
-@pytest.mark.parametrize("indent", [None, 2], ids=["one line", "indented"])
-def test_loki_pairs_without_their_line_are_kept(tmp_path, indent):
-    path = tmp_path / "loki.json"
-    path.write_text(_loki(indent))
+def _bare_entries(tmp_path, name: str, text: str) -> pl.DataFrame:
+    """The unparsed rows of `text` ingested as `name`, in time order, after checking that
+    the other 16 entries are the stats lines and the bare ones the four at 2, 7, 12, 17 s."""
+    path = tmp_path / name
+    path.write_text(text)
     ingest([path], tmp_path / "store", rollups=False)
     ev = events(tmp_path / "store").sort("wrapper_ts")
     assert ev.height == 20
     assert ev["event"].value_counts().sort("event").rows() == [("engine_stats", 16), ("unparsed", 4)]
     bare = ev.filter(pl.col("event") == "unparsed")
+    assert [t.second for t in bare["wrapper_ts"].to_list()] == [2, 7, 12, 17]
+    return bare
+
+
+@pytest.mark.parametrize("indent", [None, 2], ids=["one line", "indented"])
+def test_loki_pairs_without_their_line_are_kept(tmp_path, indent):
+    bare = _bare_entries(tmp_path, "loki.json", _loki(indent))
     assert bare["message"].to_list() == [f'["{(T0 + 2) * 10**9}"]', f'["{(T0 + 7) * 10**9}"]',
                                          f'["{(T0 + 12) * 10**9}",null]', f'["{(T0 + 17) * 10**9}",null]']
-    assert [t.second for t in bare["wrapper_ts"].to_list()] == [2, 7, 12, 17]
 
 
 def test_elasticsearch_hits_without_a_message_are_kept(tmp_path):
-    path = tmp_path / "search.json"
-    path.write_text(_elastic(None))
-    ingest([path], tmp_path / "store", rollups=False)
-    ev = events(tmp_path / "store").sort("wrapper_ts")
-    assert ev["event"].value_counts().sort("event").rows() == [("engine_stats", 16), ("unparsed", 4)]
-    bare = ev.filter(pl.col("event") == "unparsed")
-    assert [t.second for t in bare["wrapper_ts"].to_list()] == [2, 7, 12, 17]
+    bare = _bare_entries(tmp_path, "search.json", _elastic(None))
     assert all('"kubernetes"' in m and '"message":null' in m for m in bare["message"].to_list())
 
 
@@ -70,11 +71,5 @@ def test_cloud_logging_entries_with_a_null_text_payload_are_kept(tmp_path):
     entries = [gcp_entry(STATS.format(s=i), (T0 + i) * 10**9, i=i) for i in range(20)]
     for i in (2, 7, 12, 17):
         entries[i]["textPayload"] = None
-    path = tmp_path / "gcloud.json"
-    path.write_text(gcloud_json(entries))
-    ingest([path], tmp_path / "store", rollups=False)
-    ev = events(tmp_path / "store").sort("wrapper_ts")
-    assert ev["event"].value_counts().sort("event").rows() == [("engine_stats", 16), ("unparsed", 4)]
-    bare = ev.filter(pl.col("event") == "unparsed")
-    assert [t.second for t in bare["wrapper_ts"].to_list()] == [2, 7, 12, 17]
+    bare = _bare_entries(tmp_path, "gcloud.json", gcloud_json(entries))
     assert all('"textPayload": null' in m and '"insertId"' in m for m in bare["message"].to_list())
