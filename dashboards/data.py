@@ -649,6 +649,12 @@ def _summary_rows(store: str, version: str, start: dt.datetime | None, end: dt.d
             # the whole store at the base width: the rows stored at the last commit
             return _rows(conn.con, f"select * from read_parquet({literal(stored)}) order by instance, engine")
         conn.use_window(window_s)
+        if start is None and end is None and stored is not None and conn.stored_width is not None:
+            # the whole store at another width: the stored rows with the columns that read
+            # the width taken from this width's tables (not every request and sample again)
+            from servelens.pipeline.query import coarser
+
+            return _rows(conn.con, coarser.summary_sql(str(stored)))
         try:
             return read_summary(conn.con, start, end, None)
         finally:

@@ -134,3 +134,47 @@ def derive_sql(view: str, base_file: str, base_s: float, window_s: float) -> str
             left join logged_rates as lr using (engine, instance, window_index)
         """
     raise ValueError(f"{view} is not derived from its base width")
+
+
+def summary_sql(stored_file: str) -> str:
+    """The whole store's incident_summary at the connection's window width, from its rows
+    stored at the base width: only `slo_breach_minutes` (the SLO signal episodes) and
+    `surge_ts` (the first window of a surge in arrivals) depend on the width, so they are
+    taken from this width's `scaling_signals` and `throughput` as the view's `slo` and `surge`
+    compute them with no range set (sql/signals/incident_summary.sql: keep them alike), the
+    other columns (request counts, the queue's peak, the first error and crash, read from
+    every request and sample) from the stored rows."""
+    return f"""
+        with
+        params as (
+            select coalesce(try_cast(getvariable('surge_factor') as double), 1.5) as surge_factor,
+        ),
+        slo as (
+            select engine, instance, sum(duration_s) / 60.0 as slo_breach_minutes,
+            from scaling_signals
+            where signal in ('latency_slo_e2e', 'latency_slo_ttft')
+            group by engine, instance
+        ),
+        surge as (
+            select engine, instance, min(window_start) as surge_ts,
+            from (
+                select
+                    engine,
+                    instance,
+                    window_start,
+                    arrived,
+                    min(case when arrived > 0 then arrived end) over (
+                        partition by engine, instance order by window_start
+                        rows between unbounded preceding and 1 preceding
+                    ) as fewest_before,
+                from throughput
+            ), params as p
+            where arrived >= p.surge_factor * fewest_before
+            group by engine, instance
+        )
+        select s.* replace (coalesce(slo.slo_breach_minutes, 0.0) as slo_breach_minutes, su.surge_ts as surge_ts),
+        from read_parquet({literal(stored_file)}) as s
+        left join slo using (engine, instance)
+        left join surge as su using (engine, instance)
+        order by s.instance, s.engine
+    """
