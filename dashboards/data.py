@@ -180,6 +180,7 @@ class _Connection:
         # the PER_WINDOW views as stored at the base width (the variables' window_s), when
         # fresh and of these variables: the default width's rows are read (tens of thousands),
         # not derived again from the requests and the per-second state
+        self.variables = variables
         self.stored_width: float | None = None
         self.stored_per_window: dict[str, Path] = {}
         # the store-wide summaries stored with them (SUMMARY_ROLLUPS): the whole store's rows
@@ -247,10 +248,23 @@ class _Connection:
             self.con.execute(f"create or replace temp view {view} as select * from {PACKED}.main.{view}")
         else:
             if not self._stored(view, window_s):
+                source = self._coarser(view, window_s) or source
                 self.con.execute(f"create or replace table {_packed(_window_table(view, window_s))} as select * from {source}")
                 self.con.execute(f"checkpoint {PACKED}")
             self.con.execute(f"create or replace temp view {view} as select * from {self._width_rows(view, window_s)}")
         self.evaluated.append((view, window_s, time.perf_counter() - t0))
+
+    def _coarser(self, view: str, window_s: float) -> str | None:
+        """The rows of a PER_WINDOW view at a multiple of the stored width, derived from the
+        stored width's rows where they sum (pipeline/query/coarser.py): tens of thousands of
+        rows read instead of the events and requests. None: computed by the view's SQL."""
+        from servelens.pipeline.query import coarser
+
+        path = self.stored_per_window.get(view)
+        if path is None or self.stored_width is None or not coarser.derivable(view, self.stored_width, window_s,
+                                                                              self.variables):
+            return None
+        return f"({coarser.derive_sql(view, str(path), self.stored_width, window_s)})"
 
     def _stored(self, view: str, window_s: float) -> bool:
         return window_s == self.stored_width and view in self.stored_per_window
@@ -635,6 +649,12 @@ def _summary_rows(store: str, version: str, start: dt.datetime | None, end: dt.d
             # the whole store at the base width: the rows stored at the last commit
             return _rows(conn.con, f"select * from read_parquet({literal(stored)}) order by instance, engine")
         conn.use_window(window_s)
+        if start is None and end is None and stored is not None and conn.stored_width is not None:
+            # the whole store at another width: the stored rows with the columns that read
+            # the width taken from this width's tables (not every request and sample again)
+            from servelens.pipeline.query import coarser
+
+            return _rows(conn.con, coarser.summary_sql(str(stored)))
         try:
             return read_summary(conn.con, start, end, None)
         finally:
