@@ -326,8 +326,23 @@ def _continues(df: pl.DataFrame, blank: bool = True) -> pl.Expr:
     return pl.lit(cont).alias("cont")
 
 
+# A line can continue the one before only when `_continues` finds it shaped: its body (behind
+# any process prefix and header, each of which ends in `)` or `]` and at most one blank) is
+# blank or indented, or it opens a traceback or a chained exception. A line holding none of
+# these anywhere is no continuation, whatever its prefix and header.
+_MAYBE_SHAPED = (
+    r"^\s|^$|^\[rank|[)\]](?:$|[^\S ]| (?:$|\s))|" + re.escape(_TRACEBACK)
+    + r"|The above exception was the direct cause|During handling of the above exception"
+)
+
+
 def record_starts(text: pl.Series) -> pl.Series:
-    df = _lines_anatomy(pl.DataFrame({"text": text.cast(pl.String)}))
+    text = text.cast(pl.String)
+    # the usual window (a block's last lines) holds no candidate: each line starts a record,
+    # without taking the lines apart
+    if not pl.select(pl.lit(text.fill_null("")).str.contains(_MAYBE_SHAPED).any()).item():
+        return pl.repeat(True, len(text), dtype=pl.Boolean, eager=True).alias("starts")
+    df = _lines_anatomy(pl.DataFrame({"text": text}))
     return (~df["cont"]).alias("starts")
 
 
