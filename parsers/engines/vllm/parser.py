@@ -345,9 +345,10 @@ def _continues(df: pl.DataFrame, blank: bool = True) -> pl.Expr:
 
 
 # A line can continue the one before only when `_continues` finds it shaped: its body (behind
-# any process prefix and header, each of which ends in `)` or `]` and at most one blank) is
+# any process prefix and header, each of which ends in `)` or `]` and at most one space) is
 # blank or indented, or it opens a traceback or a chained exception. A line holding none of
-# these anywhere is no continuation, whatever its prefix and header.
+# these anywhere is no continuation, whatever its prefix and header (a line opening with
+# torch's `[rankN]:`, whose prefix ends otherwise, is always asked in full).
 _MAYBE_SHAPED = (
     r"^\s|^$|^\[rank|[)\]](?:$|[^\S ]| (?:$|\s))|" + re.escape(_TRACEBACK)
     + r"|The above exception was the direct cause|During handling of the above exception"
