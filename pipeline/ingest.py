@@ -51,6 +51,11 @@ MAX_FLUSH_SHARE = 2
 DETECT_BYTES = wrappers.SAMPLE_BYTES
 DETECT_LINES = wrappers.SAMPLE_LINES
 LIVE_WINDOW_S = 60.0
+# A chunk costs the engine parser a fixed number of passes and calls besides its lines,
+# whatever its size: a long file whose block is not scaled for a platform download (by its
+# envelopes) takes blocks this many times the default, which halves those costs for a
+# little more memory held at the peak.
+PLAIN_BLOCK_SCALE = 2.0
 
 
 class IngestError(Exception):
@@ -191,7 +196,7 @@ def ingest(
     engine: str = "auto",
     instance: str | None = None,
     year: int | None = None,
-    block_bytes: int = DEFAULT_BLOCK_BYTES,
+    block_bytes: int | None = None,
     on_progress: Callable[[int], None] | None = None,
     on_file: Callable[[FileResult], None] | None = None,
     instance_from: str | None = None,
@@ -217,6 +222,10 @@ def ingest(
     `follow_symlinks` False: files of the named directories that lead out of them through a
     symlink are passed over (discover.expand).
 
+    `block_bytes`: the read block (a chunk's bytes); by default DEFAULT_BLOCK_BYTES, scaled
+    for a platform download, else PLAIN_BLOCK_SCALE times that for a file longer than it (a
+    given one is kept, scaled for a platform download only).
+
     Each file's instance is `instance`, else the template `instance_from` over its path
     (see naming.py), else its name (Kubernetes pod for container logs), made distinct
     where two directories hold files of the same name. Files of one instance are read
@@ -229,6 +238,8 @@ def ingest(
     that asks for them must guard its main module (`if __name__ == "__main__":`), which each
     worker imports again. `pool`: workers started before (workers.prestart), used instead of
     starting them here, or closed once no file needs them."""
+    plain_scale = PLAIN_BLOCK_SCALE if block_bytes is None else 1.0
+    block_bytes = DEFAULT_BLOCK_BYTES if block_bytes is None else block_bytes
     if engine != "auto" and engine not in ENGINES:
         raise IngestError(
             f"unknown engine {engine!r}; choose one of: auto, {', '.join(ENGINES)}"
@@ -290,7 +301,8 @@ def ingest(
         def open_file(item, reserved: set[str] | frozenset[str] = frozenset()) -> _Opened | FileResult:
             opened = _open_file(item.path, store, known_files, batch, engine, instance or namer.name(item.path), year,
                                 block_bytes, on_progress, explicit=instance is not None,
-                                labels=namer.labels(item.path), reserved=reserved, memo=memo)
+                                labels=namer.labels(item.path), reserved=reserved, memo=memo,
+                                plain_scale=plain_scale)
             if isinstance(opened, _Opened):
                 opened.ctx.keep_lines = keep_lines
             return opened
@@ -378,10 +390,13 @@ def _open_file(
     labels: dict[str, str] | None = None,
     reserved: set[str] | frozenset[str] = frozenset(),
     memo: DetectMemo,
+    plain_scale: float = 1.0,
 ) -> _Opened | FileResult:
     """Detect, find in the manifest and set up the parse of one file; a FileResult when there
     is nothing to parse (empty, binary, unreadable). `reserved`: manifest keys taken by files
-    opened but not yet added to the batch; `memo`: detection by shape (sources/detect_memo.py)."""
+    opened but not yet added to the batch; `memo`: detection by shape (sources/detect_memo.py);
+    `plain_scale`: the block scale of a file longer than a block whose block is not scaled
+    for a platform download."""
     source = display_path(path)
     result = FileResult(source=source, engine=engine, instance=instance)
     try:
@@ -456,6 +471,8 @@ def _open_file(
         crc = known["crc"] if "crc" in known else fp.content_crc(path, offset, head)
     # (a file read in one block either way needs no scale)
     scale = wrappers.block_scale(result.decode, head) if size - offset > block_bytes else 1.0
+    if scale == 1.0 and size - offset > block_bytes:
+        scale = plain_scale
     if offset == 0 and size > block_bytes and result.decode:
         # the order of an export's entries as its detection read them (the carry scan of a
         # file read in several blocks asks it)

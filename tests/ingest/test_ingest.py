@@ -287,3 +287,32 @@ def test_many_small_files_grown_past_their_first_bytes_add_exactly_the_new_lines
     assert df.height == sum(range(1, 41)) + 120 * grown
     per_file = df.group_by("source").agg(pl.col("line").max())
     assert per_file.height == 40
+
+
+def test_a_long_plain_file_is_read_in_larger_blocks_by_default(tmp_path, fake_engine, monkeypatch):
+    """Without a block given, a file longer than the default block whose block is not scaled
+    for a platform download takes PLAIN_BLOCK_SCALE times the default (fewer chunks, each
+    paying the parser's fixed cost once); a given block is kept; the events are the same."""
+    import servelens.pipeline.ingest as ing
+
+    blocks: list[int] = []
+    real = ing.parse_stream
+
+    def spy(*args, **kw):
+        blocks.append(kw["block_bytes"])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(ing, "parse_stream", spy)
+    monkeypatch.setattr(ing, "DEFAULT_BLOCK_BYTES", 4096)
+    log = write(tmp_path / "a.log", fake_lines(400))  # longer than 4096 bytes
+    assert log.stat().st_size > 4096
+    ingest([log], tmp_path / "default")
+    ingest([log], tmp_path / "given", block_bytes=4096)
+    assert blocks == [int(4096 * ing.PLAIN_BLOCK_SCALE), 4096]
+    assert ing.PLAIN_BLOCK_SCALE > 1
+    cols = ["line", "n_lines", "event", "message", "ts"]
+    assert events(tmp_path / "default").select(cols).equals(events(tmp_path / "given").select(cols))
+    small = write(tmp_path / "b.log", fake_lines(10))  # one block either way: not scaled
+    assert small.stat().st_size < 4096
+    ingest([small], tmp_path / "small")
+    assert blocks[-1] == 4096

@@ -322,6 +322,43 @@ def test_record_starts_never_split_a_traceback() -> None:
     assert [i + 1 for i, s in enumerate(starts) if s] == [1, 2, 8, 14, 15, 21, 27, 33, 40, 41]
 
 
+@pytest.mark.parametrize("second", [
+    "(APIServer pid=1) INFO 05-12 08:00:00 [logger.py:49]  indented",  # two blanks behind `]`
+    "(APIServer pid=1) INFO 05-12 08:00:00 [logger.py:49]\tindented",  # a tab right behind it
+    "(APIServer pid=1) INFO 05-12 08:00:00 [logger.py:49] ",  # an empty body
+    "(APIServer pid=1) INFO 05-12 08:00:00 [logger.py:49]",
+    "(APIServer pid=1)    File \"x.py\", line 3, in f",  # a raw frame behind the prefix
+    "(APIServer pid=1)",
+    "(APIServer pid=1) INFO 05-12 08:00:00 [logger.py:49] \u00a0non-breaking",
+    "[rank0]:   File \"x.py\", line 3, in f",
+    "[rank0]:",
+])
+def test_record_starts_shortcut_keeps_every_continuation(second: str) -> None:
+    """A window without a shaped line skips the line anatomy (record_starts' shortcut); a
+    continuation the anatomy finds is never lost to it."""
+    head = second.split(" INFO ")[0] if " INFO " in second else second.split(" ")[0].rstrip(":")
+    first = f"{head} INFO 05-12 08:00:00 [logger.py:49] Traceback (most recent call last):"
+    if second.startswith("[rank0]"):
+        first = "[rank0]: Traceback (most recent call last):"
+    lines = pl.Series([first, second, first.replace("Traceback (most recent call last):", "ok")])
+    full = ~vllm._lines_anatomy(pl.DataFrame({"text": lines}))["cont"]
+    assert vllm.record_starts(lines).to_list() == full.to_list()
+    assert vllm.record_starts(lines[1:]).to_list() == (~vllm._lines_anatomy(pl.DataFrame({"text": lines[1:]}))["cont"]).to_list()
+    # and with the traceback's head out of the window: the same answer as the anatomy's
+    plain = pl.Series([first.replace("Traceback (most recent call last):", "x"), second])
+    assert vllm.record_starts(plain).to_list() == (~vllm._lines_anatomy(pl.DataFrame({"text": plain}))["cont"]).to_list()
+
+
+def test_record_starts_shortcut_on_plain_lines() -> None:
+    lines = pl.Series([
+        "(APIServer pid=1) INFO 05-12 08:00:00 [logger.py:49] Received request a: params: SamplingParams(n=1), lora_request: None.",
+        "(APIServer pid=1) INFO:     10.0.0.1:1 - \"POST /v1/completions HTTP/1.1\" 200 OK",
+        "(APIServer pid=1) INFO 05-12 08:00:00 [async_llm.py:360] Added request a.",
+    ])
+    assert not lines.str.contains(vllm._MAYBE_SHAPED).any()
+    assert vllm.record_starts(lines).to_list() == [True, True, True]
+
+
 def test_chunks_split_at_record_starts_give_the_same_events() -> None:
     text = (FIXTURES / "errors.log").read_text().splitlines()
     whole = parse_text("vllm", "\n".join(text) + "\n")

@@ -203,23 +203,41 @@ def _proc_groups(df: pl.DataFrame) -> tuple[pl.DataFrame, str | None]:
     # such line's start (the same first `)`, the same `n`), and its groups are every such
     # line's; the other lines' start is empty (`n` is 0): no prefix (uvicorn's own lines
     # among vLLM's)
-    at = df.select(opens.arg_max()).item()
+    head = df["_t"][0] or ""
+    at = 0 if head.startswith(("(", "[")) else df.select(opens.arg_max()).item()
     first = df.slice(at, 1).select(t.str.head(n)).item() or ""
     close_at = first.encode().find(b")")
     if close_at >= 0 and len(first) == close_at + 2:
         mine = t.str.starts_with(first)
-        every, each = df.select(mine.all().alias("every"), (mine | ~opens).all().alias("each")).row(0)
-        if each:
-            one = pl.DataFrame({"_start": [first]}).select(pl.col("_start").str.extract_groups(pattern).alias("_g"))
-            one = one.unnest("_g").select(*(v.alias(k) for k, v in then.items()))
-            values = [pl.lit(one[c][0], one[c].dtype) for c in one.columns]
+        # (every line starting so: then every line that opens like a prefix does)
+        every = df.select(mine.all()).item()
+        if every or df.select((mine | ~opens).all()).item():
+            one = _one_prefix(first, pattern, then)
+            values = [pl.lit(v, dtype) for v, dtype in one]
             if not every:  # a field the prefix does not set is null on every line
-                values = [v if one[c][0] is None else pl.when(mine).then(v) for v, c in zip(values, one.columns)]
-            df = df.with_columns(v.alias(c) for v, c in zip(values, one.columns))
+                values = [v if value is None else pl.when(mine).then(v) for v, (value, _) in zip(values, one)]
+            df = df.with_columns(v.alias(c) for v, c in zip(values, [*then]))
             # the prefix the pattern read (a start it does not read whole has a shorter one)
-            return df.with_columns(pl.col("_o").fill_null(0), pl.col("_ob").fill_null(0)), first[: one["_o"][0]]
+            return df.with_columns(pl.col("_o").fill_null(0), pl.col("_ob").fill_null(0)), first[: one[[*then].index("_o")][0]]
     df = _by_start(df, t.str.head(n), pattern, then)
     return df.with_columns(pl.col("_o").fill_null(0), pl.col("_ob").fill_null(0)), None
+
+
+_PREFIXES: dict[str, list[tuple[object, pl.DataType]]] = {}
+
+
+def _one_prefix(first: str, pattern: str, then: dict[str, pl.Expr]) -> list[tuple[object, pl.DataType]]:
+    """`then`'s values (and types) of one process prefix read by `pattern`; the few
+    prefixes of a file are read once, not at every chunk."""
+    got = _PREFIXES.get(first)
+    if got is None:
+        one = pl.DataFrame({"_start": [first]}).select(pl.col("_start").str.extract_groups(pattern).alias("_g"))
+        one = one.unnest("_g").select(*(v.alias(k) for k, v in then.items()))
+        got = [(one[c][0], one[c].dtype) for c in one.columns]
+        if len(_PREFIXES) >= 256:
+            _PREFIXES.clear()
+        _PREFIXES[first] = got
+    return got
 
 
 # lines whose header starts are sampled to tell whether most starts are distinct
@@ -326,8 +344,24 @@ def _continues(df: pl.DataFrame, blank: bool = True) -> pl.Expr:
     return pl.lit(cont).alias("cont")
 
 
+# A line can continue the one before only when `_continues` finds it shaped: its body (behind
+# any process prefix and header, each of which ends in `)` or `]` and at most one space) is
+# blank or indented, or it opens a traceback or a chained exception. A line holding none of
+# these anywhere is no continuation, whatever its prefix and header (a line opening with
+# torch's `[rankN]:`, whose prefix ends otherwise, is always asked in full).
+_MAYBE_SHAPED = (
+    r"^\s|^$|^\[rank|[)\]](?:$|[^\S ]| (?:$|\s))|" + re.escape(_TRACEBACK)
+    + r"|The above exception was the direct cause|During handling of the above exception"
+)
+
+
 def record_starts(text: pl.Series) -> pl.Series:
-    df = _lines_anatomy(pl.DataFrame({"text": text.cast(pl.String)}))
+    text = text.cast(pl.String)
+    # the usual window (a block's last lines) holds no candidate: each line starts a record,
+    # without taking the lines apart
+    if not pl.select(pl.lit(text.fill_null("")).str.contains(_MAYBE_SHAPED).any()).item():
+        return pl.repeat(True, len(text), dtype=pl.Boolean, eager=True).alias("starts")
+    df = _lines_anatomy(pl.DataFrame({"text": text}))
     return (~df["cont"]).alias("starts")
 
 
