@@ -336,11 +336,16 @@ def _parse_streams(parser, view: pl.DataFrame, dec: pl.DataFrame, ctx, labels: t
     if not keys:
         return parser.parse(view, ctx)
     name = pl.concat_str([pl.col(k).fill_null("") for k in keys], separator="\x1f")
-    # lines naming no stream (an undecodable part) stay with the run before them
-    runs = dec.select(pl.when(name != "").then(name).forward_fill().fill_null("").alias("_s"))["_s"]
-    change = (runs != runs.shift(1)).fill_null(True)
-    run_id = change.cum_sum()
-    firsts = runs.filter(change).to_list()
+    if _one_run(dec, keys):
+        # (one stream's block, the usual one: its name is its first line's, one run)
+        firsts = dec.head(1).select(name)[:, 0].to_list()
+        runs = run_id = None
+    else:
+        # lines naming no stream (an undecodable part) stay with the run before them
+        runs = dec.select(pl.when(name != "").then(name).forward_fill().fill_null("").alias("_s"))["_s"]
+        change = (runs != runs.shift(1)).fill_null(True)
+        run_id = change.cum_sum()
+        firsts = runs.filter(change).to_list()
     # the engine of each stream, once per file (ctx state): None for the file's own
     known = ctx.state.setdefault("stream_engines", {})
     mixed = ctx.engine != "unknown" and not ctx.file.get("engine_explicit")
@@ -360,7 +365,7 @@ def _parse_streams(parser, view: pl.DataFrame, dec: pl.DataFrame, ctx, labels: t
 
     parts = []
     for i, engine in enumerate(engines):
-        sub = view.filter(run_id == i + 1)
+        sub = view if run_id is None else view.filter(run_id == i + 1)
         if engine is None:
             parts.append(parser.parse(sub, ctx))
         else:
@@ -369,6 +374,11 @@ def _parse_streams(parser, view: pl.DataFrame, dec: pl.DataFrame, ctx, labels: t
     if len(set(engines)) > 1:
         parts = _same_times(parts)
     return pl.concat(parts, how="diagonal_relaxed") if parts else parser.parse(view.head(0), ctx)
+
+
+def _one_run(dec: pl.DataFrame, keys: list[str]) -> bool:
+    """Does every line of `dec` name the stream its first line names (`keys`, nulls alike)?"""
+    return dec.height > 0 and bool(dec.select(pl.all_horizontal([pl.col(k).eq_missing(pl.col(k).first()).all() for k in keys])).item())
 
 
 def _same_times(parts: list[pl.DataFrame]) -> list[pl.DataFrame]:
