@@ -303,13 +303,19 @@ def written_whole(layers: tuple[str, ...] | list[str]) -> bool:
 
 # the most a platform download's read block is scaled by (its memory is that of a block)
 MAX_BLOCK_SCALE = 4.0
+# a chunk of a platform download costs more per chunk than a plain log's does (the decode's
+# own passes, the reader's record-start question decoding the block's last lines, the
+# wrapper's columns, on top of the engine parser's passes): its block holds this many times
+# the engine lines of a plain log's block, so that those costs count for half as much
+EXPORT_CHUNK_LINES = 2.0
 
 
 def block_scale(layers: tuple[str, ...] | list[str], head: bytes) -> float:
     """How many read blocks' worth of bytes one block of a file in `layers` is to take: a
     platform download spends bytes on each entry's envelope, and a chunk costs per engine
-    line and per chunk (the engine parser's passes), so its block is as many times larger
-    as its head's bytes are to the engine lines inside them; 1 for anything else."""
+    line and per chunk (the engine parser's passes, the decode's), so its block is as many
+    times larger as its head's bytes are to the engine lines inside them, times
+    EXPORT_CHUNK_LINES (at most MAX_BLOCK_SCALE); 1 for anything else."""
     if not written_whole(layers) or not head:
         return 1.0
     sample = head_sample(head)
@@ -318,7 +324,7 @@ def block_scale(layers: tuple[str, ...] | list[str], head: bytes) -> float:
     inner = pl.Series(lines, dtype=pl.String).str.len_bytes().sum() + len(lines)
     if not inner:
         return 1.0
-    return float(min(MAX_BLOCK_SCALE, max(1.0, raw / inner)))
+    return float(min(MAX_BLOCK_SCALE, max(1.0, EXPORT_CHUNK_LINES * raw / inner)))
 
 
 # labels that name one server's stream in a file holding several (a platform export of a
