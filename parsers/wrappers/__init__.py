@@ -303,13 +303,19 @@ def written_whole(layers: tuple[str, ...] | list[str]) -> bool:
 
 # the most a platform download's read block is scaled by (its memory is that of a block)
 MAX_BLOCK_SCALE = 4.0
+# a chunk of a platform download costs more per chunk than a plain log's does (the decode's
+# own passes, the reader's record-start question decoding the block's last lines, the
+# wrapper's columns, on top of the engine parser's passes): its block holds this many times
+# the engine lines of a plain log's block, so that those costs count for half as much
+EXPORT_CHUNK_LINES = 2.0
 
 
 def block_scale(layers: tuple[str, ...] | list[str], head: bytes) -> float:
     """How many read blocks' worth of bytes one block of a file in `layers` is to take: a
     platform download spends bytes on each entry's envelope, and a chunk costs per engine
-    line and per chunk (the engine parser's passes), so its block is as many times larger
-    as its head's bytes are to the engine lines inside them; 1 for anything else."""
+    line and per chunk (the engine parser's passes, the decode's), so its block is as many
+    times larger as its head's bytes are to the engine lines inside them, times
+    EXPORT_CHUNK_LINES (at most MAX_BLOCK_SCALE); 1 for anything else."""
     if not written_whole(layers) or not head:
         return 1.0
     sample = head_sample(head)
@@ -318,7 +324,7 @@ def block_scale(layers: tuple[str, ...] | list[str], head: bytes) -> float:
     inner = pl.Series(lines, dtype=pl.String).str.len_bytes().sum() + len(lines)
     if not inner:
         return 1.0
-    return float(min(MAX_BLOCK_SCALE, max(1.0, raw / inner)))
+    return float(min(MAX_BLOCK_SCALE, max(1.0, EXPORT_CHUNK_LINES * raw / inner)))
 
 
 # labels that name one server's stream in a file holding several (a platform export of a
@@ -336,11 +342,16 @@ def _parse_streams(parser, view: pl.DataFrame, dec: pl.DataFrame, ctx, labels: t
     if not keys:
         return parser.parse(view, ctx)
     name = pl.concat_str([pl.col(k).fill_null("") for k in keys], separator="\x1f")
-    # lines naming no stream (an undecodable part) stay with the run before them
-    runs = dec.select(pl.when(name != "").then(name).forward_fill().fill_null("").alias("_s"))["_s"]
-    change = (runs != runs.shift(1)).fill_null(True)
-    run_id = change.cum_sum()
-    firsts = runs.filter(change).to_list()
+    if _one_run(dec, keys):
+        # (one stream's block, the usual one: its name is its first line's, one run)
+        firsts = dec.head(1).select(name)[:, 0].to_list()
+        runs = run_id = None
+    else:
+        # lines naming no stream (an undecodable part) stay with the run before them
+        runs = dec.select(pl.when(name != "").then(name).forward_fill().fill_null("").alias("_s"))["_s"]
+        change = (runs != runs.shift(1)).fill_null(True)
+        run_id = change.cum_sum()
+        firsts = runs.filter(change).to_list()
     # the engine of each stream, once per file (ctx state): None for the file's own
     known = ctx.state.setdefault("stream_engines", {})
     mixed = ctx.engine != "unknown" and not ctx.file.get("engine_explicit")
@@ -360,7 +371,7 @@ def _parse_streams(parser, view: pl.DataFrame, dec: pl.DataFrame, ctx, labels: t
 
     parts = []
     for i, engine in enumerate(engines):
-        sub = view.filter(run_id == i + 1)
+        sub = view if run_id is None else view.filter(run_id == i + 1)
         if engine is None:
             parts.append(parser.parse(sub, ctx))
         else:
@@ -369,6 +380,11 @@ def _parse_streams(parser, view: pl.DataFrame, dec: pl.DataFrame, ctx, labels: t
     if len(set(engines)) > 1:
         parts = _same_times(parts)
     return pl.concat(parts, how="diagonal_relaxed") if parts else parser.parse(view.head(0), ctx)
+
+
+def _one_run(dec: pl.DataFrame, keys: list[str]) -> bool:
+    """Does every line of `dec` name the stream its first line names (`keys`, nulls alike)?"""
+    return dec.height > 0 and bool(dec.select(pl.all_horizontal([pl.col(k).eq_missing(pl.col(k).first()).all() for k in keys])).item())
 
 
 def _same_times(parts: list[pl.DataFrame]) -> list[pl.DataFrame]:

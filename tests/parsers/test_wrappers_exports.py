@@ -17,7 +17,7 @@ from servelens.parsers.text import parse_text
 
 from tests.helpers import wrapping as wr
 from tests.helpers.wrapping_exports import (
-    POD, cw_filter_log_events, cw_get_log_events, cw_insights, gcloud_json, gcp_array, gcp_entry, gcp_ndjson, loki_default, loki_jsonl, otlp_file,
+    POD, cw_filter_log_events, cw_get_log_events, cw_insights, gcloud_json, gcp_array, gcp_entry, gcp_ndjson, loki_default, loki_jsonl, ndjson, otlp_file,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -313,3 +313,23 @@ def test_kubectl_prefix_of_two_pods_interleaved_keeps_them_apart():
     key = [c for c in SAME if c != "model"]  # (a carried model is per file, not per pod)
     for name, base in (("vllm-a", a_base), ("vllm-b", b_base)):
         assert ev.filter(pod == name).select(key).equals(base.select(key)), name
+
+
+def test_a_namespace_export_of_two_engines_gives_each_pod_its_engines_events():
+    """A vLLM pod's and an SGLang pod's lines interleaved in one export, read as one block:
+    the block names two streams, so each pod's lines go to its own engine's parser and
+    give the events of that server's own file (a block naming one stream is one run)."""
+    a_lines, a_times, a_base = truth("sample_logs/vllm/real/v1_0_11.log", "vllm")
+    b_lines, _, b_base = truth("sample_logs/sglang/real/v0_4_2025.log", "sglang")
+    b_times = [a_times[0] + i * wr.STEP_NS + wr.STEP_NS // 2 for i in range(len(b_lines))]
+    ents = [(t, gcp_entry(ln, t, pod="vllm-a", i=i)) for i, (ln, t) in enumerate(zip(a_lines, a_times))]
+    ents += [(t, gcp_entry(ln, t, pod="sglang-b", i=10_000 + i)) for i, (ln, t) in enumerate(zip(b_lines, b_times))]
+    ents.sort(key=lambda p: p[0])
+    layers, _, ev = parse("vllm", ndjson([e for _, e in ents]))
+    assert layers == ("gcp-logging",)
+    pod = ev["labels"].str.json_decode().struct.field("pod")
+    assert set(ev.filter(pod == "sglang-b")["engine"].unique().to_list()) == {"sglang"}
+    for name, base in (("vllm-a", a_base), ("sglang-b", b_base)):
+        mine = in_time_order(ev.filter(pod == name))
+        assert mine.select(SAME).equals(base.select(SAME)), name
+
