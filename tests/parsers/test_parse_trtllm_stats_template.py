@@ -137,6 +137,11 @@ NEAR_MISSES = [
     BASE.replace('"Max Request Count":256', '"Max Request Count":256,"KV cache transfer time":1.5'),
     BASE.replace('"Max Request Count":256', '"Max Request Count":256,"numActiveRequests":2'),
     BASE.replace(',"Iteration', ', "Iteration'),
+    # a key left out before its value (a bare value where the key should open the piece), and
+    # the same with the key's bytes made up elsewhere in the row
+    BASE.replace('"Max Request Count":256', "256"),
+    BASE.replace('"Max Request Count":256', "256")[:-1] + ',"Max Request Count":0}',
+    BASE.replace('"Max Request Count":256', "256").replace('"Iteration Counter":', '"Max Request Count":"Iteration Counter":'),
     BASE.replace('":', '" :', 1),
     # the object's ends
     BASE[:-1],

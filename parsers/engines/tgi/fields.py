@@ -58,6 +58,20 @@ def parts_ns(prefix: str) -> pl.Expr:
     return _ns(pl.col(f"{prefix}_i"), pl.col(f"{prefix}_f"), pl.col(f"{prefix}_u"))
 
 
+def parts_ns_staged(prefixes: tuple[str, ...], names: tuple[str, ...]) -> tuple[tuple[pl.Expr, ...], tuple[pl.Expr, ...]]:
+    """`parts_ns` of each prefix as `names`, in two steps (each a `with_columns`; the second
+    drops nothing: the caller drops `{prefix}_n`, `_w`, `_9`): the unit's nanoseconds, the
+    whole number and the fraction as columns first, as eager polars evaluates a
+    sub-expression again at each use (in `parts_ns` over a capture, the capture would run
+    once for each use of the unit)."""
+    first, second = [], []
+    for prefix, name in zip(prefixes, names):
+        unit_ns, whole, frac9 = _ns_parts(pl.col(f"{prefix}_i"), pl.col(f"{prefix}_f"), pl.col(f"{prefix}_u"))
+        first += [unit_ns.alias(f"{prefix}_n"), whole.alias(f"{prefix}_w"), frac9.alias(f"{prefix}_9")]
+        second.append(_ns_of(pl.col(f"{prefix}_w"), pl.col(f"{prefix}_9"), pl.col(f"{prefix}_n")).alias(name))
+    return tuple(first), tuple(second)
+
+
 def duration_ns(expr: pl.Expr) -> pl.Expr:
     """A Rust Debug duration string -> Int64 nanoseconds (null when it is not one)."""
     g = expr.str.extract_groups(DURATION_RE)
@@ -65,16 +79,25 @@ def duration_ns(expr: pl.Expr) -> pl.Expr:
 
 
 def _ns(whole: pl.Expr, frac: pl.Expr, unit: pl.Expr) -> pl.Expr:
+    unit_ns, whole, frac9 = _ns_parts(whole, frac, unit)
+    return _ns_of(whole, frac9, unit_ns)
+
+
+def _ns_parts(whole: pl.Expr, frac: pl.Expr, unit: pl.Expr) -> tuple[pl.Expr, pl.Expr, pl.Expr]:
+    """(the unit in nanoseconds, the whole number, the fraction in units of 1e-9 of the unit)."""
     unit_ns = (
         pl.when(unit == "s").then(pl.lit(NS_PER_S, pl.Int64))
         .when(unit == "ms").then(pl.lit(1_000_000, pl.Int64))
         .when(unit == "ns").then(pl.lit(1, pl.Int64))
         .when(unit.is_not_null()).then(pl.lit(1_000, pl.Int64))
     )
-    whole = whole.cast(pl.Int64, strict=False)
     # fraction digits padded to 9 = the fraction in units of 1e-9 of the unit; exact for
     # every fraction Rust prints (<= 9 digits for s, 6 for ms, 3 for µs)
     frac9 = frac.fill_null("").str.pad_end(9, "0").cast(pl.Int64, strict=False)
+    return unit_ns, whole.cast(pl.Int64, strict=False), frac9
+
+
+def _ns_of(whole: pl.Expr, frac9: pl.Expr, unit_ns: pl.Expr) -> pl.Expr:
     # a duration past 2**63 ns (292 years) would wrap around: null instead
     fits = whole <= (2**63 - 1) // unit_ns - 1
     return pl.when(fits).then(whole * unit_ns + (frac9 * unit_ns) // NS_PER_S)
@@ -191,14 +214,21 @@ ROUTER_DEFAULT_RE = r"^Maximum (?P<key>input|total) tokens defaulted to (?P<val>
 MODEL_SUPPORTS_RE = r"^Model supports up to (?P<max>[0-9]+) but tgi will now set its default to (?P<dflt>[0-9]+)"
 
 
-def capacity_fields(msg: pl.Expr) -> dict[str, pl.Expr]:
-    kv = msg.str.extract_groups(KV_BLOCKS_RE)
+CAPACITY_GROUPS = {"kv": KV_BLOCKS_RE, "dflt": DEFAULT_RE, "sup": MODEL_SUPPORTS_RE, "rdef": ROUTER_DEFAULT_RE}
+
+
+def capacity_fields(msg: pl.Expr, groups: dict[str, pl.Expr] | None = None) -> dict[str, pl.Expr]:
+    """The capacity lines' fields of `msg`. `groups`: the captures of CAPACITY_GROUPS'
+    patterns over `msg` (struct columns read before: each is read several times here)."""
+    if groups is None:
+        groups = {name: msg.str.extract_groups(pattern) for name, pattern in CAPACITY_GROUPS.items()}
+    kv = groups["kv"]
     blocks = kv.struct.field("blocks").cast(pl.Int64, strict=False)
     size = kv.struct.field("size").cast(pl.Int64, strict=False)
-    dflt = msg.str.extract_groups(DEFAULT_RE)
+    dflt = groups["dflt"]
     dkey, dval = dflt.struct.field("key"), dflt.struct.field("val").cast(pl.Int64, strict=False)
-    sup = msg.str.extract_groups(MODEL_SUPPORTS_RE)
-    rdef = msg.str.extract_groups(ROUTER_DEFAULT_RE)
+    sup = groups["sup"]
+    rdef = groups["rdef"]
     rkey, rval = rdef.struct.field("key"), rdef.struct.field("val").cast(pl.Int64, strict=False)
     return {
         "max_batch_tokens": msg.str.extract(SETTING_MAX_BATCH_RE, 1).cast(pl.Int64, strict=False),

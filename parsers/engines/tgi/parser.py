@@ -60,15 +60,17 @@ import polars as pl
 
 from ...base import ParseContext, attrs_column, attrs_json, record_ids, rfc3339_to_ts
 from .fields import (
+    CAPACITY_GROUPS,
     CAPACITY_RE,
+    DURATION_RE,
     args_fields,
     capacity_fields,
-    duration_ns,
     generate_parameters,
     max_new_tokens,
     ns_to_s,
     ns_to_s_small,
     parts_ns,
+    parts_ns_staged,
     seed_value,
 )
 from .json_format import json_records
@@ -296,18 +298,27 @@ def _events_of_kinds(df: pl.DataFrame, n_plain: int) -> pl.DataFrame:
 
 def _classify(df: pl.DataFrame) -> pl.DataFrame:
     """`event`, `error_kind` and `_design` of records other than the plain `Success`."""
-    return df.with_columns(*_classify_exprs())
+    first, second = _classify_exprs()
+    return df.with_columns(*first).with_columns(*second).drop("_msg1", "_design_batch")
 
 
 @functools.cache
-def _classify_exprs() -> tuple[pl.Expr, ...]:
+def _classify_exprs() -> tuple[tuple[pl.Expr, ...], tuple[pl.Expr, ...]]:
+    """Two steps: what several columns read as columns first (eager polars evaluates a
+    sub-expression again at each use, and plans each use: these records are few, the
+    planning is most of their cost)."""
     msg, target, full, special = pl.col("_msg"), pl.col("target"), pl.col("_full"), pl.col("_special")
-    msg1 = msg.str.strip_chars()
-    router_says = target.str.starts_with("text_generation_router") | pl.col("_d_total_u").is_not_null()
     no_file = pl.col("file").is_null()
+    msg1 = msg.str.strip_chars()
     design_kv = _only(no_file & target.is_in(("generate", "batch")), msg1).str.contains(_DESIGN_KV_RE)
-    design_req = no_file & (target == "generate") & design_kv
-    design_batch = no_file & (target == "batch") & design_kv
+    first = (
+        msg1.alias("_msg1"),
+        (no_file & (target == "generate") & design_kv).alias("_design"),
+        (no_file & (target == "batch") & design_kv).alias("_design_batch"),
+    )
+    msg1 = pl.col("_msg1")
+    router_says = target.str.starts_with("text_generation_router") | pl.col("_d_total_u").is_not_null()
+    design_req, design_batch = pl.col("_design"), pl.col("_design_batch")
     success = (msg1 == "Success") & (
         router_says
         | _outer_span(_only((msg1 == "Success") & ~router_says, pl.coalesce(pl.col("span"), pl.col("_spans"))))
@@ -334,14 +345,14 @@ def _classify_exprs() -> tuple[pl.Expr, ...]:
         .when(err_kind.is_not_null()).then(pl.lit("error"))
         .otherwise(pl.lit("log"))
     )
-    return (
+    design = design_req | design_batch
+    return first, (
         event.alias("event"),
         err_kind.alias("error_kind"),
-        design_req.alias("_design"),
         # in the design-note lines `generate:` / `batch:` is a span name, not a target
-        pl.when(design_req | design_batch).then(target).otherwise(pl.col("span")).alias("span"),
-        pl.when(design_req | design_batch).then(None).otherwise(pl.col("_spans")).alias("_spans"),
-        pl.when(design_req | design_batch).then(None).otherwise(target).alias("target"),
+        pl.when(design).then(target).otherwise(pl.col("span")).alias("span"),
+        pl.when(design).then(None).otherwise(pl.col("_spans")).alias("_spans"),
+        pl.when(design).then(None).otherwise(target).alias("target"),
     )
 
 
@@ -545,15 +556,19 @@ def _others(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def _capacity_fields(df: pl.DataFrame) -> pl.DataFrame:
-    return df.with_columns(*_capacity_exprs())
+    groups, fields = _capacity_exprs()
+    return df.with_columns(*groups).with_columns(*fields).drop([g.meta.output_name() for g in groups])
 
 
 @functools.cache
-def _capacity_exprs() -> tuple[pl.Expr, ...]:
+def _capacity_exprs() -> tuple[tuple[pl.Expr, ...], tuple[pl.Expr, ...]]:
+    """The capacity patterns' captures as columns, then the fields read from them (a
+    capture read by several fields would run again for each)."""
     full = pl.col("_full")
+    groups = tuple(full.str.extract_groups(pattern).alias(f"_cap_{name}") for name, pattern in CAPACITY_GROUPS.items())
     args = args_fields(full)
-    capf = capacity_fields(full)
-    return (
+    capf = capacity_fields(full, {name: pl.col(f"_cap_{name}") for name in CAPACITY_GROUPS})
+    return groups, (
         pl.coalesce(capf["max_batch_tokens"], args["max_batch_tokens"]).alias("max_batch_tokens"),
         capf["kv_blocks_total"].alias("kv_blocks_total"),
         capf["kv_capacity_tokens"].alias("kv_capacity_tokens"),
@@ -597,15 +612,24 @@ def _error_exprs() -> tuple[pl.Expr, ...]:
 
 
 def _log_fields(df: pl.DataFrame) -> pl.DataFrame:
-    # step by step: nested, the helpers' repeated sub-expressions multiply (slow to plan)
-    ready_ns, ready_s = _log_exprs()
-    return df.with_columns(ready_ns).with_columns(ready_s).drop("_ready_ns")
+    # step by step: nested, the helpers' repeated sub-expressions multiply (slow to plan,
+    # and run again at each use)
+    steps = _log_exprs()
+    for step in steps:
+        df = df.with_columns(*step)
+    return df.drop("_rg", "_ready_i", "_ready_f", "_ready_u", "_ready_n", "_ready_w", "_ready_9", "_ready_ns")
 
 
 @functools.cache
-def _log_exprs() -> tuple[pl.Expr, pl.Expr]:
+def _log_exprs() -> tuple[tuple[pl.Expr, ...], ...]:
     ready = pl.col("_full").str.extract(r"^Shard ready in (\S+)$", 1)
-    return duration_ns(ready).alias("_ready_ns"), ns_to_s(pl.col("_ready_ns")).alias("ready_s")
+    parts = pl.col("_rg").struct
+    first, second = parts_ns_staged(("_ready",), ("_ready_ns",))
+    return (
+        (ready.str.extract_groups(DURATION_RE).alias("_rg"),),
+        (parts.field("int").alias("_ready_i"), parts.field("frac").alias("_ready_f"), parts.field("unit").alias("_ready_u")),
+        first, second, (ns_to_s(pl.col("_ready_ns")).alias("ready_s"),),
+    )
 
 
 _KIND_FIELDS = {

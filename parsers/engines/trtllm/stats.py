@@ -349,15 +349,21 @@ def _template_exprs(keys: tuple[str, ...]) -> tuple[list[pl.Expr], list[pl.Expr]
     heads = [("{" if i == 0 else "") + json.dumps(k) + ":" for i, k in enumerate(keys)]
     cut = [j, j.str.split_exact(",", n - 1).alias("_parts")]
     pieces = [pl.col("_parts").struct.field(f"field_{i}") for i in range(n)]
-    texts = [p.str.slice(len(h)).alias(f"_t{i}") for i, (p, h) in enumerate(zip(pieces, heads))]
+    # each piece less its key (a piece not opening with it is left whole: told below)
+    texts = [p.str.strip_prefix(h).alias(f"_t{i}") for i, (p, h) in enumerate(zip(pieces, heads))]
     texts[-1] = texts[-1].str.strip_suffix("}")
-    shape = [p.str.starts_with(h) for p, h in zip(pieces, heads)] + [
+    pieces_len = pl.sum_horizontal(p.str.len_bytes() for p in pieces)
+    shape = [
         pieces[-1].str.ends_with("}"),
         # the pieces and the commas between them are the whole row
-        pl.sum_horizontal(p.str.len_bytes() for p in pieces) + (n - 1) == j.str.len_bytes(),
+        pieces_len + (n - 1) == j.str.len_bytes(),
     ]
-    read = [*texts, pl.all_horizontal(shape).alias("_ok")]
-    ok = [pl.col("_ok")]
+    read = [*texts, pl.all_horizontal(shape).alias("_ok"), pieces_len.alias("_plen")]
+    # every piece opened with its key (and the last closed with `}`): then the texts are the
+    # pieces less the keys' bytes and that one; a piece without its key would add its key's
+    # length (the keys are ASCII: `len` counts their bytes)
+    keys_len = sum(len(h) for h in heads) + 1
+    ok = [pl.col("_ok"), pl.sum_horizontal(pl.col(f"_t{i}").str.len_bytes() for i in range(n)) + keys_len == pl.col("_plen")]
     ints = [pl.col(f"_t{i}") for i, k in enumerate(keys) if GPTMANAGER_KEYS[k] == _I]
     if ints:
         ok.append(
