@@ -155,14 +155,52 @@ def record_starts(text: pl.Series) -> pl.Series:
     chunk is never cut inside a request's timing block; nor between a task's `new prompt` or
     `cancel task` line and its end (`stop processing` or `total time`), which the chunk reads
     together (the whole prompt, an abort), as far as the timing block's look-back reaches."""
+    text = text.cast(_STR)
+    tagged = _tagged_starts(text)
+    return tagged if tagged is not None else _anatomy_starts(text)
+
+
+def _anatomy_starts(text: pl.Series) -> pl.Series:
+    """`record_starts` of any window, each line taken apart."""
     df = _classified(_header(text))
-    msg, part = pl.col("_msg"), pl.col("_part")
+    return df.select(
+        ~_continues() & ~_block_or_task_open(pl.col("_msg"), pl.col("_part"), pl.col("_opener"))
+    ).to_series().alias("starts")
+
+
+def _block_or_task_open(msg: pl.Expr, part: pl.Expr, opener: pl.Expr) -> pl.Expr:
+    """True where a line may not start a chunk for a timing block or a task left open."""
     task_open = msg.str.starts_with("new prompt,") | msg.str.contains("cancel task, id_task = ", literal=True)
     task_end = msg.str.starts_with("stop processing") | (part == "total")
-    return df.select(
-        ~_continues() & ~(T.open_block(pl.col("_opener"), part == "total", part.is_not_null() & ~pl.col("_opener"))
-          | T.open_block(task_open.fill_null(False), task_end.fill_null(False), pl.lit(False)))
-    ).to_series().alias("starts")
+    return (T.open_block(opener, part == "total", part.is_not_null() & ~opener)
+            | T.open_block(task_open.fill_null(False), task_end.fill_null(False), pl.lit(False)))
+
+
+# a 2026 log's usual line: the relative time (its minutes few enough to be read: `_rel` is
+# set), the level letter if any and a server tag, the prefix up to the message as group 1 and
+# the function as group 3 (the head has one way to match, so the tag's groups are the anatomy's)
+_TAGGED_LINE_RE = r"^([0-9]{1,7}\.[0-9]{2}\.[0-9]{3}\.[0-9]{3} (?:[IWEDT] )?" + _TAG_RE[1:] + ")"
+
+
+def _tagged_starts(text: pl.Series) -> pl.Series | None:
+    """`record_starts` of a window whose every line is `_TAGGED_LINE_RE`'s, without the line
+    anatomy (None for any other window). Such a line is its own (no continuation), its form a
+    tag (no JSON, no 2024 text), its message the rest of the line; with no colour code to take
+    out and no timing header (whose parts continue it) each line's part and task roles are
+    its own, read here as `_classified` reads them."""
+    df = pl.DataFrame({"t": text}).with_columns(pl.col("t").str.extract_groups(_TAGGED_LINE_RE).alias("g"))
+    head = df["g"].struct.field("1")
+    if head.null_count() or df.select(pl.col("t").str.contains(ANSI_RE).any()).item():
+        return None
+    g = pl.col("g")
+    fn = g.struct.field("3")
+    df = df.select(fn.alias("fn"), pl.col("t").str.slice(g.struct.field("1").str.len_chars()).alias("msg"))
+    fn, msg = pl.col("fn"), pl.col("msg")
+    if df.select(((fn == "print_timing") & (msg.str.strip_chars() == "")).any()).item():
+        return None
+    df = df.with_columns(T.part_kind(pl.when(fn.is_in(["print_timing", "print_timings"])).then(msg)).alias("part"))
+    part = pl.col("part")
+    return df.select(~_block_or_task_open(msg, part, (part == "prompt").fill_null(False))).to_series().alias("starts")
 
 
 def scan_file(frames, ctx: ParseContext) -> None:
