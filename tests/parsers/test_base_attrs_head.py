@@ -1,8 +1,9 @@
-"""parsers/base.py `attrs_column` encodes the leading fields that hold one value on every row
-of a shape once and puts them before each row's encoding of the rest: the JSON must be what
-encoding every row whole gives (`attrs_json`, the general reading), on made-up frames, near
-misses (a float that is 0.0 on one row and -0.0 on another, text that needs escaping) and
-every engine's logged lines in tests/fixtures and sample_logs."""
+"""parsers/base.py `attrs_column` encodes a shape whose fields hold one value on every row once
+(from its first row), and reads a row's shape from 32-bit or 64-bit sums of its set fields'
+bits: the JSON must be what encoding every row whole gives (`attrs_json`, the general reading),
+on made-up frames, near misses (a float that is 0.0 on one row and -0.0 on another, text that
+needs escaping, first and last rows alike but not the middle, 31 and 32 fields) and every
+engine's logged lines in tests/fixtures and sample_logs."""
 
 from __future__ import annotations
 
@@ -39,6 +40,11 @@ CASES = {
     "escapes in head": frame(process=["\n\t\"\\/\u0001é"], n=[1, 2]),
     # two shapes over N rows: the per-shape path, not the regex (NaN and infinities unset)
     "non-finite floats unset": frame(process=["A"], kv=[0.5, float("nan"), float("inf"), -float("inf")], n=[1, 2]),
+    # the first and last rows agree (row N-1 is N-1 % 3 == 2 of the cycle) but not every row
+    "ends alike, middle not": frame(process=["A", "B", "A"], pid=[7]),
+    # the highest bit of a 32-bit shape, then too many fields for one
+    "31 fields": frame(**{f"f{i}": [i, None] if i % 2 or i == 30 else [i] for i in range(31)}),
+    "32 fields": frame(**{f"f{i}": [None, i] if i % 2 else ["x"] for i in range(32)}),
 }
 
 
