@@ -54,7 +54,7 @@ LIVE_WINDOW_S = 60.0
 # A chunk costs the engine parser a fixed number of passes and calls besides its lines,
 # whatever its size: a long file whose block is not scaled for a platform download (by its
 # envelopes) takes blocks this many times the default, which halves those costs for a
-# little more memory held at the peak.
+# little more memory held at the peak (when read alone: not beside worker processes).
 PLAIN_BLOCK_SCALE = 2.0
 
 
@@ -298,11 +298,14 @@ def ingest(
         known_files = KnownFiles(store)
         memo = DetectMemo(engine == "auto")
 
-        def open_file(item, reserved: set[str] | frozenset[str] = frozenset()) -> _Opened | FileResult:
+        def open_file(item, reserved: set[str] | frozenset[str] = frozenset(),
+                      side_by_side: bool = False) -> _Opened | FileResult:
+            # (files read side by side keep the plain block: each reader holds its own
+            # blocks, and together they would hold twice what one ingest does)
             opened = _open_file(item.path, store, known_files, batch, engine, instance or namer.name(item.path), year,
                                 block_bytes, on_progress, explicit=instance is not None,
                                 labels=namer.labels(item.path), reserved=reserved, memo=memo,
-                                plain_scale=plain_scale)
+                                plain_scale=1.0 if side_by_side else plain_scale)
             if isinstance(opened, _Opened):
                 opened.ctx.keep_lines = keep_lines
             return opened
@@ -751,7 +754,7 @@ def _all_files(found: list, reading: _Reading, workers: int, notes: list[str],
     try:
         reserved: set[str] = set()
         for item in big:
-            opened = open_file(item, reserved=frozenset(reserved))
+            opened = open_file(item, reserved=frozenset(reserved), side_by_side=True)
             if isinstance(opened, FileResult):
                 yield opened
                 continue

@@ -476,3 +476,29 @@ def test_a_workers_flushes_record_the_parsers_state_at_their_end_as_reading_here
     points, final = roll_back_points(tmp_path / "store")
     assert len(points) >= 2 and len({ctx for _, ctx in points}) >= 2  # (the state moves on in the file)
     assert (points, final) == roll_back_points(tmp_path / "serial")
+
+
+def test_files_read_beside_workers_keep_the_plain_block(tmp_path, monkeypatch, by_workers):
+    """A long plain file read alone takes PLAIN_BLOCK_SCALE times the default block; read
+    side by side with workers, each reader keeps the plain block, so that the readers
+    together hold no more than one ingest's blocks would at twice the size."""
+    monkeypatch.setattr(ingest_mod, "DEFAULT_BLOCK_BYTES", 4096)
+    logs = _logs(tmp_path)
+    assert all(log.stat().st_size > 4096 for log in logs)
+    real, scales = ingest_mod._open_file, {}
+
+    def spy(path, *args, **kw):
+        opened = real(path, *args, **kw)
+        scales[path.name] = opened.block_scale
+        return opened
+
+    monkeypatch.setattr(ingest_mod, "_open_file", spy)
+    ingest([tmp_path / "logs"], tmp_path / "side", workers=2)
+    assert by_workers and set(scales.values()) == {1.0} and len(scales) == len(logs)
+    scales.clear()
+    ingest([tmp_path / "logs"], tmp_path / "alone", workers=1)
+    assert set(scales.values()) == {ingest_mod.PLAIN_BLOCK_SCALE} and len(scales) == len(logs)
+    cols = ["source", "line", "event", "ts", "request_id"]
+    side = run(tmp_path / "side", f"select {', '.join(cols)} from events order by all")
+    alone = run(tmp_path / "alone", f"select {', '.join(cols)} from events order by all")
+    assert side.height == alone.height > 0 and side.equals(alone)
