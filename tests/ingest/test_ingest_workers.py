@@ -478,13 +478,13 @@ def test_a_workers_flushes_record_the_parsers_state_at_their_end_as_reading_here
     assert (points, final) == roll_back_points(tmp_path / "serial")
 
 
-def test_files_read_beside_workers_keep_the_plain_block(tmp_path, monkeypatch, by_workers):
+def test_files_read_beside_workers_keep_the_plain_block(tmp_path, monkeypatch, by_workers, thread_workers):
     """A long plain file read alone takes PLAIN_BLOCK_SCALE times the default block; read
     side by side with workers, each reader keeps the plain block, so that the readers
     together hold no more than one ingest's blocks would at twice the size."""
-    monkeypatch.setattr(ingest_mod, "DEFAULT_BLOCK_BYTES", 4096)
+    monkeypatch.setattr(ingest_mod, "DEFAULT_BLOCK_BYTES", 64 * 1024)
     logs = _logs(tmp_path)
-    assert all(log.stat().st_size > 4096 for log in logs)
+    assert all(log.stat().st_size > 64 * 1024 for log in logs)
     real, scales = ingest_mod._open_file, {}
 
     def spy(path, *args, **kw):
