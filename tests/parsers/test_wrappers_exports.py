@@ -112,17 +112,22 @@ def test_jsonpayload_message_is_the_line():
     assert in_time_order(ev).select(SAME).equals(base.select(SAME))
 
 
+def _two_pods(a_lines, a_times, a_pod, b_lines, b_pod):
+    """Two pods' Cloud Logging entries in one export, in time order: pod b's lines written at
+    the same moments as pod a's, shifted by half a step."""
+    b_times = [a_times[0] + i * wr.STEP_NS + wr.STEP_NS // 2 for i in range(len(b_lines))]
+    ents = [(t, gcp_entry(ln, t, pod=a_pod, i=i)) for i, (ln, t) in enumerate(zip(a_lines, a_times))]
+    ents += [(t, gcp_entry(ln, t, pod=b_pod, i=10_000 + i)) for i, (ln, t) in enumerate(zip(b_lines, b_times))]
+    ents.sort(key=lambda p: p[0])
+    return [e for _, e in ents]
+
+
 def test_a_two_pod_export_keeps_each_pods_records_apart():
     """Two servers' lines interleaved in one namespace export: each pod's tracebacks and
     requests stay whole, labelled with its pod."""
     a_lines, a_times, a_base = truth("sample_logs/vllm/real/v1_0_11.log", "vllm")
     b_lines, _, b_base = truth("sample_logs/vllm/real/v0_4.log", "vllm")
-    # pod b's lines written at the same moments as pod a's, shifted by half a step
-    b_times = [a_times[0] + i * wr.STEP_NS + wr.STEP_NS // 2 for i in range(len(b_lines))]
-    ents = [(t, gcp_entry(ln, t, pod="vllm-a", i=i)) for i, (ln, t) in enumerate(zip(a_lines, a_times))]
-    ents += [(t, gcp_entry(ln, t, pod="vllm-b", i=10_000 + i)) for i, (ln, t) in enumerate(zip(b_lines, b_times))]
-    ents.sort(key=lambda p: p[0])
-    _, _, ev = parse("vllm", gcloud_json([e for _, e in ents]))
+    _, _, ev = parse("vllm", gcloud_json(_two_pods(a_lines, a_times, "vllm-a", b_lines, "vllm-b")))
     pod = ev["labels"].str.json_decode().struct.field("pod")
     for name, base in (("vllm-a", a_base), ("vllm-b", b_base)):
         mine = in_time_order(ev.filter(pod == name))
@@ -321,11 +326,7 @@ def test_a_namespace_export_of_two_engines_gives_each_pod_its_engines_events():
     give the events of that server's own file (a block naming one stream is one run)."""
     a_lines, a_times, a_base = truth("sample_logs/vllm/real/v1_0_11.log", "vllm")
     b_lines, _, b_base = truth("sample_logs/sglang/real/v0_4_2025.log", "sglang")
-    b_times = [a_times[0] + i * wr.STEP_NS + wr.STEP_NS // 2 for i in range(len(b_lines))]
-    ents = [(t, gcp_entry(ln, t, pod="vllm-a", i=i)) for i, (ln, t) in enumerate(zip(a_lines, a_times))]
-    ents += [(t, gcp_entry(ln, t, pod="sglang-b", i=10_000 + i)) for i, (ln, t) in enumerate(zip(b_lines, b_times))]
-    ents.sort(key=lambda p: p[0])
-    layers, _, ev = parse("vllm", ndjson([e for _, e in ents]))
+    layers, _, ev = parse("vllm", ndjson(_two_pods(a_lines, a_times, "vllm-a", b_lines, "sglang-b")))
     assert layers == ("gcp-logging",)
     pod = ev["labels"].str.json_decode().struct.field("pod")
     assert set(ev.filter(pod == "sglang-b")["engine"].unique().to_list()) == {"sglang"}
