@@ -18,6 +18,7 @@ family is computed on its own rows only, after a classification by anchored test
 
 from __future__ import annotations
 
+import functools
 import re
 
 import polars as pl
@@ -195,9 +196,7 @@ def _proc_groups(df: pl.DataFrame) -> tuple[pl.DataFrame, str | None]:
         .when(bracket.is_not_null()).then(bracket + 3)
         .otherwise(0)
     )
-    pre = pl.col("pre")
-    then = {**{f: pl.col(f) for f in _PROC_FIELDS}, "_o": pre.str.len_chars(), "_ob": find_len(pre)}
-    pattern = f"^(?P<pre>{_PROC})"
+    then, pattern = _proc_then(), _PROC_START
     # most files have one writer: when every line that opens like a prefix starts with the
     # first such line's start, and that start is all of its `n` and holds a `)`, it is every
     # such line's start (the same first `)`, the same `n`), and its groups are every such
@@ -212,7 +211,7 @@ def _proc_groups(df: pl.DataFrame) -> tuple[pl.DataFrame, str | None]:
         # (every line starting so: then every line that opens like a prefix does)
         every = df.select(mine.all()).item()
         if every or df.select((mine | ~opens).all()).item():
-            one = _one_prefix(first, pattern, then)
+            one = _one_prefix(first)
             values = [pl.lit(v, dtype) for v, dtype in one]
             if not every:  # a field the prefix does not set is null on every line
                 values = [v if value is None else pl.when(mine).then(v) for v, (value, _) in zip(values, one)]
@@ -223,21 +222,23 @@ def _proc_groups(df: pl.DataFrame) -> tuple[pl.DataFrame, str | None]:
     return df.with_columns(pl.col("_o").fill_null(0), pl.col("_ob").fill_null(0)), None
 
 
-_PREFIXES: dict[str, list[tuple[object, pl.DataType]]] = {}
+# a line's process prefix, read from its start
+_PROC_START = f"^(?P<pre>{_PROC})"
 
 
-def _one_prefix(first: str, pattern: str, then: dict[str, pl.Expr]) -> list[tuple[object, pl.DataType]]:
-    """`then`'s values (and types) of one process prefix read by `pattern`; the few
-    prefixes of a file are read once, not at every chunk."""
-    got = _PREFIXES.get(first)
-    if got is None:
-        one = pl.DataFrame({"_start": [first]}).select(pl.col("_start").str.extract_groups(pattern).alias("_g"))
-        one = one.unnest("_g").select(*(v.alias(k) for k, v in then.items()))
-        got = [(one[c][0], one[c].dtype) for c in one.columns]
-        if len(_PREFIXES) >= 256:
-            _PREFIXES.clear()
-        _PREFIXES[first] = got
-    return got
+def _proc_then() -> dict[str, pl.Expr]:
+    """The columns a process prefix gives, from `_PROC_START`'s groups."""
+    pre = pl.col("pre")
+    return {**{f: pl.col(f) for f in _PROC_FIELDS}, "_o": pre.str.len_chars(), "_ob": find_len(pre)}
+
+
+@functools.lru_cache(maxsize=256)
+def _one_prefix(first: str) -> tuple[tuple[object, pl.DataType], ...]:
+    """`_proc_then()`'s values (and types) of one process prefix; the few prefixes of a
+    file are read once, not at every chunk."""
+    one = pl.DataFrame({"_start": [first]}).select(pl.col("_start").str.extract_groups(_PROC_START).alias("_g"))
+    one = one.unnest("_g").select(*(v.alias(k) for k, v in _proc_then().items()))
+    return tuple((one[c][0], one[c].dtype) for c in one.columns)
 
 
 # lines whose header starts are sampled to tell whether most starts are distinct
